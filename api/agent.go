@@ -1,0 +1,128 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// ProtocolVersion is the version of the agent ↔ server protocol this build
+// speaks. A frame with another major version is refused.
+const ProtocolVersion = 1
+
+// Frame types on the agent WebSocket.
+const (
+	FrameRequest  = "req"    // a call that expects one response with the same ID
+	FrameResponse = "resp"   // the answer to a request
+	FrameNotify   = "notify" // server → agent push with a sequence number
+	FrameAck      = "ack"    // agent → server: every notification up to Seq is handled
+)
+
+// Frame is one WebSocket text message. Requests and responses are multiplexed
+// by ID; notifications are ordered by Seq and acknowledged cumulatively.
+type Frame struct {
+	V      int             `json:"v"`
+	Type   string          `json:"type"`
+	ID     uint64          `json:"id,omitempty"`
+	Seq    uint64          `json:"seq,omitempty"`
+	Method string          `json:"method,omitempty"`
+	Body   json.RawMessage `json:"body,omitempty"`
+	Error  *Error          `json:"error,omitempty"`
+}
+
+// Agent → server request methods.
+const (
+	MethodHello     = "hello"     // first request on a connection
+	MethodHeartbeat = "heartbeat" // periodic liveness and state
+	MethodGoodbye   = "goodbye"   // the agent is leaving on purpose
+	MethodRenew     = "credential.renew"
+)
+
+// Server → agent request and notification methods.
+const (
+	MethodPing     = "ping"          // request: are you there? (offline confirmation)
+	NotifyShutdown = "node.shutdown" // notification: ShutdownRequest
+	NotifyUpdate   = "node.update"   // notification: NodeUpdate (tags/labels changed)
+)
+
+// RegisterRequest is the body of POST /v1/agent/register, authenticated by a
+// join token. A node is keyed by (machine_id, data_dir): registering again from
+// the same machine and data dir returns the same node.
+type RegisterRequest struct {
+	MachineID    string            `json:"machine_id"`
+	DataDir      string            `json:"data_dir"`
+	Name         string            `json:"name"`
+	Tags         []string          `json:"tags,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Groups       []string          `json:"groups,omitempty"`
+	Hardware     Hardware          `json:"hardware"`
+	AgentVersion string            `json:"agent_version"`
+}
+
+// RegisterResponse carries the node's identity and its credential.
+type RegisterResponse struct {
+	NodeID     string    `json:"node_id"`
+	Credential string    `json:"credential"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// Hello is the agent's first request on a connection.
+type Hello struct {
+	AgentVersion string            `json:"agent_version"`
+	Name         string            `json:"name"`
+	Hardware     Hardware          `json:"hardware"`
+	Tags         []string          `json:"tags,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Groups       []string          `json:"groups,omitempty"`
+	State        string            `json:"state"`
+	// LastSeq is the highest notification sequence the agent has handled; the
+	// server replays everything after it that is not yet acknowledged.
+	LastSeq uint64 `json:"last_seq"`
+}
+
+// Welcome answers Hello.
+type Welcome struct {
+	NodeID            string    `json:"node_id"`
+	HeartbeatInterval Duration  `json:"heartbeat_interval"`
+	CredentialExpires time.Time `json:"credential_expires"`
+	ServerVersion     string    `json:"server_version"`
+}
+
+// Heartbeat is the periodic liveness report.
+type Heartbeat struct {
+	State string `json:"state"`
+}
+
+// HeartbeatAck answers a heartbeat.
+type HeartbeatAck struct {
+	ServerTime time.Time `json:"server_time"`
+}
+
+// Goodbye tells the server the agent is leaving on purpose.
+type Goodbye struct {
+	Reason string `json:"reason"`
+}
+
+// NodeUpdate tells the agent its tags, labels or groups changed on the server.
+type NodeUpdate struct {
+	Tags   []string          `json:"tags"`
+	Labels map[string]string `json:"labels"`
+	Groups []string          `json:"groups"`
+}
+
+// Duration is a time.Duration that travels as a Go duration string ("30s").
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}

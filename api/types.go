@@ -1,0 +1,171 @@
+package api
+
+import "time"
+
+// Error is the body of every failed API response:
+// {"error": {"code": "...", "message": "..."}}.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// ErrorBody wraps Error as it travels.
+type ErrorBody struct {
+	Error Error `json:"error"`
+}
+
+// Node statuses as the server sees them.
+const (
+	StatusOnline  = "online"  // heartbeats arrive
+	StatusSuspect = "suspect" // heartbeats overdue; the server is confirming
+	StatusOffline = "offline" // confirmed unreachable, or shut down
+)
+
+// Agent states (the Mitosis node-manager state machine).
+const (
+	AgentIdle         = "Idle"
+	AgentPreparing    = "Preparing"
+	AgentExecuting    = "Executing"
+	AgentCleanup      = "Cleanup"
+	AgentShuttingDown = "ShuttingDown"
+)
+
+// Node is a machine that nodemgr knows.
+type Node struct {
+	ID            string            `json:"id"`
+	Name          string            `json:"name"`
+	MachineID     string            `json:"machine_id"`
+	DataDir       string            `json:"data_dir"`
+	Tags          []string          `json:"tags"`
+	Labels        map[string]string `json:"labels"`
+	Groups        []string          `json:"groups"`
+	Hardware      Hardware          `json:"hardware"`
+	Status        string            `json:"status"`
+	StatusReason  string            `json:"status_reason,omitempty"`
+	AgentState    string            `json:"agent_state"`
+	AgentVersion  string            `json:"agent_version"`
+	Connected     bool              `json:"connected"`
+	LastHeartbeat *time.Time        `json:"last_heartbeat,omitempty"`
+	RegisteredAt  time.Time         `json:"registered_at"`
+	UpdatedAt     time.Time         `json:"updated_at"`
+}
+
+// Hardware describes a node's machine as its agent measured it.
+type Hardware struct {
+	Hostname    string `json:"hostname"`
+	OS          string `json:"os"`
+	Arch        string `json:"arch"`
+	Kernel      string `json:"kernel,omitempty"`
+	CPUModel    string `json:"cpu_model,omitempty"`
+	Cores       int    `json:"cores"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+	DiskBytes   uint64 `json:"disk_bytes"` // size of the filesystem holding the agent's data dir
+	GPUs        []GPU  `json:"gpus"`
+}
+
+// GPU is one accelerator found on a node.
+type GPU struct {
+	Index       int    `json:"index"`
+	UUID        string `json:"uuid,omitempty"`
+	Name        string `json:"name"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+	Driver      string `json:"driver,omitempty"`
+}
+
+// NodeList is the body of GET /v1/nodes.
+type NodeList struct {
+	Nodes []Node `json:"nodes"`
+}
+
+// NodePatch changes a node's tags and labels (PATCH /v1/nodes/{id}).
+// Set* replace; Add*/Remove* edit in place. Unknown fields are rejected.
+type NodePatch struct {
+	SetTags      *[]string         `json:"set_tags,omitempty"`
+	AddTags      []string          `json:"add_tags,omitempty"`
+	RemoveTags   []string          `json:"remove_tags,omitempty"`
+	SetLabels    map[string]string `json:"set_labels,omitempty"`
+	RemoveLabels []string          `json:"remove_labels,omitempty"`
+	SetGroups    *[]string         `json:"set_groups,omitempty"`
+}
+
+// Shutdown modes.
+const (
+	ShutdownGraceful = "graceful"
+	ShutdownForce    = "force"
+)
+
+// ShutdownRequest is the body of POST /v1/nodes/{id}/shutdown.
+type ShutdownRequest struct {
+	Mode string `json:"mode"` // graceful | force
+}
+
+// Roles, in increasing power (the Mitosis model).
+const (
+	RoleRead  = "Read"
+	RoleWrite = "Write"
+	RoleAdmin = "Admin"
+)
+
+// User is a person or robot that calls the API.
+type User struct {
+	Name      string            `json:"name"`
+	Admin     bool              `json:"admin"`  // superuser: every permission on everything
+	Groups    map[string]string `json:"groups"` // group → role
+	CreatedAt time.Time         `json:"created_at"`
+}
+
+// CreateUserRequest is the body of POST /v1/users.
+type CreateUserRequest struct {
+	Name   string            `json:"name"`
+	Admin  bool              `json:"admin,omitempty"`
+	Groups map[string]string `json:"groups,omitempty"` // group → role
+}
+
+// Token describes an API token, a join token or a node credential. The
+// secret is returned once, when it is created.
+type Token struct {
+	ID        string     `json:"id"`
+	Kind      string     `json:"kind"` // api | join | node
+	Name      string     `json:"name,omitempty"`
+	User      string     `json:"user,omitempty"`
+	NodeID    string     `json:"node_id,omitempty"`
+	Secret    string     `json:"secret,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	LastUsed  *time.Time `json:"last_used,omitempty"`
+}
+
+// Token kinds.
+const (
+	TokenAPI  = "api"
+	TokenJoin = "join"
+	TokenNode = "node"
+)
+
+// CreateTokenRequest is the body of POST /v1/tokens and POST /v1/join-tokens.
+type CreateTokenRequest struct {
+	Name string `json:"name,omitempty"`
+	User string `json:"user,omitempty"` // api tokens: whose (default: the caller)
+	TTL  string `json:"ttl,omitempty"`  // Go duration, e.g. "720h"; empty: kind's default
+	// Join tokens: what registering nodes get (merged with the agent's own).
+	Groups []string `json:"groups,omitempty"`
+	// Join tokens: how many registrations it allows; 0 means unlimited.
+	MaxUses int `json:"max_uses,omitempty"`
+}
+
+// TokenList is the body of GET /v1/tokens and GET /v1/join-tokens.
+type TokenList struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// UserList is the body of GET /v1/users.
+type UserList struct {
+	Users []User `json:"users"`
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version"`
+}

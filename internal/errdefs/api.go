@@ -1,0 +1,33 @@
+package errdefs
+
+import (
+	"errors"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// ToAPI turns err into the wire form of an error.
+func ToAPI(err error) api.Error {
+	e := api.Error{Code: Code(err), Message: err.Error()}
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		e.Field = fe.Field
+	}
+	return e
+}
+
+// RemoteError is an error that crossed the wire (HTTP or WebSocket). It
+// keeps its class, so errors.Is(err, errdefs.ErrNotFound) works on the
+// receiving side too.
+type RemoteError struct{ api.Error }
+
+func (e *RemoteError) Error() string { return e.Message }
+
+// Is matches the class named by the error's code.
+func (e *RemoteError) Is(target error) bool {
+	c := FromCode(e.Code)
+	return c != nil && c == target
+}
+
+// FromAPI turns a wire error back into an error value.
+func FromAPI(e api.Error) error { return &RemoteError{e} }

@@ -1,0 +1,90 @@
+// Package errdefs defines the few classes of error that nodemgr distinguishes
+// (not found, conflict, invalid, unavailable, permission, unauthenticated).
+//
+// Packages wrap one of these sentinels with the operation that failed; the API
+// edge maps the class to an HTTP status in exactly one place (see server).
+package errdefs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The error classes. Check them with errors.Is.
+var (
+	ErrNotFound        = errors.New("not found")
+	ErrConflict        = errors.New("conflict")
+	ErrInvalid         = errors.New("invalid")
+	ErrUnavailable     = errors.New("unavailable")
+	ErrPermission      = errors.New("permission denied")
+	ErrUnauthenticated = errors.New("unauthenticated")
+)
+
+// FieldError says which input field is wrong and why. It is an ErrInvalid.
+type FieldError struct {
+	Field  string // dotted path, e.g. "labels.zone" or "heartbeat_interval"
+	Reason string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
+
+// Is makes errors.Is(err, ErrInvalid) true for field errors.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// Field returns an ErrInvalid that names field and the reason.
+func Field(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// NotFound returns an ErrNotFound saying what was not found.
+func NotFound(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrNotFound)
+}
+
+// Conflict returns an ErrConflict with a message.
+func Conflict(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrConflict)
+}
+
+// Code returns the stable, machine-readable code of err's class, as used in
+// API error bodies.
+func Code(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
+	case errors.Is(err, ErrConflict):
+		return "conflict"
+	case errors.Is(err, ErrInvalid):
+		return "invalid"
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, ErrPermission):
+		return "permission_denied"
+	case errors.Is(err, ErrUnauthenticated):
+		return "unauthenticated"
+	default:
+		return "internal"
+	}
+}
+
+// FromCode turns an API error code back into its class, so clients can use
+// errors.Is on errors that crossed the wire.
+func FromCode(code string) error {
+	switch code {
+	case "not_found":
+		return ErrNotFound
+	case "conflict":
+		return ErrConflict
+	case "invalid":
+		return ErrInvalid
+	case "unavailable":
+		return ErrUnavailable
+	case "permission_denied":
+		return ErrPermission
+	case "unauthenticated":
+		return ErrUnauthenticated
+	}
+	return nil
+}

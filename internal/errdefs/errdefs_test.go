@@ -1,0 +1,33 @@
+package errdefs
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+func TestClassesSurviveTheWire(t *testing.T) {
+	for _, class := range []error{ErrNotFound, ErrConflict, ErrInvalid, ErrUnavailable, ErrPermission, ErrUnauthenticated} {
+		err := fmt.Errorf("get node n1: %w", class)
+		back := FromAPI(ToAPI(err))
+		if !errors.Is(back, class) {
+			t.Errorf("FromAPI(ToAPI(%v)) lost class %v", err, class)
+		}
+		if back.Error() != err.Error() {
+			t.Errorf("message = %q, want %q", back.Error(), err.Error())
+		}
+	}
+}
+
+func TestFieldErrorNamesField(t *testing.T) {
+	err := fmt.Errorf("register: %w", Field("labels.zone", "must not be empty"))
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("field error is not ErrInvalid")
+	}
+	if got := ToAPI(err).Field; got != "labels.zone" {
+		t.Errorf("ToAPI(...).Field = %q, want %q", got, "labels.zone")
+	}
+	if Code(errors.New("boom")) != "internal" {
+		t.Errorf("unclassified error should be internal")
+	}
+}
