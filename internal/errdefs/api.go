@@ -19,15 +19,15 @@ func ToAPI(err error) api.Error {
 // RemoteError is an error that crossed the wire (HTTP or WebSocket). It
 // keeps its class, so errors.Is(err, errdefs.ErrNotFound) works on the
 // receiving side too.
-type RemoteError struct{ api.Error }
+type RemoteError struct{ Wire api.Error }
 
-func (e *RemoteError) Error() string { return e.Message }
+func (e *RemoteError) Error() string { return e.Wire.Message }
 
 // Is matches the class named by the error's code.
 func (e *RemoteError) Is(target error) bool {
-	c := FromCode(e.Code)
+	c := FromCode(e.Wire.Code)
 	return c != nil && c == target
 }
 
 // FromAPI turns a wire error back into an error value.
-func FromAPI(e api.Error) error { return &RemoteError{e} }
+func FromAPI(e api.Error) error { return &RemoteError{Wire: e} }
