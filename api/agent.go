@@ -65,7 +65,10 @@ type RegisterResponse struct {
 	ExpiresAt  time.Time `json:"expires_at"`
 }
 
-// Hello is the agent's first request on a connection.
+// Hello is the agent's first request on a connection. Tags, labels and groups
+// are not in it: the agent's configured ones are merged in at registration,
+// and from then on the server's copy (edited with `nodemgr node tag|label`)
+// is the truth, pushed to the agent with NotifyUpdate.
 type Hello struct {
 	AgentVersion string            `json:"agent_version"`
 	Name         string            `json:"name"`

@@ -1,0 +1,52 @@
+package auth
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+func TestSecrets(t *testing.T) {
+	s1, h1 := NewSecret(api.TokenJoin)
+	s2, _ := NewSecret(api.TokenJoin)
+	if s1 == s2 {
+		t.Fatal("two secrets are equal")
+	}
+	if KindOf(s1) != api.TokenJoin {
+		t.Errorf("KindOf(%q) = %q, want join", s1, KindOf(s1))
+	}
+	if !bytes.Equal(Hash(s1), h1) {
+		t.Error("Hash(secret) differs from the hash NewSecret returned")
+	}
+	if KindOf("garbage") != "" {
+		t.Error("KindOf(garbage) should be empty")
+	}
+}
+
+func TestCan(t *testing.T) {
+	p := Principal{User: "ann", Groups: map[string]string{"ml": api.RoleWrite, "ops": api.RoleRead}}
+	tests := []struct {
+		name   string
+		p      Principal
+		role   string
+		groups []string
+		want   bool
+	}{
+		{"write in ml", p, api.RoleWrite, []string{"ml"}, true},
+		{"read implied by write", p, api.RoleRead, []string{"ml"}, true},
+		{"admin not held", p, api.RoleAdmin, []string{"ml", "ops"}, false},
+		{"write not in ops", p, api.RoleWrite, []string{"ops"}, false},
+		{"any group suffices", p, api.RoleWrite, []string{"ops", "ml"}, true},
+		{"no shared group", p, api.RoleRead, []string{"web"}, false},
+		{"no groups", p, api.RoleRead, nil, false},
+		{"superuser", Principal{Admin: true}, api.RoleAdmin, nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.p.Can(tc.role, tc.groups); got != tc.want {
+				t.Errorf("Can(%s, %v) = %v, want %v", tc.role, tc.groups, got, tc.want)
+			}
+		})
+	}
+}
