@@ -1,0 +1,12 @@
+//go:build !linux
+
+package lockfile
+
+import (
+	"errors"
+	"fmt"
+)
+
+func acquire(path string) (*Lock, error) {
+	return nil, fmt.Errorf("acquire lock %s: %w", path, errors.ErrUnsupported)
+}
