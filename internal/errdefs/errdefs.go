@@ -88,3 +88,6 @@ func FromCode(code string) error {
 	}
 	return nil
 }
+
+// IsNotFound is errors.Is(err, ErrNotFound), for brevity at call sites.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

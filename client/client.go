@@ -1,0 +1,192 @@
+// Package client is the Go client of the nodemgr REST API. The CLI uses it;
+// so can users' own programs.
+//
+//	c := client.New("http://127.0.0.1:7070", os.Getenv("NODEMGR_TOKEN"))
+//	nodes, err := c.Nodes(ctx, "")
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// Client talks to one nodemgr server.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// New returns a client for the server at addr (a URL, or host:port meaning
+// http://host:port) that authenticates with token.
+func New(addr, token string) *Client {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	return &Client{base: strings.TrimRight(addr, "/"), token: token, http: &http.Client{Timeout: 60 * time.Second}}
+}
+
+// Error is an error answer from the server.
+type Error struct {
+	Status  int    // HTTP status
+	Code    string // api error code: not_found, invalid, ...
+	Message string
+	Field   string // the input field at fault, for invalid
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Do sends a request with an optional JSON body and decodes a JSON answer
+// into out (when out is not nil).
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w (is the server running at %s? set --addr or NODEMGR_ADDR)", method, path, err, c.base)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		var eb api.ErrorBody
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" {
+			eb.Error = api.Error{Code: "internal", Message: fmt.Sprintf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(b))}
+		}
+		return &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, Field: eb.Error.Field}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// Health checks the server's liveness (no token needed).
+func (c *Client) Health(ctx context.Context) (api.Health, error) {
+	var h api.Health
+	return h, c.Do(ctx, http.MethodGet, "/healthz", nil, &h)
+}
+
+// Whoami returns the caller.
+func (c *Client) Whoami(ctx context.Context) (api.User, error) {
+	var u api.User
+	return u, c.Do(ctx, http.MethodGet, "/v1/whoami", nil, &u)
+}
+
+// Nodes lists nodes, optionally only those with a status.
+func (c *Client) Nodes(ctx context.Context, status string) ([]api.Node, error) {
+	path := "/v1/nodes"
+	if status != "" {
+		path += "?status=" + url.QueryEscape(status)
+	}
+	var l api.NodeList
+	return l.Nodes, c.Do(ctx, http.MethodGet, path, nil, &l)
+}
+
+// Node returns one node by ID, name or unique ID prefix.
+func (c *Client) Node(ctx context.Context, ref string) (api.Node, error) {
+	var n api.Node
+	return n, c.Do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(ref), nil, &n)
+}
+
+// PatchNode changes a node's tags, labels or groups.
+func (c *Client) PatchNode(ctx context.Context, ref string, p api.NodePatch) (api.Node, error) {
+	var n api.Node
+	return n, c.Do(ctx, http.MethodPatch, "/v1/nodes/"+url.PathEscape(ref), p, &n)
+}
+
+// DeleteNode forgets a node that is not connected.
+func (c *Client) DeleteNode(ctx context.Context, ref string) error {
+	return c.Do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(ref), nil, nil)
+}
+
+// ShutdownNode tells a node's agent to exit (api.ShutdownGraceful or api.ShutdownForce).
+func (c *Client) ShutdownNode(ctx context.Context, ref, mode string) (api.Node, error) {
+	var n api.Node
+	return n, c.Do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(ref)+"/shutdown", api.ShutdownRequest{Mode: mode}, &n)
+}
+
+// Users lists users (admins only).
+func (c *Client) Users(ctx context.Context) ([]api.User, error) {
+	var l api.UserList
+	return l.Users, c.Do(ctx, http.MethodGet, "/v1/users", nil, &l)
+}
+
+// CreateUser creates a user.
+func (c *Client) CreateUser(ctx context.Context, r api.CreateUserRequest) (api.User, error) {
+	var u api.User
+	return u, c.Do(ctx, http.MethodPost, "/v1/users", r, &u)
+}
+
+// DeleteUser deletes a user and their tokens.
+func (c *Client) DeleteUser(ctx context.Context, name string) error {
+	return c.Do(ctx, http.MethodDelete, "/v1/users/"+url.PathEscape(name), nil, nil)
+}
+
+// SetRole sets a user's role in a group; role "" removes the membership.
+func (c *Client) SetRole(ctx context.Context, user, group, role string) (api.User, error) {
+	var u api.User
+	return u, c.Do(ctx, http.MethodPut, "/v1/users/"+url.PathEscape(user)+"/groups/"+url.PathEscape(group),
+		map[string]string{"role": role}, &u)
+}
+
+// Tokens lists API tokens.
+func (c *Client) Tokens(ctx context.Context) ([]api.Token, error) {
+	var l api.TokenList
+	return l.Tokens, c.Do(ctx, http.MethodGet, "/v1/tokens", nil, &l)
+}
+
+// CreateToken creates an API token; its Secret is set only in this answer.
+func (c *Client) CreateToken(ctx context.Context, r api.CreateTokenRequest) (api.Token, error) {
+	var t api.Token
+	return t, c.Do(ctx, http.MethodPost, "/v1/tokens", r, &t)
+}
+
+// DeleteToken revokes an API token.
+func (c *Client) DeleteToken(ctx context.Context, id string) error {
+	return c.Do(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(id), nil, nil)
+}
+
+// JoinTokens lists join tokens.
+func (c *Client) JoinTokens(ctx context.Context) ([]api.Token, error) {
+	var l api.TokenList
+	return l.Tokens, c.Do(ctx, http.MethodGet, "/v1/join-tokens", nil, &l)
+}
+
+// CreateJoinToken creates a join token for agents.
+func (c *Client) CreateJoinToken(ctx context.Context, r api.CreateTokenRequest) (api.Token, error) {
+	var t api.Token
+	return t, c.Do(ctx, http.MethodPost, "/v1/join-tokens", r, &t)
+}
+
+// DeleteJoinToken revokes a join token.
+func (c *Client) DeleteJoinToken(ctx context.Context, id string) error {
+	return c.Do(ctx, http.MethodDelete, "/v1/join-tokens/"+url.PathEscape(id), nil, nil)
+}

@@ -1,0 +1,405 @@
+// Package agent is the nodemgr node agent: one per machine (a lock file in
+// its data dir guarantees it), registered with the coordinator by a join
+// token, holding one WebSocket to it. It sends heartbeats, handles the
+// server's notifications in order (acknowledging each, persisting how far it
+// got so a restart neither loses nor repeats one), and reconnects with
+// exponential backoff when the connection drops.
+//
+// The agent does not import server code: it speaks the protocol in api and
+// internal/proto only.
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/backoff"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/hw"
+	"github.com/nodemgr/nodemgr/internal/lockfile"
+	"github.com/nodemgr/nodemgr/internal/proto"
+)
+
+// Agent is a running node agent.
+type Agent struct {
+	cfg  Config
+	log  *slog.Logger
+	lock *lockfile.Lock
+	http *http.Client
+
+	machineID string
+	hardware  api.Hardware
+
+	mu       sync.Mutex
+	st       state
+	agState  string
+	shutdown chan string // receives the shutdown mode once
+	once     sync.Once
+}
+
+// New validates cfg, takes the data dir's lock and loads the agent's state.
+func New(cfg Config, logger *slog.Logger) (*Agent, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	cfg.Server = strings.TrimRight(cfg.Server, "/")
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	lock, err := lockfile.Acquire(filepath.Join(cfg.DataDir, "agent.lock"))
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: logger, lock: lock, agState: api.AgentIdle,
+		shutdown: make(chan string, 1), http: &http.Client{Timeout: 30 * time.Second}}
+	if a.st, err = loadState(cfg.DataDir); err != nil {
+		lock.Release()
+		return nil, err
+	}
+	if a.st.Server != "" && a.st.Server != cfg.Server {
+		// A credential is only good at the server that issued it.
+		logger.Warn("server changed since last run; registering afresh", "was", a.st.Server, "now", cfg.Server)
+		a.st = state{}
+	}
+	if a.machineID, err = hw.MachineID(cfg.DataDir); err != nil {
+		lock.Release()
+		return nil, fmt.Errorf("machine id: %w", err)
+	}
+	return a, nil
+}
+
+// Close releases the data dir lock.
+func (a *Agent) Close() error { return a.lock.Release() }
+
+// NodeID returns the node ID, once registered.
+func (a *Agent) NodeID() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.st.NodeID
+}
+
+// errAuth marks a rejected credential: register again.
+var errAuth = errors.New("credential rejected")
+
+// Run works until ctx ends or the server orders a shutdown. It returns nil
+// in both cases; it returns an error only when it cannot go on (for
+// example: no credential and no join token).
+func (a *Agent) Run(ctx context.Context) error {
+	hwctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	var err error
+	a.hardware, err = hw.Detect(hwctx, a.cfg.DataDir)
+	cancel()
+	if err != nil {
+		a.log.Warn("hardware detection incomplete", "err", err)
+	}
+	a.hardware.Hostname = firstNonEmpty(a.hardware.Hostname, a.cfg.Name)
+
+	bo := &backoff.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
+	for {
+		start := time.Now()
+		err := a.connectOnce(ctx)
+		if mode, ok := a.shutdownRequested(); ok {
+			a.log.Info("agent stopped by the server", "mode", mode)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, errAuth) {
+			a.log.Warn("the server rejected the node credential; registering again", "err", err)
+			a.mu.Lock()
+			a.st.Credential = ""
+			a.mu.Unlock()
+			if a.cfg.JoinToken == "" {
+				return fmt.Errorf("the server rejected this node's credential and no join token is configured: create one with `nodemgr join-token create` and pass it with --join-token")
+			}
+		}
+		var fatal *fatalError
+		if errors.As(err, &fatal) {
+			return fatal.err
+		}
+		if time.Since(start) > 2*a.cfg.ReconnectMax {
+			bo.Reset() // the connection was healthy for a while
+		}
+		d := bo.Next()
+		a.log.Warn("disconnected from server; reconnecting", "err", err, "in", d.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(d):
+		}
+	}
+}
+
+// fatalError stops Run: retrying cannot help.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+
+func (a *Agent) shutdownRequested() (string, bool) {
+	select {
+	case m := <-a.shutdown:
+		a.shutdown <- m // keep it visible
+		return m, true
+	default:
+		return "", false
+	}
+}
+
+// connectOnce registers if needed, connects, and serves one session.
+func (a *Agent) connectOnce(ctx context.Context) error {
+	if err := a.ensureRegistered(ctx); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	cred, lastSeq := a.st.Credential, a.st.LastSeq
+	a.mu.Unlock()
+
+	wsURL := "ws" + strings.TrimPrefix(a.cfg.Server, "http") + "/v1/agent/connect"
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, resp, err := websocket.Dial(dctx, wsURL, &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + cred}},
+	})
+	cancel()
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
+			return fmt.Errorf("connect: %w", errAuth)
+		}
+		return fmt.Errorf("connect to %s: %w", a.cfg.Server, err)
+	}
+	conn := proto.NewWebSocketConn(c, 1<<20)
+	peer := proto.NewPeer(conn, a, proto.Options{Logger: a.log, LastSeq: lastSeq})
+	return a.session(ctx, conn, peer)
+}
+
+func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- peer.Run(ctx) }()
+
+	var welcome api.Welcome
+	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
+	err := peer.Call(hctx, api.MethodHello, api.Hello{
+		AgentVersion: a.cfg.Version, Name: a.cfg.Name, Hardware: a.hardware,
+		State: a.state(), LastSeq: peer.LastSeq(),
+	}, &welcome)
+	hcancel()
+	if err != nil {
+		conn.Close(proto.CloseGoingAway, "hello failed")
+		<-runErr
+		return fmt.Errorf("hello: %w", err)
+	}
+	interval := time.Duration(welcome.HeartbeatInterval)
+	if a.cfg.HeartbeatInterval > 0 {
+		interval = a.cfg.HeartbeatInterval
+	}
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	a.log.Info("connected", "server", a.cfg.Server, "node", welcome.NodeID, "heartbeat", interval)
+	a.maybeRenew(ctx, peer)
+
+	// Spread agents that connected together over the interval.
+	tick := time.NewTimer(time.Duration(rand.Int64N(int64(interval))))
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-runErr:
+			if err == nil {
+				err = errors.New("server closed the connection")
+			}
+			return err
+		case mode := <-a.shutdown:
+			a.shutdown <- mode
+			a.leave(peer, conn, mode)
+			<-runErr
+			return nil
+		case <-ctx.Done():
+			conn.Close(proto.CloseGoingAway, "agent stopping")
+			<-runErr
+			return nil
+		case <-tick.C:
+			tick.Reset(interval)
+			hbctx, hbcancel := context.WithTimeout(ctx, interval)
+			err := peer.Call(hbctx, api.MethodHeartbeat, api.Heartbeat{State: a.state()}, nil)
+			hbcancel()
+			if err != nil && ctx.Err() == nil {
+				conn.Close(proto.CloseGoingAway, "heartbeat failed")
+				<-runErr
+				return fmt.Errorf("heartbeat: %w", err)
+			}
+		}
+	}
+}
+
+// leave says goodbye and closes the connection. A graceful shutdown would
+// first let workloads finish within ShutdownGrace; a forced one does not wait.
+func (a *Agent) leave(peer *proto.Peer, conn proto.Conn, mode string) {
+	a.setState(api.AgentShuttingDown)
+	a.log.Info("shutting down on the server's request", "mode", mode)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := peer.Call(ctx, api.MethodGoodbye, api.Goodbye{Reason: mode}, nil); err != nil {
+		a.log.Warn("goodbye not delivered", "err", err)
+	}
+	conn.Close(proto.CloseNormal, "agent shut down ("+mode+")")
+}
+
+// maybeRenew swaps the credential for a fresh one when two thirds of its
+// lifetime are gone, so a long-running agent never locks itself out.
+func (a *Agent) maybeRenew(ctx context.Context, peer *proto.Peer) {
+	a.mu.Lock()
+	issued, expires := a.st.CredentialIssued, a.st.CredentialExpires
+	a.mu.Unlock()
+	if expires.IsZero() || time.Until(expires) > expires.Sub(issued)/3 {
+		return
+	}
+	var resp api.RegisterResponse
+	if err := peer.Call(ctx, api.MethodRenew, struct{}{}, &resp); err != nil {
+		a.log.Warn("renew credential", "err", err)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.st.Credential, a.st.CredentialIssued, a.st.CredentialExpires = resp.Credential, time.Now().UTC(), resp.ExpiresAt
+	if err := a.st.save(a.cfg.DataDir); err != nil {
+		a.log.Error("save renewed credential", "err", err)
+		return
+	}
+	a.log.Info("credential renewed", "expires", resp.ExpiresAt)
+}
+
+// ensureRegistered registers with the join token when the agent has no
+// credential yet.
+func (a *Agent) ensureRegistered(ctx context.Context) error {
+	a.mu.Lock()
+	has := a.st.Credential != ""
+	a.mu.Unlock()
+	if has {
+		return nil
+	}
+	if a.cfg.JoinToken == "" {
+		return &fatalError{fmt.Errorf("this agent is not registered yet: pass a join token (--join-token, NODEMGR_JOIN_TOKEN or join_token in the config; create one with `nodemgr join-token create`)")}
+	}
+	req := api.RegisterRequest{
+		MachineID: a.machineID, DataDir: a.cfg.DataDir, Name: a.cfg.Name,
+		Tags: a.cfg.Tags, Labels: a.cfg.Labels, Groups: a.cfg.Groups,
+		Hardware: a.hardware, AgentVersion: a.cfg.Version,
+	}
+	body, _ := json.Marshal(req)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.Server+"/v1/agent/register", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	hreq.Header.Set("Authorization", "Bearer "+a.cfg.JoinToken)
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := a.http.Do(hreq)
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var eb api.ErrorBody
+		json.NewDecoder(resp.Body).Decode(&eb)
+		err := fmt.Errorf("register with %s: %w", a.cfg.Server, errdefs.FromAPI(eb.Error))
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 {
+			return &fatalError{err} // a bad token or config does not heal by retrying
+		}
+		return err
+	}
+	var rr api.RegisterResponse
+	if err := json.NewDecoder(resp.Body).Decode(&rr); err != nil {
+		return fmt.Errorf("register: decode response: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.st.NodeID, a.st.Server = rr.NodeID, a.cfg.Server
+	a.st.Credential, a.st.CredentialIssued, a.st.CredentialExpires = rr.Credential, time.Now().UTC(), rr.ExpiresAt
+	if err := a.st.save(a.cfg.DataDir); err != nil {
+		return &fatalError{err}
+	}
+	a.log.Info("registered", "node", rr.NodeID, "server", a.cfg.Server)
+	return nil
+}
+
+func (a *Agent) state() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.agState
+}
+
+func (a *Agent) setState(s string) {
+	a.mu.Lock()
+	a.agState = s
+	a.mu.Unlock()
+}
+
+// HandleRequest answers the server's calls.
+func (a *Agent) HandleRequest(ctx context.Context, method string, body json.RawMessage) (any, error) {
+	switch method {
+	case api.MethodPing:
+		return struct{}{}, nil
+	}
+	return nil, proto.UnknownMethod(method)
+}
+
+// HandleNotify acts on one server notification and records its seq on disk
+// before it is acknowledged, so a crash in between does not repeat it.
+func (a *Agent) HandleNotify(ctx context.Context, seq uint64, method string, body json.RawMessage) error {
+	var save func(*state)
+	switch method {
+	case api.NotifyShutdown:
+		var req api.ShutdownRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			return fmt.Errorf("notification %d: %w", seq, err)
+		}
+		defer a.once.Do(func() { a.shutdown <- req.Mode })
+	case api.NotifyUpdate:
+		var u api.NodeUpdate
+		if err := json.Unmarshal(body, &u); err != nil {
+			return fmt.Errorf("notification %d: %w", seq, err)
+		}
+		save = func(st *state) { st.Tags, st.Labels, st.Groups = u.Tags, u.Labels, u.Groups }
+		a.log.Info("node updated by the server", "tags", u.Tags, "labels", u.Labels, "groups", u.Groups)
+	default:
+		// A newer server may push what this agent does not know; skipping
+		// beats wedging the queue.
+		a.log.Warn("ignoring unknown notification", "method", method, "seq", seq)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if save != nil {
+		save(&a.st)
+	}
+	a.st.LastSeq = seq
+	return a.st.save(a.cfg.DataDir)
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+var _ proto.Handler = (*Agent)(nil)

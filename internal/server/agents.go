@@ -1,0 +1,288 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/proto"
+	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/validate"
+)
+
+// maxFrame caps one WebSocket message from an agent.
+const maxFrame = 1 << 20
+
+func validState(s string) bool {
+	switch s {
+	case api.AgentIdle, api.AgentPreparing, api.AgentExecuting, api.AgentCleanup, api.AgentShuttingDown:
+		return true
+	}
+	return false
+}
+
+func validateRegister(req api.RegisterRequest) error {
+	if req.MachineID == "" || len(req.MachineID) > 128 {
+		return errdefs.Field("machine_id", "must be 1-128 characters")
+	}
+	if !filepath.IsAbs(req.DataDir) || len(req.DataDir) > 4096 {
+		return errdefs.Field("data_dir", "must be an absolute path, got %q", req.DataDir)
+	}
+	if err := validate.Name("name", req.Name); err != nil {
+		return err
+	}
+	if err := validate.Tags("tags", req.Tags); err != nil {
+		return err
+	}
+	if err := validate.Labels("labels", req.Labels); err != nil {
+		return err
+	}
+	if err := validate.Groups("groups", req.Groups); err != nil {
+		return err
+	}
+	return validateHardware("hardware", req.Hardware)
+}
+
+func validateHardware(field string, hw api.Hardware) error {
+	if hw.Cores < 0 || hw.Cores > 1<<16 {
+		return errdefs.Field(field+".cores", "must be between 0 and 65536, got %d", hw.Cores)
+	}
+	if len(hw.GPUs) > 1024 {
+		return errdefs.Field(field+".gpus", "at most 1024 GPUs, got %d", len(hw.GPUs))
+	}
+	return nil
+}
+
+// handleRegister admits an agent that shows a join token. The node is keyed
+// by (machine_id, data_dir), so an agent that lost its credential gets its
+// old node back rather than a duplicate.
+func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	jt, err := s.authenticate(ctx, r, api.TokenJoin)
+	if err != nil {
+		return err
+	}
+	var req api.RegisterRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if err := validateRegister(req); err != nil {
+		return err
+	}
+	// A join token scoped to groups admits nodes into those groups only.
+	if len(jt.Groups) > 0 {
+		for i, g := range req.Groups {
+			if !slices.Contains(jt.Groups, g) {
+				return fmt.Errorf("%w", errdefs.Field(fmt.Sprintf("groups[%d]", i), "the join token does not admit nodes into group %q; ask for a join token of that group", g))
+			}
+		}
+	}
+	now := time.Now().UTC()
+	if _, err := s.store.UseJoinToken(ctx, jt.ID, now); err != nil {
+		return fmt.Errorf("join token %s: %w", jt.ID, err)
+	}
+	groups := slices.Clone(req.Groups)
+	for _, g := range jt.Groups {
+		if !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
+	slices.Sort(groups)
+	n, err := s.store.UpsertNode(ctx, store.Node{
+		ID: auth.NewID("n-"), Name: req.Name, MachineID: req.MachineID, DataDir: req.DataDir,
+		Tags: req.Tags, Labels: req.Labels, Groups: groups, Hardware: req.Hardware,
+		Status: api.StatusOffline, StatusReason: "registered; waiting for the agent to connect",
+		AgentState: api.AgentIdle, AgentVersion: req.AgentVersion, RegisteredAt: now, UpdatedAt: now,
+	})
+	if err != nil {
+		return fmt.Errorf("register node: %w", err)
+	}
+	resp, err := s.issueCredential(ctx, n.ID)
+	if err != nil {
+		return err
+	}
+	s.log.Info("node registered", "node", n.ID, "name", n.Name, "machine_id", n.MachineID, "data_dir", n.DataDir)
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// issueCredential replaces the node's credential with a fresh one.
+func (s *Server) issueCredential(ctx context.Context, nodeID string) (api.RegisterResponse, error) {
+	secret, hash := auth.NewSecret(api.TokenNode)
+	now := time.Now().UTC()
+	t := store.Token{ID: auth.NewID("t-"), Kind: api.TokenNode, NodeID: nodeID, Hash: hash,
+		CreatedAt: now, ExpiresAt: now.Add(s.cfg.CredentialTTL)}
+	if err := s.store.ReplaceNodeCredential(ctx, t); err != nil {
+		return api.RegisterResponse{}, fmt.Errorf("issue node credential: %w", err)
+	}
+	return api.RegisterResponse{NodeID: nodeID, Credential: secret, ExpiresAt: t.ExpiresAt}, nil
+}
+
+// handleConnect upgrades an agent's connection to the protocol WebSocket.
+func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	t, err := s.authenticate(ctx, r, api.TokenNode)
+	if err != nil {
+		return err
+	}
+	if _, err := s.store.GetNode(ctx, t.NodeID); err != nil {
+		return fmt.Errorf("node %s was removed; the agent must register again: %w", t.NodeID, errdefs.ErrUnauthenticated)
+	}
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	if err != nil {
+		return nil // Accept has answered the client
+	}
+	conn := proto.NewWebSocketConn(c, maxFrame)
+	sess := newSession(t.NodeID, conn)
+	ah := &agentHandler{s: s, sess: sess, credential: t}
+	sess.peer = proto.NewPeer(conn, ah, proto.Options{
+		Logger: s.log.With("node", t.NodeID),
+		OnAck:  func(seq uint64) { ah.ack(seq) },
+	})
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ah.ctx = ctx
+	err = sess.peer.Run(ctx)
+	s.hub.remove(sess)
+	var pe *proto.ProtocolError
+	switch {
+	case errors.As(err, &pe):
+		s.metrics.protocolErrors.Inc()
+		s.log.Warn("agent connection closed: bad frame", "node", t.NodeID, "reason", pe.Reason)
+	case err != nil:
+		s.log.Info("agent connection ended", "node", t.NodeID, "err", err)
+	default:
+		s.log.Info("agent disconnected", "node", t.NodeID)
+	}
+	return nil
+}
+
+// agentHandler answers one agent session's requests.
+type agentHandler struct {
+	s          *Server
+	sess       *session
+	credential store.Token
+	ctx        context.Context // the session's lifetime
+	helloDone  bool
+}
+
+func (h *agentHandler) HandleNotify(ctx context.Context, seq uint64, method string, body json.RawMessage) error {
+	return fmt.Errorf("agents send requests, not notifications (got %q): %w", method, errdefs.ErrInvalid)
+}
+
+func (h *agentHandler) ack(seq uint64) {
+	if err := h.s.store.Ack(h.ctx, h.sess.nodeID, seq); err != nil && h.ctx.Err() == nil {
+		h.s.log.Error("ack notifications", "node", h.sess.nodeID, "seq", seq, "err", err)
+	}
+}
+
+func (h *agentHandler) HandleRequest(ctx context.Context, method string, body json.RawMessage) (any, error) {
+	if method == api.MethodHello {
+		return h.hello(ctx, body)
+	}
+	if !h.isHelloDone() {
+		return nil, fmt.Errorf("send %q first: %w", api.MethodHello, errdefs.ErrInvalid)
+	}
+	switch method {
+	case api.MethodHeartbeat:
+		var hb api.Heartbeat
+		if err := DecodeStrict(body, &hb); err != nil {
+			return nil, err
+		}
+		if !validState(hb.State) {
+			return nil, errdefs.Field("state", "unknown agent state %q", hb.State)
+		}
+		now := time.Now().UTC()
+		h.sess.beat(now, hb.State)
+		h.s.hub.recordBeat(store.Heartbeat{NodeID: h.sess.nodeID, At: now, AgentState: hb.State})
+		return api.HeartbeatAck{ServerTime: now}, nil
+	case api.MethodGoodbye:
+		var g api.Goodbye
+		if err := DecodeStrict(body, &g); err != nil {
+			return nil, err
+		}
+		h.s.hub.forgetBeat(h.sess.nodeID)
+		reason := "agent shut down"
+		if g.Reason != "" {
+			reason += ": " + g.Reason
+		}
+		if _, err := h.s.store.SetNodeStatus(ctx, h.sess.nodeID, api.StatusOffline, reason); err != nil {
+			return nil, err
+		}
+		return struct{}{}, nil
+	case api.MethodRenew:
+		return h.s.issueCredential(ctx, h.sess.nodeID)
+	}
+	return nil, errdefs.NotFound("method %q", method)
+}
+
+func (h *agentHandler) isHelloDone() bool {
+	h.s.hub.mu.Lock()
+	defer h.s.hub.mu.Unlock()
+	return h.helloDone
+}
+
+func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, error) {
+	var hello api.Hello
+	if err := DecodeStrict(body, &hello); err != nil {
+		return nil, err
+	}
+	if !validState(hello.State) {
+		return nil, errdefs.Field("state", "unknown agent state %q", hello.State)
+	}
+	if hello.Name != "" {
+		if err := validate.Name("name", hello.Name); err != nil {
+			return nil, err
+		}
+	}
+	if err := validateHardware("hardware", hello.Hardware); err != nil {
+		return nil, err
+	}
+	if h.isHelloDone() {
+		return nil, fmt.Errorf("hello sent twice on one connection: %w", errdefs.ErrInvalid)
+	}
+	now := time.Now().UTC()
+	n, err := h.s.store.UpdateNode(ctx, h.sess.nodeID, func(n *store.Node) error {
+		if hello.Name != "" {
+			n.Name = hello.Name
+		}
+		n.Hardware = hello.Hardware
+		n.AgentVersion = hello.AgentVersion
+		n.AgentState = hello.State
+		n.Status, n.StatusReason = api.StatusOnline, ""
+		n.LastHeartbeat = now
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	// Everything up to LastSeq was handled; an ack may have been lost.
+	if err := h.s.store.Ack(ctx, n.ID, hello.LastSeq); err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	h.sess.beat(now, hello.State)
+	h.s.hub.mu.Lock()
+	h.helloDone = true
+	h.s.hub.mu.Unlock()
+	h.s.hub.add(h.sess)
+	go h.s.hub.sendLoop(h.ctx, h.sess, hello.LastSeq)
+	h.sess.wake() // replay what is pending
+	h.s.log.Info("agent connected", "node", n.ID, "name", n.Name, "last_seq", hello.LastSeq)
+	return api.Welcome{
+		NodeID:            n.ID,
+		HeartbeatInterval: api.Duration(h.s.cfg.HeartbeatInterval),
+		CredentialExpires: h.credential.ExpiresAt,
+		ServerVersion:     h.s.cfg.Version,
+	}, nil
+}

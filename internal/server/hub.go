@@ -1,0 +1,238 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nodemgr/nodemgr/internal/proto"
+	"github.com/nodemgr/nodemgr/internal/store"
+)
+
+// hub holds the live agent sessions of this server, buffers their heartbeats
+// for batched writes, and pushes notifications from the durable outbox.
+type hub struct {
+	s *Server
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	arrived  chan struct{} // closed and replaced whenever a session registers
+
+	bufMu     sync.Mutex
+	heartbeat map[string]store.Heartbeat
+	tokenUse  map[string]time.Time
+}
+
+func newHub(s *Server) *hub {
+	return &hub{
+		s:         s,
+		sessions:  map[string]*session{},
+		arrived:   make(chan struct{}),
+		heartbeat: map[string]store.Heartbeat{},
+		tokenUse:  map[string]time.Time{},
+	}
+}
+
+// session is one agent's live connection.
+type session struct {
+	nodeID string
+	peer   *proto.Peer
+	conn   proto.Conn
+	kick   chan struct{} // wakes the notification sender; capacity 1
+
+	lastBeat atomic.Int64 // unix nanos
+	state    atomic.Pointer[string]
+}
+
+func newSession(nodeID string, conn proto.Conn) *session {
+	return &session{nodeID: nodeID, conn: conn, kick: make(chan struct{}, 1)}
+}
+
+func (s *session) beat(at time.Time, state string) {
+	s.lastBeat.Store(at.UnixNano())
+	s.state.Store(&state)
+}
+
+// heartbeat returns the last heartbeat this connection saw and the state it reported.
+func (s *session) heartbeat() (time.Time, string) {
+	n := s.lastBeat.Load()
+	if n == 0 {
+		return time.Time{}, ""
+	}
+	st := ""
+	if p := s.state.Load(); p != nil {
+		st = *p
+	}
+	return time.Unix(0, n).UTC(), st
+}
+
+func (s *session) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (h *hub) get(nodeID string) *session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[nodeID]
+}
+
+func (h *hub) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sessions)
+}
+
+// add makes sess the node's session, closing one it replaces.
+func (h *hub) add(sess *session) {
+	h.mu.Lock()
+	old := h.sessions[sess.nodeID]
+	h.sessions[sess.nodeID] = sess
+	close(h.arrived)
+	h.arrived = make(chan struct{})
+	h.mu.Unlock()
+	if old != nil && old != sess {
+		old.conn.Close(proto.CloseGoingAway, "replaced by a newer connection of the same node")
+	}
+}
+
+// remove drops sess if it is still the node's session.
+func (h *hub) remove(sess *session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sessions[sess.nodeID] == sess {
+		delete(h.sessions, sess.nodeID)
+	}
+}
+
+// waitSession waits until the node has a session or ctx ends.
+func (h *hub) waitSession(ctx context.Context, nodeID string) *session {
+	for {
+		h.mu.Lock()
+		sess, arrived := h.sessions[nodeID], h.arrived
+		h.mu.Unlock()
+		if sess != nil {
+			return sess
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-arrived:
+		}
+	}
+}
+
+func (h *hub) closeAll(reason string) {
+	h.mu.Lock()
+	all := make([]*session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		all = append(all, s)
+	}
+	h.mu.Unlock()
+	for _, s := range all {
+		s.conn.Close(proto.CloseGoingAway, reason)
+	}
+}
+
+// recordBeat buffers a heartbeat for the next batched write.
+func (h *hub) recordBeat(hb store.Heartbeat) {
+	h.bufMu.Lock()
+	h.heartbeat[hb.NodeID] = hb
+	h.bufMu.Unlock()
+	h.s.metrics.heartbeats.Inc()
+}
+
+// forgetBeat drops a buffered heartbeat, so that a node just declared
+// offline is not flipped back by a write of an older beat.
+func (h *hub) forgetBeat(nodeID string) {
+	h.bufMu.Lock()
+	delete(h.heartbeat, nodeID)
+	h.bufMu.Unlock()
+}
+
+func (h *hub) touchToken(id string) {
+	h.bufMu.Lock()
+	h.tokenUse[id] = time.Now().UTC()
+	h.bufMu.Unlock()
+}
+
+// flushLoop writes buffered heartbeats and token uses every FlushInterval:
+// one transaction for thousands of agents instead of one per beat.
+func (h *hub) flushLoop(ctx context.Context) {
+	t := time.NewTicker(h.s.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.flush(ctx)
+		}
+	}
+}
+
+func (h *hub) flush(ctx context.Context) {
+	h.bufMu.Lock()
+	beats, uses := h.heartbeat, h.tokenUse
+	h.heartbeat, h.tokenUse = map[string]store.Heartbeat{}, map[string]time.Time{}
+	h.bufMu.Unlock()
+
+	if len(beats) > 0 {
+		batch := make([]store.Heartbeat, 0, len(beats))
+		for _, hb := range beats {
+			batch = append(batch, hb)
+		}
+		start := time.Now()
+		if err := h.s.store.RecordHeartbeats(ctx, batch); err != nil {
+			h.s.log.Error("write heartbeats", "count", len(batch), "err", err)
+		}
+		h.s.metrics.heartbeatFlush.Observe(time.Since(start).Seconds())
+	}
+	if len(uses) > 0 {
+		if err := h.s.store.TouchTokens(ctx, uses); err != nil {
+			h.s.log.Warn("record token use", "err", err)
+		}
+	}
+}
+
+// notify appends a notification to the node's durable outbox and wakes its
+// sender if the node is connected here. Delivery happens in seq order from
+// the outbox, so live pushes and replays never overtake each other.
+func (h *hub) notify(ctx context.Context, nodeID, method string, body []byte) error {
+	if _, err := h.s.store.Enqueue(ctx, nodeID, method, body); err != nil {
+		return err
+	}
+	if sess := h.get(nodeID); sess != nil {
+		sess.wake()
+	}
+	return nil
+}
+
+// sendLoop pushes the node's outbox to its agent, starting after the
+// agent's last handled seq, until ctx ends.
+func (h *hub) sendLoop(ctx context.Context, sess *session, after uint64) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sess.kick:
+		}
+		pending, err := h.s.store.Pending(ctx, sess.nodeID, after)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.s.log.Error("read outbox", "node", sess.nodeID, "err", err)
+			}
+			continue
+		}
+		for _, n := range pending {
+			if err := sess.peer.Notify(ctx, n.Seq, n.Method, n.Body); err != nil {
+				return // the connection is gone; the next one replays
+			}
+			after = n.Seq
+			h.s.metrics.notifySent.Inc()
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+)
+
+// authKind says what credential a route takes.
+type authKind int
+
+const (
+	authNone authKind = iota // /healthz only
+	authUser                 // an API token; the principal is in the context
+	authSelf                 // the handler authenticates (join token, node credential)
+)
+
+// route is one API endpoint. The table below is the single source for the
+// mux and for the test that keeps the OpenAPI document true.
+type route struct {
+	Method  string
+	Path    string
+	Auth    authKind
+	handler func(w http.ResponseWriter, r *http.Request) error
+}
+
+func (s *Server) routeTable() []route {
+	return []route{
+		{"GET", "/healthz", authNone, s.handleHealth},
+		{"GET", "/metrics", authUser, s.handleMetrics},
+		{"GET", "/v1/openapi.json", authUser, s.handleOpenAPI},
+		{"GET", "/v1/whoami", authUser, s.handleWhoami},
+
+		{"GET", "/v1/nodes", authUser, s.handleListNodes},
+		{"GET", "/v1/nodes/{node}", authUser, s.handleGetNode},
+		{"PATCH", "/v1/nodes/{node}", authUser, s.handlePatchNode},
+		{"DELETE", "/v1/nodes/{node}", authUser, s.handleDeleteNode},
+		{"POST", "/v1/nodes/{node}/shutdown", authUser, s.handleShutdownNode},
+
+		{"POST", "/v1/agent/register", authSelf, s.handleRegister},
+		{"GET", "/v1/agent/connect", authSelf, s.handleConnect},
+
+		{"GET", "/v1/users", authUser, s.handleListUsers},
+		{"POST", "/v1/users", authUser, s.handleCreateUser},
+		{"DELETE", "/v1/users/{user}", authUser, s.handleDeleteUser},
+		{"PUT", "/v1/users/{user}/groups/{group}", authUser, s.handleSetMembership},
+
+		{"GET", "/v1/tokens", authUser, s.handleListTokens},
+		{"POST", "/v1/tokens", authUser, s.handleCreateToken},
+		{"DELETE", "/v1/tokens/{token}", authUser, s.handleDeleteToken},
+		{"GET", "/v1/join-tokens", authUser, s.handleListJoinTokens},
+		{"POST", "/v1/join-tokens", authUser, s.handleCreateJoinToken},
+		{"DELETE", "/v1/join-tokens/{token}", authUser, s.handleDeleteToken},
+	}
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	for _, rt := range s.routeTable() {
+		mux.Handle(rt.Method+" "+rt.Path, s.wrap(rt))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, notFoundRoute(r))
+	})
+	return mux
+}
+
+// wrap adds authentication, error writing and metrics to a route.
+func (s *Server) wrap(rt route) http.Handler {
+	label := rt.Method + " " + rt.Path
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		err := s.serveRoute(sw, r, rt)
+		if err != nil {
+			s.writeError(sw, r, err)
+		}
+		s.metrics.httpRequests.WithLabelValues(label, strconv.Itoa(sw.code)).Inc()
+		s.metrics.httpDuration.WithLabelValues(label).Observe(time.Since(start).Seconds())
+	})
+}
+
+func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt route) error {
+	if rt.Auth == authUser {
+		p, err := s.userPrincipal(r.Context(), r)
+		if err != nil {
+			return err
+		}
+		r = r.WithContext(withPrincipal(r.Context(), p))
+	}
+	return rt.handler(w, r)
+}
+
+// statusWriter remembers the status code for metrics. It passes Hijack
+// through for the WebSocket upgrade.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func notFoundRoute(r *http.Request) error {
+	return errdefs.NotFound("no endpoint %s %s (the API is described at GET /v1/openapi.json)", r.Method, r.URL.Path)
+}

@@ -1,0 +1,207 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/store"
+)
+
+// Config is the coordinator's configuration. Zero values take the defaults
+// of DESIGN.md.
+type Config struct {
+	Listen            string        // address to listen on; default 127.0.0.1:7070
+	DataDir           string        // where the admin token file is written
+	HeartbeatInterval time.Duration // told to agents; default 30s
+	OfflineAfter      time.Duration // no heartbeat for this long → confirm, then offline; default 2m
+	ConfirmTimeout    time.Duration // how long confirmation may take; default 10s
+	CredentialTTL     time.Duration // node credential lifetime; default 30 days
+	FlushInterval     time.Duration // heartbeat batch interval; default 1s
+	Version           string
+}
+
+func (c *Config) setDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7070"
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 30 * time.Second
+	}
+	if c.OfflineAfter == 0 {
+		c.OfflineAfter = 2 * time.Minute
+	}
+	if c.ConfirmTimeout == 0 {
+		c.ConfirmTimeout = 10 * time.Second
+	}
+	if c.CredentialTTL == 0 {
+		c.CredentialTTL = 30 * 24 * time.Hour
+	}
+	if c.FlushInterval == 0 {
+		c.FlushInterval = time.Second
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+}
+
+func (c *Config) validate() error {
+	if c.HeartbeatInterval < 10*time.Millisecond {
+		return errdefs.Field("heartbeat_interval", "must be at least 10ms, got %s", c.HeartbeatInterval)
+	}
+	if c.OfflineAfter < 2*c.HeartbeatInterval {
+		return errdefs.Field("offline_after", "must be at least twice the heartbeat interval (%s), got %s", c.HeartbeatInterval, c.OfflineAfter)
+	}
+	if c.ConfirmTimeout <= 0 {
+		return errdefs.Field("confirm_timeout", "must be positive, got %s", c.ConfirmTimeout)
+	}
+	if c.CredentialTTL < time.Minute {
+		return errdefs.Field("credential_ttl", "must be at least 1m, got %s", c.CredentialTTL)
+	}
+	return nil
+}
+
+// Server is the coordinator.
+type Server struct {
+	cfg     Config
+	store   store.Store
+	log     *slog.Logger
+	hub     *hub
+	metrics *metrics
+	handler http.Handler
+
+	mu       sync.Mutex
+	listener net.Listener
+	ready    chan struct{}
+}
+
+// New makes a server over st. It does not listen until Run.
+func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("server config: %w", err)
+	}
+	s := &Server{cfg: cfg, store: st, log: logger, ready: make(chan struct{})}
+	s.metrics = newMetrics(s)
+	s.hub = newHub(s)
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler is the server's HTTP handler (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Addr returns the address the server listens on, once Run has started.
+func (s *Server) Addr() string {
+	<-s.ready
+	return s.listener.Addr().String()
+}
+
+// Run listens and serves until ctx is done. Cancellation is not an error.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (is another server running? choose another --listen)", s.cfg.Listen, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx is done.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.mu.Lock()
+	s.listener = ln
+	s.mu.Unlock()
+	close(s.ready)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.hub.flushLoop(ctx) }()
+	go func() { defer wg.Done(); s.livenessLoop(ctx) }()
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("server listening", "addr", ln.Addr().String(), "version", s.cfg.Version)
+
+	select {
+	case err := <-errc:
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	s.hub.closeAll("server shutting down")
+	_ = srv.Shutdown(shutdownCtx)
+	wg.Wait()
+	s.hub.flush(shutdownCtx) // keep the last heartbeats
+	return nil
+}
+
+// AdminTokenFile is where the first admin token is written, mode 0600.
+func AdminTokenFile(dataDir string) string { return filepath.Join(dataDir, "admin-token") }
+
+// Bootstrap creates the admin user and its first API token when the store has
+// no users yet, and writes the token to AdminTokenFile. It returns the token
+// and whether it was created now; on later starts it returns the token read
+// back from the file if it is still there.
+func Bootstrap(ctx context.Context, st store.Store, dataDir string) (token string, created bool, err error) {
+	users, err := st.ListUsers(ctx)
+	if err != nil {
+		return "", false, fmt.Errorf("bootstrap: %w", err)
+	}
+	path := AdminTokenFile(dataDir)
+	if len(users) > 0 {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", false, nil
+		}
+		return string(trimNL(b)), false, nil
+	}
+	now := time.Now().UTC()
+	if err := st.CreateUser(ctx, store.User{Name: "admin", Admin: true, CreatedAt: now}); err != nil {
+		return "", false, fmt.Errorf("bootstrap: create admin: %w", err)
+	}
+	secret, hash := auth.NewSecret(api.TokenAPI)
+	t := store.Token{ID: auth.NewID("t-"), Kind: api.TokenAPI, Name: "bootstrap", Hash: hash, User: "admin", CreatedAt: now}
+	if err := st.CreateToken(ctx, t); err != nil {
+		return "", false, fmt.Errorf("bootstrap: create admin token: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", false, fmt.Errorf("bootstrap: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return "", false, fmt.Errorf("bootstrap: write %s: %w", path, err)
+	}
+	return secret, true, nil
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// Close releases nothing today; the store belongs to the caller.
+func (s *Server) Close() error { return nil }
+
+var errShutdown = errors.New("server shutting down")

@@ -1,0 +1,275 @@
+package server
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/validate"
+)
+
+// Default lifetimes of the tokens a user creates.
+const (
+	defaultAPITokenTTL  = 90 * 24 * time.Hour
+	defaultJoinTokenTTL = 24 * time.Hour
+)
+
+func apiUser(u store.User) api.User {
+	g := u.Groups
+	if g == nil {
+		g = map[string]string{}
+	}
+	return api.User{Name: u.Name, Admin: u.Admin, Groups: g, CreatedAt: u.CreatedAt}
+}
+
+func apiToken(t store.Token) api.Token {
+	out := api.Token{ID: t.ID, Kind: t.Kind, Name: t.Name, User: t.User, NodeID: t.NodeID, CreatedAt: t.CreatedAt}
+	if !t.ExpiresAt.IsZero() {
+		e := t.ExpiresAt
+		out.ExpiresAt = &e
+	}
+	if !t.LastUsed.IsZero() {
+		l := t.LastUsed
+		out.LastUsed = &l
+	}
+	return out
+}
+
+func (s *Server) handleListUsers(w http.ResponseWriter, r *http.Request) error {
+	if err := principalFrom(r.Context()).RequireAdmin("list users"); err != nil {
+		return err
+	}
+	users, err := s.store.ListUsers(r.Context())
+	if err != nil {
+		return fmt.Errorf("list users: %w", err)
+	}
+	out := api.UserList{Users: make([]api.User, 0, len(users))}
+	for _, u := range users {
+		out.Users = append(out.Users, apiUser(u))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func validateMemberships(field string, groups map[string]string) error {
+	for g, role := range groups {
+		if err := validate.Group(field+"."+g, g); err != nil {
+			return err
+		}
+		if !auth.ValidRole(role) {
+			return errdefs.Field(field+"."+g, "role must be Read, Write or Admin, got %q", role)
+		}
+	}
+	return nil
+}
+
+func (s *Server) handleCreateUser(w http.ResponseWriter, r *http.Request) error {
+	var req api.CreateUserRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if err := validate.Name("name", req.Name); err != nil {
+		return err
+	}
+	if err := validateMemberships("groups", req.Groups); err != nil {
+		return err
+	}
+	if err := principalFrom(r.Context()).RequireAdmin("create user"); err != nil {
+		return err
+	}
+	u := store.User{Name: req.Name, Admin: req.Admin, Groups: maps.Clone(req.Groups), CreatedAt: time.Now().UTC()}
+	if err := s.store.CreateUser(r.Context(), u); err != nil {
+		return fmt.Errorf("create user %s: %w", req.Name, err)
+	}
+	writeJSON(w, http.StatusCreated, apiUser(u))
+	return nil
+}
+
+func (s *Server) handleDeleteUser(w http.ResponseWriter, r *http.Request) error {
+	p := principalFrom(r.Context())
+	if err := p.RequireAdmin("delete user"); err != nil {
+		return err
+	}
+	name := r.PathValue("user")
+	if name == p.User {
+		return errdefs.Conflict("you cannot delete yourself; ask another admin")
+	}
+	if err := s.store.DeleteUser(r.Context(), name); err != nil {
+		return fmt.Errorf("delete user %s: %w", name, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// MembershipRequest is the body of PUT /v1/users/{user}/groups/{group}.
+type membershipRequest struct {
+	Role string `json:"role"` // Read | Write | Admin | "" to remove
+}
+
+func (s *Server) handleSetMembership(w http.ResponseWriter, r *http.Request) error {
+	var req membershipRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	group := r.PathValue("group")
+	if err := validate.Group("group", group); err != nil {
+		return err
+	}
+	if req.Role != "" && !auth.ValidRole(req.Role) {
+		return errdefs.Field("role", "must be Read, Write, Admin or empty (to remove), got %q", req.Role)
+	}
+	if err := principalFrom(r.Context()).Require(api.RoleAdmin, []string{group}, "change members of group "+group); err != nil {
+		return err
+	}
+	name := r.PathValue("user")
+	if err := s.store.SetMembership(r.Context(), name, group, req.Role); err != nil {
+		return fmt.Errorf("set role of %s in %s: %w", name, group, err)
+	}
+	u, err := s.store.GetUser(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, apiUser(u))
+	return nil
+}
+
+func parseTTL(s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, errdefs.Field("ttl", "must be a positive Go duration such as 24h or 720h, got %q", s)
+	}
+	return d, nil
+}
+
+func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) error {
+	var req api.CreateTokenRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if len(req.Groups) > 0 || req.MaxUses != 0 {
+		return errdefs.Field("groups", "only join tokens take groups and max_uses; use POST /v1/join-tokens")
+	}
+	ttl, err := parseTTL(req.TTL, defaultAPITokenTTL)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	user := req.User
+	if user == "" {
+		user = p.User
+	}
+	if user != p.User {
+		if err := p.RequireAdmin("create a token for another user"); err != nil {
+			return err
+		}
+	}
+	if _, err := s.store.GetUser(r.Context(), user); err != nil {
+		return fmt.Errorf("create token: user %q: %w", user, err)
+	}
+	return s.createToken(w, r, store.Token{Kind: api.TokenAPI, Name: req.Name, User: user}, ttl)
+}
+
+func (s *Server) handleCreateJoinToken(w http.ResponseWriter, r *http.Request) error {
+	var req api.CreateTokenRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if req.User != "" {
+		return errdefs.Field("user", "join tokens belong to no user")
+	}
+	if err := validate.Groups("groups", req.Groups); err != nil {
+		return err
+	}
+	if req.MaxUses < 0 {
+		return errdefs.Field("max_uses", "must be 0 (unlimited) or more, got %d", req.MaxUses)
+	}
+	ttl, err := parseTTL(req.TTL, defaultJoinTokenTTL)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	// A join token puts nodes into groups; only their admins may do that.
+	for _, g := range req.Groups {
+		if err := p.Require(api.RoleAdmin, []string{g}, "create a join token for group "+g); err != nil {
+			return err
+		}
+	}
+	if len(req.Groups) == 0 {
+		if err := p.RequireAdmin("create a join token for nodes in no group"); err != nil {
+			return err
+		}
+	}
+	return s.createToken(w, r, store.Token{Kind: api.TokenJoin, Name: req.Name, Groups: req.Groups, MaxUses: req.MaxUses, User: p.User}, ttl)
+}
+
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request, t store.Token, ttl time.Duration) error {
+	secret, hash := auth.NewSecret(t.Kind)
+	now := time.Now().UTC()
+	t.ID, t.Hash, t.CreatedAt, t.ExpiresAt = auth.NewID("t-"), hash, now, now.Add(ttl)
+	if err := s.store.CreateToken(r.Context(), t); err != nil {
+		return fmt.Errorf("create token: %w", err)
+	}
+	out := apiToken(t)
+	out.Secret = secret
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, kind string) error {
+	p := principalFrom(r.Context())
+	f := store.TokenFilter{Kind: kind}
+	if !p.Admin {
+		f.User = p.User // non-admins see their own
+	}
+	tokens, err := s.store.ListTokens(r.Context(), f)
+	if err != nil {
+		return fmt.Errorf("list tokens: %w", err)
+	}
+	out := api.TokenList{Tokens: make([]api.Token, 0, len(tokens))}
+	for _, t := range tokens {
+		out.Tokens = append(out.Tokens, apiToken(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) handleListTokens(w http.ResponseWriter, r *http.Request) error {
+	return s.listTokens(w, r, api.TokenAPI)
+}
+
+func (s *Server) handleListJoinTokens(w http.ResponseWriter, r *http.Request) error {
+	return s.listTokens(w, r, api.TokenJoin)
+}
+
+func (s *Server) handleDeleteToken(w http.ResponseWriter, r *http.Request) error {
+	p := principalFrom(r.Context())
+	id := r.PathValue("token")
+	tokens, err := s.store.ListTokens(r.Context(), store.TokenFilter{})
+	if err != nil {
+		return err
+	}
+	for _, t := range tokens {
+		if t.ID != id {
+			continue
+		}
+		if t.User != p.User {
+			if err := p.RequireAdmin("revoke another user's token"); err != nil {
+				return err
+			}
+		}
+		if err := s.store.DeleteToken(r.Context(), id); err != nil {
+			return fmt.Errorf("revoke token %s: %w", id, err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	return errdefs.NotFound("token %q (see nodemgr token ls)", id)
+}
