@@ -69,3 +69,4 @@ func (st state) save(dataDir string) error {
 	}
 	return nil
 }
+

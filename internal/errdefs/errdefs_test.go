@@ -13,8 +13,8 @@ func TestClassesSurviveTheWire(t *testing.T) {
 		if !errors.Is(back, class) {
 			t.Errorf("FromAPI(ToAPI(%v)) lost class %v", err, class)
 		}
-		if back.Error() != err.Error() {
-			t.Errorf("message = %q, want %q", back.Error(), err.Error())
+		if back.Error() != Message(err) {
+			t.Errorf("message = %q, want %q", back.Error(), Message(err))
 		}
 	}
 }
@@ -29,5 +29,16 @@ func TestFieldErrorNamesField(t *testing.T) {
 	}
 	if Code(errors.New("boom")) != "internal" {
 		t.Errorf("unclassified error should be internal")
+	}
+}
+
+func TestMessageDropsClassSuffix(t *testing.T) {
+	err := fmt.Errorf("node vm is offline: %w", ErrConflict)
+	if got := Message(err); got != "node vm is offline" {
+		t.Errorf("Message(%q) = %q, want %q", err, got, "node vm is offline")
+	}
+	plain := fmt.Errorf("disk full")
+	if got := Message(plain); got != "disk full" {
+		t.Errorf("Message(%q) = %q", plain, got)
 	}
 }

@@ -1,0 +1,227 @@
+package cli
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/agent"
+)
+
+func newWhoamiCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "whoami",
+		Short: "Show the user the token belongs to",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			u, err := clientFor(cmd, e).Whoami(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, u)
+			}
+			fmt.Fprintf(e.stdout, "%s (admin: %v, groups: %s)\n", u.Name, u.Admin, orDash(roleString(u.Groups)))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func roleString(g map[string]string) string {
+	keys := slices.Sorted(maps.Keys(g))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + ":" + g[k]
+	}
+	return strings.Join(parts, ", ")
+}
+
+func printTokens(e *env, tokens []api.Token, asJSON bool) error {
+	if asJSON {
+		return printJSON(e.stdout, api.TokenList{Tokens: tokens})
+	}
+	now := time.Now()
+	t := newTable(e.stdout, "ID", "NAME", "USER", "CREATED", "EXPIRES", "LAST USED")
+	for _, tk := range tokens {
+		t.row(tk.ID, orDash(tk.Name), orDash(tk.User), tk.CreatedAt.Format(time.RFC3339), expires(tk.ExpiresAt, now), ago(tk.LastUsed, now))
+	}
+	return t.flush()
+}
+
+func printNewToken(e *env, tk api.Token, asJSON bool, what string) error {
+	if asJSON {
+		return printJSON(e.stdout, tk)
+	}
+	fmt.Fprintf(e.stdout, "Created %s %s (expires %s). The secret is shown only now:\n\n%s\n", what, tk.ID, expires(tk.ExpiresAt, time.Now()), tk.Secret)
+	return nil
+}
+
+func newTokenCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{Use: "token", Short: "Manage API tokens"}
+	var req api.CreateTokenRequest
+	var asJSON bool
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create an API token (for yourself, or --user as an admin)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tk, err := clientFor(cmd, e).CreateToken(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return printNewToken(e, tk, asJSON, "API token")
+		},
+	}
+	create.Flags().StringVar(&req.Name, "name", "", "what the token is for")
+	create.Flags().StringVar(&req.User, "user", "", "whose token (admins only; default you)")
+	create.Flags().StringVar(&req.TTL, "ttl", "", "lifetime, e.g. 720h (default 90 days)")
+	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	var lsJSON bool
+	ls := &cobra.Command{
+		Use: "ls", Short: "List API tokens", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tokens, err := clientFor(cmd, e).Tokens(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printTokens(e, tokens, lsJSON)
+		},
+	}
+	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
+	rm := &cobra.Command{
+		Use: "rm TOKEN_ID", Short: "Revoke an API token", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := clientFor(cmd, e).DeleteToken(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "revoked %s\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(create, ls, rm)
+	return cmd
+}
+
+func newJoinTokenCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{Use: "join-token", Short: "Manage join tokens that let agents register"}
+	var req api.CreateTokenRequest
+	var asJSON bool
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create a join token; pass it to `nodemgr agent --join-token`",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tk, err := clientFor(cmd, e).CreateJoinToken(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return printNewToken(e, tk, asJSON, "join token")
+		},
+	}
+	create.Flags().StringVar(&req.Name, "name", "", "what the token is for")
+	create.Flags().StringSliceVar(&req.Groups, "group", nil, "groups the registering nodes join (repeatable)")
+	create.Flags().IntVar(&req.MaxUses, "max-uses", 0, "registrations allowed (0: unlimited)")
+	create.Flags().StringVar(&req.TTL, "ttl", "", "lifetime, e.g. 24h (default 24h)")
+	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	var lsJSON bool
+	ls := &cobra.Command{
+		Use: "ls", Short: "List join tokens", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tokens, err := clientFor(cmd, e).JoinTokens(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printTokens(e, tokens, lsJSON)
+		},
+	}
+	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
+	rm := &cobra.Command{
+		Use: "rm TOKEN_ID", Short: "Revoke a join token", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := clientFor(cmd, e).DeleteJoinToken(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "revoked %s\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(create, ls, rm)
+	return cmd
+}
+
+func newUserCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{Use: "user", Short: "Manage users and their roles in groups"}
+	var admin bool
+	var groups []string
+	create := &cobra.Command{
+		Use:   "create NAME [--group GROUP=ROLE]... [--admin]",
+		Short: "Create a user; then `nodemgr token create --user NAME` gives them a token",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			roles, err := agent.ParseLabels("--group", groups)
+			if err != nil {
+				return err
+			}
+			u, err := clientFor(cmd, e).CreateUser(cmd.Context(), api.CreateUserRequest{Name: args[0], Admin: admin, Groups: roles})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "created user %s (groups: %s)\n", u.Name, orDash(roleString(u.Groups)))
+			return nil
+		},
+	}
+	create.Flags().BoolVar(&admin, "admin", false, "make the user a superuser")
+	create.Flags().StringSliceVar(&groups, "group", nil, "GROUP=ROLE with ROLE Read, Write or Admin (repeatable)")
+	var lsJSON bool
+	ls := &cobra.Command{
+		Use: "ls", Short: "List users", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			users, err := clientFor(cmd, e).Users(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if lsJSON {
+				return printJSON(e.stdout, api.UserList{Users: users})
+			}
+			t := newTable(e.stdout, "NAME", "ADMIN", "GROUPS", "CREATED")
+			for _, u := range users {
+				t.row(u.Name, fmt.Sprint(u.Admin), orDash(roleString(u.Groups)), u.CreatedAt.Format(time.RFC3339))
+			}
+			return t.flush()
+		},
+	}
+	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
+	grant := &cobra.Command{
+		Use:   "grant USER GROUP ROLE",
+		Short: "Set a user's role (Read, Write, Admin) in a group; ROLE \"\" removes it",
+		Args:  cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			u, err := clientFor(cmd, e).SetRole(cmd.Context(), args[0], args[1], args[2])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s groups: %s\n", u.Name, orDash(roleString(u.Groups)))
+			return nil
+		},
+	}
+	rm := &cobra.Command{
+		Use: "rm NAME", Short: "Delete a user and their tokens", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := clientFor(cmd, e).DeleteUser(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "deleted user %s\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(create, ls, grant, rm)
+	return cmd
+}

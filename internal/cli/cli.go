@@ -1,0 +1,139 @@
+// Package cli is the nodemgr command line: the daemons (server, agent, dev)
+// and the client verbs (node, token, join-token, user, bench). main calls
+// Main and exits with what it returns.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodemgr/nodemgr/client"
+)
+
+// Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3".
+var Version = "dev"
+
+// env is what a command needs from the outside world; tests replace it.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// Main runs the nodemgr command line and returns the process exit code.
+func Main(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e := &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	root := newRoot(e)
+	root.SetArgs(args)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	fmt.Fprintln(e.stderr, "error:", describe(err))
+	return 1
+}
+
+// exitError ends the process with a code after the command already said why.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// describe adds what to do next to errors from the server.
+func describe(err error) string {
+	var ce *client.Error
+	if !errors.As(err, &ce) {
+		return err.Error()
+	}
+	msg := ce.Message
+	if ce.Field != "" && !strings.HasPrefix(msg, ce.Field) {
+		msg = ce.Field + ": " + msg
+	}
+	switch ce.Code {
+	case "unauthenticated":
+		return msg + "\n(set NODEMGR_TOKEN or --token to a valid API token; `nodemgr dev` and `nodemgr server` print the admin token on first start)"
+	case "permission_denied":
+		return msg
+	}
+	return msg
+}
+
+func newRoot(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "nodemgr",
+		Short: "Compute nodes on demand, and the work that runs on them",
+		Long: `nodemgr gives a team compute nodes and runs work on them through one agent
+per machine. A coordinator server holds the state; agents hold one WebSocket
+to it.
+
+Start here:
+  nodemgr dev                      server + agent in one process, on ./nodemgr-dev
+  nodemgr server                   the coordinator
+  nodemgr agent --server URL       an agent (register with --join-token once)
+  nodemgr node ls                  what the server knows
+
+Client commands read NODEMGR_ADDR and NODEMGR_TOKEN, or --addr and --token.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
+	}
+	root.PersistentFlags().String("addr", "", "server address (default $NODEMGR_ADDR or http://127.0.0.1:7070)")
+	root.PersistentFlags().String("token", "", "API token (default $NODEMGR_TOKEN)")
+	root.PersistentFlags().String("log-level", "info", "log level of daemons: debug, info, warn, error")
+	root.PersistentFlags().String("log-format", "text", "log format of daemons: text or json")
+	root.AddCommand(
+		newServerCmd(e), newAgentCmd(e), newDevCmd(e),
+		newNodeCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
+		newWhoamiCmd(e), newBenchCmd(e),
+	)
+	return root
+}
+
+// clientFor builds an API client from flags and the environment.
+func clientFor(cmd *cobra.Command, e *env) *client.Client {
+	addr, _ := cmd.Flags().GetString("addr")
+	if addr == "" {
+		addr = e.getenv("NODEMGR_ADDR")
+	}
+	if addr == "" {
+		addr = "http://127.0.0.1:7070"
+	}
+	token, _ := cmd.Flags().GetString("token")
+	if token == "" {
+		token = e.getenv("NODEMGR_TOKEN")
+	}
+	return client.New(addr, token)
+}
+
+// newLogger builds the daemons' logger from the persistent flags.
+func newLogger(cmd *cobra.Command, w io.Writer) (*slog.Logger, error) {
+	levelName, _ := cmd.Flags().GetString("log-level")
+	format, _ := cmd.Flags().GetString("log-format")
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(levelName)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", levelName)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
+}

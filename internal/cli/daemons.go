@@ -1,0 +1,298 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/agent"
+	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/server"
+	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlite"
+)
+
+// serverFlags are the coordinator's settings, shared by `server` and `dev`.
+type serverFlags struct {
+	listen, dataDir, db                                                string
+	heartbeatInterval, offlineAfter, confirmTimeout, credentialTTL time.Duration
+}
+
+func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:7070", "address to serve the API and the agent WebSocket on")
+	fl.StringVar(&f.dataDir, "data-dir", defaultDataDir, "server state directory (database, admin-token)")
+	fl.StringVar(&f.db, "db", "", "SQLite database file (default DATA_DIR/nodemgr.db)")
+	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", 30*time.Second, "how often agents send heartbeats")
+	fl.DurationVar(&f.offlineAfter, "offline-after", 2*time.Minute, "a node with no heartbeat for this long is checked, then marked offline")
+	fl.DurationVar(&f.confirmTimeout, "confirm-timeout", 10*time.Second, "how long the offline check waits for a ping answer or a reconnect")
+	fl.DurationVar(&f.credentialTTL, "credential-ttl", 30*24*time.Hour, "lifetime of node credentials (agents renew them)")
+}
+
+func (f *serverFlags) config() server.Config {
+	return server.Config{
+		Listen: f.listen, DataDir: f.dataDir, HeartbeatInterval: f.heartbeatInterval,
+		OfflineAfter: f.offlineAfter, ConfirmTimeout: f.confirmTimeout,
+		CredentialTTL: f.credentialTTL, Version: Version,
+	}
+}
+
+// openStore opens the SQLite store in the data dir.
+func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.Store, error) {
+	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	path := f.db
+	if path == "" {
+		path = filepath.Join(f.dataDir, "nodemgr.db")
+	}
+	return sqlite.Open(ctx, path, log)
+}
+
+func newServerCmd(e *env) *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the coordinator server",
+		Long: `Run the coordinator: the REST API under /v1, the agents' WebSocket, and
+the loops that keep the node view true. State lives in an embedded SQLite
+file in the data dir. On first start an admin user is created and its API
+token is printed and written to DATA_DIR/admin-token (mode 0600).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(cmd, e.stderr)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			st, err := f.openStore(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			token, created, err := server.Bootstrap(ctx, st, f.dataDir)
+			if err != nil {
+				return err
+			}
+			if created {
+				fmt.Fprintf(e.stdout, "Created the admin user. Its API token (also in %s):\n\n  export NODEMGR_TOKEN=%s\n\n", server.AdminTokenFile(f.dataDir), token)
+			}
+			srv, err := server.New(f.config(), st, log)
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			return srv.Run(ctx)
+		},
+	}
+	f.register(cmd, "/var/lib/nodemgr/server")
+	return cmd
+}
+
+// agentFlags binds the agent's flags; applied over file and environment.
+func agentFlags(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.String("config", "", "agent config file (YAML: server, data_dir, join_token, name, tags, labels, groups, ...)")
+	fl.String("server", "", "coordinator URL, e.g. http://127.0.0.1:7070 ($NODEMGR_SERVER)")
+	fl.String("data-dir", "", "agent state directory, one agent each ($NODEMGR_DATA_DIR; default /var/lib/nodemgr/agent)")
+	fl.String("join-token", "", "join token to register with, needed once ($NODEMGR_JOIN_TOKEN)")
+	fl.String("join-token-file", "", "file holding the join token")
+	fl.String("name", "", "node name ($NODEMGR_NAME; default the hostname)")
+	fl.StringSlice("tag", nil, "tag, repeatable or comma-separated ($NODEMGR_TAGS)")
+	fl.StringSlice("label", nil, "label key=value, repeatable ($NODEMGR_LABELS)")
+	fl.StringSlice("group", nil, "group, repeatable ($NODEMGR_GROUPS)")
+	fl.Duration("heartbeat-interval", 0, "override the heartbeat interval the server asks for")
+	fl.Duration("reconnect-min", time.Second, "first reconnect delay")
+	fl.Duration("reconnect-max", 60*time.Second, "longest reconnect delay")
+}
+
+// agentConfig merges config file < NODEMGR_* environment < flags.
+func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
+	fl := cmd.Flags()
+	var cfg agent.Config
+	if path, _ := fl.GetString("config"); path != "" {
+		c, err := agent.LoadConfigFile(path)
+		if err != nil {
+			return cfg, err
+		}
+		cfg = c
+	}
+	if err := cfg.ApplyEnv(e.getenv); err != nil {
+		return cfg, err
+	}
+	str := func(name string, dst *string) {
+		if fl.Changed(name) {
+			*dst, _ = fl.GetString(name)
+		}
+	}
+	str("server", &cfg.Server)
+	str("data-dir", &cfg.DataDir)
+	str("join-token", &cfg.JoinToken)
+	str("join-token-file", &cfg.JoinTokenFile)
+	str("name", &cfg.Name)
+	if fl.Changed("tag") {
+		cfg.Tags, _ = fl.GetStringSlice("tag")
+	}
+	if fl.Changed("group") {
+		cfg.Groups, _ = fl.GetStringSlice("group")
+	}
+	if fl.Changed("label") {
+		kvs, _ := fl.GetStringSlice("label")
+		labels, err := agent.ParseLabels("--label", kvs)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Labels = labels
+	}
+	dur := func(name string, dst *time.Duration) {
+		if fl.Changed(name) || *dst == 0 {
+			*dst, _ = fl.GetDuration(name)
+		}
+	}
+	dur("heartbeat-interval", &cfg.HeartbeatInterval)
+	dur("reconnect-min", &cfg.ReconnectMin)
+	dur("reconnect-max", &cfg.ReconnectMax)
+	cfg.Version = Version
+	return cfg, nil
+}
+
+func newAgentCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent on this machine",
+		Long: `Run the node agent. It registers with the server once (with a join token),
+saves its node credential in the data dir (mode 0600), keeps one WebSocket to
+the server and reconnects by itself (1s → 60s backoff with jitter).
+
+Only one agent may use a data dir; a second one is refused.
+
+Settings come from --config (YAML), then NODEMGR_* variables, then flags.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(cmd, e.stderr)
+			if err != nil {
+				return err
+			}
+			cfg, err := agentConfig(cmd, e)
+			if err != nil {
+				return err
+			}
+			a, err := agent.New(cfg, log)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			return a.Run(cmd.Context())
+		},
+	}
+	agentFlags(cmd)
+	return cmd
+}
+
+func newDevCmd(e *env) *cobra.Command {
+	var f serverFlags
+	var name string
+	var tags []string
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a server and an agent in one process (zero setup)",
+		Long: `Run a coordinator and one agent in one process, state in an embedded SQLite
+file under the data dir (default ./nodemgr-dev). It prints the address and the
+admin token to use with the client commands in another terminal.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDev(cmd, e, &f, name, tags)
+		},
+	}
+	f.register(cmd, "nodemgr-dev")
+	cmd.Flags().StringVar(&name, "name", "", "the dev agent's node name (default the hostname)")
+	cmd.Flags().StringSliceVar(&tags, "tag", nil, "tags of the dev agent")
+	return cmd
+}
+
+func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []string) error {
+	log, err := newLogger(cmd, e.stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	if f.dataDir, err = filepath.Abs(f.dataDir); err != nil {
+		return err
+	}
+	st, err := f.openStore(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	adminToken, _, err := server.Bootstrap(ctx, st, f.dataDir)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(f.config(), st, log.With("component", "server"))
+	if err != nil {
+		return err
+	}
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.Run(ctx) }()
+	addr := "http://" + srv.Addr()
+
+	agentDir := filepath.Join(f.dataDir, "agent")
+	// Always at hand, so the dev agent can register again if its credential
+	// no longer matches the database; gone when dev stops (or in an hour).
+	joinToken, tokenID, err := devJoinToken(ctx, st)
+	if err != nil {
+		return err
+	}
+	defer st.DeleteToken(context.Background(), tokenID)
+	a, err := agent.New(agent.Config{
+		Server: addr, DataDir: agentDir, JoinToken: joinToken,
+		Name: name, Tags: tags, Version: Version,
+	}, log.With("component", "agent"))
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+
+	fmt.Fprintf(e.stdout, `nodemgr dev is running: a server and one agent, state in %s
+
+In another terminal:
+
+  export NODEMGR_ADDR=%s
+  export NODEMGR_TOKEN=%s
+  nodemgr node ls
+
+Press Ctrl-C to stop.
+`, f.dataDir, addr, adminToken)
+
+	agentErr := make(chan error, 1)
+	go func() { agentErr <- a.Run(ctx) }()
+	select {
+	case err := <-srvErr:
+		return err
+	case err := <-agentErr:
+		if err != nil {
+			return err
+		}
+		// The agent was shut down from the server: keep serving until Ctrl-C.
+		return <-srvErr
+	}
+}
+
+// devJoinToken makes a short-lived join token for the in-process agent.
+func devJoinToken(ctx context.Context, st store.Store) (secret, id string, err error) {
+	secret, hash := auth.NewSecret(api.TokenJoin)
+	now := time.Now().UTC()
+	t := store.Token{ID: auth.NewID("t-"), Kind: api.TokenJoin, Name: "dev agent", Hash: hash,
+		User: "admin", MaxUses: 3, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := st.CreateToken(ctx, t); err != nil {
+		return "", "", fmt.Errorf("dev join token: %w", err)
+	}
+	return secret, t.ID, nil
+}

@@ -1,0 +1,222 @@
+package cli
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/agent"
+)
+
+func newNodeCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{Use: "node", Short: "List, inspect and control nodes"}
+	cmd.AddCommand(nodeLsCmd(e), nodeShowCmd(e), nodeShutdownCmd(e), nodeTagCmd(e), nodeLabelCmd(e), nodeRmCmd(e))
+	return cmd
+}
+
+func nodeLsCmd(e *env) *cobra.Command {
+	var asJSON bool
+	var status string
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List nodes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nodes, err := clientFor(cmd, e).Nodes(cmd.Context(), status)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, api.NodeList{Nodes: nodes})
+			}
+			now := time.Now()
+			t := newTable(e.stdout, "ID", "NAME", "STATUS", "STATE", "TAGS", "CORES", "MEMORY", "GPUS", "LAST HEARTBEAT")
+			for _, n := range nodes {
+				t.row(n.ID, n.Name, n.Status, n.AgentState, orDash(strings.Join(n.Tags, ",")),
+					strconv.Itoa(n.Hardware.Cores), bytesIEC(n.Hardware.MemoryBytes),
+					strconv.Itoa(len(n.Hardware.GPUs)), ago(n.LastHeartbeat, now))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&status, "status", "", "only nodes with this status: online, suspect, offline")
+	return cmd
+}
+
+func nodeShowCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show NODE",
+		Short: "Show one node (by ID, name or unique ID prefix)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := clientFor(cmd, e).Node(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, n)
+			}
+			printNode(e, n)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printNode(e *env, n api.Node) {
+	now := time.Now()
+	status := n.Status
+	if n.StatusReason != "" {
+		status += " (" + n.StatusReason + ")"
+	}
+	t := newTable(e.stdout, "FIELD", "VALUE")
+	hw := n.Hardware
+	rows := [][2]string{
+		{"ID", n.ID}, {"Name", n.Name}, {"Status", status}, {"Agent state", n.AgentState},
+		{"Connected", strconv.FormatBool(n.Connected)}, {"Last heartbeat", ago(n.LastHeartbeat, now)},
+		{"Tags", orDash(strings.Join(n.Tags, ", "))}, {"Labels", orDash(labelString(n.Labels))},
+		{"Groups", orDash(strings.Join(n.Groups, ", "))},
+		{"Machine ID", n.MachineID}, {"Data dir", n.DataDir}, {"Agent version", orDash(n.AgentVersion)},
+		{"Host", orDash(hw.Hostname)}, {"OS/arch", hw.OS + "/" + hw.Arch + " " + hw.Kernel},
+		{"CPU", fmt.Sprintf("%d cores, %s", hw.Cores, orDash(hw.CPUModel))},
+		{"Memory", bytesIEC(hw.MemoryBytes)}, {"Disk", bytesIEC(hw.DiskBytes)},
+		{"Registered", n.RegisteredAt.Format(time.RFC3339)},
+	}
+	for _, r := range rows {
+		t.row(r[0], r[1])
+	}
+	if len(hw.GPUs) == 0 {
+		t.row("GPUs", "none")
+	}
+	for _, g := range hw.GPUs {
+		t.row(fmt.Sprintf("GPU %d", g.Index), fmt.Sprintf("%s, %s, driver %s", g.Name, bytesIEC(g.MemoryBytes), orDash(g.Driver)))
+	}
+	t.flush()
+}
+
+func labelString(l map[string]string) string {
+	keys := slices.Sorted(maps.Keys(l))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + l[k]
+	}
+	return strings.Join(parts, ", ")
+}
+
+func nodeShutdownCmd(e *env) *cobra.Command {
+	var graceful, force bool
+	cmd := &cobra.Command{
+		Use:   "shutdown NODE (--graceful | --force)",
+		Short: "Tell a node's agent to exit",
+		Long: `Tell a connected node's agent to exit. --graceful lets running work finish
+(within the agent's shutdown grace) and runs cleanup first; --force exits at once.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if graceful == force {
+				return fmt.Errorf("choose one of --graceful or --force")
+			}
+			mode := api.ShutdownGraceful
+			if force {
+				mode = api.ShutdownForce
+			}
+			n, err := clientFor(cmd, e).ShutdownNode(cmd.Context(), args[0], mode)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "sent %s shutdown to node %s (%s)\n", mode, n.Name, n.ID)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&graceful, "graceful", false, "let work finish, then exit")
+	cmd.Flags().BoolVar(&force, "force", false, "exit at once")
+	return cmd
+}
+
+func nodeTagCmd(e *env) *cobra.Command {
+	var add, remove, set []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "tag NODE [--add TAG]... [--remove TAG]... [--set TAG,...]",
+		Short: "Change a node's tags",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var p api.NodePatch
+			if cmd.Flags().Changed("set") {
+				p.SetTags = &set
+			}
+			p.AddTags, p.RemoveTags = add, remove
+			if p.SetTags == nil && len(add)+len(remove) == 0 {
+				return fmt.Errorf("nothing to change: give --add, --remove or --set")
+			}
+			n, err := clientFor(cmd, e).PatchNode(cmd.Context(), args[0], p)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, n)
+			}
+			fmt.Fprintf(e.stdout, "%s tags: %s\n", n.Name, orDash(strings.Join(n.Tags, ", ")))
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&add, "add", nil, "tag to add (repeatable)")
+	cmd.Flags().StringSliceVar(&remove, "remove", nil, "tag to remove (repeatable)")
+	cmd.Flags().StringSliceVar(&set, "set", nil, "replace all tags with these")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the node as JSON")
+	return cmd
+}
+
+func nodeLabelCmd(e *env) *cobra.Command {
+	var remove []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "label NODE [KEY=VALUE]... [--remove KEY]...",
+		Short: "Set or remove a node's labels",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			set, err := agent.ParseLabels("labels", args[1:])
+			if err != nil {
+				return err
+			}
+			if len(set)+len(remove) == 0 {
+				return fmt.Errorf("nothing to change: give KEY=VALUE or --remove KEY")
+			}
+			n, err := clientFor(cmd, e).PatchNode(cmd.Context(), args[0], api.NodePatch{SetLabels: set, RemoveLabels: remove})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, n)
+			}
+			fmt.Fprintf(e.stdout, "%s labels: %s\n", n.Name, orDash(labelString(n.Labels)))
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&remove, "remove", nil, "label key to remove (repeatable)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the node as JSON")
+	return cmd
+}
+
+func nodeRmCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NODE",
+		Short: "Forget a node that is not connected",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := clientFor(cmd, e).DeleteNode(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "removed node %s\n", args[0])
+			return nil
+		},
+	}
+}
