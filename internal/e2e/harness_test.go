@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -281,4 +280,3 @@ func grep(out, substr string) []string {
 	return lines
 }
 
-var _ = io.Discard
