@@ -1,0 +1,59 @@
+package layering
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/nodemgr/nodemgr/"
+
+// deps lists the module packages pkg depends on, directly or not.
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "-json=ImportPath,Standard", module+pkg).Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", pkg, err)
+	}
+	var list []string
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Standard   bool
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		list = append(list, p.ImportPath)
+	}
+	return list
+}
+
+func TestLayers(t *testing.T) {
+	rules := []struct {
+		pkg       string
+		forbidden []string
+	}{
+		{"internal/agent", []string{"internal/server", "internal/store"}},
+		{"internal/proto", []string{"internal/server", "internal/agent", "internal/store"}},
+		{"internal/store/sqlite", []string{"internal/server", "internal/agent", "net/http"}},
+		{"client", []string{"internal/server", "internal/agent", "internal/store"}},
+	}
+	for _, r := range rules {
+		for _, d := range deps(t, r.pkg) {
+			for _, f := range r.forbidden {
+				if d == module+f || strings.HasPrefix(d, module+f+"/") || d == f {
+					t.Errorf("%s depends on %s; that crosses a layer", r.pkg, d)
+				}
+			}
+		}
+	}
+	// The wire types are for everyone: standard library only.
+	for _, d := range deps(t, "api") {
+		if strings.Contains(d, ".") && d != module+"api" {
+			t.Errorf("api depends on %s; it must use the standard library only", d)
+		}
+	}
+}
