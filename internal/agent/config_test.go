@@ -1,0 +1,115 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadConfigFile(t *testing.T) {
+	c, err := LoadConfigFile(writeFile(t, `
+server: http://10.1.2.3:7070
+data_dir: /srv/agent
+tags: [gpu, "cuda:11.8"]
+labels: {zone: eu-1}
+groups: [ml-team]
+heartbeat_interval: 5s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server != "http://10.1.2.3:7070" || !slices.Equal(c.Tags, []string{"gpu", "cuda:11.8"}) ||
+		c.Labels["zone"] != "eu-1" || c.HeartbeatInterval != 5*time.Second {
+		t.Errorf("LoadConfigFile = %+v", c)
+	}
+}
+
+func TestLoadConfigFileRejectsUnknownKeys(t *testing.T) {
+	_, err := LoadConfigFile(writeFile(t, "server: http://x:1\ntgas: [gpu]\n"))
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "tgas") || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("LoadConfigFile with a typo = %v; want an invalid error naming tgas on line 2", err)
+	}
+}
+
+func TestEnvOverridesFile(t *testing.T) {
+	c := Config{Server: "http://file:1", Tags: []string{"from-file"}}
+	env := map[string]string{"NODEMGR_SERVER": "http://env:2", "NODEMGR_TAGS": "a, b,,c", "NODEMGR_LABELS": "k=v,x=y"}
+	if err := c.ApplyEnv(func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if c.Server != "http://env:2" || !slices.Equal(c.Tags, []string{"a", "b", "c"}) || c.Labels["x"] != "y" {
+		t.Errorf("after ApplyEnv: %+v", c)
+	}
+	bad := Config{}
+	err := bad.ApplyEnv(func(k string) string {
+		if k == "NODEMGR_LABELS" {
+			return "novalue"
+		}
+		return ""
+	})
+	if !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("ApplyEnv with a bad label = %v, want invalid", err)
+	}
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"no server", Config{DataDir: t.TempDir()}, "server"},
+		{"ftp server", Config{Server: "ftp://x", DataDir: t.TempDir()}, "server"},
+		{"bad tag", Config{Server: "http://x:1", DataDir: t.TempDir(), Tags: []string{"a b"}}, "tags[0]"},
+		{"bad group", Config{Server: "http://x:1", DataDir: t.TempDir(), Groups: []string{"ML"}}, "groups[0]"},
+		{"backoff upside down", Config{Server: "http://x:1", DataDir: t.TempDir(), ReconnectMin: time.Minute, ReconnectMax: time.Second}, "reconnect_max"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			if err := c.setDefaults(); err != nil {
+				t.Fatal(err)
+			}
+			err := c.validate()
+			var fe *errdefs.FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field {
+				t.Errorf("validate(%+v) = %v, want a field error on %s", tc.cfg, err, tc.field)
+			}
+		})
+	}
+}
+
+func TestStateSavedPrivatelyAndAtomically(t *testing.T) {
+	dir := t.TempDir()
+	st := state{NodeID: "n-1", Credential: "nmn_secret", LastSeq: 7}
+	if err := st.save(dir); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(statePath(dir))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("state file mode = %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+	back, err := loadState(dir)
+	if err != nil || back.NodeID != "n-1" || back.LastSeq != 7 {
+		t.Errorf("loadState = %+v, %v", back, err)
+	}
+	os.WriteFile(statePath(dir), []byte("{broken"), 0o600)
+	if _, err := loadState(dir); err == nil || !strings.Contains(err.Error(), "move it away") {
+		t.Errorf("loadState of a corrupt file = %v, want advice", err)
+	}
+}
