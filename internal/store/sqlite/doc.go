@@ -1,0 +1,15 @@
+// Package sqlite is the embedded implementation of store.Store: one SQLite
+// file beside the coordinator, no server to run.
+//
+// It uses the pure-Go driver modernc.org/sqlite in WAL mode with two
+// connection pools: a single writer, so writes queue in Go instead of
+// failing with SQLITE_BUSY, and several readers, which WAL lets read the last
+// committed state while a write is in progress. The schema is versioned with
+// goose migrations embedded from migrations/ and applied by Open.
+//
+// The schema is shaped so a PostgreSQL store can mirror it: TEXT ids, times
+// as unix nanoseconds (NULL for "never"), lists and maps as JSON text.
+//
+// Where store.Store's comments leave room, it behaves as the conformance
+// suite in store/storetest pins down.
+package sqlite

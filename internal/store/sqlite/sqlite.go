@@ -1,0 +1,243 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"runtime"
+	"time"
+
+	"github.com/pressly/goose/v3"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// busyTimeout is how long a connection waits for a lock held by another
+// connection (or process) before failing with SQLITE_BUSY.
+const busyTimeout = 5 * time.Second
+
+// Store is a store.Store kept in one SQLite file.
+type Store struct {
+	w   *sql.DB // one connection: SQLite has one writer at a time anyway
+	r   *sql.DB // read-only connections that WAL lets run beside the writer
+	now func() time.Time
+}
+
+// Open opens the SQLite database at path, creating the file if needed, and
+// brings its schema up to date.
+func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if path == "" || path == ":memory:" {
+		// Each pool would get a database of its own.
+		return nil, fmt.Errorf("open store: path %q: %w", path, errdefs.ErrInvalid)
+	}
+
+	w, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+
+	if err := migrate(ctx, w, logger); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+
+	// The readers open only once migrations have made the file and put it
+	// in WAL mode, which persists in the file.
+	r, err := sql.Open("sqlite", dsn(path, true))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	n := max(4, runtime.GOMAXPROCS(0))
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n)
+	if err := r.PingContext(ctx); err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+
+	logger.Debug("store opened", "path", path, "readers", n)
+	return &Store{w: w, r: r, now: time.Now}, nil
+}
+
+// dsn is the driver's data source name for path. Pragmas ride in the DSN so
+// that every connection the pools open gets them.
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Add("_pragma", "journal_mode(WAL)")
+		// Take the write lock at BEGIN, so a transaction that reads before
+		// it writes cannot fail to upgrade when another process writes.
+		q.Set("_txlock", "immediate")
+	}
+	u := url.URL{Path: path}
+	return "file:" + u.EscapedPath() + "?" + q.Encode()
+}
+
+// migrate applies the embedded migrations that db lacks.
+func migrate(ctx context.Context, db *sql.DB, logger *slog.Logger) error {
+	fsys, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, fsys,
+		goose.WithSlog(logger),
+		goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	results, err := p.Up(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for _, r := range results {
+		logger.Info("store migrated", "version", r.Source.Version, "duration", r.Duration)
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// write runs fn in a transaction on the writer connection.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return classify(err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return classify(tx.Commit())
+}
+
+// querier is what reads need from a pool or a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// classify gives driver errors that callers can act on their errdefs class.
+func classify(err error) error {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return fmt.Errorf("%w: %w", errdefs.ErrConflict, err)
+	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+	}
+	return err
+}
+
+// isUnique reports whether err is a unique or primary key clash.
+func isUnique(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	return se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+}
+
+// Times are stored as unix nanoseconds; the zero time ("never") as NULL.
+
+func timeArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixNano()
+}
+
+func timeOf(n sql.NullInt64) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return fromNanos(n.Int64)
+}
+
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+// orNow is t, or now if t is zero: creation times the caller did not set.
+func orNow(t, now time.Time) time.Time {
+	if t.IsZero() {
+		return now
+	}
+	return t
+}
+
+// jsonArg encodes v for a JSON column, with nil lists and maps as empty ones.
+func jsonArg(v any) (string, error) {
+	switch v := v.(type) {
+	case []string:
+		if v == nil {
+			return "[]", nil
+		}
+	case map[string]string:
+		if v == nil {
+			return "{}", nil
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func stringsOf(s string) ([]string, error) {
+	v := []string{}
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return nil, err
+	}
+	if v == nil { // the text was "null"
+		v = []string{}
+	}
+	return v, nil
+}
+
+func mapOf(s string) (map[string]string, error) {
+	v := map[string]string{}
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return nil, err
+	}
+	if v == nil {
+		v = map[string]string{}
+	}
+	return v, nil
+}
+
+var _ store.Store = (*Store)(nil)

@@ -1,0 +1,248 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/pressly/goose/v3"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := Open(t.Context(), filepath.Join(t.TempDir(), "nodemgr.db"), nil)
+		if err != nil {
+			t.Fatalf("Open() = %v, want nil", err)
+		}
+		return s
+	})
+}
+
+// open opens the store at path and closes it when the test ends.
+func open(t *testing.T, path string, logger *slog.Logger) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), path, logger)
+	if err != nil {
+		t.Fatalf("Open(%q) = %v, want nil", path, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestReopen(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "nodemgr.db")
+
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	s := open(t, path, logger)
+	if !strings.Contains(logs.String(), "store migrated") {
+		t.Errorf("Open(%q) of a new file logged no migration:\n%s", path, logs.String())
+	}
+	node, err := s.UpsertNode(ctx, store.Node{ID: "n1", MachineID: "m1", DataDir: "/d", Tags: []string{"a"}, Status: api.StatusOnline})
+	if err != nil {
+		t.Fatalf("UpsertNode() = %v", err)
+	}
+	for range 2 {
+		if _, err := s.Enqueue(ctx, "n1", "ping", []byte(`{}`)); err != nil {
+			t.Fatalf("Enqueue() = %v", err)
+		}
+	}
+	if err := s.Ack(ctx, "n1", 2); err != nil {
+		t.Fatalf("Ack() = %v", err)
+	}
+	if err := s.CreateUser(ctx, store.User{Name: "alice", Groups: map[string]string{"ml": api.RoleAdmin}}); err != nil {
+		t.Fatalf("CreateUser() = %v", err)
+	}
+	user, err := s.GetUser(ctx, "alice")
+	if err != nil {
+		t.Fatalf("GetUser() = %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close() = %v, want nil", err)
+	}
+
+	// Reopening finds the schema current: nothing to migrate, data intact.
+	for i := range 2 {
+		logs.Reset()
+		s := open(t, path, logger)
+		if strings.Contains(logs.String(), "store migrated") {
+			t.Errorf("Open(%q) again (%d) migrated again:\n%s", path, i, logs.String())
+		}
+		got, err := s.GetNode(ctx, "n1")
+		if err != nil {
+			t.Fatalf("GetNode(%q) after reopen = %v, want nil", "n1", err)
+		}
+		if diff := cmp.Diff(node, got); diff != "" {
+			t.Errorf("GetNode(%q) after reopen mismatch (-before +after):\n%s", "n1", diff)
+		}
+		gotUser, err := s.GetUser(ctx, "alice")
+		if err != nil {
+			t.Fatalf("GetUser(%q) after reopen = %v, want nil", "alice", err)
+		}
+		if diff := cmp.Diff(user, gotUser); diff != "" {
+			t.Errorf("GetUser(%q) after reopen mismatch (-before +after):\n%s", "alice", diff)
+		}
+		// Seqs carry on from where they were, though every row was acked.
+		nt, err := s.Enqueue(ctx, "n1", "ping", nil)
+		if err != nil || nt.Seq != uint64(3+i) {
+			t.Errorf("Enqueue(%q) after reopen = seq %d, %v, want %d, nil", "n1", nt.Seq, err, 3+i)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close() = %v, want nil", err)
+		}
+	}
+
+	// The file is at the newest migration.
+	s = open(t, path, nil)
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, s.w, sub, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatalf("goose.NewProvider() = %v", err)
+	}
+	current, target, err := p.GetVersions(ctx)
+	if err != nil || current != target || current < 1 {
+		t.Errorf("GetVersions() = %d, %d, %v, want equal versions of at least 1", current, target, err)
+	}
+}
+
+func TestPragmas(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
+	tests := []struct {
+		pool   string
+		db     querier
+		pragma string
+		want   string
+	}{
+		{"writer", s.w, "journal_mode", "wal"},
+		{"writer", s.w, "foreign_keys", "1"},
+		{"writer", s.w, "synchronous", "1"}, // NORMAL
+		{"writer", s.w, "busy_timeout", "5000"},
+		{"reader", s.r, "journal_mode", "wal"},
+		{"reader", s.r, "foreign_keys", "1"},
+		{"reader", s.r, "synchronous", "1"},
+		{"reader", s.r, "query_only", "1"},
+	}
+	for _, tc := range tests {
+		var got string
+		if err := tc.db.QueryRowContext(t.Context(), "PRAGMA "+tc.pragma).Scan(&got); err != nil {
+			t.Fatalf("%s: PRAGMA %s = %v", tc.pool, tc.pragma, err)
+		}
+		if got != tc.want {
+			t.Errorf("%s: PRAGMA %s = %q, want %q", tc.pool, tc.pragma, got, tc.want)
+		}
+	}
+}
+
+// TestReadsDoNotWaitForWrites holds the writer inside a transaction and
+// reads meanwhile: the reader pool sees the last committed state.
+func TestReadsDoNotWaitForWrites(t *testing.T) {
+	ctx := t.Context()
+	s := open(t, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
+	if _, err := s.UpsertNode(ctx, store.Node{ID: "n1", Name: "before", MachineID: "m1", DataDir: "/d"}); err != nil {
+		t.Fatalf("UpsertNode() = %v", err)
+	}
+
+	inside, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.UpdateNode(ctx, "n1", func(n *store.Node) error {
+			n.Name = "after"
+			close(inside)
+			<-release
+			return nil
+		})
+		done <- err
+	}()
+	<-inside
+
+	readCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	got, err := s.GetNode(readCtx, "n1")
+	close(release)
+	if err != nil {
+		t.Fatalf("GetNode(%q) during a write = %v, want nil", "n1", err)
+	}
+	if got.Name != "before" {
+		t.Errorf("GetNode(%q).Name during a write = %q, want %q", "n1", got.Name, "before")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("UpdateNode(%q) = %v, want nil", "n1", err)
+	}
+	if got, err := s.GetNode(ctx, "n1"); err != nil || got.Name != "after" {
+		t.Errorf("GetNode(%q) after the write = %q, %v, want %q, nil", "n1", got.Name, err, "after")
+	}
+}
+
+func TestOpenRefusesMemory(t *testing.T) {
+	for _, path := range []string{"", ":memory:"} {
+		if _, err := Open(t.Context(), path, nil); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("Open(%q) = %v, want %v", path, err, errdefs.ErrInvalid)
+		}
+	}
+}
+
+func TestPathWithOddCharacters(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a dir?#%", "nodemgr.db")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, path, nil)
+	if _, err := s.UpsertNode(t.Context(), store.Node{ID: "n1", MachineID: "m1", DataDir: "/d"}); err != nil {
+		t.Fatalf("UpsertNode() in %q = %v, want nil", path, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("store at %q: %v", path, err)
+	}
+}
+
+// BenchmarkRecordHeartbeats measures one batch the size a busy coordinator
+// writes each second.
+func BenchmarkRecordHeartbeats(b *testing.B) {
+	const nodes = 5000
+	ctx := b.Context()
+	s, err := Open(ctx, filepath.Join(b.TempDir(), "nodemgr.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	batch := make([]store.Heartbeat, nodes)
+	for i := range batch {
+		id := fmt.Sprintf("n%05d", i)
+		if _, err := s.UpsertNode(ctx, store.Node{ID: id, MachineID: id, DataDir: "/d"}); err != nil {
+			b.Fatal(err)
+		}
+		batch[i] = store.Heartbeat{NodeID: id, AgentState: api.AgentIdle}
+	}
+	at := time.Now()
+	for b.Loop() {
+		at = at.Add(time.Second)
+		for i := range batch {
+			batch[i].At = at
+		}
+		if err := s.RecordHeartbeats(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(nodes*b.N)/b.Elapsed().Seconds(), "heartbeats/s")
+}

@@ -1,0 +1,113 @@
+// Package storetest is the conformance suite for store.Store. Every backend
+// runs it from its own tests:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) store.Store { return openTemp(t) })
+//	}
+//
+// The suite also pins down what the interface's comments leave open, so that
+// the server sees the same behaviour whichever store it runs on:
+//
+//   - missing rows are errdefs.ErrNotFound (an unknown node too, for Enqueue,
+//     Pending and Ack), clashes errdefs.ErrConflict, an empty node ID, token
+//     ID or user name errdefs.ErrInvalid, and so is changing a node's ID in
+//     UpdateNode;
+//   - a token's user or node must exist;
+//   - nil lists and maps read back empty, never nil;
+//   - nodes list by name then ID, users by name, tokens oldest first then
+//     by ID;
+//   - creation times the caller gives (RegisteredAt, CreatedAt) are kept;
+//     zero ones become now;
+//   - heartbeats and token touches never move a time backwards;
+//   - StaleNodes with no statuses means any status, and a node that never
+//     sent a heartbeat counts from its registration;
+//   - a node ID never gets the same notification seq twice, even after
+//     DeleteNode and a new node under that ID.
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/nodemgr/nodemgr/internal/store"
+)
+
+// Run runs the suite. open must return a new, empty store each time it is
+// called; it is called once per test, from parallel tests. Run closes the
+// stores it opens.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		run  func(*testing.T, store.Store)
+	}{
+		{"UpsertNodeCreates", testUpsertNodeCreates},
+		{"UpsertNodeMerges", testUpsertNodeMerges},
+		{"UpsertNodeIDConflict", testUpsertNodeIDConflict},
+		{"UpsertNodeEmptyReadsBackEmpty", testUpsertNodeEmptyReadsBackEmpty},
+		{"GetNodeNotFound", testGetNodeNotFound},
+		{"ListNodes", testListNodes},
+		{"UpdateNode", testUpdateNode},
+		{"UpdateNodeAborts", testUpdateNodeAborts},
+		{"UpdateNodeConflict", testUpdateNodeConflict},
+		{"RecordHeartbeats", testRecordHeartbeats},
+		{"RecordHeartbeatsLargeBatch", testRecordHeartbeatsLargeBatch},
+		{"SetNodeStatus", testSetNodeStatus},
+		{"StaleNodes", testStaleNodes},
+		{"DeleteNode", testDeleteNode},
+
+		{"EnqueueSeqs", testEnqueueSeqs},
+		{"EnqueueConcurrent", testEnqueueConcurrent},
+		{"Pending", testPending},
+		{"Ack", testAck},
+		{"SeqsSurviveDeleteNode", testSeqsSurviveDeleteNode},
+		{"NotificationsUnknownNode", testNotificationsUnknownNode},
+
+		{"Users", testUsers},
+		{"CreateUserConflict", testCreateUserConflict},
+		{"SetMembership", testSetMembership},
+		{"DeleteUser", testDeleteUser},
+		{"Tokens", testTokens},
+		{"CreateTokenErrors", testCreateTokenErrors},
+		{"ListTokens", testListTokens},
+		{"DeleteToken", testDeleteToken},
+		{"UseJoinToken", testUseJoinToken},
+		{"UseJoinTokenConcurrent", testUseJoinTokenConcurrent},
+		{"TouchTokens", testTouchTokens},
+		{"ReplaceNodeCredential", testReplaceNodeCredential},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := open(t)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close() = %v, want nil", err)
+				}
+			})
+			tc.run(t, s)
+		})
+	}
+}
+
+// t0 is the suite's fixed "now". Times the suite stores are whole
+// microseconds, which every backend can keep exactly.
+var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+
+// ignoreStamps leaves out the times a store sets itself.
+var ignoreStamps = cmpopts.IgnoreFields(store.Node{}, "RegisteredAt", "UpdatedAt")
+
+// recent reports whether a time the store set itself is plausibly "now".
+func recent(tm time.Time) bool {
+	return time.Since(tm).Abs() < time.Minute
+}
+
+// wantErr reports whether err is of class want (nil: no error).
+func wantErr(err, want error) bool {
+	if want == nil {
+		return err == nil
+	}
+	return errors.Is(err, want)
+}
