@@ -147,7 +147,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) error {
 	ah := &agentHandler{s: s, sess: sess, credential: t}
 	sess.peer = proto.NewPeer(conn, ah, proto.Options{
 		Logger: s.log.With("node", t.NodeID),
-		OnAck:  func(seq uint64) { ah.ack(seq) },
+		OnAck:  func(seq uint64) { go ah.ack(seq) }, // cumulative: order does not matter
 	})
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -181,7 +181,8 @@ func (s *Store) UpdateNode(ctx context.Context, id string, fn func(*store.Node) 
 	return out, nil
 }
 
-// RecordHeartbeats stores a batch of heartbeats in one transaction. A
+// RecordHeartbeats stores a batch of heartbeats in one transaction; it
+// revives suspect nodes but never offline ones (see store.Nodes). A
 // heartbeat older than the one stored is ignored, so batches that arrive out
 // of order cannot move a node back in time. A zero At means now.
 func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) error {
@@ -190,8 +191,10 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET
-				last_heartbeat = ?1, agent_state = ?2, status = ?3, status_reason = '',
-				updated_at = CASE WHEN status = ?3 THEN updated_at ELSE ?4 END
+				last_heartbeat = ?1, agent_state = ?2,
+				status = CASE WHEN status = ?6 THEN status ELSE ?3 END,
+				status_reason = CASE WHEN status = ?6 THEN status_reason ELSE '' END,
+				updated_at = CASE WHEN status IN (?3, ?6) THEN updated_at ELSE ?4 END
 			WHERE id = ?5 AND (last_heartbeat IS NULL OR last_heartbeat <= ?1)`)
 		if err != nil {
 			return err
@@ -200,7 +203,7 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 		now := s.now()
 		for _, hb := range hbs {
 			at := orNow(hb.At, now)
-			if _, err := stmt.ExecContext(ctx, at.UnixNano(), hb.AgentState, api.StatusOnline, now.UnixNano(), hb.NodeID); err != nil {
+			if _, err := stmt.ExecContext(ctx, at.UnixNano(), hb.AgentState, api.StatusOnline, now.UnixNano(), hb.NodeID, api.StatusOffline); err != nil {
 				return classify(err)
 			}
 		}

@@ -350,16 +350,22 @@ func testRecordHeartbeats(t *testing.T, s store.Store) {
 		t.Fatalf("RecordHeartbeats(%d with an unknown ID) = %v, want nil", len(batch), err)
 	}
 
-	check := func(id string, at time.Time, state string) {
+	checkStatus := func(id string, at time.Time, state, status, reason string) {
 		t.Helper()
 		n := mustGetNode(t, s, id)
-		if n.Status != api.StatusOnline || n.StatusReason != "" || n.AgentState != state || !n.LastHeartbeat.Equal(at) {
+		if n.Status != status || n.StatusReason != reason || n.AgentState != state || !n.LastHeartbeat.Equal(at) {
 			t.Errorf("GetNode(%q) = status %q, reason %q, agent state %q, last heartbeat %v; want %q, %q, %q, %v",
-				id, n.Status, n.StatusReason, n.AgentState, n.LastHeartbeat, api.StatusOnline, "", state, at)
+				id, n.Status, n.StatusReason, n.AgentState, n.LastHeartbeat, status, reason, state, at)
 		}
 	}
+	// An offline node keeps its status: a late batch must not revive it.
+	check := func(id string, at time.Time, state string) {
+		t.Helper()
+		checkStatus(id, at, state, api.StatusOffline, "shut down")
+	}
 	check("a", t0.Add(time.Second), api.AgentExecuting)
-	check("b", t0.Add(2*time.Second), api.AgentIdle)
+	// A suspect node is back online.
+	checkStatus("b", t0.Add(2*time.Second), api.AgentIdle, api.StatusOnline, "")
 	if diff := cmp.Diff(cBefore, mustGetNode(t, s, "c")); diff != "" {
 		t.Errorf("GetNode(%q) changed without a heartbeat (-before +after):\n%s", "c", diff)
 	}
