@@ -238,6 +238,7 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 			return nil
 		case <-tick.C:
 			tick.Reset(interval)
+			a.maybeRenew(ctx, peer)
 			hbctx, hbcancel := context.WithTimeout(ctx, interval)
 			err := peer.Call(hbctx, api.MethodHeartbeat, api.Heartbeat{State: a.state()}, nil)
 			hbcancel()
@@ -272,6 +273,8 @@ func (a *Agent) maybeRenew(ctx context.Context, peer *proto.Peer) {
 	if expires.IsZero() || time.Until(expires) > expires.Sub(issued)/3 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	var resp api.RegisterResponse
 	if err := peer.Call(ctx, api.MethodRenew, struct{}{}, &resp); err != nil {
 		a.log.Warn("renew credential", "err", err)

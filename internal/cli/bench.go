@@ -1,8 +1,112 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodemgr/nodemgr/internal/bench"
+)
 
 func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load harnesses that measure nodemgr on this machine"}
+	cmd.AddCommand(benchAgentsCmd(e))
 	return cmd
+}
+
+func benchAgentsCmd(e *env) *cobra.Command {
+	var counts string
+	var cfg bench.AgentsConfig
+	var asJSON bool
+	var baseline int
+	cmd := &cobra.Command{
+		Use:   "agents",
+		Short: "Simulate many agents against a real server and report heartbeat capacity",
+		Long: `Start a nodemgr server process and connect simulated agents to it over
+loopback with the real protocol (register, WebSocket, hello, heartbeats). For
+each count in --agents, a fresh server runs for --measure; the report gives
+heartbeats handled per second, p50/p99 heartbeat latency, the server's RSS and
+CPU, and any node wrongly declared offline. A small baseline run comes first,
+and latencies are also given as ratios to it, since this machine is noisy.
+
+The server's offline threshold is 3 heartbeats, stricter than the default.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ns, err := parseCounts(counts)
+			if err != nil {
+				return err
+			}
+			if baseline > 0 {
+				ns = append([]int{baseline}, ns...)
+			}
+			if cfg.Binary, err = os.Executable(); err != nil {
+				return err
+			}
+			var results []bench.AgentsResult
+			for _, n := range ns {
+				c := cfg
+				c.Agents = n
+				fmt.Fprintf(e.stderr, "%d agents, heartbeat %s, measuring %s\n", n, c.Heartbeat, c.Measure)
+				r, err := bench.RunAgents(cmd.Context(), c, e.stderr)
+				if err != nil {
+					return fmt.Errorf("bench with %d agents: %w", n, err)
+				}
+				results = append(results, r)
+			}
+			if asJSON {
+				return printJSON(e.stdout, results)
+			}
+			printAgentsBench(e, results, baseline > 0)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&counts, "agents", "1000,5000,10000", "comma-separated agent counts to try, each on a fresh server")
+	cmd.Flags().IntVar(&baseline, "baseline", 100, "agents in the baseline run (0: none)")
+	cmd.Flags().DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "heartbeat interval")
+	cmd.Flags().DurationVar(&cfg.Measure, "measure", 30*time.Second, "measured window per count")
+	cmd.Flags().IntVar(&cfg.Connect, "connect-concurrency", 64, "agents connecting at once")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func parseCounts(s string) ([]int, error) {
+	var ns []int
+	for _, p := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--agents: %q is not a positive count", p)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
+}
+
+func printAgentsBench(e *env, rs []bench.AgentsResult, hasBaseline bool) {
+	t := newTable(e.stdout, "AGENTS", "CONNECTED", "CONNECT", "HB/S", "EXPECTED", "P50", "P99", "P50×BASE", "P99×BASE",
+		"SERVER RSS", "SERVER CPU", "FALSE OFFLINE", "HOLDS")
+	base := rs[0]
+	best := 0
+	for _, r := range rs {
+		ratio := func(a, b time.Duration) string {
+			if !hasBaseline || b == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", float64(a)/float64(b))
+		}
+		t.row(strconv.Itoa(r.Agents), strconv.Itoa(r.Connected), r.ConnectTime.Round(time.Millisecond).String(),
+			fmt.Sprintf("%.0f", r.PerSecond), fmt.Sprintf("%.0f", r.Expected),
+			r.P50.Round(time.Microsecond).String(), r.P99.Round(time.Microsecond).String(),
+			ratio(r.P50, base.P50), ratio(r.P99, base.P99),
+			bytesIEC(r.ServerRSS), fmt.Sprintf("%.0f%%", 100*r.ServerCPUSecs/r.MeasureSeconds),
+			strconv.Itoa(r.FalseOffline), strconv.FormatBool(r.Holds()))
+		if r.Holds() && r.Agents > best {
+			best = r.Agents
+		}
+	}
+	t.flush()
+	fmt.Fprintf(e.stdout, "\nlargest agent count with every agent connected, no failed heartbeat and no false offline: %d\n", best)
 }

@@ -187,13 +187,28 @@ func (h *hub) flush(ctx context.Context) {
 		}
 		start := time.Now()
 		if err := h.s.store.RecordHeartbeats(ctx, batch); err != nil {
-			h.s.log.Error("write heartbeats", "count", len(batch), "err", err)
+			h.requeue(beats)
+			if ctx.Err() == nil {
+				h.s.log.Error("write heartbeats; will retry", "count", len(batch), "err", err)
+			}
 		}
 		h.s.metrics.heartbeatFlush.Observe(time.Since(start).Seconds())
 	}
 	if len(uses) > 0 {
-		if err := h.s.store.TouchTokens(ctx, uses); err != nil {
+		if err := h.s.store.TouchTokens(ctx, uses); err != nil && ctx.Err() == nil {
 			h.s.log.Warn("record token use", "err", err)
+		}
+	}
+}
+
+// requeue puts back beats a failed write did not store, unless a newer
+// beat of the same node arrived meanwhile.
+func (h *hub) requeue(beats map[string]store.Heartbeat) {
+	h.bufMu.Lock()
+	defer h.bufMu.Unlock()
+	for id, hb := range beats {
+		if _, newer := h.heartbeat[id]; !newer {
+			h.heartbeat[id] = hb
 		}
 	}
 }

@@ -65,8 +65,9 @@ func (c *Config) validate() error {
 	if c.ConfirmTimeout <= 0 {
 		return errdefs.Field("confirm_timeout", "must be positive, got %s", c.ConfirmTimeout)
 	}
-	if c.CredentialTTL < time.Minute {
-		return errdefs.Field("credential_ttl", "must be at least 1m, got %s", c.CredentialTTL)
+	if c.CredentialTTL < 3*c.HeartbeatInterval {
+		// Agents renew at two thirds of the lifetime, checked every heartbeat.
+		return errdefs.Field("credential_ttl", "must be at least three heartbeat intervals (%s), got %s", 3*c.HeartbeatInterval, c.CredentialTTL)
 	}
 	return nil
 }

@@ -1,0 +1,418 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/internal/proto"
+)
+
+// AgentsConfig sets up one run of the agents harness.
+type AgentsConfig struct {
+	Binary       string        // nodemgr binary that runs the server
+	Agents       int           // simulated agents
+	Heartbeat    time.Duration // interval the server asks for
+	OfflineAfter time.Duration // server's offline threshold (default 3 × Heartbeat)
+	Measure      time.Duration // measured window after all agents are connected
+	Connect      int           // agents registering and connecting at once
+}
+
+// AgentsResult is what one run measured.
+type AgentsResult struct {
+	Agents         int           `json:"agents"`
+	Connected      int           `json:"connected"`
+	ConnectTime    time.Duration `json:"connect_time"`
+	Heartbeats     int           `json:"heartbeats"`
+	Failed         int           `json:"failed_heartbeats"`
+	PerSecond      float64       `json:"heartbeats_per_second"`
+	Expected       float64       `json:"expected_per_second"`
+	P50            time.Duration `json:"p50"`
+	P99            time.Duration `json:"p99"`
+	Max            time.Duration `json:"max"`
+	ServerRSS      uint64        `json:"server_rss_bytes"`
+	ServerPeakRSS  uint64        `json:"server_peak_rss_bytes"`
+	FalseOffline   int           `json:"false_offline"`
+	Disconnects    int64         `json:"disconnects"`
+	ServerCPUSecs  float64       `json:"server_cpu_seconds"`
+	MeasureSeconds float64       `json:"measure_seconds"`
+}
+
+// Holds reports whether the run had every agent connected, no failed
+// heartbeat and no node wrongly declared offline.
+func (r AgentsResult) Holds() bool {
+	return r.Connected == r.Agents && r.Failed == 0 && r.FalseOffline == 0 && r.Disconnects == 0
+}
+
+// RunAgents starts a server process, connects cfg.Agents simulated agents to
+// it over loopback with the real protocol, lets them heartbeat for
+// cfg.Measure and reports what happened. Progress goes to progress.
+func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (AgentsResult, error) {
+	if cfg.OfflineAfter == 0 {
+		cfg.OfflineAfter = 3 * cfg.Heartbeat
+	}
+	if cfg.Connect == 0 {
+		cfg.Connect = 64
+	}
+	raiseFileLimit()
+	srv, err := startServer(ctx, cfg)
+	if err != nil {
+		return AgentsResult{}, err
+	}
+	defer srv.stop()
+
+	c := client.New(srv.addr, srv.token)
+	jt, err := c.CreateJoinToken(ctx, api.CreateTokenRequest{Name: "bench", TTL: "24h"})
+	if err != nil {
+		return AgentsResult{}, fmt.Errorf("join token: %w", err)
+	}
+
+	res := AgentsResult{Agents: cfg.Agents}
+	agents := make([]*simAgent, cfg.Agents)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// Connect in waves, showing progress.
+	start := time.Now()
+	var connected atomic.Int64
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, cfg.Connect)
+	var firstErr error
+	var errOnce sync.Once
+	for i := range agents {
+		a := &simAgent{idx: i}
+		agents[i] = a
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := a.connect(runCtx, srv.addr, jt.Secret)
+			<-sem
+			if err != nil {
+				errOnce.Do(func() { firstErr = err })
+				return
+			}
+			if n := connected.Add(1); n%500 == 0 || int(n) == cfg.Agents {
+				fmt.Fprintf(progress, "\r  connected %d/%d agents (%.0fs)", n, cfg.Agents, time.Since(start).Seconds())
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Fprintln(progress)
+	res.ConnectTime = time.Since(start)
+	res.Connected = int(connected.Load())
+	if firstErr != nil {
+		fmt.Fprintf(progress, "  first connect error: %v\n", firstErr)
+	}
+
+	// Measure: every agent heartbeats on its own schedule.
+	var measuring atomic.Bool
+	for _, a := range agents {
+		if a.peer != nil {
+			go a.beat(runCtx, &measuring)
+		}
+	}
+	// One interval to settle the phases, then measure.
+	sleep(ctx, cfg.Heartbeat)
+	cpu0 := procCPU(srv.pid())
+	measuring.Store(true)
+	mstart := time.Now()
+	for elapsed := time.Duration(0); elapsed < cfg.Measure; elapsed = time.Since(mstart) {
+		fmt.Fprintf(progress, "\r  measuring %.0fs/%.0fs", elapsed.Seconds(), cfg.Measure.Seconds())
+		if !sleep(ctx, min(time.Second, cfg.Measure-elapsed)) {
+			break
+		}
+	}
+	measuring.Store(false)
+	res.MeasureSeconds = time.Since(mstart).Seconds()
+	res.ServerCPUSecs = procCPU(srv.pid()) - cpu0
+	fmt.Fprintln(progress)
+
+	var lat []time.Duration
+	for _, a := range agents {
+		a.mu.Lock()
+		lat = append(lat, a.latencies...)
+		res.Failed += a.failed
+		a.mu.Unlock()
+		res.Disconnects += a.disconnects.Load()
+	}
+	res.Heartbeats = len(lat)
+	res.PerSecond = float64(len(lat)) / res.MeasureSeconds
+	res.Expected = float64(res.Connected) / cfg.Heartbeat.Seconds()
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		res.P50, res.P99, res.Max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
+	}
+	res.ServerRSS, res.ServerPeakRSS = procRSS(srv.pid())
+
+	// A node that is connected and beating must never have been declared offline.
+	res.FalseOffline = srv.offlineMarks(ctx)
+	nodes, err := c.Nodes(ctx, "")
+	if err == nil {
+		for _, n := range nodes {
+			if n.Status != api.StatusOnline {
+				res.FalseOffline++
+			}
+		}
+	}
+	cancel()
+	return res, nil
+}
+
+// simAgent is one simulated agent: the real protocol, no real work.
+type simAgent struct {
+	idx         int
+	peer        *proto.Peer
+	conn        proto.Conn
+	interval    time.Duration
+	mu          sync.Mutex
+	latencies   []time.Duration
+	failed      int
+	disconnects atomic.Int64
+}
+
+func (a *simAgent) connect(ctx context.Context, addr, joinToken string) error {
+	name := fmt.Sprintf("sim-%05d", a.idx)
+	body, _ := json.Marshal(api.RegisterRequest{
+		MachineID: "bench-machine", DataDir: "/bench/" + name, Name: name,
+		Hardware: api.Hardware{Cores: 2, MemoryBytes: 1 << 30, OS: "linux", Arch: "amd64"},
+	})
+	var reg api.RegisterResponse
+	if err := postJSON(ctx, "http://"+addr+"/v1/agent/register", joinToken, body, &reg); err != nil {
+		return fmt.Errorf("register %s: %w", name, err)
+	}
+	c, _, err := websocket.Dial(ctx, "ws://"+addr+"/v1/agent/connect", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + reg.Credential}},
+	})
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", name, err)
+	}
+	a.conn = proto.NewWebSocketConn(c, 1<<20)
+	a.peer = proto.NewPeer(a.conn, a, proto.Options{})
+	go func() {
+		a.peer.Run(ctx)
+		if ctx.Err() == nil {
+			a.disconnects.Add(1)
+		}
+	}()
+	var w api.Welcome
+	if err := a.peer.Call(ctx, api.MethodHello, api.Hello{AgentVersion: "bench", Name: name, State: api.AgentIdle}, &w); err != nil {
+		return fmt.Errorf("hello %s: %w", name, err)
+	}
+	a.interval = time.Duration(w.HeartbeatInterval)
+	return nil
+}
+
+func (a *simAgent) beat(ctx context.Context, measuring *atomic.Bool) {
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(a.interval))))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		t.Reset(a.interval)
+		start := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, a.interval)
+		err := a.peer.Call(cctx, api.MethodHeartbeat, api.Heartbeat{State: api.AgentIdle}, nil)
+		cancel()
+		if !measuring.Load() || ctx.Err() != nil {
+			continue
+		}
+		a.mu.Lock()
+		if err != nil {
+			a.failed++
+		} else {
+			a.latencies = append(a.latencies, time.Since(start))
+		}
+		a.mu.Unlock()
+	}
+}
+
+func (a *simAgent) HandleRequest(ctx context.Context, method string, body json.RawMessage) (any, error) {
+	if method == api.MethodPing {
+		return struct{}{}, nil
+	}
+	return nil, proto.UnknownMethod(method)
+}
+
+func (a *simAgent) HandleNotify(ctx context.Context, seq uint64, method string, body json.RawMessage) error {
+	return nil
+}
+
+var sharedHTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 60 * time.Second}
+
+func postJSON(ctx context.Context, url, token string, body []byte, out any) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := sharedHTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// benchServer is the server process under test.
+type benchServer struct {
+	cmd     *exec.Cmd
+	addr    string
+	token   string
+	dataDir string
+}
+
+func startServer(ctx context.Context, cfg AgentsConfig) (*benchServer, error) {
+	dir, err := os.MkdirTemp("", "nodemgr-bench-")
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s := &benchServer{addr: addr, dataDir: dir}
+	s.cmd = exec.Command(cfg.Binary, "server", "--listen", addr, "--data-dir", dir,
+		"--heartbeat-interval", cfg.Heartbeat.String(), "--offline-after", cfg.OfflineAfter.String(),
+		"--log-level", "warn")
+	s.cmd.Stdout, s.cmd.Stderr = io.Discard, os.Stderr
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start server: %w", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := client.New(addr, "").Health(ctx); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("server did not become healthy at %s", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "admin-token"))
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	s.token = strings.TrimSpace(string(b))
+	return s, nil
+}
+
+func (s *benchServer) pid() int { return s.cmd.Process.Pid }
+
+func (s *benchServer) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+	os.RemoveAll(s.dataDir)
+}
+
+// offlineMarks reads the server's count of nodes it declared offline.
+func (s *benchServer) offlineMarks(ctx context.Context) int {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "nodemgr_nodes_marked_offline_total "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return int(f)
+		}
+	}
+	return -1
+}
+
+// procRSS returns a process's resident and peak resident memory.
+func procRSS(pid int) (rss, peak uint64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseUint(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb * 1024
+		case "VmHWM:":
+			peak = kb * 1024
+		}
+	}
+	return rss, peak
+}
+
+// procCPU returns a process's user+system CPU seconds.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// raiseFileLimit lifts the soft open-files limit to the hard one: every
+// simulated agent holds a socket, and so does the server for each.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
