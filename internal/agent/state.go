@@ -69,4 +69,3 @@ func (st state) save(dataDir string) error {
 	}
 	return nil
 }
-

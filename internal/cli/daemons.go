@@ -20,7 +20,7 @@ import (
 
 // serverFlags are the coordinator's settings, shared by `server` and `dev`.
 type serverFlags struct {
-	listen, dataDir, db                                                string
+	listen, dataDir, db                                            string
 	heartbeatInterval, offlineAfter, confirmTimeout, credentialTTL time.Duration
 }
 

@@ -26,7 +26,7 @@ func newTable(w io.Writer, headers ...string) *table {
 }
 
 func (t *table) row(cols ...string) { fmt.Fprintln(t.tw, strings.Join(cols, "\t")) }
-func (t *table) flush() error      { return t.tw.Flush() }
+func (t *table) flush() error       { return t.tw.Flush() }
 
 // ago renders a past time relative to now: "4s ago", "3m ago", "never".
 func ago(t *time.Time, now time.Time) string {

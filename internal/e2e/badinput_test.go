@@ -90,8 +90,8 @@ func TestMalformedRequestsNameTheField(t *testing.T) {
 
 	tests := []struct {
 		name, method, path, token, body string
-		status                           int
-		field                            string
+		status                          int
+		field                           string
 	}{
 		{"malformed JSON", "PATCH", "/v1/nodes/target", s.token, `{"add_tags": [`, 400, "body"},
 		{"unknown field", "PATCH", "/v1/nodes/target", s.token, `{"colour": "red"}`, 400, "colour"},

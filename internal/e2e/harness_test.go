@@ -279,4 +279,3 @@ func grep(out, substr string) []string {
 	}
 	return lines
 }
-
