@@ -92,7 +92,8 @@ type Welcome struct {
 
 // Heartbeat is the periodic liveness report.
 type Heartbeat struct {
-	State string `json:"state"`
+	State   string `json:"state"`
+	SuiteID string `json:"suite_id,omitempty"` // the suite being worked on
 }
 
 // HeartbeatAck answers a heartbeat.

@@ -45,6 +45,7 @@ type Node struct {
 	StatusReason  string            `json:"status_reason,omitempty"`
 	AgentState    string            `json:"agent_state"`
 	AgentVersion  string            `json:"agent_version"`
+	CurrentSuite  string            `json:"current_suite,omitempty"`
 	Connected     bool              `json:"connected"`
 	LastHeartbeat *time.Time        `json:"last_heartbeat,omitempty"`
 	RegisteredAt  time.Time         `json:"registered_at"`

@@ -19,6 +19,8 @@ type Store interface {
 	Nodes
 	Notifications
 	Auth
+	Suites
+	Tasks
 	Close() error
 }
 
@@ -36,6 +38,7 @@ type Node struct {
 	StatusReason  string
 	AgentState    string // api.Agent*
 	AgentVersion  string
+	CurrentSuite  string    // the suite the agent works on, as it last reported; "" when idle
 	LastHeartbeat time.Time // zero: never
 	RegisteredAt  time.Time
 	UpdatedAt     time.Time
@@ -53,6 +56,7 @@ type Heartbeat struct {
 	NodeID     string
 	At         time.Time
 	AgentState string
+	SuiteID    string // written to Node.CurrentSuite
 }
 
 // Nodes stores nodes.
@@ -155,4 +159,113 @@ type Auth interface {
 	TouchTokens(ctx context.Context, used map[string]time.Time) error
 	// ReplaceNodeCredential deletes the node's credentials and stores t.
 	ReplaceNodeCredential(ctx context.Context, t Token) error
+}
+
+// Suite is a stored task suite. Counts is computed on read.
+type Suite struct {
+	ID            string
+	Spec          api.SuiteSpec // name, group, tags, worker schedule, hooks ... (stored as JSON)
+	State         string        // api.Suite*
+	Owner         string
+	AssignedNodes []string // explicit assignment; empty means automatic
+	Counts        api.TaskCounts
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	LastTaskAt    time.Time // last time tasks were added (for closing idle suites)
+}
+
+// SuiteFilter narrows ListSuites. Zero values match everything.
+type SuiteFilter struct {
+	States []string
+	Groups []string // only suites in one of these groups (when non-empty)
+}
+
+// Suites stores task suites.
+type Suites interface {
+	// CreateSuite stores a new suite; its name must be unique among suites
+	// that are not Complete or Cancelled (errdefs.ErrConflict otherwise).
+	CreateSuite(ctx context.Context, s Suite) error
+	GetSuite(ctx context.Context, id string) (Suite, error)
+	// SuiteByName finds the newest suite with this name.
+	SuiteByName(ctx context.Context, name string) (Suite, error)
+	// ListSuites lists suites, highest priority first, then oldest first.
+	ListSuites(ctx context.Context, f SuiteFilter) ([]Suite, error)
+	// UpdateSuite applies fn inside one transaction (state changes, explicit
+	// assignment); fn may return an error to abort. Moving a suite to
+	// Cancelled also cancels its Ready and Running tasks.
+	UpdateSuite(ctx context.Context, id string, fn func(*Suite) error) (Suite, error)
+	// CloseIdleSuites moves Open suites whose LastTaskAt (or CreatedAt when
+	// no task was ever added) is before cutoff to Closed, and returns their IDs.
+	CloseIdleSuites(ctx context.Context, cutoff time.Time) ([]string, error)
+	// CompleteSuites moves Closed suites with no Ready or Running task to
+	// Complete, and returns their IDs.
+	CompleteSuites(ctx context.Context) ([]string, error)
+}
+
+// Task is a stored task.
+type Task struct {
+	ID        string
+	SuiteID   string
+	Spec      api.TaskSpec
+	State     string // api.Task*
+	Attempt   int    // attempts started
+	NodeID    string // node of the current or last attempt
+	Result    *api.TaskResult
+	Failures  []api.TaskFailure // oldest first
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// TaskFilter narrows ListTasks.
+type TaskFilter struct {
+	SuiteID string
+	States  []string
+	NodeID  string
+	AfterID string // keyset paging: tasks added after this one
+	Limit   int    // 0: no limit
+}
+
+// Attempt is a report of how one attempt of a task ended.
+type Attempt struct {
+	TaskID  string
+	Attempt int
+	Outcome string // api.Outcome*
+	Result  api.TaskResult
+	Failure *api.TaskFailure // set for OutcomeFailed
+}
+
+// AbortPolicy decides whether a task that just failed again is given up:
+// it sees all its failures so far, the new one last.
+type AbortPolicy func(failures []api.TaskFailure) bool
+
+// Tasks stores tasks and their attempts. Claims are atomic; reports are
+// idempotent and only the attempt that holds the task may finish it (the
+// first commit wins).
+type Tasks interface {
+	// AddTasks adds tasks to an Open suite, all or none (errdefs.ErrConflict
+	// if the suite is not Open, ErrNotFound if it does not exist).
+	AddTasks(ctx context.Context, suiteID string, tasks []Task) error
+	GetTask(ctx context.Context, id string) (Task, error)
+	// ListTasks lists tasks in the order they were added.
+	ListTasks(ctx context.Context, f TaskFilter) ([]Task, error)
+	// ClaimTasks moves up to max Ready tasks of the suite to Running on the
+	// node, highest priority first then oldest, increments their Attempt, and
+	// returns them. Concurrent claims never return the same task twice.
+	ClaimTasks(ctx context.Context, suiteID, nodeID string, max int) ([]Task, error)
+	// FinishAttempts applies reports from a node in one transaction. A report
+	// counts only if its task is Running on that node at that attempt;
+	// others are ignored (late or duplicate). Succeeded → Finished with the
+	// result; Failed → the failure is recorded, then Failed if abort says so
+	// (or the task is Ready again); Stopped → Ready, nothing recorded.
+	// It returns how many reports were applied.
+	FinishAttempts(ctx context.Context, nodeID string, reports []Attempt, abort AbortPolicy) (int, error)
+	// ReturnTasks moves the node's Running tasks among ids back to Ready and
+	// takes back the attempt count they were claimed with.
+	ReturnTasks(ctx context.Context, nodeID string, ids []string) (int, error)
+	// ReclaimNode moves every task Running on the node back to Ready (the
+	// node went offline); attempts already counted stay counted.
+	ReclaimNode(ctx context.Context, nodeID string) (int, error)
+	// CancelTask moves a Ready or Running task to Cancelled and returns it
+	// as it was before (so the caller knows which node to tell).
+	CancelTask(ctx context.Context, id string) (Task, error)
 }

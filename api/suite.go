@@ -1,0 +1,247 @@
+package api
+
+import "time"
+
+// Suite states (Mitosis): Open takes tasks; Closed takes none (closed by hand
+// or after a quiet period) and completes when its last task ends; Complete
+// and Cancelled are final.
+const (
+	SuiteOpen      = "Open"
+	SuiteClosed    = "Closed"
+	SuiteComplete  = "Complete"
+	SuiteCancelled = "Cancelled"
+)
+
+// CPU binding strategies of a worker pool.
+const (
+	BindRoundRobin = "RoundRobin" // worker i on core i mod len(cores)
+	BindExclusive  = "Exclusive"  // disjoint, equal slices of the cores
+	BindShared     = "Shared"     // every worker on all the cores
+)
+
+// Task states.
+const (
+	TaskReady     = "Ready"
+	TaskRunning   = "Running"
+	TaskFinished  = "Finished"
+	TaskFailed    = "Failed"
+	TaskCancelled = "Cancelled"
+)
+
+// SuiteSpec is what a user submits (nodemgr suite create -f suite.yaml).
+type SuiteSpec struct {
+	Name           string            `json:"name" yaml:"name"`
+	Description    string            `json:"description,omitempty" yaml:"description"`
+	Group          string            `json:"group,omitempty" yaml:"group"`
+	Tags           []string          `json:"tags,omitempty" yaml:"tags"`
+	Labels         map[string]string `json:"labels,omitempty" yaml:"labels"`
+	Priority       int               `json:"priority,omitempty" yaml:"priority"`
+	WorkerSchedule WorkerSchedule    `json:"worker_schedule" yaml:"worker_schedule"`
+	Hooks          Hooks             `json:"hooks,omitempty" yaml:"hooks"`
+}
+
+// WorkerSchedule says how an agent runs the suite's workers.
+type WorkerSchedule struct {
+	WorkerCount int         `json:"worker_count" yaml:"worker_count"` // 1..256
+	CPUBinding  *CPUBinding `json:"cpu_binding,omitempty" yaml:"cpu_binding"`
+	// TaskPrefetchCount is the agent's buffer of claimed tasks; nil means 32,
+	// 0 means none (every fetch goes to the server).
+	TaskPrefetchCount *int `json:"task_prefetch_count,omitempty" yaml:"task_prefetch_count"`
+	// WorkerCommand is the worker program; empty means `nodemgr worker`,
+	// which runs each task's argv. A program built on the worker package
+	// takes tasks in-process instead.
+	WorkerCommand []string `json:"worker_command,omitempty" yaml:"worker_command"`
+}
+
+// CPUBinding pins workers to cores.
+type CPUBinding struct {
+	Cores    []int  `json:"cores" yaml:"cores"`
+	Strategy string `json:"strategy" yaml:"strategy"` // RoundRobin (default) | Exclusive | Shared
+}
+
+// Hooks run once per suite on each agent: prepare before the workers start,
+// cleanup after they stop.
+type Hooks struct {
+	Prepare *Hook `json:"prepare,omitempty" yaml:"prepare"`
+	Cleanup *Hook `json:"cleanup,omitempty" yaml:"cleanup"`
+}
+
+// Hook is a command with its environment and resources to download first.
+type Hook struct {
+	Command   []string          `json:"command" yaml:"command"`
+	Env       map[string]string `json:"env,omitempty" yaml:"env"`
+	Resources []Resource        `json:"resources,omitempty" yaml:"resources"`
+	Timeout   Duration          `json:"timeout,omitempty" yaml:"timeout"`
+}
+
+// Resource is a file downloaded before a hook runs.
+type Resource struct {
+	URL  string `json:"url" yaml:"url"`
+	Path string `json:"path" yaml:"path"` // relative to the suite's work dir
+}
+
+// TaskCounts counts a suite's tasks by state.
+type TaskCounts struct {
+	Ready     int `json:"ready"`
+	Running   int `json:"running"`
+	Finished  int `json:"finished"`
+	Failed    int `json:"failed"`
+	Cancelled int `json:"cancelled"`
+}
+
+// Total is the number of tasks.
+func (c TaskCounts) Total() int { return c.Ready + c.Running + c.Finished + c.Failed + c.Cancelled }
+
+// Suite is a stored suite.
+type Suite struct {
+	ID string `json:"id"`
+	SuiteSpec
+	State         string     `json:"state"`
+	Owner         string     `json:"owner"`
+	AssignedNodes []string   `json:"assigned_nodes"` // explicit assignment; empty: automatic by tags
+	Counts        TaskCounts `json:"counts"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+	LastTaskAt    time.Time  `json:"last_task_at"`
+}
+
+// SuiteList is the body of GET /v1/suites.
+type SuiteList struct {
+	Suites []Suite `json:"suites"`
+}
+
+// TaskSpec is one task as submitted.
+type TaskSpec struct {
+	Argv     []string          `json:"argv"`
+	Env      map[string]string `json:"env,omitempty"`
+	Workdir  string            `json:"workdir,omitempty"`
+	Timeout  Duration          `json:"timeout,omitempty"`
+	Priority int               `json:"priority,omitempty"`
+}
+
+// SubmitTasks is the body of POST /v1/suites/{suite}/tasks.
+type SubmitTasks struct {
+	Tasks []TaskSpec `json:"tasks"`
+}
+
+// SubmitResult answers SubmitTasks with the new task IDs, in order.
+type SubmitResult struct {
+	IDs []string `json:"ids"`
+}
+
+// Task is a stored task.
+type Task struct {
+	ID      string `json:"id"`
+	SuiteID string `json:"suite_id"`
+	TaskSpec
+	State     string        `json:"state"`
+	Attempt   int           `json:"attempt"` // attempts started so far
+	NodeID    string        `json:"node_id,omitempty"`
+	Result    *TaskResult   `json:"result,omitempty"`
+	Failures  []TaskFailure `json:"failures"`
+	CreatedAt time.Time     `json:"created_at"`
+	UpdatedAt time.Time     `json:"updated_at"`
+}
+
+// TaskList is the body of GET /v1/suites/{suite}/tasks.
+type TaskList struct {
+	Tasks []Task `json:"tasks"`
+}
+
+// TaskResult is how an attempt ended.
+type TaskResult struct {
+	ExitCode   int       `json:"exit_code"`        // -1 when killed by a signal
+	Signal     string    `json:"signal,omitempty"` // e.g. SIGSEGV
+	Stdout     string    `json:"stdout,omitempty"` // tail, capped
+	Stderr     string    `json:"stderr,omitempty"` // tail, capped
+	DurationMS int64     `json:"duration_ms"`
+	NodeID     string    `json:"node_id"`
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// TaskFailure records one failed attempt of a task on a node.
+type TaskFailure struct {
+	Attempt  int       `json:"attempt"`
+	NodeID   string    `json:"node_id"`
+	ExitCode int       `json:"exit_code"`
+	Signal   string    `json:"signal,omitempty"`
+	Reason   string    `json:"reason"` // e.g. "worker crashed (SIGSEGV)", "exit status 3", "timeout"
+	Stdout   string    `json:"stdout,omitempty"`
+	Stderr   string    `json:"stderr,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// Agent ↔ server methods for suites and tasks.
+const (
+	MethodSuiteNext   = "suite.next"   // agent: which suite should I run? → SuiteNext
+	MethodSuiteLeave  = "suite.leave"  // agent: I am done with this suite → SuiteLeave
+	MethodTasksFetch  = "tasks.fetch"  // agent: claim up to Max Ready tasks → TasksFetched
+	MethodTasksReport = "tasks.report" // agent: results of attempts (batched)
+	MethodTasksReturn = "tasks.return" // agent: give claimed, unstarted tasks back
+
+	NotifySuiteAvailable = "suite.available" // server: there may be work; ask suite.next
+	NotifySuiteCancelled = "suite.cancelled" // server: stop this suite now (SuiteRef)
+	NotifyTaskCancel     = "task.cancel"     // server: kill this task if it runs here (TaskRef)
+)
+
+// SuiteNext answers suite.next; Suite is nil when there is nothing to do.
+type SuiteNext struct {
+	Suite *Suite `json:"suite,omitempty"`
+}
+
+// SuiteLeave tells the server the agent left a suite, and why.
+type SuiteLeave struct {
+	SuiteID string `json:"suite_id"`
+	Reason  string `json:"reason"` // complete | prepare-failed: ... | cancelled | shutdown
+}
+
+// TasksFetch asks for up to Max tasks of a suite.
+type TasksFetch struct {
+	SuiteID string `json:"suite_id"`
+	Max     int    `json:"max"`
+}
+
+// TasksFetched answers TasksFetch. SuiteState lets the agent see the suite
+// end; Remaining counts Ready tasks left after this claim.
+type TasksFetched struct {
+	Tasks      []Task `json:"tasks"`
+	SuiteState string `json:"suite_state"`
+	Remaining  int    `json:"remaining"`
+}
+
+// Outcomes of an attempt.
+const (
+	OutcomeSucceeded = "succeeded" // exit 0
+	OutcomeFailed    = "failed"    // non-zero exit, signal, crash or timeout: the server counts it
+	OutcomeStopped   = "stopped"   // SIGTERM/SIGINT or agent shutdown: retried, never counted
+)
+
+// TaskReport is the result of one attempt.
+type TaskReport struct {
+	TaskID  string     `json:"task_id"`
+	Attempt int        `json:"attempt"`
+	Outcome string     `json:"outcome"`
+	Crash   bool       `json:"crash,omitempty"` // the worker process died running it
+	Reason  string     `json:"reason,omitempty"`
+	Result  TaskResult `json:"result"`
+}
+
+// TasksReport carries a batch of reports.
+type TasksReport struct {
+	Reports []TaskReport `json:"reports"`
+}
+
+// TasksReturn gives claimed tasks back unstarted.
+type TasksReturn struct {
+	TaskIDs []string `json:"task_ids"`
+}
+
+// SuiteRef names a suite in a notification.
+type SuiteRef struct {
+	SuiteID string `json:"suite_id"`
+}
+
+// TaskRef names a task in a notification.
+type TaskRef struct {
+	TaskID string `json:"task_id"`
+}
