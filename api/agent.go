@@ -70,13 +70,11 @@ type RegisterResponse struct {
 // and from then on the server's copy (edited with `nodemgr node tag|label`)
 // is the truth, pushed to the agent with NotifyUpdate.
 type Hello struct {
-	AgentVersion string            `json:"agent_version"`
-	Name         string            `json:"name"`
-	Hardware     Hardware          `json:"hardware"`
-	Tags         []string          `json:"tags,omitempty"`
-	Labels       map[string]string `json:"labels,omitempty"`
-	Groups       []string          `json:"groups,omitempty"`
-	State        string            `json:"state"`
+	AgentVersion string   `json:"agent_version"`
+	Name         string   `json:"name"`
+	Hardware     Hardware `json:"hardware"`
+	State        string   `json:"state"`
+	SuiteID      string   `json:"suite_id,omitempty"` // the suite being worked on
 	// LastSeq is the highest notification sequence the agent has handled; the
 	// server replays everything after it that is not yet acknowledged.
 	LastSeq uint64 `json:"last_seq"`
@@ -130,3 +128,16 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	*d = Duration(v)
 	return nil
 }
+
+// UnmarshalText lets YAML files (suite specs) write durations as "30s".
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText writes the duration as a Go duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }

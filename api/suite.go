@@ -179,7 +179,7 @@ const (
 	MethodTasksReport = "tasks.report" // agent: results of attempts (batched)
 	MethodTasksReturn = "tasks.return" // agent: give claimed, unstarted tasks back
 
-	NotifySuiteAvailable = "suite.available" // server: there may be work; ask suite.next
+	MethodWake           = "wake"            // server request: there may be work; ask suite.next or fetch again (SuiteRef)
 	NotifySuiteCancelled = "suite.cancelled" // server: stop this suite now (SuiteRef)
 	NotifyTaskCancel     = "task.cancel"     // server: kill this task if it runs here (TaskRef)
 )
@@ -201,8 +201,9 @@ type TasksFetch struct {
 	Max     int    `json:"max"`
 }
 
-// TasksFetched answers TasksFetch. SuiteState lets the agent see the suite
-// end; Remaining counts Ready tasks left after this claim.
+// TasksFetched answers TasksFetch. When fewer than Max tasks came back,
+// SuiteState and Remaining (Ready tasks left) let the agent see the suite
+// end; after a full batch they are "" and -1 (not looked up: more is likely).
 type TasksFetched struct {
 	Tasks      []Task `json:"tasks"`
 	SuiteState string `json:"suite_state"`

@@ -190,3 +190,84 @@ func (c *Client) CreateJoinToken(ctx context.Context, r api.CreateTokenRequest) 
 func (c *Client) DeleteJoinToken(ctx context.Context, id string) error {
 	return c.Do(ctx, http.MethodDelete, "/v1/join-tokens/"+url.PathEscape(id), nil, nil)
 }
+
+// CreateSuite creates a task suite.
+func (c *Client) CreateSuite(ctx context.Context, spec api.SuiteSpec) (api.Suite, error) {
+	var s api.Suite
+	return s, c.Do(ctx, http.MethodPost, "/v1/suites", spec, &s)
+}
+
+// Suites lists suites, optionally in one state.
+func (c *Client) Suites(ctx context.Context, state string) ([]api.Suite, error) {
+	path := "/v1/suites"
+	if state != "" {
+		path += "?state=" + url.QueryEscape(state)
+	}
+	var l api.SuiteList
+	return l.Suites, c.Do(ctx, http.MethodGet, path, nil, &l)
+}
+
+// Suite returns a suite by ID or name.
+func (c *Client) Suite(ctx context.Context, ref string) (api.Suite, error) {
+	var s api.Suite
+	return s, c.Do(ctx, http.MethodGet, "/v1/suites/"+url.PathEscape(ref), nil, &s)
+}
+
+// CloseSuite stops a suite taking tasks; it completes when the last ends.
+func (c *Client) CloseSuite(ctx context.Context, ref string) (api.Suite, error) {
+	var s api.Suite
+	return s, c.Do(ctx, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/close", nil, &s)
+}
+
+// CancelSuite cancels a suite and its unfinished tasks.
+func (c *Client) CancelSuite(ctx context.Context, ref string) (api.Suite, error) {
+	var s api.Suite
+	return s, c.Do(ctx, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/cancel", nil, &s)
+}
+
+// AssignSuite assigns a suite to nodes explicitly; none restores automatic assignment.
+func (c *Client) AssignSuite(ctx context.Context, ref string, nodes []string) (api.Suite, error) {
+	var s api.Suite
+	if nodes == nil {
+		nodes = []string{}
+	}
+	return s, c.Do(ctx, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/assign", map[string][]string{"nodes": nodes}, &s)
+}
+
+// SubmitTasks adds tasks to a suite, all or none, and returns their IDs.
+func (c *Client) SubmitTasks(ctx context.Context, suite string, tasks []api.TaskSpec) ([]string, error) {
+	var r api.SubmitResult
+	return r.IDs, c.Do(ctx, http.MethodPost, "/v1/suites/"+url.PathEscape(suite)+"/tasks", api.SubmitTasks{Tasks: tasks}, &r)
+}
+
+// Tasks lists a suite's tasks: state filters, after and limit page.
+func (c *Client) Tasks(ctx context.Context, suite, state, after string, limit int) ([]api.Task, error) {
+	q := url.Values{}
+	if state != "" {
+		q.Set("state", state)
+	}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+	}
+	path := "/v1/suites/" + url.PathEscape(suite) + "/tasks"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var l api.TaskList
+	return l.Tasks, c.Do(ctx, http.MethodGet, path, nil, &l)
+}
+
+// Task returns one task with its result and failures.
+func (c *Client) Task(ctx context.Context, id string) (api.Task, error) {
+	var t api.Task
+	return t, c.Do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id), nil, &t)
+}
+
+// CancelTask cancels a Ready or Running task.
+func (c *Client) CancelTask(ctx context.Context, id string) (api.Task, error) {
+	var t api.Task
+	return t, c.Do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(id)+"/cancel", nil, &t)
+}

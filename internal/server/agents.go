@@ -204,8 +204,8 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 			return nil, errdefs.Field("state", "unknown agent state %q", hb.State)
 		}
 		now := time.Now().UTC()
-		h.sess.beat(now, hb.State)
-		h.s.hub.recordBeat(store.Heartbeat{NodeID: h.sess.nodeID, At: now, AgentState: hb.State})
+		h.sess.beat(now, hb.State, hb.SuiteID)
+		h.s.hub.recordBeat(store.Heartbeat{NodeID: h.sess.nodeID, At: now, AgentState: hb.State, SuiteID: hb.SuiteID})
 		return api.HeartbeatAck{ServerTime: now}, nil
 	case api.MethodGoodbye:
 		var g api.Goodbye
@@ -220,9 +220,20 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		if _, err := h.s.store.SetNodeStatus(ctx, h.sess.nodeID, api.StatusOffline, reason); err != nil {
 			return nil, err
 		}
+		h.s.reclaim(ctx, h.sess.nodeID, reason)
 		return struct{}{}, nil
 	case api.MethodRenew:
 		return h.s.issueCredential(ctx, h.sess.nodeID)
+	case api.MethodSuiteNext:
+		return h.suiteNext(ctx)
+	case api.MethodSuiteLeave:
+		return h.suiteLeave(ctx, body)
+	case api.MethodTasksFetch:
+		return h.tasksFetch(ctx, body)
+	case api.MethodTasksReport:
+		return h.tasksReport(ctx, body)
+	case api.MethodTasksReturn:
+		return h.tasksReturn(ctx, body)
 	}
 	return nil, errdefs.NotFound("method %q", method)
 }
@@ -260,6 +271,7 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 		n.Hardware = hello.Hardware
 		n.AgentVersion = hello.AgentVersion
 		n.AgentState = hello.State
+		n.CurrentSuite = hello.SuiteID
 		n.Status, n.StatusReason = api.StatusOnline, ""
 		n.LastHeartbeat = now
 		return nil
@@ -271,7 +283,7 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 	if err := h.s.store.Ack(ctx, n.ID, hello.LastSeq); err != nil {
 		return nil, fmt.Errorf("hello: %w", err)
 	}
-	h.sess.beat(now, hello.State)
+	h.sess.beat(now, hello.State, hello.SuiteID)
 	h.s.hub.mu.Lock()
 	h.helloDone = true
 	h.s.hub.mu.Unlock()

@@ -17,8 +17,12 @@ import (
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
-// maxBody caps request bodies; nothing the API takes is near it.
-const maxBody = 1 << 20
+// maxBody caps request bodies; nothing the API takes is near it, but for
+// task batches, which get maxTaskBody.
+const (
+	maxBody     = 1 << 20
+	maxTaskBody = 64 << 20
+)
 
 // statusOf maps an error class to its HTTP status. This is the one place.
 func statusOf(err error) int {
@@ -65,13 +69,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // decodeJSON reads a JSON body into v strictly: unknown fields, wrong types,
 // trailing data and oversized bodies are errors that name the field.
-func decodeJSON(r *http.Request, v any) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+func decodeJSON(r *http.Request, v any) error { return decodeJSONMax(r, v, maxBody) }
+
+func decodeJSONMax(r *http.Request, v any, max int64) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 	if err != nil {
 		return fmt.Errorf("read body: %w", err)
 	}
-	if len(body) > maxBody {
-		return errdefs.Field("body", "larger than %d bytes", maxBody)
+	if int64(len(body)) > max {
+		return errdefs.Field("body", "larger than %d bytes; send less at a time", max)
 	}
 	return DecodeStrict(body, v)
 }

@@ -42,29 +42,36 @@ type session struct {
 	kick   chan struct{} // wakes the notification sender; capacity 1
 
 	lastBeat atomic.Int64 // unix nanos
-	state    atomic.Pointer[string]
+	doing    atomic.Pointer[work]
 }
+
+// work is what an agent last said it was doing.
+type work struct{ state, suite string }
 
 func newSession(nodeID string, conn proto.Conn) *session {
 	return &session{nodeID: nodeID, conn: conn, kick: make(chan struct{}, 1)}
 }
 
-func (s *session) beat(at time.Time, state string) {
+func (s *session) beat(at time.Time, state, suite string) {
 	s.lastBeat.Store(at.UnixNano())
-	s.state.Store(&state)
+	s.doing.Store(&work{state, suite})
 }
 
-// heartbeat returns the last heartbeat this connection saw and the state it reported.
-func (s *session) heartbeat() (time.Time, string) {
+// heartbeat returns the last heartbeat this connection saw.
+func (s *session) heartbeat() time.Time {
 	n := s.lastBeat.Load()
 	if n == 0 {
-		return time.Time{}, ""
+		return time.Time{}
 	}
-	st := ""
-	if p := s.state.Load(); p != nil {
-		st = *p
+	return time.Unix(0, n).UTC()
+}
+
+// work returns the agent's last reported state and suite.
+func (s *session) work() (state, suite string) {
+	if w := s.doing.Load(); w != nil {
+		return w.state, w.suite
 	}
-	return time.Unix(0, n).UTC(), st
+	return "", ""
 }
 
 func (s *session) wake() {
@@ -78,6 +85,17 @@ func (h *hub) get(nodeID string) *session {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.sessions[nodeID]
+}
+
+// all returns the live sessions.
+func (h *hub) all() []*session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		out = append(out, s)
+	}
+	return out
 }
 
 func (h *hub) count() int {
@@ -126,13 +144,7 @@ func (h *hub) waitSession(ctx context.Context, nodeID string) *session {
 }
 
 func (h *hub) closeAll(reason string) {
-	h.mu.Lock()
-	all := make([]*session, 0, len(h.sessions))
-	for _, s := range h.sessions {
-		all = append(all, s)
-	}
-	h.mu.Unlock()
-	for _, s := range all {
+	for _, s := range h.all() {
 		s.conn.Close(proto.CloseGoingAway, reason)
 	}
 }

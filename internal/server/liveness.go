@@ -39,7 +39,7 @@ func (s *Server) livenessLoop(ctx context.Context) {
 		}
 		for _, n := range stale {
 			if sess := s.hub.get(n.ID); sess != nil {
-				if hb, _ := sess.heartbeat(); hb.After(cutoff) {
+				if sess.heartbeat().After(cutoff) {
 					continue // beat arrived; not flushed yet
 				}
 			}
@@ -76,9 +76,9 @@ func (s *Server) confirm(ctx context.Context, n store.Node) {
 		err := sess.peer.Call(cctx, api.MethodPing, struct{}{}, nil)
 		if err == nil {
 			now := time.Now().UTC()
-			_, state := sess.heartbeat()
-			sess.beat(now, state)
-			s.hub.recordBeat(store.Heartbeat{NodeID: n.ID, At: now, AgentState: state})
+			state, suite := sess.work()
+			sess.beat(now, state, suite)
+			s.hub.recordBeat(store.Heartbeat{NodeID: n.ID, At: now, AgentState: state, SuiteID: suite})
 			if changed, _ := s.store.SetNodeStatus(ctx, n.ID, api.StatusOnline, "", api.StatusSuspect); changed {
 				s.metrics.confirmedAlive.Inc()
 				s.log.Info("suspect node answered; online", "node", n.ID, "name", n.Name)
@@ -103,5 +103,6 @@ func (s *Server) confirm(ctx context.Context, n store.Node) {
 	if changed, err := s.store.SetNodeStatus(ctx, n.ID, api.StatusOffline, reason, api.StatusSuspect); err == nil && changed {
 		s.metrics.markedOffline.Inc()
 		s.log.Warn("node offline", "node", n.ID, "name", n.Name, "reason", reason)
+		s.reclaim(ctx, n.ID, "node offline")
 	}
 }

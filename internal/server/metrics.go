@@ -21,6 +21,7 @@ type metrics struct {
 	confirmedAlive prometheus.Counter
 	notifySent     prometheus.Counter
 	protocolErrors prometheus.Counter
+	tasksReported  prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -53,9 +54,12 @@ func newMetrics(s *Server) *metrics {
 		protocolErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodemgr_agent_protocol_errors_total", Help: "Agent connections closed for a malformed frame.",
 		}),
+		tasksReported: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodemgr_task_attempts_finished_total", Help: "Task attempt reports applied (first commit wins).",
+		}),
 	}
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.heartbeats, m.heartbeatFlush,
-		m.markedOffline, m.confirmedAlive, m.notifySent, m.protocolErrors,
+		m.markedOffline, m.confirmedAlive, m.notifySent, m.protocolErrors, m.tasksReported,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "nodemgr_agents_connected", Help: "Agents holding a WebSocket to this server.",

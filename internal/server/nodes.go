@@ -42,13 +42,13 @@ func (s *Server) apiNode(n store.Node) api.Node {
 		ID: n.ID, Name: n.Name, MachineID: n.MachineID, DataDir: n.DataDir,
 		Tags: n.Tags, Labels: n.Labels, Groups: n.Groups, Hardware: n.Hardware,
 		Status: n.Status, StatusReason: n.StatusReason, AgentState: n.AgentState,
-		AgentVersion: n.AgentVersion, RegisteredAt: n.RegisteredAt, UpdatedAt: n.UpdatedAt,
+		AgentVersion: n.AgentVersion, CurrentSuite: n.CurrentSuite, RegisteredAt: n.RegisteredAt, UpdatedAt: n.UpdatedAt,
 	}
 	if sess := s.hub.get(n.ID); sess != nil {
 		out.Connected = true
-		if hb, state := sess.heartbeat(); hb.After(n.LastHeartbeat) {
+		if hb := sess.heartbeat(); hb.After(n.LastHeartbeat) {
 			n.LastHeartbeat = hb // not yet flushed to the store
-			out.AgentState = state
+			out.AgentState, out.CurrentSuite = sess.work()
 		}
 	}
 	if !n.LastHeartbeat.IsZero() {

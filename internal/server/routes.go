@@ -42,6 +42,17 @@ func (s *Server) routeTable() []route {
 		{"POST", "/v1/agent/register", authSelf, s.handleRegister},
 		{"GET", "/v1/agent/connect", authSelf, s.handleConnect},
 
+		{"GET", "/v1/suites", authUser, s.handleListSuites},
+		{"POST", "/v1/suites", authUser, s.handleCreateSuite},
+		{"GET", "/v1/suites/{suite}", authUser, s.handleGetSuite},
+		{"POST", "/v1/suites/{suite}/close", authUser, s.handleCloseSuite},
+		{"POST", "/v1/suites/{suite}/cancel", authUser, s.handleCancelSuite},
+		{"POST", "/v1/suites/{suite}/assign", authUser, s.handleAssignSuite},
+		{"GET", "/v1/suites/{suite}/tasks", authUser, s.handleListTasks},
+		{"POST", "/v1/suites/{suite}/tasks", authUser, s.handleSubmitTasks},
+		{"GET", "/v1/tasks/{task}", authUser, s.handleGetTask},
+		{"POST", "/v1/tasks/{task}/cancel", authUser, s.handleCancelTask},
+
 		{"GET", "/v1/users", authUser, s.handleListUsers},
 		{"POST", "/v1/users", authUser, s.handleCreateUser},
 		{"DELETE", "/v1/users/{user}", authUser, s.handleDeleteUser},

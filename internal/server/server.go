@@ -28,6 +28,8 @@ type Config struct {
 	ConfirmTimeout    time.Duration // how long confirmation may take; default 10s
 	CredentialTTL     time.Duration // node credential lifetime; default 30 days
 	FlushInterval     time.Duration // heartbeat batch interval; default 1s
+	SuiteCloseAfter   time.Duration // an Open suite with no new task this long is Closed; default 180s
+	SuiteTick         time.Duration // how often suites are closed and completed; default 1s
 	Version           string
 }
 
@@ -49,6 +51,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.FlushInterval == 0 {
 		c.FlushInterval = time.Second
+	}
+	if c.SuiteCloseAfter == 0 {
+		c.SuiteCloseAfter = 180 * time.Second
+	}
+	if c.SuiteTick == 0 {
+		c.SuiteTick = time.Second
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -77,8 +85,9 @@ type Server struct {
 	cfg     Config
 	store   store.Store
 	log     *slog.Logger
-	hub     *hub
-	metrics *metrics
+	hub      *hub
+	dispatch dispatcher
+	metrics  *metrics
 	handler http.Handler
 
 	mu       sync.Mutex
@@ -133,9 +142,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.hub.flushLoop(ctx) }()
 	go func() { defer wg.Done(); s.livenessLoop(ctx) }()
+	go func() { defer wg.Done(); s.suiteLoop(ctx) }()
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -1,0 +1,298 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/store"
+)
+
+// Output kept per stream of a task attempt; the agent caps it too.
+const maxOutputTail = 64 << 10
+
+// maxFetch bounds one tasks.fetch.
+const maxFetch = 4096
+
+// prepareBackoff is how long a node that failed to prepare a suite is not
+// offered that suite again.
+const prepareBackoff = 5 * time.Minute
+
+// hardwareSignals are crashes that point at the machine or the code, not
+// at resources: a task is given up after two of them.
+var hardwareSignals = []string{"SIGSEGV", "SIGILL", "SIGBUS", "SIGFPE"}
+
+// abortPolicy is the seed's rule: give a task up after 2 crashes by
+// SIGSEGV/SIGILL/SIGBUS/SIGFPE, or 3 failures of other kinds (SIGKILL, OOM,
+// SIGABRT, non-zero exit, timeout). SIGTERM/SIGINT never reach it: those
+// attempts are reported as stopped.
+func abortPolicy(failures []api.TaskFailure) bool {
+	hw, other := 0, 0
+	for _, f := range failures {
+		if slices.Contains(hardwareSignals, f.Signal) {
+			hw++
+		} else {
+			other++
+		}
+	}
+	return hw >= 2 || other >= 3
+}
+
+func jsonBody(v any) ([]byte, error) { return json.Marshal(v) }
+
+// dispatcher holds what the server remembers about suites between requests.
+type dispatcher struct {
+	mu         sync.Mutex
+	prepFailed map[[2]string]time.Time // (suite, node) → when
+}
+
+func (d *dispatcher) notePrepareFailed(suiteID, nodeID string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.prepFailed == nil {
+		d.prepFailed = map[[2]string]time.Time{}
+	}
+	d.prepFailed[[2]string{suiteID, nodeID}] = time.Now()
+}
+
+func (d *dispatcher) prepareFailedRecently(suiteID, nodeID string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	at, ok := d.prepFailed[[2]string{suiteID, nodeID}]
+	return ok && time.Since(at) < prepareBackoff
+}
+
+// eligible reports whether a node may run a suite: explicitly assigned, or
+// (with no explicit assignment) its tags cover the suite's and the suite's
+// group may use it.
+func eligible(su store.Suite, n store.Node) bool {
+	if len(su.AssignedNodes) > 0 {
+		return slices.Contains(su.AssignedNodes, n.ID)
+	}
+	for _, t := range su.Spec.Tags {
+		if !slices.Contains(n.Tags, t) {
+			return false
+		}
+	}
+	return su.Spec.Group == "" || slices.Contains(n.Groups, su.Spec.Group)
+}
+
+// nextSuite picks the suite a node should run: the highest-priority
+// eligible suite with tasks ready.
+func (s *Server) nextSuite(ctx context.Context, nodeID string) (*store.Suite, error) {
+	n, err := s.store.GetNode(ctx, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	suites, err := s.store.ListSuites(ctx, store.SuiteFilter{States: []string{api.SuiteOpen, api.SuiteClosed}})
+	if err != nil {
+		return nil, err
+	}
+	for _, su := range suites {
+		if su.Counts.Ready == 0 || !eligible(su, n) || s.dispatch.prepareFailedRecently(su.ID, n.ID) {
+			continue
+		}
+		if validateCoresOn(su.Spec.WorkerSchedule.CPUBinding, n.Name, n.Hardware.Cores) != nil {
+			continue // its binding cannot work on this machine
+		}
+		return &su, nil
+	}
+	return nil, nil
+}
+
+// suiteChanged wakes the agents that might now have work for the suite:
+// idle ones, and those already running it and waiting for tasks.
+func (s *Server) suiteChanged(ctx context.Context, suiteID string) {
+	for _, sess := range s.hub.all() {
+		state, suite := sess.work()
+		if state != api.AgentIdle && suite != suiteID {
+			continue
+		}
+		go func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			sess.peer.Call(cctx, api.MethodWake, api.SuiteRef{SuiteID: suiteID}, nil)
+		}()
+	}
+}
+
+// tellSuiteCancelled tells every node working on the suite to stop it.
+func (s *Server) tellSuiteCancelled(ctx context.Context, suiteID string) {
+	nodes, err := s.store.ListNodes(ctx, store.NodeFilter{})
+	if err != nil {
+		s.log.Error("list nodes to cancel suite", "suite", suiteID, "err", err)
+		return
+	}
+	body, _ := jsonBody(api.SuiteRef{SuiteID: suiteID})
+	for _, n := range nodes {
+		current := n.CurrentSuite
+		if sess := s.hub.get(n.ID); sess != nil {
+			_, current = sess.work()
+		}
+		if current != suiteID {
+			continue
+		}
+		if err := s.hub.notify(ctx, n.ID, api.NotifySuiteCancelled, body); err != nil {
+			s.log.Warn("tell node to stop suite", "suite", suiteID, "node", n.ID, "err", err)
+		}
+	}
+}
+
+// reclaim gives a node's running tasks back to the queue.
+func (s *Server) reclaim(ctx context.Context, nodeID, why string) {
+	n, err := s.store.ReclaimNode(ctx, nodeID)
+	if err != nil {
+		s.log.Error("reclaim tasks", "node", nodeID, "err", err)
+		return
+	}
+	if n > 0 {
+		s.log.Info("tasks returned to the queue", "node", nodeID, "tasks", n, "why", why)
+		for _, sess := range s.hub.all() {
+			if st, _ := sess.work(); st == api.AgentIdle {
+				go sess.peer.Call(context.Background(), api.MethodWake, api.SuiteRef{}, nil)
+			}
+		}
+	}
+}
+
+// suiteLoop closes suites that got no tasks for a while and completes
+// closed suites with nothing left to run.
+func (s *Server) suiteLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SuiteTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		closed, err := s.store.CloseIdleSuites(ctx, time.Now().Add(-s.cfg.SuiteCloseAfter))
+		if err != nil && ctx.Err() == nil {
+			s.log.Error("close idle suites", "err", err)
+		}
+		for _, id := range closed {
+			s.log.Info("suite closed: no new tasks", "suite", id, "after", s.cfg.SuiteCloseAfter)
+			s.suiteChanged(ctx, id)
+		}
+		done, err := s.store.CompleteSuites(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.log.Error("complete suites", "err", err)
+		}
+		for _, id := range done {
+			s.log.Info("suite complete", "suite", id)
+			s.suiteChanged(ctx, id)
+		}
+	}
+}
+
+// Agent requests about suites and tasks.
+
+func (h *agentHandler) suiteNext(ctx context.Context) (any, error) {
+	su, err := h.s.nextSuite(ctx, h.sess.nodeID)
+	if err != nil || su == nil {
+		return api.SuiteNext{}, err
+	}
+	out := apiSuite(*su)
+	return api.SuiteNext{Suite: &out}, nil
+}
+
+func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (any, error) {
+	var req api.SuiteLeave
+	if err := DecodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(req.Reason, "prepare-failed") {
+		h.s.dispatch.notePrepareFailed(req.SuiteID, h.sess.nodeID)
+	}
+	h.s.log.Info("agent left suite", "node", h.sess.nodeID, "suite", req.SuiteID, "reason", req.Reason)
+	return struct{}{}, nil
+}
+
+func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (any, error) {
+	var req api.TasksFetch
+	if err := DecodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if req.Max < 0 || req.Max > maxFetch {
+		return nil, errdefs.Field("max", "must be between 0 and %d, got %d", maxFetch, req.Max)
+	}
+	claimed, err := h.s.store.ClaimTasks(ctx, req.SuiteID, h.sess.nodeID, req.Max)
+	if err != nil {
+		return nil, err
+	}
+	out := api.TasksFetched{Tasks: make([]api.Task, len(claimed)), Remaining: -1}
+	for i, t := range claimed {
+		out.Tasks[i] = apiTask(t)
+	}
+	if len(claimed) < req.Max || req.Max == 0 {
+		su, err := h.s.store.GetSuite(ctx, req.SuiteID)
+		if err != nil {
+			return nil, err
+		}
+		out.SuiteState, out.Remaining = su.State, su.Counts.Ready
+	}
+	return out, nil
+}
+
+func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (any, error) {
+	var req api.TasksReport
+	if err := DecodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	attempts := make([]store.Attempt, 0, len(req.Reports))
+	for i, r := range req.Reports {
+		switch r.Outcome {
+		case api.OutcomeSucceeded, api.OutcomeFailed, api.OutcomeStopped:
+		default:
+			return nil, errdefs.Field("reports["+strconv.Itoa(i)+"].outcome", "must be succeeded, failed or stopped, got %q", r.Outcome)
+		}
+		res := r.Result
+		res.Stdout, res.Stderr = tail(res.Stdout), tail(res.Stderr)
+		res.NodeID, res.FinishedAt = h.sess.nodeID, now
+		a := store.Attempt{TaskID: r.TaskID, Attempt: r.Attempt, Outcome: r.Outcome, Result: res}
+		if r.Outcome == api.OutcomeFailed {
+			a.Failure = &api.TaskFailure{Attempt: r.Attempt, NodeID: h.sess.nodeID, ExitCode: res.ExitCode,
+				Signal: res.Signal, Reason: r.Reason, Stdout: res.Stdout, Stderr: res.Stderr, At: now}
+		}
+		attempts = append(attempts, a)
+	}
+	applied, err := h.s.store.FinishAttempts(ctx, h.sess.nodeID, attempts, abortPolicy)
+	if err != nil {
+		return nil, err
+	}
+	if applied > 0 {
+		h.s.metrics.tasksReported.Add(float64(applied))
+	}
+	return struct {
+		Applied int `json:"applied"`
+	}{applied}, nil
+}
+
+func (h *agentHandler) tasksReturn(ctx context.Context, body json.RawMessage) (any, error) {
+	var req api.TasksReturn
+	if err := DecodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	n, err := h.s.store.ReturnTasks(ctx, h.sess.nodeID, req.TaskIDs)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		Returned int `json:"returned"`
+	}{n}, nil
+}
+
+func tail(s string) string {
+	if len(s) <= maxOutputTail {
+		return s
+	}
+	return s[len(s)-maxOutputTail:]
+}
+

@@ -1,0 +1,311 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/store"
+)
+
+func apiSuite(s store.Suite) api.Suite {
+	out := api.Suite{ID: s.ID, SuiteSpec: s.Spec, State: s.State, Owner: s.Owner,
+		AssignedNodes: s.AssignedNodes, Counts: s.Counts,
+		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, LastTaskAt: s.LastTaskAt}
+	if out.AssignedNodes == nil {
+		out.AssignedNodes = []string{}
+	}
+	return out
+}
+
+func apiTask(t store.Task) api.Task {
+	out := api.Task{ID: t.ID, SuiteID: t.SuiteID, TaskSpec: t.Spec, State: t.State, Attempt: t.Attempt,
+		NodeID: t.NodeID, Result: t.Result, Failures: t.Failures, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+	if out.Failures == nil {
+		out.Failures = []api.TaskFailure{}
+	}
+	return out
+}
+
+func suiteGroups(s store.Suite) []string {
+	if s.Spec.Group == "" {
+		return nil
+	}
+	return []string{s.Spec.Group}
+}
+
+// resolveSuite finds a suite by ID or name and checks the caller's role in
+// its group (owners may always read and write their own suites).
+func (s *Server) resolveSuite(ctx context.Context, ref, role string) (store.Suite, error) {
+	su, err := s.store.GetSuite(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		su, err = s.store.SuiteByName(ctx, ref)
+	}
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return store.Suite{}, errdefs.NotFound("suite %q (see nodemgr suite ls)", ref)
+		}
+		return store.Suite{}, err
+	}
+	p := principalFrom(ctx)
+	if p.User == su.Owner && role != api.RoleAdmin {
+		return su, nil
+	}
+	if !p.Can(api.RoleRead, suiteGroups(su)) {
+		return store.Suite{}, errdefs.NotFound("suite %q (see nodemgr suite ls)", ref)
+	}
+	return su, p.Require(role, suiteGroups(su), "suite "+su.Spec.Name)
+}
+
+func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error {
+	var spec api.SuiteSpec
+	if err := decodeJSON(r, &spec); err != nil {
+		return err
+	}
+	if err := validateSuite(&spec); err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	if spec.Group == "" {
+		if err := p.RequireAdmin("create a suite in no group (set group)"); err != nil {
+			return err
+		}
+	} else if err := p.Require(api.RoleWrite, []string{spec.Group}, "create a suite in group "+spec.Group); err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	su := store.Suite{ID: auth.NewID("s-"), Spec: spec, State: api.SuiteOpen, Owner: p.User,
+		CreatedAt: now, UpdatedAt: now, LastTaskAt: now}
+	if err := s.store.CreateSuite(r.Context(), su); err != nil {
+		return fmt.Errorf("create suite %s: %w", spec.Name, err)
+	}
+	s.log.Info("suite created", "suite", su.ID, "name", spec.Name, "owner", p.User)
+	writeJSON(w, http.StatusCreated, apiSuite(su))
+	return nil
+}
+
+func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error {
+	p := principalFrom(r.Context())
+	var f store.SuiteFilter
+	if st := r.URL.Query().Get("state"); st != "" {
+		if !slices.Contains([]string{api.SuiteOpen, api.SuiteClosed, api.SuiteComplete, api.SuiteCancelled}, st) {
+			return errdefs.Field("state", "must be Open, Closed, Complete or Cancelled, got %q", st)
+		}
+		f.States = []string{st}
+	}
+	suites, err := s.store.ListSuites(r.Context(), f)
+	if err != nil {
+		return fmt.Errorf("list suites: %w", err)
+	}
+	out := api.SuiteList{Suites: []api.Suite{}}
+	for _, su := range suites {
+		if su.Owner == p.User || p.Can(api.RoleRead, suiteGroups(su)) {
+			out.Suites = append(out.Suites, apiSuite(su))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) handleGetSuite(w http.ResponseWriter, r *http.Request) error {
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), api.RoleRead)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, apiSuite(su))
+	return nil
+}
+
+// setSuiteState closes or cancels a suite.
+func (s *Server) setSuiteState(w http.ResponseWriter, r *http.Request, to string) error {
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), api.RoleWrite)
+	if err != nil {
+		return err
+	}
+	su, err = s.store.UpdateSuite(r.Context(), su.ID, func(su *store.Suite) error {
+		switch {
+		case su.State == to:
+			return nil
+		case su.State == api.SuiteComplete || su.State == api.SuiteCancelled:
+			return errdefs.Conflict("suite %s is already %s", su.Spec.Name, su.State)
+		}
+		su.State = to
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s suite: %w", to, err)
+	}
+	if to == api.SuiteCancelled {
+		s.tellSuiteCancelled(r.Context(), su.ID)
+	}
+	s.suiteChanged(r.Context(), su.ID)
+	writeJSON(w, http.StatusOK, apiSuite(su))
+	return nil
+}
+
+func (s *Server) handleCloseSuite(w http.ResponseWriter, r *http.Request) error {
+	return s.setSuiteState(w, r, api.SuiteClosed)
+}
+
+func (s *Server) handleCancelSuite(w http.ResponseWriter, r *http.Request) error {
+	return s.setSuiteState(w, r, api.SuiteCancelled)
+}
+
+// AssignRequest is the body of POST /v1/suites/{suite}/assign.
+type assignRequest struct {
+	Nodes []string `json:"nodes"` // node IDs or names; empty: back to automatic assignment
+}
+
+func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error {
+	var req assignRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), api.RoleWrite)
+	if err != nil {
+		return err
+	}
+	ids := []string{}
+	for i, ref := range req.Nodes {
+		n, err := s.resolveNode(r.Context(), ref, api.RoleWrite)
+		if err != nil {
+			return fmt.Errorf("nodes[%d]: %w", i, err)
+		}
+		if err := validateCoresOn(su.Spec.WorkerSchedule.CPUBinding, n.Name, n.Hardware.Cores); err != nil {
+			return err
+		}
+		if !slices.Contains(ids, n.ID) {
+			ids = append(ids, n.ID)
+		}
+	}
+	su, err = s.store.UpdateSuite(r.Context(), su.ID, func(su *store.Suite) error {
+		su.AssignedNodes = ids
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("assign suite: %w", err)
+	}
+	s.suiteChanged(r.Context(), su.ID)
+	writeJSON(w, http.StatusOK, apiSuite(su))
+	return nil
+}
+
+func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error {
+	var req api.SubmitTasks
+	if err := decodeJSONMax(r, &req, maxTaskBody); err != nil {
+		return err
+	}
+	if len(req.Tasks) == 0 {
+		return errdefs.Field("tasks", "give at least one task")
+	}
+	if len(req.Tasks) > maxTasksPerCall {
+		return errdefs.Field("tasks", "at most %d tasks per call, got %d; send several batches", maxTasksPerCall, len(req.Tasks))
+	}
+	for i, t := range req.Tasks {
+		if err := validateTask(fmt.Sprintf("tasks[%d]", i), t); err != nil {
+			return err
+		}
+	}
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), api.RoleWrite)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	tasks := make([]store.Task, len(req.Tasks))
+	ids := make([]string, len(req.Tasks))
+	for i, spec := range req.Tasks {
+		ids[i] = auth.NewID("k-")
+		tasks[i] = store.Task{ID: ids[i], SuiteID: su.ID, Spec: spec, State: api.TaskReady, CreatedAt: now, UpdatedAt: now}
+	}
+	if err := s.store.AddTasks(r.Context(), su.ID, tasks); err != nil {
+		return fmt.Errorf("submit tasks to suite %s: %w", su.Spec.Name, err)
+	}
+	s.suiteChanged(r.Context(), su.ID)
+	writeJSON(w, http.StatusCreated, api.SubmitResult{IDs: ids})
+	return nil
+}
+
+func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), api.RoleRead)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	f := store.TaskFilter{SuiteID: su.ID, AfterID: q.Get("after"), Limit: 1000}
+	if st := q.Get("state"); st != "" {
+		if !slices.Contains([]string{api.TaskReady, api.TaskRunning, api.TaskFinished, api.TaskFailed, api.TaskCancelled}, st) {
+			return errdefs.Field("state", "must be Ready, Running, Finished, Failed or Cancelled, got %q", st)
+		}
+		f.States = []string{st}
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 10000 {
+			return errdefs.Field("limit", "must be between 1 and 10000, got %q", l)
+		}
+		f.Limit = n
+	}
+	tasks, err := s.store.ListTasks(r.Context(), f)
+	if err != nil {
+		return fmt.Errorf("list tasks: %w", err)
+	}
+	out := api.TaskList{Tasks: make([]api.Task, 0, len(tasks))}
+	for _, t := range tasks {
+		out.Tasks = append(out.Tasks, apiTask(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// resolveTask finds a task and checks the caller's role on its suite.
+func (s *Server) resolveTask(ctx context.Context, id, role string) (store.Task, error) {
+	t, err := s.store.GetTask(ctx, id)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return t, errdefs.NotFound("task %q", id)
+		}
+		return t, err
+	}
+	if _, err := s.resolveSuite(ctx, t.SuiteID, role); err != nil {
+		return t, err
+	}
+	return t, nil
+}
+
+func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.resolveTask(r.Context(), r.PathValue("task"), api.RoleRead)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, apiTask(t))
+	return nil
+}
+
+func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.resolveTask(r.Context(), r.PathValue("task"), api.RoleWrite)
+	if err != nil {
+		return err
+	}
+	before, err := s.store.CancelTask(r.Context(), t.ID)
+	if err != nil {
+		return fmt.Errorf("cancel task %s: %w", t.ID, err)
+	}
+	if before.State == api.TaskRunning && before.NodeID != "" {
+		body, _ := jsonBody(api.TaskRef{TaskID: t.ID})
+		if err := s.hub.notify(r.Context(), before.NodeID, api.NotifyTaskCancel, body); err != nil {
+			s.log.Warn("tell node to cancel task", "task", t.ID, "node", before.NodeID, "err", err)
+		}
+	}
+	t, err = s.store.GetTask(r.Context(), t.ID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, apiTask(t))
+	return nil
+}
