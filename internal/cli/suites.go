@@ -1,0 +1,517 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/agent"
+)
+
+func newSuiteCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{Use: "suite", Short: "Create, watch and control task suites"}
+	cmd.AddCommand(suiteCreateCmd(e), suiteLsCmd(e), suiteShowCmd(e), suiteWatchCmd(e),
+		suiteStateCmd(e, "close", "Take no more tasks; the suite completes when its last task ends"),
+		suiteStateCmd(e, "cancel", "Cancel the suite and its unfinished tasks"),
+		suiteAssignCmd(e))
+	return cmd
+}
+
+// LoadSuiteFile reads a suite spec from YAML (or JSON, which is YAML).
+// Unknown keys are errors with their line.
+func LoadSuiteFile(path string) (api.SuiteSpec, error) {
+	var spec api.SuiteSpec
+	b, err := readFileOrStdin(path)
+	if err != nil {
+		return spec, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&spec); err != nil {
+		return spec, fmt.Errorf("%s: %w", path, err)
+	}
+	return spec, nil
+}
+
+func readFileOrStdin(path string) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(os.Stdin)
+	}
+	return os.ReadFile(path)
+}
+
+func suiteCreateCmd(e *env) *cobra.Command {
+	var file string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "create -f suite.yaml",
+		Short: "Create a task suite from a YAML file",
+		Long: `Create a task suite. The file (YAML; - reads standard input):
+
+  name: render-frames
+  group: ml-team                 # who may use it, and which agents may run it
+  tags: [linux]                  # agents need all of these tags
+  priority: 10                   # higher runs first
+  worker_schedule:
+    worker_count: 4              # 1..256 worker processes per agent
+    cpu_binding: {cores: [0, 1, 2, 3], strategy: RoundRobin}   # or Exclusive, Shared
+    task_prefetch_count: 32      # tasks buffered on the agent (0: none)
+  hooks:
+    prepare: {command: [sh, -c, "make data"], timeout: 10m,
+              resources: [{url: "http://depot/data.tar", path: data.tar}]}
+    cleanup: {command: [rm, -rf, data]}`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return fmt.Errorf("give the suite file with -f FILE")
+			}
+			spec, err := LoadSuiteFile(file)
+			if err != nil {
+				return err
+			}
+			s, err := clientFor(cmd, e).CreateSuite(cmd.Context(), spec)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, s)
+			}
+			fmt.Fprintf(e.stdout, "created suite %s (%s); submit tasks with: nodemgr task submit --suite %s -- CMD ARGS...\n", s.Name, s.ID, s.Name)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "suite file (YAML or JSON; - for standard input)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func suiteLsCmd(e *env) *cobra.Command {
+	var asJSON bool
+	var state string
+	cmd := &cobra.Command{
+		Use: "ls", Short: "List suites", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			suites, err := clientFor(cmd, e).Suites(cmd.Context(), state)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, api.SuiteList{Suites: suites})
+			}
+			t := newTable(e.stdout, "ID", "NAME", "STATE", "PRIORITY", "GROUP", "TAGS", "WORKERS", "READY", "RUNNING", "FINISHED", "FAILED", "CANCELLED")
+			for _, s := range suites {
+				c := s.Counts
+				t.row(s.ID, s.Name, s.State, strconv.Itoa(s.Priority), orDash(s.Group), orDash(strings.Join(s.Tags, ",")),
+					strconv.Itoa(s.WorkerSchedule.WorkerCount), strconv.Itoa(c.Ready), strconv.Itoa(c.Running),
+					strconv.Itoa(c.Finished), strconv.Itoa(c.Failed), strconv.Itoa(c.Cancelled))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&state, "state", "", "only suites in this state: Open, Closed, Complete, Cancelled")
+	return cmd
+}
+
+func suiteShowCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use: "show SUITE", Short: "Show a suite and its task counts", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := clientFor(cmd, e).Suite(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, s)
+			}
+			ws := s.WorkerSchedule
+			binding := "none"
+			if b := ws.CPUBinding; b != nil {
+				binding = fmt.Sprintf("%s over cores %v", b.Strategy, b.Cores)
+			}
+			prefetch := "32"
+			if ws.TaskPrefetchCount != nil {
+				prefetch = strconv.Itoa(*ws.TaskPrefetchCount)
+			}
+			assigned := "automatic (tags and group)"
+			if len(s.AssignedNodes) > 0 {
+				assigned = strings.Join(s.AssignedNodes, ", ")
+			}
+			c := s.Counts
+			t := newTable(e.stdout, "FIELD", "VALUE")
+			for _, r := range [][2]string{
+				{"ID", s.ID}, {"Name", s.Name}, {"State", s.State}, {"Owner", s.Owner},
+				{"Description", orDash(s.Description)}, {"Group", orDash(s.Group)},
+				{"Tags", orDash(strings.Join(s.Tags, ", "))}, {"Labels", orDash(labelString(s.Labels))},
+				{"Priority", strconv.Itoa(s.Priority)}, {"Assigned to", assigned},
+				{"Workers", fmt.Sprintf("%d, binding %s, prefetch %s", ws.WorkerCount, binding, prefetch)},
+				{"Prepare hook", hookString(s.Hooks.Prepare)}, {"Cleanup hook", hookString(s.Hooks.Cleanup)},
+				{"Tasks", fmt.Sprintf("%d: %d ready, %d running, %d finished, %d failed, %d cancelled",
+					c.Total(), c.Ready, c.Running, c.Finished, c.Failed, c.Cancelled)},
+				{"Created", s.CreatedAt.Format(time.RFC3339)},
+			} {
+				t.row(r[0], r[1])
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func hookString(h *api.Hook) string {
+	if h == nil {
+		return "-"
+	}
+	s := strings.Join(h.Command, " ")
+	if h.Timeout > 0 {
+		s += fmt.Sprintf(" (timeout %s)", time.Duration(h.Timeout))
+	}
+	if n := len(h.Resources); n > 0 {
+		s += fmt.Sprintf(", %d resources", n)
+	}
+	return s
+}
+
+func suiteStateCmd(e *env, verb, short string) *cobra.Command {
+	return &cobra.Command{
+		Use: verb + " SUITE", Short: short, Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := clientFor(cmd, e)
+			do := c.CloseSuite
+			if verb == "cancel" {
+				do = c.CancelSuite
+			}
+			s, err := do(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "suite %s is %s\n", s.Name, s.State)
+			return nil
+		},
+	}
+}
+
+func suiteAssignCmd(e *env) *cobra.Command {
+	var auto bool
+	cmd := &cobra.Command{
+		Use:   "assign SUITE NODE... | SUITE --auto",
+		Short: "Run a suite on these nodes only (or --auto: any node whose tags match)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if auto == (len(args) > 1) {
+				return fmt.Errorf("name nodes, or give --auto to go back to assignment by tags")
+			}
+			s, err := clientFor(cmd, e).AssignSuite(cmd.Context(), args[0], args[1:])
+			if err != nil {
+				return err
+			}
+			if len(s.AssignedNodes) == 0 {
+				fmt.Fprintf(e.stdout, "suite %s runs on any node whose tags match\n", s.Name)
+			} else {
+				fmt.Fprintf(e.stdout, "suite %s runs on %s\n", s.Name, strings.Join(s.AssignedNodes, ", "))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&auto, "auto", false, "assign by tags and group again")
+	return cmd
+}
+
+// suiteWatchCmd shows a live progress bar until the suite ends.
+func suiteWatchCmd(e *env) *cobra.Command {
+	var every time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch SUITE",
+		Short: "Show a suite's progress live until it completes",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := clientFor(cmd, e)
+			start := time.Now()
+			for {
+				s, err := c.Suite(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "\r%s", progressLine(s, time.Since(start)))
+				if s.State == api.SuiteComplete || s.State == api.SuiteCancelled {
+					fmt.Fprintln(e.stdout)
+					return nil
+				}
+				select {
+				case <-cmd.Context().Done():
+					fmt.Fprintln(e.stdout)
+					return nil
+				case <-time.After(every):
+				}
+			}
+		},
+	}
+	cmd.Flags().DurationVar(&every, "every", 500*time.Millisecond, "refresh interval")
+	return cmd
+}
+
+func progressLine(s api.Suite, elapsed time.Duration) string {
+	c := s.Counts
+	total := c.Total()
+	done := c.Finished + c.Failed + c.Cancelled
+	const width = 30
+	filled := 0
+	if total > 0 {
+		filled = done * width / total
+	}
+	bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
+	return fmt.Sprintf("%s %s %d/%d  ready %d  running %d  finished %d  failed %d  cancelled %d  %s  %s ",
+		s.Name, bar, done, total, c.Ready, c.Running, c.Finished, c.Failed, c.Cancelled, s.State, elapsed.Round(time.Second))
+}
+
+func newTaskCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{Use: "task", Short: "Submit, inspect and cancel tasks"}
+	cmd.AddCommand(taskSubmitCmd(e), taskLsCmd(e), taskShowCmd(e), taskCancelCmd(e))
+	return cmd
+}
+
+func taskSubmitCmd(e *env) *cobra.Command {
+	var suite, file, workdir string
+	var envs []string
+	var timeout time.Duration
+	var priority int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "submit --suite SUITE [flags] -- CMD ARGS... | --suite SUITE -f tasks.jsonl",
+		Short: "Submit one task, or many from a file",
+		Long: `Submit one task (the command after --) or many from a file: one JSON task
+per line ({"argv": [...], "env": {...}, "workdir": "...", "timeout": "30s",
+"priority": 0}), or a YAML list of such tasks. Files are sent in batches of
+10,000; each batch is stored all or none.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if suite == "" {
+				return fmt.Errorf("--suite is required")
+			}
+			var tasks []api.TaskSpec
+			switch {
+			case file != "" && len(args) > 0:
+				return fmt.Errorf("give either -f FILE or a command after --, not both")
+			case file != "":
+				var err error
+				if tasks, err = loadTasks(file); err != nil {
+					return err
+				}
+			case len(args) > 0:
+				env, err := agent.ParseLabels("--env", envs)
+				if err != nil {
+					return err
+				}
+				tasks = []api.TaskSpec{{Argv: args, Env: env, Workdir: workdir, Timeout: api.Duration(timeout), Priority: priority}}
+			default:
+				return fmt.Errorf("give the task's command after --, e.g. nodemgr task submit --suite %s -- echo hello", suite)
+			}
+			ids, err := submitInBatches(cmd.Context(), clientFor(cmd, e), suite, tasks, e)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, api.SubmitResult{IDs: ids})
+			}
+			if len(ids) == 1 {
+				fmt.Fprintln(e.stdout, ids[0])
+			} else {
+				fmt.Fprintf(e.stdout, "submitted %d tasks to %s\n", len(ids), suite)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&suite, "suite", "", "suite ID or name")
+	cmd.Flags().StringVarP(&file, "file", "f", "", "tasks file: JSON lines or a YAML list (- for standard input)")
+	cmd.Flags().StringSliceVar(&envs, "env", nil, "KEY=VALUE for the task's environment (repeatable)")
+	cmd.Flags().StringVar(&workdir, "workdir", "", "working directory on the node")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "kill the task after this long (0: no limit)")
+	cmd.Flags().IntVar(&priority, "priority", 0, "higher runs first within the suite")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the IDs as JSON")
+	return cmd
+}
+
+// loadTasks reads JSON lines or a YAML list of task specs.
+func loadTasks(path string) ([]api.TaskSpec, error) {
+	b, err := readFileOrStdin(path)
+	if err != nil {
+		return nil, err
+	}
+	trimmed := bytes.TrimSpace(b)
+	if len(trimmed) > 0 && trimmed[0] == '{' {
+		var tasks []api.TaskSpec
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for line := 1; sc.Scan(); line++ {
+			text := bytes.TrimSpace(sc.Bytes())
+			if len(text) == 0 {
+				continue
+			}
+			var t api.TaskSpec
+			dec := json.NewDecoder(bytes.NewReader(text))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&t); err != nil {
+				return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+			}
+			tasks = append(tasks, t)
+		}
+		return tasks, sc.Err()
+	}
+	var tasks []api.TaskSpec
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&tasks); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return tasks, nil
+}
+
+func submitInBatches(ctx context.Context, c interface {
+	SubmitTasks(context.Context, string, []api.TaskSpec) ([]string, error)
+}, suite string, tasks []api.TaskSpec, e *env) ([]string, error) {
+	const batch = 10000
+	var ids []string
+	for i := 0; i < len(tasks); i += batch {
+		end := min(i+batch, len(tasks))
+		got, err := c.SubmitTasks(ctx, suite, tasks[i:end])
+		if err != nil {
+			if len(ids) > 0 {
+				return ids, fmt.Errorf("after %d tasks were stored, the batch of tasks %d-%d failed: %w", len(ids), i+1, end, err)
+			}
+			return nil, err
+		}
+		ids = append(ids, got...)
+		if len(tasks) > batch {
+			fmt.Fprintf(e.stderr, "\rsubmitted %d/%d", len(ids), len(tasks))
+		}
+	}
+	if len(tasks) > batch {
+		fmt.Fprintln(e.stderr)
+	}
+	return ids, nil
+}
+
+func taskLsCmd(e *env) *cobra.Command {
+	var suite, state, after string
+	var limit int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use: "ls --suite SUITE", Short: "List a suite's tasks", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if suite == "" {
+				return fmt.Errorf("--suite is required")
+			}
+			tasks, err := clientFor(cmd, e).Tasks(cmd.Context(), suite, state, after, limit)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, api.TaskList{Tasks: tasks})
+			}
+			t := newTable(e.stdout, "ID", "STATE", "ATTEMPTS", "EXIT", "NODE", "COMMAND")
+			for _, tk := range tasks {
+				exit := "-"
+				if r := tk.Result; r != nil {
+					exit = strconv.Itoa(r.ExitCode)
+					if r.Signal != "" {
+						exit = r.Signal
+					}
+				}
+				t.row(tk.ID, tk.State, strconv.Itoa(tk.Attempt), exit, orDash(tk.NodeID), truncate(strings.Join(tk.Argv, " "), 60))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().StringVar(&suite, "suite", "", "suite ID or name")
+	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state")
+	cmd.Flags().StringVar(&after, "after", "", "start after this task ID (paging)")
+	cmd.Flags().IntVar(&limit, "limit", 1000, "at most this many")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func taskShowCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use: "show TASK", Short: "Show a task: attempts, result, failures with signals and output tails", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tk, err := clientFor(cmd, e).Task(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, tk)
+			}
+			printTask(e, tk)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printTask(e *env, tk api.Task) {
+	w := e.stdout
+	fmt.Fprintf(w, "Task      %s (suite %s)\nState     %s after %d attempt(s)\nCommand   %s\n", tk.ID, tk.SuiteID, tk.State, tk.Attempt, strings.Join(tk.Argv, " "))
+	if r := tk.Result; r != nil {
+		outcome := fmt.Sprintf("exit %d", r.ExitCode)
+		if r.Signal != "" {
+			outcome = "killed by " + r.Signal
+		}
+		fmt.Fprintf(w, "Result    %s in %s on node %s\n", outcome, time.Duration(r.DurationMS)*time.Millisecond, r.NodeID)
+		printTail(w, "stdout", r.Stdout)
+		printTail(w, "stderr", r.Stderr)
+	}
+	if len(tk.Failures) > 0 {
+		fmt.Fprintln(w, "\nFailures:")
+		t := newTable(w, "ATTEMPT", "NODE", "EXIT", "SIGNAL", "REASON", "AT")
+		for _, f := range tk.Failures {
+			t.row(strconv.Itoa(f.Attempt), f.NodeID, strconv.Itoa(f.ExitCode), orDash(f.Signal), f.Reason, f.At.Format(time.RFC3339))
+		}
+		t.flush()
+	}
+}
+
+func printTail(w io.Writer, name, s string) {
+	if s == "" {
+		return
+	}
+	fmt.Fprintf(w, "--- %s (tail) ---\n%s", name, s)
+	if !strings.HasSuffix(s, "\n") {
+		fmt.Fprintln(w)
+	}
+}
+
+func taskCancelCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use: "cancel TASK", Short: "Cancel a Ready or Running task", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tk, err := clientFor(cmd, e).CancelTask(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "task %s is %s\n", tk.ID, tk.State)
+			return nil
+		},
+	}
+}
