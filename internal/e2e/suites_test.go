@@ -1,0 +1,336 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+func prefetch(n int) *int { return &n }
+
+// createSuite creates a suite through the API.
+func createSuite(t *testing.T, s *server, spec api.SuiteSpec) api.Suite {
+	t.Helper()
+	su, err := s.client().CreateSuite(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("create suite %s: %v", spec.Name, err)
+	}
+	return su
+}
+
+func submit(t *testing.T, s *server, suite string, tasks []api.TaskSpec) []string {
+	t.Helper()
+	ids, err := s.client().SubmitTasks(context.Background(), suite, tasks)
+	if err != nil {
+		t.Fatalf("submit to %s: %v", suite, err)
+	}
+	return ids
+}
+
+// waitSuite waits for a suite to reach a state.
+func waitSuite(t *testing.T, s *server, suite, state string, timeout time.Duration) api.Suite {
+	t.Helper()
+	var su api.Suite
+	waitFor(t, timeout, "suite "+suite+" "+state, func() (bool, string) {
+		var err error
+		su, err = s.client().Suite(context.Background(), suite)
+		return err == nil && su.State == state, fmt.Sprintf("%s %+v %v", su.State, su.Counts, err)
+	})
+	return su
+}
+
+// allTasks pages through a suite's tasks.
+func allTasks(t *testing.T, s *server, suite string) []api.Task {
+	t.Helper()
+	var out []api.Task
+	after := ""
+	for {
+		page, err := s.client().Tasks(context.Background(), suite, "", after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, page...)
+		if len(page) < 1000 {
+			return out
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+func sh(script string) api.TaskSpec { return api.TaskSpec{Argv: []string{"sh", "-c", script}} }
+
+func TestSuitesRunToCompletionWithCrashes(t *testing.T) {
+	s := startServer(t)
+	startAgent(t, s, "cpu-box", "--tag", "linux,cpu")
+	startAgent(t, s, "gpu-box", "--tag", "linux,gpu")
+	waitStatus(t, s, "cpu-box", api.StatusOnline, 20*time.Second)
+	waitStatus(t, s, "gpu-box", api.StatusOnline, 20*time.Second)
+
+	general := createSuite(t, s, api.SuiteSpec{Name: "general", Tags: []string{"linux"},
+		WorkerSchedule: api.WorkerSchedule{WorkerCount: 3}})
+	gpuOnly := createSuite(t, s, api.SuiteSpec{Name: "gpu-only", Tags: []string{"gpu"}, Priority: 5,
+		WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(0)}})
+
+	// 700 + 300 tasks; some crash by signal, some exit non-zero.
+	kind := map[string]string{}
+	var tasks []api.TaskSpec
+	var kinds []string
+	for i := range 700 {
+		switch {
+		case i%100 == 7:
+			tasks, kinds = append(tasks, sh("kill -SEGV $$")), append(kinds, "segv")
+		case i%100 == 9:
+			tasks, kinds = append(tasks, sh("exit 3")), append(kinds, "exit3")
+		default:
+			tasks, kinds = append(tasks, sh(fmt.Sprintf("echo general %d", i))), append(kinds, "ok")
+		}
+	}
+	for i, id := range submit(t, s, "general", tasks) {
+		kind[id] = kinds[i]
+	}
+	tasks = tasks[:0]
+	for i := range 300 {
+		tasks = append(tasks, sh(fmt.Sprintf("echo gpu %d", i)))
+	}
+	for _, id := range submit(t, s, "gpu-only", tasks) {
+		kind[id] = "gpu"
+	}
+	for _, su := range []string{"general", "gpu-only"} {
+		if _, err := s.client().CloseSuite(context.Background(), su); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSuite(t, s, "gpu-only", api.SuiteComplete, 3*time.Minute)
+	waitSuite(t, s, "general", api.SuiteComplete, 3*time.Minute)
+
+	nodes := map[string]string{}
+	for _, name := range []string{"cpu-box", "gpu-box"} {
+		n, _ := nodeByName(t, s, name)
+		nodes[n.ID] = name
+	}
+	seen := 0
+	for _, su := range []api.Suite{general, gpuOnly} {
+		for _, tk := range allTasks(t, s, su.ID) {
+			seen++
+			switch kind[tk.ID] {
+			case "ok":
+				if tk.State != api.TaskFinished || tk.Result == nil || tk.Result.ExitCode != 0 || !strings.HasPrefix(tk.Result.Stdout, "general ") {
+					t.Errorf("task %s (ok) = %s %+v", tk.ID, tk.State, tk.Result)
+				}
+			case "gpu":
+				if tk.State != api.TaskFinished || nodes[tk.Result.NodeID] != "gpu-box" {
+					t.Errorf("gpu task %s = %s on %s; want Finished on gpu-box", tk.ID, tk.State, nodes[tk.NodeID])
+				}
+			case "segv":
+				if tk.State != api.TaskFailed || len(tk.Failures) != 2 || tk.Failures[1].Signal != "SIGSEGV" || tk.Attempt != 2 {
+					t.Errorf("segv task %s = %s after %d attempts, failures %+v; want Failed after 2 SIGSEGV", tk.ID, tk.State, tk.Attempt, tk.Failures)
+				}
+			case "exit3":
+				if tk.State != api.TaskFailed || len(tk.Failures) != 3 || tk.Failures[2].ExitCode != 3 || tk.Attempt != 3 {
+					t.Errorf("exit-3 task %s = %s after %d attempts, failures %+v; want Failed after 3", tk.ID, tk.State, tk.Attempt, tk.Failures)
+				}
+			default:
+				t.Errorf("unknown task %s", tk.ID)
+			}
+		}
+	}
+	if seen != 1000 {
+		t.Errorf("saw %d tasks, want 1000", seen)
+	}
+	// Both agents go back to Idle.
+	for _, name := range []string{"cpu-box", "gpu-box"} {
+		waitFor(t, 20*time.Second, name+" idle", func() (bool, string) {
+			n, _ := nodeByName(t, s, name)
+			return n.AgentState == api.AgentIdle && n.CurrentSuite == "", n.AgentState
+		})
+	}
+	// task show tells the story of a crash.
+	for id, k := range kind {
+		if k != "segv" {
+			continue
+		}
+		out, _, code := s.run(t, "task", "show", id)
+		if code != 0 || !strings.Contains(out, "SIGSEGV") || !strings.Contains(out, "Failed") {
+			t.Errorf("task show %s (exit %d):\n%s", id, code, out)
+		}
+		break
+	}
+}
+
+func TestKilledAgentsTasksFinishElsewhere(t *testing.T) {
+	s := startServer(t)
+	victim := startAgent(t, s, "victim", "--tag", "pool")
+	startAgent(t, s, "survivor", "--tag", "pool")
+	waitStatus(t, s, "victim", api.StatusOnline, 20*time.Second)
+	waitStatus(t, s, "survivor", api.StatusOnline, 20*time.Second)
+
+	createSuite(t, s, api.SuiteSpec{Name: "long", Tags: []string{"pool"},
+		WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(8)}})
+	var tasks []api.TaskSpec
+	for range 200 {
+		tasks = append(tasks, sh("sleep 0.05"))
+	}
+	submit(t, s, "long", tasks)
+	s.client().CloseSuite(context.Background(), "long")
+
+	v, _ := nodeByName(t, s, "victim")
+	waitFor(t, 60*time.Second, "the victim to be running tasks", func() (bool, string) {
+		running, _ := s.client().Tasks(context.Background(), "long", api.TaskRunning, "", 1000)
+		for _, tk := range running {
+			if tk.NodeID == v.ID {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(len(running), " running")
+	})
+	victim.signal(syscall.SIGKILL)
+
+	su := waitSuite(t, s, "long", api.SuiteComplete, 3*time.Minute)
+	if su.Counts.Finished != 200 || su.Counts.Total() != 200 {
+		t.Errorf("after the kill: %+v; want all 200 Finished, no loss, no duplicate", su.Counts)
+	}
+	n, _ := nodeByName(t, s, "victim")
+	if n.Status != api.StatusOffline {
+		t.Errorf("victim is %s, want offline", n.Status)
+	}
+}
+
+func TestWorkersArePinned(t *testing.T) {
+	if n := len(cpusAllowed(t)); n < 2 {
+		t.Skipf("needs 2 cores, this process may use %d", n)
+	}
+	s := startServer(t)
+	startAgent(t, s, "pinner")
+	waitStatus(t, s, "pinner", api.StatusOnline, 20*time.Second)
+
+	for _, tc := range []struct {
+		strategy string
+		workers  int
+		want     map[string]bool // Cpus_allowed_list values the tasks may see
+		wantAll  bool            // every value must show up
+	}{
+		{api.BindRoundRobin, 2, map[string]bool{"0": true, "1": true}, true},
+		{api.BindExclusive, 2, map[string]bool{"0": true, "1": true}, true},
+		{api.BindShared, 2, map[string]bool{"0-1": true}, true},
+		{api.BindRoundRobin, 4, map[string]bool{"0": true, "1": true}, true},
+	} {
+		t.Run(fmt.Sprintf("%s-%d", tc.strategy, tc.workers), func(t *testing.T) {
+			name := strings.ToLower(fmt.Sprintf("pin-%s-%d", tc.strategy, tc.workers))
+			createSuite(t, s, api.SuiteSpec{Name: name, WorkerSchedule: api.WorkerSchedule{
+				WorkerCount: tc.workers, CPUBinding: &api.CPUBinding{Cores: []int{0, 1}, Strategy: tc.strategy}}})
+			var tasks []api.TaskSpec
+			for range 40 {
+				// The task inherits its worker's affinity.
+				tasks = append(tasks, sh("sleep 0.02; grep Cpus_allowed_list /proc/self/status | cut -f2"))
+			}
+			submit(t, s, name, tasks)
+			s.client().CloseSuite(context.Background(), name)
+			waitSuite(t, s, name, api.SuiteComplete, time.Minute)
+			seen := map[string]bool{}
+			for _, tk := range allTasks(t, s, name) {
+				got := strings.TrimSpace(tk.Result.Stdout)
+				seen[got] = true
+				if !tc.want[got] {
+					t.Errorf("task saw Cpus_allowed_list %q; want one of %v", got, tc.want)
+				}
+			}
+			if tc.wantAll && len(seen) != len(tc.want) {
+				t.Errorf("tasks saw %v; want all of %v", seen, tc.want)
+			}
+		})
+	}
+}
+
+func cpusAllowed(t *testing.T) []string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc")
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+			v = strings.TrimSpace(v)
+			if v == "0-1" {
+				return []string{"0", "1"}
+			}
+			return strings.Split(v, ",")
+		}
+	}
+	return nil
+}
+
+func TestHooksRunWithSuiteContext(t *testing.T) {
+	s := startServer(t)
+	a := startAgent(t, s, "hooked")
+	waitStatus(t, s, "hooked", api.StatusOnline, 20*time.Second)
+	marker := filepath.Join(t.TempDir(), "cleanup-ran")
+
+	createSuite(t, s, api.SuiteSpec{Name: "with-hooks", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2},
+		Hooks: api.Hooks{
+			Prepare: &api.Hook{Command: []string{"sh", "-c", `echo "$NODEMGR_SUITE_NAME $NODEMGR_WORKER_COUNT $NODEMGR_NODE_ID $GREETING" > prepared`},
+				Env: map[string]string{"GREETING": "hi"}},
+			Cleanup: &api.Hook{Command: []string{"sh", "-c", "touch " + marker}},
+		}})
+	submit(t, s, "with-hooks", []api.TaskSpec{sh(`cat "$NODEMGR_SUITE_DIR/prepared" 2>/dev/null || cat prepared`)})
+	s.client().CloseSuite(context.Background(), "with-hooks")
+	waitSuite(t, s, "with-hooks", api.SuiteComplete, time.Minute)
+
+	n, _ := nodeByName(t, s, "hooked")
+	tk := allTasks(t, s, "with-hooks")[0]
+	if want := "with-hooks 2 " + n.ID + " hi"; tk.Result == nil || strings.TrimSpace(tk.Result.Stdout) != want {
+		t.Errorf("task saw prepared file %q; want %q", tk.Result.Stdout, want)
+	}
+	waitFor(t, 20*time.Second, "cleanup hook", func() (bool, string) {
+		_, err := os.Stat(marker)
+		return err == nil, fmt.Sprint(err)
+	})
+
+	// A prepare hook that fails: the agent leaves the suite and goes back to Idle; the tasks wait.
+	createSuite(t, s, api.SuiteSpec{Name: "bad-prepare", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1},
+		Hooks: api.Hooks{Prepare: &api.Hook{Command: []string{"sh", "-c", "exit 7"}}}})
+	submit(t, s, "bad-prepare", []api.TaskSpec{sh("true")})
+	waitFor(t, 30*time.Second, "the agent to try and leave", func() (bool, string) {
+		return strings.Contains(a.output(), "prepare failed"), ""
+	})
+	waitFor(t, 20*time.Second, "agent idle again", func() (bool, string) {
+		n, _ := nodeByName(t, s, "hooked")
+		return n.AgentState == api.AgentIdle, n.AgentState
+	})
+	su, _ := s.client().Suite(context.Background(), "bad-prepare")
+	if su.Counts.Ready != 1 {
+		t.Errorf("bad-prepare counts %+v; want its task still Ready", su.Counts)
+	}
+}
+
+func TestGracefulShutdownFinishesRunningTasks(t *testing.T) {
+	s := startServer(t)
+	a := startAgent(t, s, "leaver")
+	waitStatus(t, s, "leaver", api.StatusOnline, 20*time.Second)
+	createSuite(t, s, api.SuiteSpec{Name: "slow", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(16)}})
+	var tasks []api.TaskSpec
+	for range 50 {
+		tasks = append(tasks, sh("sleep 0.5"))
+	}
+	submit(t, s, "slow", tasks)
+	waitFor(t, 30*time.Second, "tasks running", func() (bool, string) {
+		su, _ := s.client().Suite(context.Background(), "slow")
+		return su.Counts.Running >= 2, fmt.Sprintf("%+v", su.Counts)
+	})
+	if _, _, code := s.run(t, "node", "shutdown", "leaver", "--graceful"); code != 0 {
+		t.Fatal("shutdown failed")
+	}
+	if code := a.wait(30 * time.Second); code != 0 {
+		t.Errorf("agent exited %d", code)
+	}
+	su, _ := s.client().Suite(context.Background(), "slow")
+	c := su.Counts
+	if c.Running != 0 || c.Finished < 2 || c.Failed != 0 || c.Finished+c.Ready != 50 {
+		t.Errorf("after a graceful shutdown: %+v; want the running tasks finished, the rest Ready again, none failed", c)
+	}
+}
