@@ -10,6 +10,11 @@
 // The schema is shaped so a PostgreSQL store can mirror it: TEXT ids, times
 // as unix nanoseconds (NULL for "never"), lists and maps as JSON text.
 //
+// Tasks are dispatched under the single writer: a claim is one UPDATE of the
+// first Ready tasks in (priority, insertion) order, and a report applies only
+// through a statement conditioned on the attempt still holding its task, so
+// the first commit wins without locks of its own.
+//
 // Where store.Store's comments leave room, it behaves as the conformance
 // suite in store/storetest pins down.
 package sqlite

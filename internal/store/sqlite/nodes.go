@@ -17,7 +17,7 @@ import (
 )
 
 const nodeColumns = `id, name, machine_id, data_dir, tags, labels, group_names, hardware,
-	status, status_reason, agent_state, agent_version, last_heartbeat, registered_at, updated_at`
+	status, status_reason, agent_state, agent_version, current_suite, last_heartbeat, registered_at, updated_at`
 
 // UpsertNode creates the node keyed by (MachineID, DataDir) or merges n into
 // the one that exists.
@@ -181,9 +181,10 @@ func (s *Store) UpdateNode(ctx context.Context, id string, fn func(*store.Node) 
 	return out, nil
 }
 
-// RecordHeartbeats stores a batch of heartbeats in one transaction; it
-// revives suspect nodes but never offline ones (see store.Nodes). A
-// heartbeat older than the one stored is ignored, so batches that arrive out
+// RecordHeartbeats stores a batch of heartbeats in one transaction, with
+// the suite each agent reports working on; it revives suspect nodes but
+// never offline ones (see store.Nodes). A heartbeat older than the one
+// stored is ignored, so batches that arrive out
 // of order cannot move a node back in time. A zero At means now.
 func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) error {
 	if len(hbs) == 0 {
@@ -191,7 +192,7 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET
-				last_heartbeat = ?1, agent_state = ?2,
+				last_heartbeat = ?1, agent_state = ?2, current_suite = ?7,
 				status = CASE WHEN status = ?6 THEN status ELSE ?3 END,
 				status_reason = CASE WHEN status = ?6 THEN status_reason ELSE '' END,
 				updated_at = CASE WHEN status IN (?3, ?6) THEN updated_at ELSE ?4 END
@@ -203,7 +204,7 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 		now := s.now()
 		for _, hb := range hbs {
 			at := orNow(hb.At, now)
-			if _, err := stmt.ExecContext(ctx, at.UnixNano(), hb.AgentState, api.StatusOnline, now.UnixNano(), hb.NodeID, api.StatusOffline); err != nil {
+			if _, err := stmt.ExecContext(ctx, at.UnixNano(), hb.AgentState, api.StatusOnline, now.UnixNano(), hb.NodeID, api.StatusOffline, hb.SuiteID); err != nil {
 				return classify(err)
 			}
 		}
@@ -269,7 +270,7 @@ func insertNode(ctx context.Context, tx *sql.Tx, n store.Node) error {
 		return err
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO nodes (`+nodeColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		append([]any{n.ID}, args...)...)
 	if isUnique(err) {
 		return errdefs.Conflict("node id %s is taken", n.ID)
@@ -285,7 +286,7 @@ func updateNode(ctx context.Context, tx *sql.Tx, n store.Node) error {
 	_, err = tx.ExecContext(ctx, `UPDATE nodes SET
 			name = ?, machine_id = ?, data_dir = ?, tags = ?, labels = ?, group_names = ?,
 			hardware = ?, status = ?, status_reason = ?, agent_state = ?, agent_version = ?,
-			last_heartbeat = ?, registered_at = ?, updated_at = ?
+			current_suite = ?, last_heartbeat = ?, registered_at = ?, updated_at = ?
 		WHERE id = ?`,
 		append(args, n.ID)...)
 	if isUnique(err) {
@@ -314,7 +315,7 @@ func nodeArgs(n store.Node) ([]any, error) {
 	}
 	return []any{
 		n.Name, n.MachineID, n.DataDir, tags, labels, groups, hw,
-		n.Status, n.StatusReason, n.AgentState, n.AgentVersion,
+		n.Status, n.StatusReason, n.AgentState, n.AgentVersion, n.CurrentSuite,
 		timeArg(n.LastHeartbeat), n.RegisteredAt.UnixNano(), n.UpdatedAt.UnixNano(),
 	}, nil
 }
@@ -331,7 +332,7 @@ func scanNode(row scanner) (store.Node, error) {
 		registeredAt, updatedAt  int64
 	)
 	err := row.Scan(&n.ID, &n.Name, &n.MachineID, &n.DataDir, &tags, &labels, &groups, &hw,
-		&n.Status, &n.StatusReason, &n.AgentState, &n.AgentVersion,
+		&n.Status, &n.StatusReason, &n.AgentState, &n.AgentVersion, &n.CurrentSuite,
 		&lastHeartbeat, &registeredAt, &updatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Node{}, errdefs.ErrNotFound

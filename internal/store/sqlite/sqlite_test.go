@@ -3,6 +3,7 @@ package sqlite
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -120,6 +121,48 @@ func TestReopen(t *testing.T) {
 	current, target, err := p.GetVersions(ctx)
 	if err != nil || current != target || current < 1 {
 		t.Errorf("GetVersions() = %d, %d, %v, want equal versions of at least 1", current, target, err)
+	}
+}
+
+// TestUpgrade opens a file made by the first schema, with a node in it, and
+// finds the node intact under the newest one.
+func TestUpgrade(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "nodemgr.db")
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatalf("goose.NewProvider() = %v", err)
+	}
+	if _, err := p.UpTo(ctx, 1); err != nil {
+		t.Fatalf("UpTo(1) = %v", err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO nodes (id, name, machine_id, data_dir, status, registered_at, updated_at)
+		VALUES ('n1', 'alpha', 'm1', '/d', ?, 1, 1)`, api.StatusOnline); err != nil {
+		t.Fatalf("insert a node at version 1: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := open(t, path, nil)
+	n, err := s.GetNode(ctx, "n1")
+	if err != nil {
+		t.Fatalf("GetNode(%q) after upgrade = %v, want nil", "n1", err)
+	}
+	if n.Name != "alpha" || n.Status != api.StatusOnline || n.CurrentSuite != "" {
+		t.Errorf("GetNode(%q) after upgrade = name %q, status %q, suite %q; want %q, %q, %q",
+			"n1", n.Name, n.Status, n.CurrentSuite, "alpha", api.StatusOnline, "")
+	}
+	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "first"}}); err != nil {
+		t.Errorf("CreateSuite() after upgrade = %v, want nil", err)
 	}
 }
 
@@ -245,4 +288,88 @@ func BenchmarkRecordHeartbeats(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(nodes*b.N)/b.Elapsed().Seconds(), "heartbeats/s")
+}
+
+// benchTasks are n tasks of a realistic size, with IDs that start with
+// prefix.
+func benchTasks(prefix string, n int) []store.Task {
+	tasks := make([]store.Task, n)
+	for i := range tasks {
+		tasks[i] = store.Task{
+			ID:   fmt.Sprintf("%s-%07d", prefix, i),
+			Spec: api.TaskSpec{Argv: []string{"/usr/bin/fuzz", "--seed", fmt.Sprint(i), "--iterations", "1000"}, Timeout: api.Duration(time.Minute)},
+		}
+	}
+	return tasks
+}
+
+// BenchmarkClaimAndFinish measures the dispatch loop: agents claim batches
+// of tasks and report them done in batches of 256, as the server does.
+func BenchmarkClaimAndFinish(b *testing.B) {
+	for _, claim := range []int{32, 256} {
+		b.Run(fmt.Sprintf("claim=%d", claim), func(b *testing.B) {
+			const finish, refill = 256, 50_000
+			ctx := b.Context()
+			s, err := Open(ctx, filepath.Join(b.TempDir(), "nodemgr.db"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "bench"}}); err != nil {
+				b.Fatal(err)
+			}
+			added := 0
+			var reports []store.Attempt
+			for b.Loop() {
+				for len(reports) < finish {
+					tasks, err := s.ClaimTasks(ctx, "s1", "n1", claim)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(tasks) < claim {
+						b.StopTimer()
+						if err := s.AddTasks(ctx, "s1", benchTasks(fmt.Sprint(added), refill)); err != nil {
+							b.Fatal(err)
+						}
+						added++
+						b.StartTimer()
+					}
+					for _, t := range tasks {
+						reports = append(reports, store.Attempt{
+							TaskID: t.ID, Attempt: t.Attempt, Outcome: api.OutcomeSucceeded,
+							Result: api.TaskResult{ExitCode: 0, Stdout: "ok\n", DurationMS: 12},
+						})
+					}
+				}
+				n, err := s.FinishAttempts(ctx, "n1", reports[:finish], nil)
+				if err != nil || n != finish {
+					b.Fatalf("FinishAttempts(%d) = %d, %v", finish, n, err)
+				}
+				reports = append(reports[:0], reports[finish:]...)
+			}
+			b.ReportMetric(float64(finish*b.N)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
+}
+
+// BenchmarkAddTasks measures one large submission.
+func BenchmarkAddTasks(b *testing.B) {
+	const n = 10_000
+	ctx := b.Context()
+	s, err := Open(ctx, filepath.Join(b.TempDir(), "nodemgr.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "bench"}}); err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	for b.Loop() {
+		if err := s.AddTasks(ctx, "s1", benchTasks(fmt.Sprint(i), n)); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tasks/s")
 }

@@ -22,7 +22,39 @@
 //   - StaleNodes with no statuses means any status, and a node that never
 //     sent a heartbeat counts from its registration;
 //   - a node ID never gets the same notification seq twice, even after
-//     DeleteNode and a new node under that ID.
+//     DeleteNode and a new node under that ID;
+//   - a node's CurrentSuite comes from heartbeats (older ones ignored) and
+//     UpdateNode; UpsertNode of a known node keeps it.
+//
+// For suites and tasks:
+//
+//   - a suite needs an ID and a spec name, and its state must be one of
+//     api.Suite* (an empty one is Open), else errdefs.ErrInvalid; the rule
+//     that a live (Open or Closed) suite's name is its own holds for
+//     UpdateSuite too (renames, revivals) as errdefs.ErrConflict;
+//   - suites list by priority (highest first), then CreatedAt, then ID;
+//     SuiteByName finds the newest whatever its state; a group filter
+//     matches Spec.Group exactly;
+//   - Counts are computed, so UpdateSuite drops fn's changes to them;
+//   - specs are stored as JSON: empty lists inside them may read back nil;
+//     AssignedNodes and Failures read back empty, never nil;
+//   - new tasks are Ready at attempt 0 whatever the caller set; task IDs
+//     are unique across suites;
+//   - ListTasks of an unknown suite or after an unknown task, and
+//     ClaimTasks of an unknown suite, are errdefs.ErrNotFound; ClaimTasks
+//     with max <= 0 claims nothing; claimed and listed tasks are what
+//     GetTask returns, failures included;
+//   - FinishAttempts refuses a batch with an unknown outcome whole
+//     (errdefs.ErrInvalid); a result's NodeID is the reporting node and a
+//     zero FinishedAt or failure time is now; a failure's Attempt and
+//     NodeID are the report's; a failed report without a Failure is
+//     recorded from its Result; a task given up keeps its last result, one
+//     retried keeps none; the abort policy is not asked about ignored
+//     reports or stops;
+//   - a task keeps its NodeID when it goes back to Ready (stop, failure,
+//     ReturnTasks, ReclaimNode);
+//   - CancelTask of a Finished, Failed or Cancelled task is
+//     errdefs.ErrConflict and changes nothing.
 package storetest
 
 import (
@@ -77,6 +109,31 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"UseJoinTokenConcurrent", testUseJoinTokenConcurrent},
 		{"TouchTokens", testTouchTokens},
 		{"ReplaceNodeCredential", testReplaceNodeCredential},
+
+		{"CreateSuite", testCreateSuite},
+		{"CreateSuiteErrors", testCreateSuiteErrors},
+		{"SuiteByName", testSuiteByName},
+		{"ListSuites", testListSuites},
+		{"UpdateSuite", testUpdateSuite},
+		{"CancelSuiteCascades", testCancelSuiteCascades},
+		{"CloseIdleSuites", testCloseIdleSuites},
+		{"CompleteSuites", testCompleteSuites},
+		{"SuiteCounts", testSuiteCounts},
+
+		{"AddTasks", testAddTasks},
+		{"AddTasksErrors", testAddTasksErrors},
+		{"ListTasks", testListTasks},
+		{"ClaimTasksOrder", testClaimTasksOrder},
+		{"ClaimTasksConcurrent", testClaimTasksConcurrent},
+		{"FinishSucceeded", testFinishSucceeded},
+		{"FinishFirstCommitWins", testFinishFirstCommitWins},
+		{"FinishFailed", testFinishFailed},
+		{"FinishStopped", testFinishStopped},
+		{"FinishInvalid", testFinishInvalid},
+		{"ReturnTasks", testReturnTasks},
+		{"ReclaimNode", testReclaimNode},
+		{"CancelTask", testCancelTask},
+		{"NodeCurrentSuite", testNodeCurrentSuite},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
