@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/agent"
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/server"
@@ -199,24 +200,29 @@ func newDevCmd(e *env) *cobra.Command {
 	var f serverFlags
 	var name string
 	var tags []string
+	var noDemo bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a server and an agent in one process (zero setup)",
 		Long: `Run a coordinator and one agent in one process, state in an embedded SQLite
 file under the data dir (default ./nodemgr-dev). It prints the address and the
-admin token to use with the client commands in another terminal.`,
+admin token to use with the client commands in another terminal.
+
+On first start it also creates a small demo suite, "hello", whose tasks the
+agent runs at once: watch it with nodemgr suite watch hello.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDev(cmd, e, &f, name, tags)
+			return runDev(cmd, e, &f, name, tags, !noDemo)
 		},
 	}
 	f.register(cmd, "nodemgr-dev")
 	cmd.Flags().StringVar(&name, "name", "", "the dev agent's node name (default the hostname)")
 	cmd.Flags().StringSliceVar(&tags, "tag", nil, "tags of the dev agent")
+	cmd.Flags().BoolVar(&noDemo, "no-demo", false, "do not create the demo suite")
 	return cmd
 }
 
-func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []string) error {
+func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []string, demo bool) error {
 	log, err := newLogger(cmd, e.stderr)
 	if err != nil {
 		return err
@@ -267,9 +273,15 @@ In another terminal:
   export NODEMGR_ADDR=%s
   export NODEMGR_TOKEN=%s
   nodemgr node ls
-
-Press Ctrl-C to stop.
 `, f.dataDir, addr, adminToken)
+	if demo {
+		if err := createDemoSuite(ctx, client.New(addr, adminToken)); err != nil {
+			log.Warn("demo suite not created", "err", err)
+		} else {
+			fmt.Fprintf(e.stdout, "  nodemgr suite watch %s      # the demo suite, running now\n", demoSuite)
+		}
+	}
+	fmt.Fprintf(e.stdout, "\nPress Ctrl-C to stop.\n")
 
 	agentErr := make(chan error, 1)
 	go func() { agentErr <- a.Run(ctx) }()
@@ -295,4 +307,32 @@ func devJoinToken(ctx context.Context, st store.Store) (secret, id string, err e
 		return "", "", fmt.Errorf("dev join token: %w", err)
 	}
 	return secret, t.ID, nil
+}
+
+// demoSuite is the suite `nodemgr dev` creates on first start.
+const demoSuite = "hello"
+
+// createDemoSuite gives a new dev setup something to watch: 120 short
+// tasks on two workers, closed so that it completes. It does nothing when
+// the suite exists already.
+func createDemoSuite(ctx context.Context, c *client.Client) error {
+	if _, err := c.Suite(ctx, demoSuite); err == nil {
+		return nil
+	}
+	_, err := c.CreateSuite(ctx, api.SuiteSpec{
+		Name: demoSuite, Description: "created by nodemgr dev: 120 tasks that greet and sleep",
+		WorkerSchedule: api.WorkerSchedule{WorkerCount: 2},
+	})
+	if err != nil {
+		return err
+	}
+	tasks := make([]api.TaskSpec, 120)
+	for i := range tasks {
+		tasks[i] = api.TaskSpec{Argv: []string{"sh", "-c", fmt.Sprintf(`echo "hello from task %d on $(hostname)"; sleep 0.25`, i+1)}}
+	}
+	if _, err := c.SubmitTasks(ctx, demoSuite, tasks); err != nil {
+		return err
+	}
+	_, err = c.CloseSuite(ctx, demoSuite)
+	return err
 }

@@ -245,6 +245,7 @@ func (s *Server) handleDeleteNode(w http.ResponseWriter, r *http.Request) error 
 	if s.hub.get(n.ID) != nil {
 		return errdefs.Conflict("node %s is connected; shut it down first (nodemgr node shutdown %s)", n.Name, n.ID)
 	}
+	s.reclaim(r.Context(), n.ID, "node removed") // else its running tasks would never end
 	if err := s.store.DeleteNode(r.Context(), n.ID); err != nil {
 		return fmt.Errorf("delete node: %w", err)
 	}
