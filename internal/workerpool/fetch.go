@@ -1,0 +1,117 @@
+package workerpool
+
+import (
+	"context"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// fetchLoop keeps the buffer filled from the source: with Prefetch n, it
+// tops the buffer up to n whenever it falls to n/2; with Prefetch 0 it
+// fetches one task for each worker waiting. A fetch that finds nothing is
+// retried after a wait that doubles from 50ms to 2s, or at once on Wake.
+func (p *Pool) fetchLoop(ctx context.Context) {
+	defer p.bgWG.Done()
+	wait := fetchMinWait
+	for {
+		p.mu.Lock()
+		n := p.wantLocked()
+		p.mu.Unlock()
+		if n == 0 {
+			select {
+			case <-p.need:
+			case <-p.wake:
+			case <-p.stopCh:
+				return
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+
+		tasks, done, err := p.src.Fetch(ctx, n)
+		p.mu.Lock()
+		p.addLocked(tasks)
+		if done {
+			p.done = true
+			p.dispatchLocked() // waiting workers get Done
+			p.signal(p.kick)
+		}
+		p.mu.Unlock()
+		switch {
+		case done:
+			return
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			p.log.Warn("fetch tasks", "max", n, "err", err)
+		case len(tasks) > 0:
+			wait = fetchMinWait
+			continue
+		}
+
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+			wait = min(2*wait, fetchMaxWait)
+		case <-p.wake:
+			wait = fetchMinWait
+		case <-p.stopCh:
+			t.Stop()
+			return
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+}
+
+// wantLocked is how many tasks to fetch now; 0 means none.
+func (p *Pool) wantLocked() int {
+	switch {
+	case p.stop != stopNone || p.done:
+		return 0
+	case p.cfg.Prefetch == 0:
+		if len(p.waiting) > len(p.buf) {
+			return 1
+		}
+		return 0
+	case len(p.buf) <= p.cfg.Prefetch/2:
+		return p.cfg.Prefetch - len(p.buf)
+	}
+	return 0
+}
+
+// addLocked takes fetched tasks into the buffer and serves waiting workers;
+// if the pool is stopping they go straight back.
+func (p *Pool) addLocked(tasks []api.Task) {
+	if len(tasks) == 0 {
+		return
+	}
+	if p.stop != stopNone {
+		ids := make([]string, len(tasks))
+		for i, t := range tasks {
+			ids[i] = t.ID
+		}
+		p.returnLocked(ids)
+		return
+	}
+	for _, t := range tasks {
+		if p.held[t.ID] != nil {
+			p.log.Warn("source gave a task the pool already runs; ignoring it", "task", t.ID)
+			continue
+		}
+		p.buf = append(p.buf, t)
+	}
+	p.dispatchLocked()
+}
+
+// needFetchLocked tells the fetcher the buffer or the waiting line changed.
+func (p *Pool) needFetchLocked() {
+	if p.wantLocked() > 0 {
+		p.signal(p.need)
+	}
+}

@@ -1,0 +1,505 @@
+package workerpool
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/workerproto"
+)
+
+// Source is where a pool's tasks come from and where their results go: the
+// agent's link to the server.
+//
+// Fetch is called from one goroutine at a time. Report and Return are
+// called in order from one delivery goroutine, never with the pool's lock
+// held and never after Run has returned; they may run while Fetch does.
+type Source interface {
+	// Fetch claims up to max tasks. done means the suite will have no more
+	// tasks: the pool stops asking. Zero tasks and !done means none now;
+	// the pool asks again after a growing wait (50ms to 2s) or on Wake.
+	Fetch(ctx context.Context, max int) (tasks []api.Task, done bool, err error)
+	// Report delivers one attempt's result. It should not block for long.
+	Report(r api.TaskReport)
+	// Return gives back tasks that were fetched but never started.
+	Return(ids []string)
+}
+
+// Config describes a pool.
+type Config struct {
+	SuiteID, SuiteName, NodeID string
+
+	Workers  int             // 1..256
+	Binding  *api.CPUBinding // nil: no pinning
+	Prefetch int             // tasks buffered ahead; 0: every worker fetch asks the Source for one
+	Command  []string        // the worker program and its arguments
+	Env      []string        // extra environment for workers; the pool adds NODEMGR_*
+	// Dir is the workers' working directory, and where the pool's socket
+	// lives: keep it short, a socket path has at most 107 bytes.
+	Dir    string
+	Logger *slog.Logger // nil: discard
+
+	// KillGrace is how long a worker asked to abandon its task (timeout,
+	// Cancel) or to stop at once (Stop(false)) has before it is killed;
+	// 0 means 2s.
+	KillGrace time.Duration
+	// StopGrace is how long an idle worker has between SIGTERM and SIGKILL
+	// when the pool winds down; 0 means 5s.
+	StopGrace time.Duration
+}
+
+// Limits and timings.
+const (
+	MaxWorkers  = 256
+	MaxPrefetch = 4096 // the server's bound on one fetch
+
+	defaultKillGrace = 2 * time.Second
+	defaultStopGrace = 5 * time.Second
+	// doneWait is how long workers told Done get to exit by themselves
+	// before the pool sends SIGTERM.
+	doneWait = time.Second
+	// lostConnGrace is how long a worker that closed its connection gets to
+	// exit before it is dropped: a crash closes the socket a moment before
+	// Wait reports the signal, and the crash must win.
+	lostConnGrace = time.Second
+	helloTimeout  = 10 * time.Second
+	// connectTimeout is how long a new worker has to say hello: a program
+	// that is not a worker (a plain script named as worker_command) would
+	// otherwise sit on its slot forever. Generous, for slow interpreters.
+	connectTimeout = 60 * time.Second
+	// maxSilentDeaths consecutive exits of a worker before it says hello
+	// end Run with an error: the command is broken, not the task.
+	maxSilentDeaths = 5
+	// Respawn delays for workers that die within healthyLife of starting.
+	respawnMin  = 100 * time.Millisecond
+	respawnMax  = 5 * time.Second
+	healthyLife = time.Second
+	// Waits between fetches that found nothing.
+	fetchMinWait = 50 * time.Millisecond
+	fetchMaxWait = 2 * time.Second
+	// maxTail bounds each output tail in a report, as the server does.
+	maxTail = 64 << 10
+)
+
+type stopMode int
+
+const (
+	stopNone     stopMode = iota
+	stopGraceful          // no new tasks; running ones finish
+	stopForce             // workers are being killed
+)
+
+// Pool runs one suite's workers. Create it with New, then call Run once.
+type Pool struct {
+	cfg  Config
+	src  Source
+	log  *slog.Logger
+	sock string
+
+	connectTimeout time.Duration // the constant, but tests shorten it
+
+	wake    chan struct{} // Wake: fetch now
+	need    chan struct{} // the fetcher may have work
+	kick    chan struct{} // Run re-checks whether it is done
+	outKick chan struct{} // the delivery goroutine has work
+	stopCh  chan struct{} // closed when stopping begins
+
+	slotWG sync.WaitGroup // slot loops
+	connWG sync.WaitGroup // accept loop and connection readers
+	bgWG   sync.WaitGroup // fetcher
+
+	mu        sync.Mutex
+	started   bool
+	closed    bool // Run has returned
+	stop      stopMode
+	fatal     error
+	done      bool // the source has no more tasks
+	slots     []*slot
+	buf       []api.Task       // fetched, not started, in order
+	waiting   []*slot          // workers with a fetch the buffer could not answer
+	held      map[string]*slot // task ID → the worker running it
+	conns     map[*workerproto.Conn]bool
+	outbox    []delivery
+	outClosed bool
+	respawns  int
+	dropped   int
+	reported  int
+	lat       latencies
+}
+
+type delivery struct {
+	report *api.TaskReport
+	ret    []string
+}
+
+// New checks cfg, including that the cores it binds to exist here.
+func New(cfg Config, src Source) (*Pool, error) {
+	if src == nil {
+		return nil, errors.New("worker pool: no task source")
+	}
+	if cfg.Workers < 1 || cfg.Workers > MaxWorkers {
+		return nil, fmt.Errorf("worker pool: %w", errdefs.Field("workers", "must be 1..%d, got %d", MaxWorkers, cfg.Workers))
+	}
+	if cfg.Prefetch < 0 || cfg.Prefetch > MaxPrefetch {
+		return nil, fmt.Errorf("worker pool: %w", errdefs.Field("prefetch", "must be 0..%d, got %d", MaxPrefetch, cfg.Prefetch))
+	}
+	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
+		return nil, fmt.Errorf("worker pool: %w", errdefs.Field("command", "is empty"))
+	}
+	if cfg.Dir == "" {
+		return nil, fmt.Errorf("worker pool: %w", errdefs.Field("dir", "is empty"))
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("worker pool: dir %s: %w", cfg.Dir, err)
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("worker pool: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("worker pool: %w", errdefs.Field("dir", "%s is not a directory", dir))
+	}
+	cfg.Dir = dir
+	plan, err := planCPUs(cfg.Binding, cfg.Workers)
+	if err != nil {
+		return nil, fmt.Errorf("worker pool: %w", errors.Join(errdefs.ErrInvalid, err))
+	}
+	if cfg.Binding != nil {
+		if err := checkCores(cfg.Binding.Cores); err != nil {
+			return nil, fmt.Errorf("worker pool: %w", errors.Join(errdefs.ErrInvalid, err))
+		}
+	}
+	sock := filepath.Join(dir, "w-"+randHex(4)+".sock")
+	if len(sock) > 107 {
+		return nil, fmt.Errorf("worker pool: %w", errdefs.Field("dir",
+			"socket path %s is %d bytes, more than a unix socket allows (107): use a shorter directory", sock, len(sock)))
+	}
+	if cfg.KillGrace <= 0 {
+		cfg.KillGrace = defaultKillGrace
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = defaultStopGrace
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Pool{
+		cfg: cfg, src: src, log: log, sock: sock,
+		wake: make(chan struct{}, 1), need: make(chan struct{}, 1), kick: make(chan struct{}, 1),
+		outKick: make(chan struct{}, 1), stopCh: make(chan struct{}),
+		held: map[string]*slot{}, conns: map[*workerproto.Conn]bool{},
+		connectTimeout: connectTimeout,
+	}
+	for i := range cfg.Workers {
+		p.slots = append(p.slots, &slot{id: i, cpus: plan[i]})
+	}
+	return p, nil
+}
+
+// Run starts the workers and serves them until the source is done and no
+// task is in flight, or until Stop or ctx ends it; then it stops the
+// workers (Done, SIGTERM, SIGKILL after StopGrace) and waits for them.
+// Tasks still buffered are returned to the source. Stopping is not an
+// error: Run returns nil then, and an error only when the workers cannot
+// run (socket, command, a worker that dies before it ever connects).
+//
+// Run after Stop returns nil at once.
+func (p *Pool) Run(ctx context.Context) error {
+	p.mu.Lock()
+	if p.started {
+		p.mu.Unlock()
+		return errors.New("worker pool: Run called twice")
+	}
+	p.started = true
+	if p.stop != stopNone {
+		p.closed = true
+		p.mu.Unlock()
+		return nil
+	}
+	p.mu.Unlock()
+
+	ln, err := net.Listen("unix", p.sock)
+	if err != nil {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		return fmt.Errorf("worker pool: listen on %s: %w", p.sock, err)
+	}
+	os.Chmod(p.sock, 0o600) // only this user's processes may play worker
+	delivered := make(chan struct{})
+	go p.deliverLoop(delivered)
+	p.connWG.Add(1)
+	go p.acceptLoop(ln)
+
+	fctx, fcancel := context.WithCancel(ctx)
+	defer fcancel()
+	for _, s := range p.slots {
+		cmd, err := p.spawn(s)
+		if err != nil {
+			if !errors.Is(err, errStopping) {
+				p.mu.Lock()
+				p.fatal = err
+				p.mu.Unlock()
+			}
+			break
+		}
+		p.slotWG.Add(1)
+		go p.slotLoop(s, cmd)
+	}
+	p.mu.Lock()
+	if p.fatal == nil {
+		p.bgWG.Add(1)
+		go p.fetchLoop(fctx)
+	}
+	p.mu.Unlock()
+	p.log.Info("workers started", "workers", p.cfg.Workers, "prefetch", p.cfg.Prefetch, "socket", p.sock)
+
+	var mode stopMode
+	for {
+		p.mu.Lock()
+		m, end := p.endLocked()
+		p.mu.Unlock()
+		if end {
+			mode = m
+			break
+		}
+		select {
+		case <-p.kick:
+		case <-ctx.Done():
+			p.Stop(false)
+		}
+	}
+
+	// Wind down. Fetch first, so that nothing new arrives.
+	fcancel()
+	p.bgWG.Wait()
+	exited := make(chan struct{})
+	go func() { p.slotWG.Wait(); close(exited) }()
+	grace := p.cfg.KillGrace
+	if mode == stopGraceful {
+		grace = p.cfg.StopGrace
+		select { // workers told Done leave by themselves
+		case <-exited:
+		case <-time.After(doneWait):
+		}
+	}
+	p.mu.Lock()
+	for _, s := range p.slots {
+		p.terminateLocked(s, grace)
+	}
+	p.mu.Unlock()
+	<-exited
+
+	ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.connWG.Wait()
+
+	p.mu.Lock()
+	p.closed = true
+	p.outClosed = true
+	err = p.fatal
+	p.mu.Unlock()
+	p.signal(p.outKick)
+	<-delivered
+	if err != nil {
+		p.log.Error("worker pool failed", "err", err)
+	} else {
+		p.log.Info("workers stopped")
+	}
+	return err
+}
+
+// endLocked says whether Run should wind down, and how.
+func (p *Pool) endLocked() (stopMode, bool) {
+	switch {
+	case p.fatal != nil:
+		p.beginStopLocked(stopForce)
+		return stopForce, true
+	case p.stop == stopForce:
+		return stopForce, true
+	case p.stop == stopGraceful && len(p.held) == 0:
+		return stopGraceful, true
+	case p.stop == stopNone && p.done && len(p.buf) == 0 && len(p.held) == 0:
+		p.beginStopLocked(stopGraceful)
+		return stopGraceful, true
+	}
+	return stopNone, false
+}
+
+// Stop ends the pool. Graceful: no new tasks start, buffered ones are
+// returned, running ones finish, then Run returns. Not graceful: workers are
+// sent SIGTERM and killed after KillGrace; their tasks are reported
+// stopped unless they report first. A forced Stop may follow a graceful
+// one. Stop does not wait; Run's return says the pool is done.
+func (p *Pool) Stop(graceful bool) {
+	mode := stopForce
+	if graceful {
+		mode = stopGraceful
+	}
+	p.mu.Lock()
+	p.beginStopLocked(mode)
+	p.mu.Unlock()
+}
+
+func (p *Pool) beginStopLocked(mode stopMode) {
+	if p.closed || mode <= p.stop {
+		return
+	}
+	first := p.stop == stopNone
+	p.stop = mode
+	if first {
+		close(p.stopCh)
+		ids := make([]string, len(p.buf))
+		for i, t := range p.buf {
+			ids[i] = t.ID
+		}
+		p.buf = nil
+		p.returnLocked(ids)
+		p.dispatchLocked() // idle workers get Done
+	}
+	if mode == stopForce {
+		for _, s := range p.slots {
+			p.terminateLocked(s, p.cfg.KillGrace)
+		}
+	}
+	p.signal(p.kick)
+}
+
+// Cancel abandons a task if this pool has it: a running task's worker is
+// asked to drop it and killed if it has not within KillGrace; a buffered
+// task is taken out. Either way the task is reported failed with reason
+// "cancelled". It returns whether the pool had the task.
+func (p *Pool) Cancel(taskID string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	if s := p.held[taskID]; s != nil {
+		if s.job.verdict == "" {
+			p.abandonLocked(s, "cancelled")
+		}
+		return true
+	}
+	for i, t := range p.buf {
+		if t.ID == taskID {
+			p.buf = slices.Delete(p.buf, i, i+1)
+			p.reportLocked(api.TaskReport{TaskID: t.ID, Attempt: t.Attempt, Outcome: api.OutcomeFailed,
+				Reason: "cancelled", Result: api.TaskResult{ExitCode: -1}})
+			p.needFetchLocked()
+			return true
+		}
+	}
+	return false
+}
+
+// Wake makes the pool ask its source for tasks now, cutting short the wait
+// after a fetch that found none. Call it when the server says tasks arrived.
+func (p *Pool) Wake() { p.signal(p.wake) }
+
+// Stats returns a snapshot of the pool.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := Stats{Workers: p.cfg.Workers, Buffered: len(p.buf), Respawns: p.respawns,
+		Dropped: p.dropped, Reported: p.reported, FetchLatency: p.lat.summary()}
+	for _, s := range p.slots {
+		w := WorkerStats{ID: s.id, CPUs: slices.Clone(s.cpus)}
+		if s.proc != nil {
+			st.Alive++
+			w.PID = s.proc.Pid
+		}
+		if s.conn != nil && !s.retired {
+			st.Connected++
+		}
+		if s.job != nil {
+			st.Busy++
+			w.TaskID = s.job.task.ID
+		}
+		st.PerWorker = append(st.PerWorker, w)
+	}
+	return st
+}
+
+// reportLocked queues a report for the source.
+func (p *Pool) reportLocked(r api.TaskReport) {
+	r.Result.NodeID = p.cfg.NodeID
+	if r.Result.FinishedAt.IsZero() {
+		r.Result.FinishedAt = time.Now().UTC()
+	}
+	r.Result.Stdout, r.Result.Stderr = tail(r.Result.Stdout), tail(r.Result.Stderr)
+	p.reported++
+	p.outbox = append(p.outbox, delivery{report: &r})
+	p.signal(p.outKick)
+}
+
+// returnLocked queues unstarted tasks to go back to the source.
+func (p *Pool) returnLocked(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	p.outbox = append(p.outbox, delivery{ret: ids})
+	p.signal(p.outKick)
+}
+
+// deliverLoop calls the source's Report and Return outside the lock, in
+// order, until Run closes the outbox and it is empty.
+func (p *Pool) deliverLoop(delivered chan<- struct{}) {
+	defer close(delivered)
+	for {
+		p.mu.Lock()
+		batch, closed := p.outbox, p.outClosed
+		p.outbox = nil
+		p.mu.Unlock()
+		for _, d := range batch {
+			if d.report != nil {
+				p.src.Report(*d.report)
+			} else {
+				p.src.Return(d.ret)
+			}
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		if closed {
+			return
+		}
+		<-p.outKick
+	}
+}
+
+// signal wakes whoever waits on c without blocking.
+func (p *Pool) signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func tail(s string) string {
+	if len(s) <= maxTail {
+		return s
+	}
+	return s[len(s)-maxTail:]
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,483 @@
+package workerpool
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+)
+
+func TestEveryTaskRunsOnce(t *testing.T) {
+	cases := []struct {
+		name              string
+		workers, prefetch int
+		tasks             int
+	}{
+		{"one worker, no prefetch", 1, 0, 20},
+		{"four workers, no prefetch", 4, 0, 60},
+		{"four workers, prefetch 32", 4, 32, 300},
+		{"three workers, prefetch 1", 3, 1, 30},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newSource(tasks("t", tc.tasks, "ok")...)
+			p := start(t, config(t, "worker", tc.workers, tc.prefetch), src)
+			if err := p.wait(t, 60*time.Second); err != nil {
+				t.Fatalf("Run = %v, want nil", err)
+			}
+			rec := src.Record()
+			fetched, returned, reports, maxes := rec.Fetched, rec.Returned, rec.Reports, rec.Maxes
+			if len(fetched) != tc.tasks {
+				t.Errorf("fetched %d tasks, want %d", len(fetched), tc.tasks)
+			}
+			if len(returned) != 0 {
+				t.Errorf("returned %v, want none", returned)
+			}
+			seen := map[string]int{}
+			for _, r := range reports {
+				seen[r.TaskID]++
+				if r.Outcome != api.OutcomeSucceeded || r.Attempt != 1 || r.Result.NodeID != "node-1" ||
+					r.Result.Stdout != "ok "+r.TaskID || r.Result.FinishedAt.IsZero() {
+					t.Errorf("report %+v, want succeeded attempt 1 on node-1 with its output", r)
+				}
+			}
+			for _, id := range fetched {
+				if seen[id] != 1 {
+					t.Errorf("task %s reported %d times, want 1", id, seen[id])
+				}
+			}
+			for _, m := range maxes {
+				if tc.prefetch == 0 && m != 1 || tc.prefetch > 0 && (m < 1 || m > tc.prefetch) {
+					t.Errorf("Fetch(max %d) with prefetch %d; want 1 without prefetch, 1..prefetch with", m, tc.prefetch)
+				}
+			}
+			st := p.Stats()
+			if st.Busy != 0 || st.Buffered != 0 || st.Alive != 0 || st.Respawns != 0 || st.Reported != tc.tasks {
+				t.Errorf("Stats after Run = %+v, want nothing busy, buffered or alive, no respawns, %d reported", st, tc.tasks)
+			}
+			if st.FetchLatency.Samples != tc.tasks || st.FetchLatency.P50 <= 0 || st.FetchLatency.P99 < st.FetchLatency.P50 {
+				t.Errorf("FetchLatency = %+v, want %d samples with 0 < p50 <= p99", st.FetchLatency, tc.tasks)
+			}
+		})
+	}
+}
+
+// Workers get the pool's NODEMGR_* variables and Config.Env, but not the
+// agent's own NODEMGR_* settings, which may be secrets.
+func TestWorkerEnvironment(t *testing.T) {
+	t.Setenv("NODEMGR_JOIN_TOKEN", "secret")
+	t.Setenv("WORKERPOOL_TEST_INHERITED", "yes")
+	src := newSource(task("env", "env"))
+	cfg := config(t, "worker", 1, 0)
+	cfg.Env = append(cfg.Env, "EXTRA=1")
+	p := start(t, cfg, src)
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	r, _ := src.ReportFor("env")
+	env := strings.Split(r.Result.Stdout, "\n")
+	for _, want := range []string{"EXTRA=1", "WORKERPOOL_TEST_INHERITED=yes", "NODEMGR_SUITE_ID=suite-1",
+		"NODEMGR_SUITE_NAME=test", "NODEMGR_NODE_ID=node-1", "NODEMGR_WORKER_ID=0", "NODEMGR_WORKER_COUNT=1"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("worker environment lacks %s", want)
+		}
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "NODEMGR_JOIN_TOKEN=") {
+			t.Errorf("worker environment has the agent's %s", kv)
+		}
+	}
+}
+
+func TestDoneWithNoTasks(t *testing.T) {
+	src := newSource()
+	p := start(t, config(t, "worker", 2, 32), src)
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+}
+
+func TestFailedTask(t *testing.T) {
+	src := newSource(task("bad", "fail", "3"))
+	p := start(t, config(t, "worker", 1, 0), src)
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	r, _ := src.ReportFor("bad")
+	if r.Outcome != api.OutcomeFailed || r.Reason != "exit status 3" || r.Result.ExitCode != 3 || r.Crash || r.Result.Stderr != "failing" {
+		t.Errorf("report = %+v, want failed, exit status 3, not a crash, with stderr", r)
+	}
+}
+
+// A worker that dies holding a task is noticed, its task reported as the
+// death says, and a new worker takes the next tasks.
+func TestWorkerDeath(t *testing.T) {
+	cases := []struct {
+		name    string
+		argv    []string
+		outcome string
+		crash   bool
+		signal  string
+		code    int
+		reason  string
+	}{
+		{"SIGSEGV", []string{"segv"}, api.OutcomeFailed, true, "SIGSEGV", -1, "worker crashed (SIGSEGV)"},
+		{"SIGKILL", []string{"kill"}, api.OutcomeFailed, true, "SIGKILL", -1, "worker crashed (SIGKILL)"},
+		{"SIGTERM", []string{"term"}, api.OutcomeStopped, false, "SIGTERM", -1, "worker stopped (SIGTERM)"},
+		{"exit", []string{"exit", "7"}, api.OutcomeFailed, true, "", 7, "worker exited while running the task (exit status 7)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newSource(append([]api.Task{task("victim", tc.argv...)}, tasks("after", 3, "ok")...)...)
+			p := start(t, config(t, "worker", 1, 0), src)
+			if err := p.wait(t, 30*time.Second); err != nil {
+				t.Fatalf("Run = %v, want nil", err)
+			}
+			r, ok := src.ReportFor("victim")
+			if !ok {
+				t.Fatal("no report for the task the worker died with")
+			}
+			if r.Outcome != tc.outcome || r.Crash != tc.crash || r.Result.Signal != tc.signal ||
+				r.Result.ExitCode != tc.code || r.Reason != tc.reason {
+				t.Errorf("report = %+v, want outcome %s crash %v signal %q exit %d reason %q",
+					r, tc.outcome, tc.crash, tc.signal, tc.code, tc.reason)
+			}
+			for _, id := range []string{"after-000", "after-001", "after-002"} {
+				if r, ok := src.ReportFor(id); !ok || r.Outcome != api.OutcomeSucceeded {
+					t.Errorf("report for %s = %+v (found %v), want succeeded by the new worker", id, r, ok)
+				}
+			}
+			if st := p.Stats(); st.Respawns != 1 {
+				t.Errorf("Respawns = %d, want 1", st.Respawns)
+			}
+		})
+	}
+}
+
+// A worker that breaks the protocol is dropped and replaced; its task is
+// run again by the replacement, not reported failed.
+func TestProtocolViolation(t *testing.T) {
+	for _, misdeed := range []string{"garbage", "unknown-op", "wrong-report", "bad-outcome", "double-fetch", "hang-up"} {
+		t.Run(misdeed, func(t *testing.T) {
+			marker := filepath.Join(shortTempDir(t), "done")
+			src := newSource(task("victim", misdeed, marker), task("next", "ok"))
+			p := start(t, config(t, "raw", 1, 32), src)
+			if err := p.wait(t, 30*time.Second); err != nil {
+				t.Fatalf("Run = %v, want nil", err)
+			}
+			if _, err := os.Stat(marker); err != nil {
+				t.Fatalf("the worker never misbehaved: %v", err)
+			}
+			rec := src.Record()
+			returned, reports := rec.Returned, rec.Reports
+			var got []string
+			for _, r := range reports {
+				got = append(got, r.TaskID+":"+r.Outcome)
+			}
+			slices.Sort(got)
+			if want := []string{"next:succeeded", "victim:succeeded"}; !slices.Equal(got, want) || len(returned) > 0 {
+				t.Errorf("reports %v, returned %v; want %v and nothing returned", got, returned, want)
+			}
+			if st := p.Stats(); st.Dropped != 1 || st.Respawns != 1 {
+				t.Errorf("Dropped, Respawns = %d, %d; want 1, 1", st.Dropped, st.Respawns)
+			}
+		})
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	cases := []struct {
+		name     string
+		argv     []string
+		signal   string
+		respawns int
+	}{
+		// The worker gives the task up when asked and carries on.
+		{"worker abandons the task", []string{"sleep", "30s"}, "", 0},
+		// The worker ignores the request and is killed.
+		{"worker is killed", []string{"hang", "30s"}, "SIGKILL", 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newSource(withTimeout(task("slow", tc.argv...), 200*time.Millisecond), task("next", "ok"))
+			cfg := config(t, "worker", 1, 0)
+			cfg.KillGrace = 300 * time.Millisecond
+			p := start(t, cfg, src)
+			if err := p.wait(t, 20*time.Second); err != nil {
+				t.Fatalf("Run = %v, want nil", err)
+			}
+			r, _ := src.ReportFor("slow")
+			if r.Outcome != api.OutcomeFailed || r.Reason != "timeout" || r.Crash || r.Result.Signal != tc.signal {
+				t.Errorf("report = %+v, want failed, reason timeout, no crash, signal %q", r, tc.signal)
+			}
+			if r.Result.DurationMS < 200 {
+				t.Errorf("DurationMS = %d, want at least the timeout", r.Result.DurationMS)
+			}
+			if r, _ := src.ReportFor("next"); r.Outcome != api.OutcomeSucceeded {
+				t.Errorf("next task: %+v, want succeeded", r)
+			}
+			if st := p.Stats(); st.Respawns != tc.respawns {
+				t.Errorf("Respawns = %d, want %d", st.Respawns, tc.respawns)
+			}
+		})
+	}
+}
+
+func TestCancel(t *testing.T) {
+	src := newSource(task("running", "sleep", "30s"), task("buffered", "ok"), task("last", "ok"))
+	p := start(t, config(t, "worker", 1, 32), src)
+	waitFor(t, 20*time.Second, "the first task to run", func() bool {
+		st := p.Stats()
+		return st.Busy == 1 && st.Buffered == 2
+	})
+	if p.Cancel("elsewhere") {
+		t.Error(`Cancel("elsewhere") = true, want false: the pool never had it`)
+	}
+	if !p.Cancel("buffered") {
+		t.Error(`Cancel("buffered") = false, want true`)
+	}
+	if !p.Cancel("running") {
+		t.Error(`Cancel("running") = false, want true`)
+	}
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	for id, want := range map[string]string{"running": "failed/cancelled", "buffered": "failed/cancelled", "last": "succeeded/"} {
+		if r, _ := src.ReportFor(id); r.Outcome+"/"+r.Reason != want {
+			t.Errorf("report for %s = %+v, want %s", id, r, want)
+		}
+	}
+	if st := p.Stats(); st.Respawns != 0 {
+		t.Errorf("Respawns = %d, want 0: the worker dropped the task when asked", st.Respawns)
+	}
+}
+
+// A graceful stop lets running tasks finish and gives the buffered ones
+// back; every fetched task ends reported or returned, never both.
+func TestGracefulStop(t *testing.T) {
+	src := newSource(tasks("t", 40, "sleep", "300ms")...)
+	src.SetOpen(true)
+	p := start(t, config(t, "worker", 2, 32), src)
+	waitFor(t, 20*time.Second, "both workers busy with tasks buffered", func() bool {
+		st := p.Stats()
+		return st.Busy == 2 && st.Buffered > 0
+	})
+	p.Stop(true)
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	rec := src.Record()
+	fetched, returned, reports := rec.Fetched, rec.Returned, rec.Reports
+	if len(reports) != 2 {
+		t.Errorf("%d reports, want the 2 running tasks", len(reports))
+	}
+	for _, r := range reports {
+		if r.Outcome != api.OutcomeSucceeded {
+			t.Errorf("report %+v, want succeeded: running tasks finish", r)
+		}
+	}
+	ended := slices.Clone(returned)
+	for _, r := range reports {
+		ended = append(ended, r.TaskID)
+	}
+	slices.Sort(ended)
+	slices.Sort(fetched)
+	if !slices.Equal(ended, fetched) {
+		t.Errorf("reported+returned = %v, want each fetched task once: %v", ended, fetched)
+	}
+	if st := p.Stats(); st.Alive != 0 {
+		t.Errorf("%d workers alive after Run, want 0", st.Alive)
+	}
+}
+
+func TestForceStop(t *testing.T) {
+	for _, mode := range []string{"worker", "worker-nosignal"} {
+		t.Run(mode, func(t *testing.T) {
+			src := newSource(tasks("t", 10, "sleep", "30s")...)
+			cfg := config(t, mode, 2, 32)
+			p := start(t, cfg, src)
+			waitFor(t, 20*time.Second, "both workers busy", func() bool { return p.Stats().Busy == 2 })
+			begin := time.Now()
+			p.Stop(false)
+			if err := p.wait(t, 20*time.Second); err != nil {
+				t.Fatalf("Run = %v, want nil", err)
+			}
+			if d := time.Since(begin); d > defaultKillGrace {
+				t.Errorf("Run took %v to return after Stop(false), want less than the kill grace", d)
+			}
+			rec := src.Record()
+			returned, reports := rec.Returned, rec.Reports
+			if len(reports) != 2 || len(returned) != 8 {
+				t.Errorf("%d reports, %d returned; want 2 and 8", len(reports), len(returned))
+			}
+			for _, r := range reports {
+				if r.Outcome != api.OutcomeStopped || r.Crash {
+					t.Errorf("report %+v, want stopped, not a crash", r)
+				}
+			}
+		})
+	}
+}
+
+func TestWake(t *testing.T) {
+	src := newSource()
+	src.SetOpen(true)
+	p := start(t, config(t, "worker", 1, 4), src)
+	// Let the empty fetches back off to their longest wait.
+	waitFor(t, 20*time.Second, "fetches to back off", func() bool {
+		return len(src.Record().Maxes) >= 6 // now waiting 1.6s
+	})
+	src.Add(task("late", "ok"))
+	src.SetOpen(false)
+	begin := time.Now()
+	p.Wake()
+	waitFor(t, 20*time.Second, "the task to be reported", func() bool {
+		_, ok := src.ReportFor("late")
+		return ok
+	})
+	if d := time.Since(begin); d > time.Second {
+		t.Errorf("task ran %v after Wake, want well under the 1.6s backoff", d)
+	}
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+}
+
+func TestBrokenWorkerCommand(t *testing.T) {
+	cases := []struct {
+		name    string
+		command []string
+		want    string
+	}{
+		{"exits at once", []string{"/bin/sh", "-c", "exit 3"}, "before connecting"},
+		{"does not exist", []string{"/nonexistent/worker"}, "start worker 0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newSource(task("t", "ok"))
+			cfg := config(t, "worker", 2, 32)
+			cfg.Command = tc.command
+			p := start(t, cfg, src)
+			err := p.wait(t, 30*time.Second)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run = %v, want an error saying %q", err, tc.want)
+			}
+			rec := src.Record()
+			fetched, returned, reports := rec.Fetched, rec.Returned, rec.Reports
+			if len(reports) != 0 || !slices.Equal(returned, fetched) {
+				t.Errorf("reports %v, returned %v: want no reports and every fetched task (%v) returned", reports, returned, fetched)
+			}
+		})
+	}
+}
+
+// A program that is not a worker never says hello; it must not hold its
+// slot forever.
+func TestWorkerThatNeverConnects(t *testing.T) {
+	src := newSource(task("t", "ok"))
+	p, err := New(config(t, "idle", 1, 0), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.connectTimeout = 100 * time.Millisecond
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(t.Context()) }()
+	select {
+	case err := <-errc:
+		if err == nil || !strings.Contains(err.Error(), "did not connect within 100ms") {
+			t.Errorf("Run = %v, want an error saying the worker did not connect", err)
+		}
+	case <-time.After(30 * time.Second):
+		p.Stop(false)
+		t.Fatal("Run did not give up on a worker that never connects")
+	}
+	if st := p.Stats(); st.Respawns != maxSilentDeaths-1 {
+		t.Errorf("Respawns = %d, want %d", st.Respawns, maxSilentDeaths-1)
+	}
+}
+
+func TestStopBeforeRun(t *testing.T) {
+	src := newSource(task("t", "ok"))
+	p, err := New(config(t, "worker", 1, 0), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stop(true)
+	if err := p.Run(t.Context()); err != nil {
+		t.Errorf("Run after Stop = %v, want nil", err)
+	}
+	if fetched := src.Record().Fetched; len(fetched) != 0 {
+		t.Errorf("fetched %v, want nothing", fetched)
+	}
+}
+
+func TestRunEndsWithContext(t *testing.T) {
+	src := newSource(tasks("t", 4, "sleep", "30s")...)
+	p, err := New(config(t, "worker", 2, 32), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	cctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	go func() { errc <- p.Run(cctx) }()
+	waitFor(t, 20*time.Second, "both workers busy", func() bool { return p.Stats().Busy == 2 })
+	stop()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Errorf("Run = %v, want nil: cancellation is not an error", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	rec := src.Record()
+	returned, reports := rec.Returned, rec.Reports
+	if len(reports) != 2 || len(returned) != 2 {
+		t.Errorf("%d reports, %d returned; want 2 stopped and 2 returned", len(reports), len(returned))
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	long := filepath.Join(shortTempDir(t), strings.Repeat("d", 100))
+	if err := os.Mkdir(long, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		change func(*Config)
+		want   string
+	}{
+		{"no workers", func(c *Config) { c.Workers = 0 }, "workers"},
+		{"too many workers", func(c *Config) { c.Workers = 257 }, "workers"},
+		{"negative prefetch", func(c *Config) { c.Prefetch = -1 }, "prefetch"},
+		{"no command", func(c *Config) { c.Command = nil }, "command"},
+		{"no dir", func(c *Config) { c.Dir = "" }, "dir"},
+		{"dir too long for a socket", func(c *Config) { c.Dir = long }, "shorter directory"},
+		{"missing core", func(c *Config) { c.Binding = &api.CPUBinding{Cores: []int{0, 4000}} }, "core 4000"},
+		{"negative core", func(c *Config) { c.Binding = &api.CPUBinding{Cores: []int{-1}} }, "core -1"},
+		{"core twice", func(c *Config) { c.Binding = &api.CPUBinding{Cores: []int{0, 0}} }, "core 0 is listed twice"},
+		{"exclusive with too few cores", func(c *Config) {
+			c.Workers = 3
+			c.Binding = &api.CPUBinding{Cores: []int{0}, Strategy: api.BindExclusive}
+		}, "3 workers, 1 cores"},
+		{"unknown strategy", func(c *Config) { c.Binding = &api.CPUBinding{Cores: []int{0}, Strategy: "Spread"} }, "Spread"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config(t, "worker", 2, 0)
+			tc.change(&cfg)
+			_, err := New(cfg, newSource())
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("New = %v, want an invalid-config error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,17 @@
+//go:build !unix
+
+package workerpool
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+)
+
+func ownGroup(cmd *exec.Cmd) {}
+
+func terminate(p *os.Process) error { return errors.ErrUnsupported }
+
+func killGroup(p *os.Process) { p.Kill() }
+
+func exitInfo(st *os.ProcessState) (code int, signal string) { return st.ExitCode(), "" }

@@ -1,0 +1,34 @@
+//go:build unix
+
+package workerpool
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ownGroup puts a worker in a process group of its own: a Ctrl-C at the
+// agent's terminal then reaches the agent only, which stops its workers in
+// order, and killing the group takes any helper the worker left behind.
+func ownGroup(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} }
+
+// terminate asks a worker to stop.
+func terminate(p *os.Process) error { return p.Signal(syscall.SIGTERM) }
+
+// killGroup kills a worker and everything in its process group.
+func killGroup(p *os.Process) {
+	syscall.Kill(-p.Pid, syscall.SIGKILL)
+	p.Kill() // in case it left its group
+}
+
+// exitInfo says how a process ended: its exit code, or -1 and the name of
+// the signal that killed it.
+func exitInfo(st *os.ProcessState) (code int, signal string) {
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return -1, unix.SignalName(ws.Signal())
+	}
+	return st.ExitCode(), ""
+}

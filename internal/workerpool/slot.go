@@ -1,0 +1,328 @@
+package workerpool
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/backoff"
+	"github.com/nodemgr/nodemgr/internal/workerproto"
+)
+
+// slot is one worker position: an ID and cores kept across the processes
+// that fill it in turn. Its fields are guarded by Pool.mu.
+type slot struct {
+	id   int
+	cpus []int
+
+	gen     int    // spawn generation, so stale events can be told apart
+	token   string // this generation's hello token
+	proc    *os.Process
+	conn    *workerproto.Conn // set by hello
+	helloed bool              // this generation said hello
+	retired bool              // told Done: its exit is expected
+	dropped bool              // killed for a protocol error
+	fetchAt time.Time         // when its unanswered fetch arrived; zero: none
+	job     *job
+	termT   *time.Timer // SIGKILL after SIGTERM
+	silent  int         // consecutive exits before hello
+	lastErr error       // why the last hello failed, for the fatal error
+	noShow  bool        // killed for not connecting in time
+}
+
+// job is a task a worker holds.
+type job struct {
+	task    api.Task
+	start   time.Time
+	timeout *time.Timer
+	killT   *time.Timer // SIGKILL if the worker does not abandon the task
+	// verdict, once the pool has decided how the attempt ends ("timeout",
+	// "cancelled"), is the reason it is reported failed with, whatever the
+	// worker says.
+	verdict string
+}
+
+var errStopping = errors.New("worker pool is stopping")
+
+// spawn starts a new process in s.
+func (p *Pool) spawn(s *slot) (*exec.Cmd, error) {
+	p.mu.Lock()
+	if p.stop != stopNone {
+		p.mu.Unlock()
+		return nil, errStopping
+	}
+	s.gen++
+	s.token = randHex(16)
+	s.helloed, s.retired, s.dropped, s.noShow = false, false, false, false
+	gen, token := s.gen, s.token
+	p.mu.Unlock()
+
+	cmd := exec.Command(p.cfg.Command[0], p.cfg.Command[1:]...)
+	cmd.Dir = p.cfg.Dir
+	cmd.Env = append(append(workerEnviron(), p.cfg.Env...),
+		workerproto.EnvSocket+"="+p.sock,
+		workerproto.EnvWorkerID+"="+strconv.Itoa(s.id),
+		workerproto.EnvToken+"="+token,
+		workerproto.EnvWorkerCount+"="+strconv.Itoa(p.cfg.Workers),
+		workerproto.EnvSuiteID+"="+p.cfg.SuiteID,
+		workerproto.EnvSuiteName+"="+p.cfg.SuiteName,
+		workerproto.EnvNodeID+"="+p.cfg.NodeID,
+	)
+	// Straight to the agent's stderr: an *os.File is handed to the child
+	// as it is, so Wait never waits on a pipe a worker's child still holds.
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	ownGroup(cmd)
+	if err := startPinned(cmd, s.cpus); err != nil {
+		return nil, fmt.Errorf("start worker %d (%s): %w", s.id, p.cfg.Command[0], err)
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.proc = cmd.Process
+	p.log.Debug("worker started", "worker", s.id, "pid", s.proc.Pid, "cpus", formatCPUs(s.cpus))
+	if p.stop != stopNone { // stopping began while it started
+		p.terminateLocked(s, p.cfg.KillGrace)
+	}
+	time.AfterFunc(p.connectTimeout, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if s.gen == gen && s.proc != nil && !s.helloed && !s.retired {
+			p.log.Error("worker did not connect; killing it", "worker", s.id, "pid", s.proc.Pid, "after", p.connectTimeout)
+			s.noShow = true
+			killGroup(s.proc)
+		}
+	})
+	return cmd, nil
+}
+
+// workerEnviron is the agent's environment without its own NODEMGR_*
+// settings: they configure the agent, and some are secrets (join token,
+// API token) that tasks from any suite must not read.
+func workerEnviron() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "NODEMGR_") })
+}
+
+// slotLoop waits for s's process to end, reports what it held, and starts
+// the next one, until the pool stops.
+func (p *Pool) slotLoop(s *slot, cmd *exec.Cmd) {
+	defer p.slotWG.Done()
+	bo := backoff.Backoff{Min: respawnMin, Max: respawnMax}
+	for {
+		started := time.Now()
+		cmd.Wait() // the exit status is in ProcessState; other errors cannot happen with *os.File output
+		if !p.exited(s, cmd) {
+			return
+		}
+		var delay time.Duration
+		if time.Since(started) < healthyLife {
+			delay = bo.Next() // dying young: don't spin
+		} else {
+			bo.Reset()
+		}
+		for {
+			if delay > 0 {
+				select {
+				case <-time.After(delay):
+				case <-p.stopCh:
+					return
+				}
+			}
+			var err error
+			if cmd, err = p.spawn(s); err == nil {
+				break
+			}
+			if errors.Is(err, errStopping) {
+				return
+			}
+			p.mu.Lock()
+			p.log.Error("restart worker", "worker", s.id, "err", err)
+			s.lastErr = err
+			p.silentDeathLocked(s)
+			p.mu.Unlock()
+			delay = bo.Next()
+		}
+		p.mu.Lock()
+		p.respawns++
+		p.mu.Unlock()
+	}
+}
+
+// exited handles the end of s's process and says whether to start another.
+func (p *Pool) exited(s *slot, cmd *exec.Cmd) bool {
+	code, sig := exitInfo(cmd.ProcessState)
+	killGroup(cmd.Process) // anything it left behind in its group
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.signal(p.kick)
+	s.proc = nil
+	if s.termT != nil {
+		s.termT.Stop()
+		s.termT = nil
+	}
+	p.forgetConnLocked(s)
+	status := "exit status " + strconv.Itoa(code)
+	if sig != "" {
+		status = sig
+	}
+	expected := s.retired || s.dropped || p.stop != stopNone
+	if !s.helloed && !expected {
+		s.lastErr = fmt.Errorf("exited with %s before connecting", status)
+		if s.noShow {
+			s.lastErr = fmt.Errorf("did not connect within %v", p.connectTimeout)
+		}
+		p.silentDeathLocked(s)
+	}
+
+	if j := s.job; j != nil {
+		s.job = nil
+		p.releaseLocked(j)
+		r := api.TaskReport{TaskID: j.task.ID, Attempt: j.task.Attempt, Outcome: api.OutcomeFailed,
+			Result: api.TaskResult{ExitCode: code, Signal: sig, DurationMS: time.Since(j.start).Milliseconds()}}
+		switch {
+		case j.verdict != "":
+			r.Reason = j.verdict
+		case p.stop == stopForce:
+			r.Outcome, r.Reason = api.OutcomeStopped, "worker stopped: the pool is stopping"
+		case sig == "SIGTERM" || sig == "SIGINT":
+			r.Outcome, r.Reason = api.OutcomeStopped, "worker stopped ("+sig+")"
+		case sig != "":
+			r.Crash, r.Reason = true, "worker crashed ("+sig+")"
+		default:
+			r.Crash, r.Reason = true, "worker exited while running the task ("+status+")"
+		}
+		p.log.Warn("worker ended holding a task", "worker", s.id, "pid", cmd.Process.Pid, "task", j.task.ID,
+			"status", status, "outcome", r.Outcome, "reason", r.Reason)
+		p.reportLocked(r)
+	} else if !expected {
+		p.log.Warn("worker exited", "worker", s.id, "pid", cmd.Process.Pid, "status", status)
+	} else {
+		p.log.Debug("worker exited", "worker", s.id, "pid", cmd.Process.Pid, "status", status)
+	}
+
+	switch {
+	case p.stop != stopNone || p.fatal != nil || s.retired:
+		return false
+	case p.done && len(p.buf) == 0:
+		return false // nothing left for a new one to do
+	}
+	return true
+}
+
+// silentDeathLocked counts an exit before hello; too many in a row mean the
+// worker command cannot work, and Run fails.
+func (p *Pool) silentDeathLocked(s *slot) {
+	s.silent++
+	if s.silent >= maxSilentDeaths && p.fatal == nil {
+		p.fatal = fmt.Errorf("worker %d failed %d times in a row before connecting (last: %v): check the worker command %q",
+			s.id, s.silent, s.lastErr, p.cfg.Command)
+		p.signal(p.kick)
+	}
+}
+
+// forgetConnLocked closes s's connection and any fetch pending on it.
+func (p *Pool) forgetConnLocked(s *slot) {
+	if s.conn != nil {
+		s.conn.Close()
+		s.conn = nil
+	}
+	if !s.fetchAt.IsZero() {
+		s.fetchAt = time.Time{}
+		p.waiting = slices.DeleteFunc(p.waiting, func(w *slot) bool { return w == s })
+	}
+}
+
+// releaseLocked forgets a job's timers and its place in held.
+func (p *Pool) releaseLocked(j *job) {
+	if j.timeout != nil {
+		j.timeout.Stop()
+	}
+	if j.killT != nil {
+		j.killT.Stop()
+	}
+	delete(p.held, j.task.ID)
+	p.signal(p.kick)
+}
+
+// terminateLocked sends s's process SIGTERM, and SIGKILL after grace.
+func (p *Pool) terminateLocked(s *slot, grace time.Duration) {
+	if s.proc == nil || s.termT != nil {
+		return
+	}
+	if grace <= 0 {
+		grace = p.cfg.KillGrace
+	}
+	proc, gen := s.proc, s.gen
+	if err := terminate(proc); err != nil {
+		killGroup(proc)
+		return
+	}
+	s.termT = time.AfterFunc(grace, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if s.gen == gen && s.proc == proc {
+			p.log.Warn("worker did not stop; killing it", "worker", s.id, "pid", proc.Pid, "after", grace)
+			killGroup(proc)
+		}
+	})
+}
+
+// dropLocked replaces a worker that broke the protocol: it is killed, and
+// the task it held goes back to the front of the buffer, not counted as an
+// attempt that failed.
+func (p *Pool) dropLocked(s *slot, why error) {
+	pid := 0
+	if s.proc != nil {
+		pid = s.proc.Pid
+	}
+	p.log.Warn("dropping worker: protocol error", "worker", s.id, "pid", pid, "err", why)
+	p.dropped++
+	s.dropped = true
+	if j := s.job; j != nil {
+		s.job = nil
+		p.releaseLocked(j)
+		p.requeueLocked(j.task)
+	}
+	p.forgetConnLocked(s)
+	if s.proc != nil {
+		killGroup(s.proc)
+	}
+	p.dispatchLocked()
+}
+
+// abandonLocked settles how s's task ends (reason) and asks the worker to
+// drop it; the worker is killed if it has not reported within KillGrace.
+func (p *Pool) abandonLocked(s *slot, reason string) {
+	j := s.job
+	j.verdict = reason
+	if s.conn != nil {
+		s.conn.Write(workerproto.Frame{Op: workerproto.OpCancel,
+			Cancel: &workerproto.Cancel{TaskID: j.task.ID, Reason: reason}})
+	}
+	gen := s.gen
+	j.killT = time.AfterFunc(p.cfg.KillGrace, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if s.gen == gen && s.job == j && s.proc != nil {
+			p.log.Warn("worker did not abandon its task; killing it", "worker", s.id, "pid", s.proc.Pid,
+				"task", j.task.ID, "reason", reason)
+			killGroup(s.proc)
+		}
+	})
+}
+
+// expire is a job's timeout.
+func (p *Pool) expire(s *slot, j *job) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s.job == j && j.verdict == "" {
+		p.log.Info("task timed out", "worker", s.id, "task", j.task.ID, "timeout", time.Duration(j.task.Timeout))
+		p.abandonLocked(s, "timeout")
+	}
+}

@@ -1,0 +1,114 @@
+package workerproto
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// MaxFrame bounds one frame. A report carries two 64 KiB output tails,
+// which JSON escaping can inflate several times over.
+const MaxFrame = 4 << 20
+
+// ErrMalformed marks a frame that is not valid: not JSON, too long, or
+// without an op. The connection is still readable, but its peer is broken.
+var ErrMalformed = errors.New("malformed frame")
+
+// writeTimeout bounds a write. Each side has at most a couple of frames
+// outstanding, so a write that blocks this long means the peer stopped
+// reading.
+const writeTimeout = 5 * time.Second
+
+// Conn reads and writes frames. Read must be called from one goroutine at a
+// time; Write is safe for concurrent use.
+type Conn struct {
+	c   net.Conn
+	r   *bufio.Reader
+	wmu sync.Mutex
+	buf []byte
+}
+
+// NewConn wraps c.
+func NewConn(c net.Conn) *Conn {
+	return &Conn{c: c, r: bufio.NewReaderSize(c, 64<<10)}
+}
+
+// Read returns the next frame. A frame that cannot be decoded yields an
+// error wrapping ErrMalformed; a connection that ends yields io.EOF, or
+// io.ErrUnexpectedEOF when it ends inside a frame (the peer died writing).
+func (c *Conn) Read() (Frame, error) {
+	line, err := c.readLine()
+	if err != nil {
+		return Frame{}, err
+	}
+	var f Frame
+	if err := json.Unmarshal(line, &f); err != nil {
+		return Frame{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if f.Op == "" {
+		return Frame{}, fmt.Errorf("%w: no op", ErrMalformed)
+	}
+	return f, nil
+}
+
+func (c *Conn) readLine() ([]byte, error) {
+	var long []byte // only for lines longer than the reader's buffer
+	for {
+		part, err := c.r.ReadSlice('\n')
+		switch {
+		case err == nil:
+			if long == nil {
+				return part[:len(part)-1], nil
+			}
+			long = append(long, part[:len(part)-1]...)
+			if len(long) > MaxFrame {
+				return nil, fmt.Errorf("%w: longer than %d bytes", ErrMalformed, MaxFrame)
+			}
+			return long, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			long = append(long, part...)
+			if len(long) > MaxFrame {
+				return nil, fmt.Errorf("%w: longer than %d bytes", ErrMalformed, MaxFrame)
+			}
+		case errors.Is(err, io.EOF) && (len(part) > 0 || len(long) > 0):
+			return nil, io.ErrUnexpectedEOF
+		default:
+			return nil, err
+		}
+	}
+}
+
+// Write sends one frame.
+func (c *Conn) Write(f Frame) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	b, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("encode %s frame: %w", f.Op, err)
+	}
+	c.buf = append(append(c.buf[:0], b...), '\n')
+	c.c.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := c.c.Write(c.buf); err != nil {
+		return fmt.Errorf("write %s frame: %w", f.Op, err)
+	}
+	return nil
+}
+
+// WriteRaw sends bytes as they are. Tests use it to play a broken peer.
+func (c *Conn) WriteRaw(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err := c.c.Write(b)
+	return err
+}
+
+// SetReadDeadline bounds the next reads, as net.Conn's does.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.c.SetReadDeadline(t) }
+
+// Close closes the connection; a blocked Read returns.
+func (c *Conn) Close() error { return c.c.Close() }

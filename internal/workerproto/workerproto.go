@@ -1,0 +1,81 @@
+// Package workerproto is the wire protocol between a worker pool (the agent,
+// internal/workerpool) and its worker processes (the public worker package):
+// newline-delimited JSON frames over a unix socket.
+//
+// A worker connects to $NODEMGR_WORKER_SOCKET and says Hello with its ID and
+// the one-time token from its environment; the pool answers Ack once the
+// worker is registered (and pinned to its cores). Then the worker loops:
+// Fetch → Task (or Task with Done: exit) → run it → Report → Fetch ...
+// The pool may send Cancel while a task runs: the worker should abandon it
+// and report it at once. Anything else is a protocol error, and the pool
+// drops a worker that commits one.
+package workerproto
+
+import "github.com/nodemgr/nodemgr/api"
+
+// Version is the protocol version a worker announces in Hello.
+const Version = 1
+
+// Environment of a worker process, set by the pool.
+const (
+	EnvSocket      = "NODEMGR_WORKER_SOCKET" // unix socket to dial
+	EnvWorkerID    = "NODEMGR_WORKER_ID"     // 0..count-1, kept across respawns
+	EnvToken       = "NODEMGR_WORKER_TOKEN"  // one-time proof of being this spawn
+	EnvWorkerCount = "NODEMGR_WORKER_COUNT"
+	EnvSuiteID     = "NODEMGR_SUITE_ID"
+	EnvSuiteName   = "NODEMGR_SUITE_NAME"
+	EnvNodeID      = "NODEMGR_NODE_ID"
+)
+
+// Frame operations.
+const (
+	OpHello  = "hello"  // worker → pool: first frame (Hello)
+	OpAck    = "ack"    // pool → worker: hello accepted (Ack)
+	OpFetch  = "fetch"  // worker → pool: give me a task (no body)
+	OpTask   = "task"   // pool → worker: a task, or Done (TaskFrame)
+	OpReport = "report" // worker → pool: how the held task ended (Report)
+	OpCancel = "cancel" // pool → worker: abandon the running task (Cancel)
+)
+
+// Frame is one line on the socket. Op says which body is set.
+type Frame struct {
+	Op     string     `json:"op"`
+	Hello  *Hello     `json:"hello,omitempty"`
+	Ack    *Ack       `json:"ack,omitempty"`
+	Task   *TaskFrame `json:"task,omitempty"`
+	Report *Report    `json:"report,omitempty"`
+	Cancel *Cancel    `json:"cancel,omitempty"`
+}
+
+// Hello introduces a worker.
+type Hello struct {
+	Version  int    `json:"version"`
+	WorkerID int    `json:"worker_id"`
+	Token    string `json:"token"`
+	PID      int    `json:"pid"`
+}
+
+// Ack accepts a Hello.
+type Ack struct {
+	WorkerID int `json:"worker_id"`
+}
+
+// TaskFrame answers Fetch: a task to run, or Done when there will be no
+// more and the worker should exit.
+type TaskFrame struct {
+	Task *api.Task `json:"task,omitempty"`
+	Done bool      `json:"done,omitempty"`
+}
+
+// Report is how the worker's task ended. The pool fills in the node, the
+// attempt and the finishing time.
+type Report struct {
+	api.TaskReport
+}
+
+// Cancel asks the worker to abandon a task. Reason is what the pool will
+// report ("timeout", "cancelled").
+type Cancel struct {
+	TaskID string `json:"task_id"`
+	Reason string `json:"reason"`
+}

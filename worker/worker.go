@@ -1,0 +1,327 @@
+// Package worker makes a program a nodemgr worker: a process that a node
+// agent starts for a task suite (worker_schedule.worker_command) and feeds
+// tasks over a local socket, so that tasks run in-process instead of as a
+// command each.
+//
+// A worker program calls Run with a Handler; Run connects to the agent,
+// takes tasks one at a time, calls the handler for each and reports how it
+// went, and returns when the agent says there are no more:
+//
+//	func main() {
+//		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+//		defer stop()
+//		if err := worker.Run(ctx, handle); err != nil {
+//			log.Fatal(err)
+//		}
+//	}
+//
+//	func handle(ctx context.Context, t worker.Task) worker.Result {
+//		if err := train(ctx, t.Argv); err != nil {
+//			return worker.Result{ExitCode: 1, Err: err}
+//		}
+//		return worker.Result{}
+//	}
+//
+// An attempt succeeds when the handler returns ExitCode 0 and no Err. The
+// handler's context ends when the task times out (cause ErrTimeout), when
+// the agent cancels the task (cause a *CancelError), or when Run's context
+// ends; a handler should return soon after, or the agent kills the worker.
+// A task whose worker is stopped (Run's context ends, or Signal is SIGTERM
+// or SIGINT) is reported stopped: the server runs it again and does not
+// count it as a failure.
+//
+// The agent sets NODEMGR_SUITE_ID, NODEMGR_SUITE_NAME, NODEMGR_NODE_ID,
+// NODEMGR_WORKER_ID and NODEMGR_WORKER_COUNT in a worker's environment,
+// pins it to its CPU cores before it starts, and starts it again if it
+// dies. RunCommandWorker is the worker behind `nodemgr worker`, which runs
+// each task's argv as a command.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/workerproto"
+)
+
+// Task is one task to run.
+type Task struct {
+	ID      string
+	SuiteID string
+	Argv    []string
+	Env     map[string]string
+	Workdir string        // relative to the worker's working directory; empty: that directory
+	Timeout time.Duration // 0: none
+	Attempt int           // attempts started so far, this one included
+}
+
+// Result is how a task ended. Stdout and Stderr are kept to their last
+// 64 KiB.
+type Result struct {
+	ExitCode int
+	Signal   string // the signal that killed the task's process, e.g. "SIGSEGV"
+	Stdout   string
+	Stderr   string
+	Err      error // why the task failed, if not (only) its exit code
+}
+
+// Handler runs one task.
+type Handler func(ctx context.Context, t Task) Result
+
+// ErrTimeout is the cause (context.Cause) of a handler's context that ended
+// at the task's timeout.
+var ErrTimeout = errors.New("timeout")
+
+// CancelError is the cause of a handler's context that the agent cancelled.
+type CancelError struct {
+	Reason string // "cancelled", "timeout"
+}
+
+func (e *CancelError) Error() string { return e.Reason }
+
+// Environment variables the agent sets for its workers.
+const (
+	EnvSuiteID     = workerproto.EnvSuiteID
+	EnvSuiteName   = workerproto.EnvSuiteName
+	EnvNodeID      = workerproto.EnvNodeID
+	EnvWorkerID    = workerproto.EnvWorkerID
+	EnvWorkerCount = workerproto.EnvWorkerCount
+)
+
+// maxTail bounds each output tail.
+const maxTail = 64 << 10
+
+// stopAnswerWait is how long a worker whose context ended waits for the
+// answer to a fetch already sent, so that a task already on its way is
+// reported stopped rather than left to look like a crash.
+const stopAnswerWait = 500 * time.Millisecond
+
+var errConnLost = errors.New("connection to the agent lost")
+
+// Run serves tasks from the agent that started this process until the
+// agent says there are no more (Run returns nil) or ctx ends (the running
+// task, if any, is cancelled and reported stopped; Run returns nil). It
+// returns an error if the process was not started by an agent or the
+// connection fails.
+func Run(ctx context.Context, h Handler) error {
+	sock := os.Getenv(workerproto.EnvSocket)
+	if sock == "" {
+		return fmt.Errorf("worker: %s is not set: this program is a nodemgr worker, started by the agent for a task suite", workerproto.EnvSocket)
+	}
+	id, err := strconv.Atoi(os.Getenv(workerproto.EnvWorkerID))
+	if err != nil {
+		return fmt.Errorf("worker: bad %s: %w", workerproto.EnvWorkerID, err)
+	}
+	nc, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("worker: connect to agent: %w", err)
+	}
+	c := workerproto.NewConn(nc)
+	defer c.Close()
+	s := &session{c: c, frames: make(chan frameOrErr), quit: make(chan struct{})}
+	defer close(s.quit)
+	go s.read()
+
+	hello := workerproto.Frame{Op: workerproto.OpHello, Hello: &workerproto.Hello{
+		Version: workerproto.Version, WorkerID: id, Token: os.Getenv(workerproto.EnvToken), PID: os.Getpid()}}
+	if err := c.Write(hello); err != nil {
+		return fmt.Errorf("worker: hello: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case fe := <-s.frames:
+		if fe.err != nil {
+			return fmt.Errorf("worker: agent refused hello: %w", fe.err)
+		}
+		if fe.f.Op != workerproto.OpAck {
+			return fmt.Errorf("worker: agent answered hello with %q", fe.f.Op)
+		}
+	}
+	for {
+		if err := c.Write(workerproto.Frame{Op: workerproto.OpFetch}); err != nil {
+			return fmt.Errorf("worker: fetch: %w", err)
+		}
+		t, err := s.next(ctx)
+		if err != nil || t == nil {
+			return err
+		}
+		if ctx.Err() != nil { // stopped while the task was on its way
+			s.report(t, Result{ExitCode: -1}, api.OutcomeStopped, "worker stopped before starting the task", 0)
+			return nil
+		}
+		if err := s.runTask(ctx, h, t); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+type frameOrErr struct {
+	f   workerproto.Frame
+	err error
+}
+
+// session is Run's connection to the agent.
+type session struct {
+	c      *workerproto.Conn
+	frames chan frameOrErr
+	quit   chan struct{}
+}
+
+func (s *session) read() {
+	for {
+		f, err := s.c.Read()
+		select {
+		case s.frames <- frameOrErr{f, err}:
+		case <-s.quit:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// next waits for the answer to a fetch: a task, or nil when there are no
+// more or ctx ended while none was on its way.
+func (s *session) next(ctx context.Context) (*api.Task, error) {
+	var stopWait <-chan time.Time
+	done := ctx.Done()
+	for {
+		select {
+		case <-done:
+			done, stopWait = nil, time.After(stopAnswerWait)
+			continue
+		case <-stopWait:
+			return nil, nil
+		case fe := <-s.frames:
+			if fe.err != nil {
+				if ctx.Err() != nil {
+					return nil, nil
+				}
+				return nil, fmt.Errorf("worker: %w: %w", errConnLost, fe.err)
+			}
+			switch fe.f.Op {
+			case workerproto.OpCancel:
+				continue // for a task already reported
+			case workerproto.OpTask:
+				tf := fe.f.Task
+				if tf == nil || (!tf.Done && tf.Task == nil) {
+					return nil, errors.New("worker: agent sent an empty task frame")
+				}
+				if tf.Done {
+					return nil, nil
+				}
+				return tf.Task, nil
+			}
+			return nil, fmt.Errorf("worker: unexpected %q frame from the agent", fe.f.Op)
+		}
+	}
+}
+
+// runTask runs one task through h and reports it.
+func (s *session) runTask(ctx context.Context, h Handler, at *api.Task) error {
+	t := Task{ID: at.ID, SuiteID: at.SuiteID, Argv: at.Argv, Env: at.Env, Workdir: at.Workdir,
+		Timeout: time.Duration(at.Timeout), Attempt: at.Attempt}
+	tctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if t.Timeout > 0 {
+		var cancelT context.CancelFunc
+		tctx, cancelT = context.WithTimeoutCause(tctx, t.Timeout, ErrTimeout)
+		defer cancelT()
+	}
+	start := time.Now()
+	resc := make(chan Result, 1)
+	go func() { resc <- call(tctx, h, t) }()
+
+	var lost error
+	frames := s.frames
+	var res Result
+wait:
+	for {
+		select {
+		case res = <-resc:
+			break wait
+		case fe := <-frames:
+			switch {
+			case fe.err != nil:
+				lost = fe.err
+				frames = nil
+				cancel(errConnLost)
+			case fe.f.Op == workerproto.OpCancel && fe.f.Cancel != nil && fe.f.Cancel.TaskID == t.ID:
+				cancel(&CancelError{Reason: fe.f.Cancel.Reason})
+			case fe.f.Op == workerproto.OpCancel:
+				// for an earlier task
+			default:
+				lost = fmt.Errorf("unexpected %q frame while running a task", fe.f.Op)
+				frames = nil
+				cancel(errConnLost)
+			}
+		}
+	}
+	if lost != nil {
+		return fmt.Errorf("worker: task %s: %w: %w", t.ID, errConnLost, lost)
+	}
+	var cause error
+	if tctx.Err() != nil {
+		cause = context.Cause(tctx)
+	}
+	outcome, reason := classify(res, cause, ctx.Err() != nil)
+	if err := s.report(at, res, outcome, reason, time.Since(start)); err != nil {
+		return fmt.Errorf("worker: report task %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+func (s *session) report(t *api.Task, res Result, outcome, reason string, d time.Duration) error {
+	r := api.TaskReport{TaskID: t.ID, Attempt: t.Attempt, Outcome: outcome, Reason: reason,
+		Result: api.TaskResult{ExitCode: res.ExitCode, Signal: res.Signal,
+			Stdout: tailString(res.Stdout), Stderr: tailString(res.Stderr), DurationMS: d.Milliseconds()}}
+	return s.c.Write(workerproto.Frame{Op: workerproto.OpReport, Report: &workerproto.Report{TaskReport: r}})
+}
+
+// call runs h, turning a panic into a failed result.
+func call(ctx context.Context, h Handler, t Task) (res Result) {
+	defer func() {
+		if v := recover(); v != nil {
+			res = Result{ExitCode: -1, Err: fmt.Errorf("handler panicked: %v", v), Stderr: string(debug.Stack())}
+		}
+	}()
+	return h(ctx, t)
+}
+
+// classify decides an attempt's outcome and reason from the handler's
+// result, why its context ended (nil if it did not), and whether the
+// worker is stopping.
+func classify(r Result, cause error, stopping bool) (outcome, reason string) {
+	switch {
+	case r.Err == nil && r.ExitCode == 0 && r.Signal == "":
+		return api.OutcomeSucceeded, ""
+	case r.Signal == "SIGTERM" || r.Signal == "SIGINT":
+		return api.OutcomeStopped, "killed by " + r.Signal
+	case stopping:
+		return api.OutcomeStopped, "worker stopped"
+	case errors.Is(cause, ErrTimeout):
+		return api.OutcomeFailed, "timeout"
+	case cause != nil && errors.As(cause, new(*CancelError)):
+		return api.OutcomeFailed, cause.Error()
+	case r.Err != nil:
+		return api.OutcomeFailed, r.Err.Error()
+	case r.Signal != "":
+		return api.OutcomeFailed, "killed by " + r.Signal
+	}
+	return api.OutcomeFailed, "exit status " + strconv.Itoa(r.ExitCode)
+}
