@@ -208,6 +208,10 @@ type TasksFetched struct {
 	Tasks      []Task `json:"tasks"`
 	SuiteState string `json:"suite_state"`
 	Remaining  int    `json:"remaining"`
+	// Done says the suite will hand out nothing more: it ended, or it is
+	// closed with no task ready or running anywhere (a running one may
+	// still fail and come back).
+	Done bool `json:"done"`
 }
 
 // Outcomes of an attempt.

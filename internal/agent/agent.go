@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -47,8 +48,15 @@ type Agent struct {
 	mu       sync.Mutex
 	st       state
 	agState  string
+	suiteID  string      // the suite being worked on
 	shutdown chan string // receives the shutdown mode once
 	once     sync.Once
+
+	runner    *runner
+	stopCtx   context.Context // ends when Run returns
+	peer      atomic.Pointer[proto.Peer]
+	connMu    sync.Mutex
+	connected chan struct{} // closed while a session is up
 }
 
 // New validates cfg, takes the data dir's lock and loads the agent's state.
@@ -68,7 +76,9 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: logger, lock: lock, agState: api.AgentIdle,
-		shutdown: make(chan string, 1), http: &http.Client{Timeout: 30 * time.Second}}
+		shutdown: make(chan string, 1), http: &http.Client{Timeout: 30 * time.Second},
+		connected: make(chan struct{}), stopCtx: context.Background()}
+	a.runner = newRunner(a)
 	if a.st, err = loadState(cfg.DataDir); err != nil {
 		lock.Release()
 		return nil, err
@@ -111,11 +121,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.hardware.Hostname = firstNonEmpty(a.hardware.Hostname, a.cfg.Name)
 
+	// The runner outlives connections: a suite goes on while the agent
+	// reconnects, and its reports wait for the next session.
+	runCtx, stopRunner := context.WithCancel(ctx)
+	a.stopCtx = runCtx
+	go a.runner.loop(runCtx)
+	defer func() {
+		stopRunner()
+		<-a.runner.stopped
+	}()
+
 	bo := &backoff.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
 	for {
 		start := time.Now()
 		err := a.connectOnce(ctx)
 		if mode, ok := a.shutdownRequested(); ok {
+			a.drain(mode) // if the connection broke mid-drain, finish it here
 			a.log.Info("agent stopped by the server", "mode", mode)
 			return nil
 		}
@@ -197,9 +218,10 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 
 	var welcome api.Welcome
 	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
+	state, suite := a.work()
 	err := peer.Call(hctx, api.MethodHello, api.Hello{
 		AgentVersion: a.cfg.Version, Name: a.cfg.Name, Hardware: a.hardware,
-		State: a.state(), LastSeq: peer.LastSeq(),
+		State: state, SuiteID: suite, LastSeq: peer.LastSeq(),
 	}, &welcome)
 	hcancel()
 	if err != nil {
@@ -215,8 +237,12 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 		interval = 30 * time.Second
 	}
 	a.log.Info("connected", "server", a.cfg.Server, "node", welcome.NodeID, "heartbeat", interval)
+	a.setPeer(peer)
+	defer a.setPeer(nil)
 	a.maybeRenew(ctx, peer)
+	a.runner.poke()
 
+	var drained chan struct{}
 	// Spread agents that connected together over the interval.
 	tick := time.NewTimer(time.Duration(rand.Int64N(int64(interval))))
 	defer tick.Stop()
@@ -228,7 +254,14 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 			}
 			return err
 		case mode := <-a.shutdown:
+			// Drain in the background; heartbeats go on meanwhile.
 			a.shutdown <- mode
+			if drained == nil {
+				drained = make(chan struct{})
+				go func() { a.drain(mode); close(drained) }()
+			}
+		case <-drained:
+			mode, _ := a.shutdownRequested()
 			a.leave(peer, conn, mode)
 			<-runErr
 			return nil
@@ -240,7 +273,8 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 			tick.Reset(interval)
 			a.maybeRenew(ctx, peer)
 			hbctx, hbcancel := context.WithTimeout(ctx, interval)
-			err := peer.Call(hbctx, api.MethodHeartbeat, api.Heartbeat{State: a.state()}, nil)
+			state, suite := a.work()
+			err := peer.Call(hbctx, api.MethodHeartbeat, api.Heartbeat{State: state, SuiteID: suite}, nil)
 			hbcancel()
 			if err != nil && ctx.Err() == nil {
 				conn.Close(proto.CloseGoingAway, "heartbeat failed")
@@ -343,10 +377,17 @@ func (a *Agent) ensureRegistered(ctx context.Context) error {
 	return nil
 }
 
-func (a *Agent) state() string {
+// work returns the agent state and the suite it works on.
+func (a *Agent) work() (state, suite string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.agState
+	return a.agState, a.suiteID
+}
+
+func (a *Agent) setWork(state, suite string) {
+	a.mu.Lock()
+	a.agState, a.suiteID = state, suite
+	a.mu.Unlock()
 }
 
 func (a *Agent) setState(s string) {
@@ -355,10 +396,57 @@ func (a *Agent) setState(s string) {
 	a.mu.Unlock()
 }
 
+// drain stops the runner for a shutdown: graceful lets running tasks
+// finish within ShutdownGrace and runs the cleanup hook; force does not wait.
+func (a *Agent) drain(mode string) {
+	a.runner.shutdown(mode, a.cfg.ShutdownGrace)
+	a.setState(api.AgentShuttingDown)
+}
+
+// setPeer publishes the live session (nil when disconnected).
+func (a *Agent) setPeer(p *proto.Peer) {
+	a.connMu.Lock()
+	defer a.connMu.Unlock()
+	a.peer.Store(p)
+	if p != nil {
+		close(a.connected)
+	} else {
+		a.connected = make(chan struct{})
+	}
+}
+
+// call sends a request to the server over the live session, waiting for
+// one if the agent is between connections.
+func (a *Agent) call(ctx context.Context, method string, req, resp any) error {
+	for {
+		if p := a.peer.Load(); p != nil {
+			err := p.Call(ctx, method, req, resp)
+			if errors.Is(err, errdefs.ErrUnavailable) && ctx.Err() == nil {
+				continue // that session just ended; wait for the next
+			}
+			return err
+		}
+		a.connMu.Lock()
+		ch := a.connected
+		a.connMu.Unlock()
+		if a.peer.Load() != nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not connected to the server: %w", method, errdefs.ErrUnavailable)
+		case <-ch:
+		}
+	}
+}
+
 // HandleRequest answers the server's calls.
 func (a *Agent) HandleRequest(ctx context.Context, method string, body json.RawMessage) (any, error) {
 	switch method {
 	case api.MethodPing:
+		return struct{}{}, nil
+	case api.MethodWake:
+		a.runner.poke()
 		return struct{}{}, nil
 	}
 	return nil, proto.UnknownMethod(method)
@@ -375,6 +463,19 @@ func (a *Agent) HandleNotify(ctx context.Context, seq uint64, method string, bod
 			return fmt.Errorf("notification %d: %w", seq, err)
 		}
 		defer a.once.Do(func() { a.shutdown <- req.Mode })
+	case api.NotifySuiteCancelled:
+		var ref api.SuiteRef
+		if err := json.Unmarshal(body, &ref); err != nil {
+			return fmt.Errorf("notification %d: %w", seq, err)
+		}
+		a.log.Info("suite cancelled by the server", "suite", ref.SuiteID)
+		a.runner.cancelSuite(ref.SuiteID)
+	case api.NotifyTaskCancel:
+		var ref api.TaskRef
+		if err := json.Unmarshal(body, &ref); err != nil {
+			return fmt.Errorf("notification %d: %w", seq, err)
+		}
+		a.runner.cancelTask(ref.TaskID)
 	case api.NotifyUpdate:
 		var u api.NodeUpdate
 		if err := json.Unmarshal(body, &u); err != nil {

@@ -97,7 +97,7 @@ Client commands read NODEMGR_ADDR and NODEMGR_TOKEN, or --addr and --token.`,
 	root.PersistentFlags().String("log-level", "info", "log level of daemons: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "text", "log format of daemons: text or json")
 	root.AddCommand(
-		newServerCmd(e), newAgentCmd(e), newDevCmd(e),
+		newServerCmd(e), newAgentCmd(e), newDevCmd(e), newWorkerCmd(e),
 		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
 		newWhoamiCmd(e), newBenchCmd(e),
 	)

@@ -236,6 +236,8 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 			return nil, err
 		}
 		out.SuiteState, out.Remaining = su.State, su.Counts.Ready
+		out.Done = su.State == api.SuiteComplete || su.State == api.SuiteCancelled ||
+			(su.State == api.SuiteClosed && su.Counts.Ready == 0 && su.Counts.Running == 0)
 	}
 	return out, nil
 }

@@ -1,0 +1,386 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/workerpool"
+)
+
+// idlePoll is how often an idle agent asks for a suite when nobody wakes it.
+const idlePoll = 5 * time.Second
+
+// runner takes suites one at a time and walks the Mitosis state machine:
+// Idle → Preparing → Executing → Cleanup → Idle.
+type runner struct {
+	a    *Agent
+	wake chan struct{}
+
+	mu       sync.Mutex
+	run      *suiteRun // nil when idle
+	stopping string    // shutdown mode once asked
+	stopped  chan struct{}
+}
+
+// suiteRun is the suite in progress.
+type suiteRun struct {
+	suite     api.Suite
+	pool      *workerpool.Pool
+	cancel    context.CancelFunc
+	cancelled bool
+}
+
+func newRunner(a *Agent) *runner {
+	return &runner{a: a, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+}
+
+func (r *runner) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	r.mu.Lock()
+	if r.run != nil && r.run.pool != nil {
+		r.run.pool.Wake()
+	}
+	r.mu.Unlock()
+}
+
+// loop runs suites until ctx ends or a shutdown is requested.
+func (r *runner) loop(ctx context.Context) {
+	defer close(r.stopped)
+	for ctx.Err() == nil && !r.shuttingDown() {
+		su, err := r.next(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.a.log.Debug("ask for a suite", "err", err)
+		}
+		if su == nil {
+			select {
+			case <-ctx.Done():
+			case <-r.wake:
+			case <-time.After(idlePoll):
+			}
+			continue
+		}
+		r.runSuite(ctx, *su)
+	}
+}
+
+func (r *runner) shuttingDown() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopping != ""
+}
+
+func (r *runner) next(ctx context.Context) (*api.Suite, error) {
+	var resp api.SuiteNext
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.a.call(cctx, api.MethodSuiteNext, struct{}{}, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Suite, nil
+}
+
+// runSuite prepares, executes and cleans up one suite, then tells the server
+// it left and why.
+func (r *runner) runSuite(parent context.Context, su api.Suite) {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	run := &suiteRun{suite: su, cancel: cancel}
+	r.mu.Lock()
+	r.run = run
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.run = nil
+		r.mu.Unlock()
+		r.a.setWork(api.AgentIdle, "")
+	}()
+	log := r.a.log.With("suite", su.ID, "name", su.Name)
+	workDir := filepath.Join(r.a.cfg.DataDir, "suites", su.ID)
+
+	r.a.setWork(api.AgentPreparing, su.ID)
+	log.Info("preparing suite")
+	if err := r.prepare(ctx, su, workDir); err != nil {
+		log.Warn("prepare failed; leaving the suite", "err", err)
+		r.leave(parent, su.ID, "prepare-failed: "+err.Error())
+		return
+	}
+
+	r.a.setWork(api.AgentExecuting, su.ID)
+	src := newTaskSource(r.a, su.ID)
+	pool, err := workerpool.New(r.poolConfig(su, workDir), src)
+	if err != nil {
+		log.Warn("cannot start workers; leaving the suite", "err", err)
+		src.close(parent)
+		r.runHook(parent, su, workDir, "cleanup", su.Hooks.Cleanup)
+		r.leave(parent, su.ID, "prepare-failed: "+err.Error())
+		return
+	}
+	r.mu.Lock()
+	run.pool = pool
+	stop := r.stopping
+	r.mu.Unlock()
+	if stop != "" {
+		pool.Stop(stop == api.ShutdownGraceful)
+	}
+	log.Info("executing suite", "workers", su.WorkerSchedule.WorkerCount)
+	if err := pool.Run(ctx); err != nil && ctx.Err() == nil {
+		log.Warn("worker pool ended with an error", "err", err)
+	}
+	src.close(parent) // every report reaches the server before we leave
+
+	reason := "complete"
+	r.mu.Lock()
+	force := r.stopping == api.ShutdownForce
+	switch {
+	case run.cancelled:
+		reason = "cancelled"
+	case r.stopping != "":
+		reason = "shutdown (" + r.stopping + ")"
+	}
+	r.mu.Unlock()
+	if !force {
+		r.a.setWork(api.AgentCleanup, su.ID)
+		if err := r.runHook(parent, su, workDir, "cleanup", su.Hooks.Cleanup); err != nil {
+			log.Warn("cleanup hook failed", "err", err)
+		}
+	}
+	r.leave(parent, su.ID, reason)
+	log.Info("left suite", "reason", reason)
+}
+
+func (r *runner) poolConfig(su api.Suite, workDir string) workerpool.Config {
+	ws := su.WorkerSchedule
+	prefetch := 32
+	if ws.TaskPrefetchCount != nil {
+		prefetch = *ws.TaskPrefetchCount
+	}
+	cmd := ws.WorkerCommand
+	if len(cmd) == 0 {
+		self, err := os.Executable()
+		if err != nil {
+			self = "nodemgr"
+		}
+		cmd = []string{self, "worker"}
+	}
+	return workerpool.Config{
+		SuiteID: su.ID, SuiteName: su.Name, NodeID: r.a.NodeID(),
+		Workers: ws.WorkerCount, Binding: ws.CPUBinding, Prefetch: prefetch,
+		Command: cmd, Env: suiteEnv(su, r.a.NodeID()), Dir: workDir,
+		Logger: r.a.log.With("suite", su.ID),
+	}
+}
+
+// suiteEnv is the context every hook and worker of a suite gets.
+func suiteEnv(su api.Suite, nodeID string) []string {
+	return []string{
+		"NODEMGR_SUITE_ID=" + su.ID,
+		"NODEMGR_SUITE_NAME=" + su.Name,
+		"NODEMGR_WORKER_COUNT=" + strconv.Itoa(su.WorkerSchedule.WorkerCount),
+		"NODEMGR_NODE_ID=" + nodeID,
+		"NODEMGR_GROUP=" + su.Group,
+	}
+}
+
+// prepare makes the work dir, checks the binding fits this machine, and
+// runs the prepare hook.
+func (r *runner) prepare(ctx context.Context, su api.Suite, workDir string) error {
+	if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	if b := su.WorkerSchedule.CPUBinding; b != nil {
+		cores := r.a.hardware.Cores
+		for i, c := range b.Cores {
+			if cores > 0 && c >= cores {
+				return errdefs.Field(fmt.Sprintf("worker_schedule.cpu_binding.cores[%d]", i), "core %d does not exist on this node (cores 0-%d)", c, cores-1)
+			}
+		}
+	}
+	return r.runHook(ctx, su, workDir, "prepare", su.Hooks.Prepare)
+}
+
+// runHook downloads a hook's resources and runs its command in the work
+// dir, with the suite's context in its environment and its output in
+// <workdir>/<name>.log.
+func (r *runner) runHook(ctx context.Context, su api.Suite, workDir, name string, h *api.Hook) error {
+	if h == nil {
+		return nil
+	}
+	if h.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(h.Timeout))
+		defer cancel()
+	}
+	for _, res := range h.Resources {
+		if err := download(ctx, res.URL, filepath.Join(workDir, filepath.FromSlash(res.Path))); err != nil {
+			return fmt.Errorf("%s hook: %w", name, err)
+		}
+	}
+	logFile, err := os.Create(filepath.Join(workDir, name+".log"))
+	if err != nil {
+		return fmt.Errorf("%s hook: %w", name, err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(h.Command[0], h.Command[1:]...)
+	cmd.Dir = workDir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), suiteEnv(su, r.a.NodeID())...)
+	cmd.Env = append(cmd.Env, "NODEMGR_SUITE_DIR="+workDir)
+	for k, v := range h.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s hook: %w", name, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%s hook %v: %w (output in %s)", name, h.Command, err, logFile.Name())
+		}
+		return nil
+	case <-ctx.Done():
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("%s hook %v: timed out after %s (output in %s)", name, h.Command, time.Duration(h.Timeout), logFile.Name())
+		}
+		return fmt.Errorf("%s hook %v: %w", name, h.Command, ctx.Err())
+	}
+}
+
+// download fetches url into path with 3 tries (0 s, 1 s, 3 s apart); a
+// partial file never takes the final name.
+func download(ctx context.Context, url, path string) error {
+	var err error
+	for _, wait := range []time.Duration{0, time.Second, 3 * time.Second} {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		if err = downloadOnce(ctx, url, path); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("download %s: %w", url, err)
+}
+
+func downloadOnce(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %s", resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".part"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// leave tells the server the agent is done with the suite; it retries
+// until the server hears it or the agent stops.
+func (r *runner) leave(ctx context.Context, suiteID, reason string) {
+	for attempt := 0; attempt < 5; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := r.a.call(cctx, api.MethodSuiteLeave, api.SuiteLeave{SuiteID: suiteID, Reason: reason}, nil)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// cancelSuite stops the suite at once if it is the one running.
+func (r *runner) cancelSuite(suiteID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.run == nil || r.run.suite.ID != suiteID {
+		return
+	}
+	r.run.cancelled = true
+	if r.run.pool != nil {
+		r.run.pool.Stop(false)
+	} else {
+		r.run.cancel() // still preparing
+	}
+}
+
+// cancelTask kills a task if one of this agent's workers runs it.
+func (r *runner) cancelTask(taskID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.run != nil && r.run.pool != nil {
+		r.run.pool.Cancel(taskID)
+	}
+}
+
+// shutdown stops taking suites. Graceful lets running tasks finish within
+// grace, then stops the rest; force stops them now. It returns when the
+// current suite, if any, has been left.
+func (r *runner) shutdown(mode string, grace time.Duration) {
+	r.mu.Lock()
+	r.stopping = mode
+	run := r.run
+	r.mu.Unlock()
+	r.poke()
+	switch {
+	case run == nil:
+	case run.pool != nil:
+		run.pool.Stop(mode == api.ShutdownGraceful)
+	case mode == api.ShutdownForce:
+		run.cancel() // still preparing: stop that too
+	}
+	if mode == api.ShutdownGraceful {
+		select {
+		case <-r.stopped:
+			return
+		case <-time.After(grace):
+			r.a.log.Warn("graceful shutdown grace expired; stopping workers", "grace", grace)
+			r.mu.Lock()
+			if r.run != nil && r.run.pool != nil {
+				r.run.pool.Stop(false)
+			}
+			r.mu.Unlock()
+		}
+	}
+	<-r.stopped
+}
+

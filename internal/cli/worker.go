@@ -1,0 +1,26 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/nodemgr/nodemgr/worker"
+)
+
+func newWorkerCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "worker",
+		Short: "Run tasks for the agent that started this process (not for direct use)",
+		Long: `Run as one worker of a suite's pool: the agent starts it with
+NODEMGR_WORKER_SOCKET set, and it fetches tasks over that socket, runs each
+task's command (argv, env, workdir, timeout), and reports the exit code or
+signal with the tails of stdout and stderr.
+
+A program of your own can be the worker instead: build it on the Go package
+github.com/nodemgr/nodemgr/worker and name it in the suite's
+worker_schedule.worker_command.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return worker.RunCommandWorker(cmd.Context())
+		},
+	}
+}
