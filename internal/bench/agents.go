@@ -75,7 +75,7 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 		cfg.Connect = 64
 	}
 	raiseFileLimit()
-	srv, err := startServer(ctx, cfg)
+	srv, err := startServer(ctx, cfg.Binary, "--heartbeat-interval", cfg.Heartbeat.String(), "--offline-after", cfg.OfflineAfter.String())
 	if err != nil {
 		return AgentsResult{}, err
 	}
@@ -287,7 +287,7 @@ type benchServer struct {
 	dataDir string
 }
 
-func startServer(ctx context.Context, cfg AgentsConfig) (*benchServer, error) {
+func startServer(ctx context.Context, binary string, args ...string) (*benchServer, error) {
 	dir, err := os.MkdirTemp("", "nodemgr-bench-")
 	if err != nil {
 		return nil, err
@@ -299,9 +299,7 @@ func startServer(ctx context.Context, cfg AgentsConfig) (*benchServer, error) {
 	addr := ln.Addr().String()
 	ln.Close()
 	s := &benchServer{addr: addr, dataDir: dir}
-	s.cmd = exec.Command(cfg.Binary, "server", "--listen", addr, "--data-dir", dir,
-		"--heartbeat-interval", cfg.Heartbeat.String(), "--offline-after", cfg.OfflineAfter.String(),
-		"--log-level", "warn")
+	s.cmd = exec.Command(binary, append([]string{"server", "--listen", addr, "--data-dir", dir, "--log-level", "warn"}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = io.Discard, os.Stderr
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start server: %w", err)

@@ -14,7 +14,58 @@ import (
 
 func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load harnesses that measure nodemgr on this machine"}
-	cmd.AddCommand(benchAgentsCmd(e))
+	cmd.AddCommand(benchAgentsCmd(e), benchDispatchCmd(e), &cobra.Command{
+		Use: "noop-worker", Hidden: true, Short: "A worker whose tasks do nothing (used by bench dispatch)",
+		RunE: func(cmd *cobra.Command, _ []string) error { return bench.NoopWorker(cmd.Context()) },
+	})
+	return cmd
+}
+
+func benchDispatchCmd(e *env) *cobra.Command {
+	cfg := bench.DispatchConfig{Prefetches: []int{32, 0}}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "dispatch",
+		Short: "Push no-op tasks through server → agent → workers and report the rate",
+		Long: `Start a server and an agent as processes, queue tasks, and time how fast
+they flow server → agent → workers → results stored. Four cases: in-process
+workers (a Go program on the worker package whose tasks do nothing) and
+command workers (nodemgr worker running ` + "`true`" + `), each with prefetch 32 and
+0. The fetch gap is what an in-process worker waits between tasks. As a
+baseline, the same run times this machine spawning ` + "`true`" + ` directly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Binary, err = os.Executable(); err != nil {
+				return err
+			}
+			results, base, err := bench.RunDispatch(cmd.Context(), cfg, e.stderr)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, map[string]any{"cases": results, "spawn_baseline": base})
+			}
+			t := newTable(e.stdout, "WORKER", "PREFETCH", "TASKS", "ELAPSED", "TASKS/S", "VS SPAWN BASELINE", "FETCH GAP P50", "FETCH GAP P99")
+			for _, r := range results {
+				ratio, p50, p99 := "-", "-", "-"
+				if r.Worker == "command" {
+					ratio = fmt.Sprintf("%.0f%%", 100*r.PerSecond/base.PerSecond)
+				} else {
+					p50, p99 = r.FetchP50.Round(100*time.Nanosecond).String(), r.FetchP99.Round(100*time.Nanosecond).String()
+				}
+				t.row(r.Worker, strconv.Itoa(r.Prefetch), strconv.Itoa(r.Tasks), r.Elapsed.Round(time.Millisecond).String(),
+					fmt.Sprintf("%.0f", r.PerSecond), ratio, p50, p99)
+			}
+			t.row("spawn `true`", "-", strconv.Itoa(base.Spawns), "-", fmt.Sprintf("%.0f", base.PerSecond), "100%", "-", "-")
+			return t.flush()
+		},
+	}
+	cmd.Flags().IntVar(&cfg.Tasks, "tasks", 100000, "no-op tasks per in-process case")
+	cmd.Flags().IntVar(&cfg.CommandTasks, "command-tasks", 5000, "tasks per command-worker case")
+	cmd.Flags().IntVar(&cfg.Workers, "workers", 2, "workers in the pool")
+	cmd.Flags().IntSliceVar(&cfg.Prefetches, "prefetch", []int{32, 0}, "prefetch sizes to compare")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 

@@ -122,6 +122,18 @@ func (s *Server) suiteChanged(ctx context.Context, suiteID string) {
 	}
 }
 
+// wakeNode asks one node's agent to look for work again (its tags or
+// groups changed, so other suites may fit it now).
+func (s *Server) wakeNode(nodeID string) {
+	if sess := s.hub.get(nodeID); sess != nil {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			sess.peer.Call(ctx, api.MethodWake, api.SuiteRef{}, nil)
+		}()
+	}
+}
+
 // tellSuiteCancelled tells every node working on the suite to stop it.
 func (s *Server) tellSuiteCancelled(ctx context.Context, suiteID string) {
 	nodes, err := s.store.ListNodes(ctx, store.NodeFilter{})

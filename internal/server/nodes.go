@@ -233,6 +233,7 @@ func (s *Server) handlePatchNode(w http.ResponseWriter, r *http.Request) error {
 	if err := s.hub.notify(r.Context(), n.ID, api.NotifyUpdate, body); err != nil {
 		return err
 	}
+	s.wakeNode(n.ID)
 	writeJSON(w, http.StatusOK, s.apiNode(n))
 	return nil
 }

@@ -1,0 +1,242 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/worker"
+)
+
+// DispatchConfig sets up the dispatch harness.
+type DispatchConfig struct {
+	Binary       string // nodemgr binary: server, agent and workers
+	Tasks        int    // no-op tasks per in-process case
+	CommandTasks int    // `true` tasks per command-worker case
+	Workers      int    // workers in the pool
+	Prefetches   []int  // prefetch sizes to compare, e.g. 32 and 0
+}
+
+// DispatchResult is one case: a worker kind at a prefetch size.
+type DispatchResult struct {
+	Worker    string        `json:"worker"` // in-process | command
+	Prefetch  int           `json:"prefetch"`
+	Tasks     int           `json:"tasks"`
+	Elapsed   time.Duration `json:"elapsed"`
+	PerSecond float64       `json:"tasks_per_second"`
+	// Gap between two tasks as an in-process worker sees it: report the
+	// last, ask for the next, receive it. Only measured for in-process.
+	FetchP50 time.Duration `json:"fetch_p50"`
+	FetchP99 time.Duration `json:"fetch_p99"`
+}
+
+// SpawnBaseline is the machine's own rate of starting `true`, with as many
+// spawners at once as the pool has workers.
+type SpawnBaseline struct {
+	Spawns    int     `json:"spawns"`
+	PerSecond float64 `json:"spawns_per_second"`
+}
+
+// latencyFile is where the no-op worker leaves its samples, in its suite dir.
+const latencyFile = "fetch-latency-"
+
+// RunDispatch starts a server and one agent as processes and pushes no-op
+// tasks through server → agent → workers → stored results, for in-process
+// and command workers at each prefetch size. The spawn baseline is
+// measured in the same run.
+func RunDispatch(ctx context.Context, cfg DispatchConfig, progress io.Writer) ([]DispatchResult, SpawnBaseline, error) {
+	srv, err := startServer(ctx, cfg.Binary)
+	if err != nil {
+		return nil, SpawnBaseline{}, err
+	}
+	defer srv.stop()
+	c := client.New(srv.addr, srv.token)
+	jt, err := c.CreateJoinToken(ctx, api.CreateTokenRequest{Name: "bench"})
+	if err != nil {
+		return nil, SpawnBaseline{}, err
+	}
+	agentDir, err := os.MkdirTemp("", "nodemgr-bench-agent-")
+	if err != nil {
+		return nil, SpawnBaseline{}, err
+	}
+	defer os.RemoveAll(agentDir)
+	agent := exec.Command(cfg.Binary, "agent", "--server", "http://"+srv.addr, "--data-dir", agentDir,
+		"--name", "bench-agent", "--join-token", jt.Secret, "--log-level", "warn")
+	agent.Stderr = os.Stderr
+	if err := agent.Start(); err != nil {
+		return nil, SpawnBaseline{}, fmt.Errorf("start agent: %w", err)
+	}
+	defer func() {
+		agent.Process.Signal(syscall.SIGTERM)
+		agent.Wait()
+	}()
+	node, err := waitNode(ctx, c, "bench-agent")
+	if err != nil {
+		return nil, SpawnBaseline{}, err
+	}
+
+	var results []DispatchResult
+	for _, kind := range []string{"in-process", "command"} {
+		for _, pf := range cfg.Prefetches {
+			n := cfg.Tasks
+			if kind == "command" {
+				n = cfg.CommandTasks
+			}
+			fmt.Fprintf(progress, "  %s workers, prefetch %d: %d tasks\n", kind, pf, n)
+			r, err := runDispatchCase(ctx, c, cfg, node, agentDir, kind, pf, n)
+			if err != nil {
+				return results, SpawnBaseline{}, fmt.Errorf("%s prefetch %d: %w", kind, pf, err)
+			}
+			results = append(results, r)
+		}
+	}
+	fmt.Fprintf(progress, "  baseline: spawning `true` %d times, %d at once\n", cfg.CommandTasks, cfg.Workers)
+	return results, spawnBaseline(cfg.CommandTasks, cfg.Workers), nil
+}
+
+func runDispatchCase(ctx context.Context, c *client.Client, cfg DispatchConfig, node api.Node, agentDir, kind string, prefetch, n int) (DispatchResult, error) {
+	tag := fmt.Sprintf("bench-%s-%d-%d", strings.ReplaceAll(kind, "-", ""), prefetch, time.Now().UnixNano()%1e6)
+	ws := api.WorkerSchedule{WorkerCount: cfg.Workers, TaskPrefetchCount: &prefetch}
+	argv := []string{"true"}
+	if kind == "in-process" {
+		ws.WorkerCommand = []string{cfg.Binary, "bench", "noop-worker"}
+		argv = []string{"noop"}
+	}
+	su, err := c.CreateSuite(ctx, api.SuiteSpec{Name: tag, Tags: []string{tag}, WorkerSchedule: ws})
+	if err != nil {
+		return DispatchResult{}, err
+	}
+	tasks := make([]api.TaskSpec, n)
+	for i := range tasks {
+		tasks[i] = api.TaskSpec{Argv: argv}
+	}
+	for i := 0; i < n; i += 10000 {
+		if _, err := c.SubmitTasks(ctx, su.ID, tasks[i:min(i+10000, n)]); err != nil {
+			return DispatchResult{}, err
+		}
+	}
+	if _, err := c.CloseSuite(ctx, su.ID); err != nil {
+		return DispatchResult{}, err
+	}
+	// Everything is queued; tagging the node makes it eligible and wakes it.
+	start := time.Now()
+	if _, err := c.PatchNode(ctx, node.ID, api.NodePatch{AddTags: []string{tag}}); err != nil {
+		return DispatchResult{}, err
+	}
+	for {
+		s, err := c.Suite(ctx, su.ID)
+		if err != nil {
+			return DispatchResult{}, err
+		}
+		if s.State == api.SuiteComplete {
+			if s.Counts.Finished != n {
+				return DispatchResult{}, fmt.Errorf("suite completed with %+v, want %d finished", s.Counts, n)
+			}
+			break
+		}
+		if time.Since(start) > 10*time.Minute {
+			return DispatchResult{}, fmt.Errorf("suite not complete after 10 minutes: %+v", s.Counts)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	c.PatchNode(ctx, node.ID, api.NodePatch{RemoveTags: []string{tag}})
+	r := DispatchResult{Worker: kind, Prefetch: prefetch, Tasks: n, Elapsed: elapsed, PerSecond: float64(n) / elapsed.Seconds()}
+	if kind == "in-process" {
+		// The workers write their samples when the pool stops them.
+		r.FetchP50, r.FetchP99 = readLatencies(filepath.Join(agentDir, "suites", su.ID))
+	}
+	return r, nil
+}
+
+func waitNode(ctx context.Context, c *client.Client, name string) (api.Node, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if n, err := c.Node(ctx, name); err == nil && n.Connected {
+			return n, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return api.Node{}, fmt.Errorf("agent %s did not connect", name)
+}
+
+// readLatencies merges the samples the no-op workers left behind, waiting
+// briefly for them to be written.
+func readLatencies(dir string) (p50, p99 time.Duration) {
+	var samples []time.Duration
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		files, _ := filepath.Glob(filepath.Join(dir, latencyFile+"*"))
+		if len(files) == 0 {
+			continue
+		}
+		samples = samples[:0]
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			for _, line := range strings.Fields(string(b)) {
+				ns, err := strconv.ParseInt(line, 10, 64)
+				if err == nil {
+					samples = append(samples, time.Duration(ns))
+				}
+			}
+		}
+		break
+	}
+	if len(samples) == 0 {
+		return 0, 0
+	}
+	slices.Sort(samples)
+	return samples[len(samples)/2], samples[len(samples)*99/100]
+}
+
+// spawnBaseline times n runs of `true` with k spawners at once.
+func spawnBaseline(n, k int) SpawnBaseline {
+	start := time.Now()
+	var wg sync.WaitGroup
+	per := n / k
+	for range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range per {
+				exec.Command("true").Run()
+			}
+		}()
+	}
+	wg.Wait()
+	return SpawnBaseline{Spawns: per * k, PerSecond: float64(per*k) / time.Since(start).Seconds()}
+}
+
+// NoopWorker is a worker whose tasks do nothing. It records the gap
+// between finishing one task and starting the next — report, fetch,
+// receive — and writes the samples to its working directory (the suite's
+// dir) when it stops.
+func NoopWorker(ctx context.Context) error {
+	var samples []int64
+	last := time.Time{}
+	err := worker.Run(ctx, func(ctx context.Context, t worker.Task) worker.Result {
+		now := time.Now()
+		if !last.IsZero() {
+			samples = append(samples, int64(now.Sub(last)))
+		}
+		last = time.Now()
+		return worker.Result{}
+	})
+	var b strings.Builder
+	for _, s := range samples {
+		b.WriteString(strconv.FormatInt(s, 10))
+		b.WriteByte('\n')
+	}
+	os.WriteFile(latencyFile+os.Getenv(worker.EnvWorkerID), []byte(b.String()), 0o644)
+	return err
+}
