@@ -383,4 +383,3 @@ func (r *runner) shutdown(mode string, grace time.Duration) {
 	}
 	<-r.stopped
 }
-

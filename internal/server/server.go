@@ -82,13 +82,13 @@ func (c *Config) validate() error {
 
 // Server is the coordinator.
 type Server struct {
-	cfg     Config
-	store   store.Store
-	log     *slog.Logger
+	cfg      Config
+	store    store.Store
+	log      *slog.Logger
 	hub      *hub
 	dispatch dispatcher
 	metrics  *metrics
-	handler http.Handler
+	handler  http.Handler
 
 	mu       sync.Mutex
 	listener net.Listener
