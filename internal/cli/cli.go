@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -37,6 +38,10 @@ func Main(args []string) int {
 	root.SetArgs(args)
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
+	if path := os.Getenv("NODEMGR_CPUPROFILE"); path != "" {
+		stopProfile := startCPUProfile(path)
+		defer stopProfile()
+	}
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
@@ -136,4 +141,19 @@ func newLogger(cmd *cobra.Command, w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
+}
+
+// startCPUProfile writes a CPU profile of this process to path.PID until the
+// returned function runs: a tool for performance work on the daemons, set
+// with NODEMGR_CPUPROFILE.
+func startCPUProfile(path string) func() {
+	f, err := os.Create(fmt.Sprintf("%s.%d", path, os.Getpid()))
+	if err != nil {
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }

@@ -9,7 +9,7 @@ import (
 
 // fetchLoop keeps the buffer filled from the source: with Prefetch n, it
 // tops the buffer up to n whenever it falls to n/2; with Prefetch 0 it
-// fetches one task for each worker waiting. A fetch that finds nothing is
+// fetches one task for each worker waiting (in one call when several wait). A fetch that finds nothing is
 // retried after a wait that doubles from 50ms to 2s, or at once on Wake.
 func (p *Pool) fetchLoop(ctx context.Context) {
 	defer p.bgWG.Done()
@@ -75,10 +75,8 @@ func (p *Pool) wantLocked() int {
 	case p.stop != stopNone || p.done:
 		return 0
 	case p.cfg.Prefetch == 0:
-		if len(p.waiting) > len(p.buf) {
-			return 1
-		}
-		return 0
+		// No buffer: exactly one task for each worker waiting right now.
+		return max(0, len(p.waiting)-len(p.buf))
 	case len(p.buf) <= p.cfg.Prefetch/2:
 		return p.cfg.Prefetch - len(p.buf)
 	}

@@ -54,8 +54,9 @@ func TestEveryTaskRunsOnce(t *testing.T) {
 				}
 			}
 			for _, m := range maxes {
-				if tc.prefetch == 0 && m != 1 || tc.prefetch > 0 && (m < 1 || m > tc.prefetch) {
-					t.Errorf("Fetch(max %d) with prefetch %d; want 1 without prefetch, 1..prefetch with", m, tc.prefetch)
+				// Without prefetch, one task per waiting worker; with it, up to the buffer.
+				if tc.prefetch == 0 && (m < 1 || m > tc.workers) || tc.prefetch > 0 && (m < 1 || m > tc.prefetch) {
+					t.Errorf("Fetch(max %d) with prefetch %d and %d workers; want 1..workers without prefetch, 1..prefetch with", m, tc.prefetch, tc.workers)
 				}
 			}
 			st := p.Stats()
