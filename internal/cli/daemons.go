@@ -23,6 +23,7 @@ import (
 type serverFlags struct {
 	listen, dataDir, db                                            string
 	heartbeatInterval, offlineAfter, confirmTimeout, credentialTTL time.Duration
+	suiteCloseAfter                                                time.Duration
 }
 
 func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
@@ -34,13 +35,14 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.offlineAfter, "offline-after", 2*time.Minute, "a node with no heartbeat for this long is checked, then marked offline")
 	fl.DurationVar(&f.confirmTimeout, "confirm-timeout", 10*time.Second, "how long the offline check waits for a ping answer or a reconnect")
 	fl.DurationVar(&f.credentialTTL, "credential-ttl", 30*24*time.Hour, "lifetime of node credentials (agents renew them)")
+	fl.DurationVar(&f.suiteCloseAfter, "suite-close-after", 180*time.Second, "an Open suite that gets no new task for this long is Closed")
 }
 
 func (f *serverFlags) config() server.Config {
 	return server.Config{
 		Listen: f.listen, DataDir: f.dataDir, HeartbeatInterval: f.heartbeatInterval,
 		OfflineAfter: f.offlineAfter, ConfirmTimeout: f.confirmTimeout,
-		CredentialTTL: f.credentialTTL, Version: Version,
+		CredentialTTL: f.credentialTTL, SuiteCloseAfter: f.suiteCloseAfter, Version: Version,
 	}
 }
 
