@@ -334,3 +334,93 @@ func TestGracefulShutdownFinishesRunningTasks(t *testing.T) {
 		t.Errorf("after a graceful shutdown: %+v; want the running tasks finished, the rest Ready again, none failed", c)
 	}
 }
+
+func TestCancelTaskAndSuite(t *testing.T) {
+	s := startServer(t)
+	startAgent(t, s, "canceller")
+	waitStatus(t, s, "canceller", api.StatusOnline, 20*time.Second)
+	ctx := context.Background()
+
+	createSuite(t, s, api.SuiteSpec{Name: "sleepy", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, TaskPrefetchCount: prefetch(0)}})
+	ids := submit(t, s, "sleepy", []api.TaskSpec{sh("sleep 60"), sh("sleep 60"), sh("echo never")})
+	waitFor(t, 30*time.Second, "the first task to run", func() (bool, string) {
+		tk, _ := s.client().Task(ctx, ids[0])
+		return tk.State == api.TaskRunning, tk.State
+	})
+	// Cancelling a running task kills it on the node; the worker takes the next.
+	out, errOut, code := s.run(t, "task", "cancel", ids[0])
+	if code != 0 || !strings.Contains(out, "Cancelled") {
+		t.Fatalf("task cancel: exit %d: %s%s", code, out, errOut)
+	}
+	waitFor(t, 30*time.Second, "the second task to run", func() (bool, string) {
+		tk, _ := s.client().Task(ctx, ids[1])
+		return tk.State == api.TaskRunning, tk.State
+	})
+	if tk, _ := s.client().Task(ctx, ids[0]); tk.State != api.TaskCancelled {
+		t.Errorf("cancelled task is %s, want Cancelled (a late report must not revive it)", tk.State)
+	}
+	// Cancelling the suite stops the agent's work on it and cancels the rest.
+	if _, err := s.client().CancelSuite(ctx, "sleepy"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the agent to leave the suite", func() (bool, string) {
+		n, _ := nodeByName(t, s, "canceller")
+		return n.AgentState == api.AgentIdle && n.CurrentSuite == "", n.AgentState + " " + n.CurrentSuite
+	})
+	su, _ := s.client().Suite(ctx, "sleepy")
+	if su.State != api.SuiteCancelled || su.Counts.Cancelled != 3 {
+		t.Errorf("suite after cancel: %s %+v; want Cancelled with 3 cancelled tasks", su.State, su.Counts)
+	}
+	// A cancelled suite takes no tasks, and a finished task cannot be cancelled.
+	if _, err := s.client().SubmitTasks(ctx, "sleepy", []api.TaskSpec{sh("true")}); statusOf(err) != 409 {
+		t.Errorf("submit to a cancelled suite = %v, want 409", err)
+	}
+	if _, err := s.client().CancelTask(ctx, ids[0]); statusOf(err) != 409 {
+		t.Errorf("cancel a cancelled task = %v, want 409", err)
+	}
+}
+
+func TestBadSuitesAndTasksAreRefused(t *testing.T) {
+	s := startServer(t)
+	startAgent(t, s, "small")
+	waitStatus(t, s, "small", api.StatusOnline, 20*time.Second)
+	createSuite(t, s, api.SuiteSpec{Name: "fine", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}})
+
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		field                    string
+	}{
+		{"no workers", "POST", "/v1/suites", `{"name": "a", "worker_schedule": {"worker_count": 0}}`, 400, "worker_schedule.worker_count"},
+		{"300 workers", "POST", "/v1/suites", `{"name": "a", "worker_schedule": {"worker_count": 300}}`, 400, "worker_schedule.worker_count"},
+		{"unknown strategy", "POST", "/v1/suites", `{"name": "a", "worker_schedule": {"worker_count": 1, "cpu_binding": {"cores": [0], "strategy": "Greedy"}}}`, 400, "worker_schedule.cpu_binding.strategy"},
+		{"hook without command", "POST", "/v1/suites", `{"name": "a", "worker_schedule": {"worker_count": 1}, "hooks": {"prepare": {"command": []}}}`, 400, "hooks.prepare.command"},
+		{"unknown key", "POST", "/v1/suites", `{"name": "a", "worker_schedule": {"worker_count": 1, "workers": 3}}`, 400, "worker_schedule.workers"},
+		{"duplicate live name", "POST", "/v1/suites", `{"name": "fine", "worker_schedule": {"worker_count": 1}}`, 409, ""},
+		{"empty argv", "POST", "/v1/suites/fine/tasks", `{"tasks": [{"argv": ["true"]}, {"argv": []}]}`, 400, "tasks[1].argv"},
+		{"no tasks", "POST", "/v1/suites/fine/tasks", `{"tasks": []}`, 400, "tasks"},
+		{"unknown suite", "POST", "/v1/suites/nope/tasks", `{"tasks": [{"argv": ["true"]}]}`, 404, ""},
+		{"cores the node lacks", "POST", "/v1/suites/cores/assign", `{"nodes": ["small"]}`, 400, "worker_schedule.cpu_binding.cores[0]"},
+	}
+	createSuite(t, s, api.SuiteSpec{Name: "cores", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1,
+		CPUBinding: &api.CPUBinding{Cores: []int{4000}}}})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, e := call(t, tc.method, s.url()+tc.path, s.token, tc.body)
+			if code != tc.status || e.Field != tc.field || e.Message == "" {
+				t.Errorf("%s %s = %d %+v; want %d naming field %q", tc.method, tc.path, code, e, tc.status, tc.field)
+			}
+		})
+	}
+	// The rejected batch stored nothing.
+	if su, _ := s.client().Suite(context.Background(), "fine"); su.Counts.Total() != 0 {
+		t.Errorf("suite fine has %d tasks after rejected batches, want 0", su.Counts.Total())
+	}
+	// The CLI gives line and column for a broken file.
+	bad := filepath.Join(t.TempDir(), "suite.yaml")
+	os.WriteFile(bad, []byte("name: x\nworker_schedule:\n  worker_count: 1\n  wrokers: 2\n"), 0o600)
+	_, errOut, code := s.run(t, "suite", "create", "-f", bad)
+	if code == 0 || !strings.Contains(errOut, "line 4") || !strings.Contains(errOut, "wrokers") {
+		t.Errorf("suite create with a typo: exit %d, stderr %q; want the line and the key", code, errOut)
+	}
+}

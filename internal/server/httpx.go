@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -91,6 +92,12 @@ func DecodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if strings.HasPrefix(err.Error(), "json: unknown field ") {
+			// encoding/json names the key but not where it sits.
+			if path := unknownFieldPath(body, reflect.TypeOf(v)); path != "" {
+				return errdefs.Field(path, "unknown field")
+			}
+		}
 		return jsonFieldError(err)
 	}
 	if dec.More() {
@@ -182,4 +189,88 @@ func (s *Server) userPrincipal(ctx context.Context, r *http.Request) (auth.Princ
 		return auth.Principal{}, fmt.Errorf("token's user %q is gone: %w", t.User, errdefs.ErrUnauthenticated)
 	}
 	return auth.Principal{User: u.Name, Admin: u.Admin, Groups: u.Groups}, nil
+}
+
+// unknownFieldPath walks a JSON document along the Go type it is decoded
+// into and returns the dotted path of the first object key that type does
+// not have ("worker_schedule.workers", "tasks[2].argvs"), or "".
+func unknownFieldPath(body []byte, t reflect.Type) string {
+	var doc any
+	if json.Unmarshal(body, &doc) != nil {
+		return ""
+	}
+	return findUnknown(doc, t, "")
+}
+
+func findUnknown(doc any, t reflect.Type, path string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	join := func(key string) string {
+		if path == "" {
+			return key
+		}
+		return path + "." + key
+	}
+	switch d := doc.(type) {
+	case map[string]any:
+		switch t.Kind() {
+		case reflect.Map:
+			for k, v := range d {
+				if p := findUnknown(v, t.Elem(), join(k)); p != "" {
+					return p
+				}
+			}
+		case reflect.Struct:
+			fields := jsonFields(t)
+			for k, v := range d {
+				ft, ok := fields[k]
+				if !ok {
+					return join(k)
+				}
+				if p := findUnknown(v, ft, join(k)); p != "" {
+					return p
+				}
+			}
+		}
+	case []any:
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			for i, v := range d {
+				if p := findUnknown(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); p != "" {
+					return p
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// jsonFields maps a struct's JSON keys to field types, embedded structs
+// included.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || (!f.IsExported() && !f.Anonymous) {
+			continue
+		}
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				for k, v := range jsonFields(ft) {
+					out[k] = v
+				}
+				continue
+			}
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
+	return out
 }
