@@ -130,6 +130,7 @@ func Run(ctx context.Context, h Handler) error {
 	defer c.Close()
 	s := &session{c: c, frames: make(chan frameOrErr), quit: make(chan struct{})}
 	defer close(s.quit)
+	defer s.flush()
 	go s.read()
 
 	hello := workerproto.Frame{Op: workerproto.OpHello, Hello: &workerproto.Hello{
@@ -149,7 +150,14 @@ func Run(ctx context.Context, h Handler) error {
 		}
 	}
 	for {
-		if err := c.Write(workerproto.Frame{Op: workerproto.OpFetch}); err != nil {
+		// The last task's report travels with this fetch: one write, one
+		// wake-up of the agent.
+		out := []workerproto.Frame{{Op: workerproto.OpFetch}}
+		if s.pending != nil {
+			out = append([]workerproto.Frame{*s.pending}, out...)
+			s.pending = nil
+		}
+		if err := c.Write(out...); err != nil {
 			return fmt.Errorf("worker: fetch: %w", err)
 		}
 		t, err := s.next(ctx)
@@ -176,9 +184,18 @@ type frameOrErr struct {
 
 // session is Run's connection to the agent.
 type session struct {
-	c      *workerproto.Conn
-	frames chan frameOrErr
-	quit   chan struct{}
+	c       *workerproto.Conn
+	frames  chan frameOrErr
+	quit    chan struct{}
+	pending *workerproto.Frame // a report not yet sent
+}
+
+// flush sends a report still waiting for the next fetch.
+func (s *session) flush() {
+	if s.pending != nil {
+		s.c.Write(*s.pending)
+		s.pending = nil
+	}
 }
 
 func (s *session) read() {
@@ -290,7 +307,8 @@ func (s *session) report(t *api.Task, res Result, outcome, reason string, d time
 	r := api.TaskReport{TaskID: t.ID, Attempt: t.Attempt, Outcome: outcome, Reason: reason,
 		Result: api.TaskResult{ExitCode: res.ExitCode, Signal: res.Signal,
 			Stdout: tailString(res.Stdout), Stderr: tailString(res.Stderr), DurationMS: d.Milliseconds()}}
-	return s.c.Write(workerproto.Frame{Op: workerproto.OpReport, Report: &workerproto.Report{TaskReport: r}})
+	s.pending = &workerproto.Frame{Op: workerproto.OpReport, Report: &workerproto.Report{TaskReport: r}}
+	return nil
 }
 
 // call runs h, turning a panic into a failed result.

@@ -83,18 +83,22 @@ func (c *Conn) readLine() ([]byte, error) {
 	}
 }
 
-// Write sends one frame.
-func (c *Conn) Write(f Frame) error {
+// Write sends frames in one write, so a worker's report and its next
+// fetch cost the agent one wake-up.
+func (c *Conn) Write(fs ...Frame) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	b, err := json.Marshal(f)
-	if err != nil {
-		return fmt.Errorf("encode %s frame: %w", f.Op, err)
+	c.buf = c.buf[:0]
+	for _, f := range fs {
+		b, err := json.Marshal(f)
+		if err != nil {
+			return fmt.Errorf("encode %s frame: %w", f.Op, err)
+		}
+		c.buf = append(append(c.buf, b...), '\n')
 	}
-	c.buf = append(append(c.buf[:0], b...), '\n')
 	c.c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := c.c.Write(c.buf); err != nil {
-		return fmt.Errorf("write %s frame: %w", f.Op, err)
+		return fmt.Errorf("write %s frame: %w", fs[0].Op, err)
 	}
 	return nil
 }
