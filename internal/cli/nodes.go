@@ -36,9 +36,9 @@ func nodeLsCmd(e *env) *cobra.Command {
 				return printJSON(e.stdout, api.NodeList{Nodes: nodes})
 			}
 			now := time.Now()
-			t := newTable(e.stdout, "ID", "NAME", "STATUS", "STATE", "TAGS", "CORES", "MEMORY", "GPUS", "LAST HEARTBEAT")
+			t := newTable(e.stdout, "ID", "NAME", "STATUS", "STATE", "SUITE", "TAGS", "CORES", "MEMORY", "GPUS", "LAST HEARTBEAT")
 			for _, n := range nodes {
-				t.row(n.ID, n.Name, n.Status, n.AgentState, orDash(strings.Join(n.Tags, ",")),
+				t.row(n.ID, n.Name, n.Status, n.AgentState, orDash(n.CurrentSuite), orDash(strings.Join(n.Tags, ",")),
 					strconv.Itoa(n.Hardware.Cores), bytesIEC(n.Hardware.MemoryBytes),
 					strconv.Itoa(len(n.Hardware.GPUs)), ago(n.LastHeartbeat, now))
 			}
@@ -82,6 +82,7 @@ func printNode(e *env, n api.Node) {
 	hw := n.Hardware
 	rows := [][2]string{
 		{"ID", n.ID}, {"Name", n.Name}, {"Status", status}, {"Agent state", n.AgentState},
+		{"Suite", orDash(n.CurrentSuite)},
 		{"Connected", strconv.FormatBool(n.Connected)}, {"Last heartbeat", ago(n.LastHeartbeat, now)},
 		{"Tags", orDash(strings.Join(n.Tags, ", "))}, {"Labels", orDash(labelString(n.Labels))},
 		{"Groups", orDash(strings.Join(n.Groups, ", "))},

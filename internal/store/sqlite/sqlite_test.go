@@ -373,3 +373,75 @@ func BenchmarkAddTasks(b *testing.B) {
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tasks/s")
 }
+
+// BenchmarkGetSuiteLarge reads the counts of a suite of 50,000 tasks in
+// every state, as `nodemgr suite watch` and agents looking for work do.
+// While dispatching, a claim and a report land between reads, so readers
+// find the file changed, as they do on a busy coordinator.
+func BenchmarkGetSuiteLarge(b *testing.B) {
+	const n = 50_000
+	ctx := b.Context()
+	s, err := Open(ctx, filepath.Join(b.TempDir(), "nodemgr.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "bench"}}); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.AddTasks(ctx, "s1", benchTasks("t", n)); err != nil {
+		b.Fatal(err)
+	}
+	// A fifth each Finished, Failed, Running and Cancelled, the rest Ready.
+	claimed, err := s.ClaimTasks(ctx, "s1", "n1", 4*n/5)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var reports []store.Attempt
+	for i, t := range claimed[:2*n/5] {
+		r := store.Attempt{TaskID: t.ID, Attempt: t.Attempt, Outcome: api.OutcomeSucceeded}
+		if i%2 == 1 {
+			r.Outcome, r.Failure = api.OutcomeFailed, &api.TaskFailure{Reason: "exit status 1"}
+		}
+		reports = append(reports, r)
+	}
+	giveUp := func([]api.TaskFailure) bool { return true }
+	if _, err := s.FinishAttempts(ctx, "n1", reports, giveUp); err != nil {
+		b.Fatal(err)
+	}
+	for _, t := range claimed[3*n/5:] {
+		if _, err := s.CancelTask(ctx, t.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+	want := api.TaskCounts{Ready: n / 5, Running: n / 5, Finished: n / 5, Failed: n / 5, Cancelled: n / 5}
+	check := func() {
+		su, err := s.GetSuite(ctx, "s1")
+		if err != nil || su.Counts.Total() != n {
+			b.Fatalf("GetSuite() = %+v, %v, want %d tasks", su.Counts, err, n)
+		}
+	}
+	if su, err := s.GetSuite(ctx, "s1"); err != nil || su.Counts != want {
+		b.Fatalf("GetSuite() = %+v, %v, want %+v", su.Counts, err, want)
+	}
+
+	b.Run("idle", func(b *testing.B) {
+		for b.Loop() {
+			check()
+		}
+	})
+	b.Run("dispatching", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			t, err := s.ClaimTasks(ctx, "s1", "n2", 1)
+			if err != nil || len(t) != 1 {
+				b.Fatalf("ClaimTasks() = %d tasks, %v", len(t), err)
+			}
+			if _, err := s.ReturnTasks(ctx, "n2", []string{t[0].ID}); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			check()
+		}
+	})
+}
