@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -142,6 +144,10 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 		log.Warn("worker pool ended with an error", "err", err)
 	}
 	src.close(parent) // every report reaches the server before we leave
+	st := pool.Stats()
+	log.Info("workers stopped", "reported", st.Reported, "respawns", st.Respawns, "dropped", st.Dropped,
+		"fetch_p50", st.FetchLatency.P50, "fetch_p99", st.FetchLatency.P99)
+	writeStats(filepath.Join(workDir, "pool-stats.json"), st)
 
 	reason := "complete"
 	r.mu.Lock()
@@ -182,6 +188,18 @@ func (r *runner) poolConfig(su api.Suite, workDir string) workerpool.Config {
 		Workers: ws.WorkerCount, Binding: ws.CPUBinding, Prefetch: prefetch,
 		Command: cmd, Env: suiteEnv(su, r.a.NodeID()), Dir: workDir,
 		Logger: r.a.log.With("suite", su.ID),
+	}
+}
+
+// writeStats leaves the pool's last stats in the suite's work dir, for
+// whoever looks into a node afterwards (and for bench dispatch).
+func writeStats(path string, st workerpool.Stats) {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		slog.Default().Debug("write pool stats", "err", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -39,6 +40,10 @@ type DispatchResult struct {
 	// last, ask for the next, receive it. Only measured for in-process.
 	FetchP50 time.Duration `json:"fetch_p50"`
 	FetchP99 time.Duration `json:"fetch_p99"`
+	// Agent-side fetch latency: a worker's fetch arriving at the agent to
+	// its task written back (served from the buffer when prefetching).
+	AgentFetchP50 time.Duration `json:"agent_fetch_p50"`
+	AgentFetchP99 time.Duration `json:"agent_fetch_p99"`
 }
 
 // SpawnBaseline is the machine's own rate of starting `true`, with as many
@@ -158,10 +163,12 @@ func runDispatchCase(ctx context.Context, c *client.Client, cfg DispatchConfig, 
 	elapsed := last.Sub(start)
 	c.PatchNode(ctx, node.ID, api.NodePatch{RemoveTags: []string{tag}})
 	r := DispatchResult{Worker: kind, Prefetch: prefetch, Tasks: n, Elapsed: elapsed, PerSecond: float64(n) / elapsed.Seconds()}
+	dir := filepath.Join(agentDir, "suites", su.ID)
 	if kind == "in-process" {
 		// The workers write their samples when the pool stops them.
-		r.FetchP50, r.FetchP99 = readLatencies(filepath.Join(agentDir, "suites", su.ID))
+		r.FetchP50, r.FetchP99 = readLatencies(dir)
 	}
+	r.AgentFetchP50, r.AgentFetchP99 = readPoolStats(filepath.Join(dir, "pool-stats.json"))
 	return r, nil
 }
 
@@ -202,6 +209,21 @@ func readLatencies(dir string) (p50, p99 time.Duration) {
 	}
 	slices.Sort(samples)
 	return samples[len(samples)/2], samples[len(samples)*99/100]
+}
+
+// readPoolStats reads the agent's fetch latency from the stats it leaves
+// in the suite dir when the pool stops.
+func readPoolStats(path string) (p50, p99 time.Duration) {
+	var st struct {
+		FetchLatency struct{ P50, P99 time.Duration }
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		b, err := os.ReadFile(path)
+		if err == nil && json.Unmarshal(b, &st) == nil {
+			return st.FetchLatency.P50, st.FetchLatency.P99
+		}
+	}
+	return 0, 0
 }
 
 // spawnBaseline times n runs of `true` with k spawners at once.
