@@ -11,9 +11,17 @@
 // as unix nanoseconds (NULL for "never"), lists and maps as JSON text.
 //
 // Tasks are dispatched under the single writer: a claim is one UPDATE of the
-// first Ready tasks in (priority, insertion) order, and a report applies only
-// through a statement conditioned on the attempt still holding its task, so
-// the first commit wins without locks of its own.
+// first Ready tasks in (priority, insertion) order, and a batch of reports
+// applies through statements conditioned on each attempt still holding its
+// task, so the first commit wins without locks of its own. The dispatch
+// loop's statements are prepared once, in Open. Tasks are indexed by state
+// only where a state is looked for (Ready by suite to claim, Running by node
+// to reclaim, Failed by suite to list), so a task that finishes leaves no
+// index entry to keep.
+//
+// A suite's task counts are kept in suite_counts, in the same transaction
+// as every change they count (see counts.go), so reading a suite costs the
+// same however many tasks it has.
 //
 // Where store.Store's comments leave room, it behaves as the conformance
 // suite in store/storetest pins down.

@@ -33,7 +33,18 @@ type Store struct {
 	w   *sql.DB // one connection: SQLite has one writer at a time anyway
 	r   *sql.DB // read-only connections that WAL lets run beside the writer
 	now func() time.Time
+
+	// Statements prepared once, in Open, by query: the dispatch loop's.
+	// modernc takes tens of microseconds to prepare one, about as long as
+	// a small claim takes to run.
+	wstmts, rstmts map[string]*sql.Stmt
 }
+
+// hotWrites and hotReads are the queries that Open prepares.
+var (
+	hotWrites = []string{claimTasks, finishEnds, recordFailure, afterFailures, addCounts}
+	hotReads  = []string{getSuite}
+)
 
 // Open opens the SQLite database at path, creating the file if needed, and
 // brings its schema up to date.
@@ -76,8 +87,38 @@ func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error)
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 
+	s := &Store{w: w, r: r, now: time.Now}
+	if s.wstmts, err = prepare(ctx, w, hotWrites); err == nil {
+		s.rstmts, err = prepare(ctx, r, hotReads)
+	}
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
 	logger.Debug("store opened", "path", path, "readers", n)
-	return &Store{w: w, r: r, now: time.Now}, nil
+	return s, nil
+}
+
+// prepare prepares queries on db.
+func prepare(ctx context.Context, db *sql.DB, queries []string) (map[string]*sql.Stmt, error) {
+	stmts := make(map[string]*sql.Stmt, len(queries))
+	for _, q := range queries {
+		stmt, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			closeAll(stmts)
+			return nil, fmt.Errorf("prepare %q: %w", q, err)
+		}
+		stmts[q] = stmt
+	}
+	return stmts, nil
+}
+
+func closeAll(stmts map[string]*sql.Stmt) error {
+	var errs []error
+	for _, stmt := range stmts {
+		errs = append(errs, stmt.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // dsn is the driver's data source name for path. Pragmas ride in the DSN so
@@ -123,7 +164,19 @@ func migrate(ctx context.Context, db *sql.DB, logger *slog.Logger) error {
 
 // Close closes the database.
 func (s *Store) Close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
+	return errors.Join(closeAll(s.wstmts), closeAll(s.rstmts), s.r.Close(), s.w.Close())
+}
+
+// stmt is query as a statement of tx: the one Open prepared if query is
+// among hotWrites, else one prepared now, for this transaction only (the
+// writer's one connection is the transaction's, so the pool could not
+// prepare it now).
+func (s *Store) stmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	if stmt, ok := s.wstmts[query]; ok {
+		return tx.StmtContext(ctx, stmt), nil
+	}
+	stmt, err := tx.PrepareContext(ctx, query)
+	return stmt, classify(err)
 }
 
 // write runs fn in a transaction on the writer connection.

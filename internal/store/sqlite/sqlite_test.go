@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,12 +26,60 @@ import (
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		s, err := Open(t.Context(), filepath.Join(t.TempDir(), "nodemgr.db"), nil)
+		path := filepath.Join(t.TempDir(), "nodemgr.db")
+		s, err := Open(t.Context(), path, nil)
 		if err != nil {
 			t.Fatalf("Open() = %v, want nil", err)
 		}
+		// Whatever the test did, the counts kept are those a GROUP BY
+		// finds. (Cleanups run last first: the suite has closed the store.)
+		t.Cleanup(func() { checkCounts(t, path) })
 		return s
 	})
+}
+
+// checkCounts compares suite_counts in the file at path with the tasks'
+// states, counted afresh.
+func checkCounts(t *testing.T, path string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", dsn(path, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	read := func(query string) map[string]api.TaskCounts {
+		t.Helper()
+		rows, err := db.QueryContext(context.Background(), query)
+		if err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		defer rows.Close()
+		out := map[string]api.TaskCounts{}
+		for rows.Next() {
+			var id string
+			var c api.TaskCounts
+			if err := rows.Scan(&id, &c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled); err != nil {
+				t.Fatal(err)
+			}
+			out[id] = c
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	kept := read(`SELECT suite_id, ready, running, finished, failed, cancelled FROM suite_counts`)
+	counted := read(`SELECT suites.id,
+			COUNT(*) FILTER (WHERE tasks.state = 'Ready'),
+			COUNT(*) FILTER (WHERE tasks.state = 'Running'),
+			COUNT(*) FILTER (WHERE tasks.state = 'Finished'),
+			COUNT(*) FILTER (WHERE tasks.state = 'Failed'),
+			COUNT(*) FILTER (WHERE tasks.state = 'Cancelled')
+		FROM suites LEFT JOIN tasks ON tasks.suite_id = suites.id
+		GROUP BY suites.id`)
+	if diff := cmp.Diff(counted, kept); diff != "" {
+		t.Errorf("suite_counts differ from the tasks counted by state (-counted +kept):\n%s", diff)
+	}
 }
 
 // open opens the store at path and closes it when the test ends.
@@ -163,6 +212,127 @@ func TestUpgrade(t *testing.T) {
 	}
 	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "first"}}); err != nil {
 		t.Errorf("CreateSuite() after upgrade = %v, want nil", err)
+	}
+}
+
+// TestUpgradeCountsTasks opens a file made by the second schema, with
+// suites and tasks in every state, and finds them counted.
+func TestUpgradeCountsTasks(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "nodemgr.db")
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatalf("goose.NewProvider() = %v", err)
+	}
+	if _, err := p.UpTo(ctx, 2); err != nil {
+		t.Fatalf("UpTo(2) = %v", err)
+	}
+	want := map[string]api.TaskCounts{
+		"s1": {Ready: 3, Running: 2, Finished: 4, Failed: 1, Cancelled: 2},
+		"s2": {Ready: 1},
+		"s3": {},
+	}
+	for id, c := range want {
+		if _, err := db.ExecContext(ctx, `INSERT INTO suites (id, name, spec, state, created_at, updated_at)
+			VALUES (?, ?, '{"name": "x"}', ?, 1, 1)`, id, "suite-"+id, api.SuiteClosed); err != nil {
+			t.Fatalf("insert suite %s at version 2: %v", id, err)
+		}
+		for state, n := range map[string]int{api.TaskReady: c.Ready, api.TaskRunning: c.Running,
+			api.TaskFinished: c.Finished, api.TaskFailed: c.Failed, api.TaskCancelled: c.Cancelled} {
+			for i := range n {
+				if _, err := db.ExecContext(ctx, `INSERT INTO tasks (id, suite_id, spec, state, attempt, node_id, created_at, updated_at)
+					VALUES (?, ?, '{"argv": ["true"]}', ?, 1, 'n1', 1, 1)`, fmt.Sprintf("%s-%s-%d", id, state, i), id, state); err != nil {
+					t.Fatalf("insert task at version 2: %v", err)
+				}
+			}
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := open(t, path, nil)
+	for id, c := range want {
+		if su, err := s.GetSuite(ctx, id); err != nil || su.Counts != c {
+			t.Errorf("GetSuite(%q) after upgrade = %+v, %v; want counts %+v", id, su.Counts, err, c)
+		}
+	}
+	// The counts go on from there.
+	if n, err := s.ReclaimNode(ctx, "n1"); err != nil || n != 2 {
+		t.Errorf("ReclaimNode(%q) after upgrade = %d, %v, want 2, nil", "n1", n, err)
+	}
+	if got, err := s.ClaimTasks(ctx, "s1", "n2", 10); err != nil || len(got) != 5 {
+		t.Errorf("ClaimTasks(%q) after upgrade = %d tasks, %v, want 5, nil", "s1", len(got), err)
+	}
+	if ids, err := s.CompleteSuites(ctx); err != nil || !slices.Equal(ids, []string{"s3"}) {
+		t.Errorf("CompleteSuites() after upgrade = %q, %v, want [s3]", ids, err)
+	}
+	s.Close()
+	checkCounts(t, path)
+}
+
+// TestDispatchPlans pins how SQLite runs the statements of the dispatch
+// loop: each finds its tasks through an index, by ID where it names them,
+// and none walks a table or a node's running tasks per report.
+func TestDispatchPlans(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
+	tests := []struct {
+		name, query string
+		want        []string // the plan's lines, in order
+	}{
+		{"claim", claimTasks, []string{
+			"SEARCH tasks USING INTEGER PRIMARY KEY (rowid=?)",
+			"LIST SUBQUERY 1",
+			"SEARCH tasks USING COVERING INDEX tasks_ready (suite_id=?)",
+		}},
+		{"finish", finishEnds, []string{
+			"SCAN r VIRTUAL TABLE INDEX 1:",
+			"SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)",
+		}},
+		{"record failure", recordFailure, []string{
+			"SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (id=?)",
+		}},
+		{"after failures", afterFailures, []string{
+			"SCAN r VIRTUAL TABLE INDEX 1:",
+			"SEARCH tasks USING COVERING INDEX sqlite_autoindex_tasks_1 (id=?)",
+		}},
+		{"counts", addCounts, []string{
+			"SEARCH suite_counts USING PRIMARY KEY (suite_id=?)",
+		}},
+		{"get suite", getSuite, []string{
+			"SEARCH suite_counts USING PRIMARY KEY (suite_id=?)",
+			"SEARCH suites USING INDEX sqlite_autoindex_suites_1 (id=?)",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := make([]any, 9) // not used: EXPLAIN runs nothing
+			rows, err := s.w.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+tc.query, args...)
+			if err != nil {
+				t.Fatalf("EXPLAIN QUERY PLAN = %v", err)
+			}
+			defer rows.Close()
+			var got []string
+			for rows.Next() {
+				var id, parent, unused int
+				var detail string
+				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, detail)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("EXPLAIN QUERY PLAN mismatch (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -303,12 +473,13 @@ func benchTasks(prefix string, n int) []store.Task {
 	return tasks
 }
 
-// BenchmarkClaimAndFinish measures the dispatch loop: agents claim batches
-// of tasks and report them done in batches of 256, as the server does.
+// BenchmarkClaimAndFinish measures the dispatch loop: an agent claims
+// batches of tasks and reports them done in batches, small ones as a lightly
+// loaded agent sends them and large ones as a busy one does.
 func BenchmarkClaimAndFinish(b *testing.B) {
-	for _, claim := range []int{32, 256} {
-		b.Run(fmt.Sprintf("claim=%d", claim), func(b *testing.B) {
-			const finish, refill = 256, 50_000
+	for _, bc := range []struct{ claim, report int }{{16, 16}, {32, 256}, {256, 256}} {
+		b.Run(fmt.Sprintf("claim=%d/report=%d", bc.claim, bc.report), func(b *testing.B) {
+			const refill = 50_000
 			ctx := b.Context()
 			s, err := Open(ctx, filepath.Join(b.TempDir(), "nodemgr.db"), nil)
 			if err != nil {
@@ -321,12 +492,12 @@ func BenchmarkClaimAndFinish(b *testing.B) {
 			added := 0
 			var reports []store.Attempt
 			for b.Loop() {
-				for len(reports) < finish {
-					tasks, err := s.ClaimTasks(ctx, "s1", "n1", claim)
+				for len(reports) < bc.report {
+					tasks, err := s.ClaimTasks(ctx, "s1", "n1", bc.claim)
 					if err != nil {
 						b.Fatal(err)
 					}
-					if len(tasks) < claim {
+					if len(tasks) < bc.claim {
 						b.StopTimer()
 						if err := s.AddTasks(ctx, "s1", benchTasks(fmt.Sprint(added), refill)); err != nil {
 							b.Fatal(err)
@@ -341,13 +512,13 @@ func BenchmarkClaimAndFinish(b *testing.B) {
 						})
 					}
 				}
-				n, err := s.FinishAttempts(ctx, "n1", reports[:finish], nil)
-				if err != nil || n != finish {
-					b.Fatalf("FinishAttempts(%d) = %d, %v", finish, n, err)
+				n, err := s.FinishAttempts(ctx, "n1", reports[:bc.report], nil)
+				if err != nil || n != bc.report {
+					b.Fatalf("FinishAttempts(%d) = %d, %v", bc.report, n, err)
 				}
-				reports = append(reports[:0], reports[finish:]...)
+				reports = append(reports[:0], reports[bc.report:]...)
 			}
-			b.ReportMetric(float64(finish*b.N)/b.Elapsed().Seconds(), "tasks/s")
+			b.ReportMetric(float64(bc.report*b.N)/b.Elapsed().Seconds(), "tasks/s")
 		})
 	}
 }
@@ -374,25 +545,22 @@ func BenchmarkAddTasks(b *testing.B) {
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tasks/s")
 }
 
-// BenchmarkGetSuiteLarge reads the counts of a suite of 50,000 tasks in
-// every state, as `nodemgr suite watch` and agents looking for work do.
-// While dispatching, a claim and a report land between reads, so readers
-// find the file changed, as they do on a busy coordinator.
-func BenchmarkGetSuiteLarge(b *testing.B) {
-	const n = 50_000
+// largeSuite opens a store with one suite, s1, of n tasks: a fifth each
+// Finished, Failed (given up), Running, Cancelled and Ready, in the order
+// they were added.
+func largeSuite(b *testing.B, n int) *Store {
 	ctx := b.Context()
 	s, err := Open(ctx, filepath.Join(b.TempDir(), "nodemgr.db"), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { s.Close() })
 	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "bench"}}); err != nil {
 		b.Fatal(err)
 	}
 	if err := s.AddTasks(ctx, "s1", benchTasks("t", n)); err != nil {
 		b.Fatal(err)
 	}
-	// A fifth each Finished, Failed, Running and Cancelled, the rest Ready.
 	claimed, err := s.ClaimTasks(ctx, "s1", "n1", 4*n/5)
 	if err != nil {
 		b.Fatal(err)
@@ -415,16 +583,26 @@ func BenchmarkGetSuiteLarge(b *testing.B) {
 		}
 	}
 	want := api.TaskCounts{Ready: n / 5, Running: n / 5, Finished: n / 5, Failed: n / 5, Cancelled: n / 5}
+	if su, err := s.GetSuite(ctx, "s1"); err != nil || su.Counts != want {
+		b.Fatalf("GetSuite() = %+v, %v, want %+v", su.Counts, err, want)
+	}
+	return s
+}
+
+// BenchmarkGetSuiteLarge reads the counts of a suite of 50,000 tasks, as
+// `nodemgr suite watch` and agents looking for work do. While dispatching,
+// a claim and a return land between reads, so readers find the file
+// changed, as they do on a busy coordinator.
+func BenchmarkGetSuiteLarge(b *testing.B) {
+	const n = 50_000
+	ctx := b.Context()
+	s := largeSuite(b, n)
 	check := func() {
 		su, err := s.GetSuite(ctx, "s1")
 		if err != nil || su.Counts.Total() != n {
 			b.Fatalf("GetSuite() = %+v, %v, want %d tasks", su.Counts, err, n)
 		}
 	}
-	if su, err := s.GetSuite(ctx, "s1"); err != nil || su.Counts != want {
-		b.Fatalf("GetSuite() = %+v, %v, want %+v", su.Counts, err, want)
-	}
-
 	b.Run("idle", func(b *testing.B) {
 		for b.Loop() {
 			check()
@@ -444,4 +622,22 @@ func BenchmarkGetSuiteLarge(b *testing.B) {
 			check()
 		}
 	})
+}
+
+// BenchmarkListTasksLarge reads the first page of a large suite's tasks in
+// one state, as `nodemgr suite tasks --state` does.
+func BenchmarkListTasksLarge(b *testing.B) {
+	const n = 50_000
+	ctx := b.Context()
+	s := largeSuite(b, n)
+	for _, state := range []string{api.TaskReady, api.TaskRunning, api.TaskFinished, api.TaskFailed, api.TaskCancelled} {
+		b.Run(state, func(b *testing.B) {
+			for b.Loop() {
+				tasks, err := s.ListTasks(ctx, store.TaskFilter{SuiteID: "s1", States: []string{state}, Limit: 1000})
+				if err != nil || len(tasks) != 1000 {
+					b.Fatalf("ListTasks(%s) = %d tasks, %v", state, len(tasks), err)
+				}
+			}
+		})
+	}
 }

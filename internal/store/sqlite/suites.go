@@ -17,6 +17,16 @@ import (
 
 const suiteColumns = `id, spec, state, owner, assigned_nodes, created_at, updated_at, last_task_at`
 
+// suiteSelect reads suiteColumns and the suite's counts.
+const suiteSelect = `SELECT ` + suiteColumns + `, ready, running, finished, failed, cancelled
+	FROM suites JOIN suite_counts ON suite_counts.suite_id = suites.id`
+
+// suiteOrder is how suites list: highest priority first, then oldest.
+const suiteOrder = ` ORDER BY priority DESC, created_at, id`
+
+// getSuite reads one suite by ID.
+const getSuite = suiteSelect + ` WHERE id = ?`
+
 // CreateSuite stores a new suite. An empty state means Open; a zero
 // CreatedAt means now.
 func (s *Store) CreateSuite(ctx context.Context, su store.Suite) error {
@@ -44,6 +54,10 @@ func (s *Store) CreateSuite(ctx context.Context, su store.Suite) error {
 		if isUnique(err) {
 			return errdefs.Conflict("suite id %s or name %s is taken", su.ID, su.Spec.Name)
 		}
+		if err != nil {
+			return classify(err)
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO suite_counts (suite_id) VALUES (?)`, su.ID)
 		return classify(err)
 	})
 	if err != nil {
@@ -73,7 +87,7 @@ func nameFree(ctx context.Context, tx *sql.Tx, su store.Suite) error {
 
 // GetSuite returns a suite with its task counts.
 func (s *Store) GetSuite(ctx context.Context, id string) (store.Suite, error) {
-	su, err := s.oneSuite(ctx, `id = ?`, id)
+	su, err := scanSuite(s.rstmts[getSuite].QueryRowContext(ctx, id))
 	if err != nil {
 		return store.Suite{}, fmt.Errorf("get suite %s: %w", id, err)
 	}
@@ -91,7 +105,7 @@ func (s *Store) SuiteByName(ctx context.Context, name string) (store.Suite, erro
 }
 
 func (s *Store) oneSuite(ctx context.Context, where string, args ...any) (store.Suite, error) {
-	suites, err := s.querySuites(ctx, []string{where}, args)
+	suites, err := readSuites(ctx, s.r, []string{where}, args)
 	if err != nil {
 		return store.Suite{}, err
 	}
@@ -118,30 +132,21 @@ func (s *Store) ListSuites(ctx context.Context, f store.SuiteFilter) ([]store.Su
 			args = append(args, g)
 		}
 	}
-	suites, err := s.querySuites(ctx, where, args)
+	suites, err := readSuites(ctx, s.r, where, args)
 	if err != nil {
 		return nil, fmt.Errorf("list suites: %w", err)
 	}
 	return suites, nil
 }
 
-// querySuites reads suites and their counts from one snapshot.
-func (s *Store) querySuites(ctx context.Context, where []string, args []any) ([]store.Suite, error) {
-	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, classify(err)
-	}
-	defer tx.Rollback()
-	return readSuites(ctx, tx, where, args)
-}
-
+// readSuites reads the suites that match all of where, with their counts, in
+// one statement and so from one snapshot.
 func readSuites(ctx context.Context, q querier, where []string, args []any) ([]store.Suite, error) {
-	query := `SELECT ` + suiteColumns + ` FROM suites`
+	query := suiteSelect
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	query += ` ORDER BY priority DESC, created_at, id`
-	rows, err := q.QueryContext(ctx, query, args...)
+	rows, err := q.QueryContext(ctx, query+suiteOrder, args...)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -157,60 +162,12 @@ func readSuites(ctx context.Context, q querier, where []string, args []any) ([]s
 	if err := rows.Err(); err != nil {
 		return nil, classify(err)
 	}
-	if err := addCounts(ctx, q, suites); err != nil {
-		return nil, err
-	}
 	return suites, nil
-}
-
-// addCounts fills in the suites' task counts with one grouped query, which
-// the (suite_id, state, ...) index answers without reading the tasks.
-func addCounts(ctx context.Context, q querier, suites []store.Suite) error {
-	if len(suites) == 0 {
-		return nil
-	}
-	index := make(map[string]int, len(suites))
-	ids := make([]string, len(suites))
-	for i, su := range suites {
-		index[su.ID] = i
-		ids[i] = su.ID
-	}
-	idList, err := jsonArg(ids)
-	if err != nil {
-		return err
-	}
-	rows, err := q.QueryContext(ctx, `SELECT suite_id, state, COUNT(*) FROM tasks
-		WHERE suite_id IN (SELECT value FROM json_each(?)) GROUP BY suite_id, state`, idList)
-	if err != nil {
-		return classify(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, state string
-		var n int
-		if err := rows.Scan(&id, &state, &n); err != nil {
-			return classify(err)
-		}
-		c := &suites[index[id]].Counts
-		switch state {
-		case api.TaskReady:
-			c.Ready = n
-		case api.TaskRunning:
-			c.Running = n
-		case api.TaskFinished:
-			c.Finished = n
-		case api.TaskFailed:
-			c.Failed = n
-		case api.TaskCancelled:
-			c.Cancelled = n
-		}
-	}
-	return classify(rows.Err())
 }
 
 // UpdateSuite applies fn to the suite inside one write transaction; a move
 // to Cancelled cancels the suite's Ready and Running tasks in it too. Counts
-// are computed, so fn's changes to them are dropped. fn runs while the
+// are the store's to keep, so fn's changes to them are dropped. fn runs while the
 // store's only writer connection is held: it must not call the store.
 func (s *Store) UpdateSuite(ctx context.Context, id string, fn func(*store.Suite) error) (store.Suite, error) {
 	var out store.Suite
@@ -251,9 +208,21 @@ func (s *Store) UpdateSuite(ctx context.Context, id string, fn func(*store.Suite
 			return classify(err)
 		}
 		if su.State == api.SuiteCancelled {
-			if _, err := tx.ExecContext(ctx, `UPDATE tasks SET state = ?, updated_at = ?
-				WHERE suite_id = ? AND state IN (?, ?)`,
-				api.TaskCancelled, now.UnixNano(), id, api.TaskReady, api.TaskRunning); err != nil {
+			// One statement per state, each served by the partial index of
+			// tasks in that state: the suite's running tasks are among the
+			// few running anywhere.
+			if _, err := tx.ExecContext(ctx, `UPDATE tasks SET state = '`+api.TaskCancelled+`', updated_at = ?
+				WHERE suite_id = ? AND state = '`+api.TaskReady+`'`, now.UnixNano(), id); err != nil {
+				return classify(err)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE tasks INDEXED BY tasks_running SET state = '`+api.TaskCancelled+`', updated_at = ?
+				WHERE suite_id = ? AND state = '`+api.TaskRunning+`'`, now.UnixNano(), id); err != nil {
+				return classify(err)
+			}
+			// Every Ready and Running task of the suite is Cancelled now.
+			if _, err := tx.ExecContext(ctx, `UPDATE suite_counts
+				SET cancelled = cancelled + ready + running, ready = 0, running = 0
+				WHERE suite_id = ?`, id); err != nil {
 				return classify(err)
 			}
 		}
@@ -286,10 +255,9 @@ func (s *Store) CloseIdleSuites(ctx context.Context, cutoff time.Time) ([]string
 // and returns their IDs in order.
 func (s *Store) CompleteSuites(ctx context.Context) ([]string, error) {
 	ids, err := s.moveSuites(ctx, `UPDATE suites SET state = ?1, updated_at = ?2
-		WHERE state = ?3 AND NOT EXISTS (SELECT 1 FROM tasks
-			WHERE tasks.suite_id = suites.id AND tasks.state IN (?4, ?5))
+		WHERE state = ?3 AND id IN (SELECT suite_id FROM suite_counts WHERE ready = 0 AND running = 0)
 		RETURNING id`,
-		api.SuiteComplete, s.now().UnixNano(), api.SuiteClosed, api.TaskReady, api.TaskRunning)
+		api.SuiteComplete, s.now().UnixNano(), api.SuiteClosed)
 	if err != nil {
 		return nil, fmt.Errorf("complete suites: %w", err)
 	}
@@ -353,7 +321,7 @@ func validSuiteState(state string) bool {
 	return false
 }
 
-// scanSuite reads a row of suiteColumns; Counts stay zero.
+// scanSuite reads a row of suiteSelect.
 func scanSuite(row scanner) (store.Suite, error) {
 	var (
 		su               store.Suite
@@ -361,7 +329,9 @@ func scanSuite(row scanner) (store.Suite, error) {
 		created, updated int64
 		lastTask         sql.NullInt64
 	)
-	err := row.Scan(&su.ID, &spec, &su.State, &su.Owner, &assigned, &created, &updated, &lastTask)
+	c := &su.Counts
+	err := row.Scan(&su.ID, &spec, &su.State, &su.Owner, &assigned, &created, &updated, &lastTask,
+		&c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Suite{}, errdefs.ErrNotFound
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,7 +71,12 @@ func (s *Store) AddTasks(ctx context.Context, suiteID string, tasks []store.Task
 			}
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE suites SET last_task_at = ? WHERE id = ?`, now.UnixNano(), suiteID)
-		return classify(err)
+		if err != nil {
+			return classify(err)
+		}
+		counts := tally{}
+		counts.move(suiteID, "", api.TaskReady, len(tasks))
+		return counts.apply(ctx, s, tx)
 	})
 	if err != nil {
 		return fmt.Errorf("add %d tasks to suite %s: %w", len(tasks), suiteID, err)
@@ -135,7 +141,14 @@ func (s *Store) listTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 		where = append(where, `suite_id = ?`)
 		args = append(args, f.SuiteID)
 	}
-	if len(f.States) > 0 {
+	switch len(f.States) {
+	case 0:
+	case 1:
+		// SQLite matches "state = ?" bound to Failed with the partial
+		// index tasks_failed; it does not match "state IN (?)".
+		where = append(where, `state = ?`)
+		args = append(args, f.States[0])
+	default:
 		where = append(where, `state IN (`+placeholders(len(f.States))+`)`)
 		for _, st := range f.States {
 			args = append(args, st)
@@ -184,6 +197,15 @@ func (s *Store) listTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 	return out, nil
 }
 
+// claimTasks claims the first Ready tasks of a suite, which the claim index
+// hands over in order. The limit is +?4, not ?4: SQLite plans for the value
+// bound to a bare LIMIT parameter, and so prepares the statement again each
+// time a new value is bound.
+const claimTasks = `UPDATE tasks SET state = '` + api.TaskRunning + `', attempt = attempt + 1, node_id = ?1, updated_at = ?2
+	WHERE seq IN (SELECT seq FROM tasks WHERE suite_id = ?3 AND state = '` + api.TaskReady + `'
+		ORDER BY priority DESC, seq LIMIT +?4)
+	RETURNING ` + taskColumns
+
 // ClaimTasks moves up to max Ready tasks of the suite to Running on the node
 // with one UPDATE ... RETURNING, and returns them highest priority first,
 // then oldest. The single writer makes concurrent claims take turns. A
@@ -194,11 +216,11 @@ func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int)
 	}
 	var claimed []task
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `UPDATE tasks SET state = ?1, attempt = attempt + 1, node_id = ?2, updated_at = ?3
-			WHERE seq IN (SELECT seq FROM tasks WHERE suite_id = ?4 AND state = ?5
-				ORDER BY priority DESC, seq LIMIT ?6)
-			RETURNING `+taskColumns,
-			api.TaskRunning, nodeID, s.now().UnixNano(), suiteID, api.TaskReady, max)
+		stmt, err := s.stmt(ctx, tx, claimTasks)
+		if err != nil {
+			return err
+		}
+		rows, err := stmt.QueryContext(ctx, nodeID, s.now().UnixNano(), suiteID, max)
 		if err != nil {
 			return classify(err)
 		}
@@ -213,6 +235,11 @@ func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int)
 				return errdefs.ErrNotFound
 			}
 			return classify(err)
+		}
+		counts := tally{}
+		counts.move(suiteID, api.TaskReady, api.TaskRunning, len(claimed))
+		if err := counts.apply(ctx, s, tx); err != nil {
+			return err
 		}
 		// Only a task claimed before can have failed before.
 		return addFailures(ctx, tx, claimed, 2)
@@ -233,8 +260,17 @@ func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int)
 
 // FinishAttempts applies a node's reports in one transaction; see
 // store.Tasks. A report counts only while its task is Running on nodeID at
-// its attempt, which one conditional statement per report checks and acts
-// on, so a late or repeated report changes nothing.
+// its attempt, which the statements that apply it check, so a late or
+// repeated report changes nothing.
+//
+// Successes and stops are applied together by one statement that joins the
+// batch, sent as JSON, with the tasks it names. A failure is recorded with a
+// statement of its own, since its texts are kept byte for byte; then the
+// abort policy sees each failed task's failures, read with one query, and
+// one more statement moves the failed tasks on. Only the first of several
+// reports of the same attempt can count, so the others are dropped first;
+// after that at most one report per task can count (the one of the attempt
+// that holds it), and the order in which the reports apply does not matter.
 //
 // The store fills in what only it can vouch for: a result's NodeID is
 // nodeID, a zero FinishedAt or failure time is now, and a failure's Attempt
@@ -255,21 +291,31 @@ func (s *Store) FinishAttempts(ctx context.Context, nodeID string, reports []sto
 	if len(reports) == 0 {
 		return 0, nil
 	}
+	now := s.now().UnixNano()
+	// The JSON is made before the writer is taken.
+	ends, failures, err := splitReports(reports, nodeID, now)
+	if err != nil {
+		return 0, fmt.Errorf("finish %d attempts of node %s: %w", len(reports), nodeID, err)
+	}
 	applied := 0
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		st := &statements{ctx: ctx, tx: tx}
-		defer st.close()
-		now := s.now()
-		for _, r := range reports {
-			ok, err := finish(st, nodeID, r, abort, now.UnixNano())
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		applied = 0
+		counts := tally{}
+		if ends != nil {
+			n, err := s.finishEnds(ctx, tx, nodeID, ends, now, counts)
 			if err != nil {
-				return fmt.Errorf("task %s attempt %d: %w", r.TaskID, r.Attempt, err)
+				return err
 			}
-			if ok {
-				applied++
-			}
+			applied += n
 		}
-		return nil
+		if len(failures) > 0 {
+			n, err := s.finishFailures(ctx, tx, nodeID, failures, abort, now, counts)
+			if err != nil {
+				return err
+			}
+			applied += n
+		}
+		return counts.apply(ctx, s, tx)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("finish %d attempts of node %s: %w", len(reports), nodeID, err)
@@ -277,137 +323,192 @@ func (s *Store) FinishAttempts(ctx context.Context, nodeID string, reports []sto
 	return applied, nil
 }
 
-// The statements FinishAttempts prepares, once per transaction, as needed.
-const (
-	// holds: "WHERE" + holds matches the task only while the attempt holds it.
-	holds = ` id = ? AND state = '` + api.TaskRunning + `' AND node_id = ? AND attempt = ?`
+// splitReports drops repeated reports of an attempt, keeping the first, and
+// returns the successes and stops as a JSON array for finishEnds, and the
+// failures in order.
+func splitReports(reports []store.Attempt, nodeID string, now int64) (ends []byte, failures []store.Attempt, err error) {
+	type attempt struct {
+		task string
+		n    int
+	}
+	seen := make(map[attempt]bool, len(reports))
+	for _, r := range reports {
+		if seen[attempt{r.TaskID, r.Attempt}] {
+			continue
+		}
+		seen[attempt{r.TaskID, r.Attempt}] = true
+		if r.Outcome == api.OutcomeFailed {
+			failures = append(failures, r)
+			continue
+		}
+		if ends == nil {
+			ends = append(make([]byte, 0, 128*len(reports)), '[')
+		} else {
+			ends = append(ends, ',')
+		}
+		// [task ID, attempt, new state, result or null]
+		if ends, err = appendJSON(append(ends, '['), r.TaskID); err != nil {
+			return nil, nil, err
+		}
+		ends = strconv.AppendInt(append(ends, ','), int64(r.Attempt), 10)
+		if r.Outcome == api.OutcomeSucceeded {
+			ends = append(ends, `,"`+api.TaskFinished+`",`...)
+			if ends, err = appendResult(ends, r.Result, nodeID, now); err != nil {
+				return nil, nil, fmt.Errorf("task %s attempt %d: %w", r.TaskID, r.Attempt, err)
+			}
+		} else {
+			ends = append(ends, `,"`+api.TaskReady+`",null`...)
+		}
+		ends = append(ends, ']')
+	}
+	if ends != nil {
+		ends = append(ends, ']')
+	}
+	return ends, failures, nil
+}
 
-	finishSucceeded = `UPDATE tasks SET state = '` + api.TaskFinished + `', result = ?, updated_at = ? WHERE` + holds
-	finishStopped   = `UPDATE tasks SET state = '` + api.TaskReady + `', updated_at = ? WHERE` + holds
+// The statements FinishAttempts runs. Those that join a batch with tasks
+// must look each task up by ID, and not walk the node's running tasks
+// (there may be thousands) for each report: the unary + keeps the planner
+// off tasks_running. TestDispatchPlans checks that it stays off.
+const (
+	finishEnds = `UPDATE tasks SET state = r.value ->> 2, result = COALESCE(r.value ->> 3, tasks.result), updated_at = ?1
+		FROM jsonb_each(?2) AS r
+		WHERE tasks.id = r.value ->> 0 AND tasks.attempt = r.value ->> 1
+			AND +tasks.state = '` + api.TaskRunning + `' AND +tasks.node_id = ?3
+		RETURNING tasks.suite_id, tasks.state`
 	// The failure row goes in only if the attempt holds the task.
 	recordFailure = `INSERT INTO task_failures
 			(task_id, attempt, node_id, exit_code, signal, reason, stdout, stderr, at)
-		SELECT id, attempt, node_id, ?, ?, ?, ?, ?, ? FROM tasks WHERE` + holds
-	taskFailures = `SELECT task_id, attempt, node_id, exit_code, signal, reason, stdout, stderr, at
-		FROM task_failures WHERE task_id = ? ORDER BY attempt`
-	afterFailure = `UPDATE tasks SET state = ?, result = ?, updated_at = ? WHERE id = ?`
+		SELECT id, attempt, node_id, ?, ?, ?, ?, ?, ? FROM tasks
+		WHERE id = ? AND attempt = ? AND state = '` + api.TaskRunning + `' AND node_id = ?`
+	// It runs right after recordFailure, in the same transaction: the
+	// tasks are those whose failure went in, held by the failed attempts.
+	afterFailures = `UPDATE tasks SET state = r.value ->> 1, result = r.value ->> 2, updated_at = ?1
+		FROM jsonb_each(?2) AS r
+		WHERE tasks.id = r.value ->> 0
+		RETURNING tasks.suite_id, tasks.state`
 )
 
-// finish applies one report and reports whether it counted.
-func finish(st *statements, nodeID string, r store.Attempt, abort store.AbortPolicy, now int64) (bool, error) {
-	switch r.Outcome {
-	case api.OutcomeSucceeded:
-		result, err := resultArg(r.Result, nodeID, now)
-		if err != nil {
-			return false, err
-		}
-		return st.exec(finishSucceeded, result, now, r.TaskID, nodeID, r.Attempt)
+// finishEnds applies successes and stops, a JSON array from splitReports,
+// and returns how many counted.
+func (s *Store) finishEnds(ctx context.Context, tx *sql.Tx, nodeID string, ends []byte, now int64, counts tally) (int, error) {
+	stmt, err := s.stmt(ctx, tx, finishEnds)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := stmt.QueryContext(ctx, now, ends, nodeID)
+	if err != nil {
+		return 0, classify(err)
+	}
+	return scanMoves(rows, api.TaskRunning, counts)
+}
 
-	case api.OutcomeStopped:
-		return st.exec(finishStopped, now, r.TaskID, nodeID, r.Attempt)
+// finishFailures applies failures, returns how many counted, and tallies
+// what they changed.
+func (s *Store) finishFailures(ctx context.Context, tx *sql.Tx, nodeID string, reports []store.Attempt, abort store.AbortPolicy, now int64, counts tally) (int, error) {
+	record, err := s.stmt(ctx, tx, recordFailure)
+	if err != nil {
+		return 0, err
 	}
-
-	f := api.TaskFailure{ExitCode: r.Result.ExitCode, Signal: r.Result.Signal, Stdout: r.Result.Stdout, Stderr: r.Result.Stderr}
-	if r.Failure != nil {
-		f = *r.Failure
-	}
-	ok, err := st.exec(recordFailure, f.ExitCode, f.Signal, f.Reason, f.Stdout, f.Stderr, orNanos(f.At, now),
-		r.TaskID, nodeID, r.Attempt)
-	if !ok || err != nil {
-		return false, err
-	}
-	state, result := api.TaskReady, any(nil)
-	if abort != nil {
-		failures, err := st.failures(r.TaskID)
-		if err != nil {
-			return false, err
+	var held []task // the tasks whose failure counted, with ID and Attempt
+	var heldBy []store.Attempt
+	for _, r := range reports {
+		f := api.TaskFailure{ExitCode: r.Result.ExitCode, Signal: r.Result.Signal, Stdout: r.Result.Stdout, Stderr: r.Result.Stderr}
+		if r.Failure != nil {
+			f = *r.Failure
 		}
-		if abort(failures) {
-			state = api.TaskFailed
-			if result, err = resultArg(r.Result, nodeID, now); err != nil {
-				return false, err
+		res, err := record.ExecContext(ctx, f.ExitCode, f.Signal, f.Reason, f.Stdout, f.Stderr, orNanos(f.At, now),
+			r.TaskID, r.Attempt, nodeID)
+		if err != nil {
+			return 0, fmt.Errorf("task %s attempt %d: %w", r.TaskID, r.Attempt, classify(err))
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err != nil {
+				return 0, err
 			}
+			continue
+		}
+		held = append(held, task{Task: store.Task{ID: r.TaskID, Attempt: r.Attempt}})
+		heldBy = append(heldBy, r)
+	}
+	if len(held) == 0 {
+		return 0, nil
+	}
+	if abort != nil {
+		if err := addFailures(ctx, tx, held, 1); err != nil {
+			return 0, err
 		}
 	}
-	_, err = st.exec(afterFailure, state, result, now, r.TaskID)
-	return true, err
-}
-
-// statements prepares statements in a transaction on first use.
-type statements struct {
-	ctx   context.Context
-	tx    *sql.Tx
-	stmts map[string]*sql.Stmt
-}
-
-func (st *statements) get(query string) (*sql.Stmt, error) {
-	if stmt, ok := st.stmts[query]; ok {
-		return stmt, nil
+	// [task ID, new state, result or null]
+	next := append(make([]byte, 0, 64*len(held)), '[')
+	for i, t := range held {
+		if i > 0 {
+			next = append(next, ',')
+		}
+		next, err = appendJSON(append(next, '['), t.ID)
+		if err != nil {
+			return 0, err
+		}
+		if abort != nil && abort(t.Failures) {
+			next = append(next, `,"`+api.TaskFailed+`",`...)
+			if next, err = appendResult(next, heldBy[i].Result, nodeID, now); err != nil {
+				return 0, fmt.Errorf("task %s attempt %d: %w", t.ID, t.Attempt, err)
+			}
+		} else {
+			next = append(next, `,"`+api.TaskReady+`",null`...)
+		}
+		next = append(next, ']')
 	}
-	stmt, err := st.tx.PrepareContext(st.ctx, query)
+	next = append(next, ']')
+	stmt, err := s.stmt(ctx, tx, afterFailures)
 	if err != nil {
-		return nil, classify(err)
+		return 0, err
 	}
-	if st.stmts == nil {
-		st.stmts = map[string]*sql.Stmt{}
+	rows, err := stmt.QueryContext(ctx, now, next)
+	if err != nil {
+		return 0, classify(err)
 	}
-	st.stmts[query] = stmt
-	return stmt, nil
+	return scanMoves(rows, api.TaskRunning, counts)
 }
 
-// exec runs query and reports whether it changed a row.
-func (st *statements) exec(query string, args ...any) (bool, error) {
-	stmt, err := st.get(query)
-	if err != nil {
-		return false, err
+// scanMoves reads the (suite_id, state) rows that an UPDATE ... RETURNING
+// gives for the tasks it moved out of state from, tallies them, closes the
+// rows, and returns how many there were.
+func scanMoves(rows *sql.Rows, from string, counts tally) (int, error) {
+	defer rows.Close()
+	n := 0
+	var suite, state string
+	for rows.Next() {
+		if err := rows.Scan(&suite, &state); err != nil {
+			return 0, classify(err)
+		}
+		counts.move(suite, from, state, 1)
+		n++
 	}
-	res, err := stmt.ExecContext(st.ctx, args...)
-	if err != nil {
-		return false, classify(err)
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+	return n, classify(rows.Err())
 }
 
-// failures reads a task's failures, oldest first.
-func (st *statements) failures(taskID string) ([]api.TaskFailure, error) {
-	stmt, err := st.get(taskFailures)
+// appendJSON appends v as JSON.
+func appendJSON(b []byte, v any) ([]byte, error) {
+	j, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := stmt.QueryContext(st.ctx, taskID)
-	if err != nil {
-		return nil, classify(err)
-	}
-	defer rows.Close()
-	out := []api.TaskFailure{}
-	for rows.Next() {
-		_, f, err := scanFailure(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, f)
-	}
-	return out, classify(rows.Err())
+	return append(b, j...), nil
 }
 
-func (st *statements) close() {
-	for _, stmt := range st.stmts {
-		stmt.Close()
-	}
-}
-
-// resultArg is the JSON of a result as reported by nodeID.
-func resultArg(r api.TaskResult, nodeID string, now int64) (string, error) {
+// appendResult appends the JSON of a result as reported by nodeID.
+func appendResult(b []byte, r api.TaskResult, nodeID string, now int64) ([]byte, error) {
 	r.NodeID = nodeID
 	if r.FinishedAt.IsZero() {
 		r.FinishedAt = fromNanos(now)
 	}
-	b, err := json.Marshal(r)
+	b, err := appendJSON(b, r)
 	if err != nil {
-		return "", fmt.Errorf("result: %w", err)
+		return nil, fmt.Errorf("result: %w", err)
 	}
-	return string(b), nil
+	return b, nil
 }
 
 // orNanos is t in unix nanoseconds, or now if t is zero.
@@ -428,9 +529,10 @@ func (s *Store) ReturnTasks(ctx context.Context, nodeID string, ids []string) (i
 	if err != nil {
 		return 0, fmt.Errorf("return %d tasks of node %s: %w", len(ids), nodeID, err)
 	}
-	n, err := s.moveTasks(ctx, `UPDATE tasks SET state = ?, attempt = attempt - 1, updated_at = ?
-		WHERE node_id = ? AND state = ? AND id IN (SELECT value FROM json_each(?))`,
-		api.TaskReady, s.now().UnixNano(), nodeID, api.TaskRunning, idList)
+	n, err := s.moveTasks(ctx, api.TaskRunning, `UPDATE tasks SET state = '`+api.TaskReady+`', attempt = attempt - 1, updated_at = ?
+		WHERE node_id = ? AND state = '`+api.TaskRunning+`' AND id IN (SELECT value FROM json_each(?))
+		RETURNING suite_id, state`,
+		s.now().UnixNano(), nodeID, idList)
 	if err != nil {
 		return 0, fmt.Errorf("return %d tasks of node %s: %w", len(ids), nodeID, err)
 	}
@@ -440,26 +542,34 @@ func (s *Store) ReturnTasks(ctx context.Context, nodeID string, ids []string) (i
 // ReclaimNode moves every task Running on the node back to Ready; their
 // attempts stay counted and they keep the node as NodeID.
 func (s *Store) ReclaimNode(ctx context.Context, nodeID string) (int, error) {
-	n, err := s.moveTasks(ctx, `UPDATE tasks SET state = ?, updated_at = ? WHERE node_id = ? AND state = ?`,
-		api.TaskReady, s.now().UnixNano(), nodeID, api.TaskRunning)
+	n, err := s.moveTasks(ctx, api.TaskRunning, `UPDATE tasks SET state = '`+api.TaskReady+`', updated_at = ?
+		WHERE node_id = ? AND state = '`+api.TaskRunning+`'
+		RETURNING suite_id, state`,
+		s.now().UnixNano(), nodeID)
 	if err != nil {
 		return 0, fmt.Errorf("reclaim tasks of node %s: %w", nodeID, err)
 	}
 	return n, nil
 }
 
-// moveTasks runs one UPDATE and returns how many tasks it changed.
-func (s *Store) moveTasks(ctx context.Context, query string, args ...any) (int, error) {
-	var n int64
+// moveTasks runs an UPDATE ... RETURNING suite_id, state that moves tasks
+// out of state from, counts them in their suites, and returns how many it
+// moved. (States are written into queries, not bound, wherever a partial
+// index of tasks in that state should serve them.)
+func (s *Store) moveTasks(ctx context.Context, from, query string, args ...any) (int, error) {
+	var n int
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, query, args...)
+		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
 			return classify(err)
 		}
-		n, err = res.RowsAffected()
-		return err
+		counts := tally{}
+		if n, err = scanMoves(rows, from, counts); err != nil {
+			return err
+		}
+		return counts.apply(ctx, s, tx)
 	})
-	return int(n), err
+	return n, err
 }
 
 // CancelTask cancels a Ready or Running task and returns it as it was; any
@@ -476,7 +586,12 @@ func (s *Store) CancelTask(ctx context.Context, id string) (store.Task, error) {
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE tasks SET state = ?, updated_at = ? WHERE id = ?`,
 			api.TaskCancelled, s.now().UnixNano(), id)
-		return classify(err)
+		if err != nil {
+			return classify(err)
+		}
+		counts := tally{}
+		counts.move(before.SuiteID, before.State, api.TaskCancelled, 1)
+		return counts.apply(ctx, s, tx)
 	})
 	if err != nil {
 		return store.Task{}, fmt.Errorf("cancel task %s: %w", id, err)

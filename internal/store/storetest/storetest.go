@@ -50,7 +50,9 @@
 //     NodeID are the report's; a failed report without a Failure is
 //     recorded from its Result; a task given up keeps its last result, one
 //     retried keeps none; the abort policy is not asked about ignored
-//     reports or stops;
+//     reports or stops; within a batch, as across batches, the first report
+//     of an attempt is the one that counts, whatever the outcomes;
+//   - a suite's Counts always agree with its tasks' states;
 //   - a task keeps its NodeID when it goes back to Ready (stop, failure,
 //     ReturnTasks, ReclaimNode);
 //   - CancelTask of a Finished, Failed or Cancelled task is
@@ -119,6 +121,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CloseIdleSuites", testCloseIdleSuites},
 		{"CompleteSuites", testCompleteSuites},
 		{"SuiteCounts", testSuiteCounts},
+		{"CountsMatchTasks", testCountsMatchTasks},
 
 		{"AddTasks", testAddTasks},
 		{"AddTasksErrors", testAddTasksErrors},
@@ -127,6 +130,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ClaimTasksConcurrent", testClaimTasksConcurrent},
 		{"FinishSucceeded", testFinishSucceeded},
 		{"FinishFirstCommitWins", testFinishFirstCommitWins},
+		{"FinishFirstInBatchWins", testFinishFirstInBatchWins},
+		{"FinishLargeBatch", testFinishLargeBatch},
 		{"FinishFailed", testFinishFailed},
 		{"FinishStopped", testFinishStopped},
 		{"FinishInvalid", testFinishInvalid},

@@ -505,6 +505,83 @@ func testFinishFirstCommitWins(t *testing.T, s store.Store) {
 	}
 }
 
+// testFinishFirstInBatchWins: within one batch, as across batches, the
+// first report of an attempt is the one that counts, whatever the outcomes.
+func testFinishFirstInBatchWins(t *testing.T, s store.Store) {
+	mustCreateSuite(t, s, newSuite("s1"))
+	mustAddTasks(t, s, "s1", newTasks("s1", 4)...)
+	c := mustClaim(t, s, "s1", "n1", 4)
+	second := succeeded(c[3])
+	second.Result.Stdout = "second\n"
+	mustFinish(t, s, "n1", 4, abortAfter(1),
+		failed(c[0], "first"), succeeded(c[0]),
+		stopped(c[1]), failed(c[1], "second"),
+		succeeded(c[2]), stopped(c[2]),
+		succeeded(c[3]), second)
+	for i, want := range []struct {
+		state    string
+		failures int
+		result   string // the Stdout or, for failures, the Stderr of the result kept
+	}{
+		{api.TaskFailed, 1, "first"},
+		{api.TaskReady, 0, ""},
+		{api.TaskFinished, 0, "ok\n"},
+		{api.TaskFinished, 0, "ok\n"},
+	} {
+		got := mustGetTask(t, s, c[i].ID)
+		var result string
+		if got.Result != nil {
+			result = got.Result.Stdout + got.Result.Stderr
+		}
+		if got.State != want.state || len(got.Failures) != want.failures || result != want.result {
+			t.Errorf("GetTask(%q) = %q, %d failures, result %q; want %q, %d, %q",
+				c[i].ID, got.State, len(got.Failures), result, want.state, want.failures, want.result)
+		}
+	}
+}
+
+// testFinishLargeBatch reports a thousand attempts at once, of every outcome.
+func testFinishLargeBatch(t *testing.T, s store.Store) {
+	const n = 1000
+	mustCreateSuite(t, s, newSuite("s1"))
+	mustAddTasks(t, s, "s1", newTasks("s1", n)...)
+	c := mustClaim(t, s, "s1", "n1", n)
+	var reports []store.Attempt
+	var want api.TaskCounts
+	for i, tk := range c {
+		switch i % 4 {
+		case 0, 1:
+			reports = append(reports, succeeded(tk))
+			want.Finished++
+		case 2:
+			reports = append(reports, failed(tk, fmt.Sprint(i)))
+			if i%8 == 2 {
+				want.Failed++
+			} else {
+				want.Ready++
+			}
+		case 3:
+			reports = append(reports, stopped(tk))
+			want.Ready++
+		}
+	}
+	giveUpEvery8th := func(f []api.TaskFailure) bool {
+		var i int
+		fmt.Sscan(f[len(f)-1].Reason, &i)
+		return i%8 == 2
+	}
+	mustFinish(t, s, "n1", n, giveUpEvery8th, reports...)
+	if got := mustGetSuite(t, s, "s1").Counts; got != want {
+		t.Errorf("GetSuite(%q).Counts after a batch of %d = %+v, want %+v", "s1", n, got, want)
+	}
+	for i, want := range map[int]string{0: api.TaskFinished, 1: api.TaskFinished, 2: api.TaskFailed,
+		3: api.TaskReady, 6: api.TaskReady, n - 1: api.TaskReady} {
+		if got := mustGetTask(t, s, c[i].ID); got.State != want {
+			t.Errorf("GetTask(%q) after a batch of %d = %q, want %q", c[i].ID, n, got.State, want)
+		}
+	}
+}
+
 func testFinishFailed(t *testing.T, s store.Store) {
 	mustCreateSuite(t, s, newSuite("s1"))
 	mustAddTasks(t, s, "s1", newTasks("s1", 2)...)
