@@ -161,7 +161,7 @@ type Auth interface {
 	ReplaceNodeCredential(ctx context.Context, t Token) error
 }
 
-// Suite is a stored task suite. Counts is computed on read.
+// Suite is a stored task suite. Counts is kept by the store as tasks change state.
 type Suite struct {
 	ID            string
 	Spec          api.SuiteSpec // name, group, tags, worker schedule, hooks ... (stored as JSON)
