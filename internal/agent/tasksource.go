@@ -11,10 +11,14 @@ import (
 // maxReportBatch bounds one tasks.report call.
 const maxReportBatch = 512
 
+// reportLinger is how long the first report of a batch waits for company.
+const reportLinger = 2 * time.Millisecond
+
 // taskSource connects a worker pool to the server: it claims tasks with
-// tasks.fetch and sends reports in batches. While one report call is in
-// flight the next batch accumulates, so batches grow with the load and a
-// quiet suite still reports at once. Reports wait out a lost connection;
+// tasks.fetch and sends reports in batches. The first report of a batch
+// waits reportLinger for others, and while one call is in flight the next
+// batch accumulates, so batches grow with the load while a quiet suite
+// still reports within milliseconds. Reports wait out a lost connection;
 // none is dropped while the agent lives.
 type taskSource struct {
 	a       *Agent
@@ -86,6 +90,9 @@ func (s *taskSource) flushLoop() {
 		if n == 0 {
 			select {
 			case <-s.kick:
+				// Linger a moment so a busy pool's reports share one call
+				// (one store transaction) instead of trickling one by one.
+				s.linger()
 				continue
 			case <-s.closing:
 				return
@@ -129,4 +136,26 @@ func (s *taskSource) close(ctx context.Context) {
 	}
 	close(s.closing)
 	<-s.done
+}
+
+// linger waits up to reportLinger, or less if a full batch is queued or
+// the source is closing.
+func (s *taskSource) linger() {
+	deadline := time.NewTimer(reportLinger)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		full := len(s.pending) >= maxReportBatch
+		s.mu.Unlock()
+		if full {
+			return
+		}
+		select {
+		case <-deadline.C:
+			return
+		case <-s.closing:
+			return
+		case <-s.kick:
+		}
+	}
 }
