@@ -48,13 +48,22 @@ func (e *Error) Error() string { return e.Message }
 // Do sends a request with an optional JSON body and decodes a JSON answer
 // into out (when out is not nil).
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	if in == nil {
+		return c.DoRaw(ctx, method, path, "", nil, out)
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return c.DoRaw(ctx, method, path, "application/json", b, out)
+}
+
+// DoRaw sends a request whose body is already encoded (contentType says
+// how; none when body is nil) and decodes a JSON answer into out.
+func (c *Client) DoRaw(ctx context.Context, method, path, contentType string, in []byte, out any) error {
 	var body io.Reader
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
+		body = bytes.NewReader(in)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
@@ -63,8 +72,8 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -270,4 +279,34 @@ func (c *Client) Task(ctx context.Context, id string) (api.Task, error) {
 func (c *Client) CancelTask(ctx context.Context, id string) (api.Task, error) {
 	var t api.Task
 	return t, c.Do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(id)+"/cancel", nil, &t)
+}
+
+// PutDocument stores a template ("templates") or mapping set ("mappings")
+// from its YAML.
+func (c *Client) PutDocument(ctx context.Context, plural, name string, yaml []byte) (api.Document, error) {
+	var d api.Document
+	return d, c.DoRaw(ctx, http.MethodPut, "/v1/"+plural+"/"+url.PathEscape(name), "application/yaml", yaml, &d)
+}
+
+// Document reads a stored template or mapping set.
+func (c *Client) Document(ctx context.Context, plural, name string) (api.Document, error) {
+	var d api.Document
+	return d, c.Do(ctx, http.MethodGet, "/v1/"+plural+"/"+url.PathEscape(name), nil, &d)
+}
+
+// Documents lists templates or mapping sets.
+func (c *Client) Documents(ctx context.Context, plural string) ([]api.Document, error) {
+	var l api.DocumentList
+	return l.Items, c.Do(ctx, http.MethodGet, "/v1/"+plural, nil, &l)
+}
+
+// DeleteDocument removes a template or mapping set.
+func (c *Client) DeleteDocument(ctx context.Context, plural, name string) error {
+	return c.Do(ctx, http.MethodDelete, "/v1/"+plural+"/"+url.PathEscape(name), nil, nil)
+}
+
+// Render returns the Extra map a provider gets for a template.
+func (c *Client) Render(ctx context.Context, name, provider string) (api.Rendered, error) {
+	var r api.Rendered
+	return r, c.Do(ctx, http.MethodGet, "/v1/templates/"+url.PathEscape(name)+"/render?provider="+url.QueryEscape(provider), nil, &r)
 }

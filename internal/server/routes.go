@@ -53,6 +53,16 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/tasks/{task}", authUser, s.handleGetTask},
 		{"POST", "/v1/tasks/{task}/cancel", authUser, s.handleCancelTask},
 
+		{"GET", "/v1/templates", authUser, s.handleListTemplates},
+		{"GET", "/v1/templates/{name}", authUser, s.handleGetTemplate},
+		{"PUT", "/v1/templates/{name}", authUser, s.handlePutTemplate},
+		{"DELETE", "/v1/templates/{name}", authUser, s.handleDeleteTemplate},
+		{"GET", "/v1/templates/{name}/render", authUser, s.handleRenderTemplate},
+		{"GET", "/v1/mappings", authUser, s.handleListMappings},
+		{"GET", "/v1/mappings/{name}", authUser, s.handleGetMapping},
+		{"PUT", "/v1/mappings/{name}", authUser, s.handlePutMapping},
+		{"DELETE", "/v1/mappings/{name}", authUser, s.handleDeleteMapping},
+
 		{"GET", "/v1/users", authUser, s.handleListUsers},
 		{"POST", "/v1/users", authUser, s.handleCreateUser},
 		{"DELETE", "/v1/users/{user}", authUser, s.handleDeleteUser},

@@ -21,6 +21,7 @@ type Store interface {
 	Auth
 	Suites
 	Tasks
+	Documents
 	Close() error
 }
 
@@ -268,4 +269,33 @@ type Tasks interface {
 	// CancelTask moves a Ready or Running task to Cancelled and returns it
 	// as it was before (so the caller knows which node to tell).
 	CancelTask(ctx context.Context, id string) (Task, error)
+}
+
+// Document kinds.
+const (
+	KindTemplate = "template"
+	KindMapping  = "mapping"
+)
+
+// Document is a named YAML document the server validated before storing:
+// a provisioning template or a mapping set. It is kept as written, so
+// `show` gives back the user's own file.
+type Document struct {
+	Kind      string
+	Name      string
+	Body      []byte
+	Version   int // 1 on create, +1 on every replace
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Documents stores templates and mapping sets.
+type Documents interface {
+	// PutDocument creates or replaces the document (Kind, Name) and
+	// returns it with its new version.
+	PutDocument(ctx context.Context, d Document) (Document, error)
+	GetDocument(ctx context.Context, kind, name string) (Document, error)
+	// ListDocuments lists a kind's documents by name.
+	ListDocuments(ctx context.Context, kind string) ([]Document, error)
+	DeleteDocument(ctx context.Context, kind, name string) error
 }

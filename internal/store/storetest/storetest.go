@@ -99,6 +99,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SeqsSurviveDeleteNode", testSeqsSurviveDeleteNode},
 		{"NotificationsUnknownNode", testNotificationsUnknownNode},
 
+		{"Documents", testDocuments},
+
 		{"Users", testUsers},
 		{"CreateUserConflict", testCreateUserConflict},
 		{"SetMembership", testSetMembership},
