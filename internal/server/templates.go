@@ -209,4 +209,3 @@ func (s *Server) handleRenderTemplate(w http.ResponseWriter, r *http.Request) er
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
-
