@@ -75,6 +75,11 @@ type Hello struct {
 	Hardware     Hardware `json:"hardware"`
 	State        string   `json:"state"`
 	SuiteID      string   `json:"suite_id,omitempty"` // the suite being worked on
+	// Holding lists the tasks the agent still holds (buffered, running, or
+	// with a report on its way). The server gives every other task it
+	// thinks runs on this node back to the queue: after an agent restart
+	// that is all of them.
+	Holding []string `json:"holding,omitempty"`
 	// LastSeq is the highest notification sequence the agent has handled; the
 	// server replays everything after it that is not yet acknowledged.
 	LastSeq uint64 `json:"last_seq"`

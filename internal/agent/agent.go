@@ -221,7 +221,7 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 	state, suite := a.work()
 	err := peer.Call(hctx, api.MethodHello, api.Hello{
 		AgentVersion: a.cfg.Version, Name: a.cfg.Name, Hardware: a.hardware,
-		State: state, SuiteID: suite, LastSeq: peer.LastSeq(),
+		State: state, SuiteID: suite, LastSeq: peer.LastSeq(), Holding: a.runner.holding(),
 	}, &welcome)
 	hcancel()
 	if err != nil {

@@ -40,6 +40,7 @@ type runner struct {
 type suiteRun struct {
 	suite     api.Suite
 	pool      *workerpool.Pool
+	src       *taskSource
 	cancel    context.CancelFunc
 	cancelled bool
 }
@@ -133,7 +134,7 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 		return
 	}
 	r.mu.Lock()
-	run.pool = pool
+	run.pool, run.src = pool, src
 	stop := r.stopping
 	r.mu.Unlock()
 	if stop != "" {
@@ -359,6 +360,24 @@ func (r *runner) cancelSuite(suiteID string) {
 	} else {
 		r.run.cancel() // still preparing
 	}
+}
+
+// holding lists the tasks this agent answers for: the pool's, and those
+// whose reports wait for the server.
+func (r *runner) holding() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.run == nil {
+		return nil
+	}
+	var ids []string
+	if r.run.pool != nil {
+		ids = r.run.pool.Holding()
+	}
+	if r.run.src != nil {
+		ids = append(ids, r.run.src.pendingIDs()...)
+	}
+	return ids
 }
 
 // cancelTask kills a task if one of this agent's workers runs it.

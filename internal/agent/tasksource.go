@@ -59,6 +59,17 @@ func (s *taskSource) Report(r api.TaskReport) {
 	}
 }
 
+// pendingIDs lists the tasks whose reports have not reached the server.
+func (s *taskSource) pendingIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, len(s.pending))
+	for i, r := range s.pending {
+		ids[i] = r.TaskID
+	}
+	return ids
+}
+
 // Return gives unstarted tasks back to the queue.
 func (s *taskSource) Return(ids []string) {
 	if len(ids) == 0 {

@@ -424,3 +424,32 @@ func TestBadSuitesAndTasksAreRefused(t *testing.T) {
 		t.Errorf("suite create with a typo: exit %d, stderr %q; want the line and the key", code, errOut)
 	}
 }
+
+// An agent killed and restarted before the server would call it offline
+// must not leave its tasks stuck in Running.
+func TestAgentRestartMidSuiteLosesNoTask(t *testing.T) {
+	s := startServer(t)
+	a := startAgent(t, s, "phoenix")
+	waitStatus(t, s, "phoenix", api.StatusOnline, 20*time.Second)
+	createSuite(t, s, api.SuiteSpec{Name: "resilient", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(8)}})
+	var tasks []api.TaskSpec
+	for range 100 {
+		tasks = append(tasks, sh("sleep 0.05"))
+	}
+	submit(t, s, "resilient", tasks)
+	s.client().CloseSuite(context.Background(), "resilient")
+	waitFor(t, 30*time.Second, "some tasks done", func() (bool, string) {
+		su, _ := s.client().Suite(context.Background(), "resilient")
+		return su.Counts.Finished >= 20, fmt.Sprintf("%+v", su.Counts)
+	})
+	a.signal(syscall.SIGKILL)
+	a.wait(5 * time.Second)
+	a.restart(t)
+	su := waitSuite(t, s, "resilient", api.SuiteComplete, 2*time.Minute)
+	if su.Counts.Finished != 100 {
+		t.Errorf("after a quick restart: %+v; want all 100 finished", su.Counts)
+	}
+	if n, _ := nodeByName(t, s, "phoenix"); n.Status != api.StatusOnline {
+		t.Errorf("phoenix is %s; the restart was quicker than the offline timeout, so it should never have gone offline", n.Status)
+	}
+}

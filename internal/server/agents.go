@@ -283,6 +283,9 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 	if err := h.s.store.Ack(ctx, n.ID, hello.LastSeq); err != nil {
 		return nil, fmt.Errorf("hello: %w", err)
 	}
+	// Tasks the store says run here but the agent does not hold were lost
+	// with a previous agent process: back to the queue.
+	h.s.reclaim(ctx, n.ID, "agent reconnected without them", hello.Holding...)
 	h.sess.beat(now, hello.State, hello.SuiteID)
 	h.s.hub.mu.Lock()
 	h.helloDone = true

@@ -157,8 +157,8 @@ func (s *Server) tellSuiteCancelled(ctx context.Context, suiteID string) {
 }
 
 // reclaim gives a node's running tasks back to the queue.
-func (s *Server) reclaim(ctx context.Context, nodeID, why string) {
-	n, err := s.store.ReclaimNode(ctx, nodeID)
+func (s *Server) reclaim(ctx context.Context, nodeID, why string, keep ...string) {
+	n, err := s.store.ReclaimNode(ctx, nodeID, keep...)
 	if err != nil {
 		s.log.Error("reclaim tasks", "node", nodeID, "err", err)
 		return

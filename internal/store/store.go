@@ -264,8 +264,10 @@ type Tasks interface {
 	// takes back the attempt count they were claimed with.
 	ReturnTasks(ctx context.Context, nodeID string, ids []string) (int, error)
 	// ReclaimNode moves every task Running on the node back to Ready (the
-	// node went offline); attempts already counted stay counted.
-	ReclaimNode(ctx context.Context, nodeID string) (int, error)
+	// node went offline, or its agent restarted), except the ones in keep
+	// (an agent that reconnected still holds those); attempts already
+	// counted stay counted.
+	ReclaimNode(ctx context.Context, nodeID string, keep ...string) (int, error)
 	// CancelTask moves a Ready or Running task to Cancelled and returns it
 	// as it was before (so the caller knows which node to tell).
 	CancelTask(ctx context.Context, id string) (Task, error)

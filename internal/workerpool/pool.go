@@ -503,3 +503,24 @@ func randHex(n int) string {
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// Holding lists the tasks the pool is responsible for: buffered, running,
+// or finished with a report not yet handed to the source. An agent that
+// reconnects tells the server these, so it reclaims only the others.
+func (p *Pool) Holding() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := make([]string, 0, len(p.buf)+len(p.held)+len(p.outbox))
+	for _, t := range p.buf {
+		ids = append(ids, t.ID)
+	}
+	for id := range p.held {
+		ids = append(ids, id)
+	}
+	for _, d := range p.outbox {
+		if d.report != nil {
+			ids = append(ids, d.report.TaskID)
+		}
+	}
+	return ids
+}

@@ -541,11 +541,19 @@ func (s *Store) ReturnTasks(ctx context.Context, nodeID string, ids []string) (i
 
 // ReclaimNode moves every task Running on the node back to Ready; their
 // attempts stay counted and they keep the node as NodeID.
-func (s *Store) ReclaimNode(ctx context.Context, nodeID string) (int, error) {
+func (s *Store) ReclaimNode(ctx context.Context, nodeID string, keep ...string) (int, error) {
+	if keep == nil {
+		keep = []string{}
+	}
+	kept, err := json.Marshal(keep)
+	if err != nil {
+		return 0, err
+	}
 	n, err := s.moveTasks(ctx, api.TaskRunning, `UPDATE tasks SET state = '`+api.TaskReady+`', updated_at = ?
 		WHERE node_id = ? AND state = '`+api.TaskRunning+`'
+			AND id NOT IN (SELECT value FROM json_each(?))
 		RETURNING suite_id, state`,
-		s.now().UnixNano(), nodeID)
+		s.now().UnixNano(), nodeID, string(kept))
 	if err != nil {
 		return 0, fmt.Errorf("reclaim tasks of node %s: %w", nodeID, err)
 	}

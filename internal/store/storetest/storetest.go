@@ -139,6 +139,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"FinishInvalid", testFinishInvalid},
 		{"ReturnTasks", testReturnTasks},
 		{"ReclaimNode", testReclaimNode},
+		{"ReclaimNodeKeeps", testReclaimNodeKeeps},
 		{"CancelTask", testCancelTask},
 		{"NodeCurrentSuite", testNodeCurrentSuite},
 	}

@@ -802,6 +802,27 @@ func testReclaimNode(t *testing.T, s store.Store) {
 	}
 }
 
+// testReclaimNodeKeeps: an agent that reconnects keeps the tasks it still
+// holds; the rest go back.
+func testReclaimNodeKeeps(t *testing.T, s store.Store) {
+	mustCreateSuite(t, s, newSuite("s1"))
+	mustAddTasks(t, s, "s1", newTasks("s1", 4)...)
+	c := mustClaim(t, s, "s1", "n1", 4)
+	n, err := s.ReclaimNode(t.Context(), "n1", c[1].ID, c[3].ID, "not-a-task")
+	if err != nil || n != 2 {
+		t.Fatalf("ReclaimNode(n1, keep 2) = %d, %v, want 2, nil", n, err)
+	}
+	for i, want := range []string{api.TaskReady, api.TaskRunning, api.TaskReady, api.TaskRunning} {
+		if got := mustGetTask(t, s, c[i].ID); got.State != want {
+			t.Errorf("GetTask(%q) = %s, want %s", c[i].ID, got.State, want)
+		}
+	}
+	su, err := s.GetSuite(t.Context(), "s1")
+	if err != nil || su.Counts.Ready != 2 || su.Counts.Running != 2 {
+		t.Errorf("counts after a partial reclaim = %+v, %v; want 2 ready, 2 running", su.Counts, err)
+	}
+}
+
 func testCancelTask(t *testing.T, s store.Store) {
 	mustCreateSuite(t, s, newSuite("s1"))
 	mustAddTasks(t, s, "s1", newTasks("s1", 5)...)
