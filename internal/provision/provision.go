@@ -1,0 +1,160 @@
+// Package provision makes and unmakes machines for nodemgr: the Provider
+// interface, its optional capabilities, and the registry drivers join.
+//
+// A provider gets the flat Extra map that template.Render produced for it
+// (template fields, overrides, mappings) and returns a Deployment that the
+// server stores. Lifecycle control is an optional capability interface,
+// found by type assertion; a verb a provider cannot perform is refused
+// before anything is touched (Vagrant's Docker "suspend" is the lesson).
+//
+// Drivers live in sub-packages (provision/local, provision/docker; libvirt
+// and aws later) and register themselves by name.
+package provision
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+)
+
+// EC2-style lifecycle states.
+const (
+	StatePending      = "pending"
+	StateRunning      = "running"
+	StateStopping     = "stopping"
+	StateStopped      = "stopped"
+	StateShuttingDown = "shutting-down"
+	StateTerminated   = "terminated"
+	StateHibernated   = "hibernated"
+)
+
+// Lifecycle verbs.
+const (
+	VerbStart     = "start"
+	VerbStop      = "stop"
+	VerbHibernate = "hibernate"
+	VerbReboot    = "reboot"
+	VerbTerminate = "terminate"
+)
+
+// Verbs are all lifecycle verbs, in a stable order.
+var Verbs = []string{VerbStart, VerbStop, VerbHibernate, VerbReboot, VerbTerminate}
+
+// Spec asks a provider for one machine.
+type Spec struct {
+	Name     string            // machine name, unique per provider
+	Template string            // the template it was rendered from
+	Extra    map[string]any    // the rendered template for this provider
+	Labels   map[string]string // attached to the provider's resource, so nodemgr can find it again
+}
+
+// Deployment is a machine a provider made.
+type Deployment struct {
+	ID         string            // nodemgr's ID
+	Provider   string            // provider name
+	ResourceID string            // the provider's own ID: container ID, domain UUID, instance ID
+	Name       string            // machine name
+	Template   string            // template it came from
+	State      string            // State*
+	Address    string            // where to reach it, if it has an address
+	Executors  []string          // capabilities: exec:local, exec:docker, exec:ssh, copy:sftp, copy:rsync
+	Extra      map[string]any    // what it was provisioned with
+	Labels     map[string]string // on the provider's resource
+	CreatedAt  time.Time
+}
+
+// Provider makes and unmakes machines.
+type Provider interface {
+	Name() string
+	// Provision creates one machine and returns it once the provider says
+	// it runs. On error nothing may be left behind: the provider cleans up
+	// what it made.
+	Provision(ctx context.Context, spec Spec) (Deployment, error)
+	// Destroy removes the machine; destroying one that is gone is not an error.
+	Destroy(ctx context.Context, d Deployment) error
+}
+
+// Lifecycle is the optional capability of controlling a machine after it
+// was made. Verbs lists what the provider can really do.
+type Lifecycle interface {
+	Verbs() []string
+	Start(ctx context.Context, d Deployment) error
+	Stop(ctx context.Context, d Deployment) error
+	Hibernate(ctx context.Context, d Deployment) error
+	Reboot(ctx context.Context, d Deployment) error
+	Terminate(ctx context.Context, d Deployment) error
+	// State reports the machine's state now; StateTerminated when it is gone.
+	State(ctx context.Context, d Deployment) (string, error)
+}
+
+// Do performs a lifecycle verb on a deployment, refusing, before anything is
+// touched, a verb the provider cannot do.
+func Do(ctx context.Context, p Provider, verb string, d Deployment) error {
+	lc, ok := p.(Lifecycle)
+	if !ok {
+		return fmt.Errorf("provider %s has no lifecycle control: %w", p.Name(), errdefs.Field("verb", "%s is not supported by provider %s", verb, p.Name()))
+	}
+	if !slices.Contains(Verbs, verb) {
+		return errdefs.Field("verb", "unknown lifecycle verb %q; use one of %v", verb, Verbs)
+	}
+	if !slices.Contains(lc.Verbs(), verb) {
+		return errdefs.Field("verb", "provider %s cannot %s a machine; it can %v", p.Name(), verb, lc.Verbs())
+	}
+	switch verb {
+	case VerbStart:
+		return lc.Start(ctx, d)
+	case VerbStop:
+		return lc.Stop(ctx, d)
+	case VerbHibernate:
+		return lc.Hibernate(ctx, d)
+	case VerbReboot:
+		return lc.Reboot(ctx, d)
+	}
+	return lc.Terminate(ctx, d)
+}
+
+// Factory makes a provider from its settings.
+type Factory func(settings map[string]string) (Provider, error)
+
+var (
+	mu       sync.Mutex
+	registry = map[string]Factory{}
+)
+
+// Register makes a provider available by name; drivers call it from init.
+func Register(name string, f Factory) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic("provision: provider registered twice: " + name)
+	}
+	registry[name] = f
+}
+
+// New makes the named provider.
+func New(name string, settings map[string]string) (Provider, error) {
+	mu.Lock()
+	f := registry[name]
+	mu.Unlock()
+	if f == nil {
+		return nil, errdefs.Field("provider", "unknown provider %q; known: %v", name, Names())
+	}
+	return f(settings)
+}
+
+// Names lists the registered providers.
+func Names() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
