@@ -22,6 +22,7 @@ type Store interface {
 	Suites
 	Tasks
 	Documents
+	Deployments
 	Close() error
 }
 
@@ -300,4 +301,40 @@ type Documents interface {
 	// ListDocuments lists a kind's documents by name.
 	ListDocuments(ctx context.Context, kind string) ([]Document, error)
 	DeleteDocument(ctx context.Context, kind, name string) error
+}
+
+// Deployment is a machine a provider made, as the server tracks it.
+type Deployment struct {
+	ID          string
+	Provider    string
+	ResourceID  string // the provider's own ID
+	Name        string
+	Template    string
+	State       string // provision.State*, or "failed"
+	StateReason string // why it failed, drifted, or was terminated
+	Address     string
+	Executors   []string
+	Extra       map[string]any
+	Labels      map[string]string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// DeploymentFilter narrows ListDeployments. Zero values match everything.
+type DeploymentFilter struct {
+	Provider string
+	States   []string
+}
+
+// Deployments tracks provisioned machines.
+type Deployments interface {
+	// CreateDeployment stores a new deployment; its name must be unique
+	// among deployments that are not terminated (errdefs.ErrConflict).
+	CreateDeployment(ctx context.Context, d Deployment) error
+	GetDeployment(ctx context.Context, id string) (Deployment, error)
+	// ListDeployments lists deployments, oldest first.
+	ListDeployments(ctx context.Context, f DeploymentFilter) ([]Deployment, error)
+	// UpdateDeployment applies fn inside one transaction.
+	UpdateDeployment(ctx context.Context, id string, fn func(*Deployment) error) (Deployment, error)
+	DeleteDeployment(ctx context.Context, id string) error
 }

@@ -100,6 +100,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NotificationsUnknownNode", testNotificationsUnknownNode},
 
 		{"Documents", testDocuments},
+		{"Deployments", testDeployments},
 
 		{"Users", testUsers},
 		{"CreateUserConflict", testCreateUserConflict},
