@@ -310,3 +310,38 @@ func (c *Client) Render(ctx context.Context, name, provider string) (api.Rendere
 	var r api.Rendered
 	return r, c.Do(ctx, http.MethodGet, "/v1/templates/"+url.PathEscape(name)+"/render?provider="+url.QueryEscape(provider), nil, &r)
 }
+
+// Provision asks for machines; they come back pending and the server
+// provisions them in the background.
+func (c *Client) Provision(ctx context.Context, r api.ProvisionRequest) ([]api.Deployment, error) {
+	var l api.DeploymentList
+	return l.Deployments, c.Do(ctx, http.MethodPost, "/v1/deployments", r, &l)
+}
+
+// Deployments lists deployments, optionally in some states (comma-separated).
+func (c *Client) Deployments(ctx context.Context, states string) ([]api.Deployment, error) {
+	path := "/v1/deployments"
+	if states != "" {
+		path += "?state=" + url.QueryEscape(states)
+	}
+	var l api.DeploymentList
+	return l.Deployments, c.Do(ctx, http.MethodGet, path, nil, &l)
+}
+
+// Deployment returns one deployment by ID or live name.
+func (c *Client) Deployment(ctx context.Context, ref string) (api.Deployment, error) {
+	var d api.Deployment
+	return d, c.Do(ctx, http.MethodGet, "/v1/deployments/"+url.PathEscape(ref), nil, &d)
+}
+
+// DestroyDeployment removes a machine.
+func (c *Client) DestroyDeployment(ctx context.Context, ref string) (api.Deployment, error) {
+	var d api.Deployment
+	return d, c.Do(ctx, http.MethodDelete, "/v1/deployments/"+url.PathEscape(ref), nil, &d)
+}
+
+// Lifecycle performs start, stop, hibernate, reboot or terminate.
+func (c *Client) Lifecycle(ctx context.Context, ref, verb string) (api.Deployment, error) {
+	var d api.Deployment
+	return d, c.Do(ctx, http.MethodPost, "/v1/deployments/"+url.PathEscape(ref)+"/lifecycle/"+url.PathEscape(verb), nil, &d)
+}

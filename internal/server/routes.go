@@ -63,6 +63,12 @@ func (s *Server) routeTable() []route {
 		{"PUT", "/v1/mappings/{name}", authUser, s.handlePutMapping},
 		{"DELETE", "/v1/mappings/{name}", authUser, s.handleDeleteMapping},
 
+		{"GET", "/v1/deployments", authUser, s.handleListDeployments},
+		{"POST", "/v1/deployments", authUser, s.handleProvision},
+		{"GET", "/v1/deployments/{deployment}", authUser, s.handleGetDeployment},
+		{"DELETE", "/v1/deployments/{deployment}", authUser, s.handleDestroyDeployment},
+		{"POST", "/v1/deployments/{deployment}/lifecycle/{verb}", authUser, s.handleLifecycle},
+
 		{"GET", "/v1/users", authUser, s.handleListUsers},
 		{"POST", "/v1/users", authUser, s.handleCreateUser},
 		{"DELETE", "/v1/users/{user}", authUser, s.handleDeleteUser},

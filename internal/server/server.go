@@ -30,7 +30,10 @@ type Config struct {
 	FlushInterval     time.Duration // heartbeat batch interval; default 1s
 	SuiteCloseAfter   time.Duration // an Open suite with no new task this long is Closed; default 180s
 	SuiteTick         time.Duration // how often suites are closed and completed; default 1s
-	Version           string
+	DriftInterval     time.Duration // how often deployments are compared with their providers; default 30s
+	// ProviderSettings configures providers by name (e.g. docker: host).
+	ProviderSettings map[string]map[string]string
+	Version          string
 }
 
 func (c *Config) setDefaults() {
@@ -58,6 +61,9 @@ func (c *Config) setDefaults() {
 	if c.SuiteTick == 0 {
 		c.SuiteTick = time.Second
 	}
+	if c.DriftInterval == 0 {
+		c.DriftInterval = 30 * time.Second
+	}
 	if c.Version == "" {
 		c.Version = "dev"
 	}
@@ -82,13 +88,14 @@ func (c *Config) validate() error {
 
 // Server is the coordinator.
 type Server struct {
-	cfg      Config
-	store    store.Store
-	log      *slog.Logger
-	hub      *hub
-	dispatch dispatcher
-	metrics  *metrics
-	handler  http.Handler
+	cfg       Config
+	store     store.Store
+	log       *slog.Logger
+	hub       *hub
+	dispatch  dispatcher
+	providers providers
+	metrics   *metrics
+	handler   http.Handler
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -101,7 +108,8 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("server config: %w", err)
 	}
-	s := &Server{cfg: cfg, store: st, log: logger, ready: make(chan struct{})}
+	s := &Server{cfg: cfg, store: st, log: logger, ready: make(chan struct{}),
+		providers: providers{settings: cfg.ProviderSettings}}
 	s.metrics = newMetrics(s)
 	s.hub = newHub(s)
 	s.handler = s.routes()
@@ -142,10 +150,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); s.hub.flushLoop(ctx) }()
 	go func() { defer wg.Done(); s.livenessLoop(ctx) }()
 	go func() { defer wg.Done(); s.suiteLoop(ctx) }()
+	go func() { defer wg.Done(); s.driftLoop(ctx) }()
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

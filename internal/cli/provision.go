@@ -1,0 +1,195 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+func newProvisionCmd(e *env) *cobra.Command {
+	var req api.ProvisionRequest
+	var asJSON, noWait bool
+	cmd := &cobra.Command{
+		Use:   "provision --template NAME --provider PROVIDER [--count N]",
+		Short: "Make machines from a template with a provider (local, docker)",
+		Long: `Make machines from a template: the server renders the template for the
+provider (see nodemgr template render), asks the provider for each machine in
+parallel, and tracks them as deployments. This command shows their progress
+until every one is running or failed (--no-wait returns at once).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := clientFor(cmd, e)
+			deps, err := c.Provision(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if !noWait {
+				if deps, err = waitDeployments(cmd, e, deps); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				return printJSON(e.stdout, api.DeploymentList{Deployments: deps})
+			}
+			printDeployments(e, deps)
+			for _, d := range deps {
+				if d.State == api.DeploymentFailed {
+					return &exitError{code: 1}
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.Template, "template", "", "template name (nodemgr template ls)")
+	cmd.Flags().StringVar(&req.Provider, "provider", "", "provider: local, docker")
+	cmd.Flags().IntVar(&req.Count, "count", 1, "how many machines (1-100)")
+	cmd.Flags().StringVar(&req.Name, "name", "", "machine name, or prefix with --count (default: the template's name)")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the server has accepted the request")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// waitDeployments polls until no deployment is pending, printing a
+// progress line as states change.
+func waitDeployments(cmd *cobra.Command, e *env, deps []api.Deployment) ([]api.Deployment, error) {
+	c := clientFor(cmd, e)
+	start := time.Now()
+	last := ""
+	for {
+		counts := map[string]int{}
+		pending := 0
+		for i, d := range deps {
+			if d.State == "pending" {
+				cur, err := c.Deployment(cmd.Context(), d.ID)
+				if err != nil {
+					return deps, err
+				}
+				deps[i] = cur
+			}
+			counts[deps[i].State]++
+			if deps[i].State == "pending" {
+				pending++
+			}
+		}
+		line := fmt.Sprintf("%d machines: %d pending, %d running, %d failed (%s)", len(deps), counts["pending"], counts["running"], counts[api.DeploymentFailed], time.Since(start).Round(100*time.Millisecond))
+		if line != last {
+			fmt.Fprintf(e.stderr, "\r%s", line)
+			last = line
+		}
+		if pending == 0 {
+			fmt.Fprintln(e.stderr)
+			return deps, nil
+		}
+		select {
+		case <-cmd.Context().Done():
+			fmt.Fprintln(e.stderr)
+			return deps, cmd.Context().Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func printDeployments(e *env, deps []api.Deployment) {
+	t := newTable(e.stdout, "ID", "NAME", "PROVIDER", "STATE", "TEMPLATE", "RESOURCE", "ADDRESS", "REASON")
+	for _, d := range deps {
+		res := d.ResourceID
+		if len(res) > 12 {
+			res = res[:12]
+		}
+		t.row(d.ID, d.Name, d.Provider, d.State, orDash(d.Template), orDash(res), orDash(d.Address), orDash(truncate(d.StateReason, 60)))
+	}
+	t.flush()
+}
+
+func newDeploymentCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{Use: "deployment", Short: "Machines made by providers"}
+	var all, lsJSON bool
+	ls := &cobra.Command{
+		Use: "ls", Short: "List deployments (live ones; --all for terminated too)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			deps, err := clientFor(cmd, e).Deployments(cmd.Context(), "")
+			if err != nil {
+				return err
+			}
+			if !all {
+				live := deps[:0]
+				for _, d := range deps {
+					if d.State != "terminated" {
+						live = append(live, d)
+					}
+				}
+				deps = live
+			}
+			if lsJSON {
+				return printJSON(e.stdout, api.DeploymentList{Deployments: deps})
+			}
+			printDeployments(e, deps)
+			return nil
+		},
+	}
+	ls.Flags().BoolVar(&all, "all", false, "include terminated deployments")
+	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
+	var showJSON bool
+	show := &cobra.Command{
+		Use: "show DEPLOYMENT", Short: "Show one deployment", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := clientFor(cmd, e).Deployment(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if showJSON {
+				return printJSON(e.stdout, d)
+			}
+			t := newTable(e.stdout, "FIELD", "VALUE")
+			for _, r := range [][2]string{{"ID", d.ID}, {"Name", d.Name}, {"Provider", d.Provider}, {"State", d.State},
+				{"Reason", orDash(d.StateReason)}, {"Template", d.Template}, {"Resource", orDash(d.ResourceID)},
+				{"Address", orDash(d.Address)}, {"Executors", orDash(strings.Join(d.Executors, ", "))},
+				{"Labels", orDash(labelString(d.Labels))}, {"Created", d.CreatedAt.Format(time.RFC3339)}} {
+				t.row(r[0], r[1])
+			}
+			t.flush()
+			return nil
+		},
+	}
+	show.Flags().BoolVar(&showJSON, "json", false, "print JSON (with the rendered Extra map)")
+	destroy := &cobra.Command{
+		Use: "destroy DEPLOYMENT...", Short: "Remove machines (the records stay, terminated)", Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, ref := range args {
+				d, err := clientFor(cmd, e).DestroyDeployment(cmd.Context(), ref)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "destroyed %s (%s)\n", d.Name, d.ID)
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(ls, show, destroy)
+	return cmd
+}
+
+func newLifecycleCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{Use: "lifecycle", Short: "Start, stop, hibernate, reboot or terminate a provisioned machine",
+		Long: `Control a deployment through its provider's own API. States follow EC2:
+pending, running, stopping, stopped, shutting-down, terminated, hibernated.
+A verb the provider cannot do is refused before anything is touched.`}
+	for _, verb := range []string{"start", "stop", "hibernate", "reboot", "terminate"} {
+		cmd.AddCommand(&cobra.Command{
+			Use: verb + " DEPLOYMENT", Short: strings.ToUpper(verb[:1]) + verb[1:] + " a machine", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				d, err := clientFor(cmd, e).Lifecycle(cmd.Context(), args[0], verb)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "%s is %s\n", d.Name, d.State)
+				return nil
+			},
+		})
+	}
+	return cmd
+}
