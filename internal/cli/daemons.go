@@ -14,6 +14,9 @@ import (
 	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/agent"
 	"github.com/nodemgr/nodemgr/internal/auth"
+	// Providers register themselves with provision.
+	_ "github.com/nodemgr/nodemgr/internal/provision/docker"
+	_ "github.com/nodemgr/nodemgr/internal/provision/local"
 	"github.com/nodemgr/nodemgr/internal/server"
 	"github.com/nodemgr/nodemgr/internal/store"
 	"github.com/nodemgr/nodemgr/internal/store/sqlite"
@@ -23,7 +26,8 @@ import (
 type serverFlags struct {
 	listen, dataDir, db                                            string
 	heartbeatInterval, offlineAfter, confirmTimeout, credentialTTL time.Duration
-	suiteCloseAfter                                                time.Duration
+	suiteCloseAfter, driftInterval                                 time.Duration
+	dockerHost                                                     string
 }
 
 func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
@@ -36,14 +40,25 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.confirmTimeout, "confirm-timeout", 10*time.Second, "how long the offline check waits for a ping answer or a reconnect")
 	fl.DurationVar(&f.credentialTTL, "credential-ttl", 30*24*time.Hour, "lifetime of node credentials (agents renew them)")
 	fl.DurationVar(&f.suiteCloseAfter, "suite-close-after", 180*time.Second, "an Open suite that gets no new task for this long is Closed")
+	fl.DurationVar(&f.driftInterval, "drift-interval", 30*time.Second, "how often provisioned machines are compared with what their providers report")
+	fl.StringVar(&f.dockerHost, "docker-host", "", "Docker engine for the docker provider (default $DOCKER_HOST or the local socket)")
 }
 
 func (f *serverFlags) config() server.Config {
 	return server.Config{
 		Listen: f.listen, DataDir: f.dataDir, HeartbeatInterval: f.heartbeatInterval,
 		OfflineAfter: f.offlineAfter, ConfirmTimeout: f.confirmTimeout,
-		CredentialTTL: f.credentialTTL, SuiteCloseAfter: f.suiteCloseAfter, Version: Version,
+		CredentialTTL: f.credentialTTL, SuiteCloseAfter: f.suiteCloseAfter, DriftInterval: f.driftInterval,
+		ProviderSettings: f.providerSettings(), Version: Version,
 	}
+}
+
+func (f *serverFlags) providerSettings() map[string]map[string]string {
+	settings := map[string]map[string]string{}
+	if f.dockerHost != "" {
+		settings["docker"] = map[string]string{"host": f.dockerHost}
+	}
+	return settings
 }
 
 // openStore opens the SQLite store in the data dir.
