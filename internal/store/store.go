@@ -329,7 +329,8 @@ type DeploymentFilter struct {
 // Deployments tracks provisioned machines.
 type Deployments interface {
 	// CreateDeployment stores a new deployment; its name must be unique
-	// among deployments that are not terminated (errdefs.ErrConflict).
+	// per provider among deployments that are not terminated or failed
+	// (errdefs.ErrConflict).
 	CreateDeployment(ctx context.Context, d Deployment) error
 	GetDeployment(ctx context.Context, id string) (Deployment, error)
 	// ListDeployments lists deployments, oldest first.

@@ -42,9 +42,16 @@ func testDeployments(t *testing.T, s store.Store) {
 	if err := s.CreateDeployment(ctx, dup); err != nil {
 		t.Errorf("CreateDeployment reusing a terminated name = %v, want nil", err)
 	}
+	// A failed deployment frees its name too: provisioning can be retried.
+	s.UpdateDeployment(ctx, "d2", func(d *store.Deployment) error { d.State = "failed"; return nil })
+	retry := dup
+	retry.ID = "d3"
+	if err := s.CreateDeployment(ctx, retry); err != nil {
+		t.Errorf("CreateDeployment reusing a failed name = %v, want nil", err)
+	}
 	running, _ := s.ListDeployments(ctx, store.DeploymentFilter{States: []string{"pending"}})
-	if len(running) != 1 || running[0].ID != "d2" {
-		t.Errorf("ListDeployments(pending) = %v, want d2", running)
+	if len(running) != 1 || running[0].ID != "d3" {
+		t.Errorf("ListDeployments(pending) = %v, want d3", running)
 	}
 	if err := s.DeleteDeployment(ctx, "d1"); err != nil {
 		t.Fatal(err)

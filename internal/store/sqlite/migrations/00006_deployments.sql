@@ -15,8 +15,8 @@ CREATE TABLE deployments (
     created_at   INTEGER NOT NULL,
     updated_at   INTEGER NOT NULL
 );
--- A name is taken while its machine exists.
-CREATE UNIQUE INDEX deployments_live_name ON deployments (provider, name) WHERE state <> 'terminated';
+-- A name is taken while its machine exists (or is being made).
+CREATE UNIQUE INDEX deployments_live_name ON deployments (provider, name) WHERE state NOT IN ('terminated', 'failed');
 
 -- +goose Down
 DROP TABLE deployments;
