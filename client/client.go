@@ -9,10 +9,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -24,6 +27,9 @@ type Client struct {
 	base  string
 	token string
 	http  *http.Client
+	// stream carries answers that last as long as a command or a copy
+	// does: no overall timeout, only the caller's context.
+	stream *http.Client
 }
 
 // New returns a client for the server at addr (a URL, or host:port meaning
@@ -32,7 +38,7 @@ func New(addr, token string) *Client {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}
-	return &Client{base: strings.TrimRight(addr, "/"), token: token, http: &http.Client{Timeout: 60 * time.Second}}
+	return &Client{base: strings.TrimRight(addr, "/"), token: token, http: &http.Client{Timeout: 60 * time.Second}, stream: &http.Client{}}
 }
 
 // Error is an error answer from the server.
@@ -65,28 +71,17 @@ func (c *Client) DoRaw(ctx context.Context, method, path, contentType string, in
 	if in != nil {
 		body = bytes.NewReader(in)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	req, err := c.request(ctx, method, path, contentType, body)
 	if err != nil {
 		return err
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w (is the server running at %s? set --addr or NODEMGR_ADDR)", method, path, err, c.base)
+		return c.unreachable(method, path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		var eb api.ErrorBody
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" {
-			eb.Error = api.Error{Code: "internal", Message: fmt.Sprintf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(b))}
-		}
-		return &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, Field: eb.Error.Field}
+		return answerError(method, path, resp)
 	}
 	if out == nil {
 		return nil
@@ -95,6 +90,20 @@ func (c *Client) DoRaw(ctx context.Context, method, path, contentType string, in
 		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
 	}
 	return nil
+}
+
+func (c *Client) unreachable(method, path string, err error) error {
+	return fmt.Errorf("%s %s: %w (is the server running at %s? set --addr or NODEMGR_ADDR)", method, path, err, c.base)
+}
+
+// answerError reads an error answer.
+func answerError(method, path string, resp *http.Response) error {
+	var eb api.ErrorBody
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" {
+		eb.Error = api.Error{Code: "internal", Message: fmt.Sprintf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(b))}
+	}
+	return &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, Field: eb.Error.Field}
 }
 
 // Health checks the server's liveness (no token needed).
@@ -344,4 +353,152 @@ func (c *Client) DestroyDeployment(ctx context.Context, ref string) (api.Deploym
 func (c *Client) Lifecycle(ctx context.Context, ref, verb string) (api.Deployment, error) {
 	var d api.Deployment
 	return d, c.Do(ctx, http.MethodPost, "/v1/deployments/"+url.PathEscape(ref)+"/lifecycle/"+url.PathEscape(verb), nil, &d)
+}
+
+// Exec runs a command on a deployment (by ID or live name), writing its
+// output to stdout and stderr as the server streams it, and returns its
+// exit code. An error means the command could not be run or was cut off
+// (by req.Timeout, ctx or a lost connection); the exit code is then -1.
+func (c *Client) Exec(ctx context.Context, ref string, req api.ExecRequest, stdout, stderr io.Writer) (int, error) {
+	path := "/v1/deployments/" + url.PathEscape(ref) + "/exec"
+	b, err := json.Marshal(req)
+	if err != nil {
+		return -1, err
+	}
+	hreq, err := c.request(ctx, http.MethodPost, path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		return -1, err
+	}
+	resp, err := c.streamDo(hreq)
+	if err != nil {
+		return -1, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev api.ExecEvent
+		if err := dec.Decode(&ev); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return -1, fmt.Errorf("exec on %s: the stream ended before the command's exit: %w", ref, err)
+		}
+		switch {
+		case ev.Exit != nil:
+			return *ev.Exit, nil
+		case ev.Error != "":
+			return -1, &Error{Status: resp.StatusCode, Code: ev.Code, Message: ev.Error}
+		}
+		w := stdout
+		if ev.Stream == "stderr" {
+			w = stderr
+		}
+		if w == nil || len(ev.Data) == 0 {
+			continue
+		}
+		if _, err := w.Write(ev.Data); err != nil {
+			return -1, fmt.Errorf("exec on %s: write %s: %w", ref, ev.Stream, err)
+		}
+	}
+}
+
+// CopyTo copies the local file or tree src to dst, an absolute path on
+// the deployment: dst names the copy itself, or, ending in "/", the
+// directory to copy into. Modes, modification times and symbolic links
+// are kept.
+func (c *Client) CopyTo(ctx context.Context, ref, src, dst string) error {
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(abs); err != nil {
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	name := filepath.Base(abs)
+	if name == string(filepath.Separator) {
+		return fmt.Errorf("copy %s: cannot copy the root directory; name a directory under it", src)
+	}
+	pr, pw := io.Pipe()
+	written := make(chan error, 1)
+	go func() {
+		err := api.WriteArchive(ctx, pw, abs, name)
+		pw.CloseWithError(err)
+		written <- err
+	}()
+	path := "/v1/deployments/" + url.PathEscape(ref) + "/files?path=" + url.QueryEscape(dst)
+	req, err := c.request(ctx, http.MethodPut, path, "application/x-tar", pr)
+	var resp *http.Response
+	if err == nil {
+		// An upload the server refuses (unknown node, not an admin) is
+		// not sent at all.
+		req.Header.Set("Expect", "100-continue")
+		resp, err = c.streamDo(req)
+	}
+	pr.CloseWithError(errCopyEnded)
+	werr := <-written
+	switch {
+	case werr != nil && !errors.Is(werr, errCopyEnded) && !errors.Is(werr, io.ErrClosedPipe):
+		// Reading src failed: that, not the server's view of a cut
+		// upload, is the cause.
+		return fmt.Errorf("copy %s: %w", src, werr)
+	case err != nil:
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+var errCopyEnded = errors.New("copy ended")
+
+// CopyFrom copies the file or tree at src, an absolute path on the
+// deployment, to the local path dst: dst names the copy itself, or, ending
+// in a separator (or being "." or ".."), the directory to copy into. Modes,
+// modification times and symbolic links are kept; nothing is written
+// outside the copy, whatever the archive says.
+func (c *Client) CopyFrom(ctx context.Context, ref, src, dst string) error {
+	req, err := c.request(ctx, http.MethodGet, "/v1/deployments/"+url.PathEscape(ref)+"/files?path="+url.QueryEscape(src), "", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.streamDo(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := api.ExtractArchive(ctx, resp.Body, dst); err != nil {
+		return fmt.Errorf("copy %s:%s to %s: %w", ref, src, dst, err)
+	}
+	return nil
+}
+
+// request makes a request to the server with the client's token.
+func (c *Client) request(ctx context.Context, method, path, contentType string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	return req, nil
+}
+
+// streamDo sends a request whose answer may last as long as a command or a
+// copy does, and returns the answer when it is a success.
+func (c *Client) streamDo(req *http.Request) (*http.Response, error) {
+	resp, err := c.stream.Do(req)
+	if err != nil {
+		return nil, c.unreachable(req.Method, req.URL.RequestURI(), err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, answerError(req.Method, req.URL.RequestURI(), resp)
+	}
+	return resp, nil
 }

@@ -25,6 +25,7 @@ var Version = "dev"
 
 // env is what a command needs from the outside world; tests replace it.
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
 }
@@ -33,7 +34,7 @@ type env struct {
 func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e := &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
 	root := newRoot(e)
 	root.SetArgs(args)
 	root.SetOut(e.stdout)
@@ -103,7 +104,7 @@ Client commands read NODEMGR_ADDR and NODEMGR_TOKEN, or --addr and --token.`,
 	root.PersistentFlags().String("log-format", "text", "log format of daemons: text or json")
 	root.AddCommand(
 		newServerCmd(e), newAgentCmd(e), newDevCmd(e), newWorkerCmd(e),
-		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
+		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newExecCmd(e), newCpCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
 		newWhoamiCmd(e), newBenchCmd(e),
 	)
 	return root

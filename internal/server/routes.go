@@ -68,6 +68,9 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/deployments/{deployment}", authUser, s.handleGetDeployment},
 		{"DELETE", "/v1/deployments/{deployment}", authUser, s.handleDestroyDeployment},
 		{"POST", "/v1/deployments/{deployment}/lifecycle/{verb}", authUser, s.handleLifecycle},
+		{"POST", "/v1/deployments/{deployment}/exec", authUser, s.handleExec},
+		{"PUT", "/v1/deployments/{deployment}/files", authUser, s.handleCopyTo},
+		{"GET", "/v1/deployments/{deployment}/files", authUser, s.handleCopyFrom},
 
 		{"GET", "/v1/users", authUser, s.handleListUsers},
 		{"POST", "/v1/users", authUser, s.handleCreateUser},

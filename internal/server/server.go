@@ -94,6 +94,7 @@ type Server struct {
 	hub       *hub
 	dispatch  dispatcher
 	providers providers
+	executors executors
 	metrics   *metrics
 	handler   http.Handler
 

@@ -1,0 +1,350 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/execute"
+	"github.com/nodemgr/nodemgr/internal/execute/dockerexec"
+	localexec "github.com/nodemgr/nodemgr/internal/execute/local"
+	"github.com/nodemgr/nodemgr/internal/provision"
+)
+
+const (
+	// maxExecStdin caps what an exec hands its command on stdin; more
+	// belongs in a file copied to the node.
+	maxExecStdin = 16 << 20
+	// maxExecBody fits maxExecStdin in base64 with the rest of the request.
+	maxExecBody = maxExecStdin/3*4 + maxBody
+	// maxCopyBody caps an uploaded archive, which the server holds on disk
+	// while the executor copies it.
+	maxCopyBody = 1 << 30
+)
+
+// executorByCapability names the executor that takes each capability; a
+// deployment's own list says which is tried first.
+var executorByCapability = map[string]string{
+	localexec.Capability:  "local",
+	dockerexec.Capability: "docker",
+}
+
+// executors makes each executor once: the docker one with the docker
+// provider's host setting, so that it reaches the engine the containers
+// were made on.
+type executors struct {
+	mu   sync.Mutex
+	made map[string]execute.Executor
+}
+
+func (x *executors) get(name string, settings map[string]map[string]string) (execute.Executor, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if e := x.made[name]; e != nil {
+		return e, nil
+	}
+	var e execute.Executor
+	switch name {
+	case "local":
+		e = localexec.New()
+	case "docker":
+		var s map[string]string
+		if host := settings["docker"]["host"]; host != "" {
+			s = map[string]string{"host": host}
+		}
+		d, err := dockerexec.New(s)
+		if err != nil {
+			return nil, err
+		}
+		e = d
+	default:
+		return nil, errdefs.NotFound("executor %q", name)
+	}
+	if x.made == nil {
+		x.made = map[string]execute.Executor{}
+	}
+	x.made[name] = e
+	return e, nil
+}
+
+// execTarget resolves a deployment and picks the executor whose capability
+// it carries.
+func (s *Server) execTarget(ctx context.Context, ref string) (provision.Deployment, execute.Executor, error) {
+	d, err := s.resolveDeployment(ctx, ref)
+	if err != nil {
+		return provision.Deployment{}, nil, err
+	}
+	switch d.State {
+	case provision.StatePending:
+		return provision.Deployment{}, nil, errdefs.Conflict("deployment %s is still being provisioned; try again once it is running", d.Name)
+	case provision.StateTerminated:
+		return provision.Deployment{}, nil, errdefs.Conflict("deployment %s is terminated; there is no machine to reach", d.Name)
+	}
+	pd := toProvision(d)
+	for _, c := range d.Executors {
+		name, ok := executorByCapability[c]
+		if !ok {
+			continue
+		}
+		e, err := s.executors.get(name, s.cfg.ProviderSettings)
+		if err != nil {
+			return pd, nil, err
+		}
+		return pd, e, execute.Check(e, pd)
+	}
+	has := "none"
+	if len(d.Executors) > 0 {
+		has = strings.Join(d.Executors, ", ")
+	}
+	why := ""
+	if d.State == api.DeploymentFailed {
+		why = "; it failed to provision: " + d.StateReason
+	}
+	return pd, nil, fmt.Errorf("deployment %s (provider %s, %s) carries no executor capability (it has %s); commands and copies need %s or %s%s: %w",
+		d.Name, d.Provider, d.State, has, localexec.Capability, dockerexec.Capability, why, errdefs.ErrInvalid)
+}
+
+// handleExec runs a command on a deployment and streams its output as
+// NDJSON events, the exit code last. Errors found before the command is
+// tried are ordinary error answers; after that, the last event says what
+// went wrong.
+func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) error {
+	var req api.ExecRequest
+	if err := decodeJSONMax(r, &req, maxExecBody); err != nil {
+		return err
+	}
+	if len(req.Argv) == 0 {
+		return errdefs.Field("argv", "required: the command and its arguments")
+	}
+	if req.Argv[0] == "" {
+		return errdefs.Field("argv[0]", "empty; name the program to run")
+	}
+	for i, kv := range req.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return errdefs.Field(fmt.Sprintf("env[%d]", i), "%q is not KEY=VALUE", kv)
+		}
+	}
+	var timeout time.Duration
+	if req.Timeout != "" {
+		t, err := time.ParseDuration(req.Timeout)
+		if err != nil || t <= 0 {
+			return errdefs.Field("timeout", "%q is not a positive Go duration (30s, 5m)", req.Timeout)
+		}
+		timeout = t
+	}
+	if len(req.Stdin) > maxExecStdin {
+		return errdefs.Field("stdin", "larger than %d MiB; copy the data to the node with nodemgr cp and redirect from the file", maxExecStdin>>20)
+	}
+	if err := principalFrom(r.Context()).RequireAdmin("run commands on machines"); err != nil {
+		return err
+	}
+	d, e, err := s.execTarget(r.Context(), r.PathValue("deployment"))
+	if err != nil {
+		return err
+	}
+
+	out := &execStream{w: w}
+	out.start()
+	cmd := execute.Command{Argv: req.Argv, Env: req.Env, Dir: req.Dir, Timeout: timeout,
+		Stdout: execOutput{out, "stdout"}, Stderr: execOutput{out, "stderr"}}
+	if len(req.Stdin) > 0 {
+		cmd.Stdin = bytes.NewReader(req.Stdin)
+	}
+	code, err := e.Exec(r.Context(), d, cmd)
+	last := api.ExecEvent{Exit: &code}
+	switch {
+	case err == nil:
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		last = api.ExecEvent{Error: err.Error(), Code: api.CodeTimeout}
+	default:
+		if errdefs.Code(err) == "internal" && r.Context().Err() == nil {
+			s.log.Error("exec failed", "deployment", d.ID, "name", d.Name, "argv0", req.Argv[0], "err", err)
+		}
+		last = api.ExecEvent{Error: errdefs.Message(err), Code: errdefs.Code(err)}
+	}
+	out.send(last) // a client that went away hears nothing more anyway
+	return nil
+}
+
+// execStream writes an exec's events, one flushed NDJSON line each. Safe
+// for concurrent use: the executors copy stdout and stderr in goroutines
+// of their own.
+type execStream struct {
+	w http.ResponseWriter
+
+	mu  sync.Mutex
+	err error // the first write error: the client is gone
+}
+
+// start sends the status line, so that the client knows the command is
+// being tried however long it stays silent.
+func (s *execStream) start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.w.Header().Set("Content-Type", "application/x-ndjson")
+	s.w.WriteHeader(http.StatusOK)
+	s.flush()
+}
+
+func (s *execStream) send(ev api.ExecEvent) error {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if _, err := s.w.Write(append(b, '\n')); err != nil {
+		s.err = err
+		return err
+	}
+	s.flush()
+	return s.err
+}
+
+func (s *execStream) flush() {
+	if err := http.NewResponseController(s.w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		s.err = err
+	}
+}
+
+// execOutput is one of an exec's output streams.
+type execOutput struct {
+	s      *execStream
+	stream string
+}
+
+func (o execOutput) Write(p []byte) (int, error) {
+	if err := o.s.send(api.ExecEvent{Stream: o.stream, Data: p}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// handleCopyTo takes a tar stream with one top-level entry (see
+// api.WriteArchive), unpacks it in a temporary directory and has the
+// executor copy it to the path given.
+func (s *Server) handleCopyTo(w http.ResponseWriter, r *http.Request) error {
+	dst := r.URL.Query().Get("path")
+	if err := nodePath(dst); err != nil {
+		return err
+	}
+	if err := principalFrom(r.Context()).RequireAdmin("copy files to machines"); err != nil {
+		return err
+	}
+	d, e, err := s.execTarget(r.Context(), r.PathValue("deployment"))
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "nodemgr-copy-")
+	if err != nil {
+		return fmt.Errorf("copy to %s: %w", d.Name, err)
+	}
+	defer removeTree(tmp)
+	src, err := api.ExtractArchive(r.Context(), http.MaxBytesReader(w, r.Body, maxCopyBody), tmp+string(filepath.Separator))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return errdefs.Field("body", "the archive is larger than %d GiB; copy less at a time", maxCopyBody>>30)
+		}
+		return fmt.Errorf("read the uploaded archive: %w: %w", err, errdefs.ErrInvalid)
+	}
+	if err := e.CopyTo(r.Context(), d, src, dst); err != nil {
+		return hideTemp(err, tmp)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// handleCopyFrom has the executor copy a file or tree from the path given
+// into a temporary directory, and answers with it as a tar stream with one
+// top-level entry named after it.
+func (s *Server) handleCopyFrom(w http.ResponseWriter, r *http.Request) error {
+	src := r.URL.Query().Get("path")
+	if err := nodePath(src); err != nil {
+		return err
+	}
+	name := path.Base(src)
+	if name == "/" {
+		return errdefs.Field("path", "cannot copy the node's root directory; name a directory under it")
+	}
+	if err := principalFrom(r.Context()).RequireAdmin("copy files from machines"); err != nil {
+		return err
+	}
+	d, e, err := s.execTarget(r.Context(), r.PathValue("deployment"))
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "nodemgr-copy-")
+	if err != nil {
+		return fmt.Errorf("copy from %s: %w", d.Name, err)
+	}
+	defer removeTree(tmp)
+	local := filepath.Join(tmp, name)
+	if err := e.CopyFrom(r.Context(), d, src, local); err != nil {
+		return hideTemp(err, tmp)
+	}
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.WriteHeader(http.StatusOK)
+	if err := api.WriteArchive(r.Context(), w, local, name); err != nil {
+		if r.Context().Err() == nil {
+			s.log.Error("send archive", "deployment", d.ID, "path", src, "err", err)
+		}
+		// The status is out: cut the connection, so that the client
+		// sees a broken archive rather than a short one.
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+// nodePath checks the path query parameter: an absolute path on the node.
+func nodePath(p string) error {
+	if p == "" {
+		return errdefs.Field("path", "required: an absolute path on the node")
+	}
+	if !path.IsAbs(p) {
+		return errdefs.Field("path", "%q is not absolute; give the full path on the node", p)
+	}
+	return nil
+}
+
+// hideTemp drops the server's temporary directory from the paths in an
+// executor's error: the client knows the copy by its name alone.
+func hideTemp(err error, tmp string) error {
+	return &reworded{msg: strings.ReplaceAll(err.Error(), tmp+string(filepath.Separator), ""), err: err}
+}
+
+// reworded is an error with another message; its class is still found.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (e *reworded) Error() string { return e.msg }
+func (e *reworded) Unwrap() error { return e.err }
+
+// removeTree removes a temporary tree, even one whose directories the copy
+// made read-only.
+func removeTree(dir string) {
+	filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
+		if err == nil && de.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	os.RemoveAll(dir)
+}
