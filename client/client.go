@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/archive"
 )
 
 // Client talks to one nodemgr server.
@@ -424,7 +425,7 @@ func (c *Client) CopyTo(ctx context.Context, ref, src, dst string) error {
 	pr, pw := io.Pipe()
 	written := make(chan error, 1)
 	go func() {
-		err := api.WriteArchive(ctx, pw, abs, name)
+		err := archive.Write(ctx, pw, abs, name)
 		pw.CloseWithError(err)
 		written <- err
 	}()
@@ -468,7 +469,7 @@ func (c *Client) CopyFrom(ctx context.Context, ref, src, dst string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	if _, err := api.ExtractArchive(ctx, resp.Body, dst); err != nil {
+	if _, err := archive.Extract(ctx, resp.Body, dst); err != nil {
 		return fmt.Errorf("copy %s:%s to %s: %w", ref, src, dst, err)
 	}
 	return nil

@@ -76,7 +76,8 @@ func start(t *testing.T, name string, args ...string) *proc {
 	p := &proc{t: t, name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p}, lockedWriter{p}
-	p.cmd.Env = append(os.Environ(), "NODEMGR_TOKEN=", "NODEMGR_ADDR=")
+	// GORACE: race-built processes otherwise sleep 1 s when they exit.
+	p.cmd.Env = append(os.Environ(), "NODEMGR_TOKEN=", "NODEMGR_ADDR=", "GORACE=atexit_sleep_ms=0")
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -210,7 +211,7 @@ func (a *agent) restart(t *testing.T) {
 func (s *server) run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "NODEMGR_ADDR="+s.url(), "NODEMGR_TOKEN="+s.token)
+	cmd.Env = append(os.Environ(), "NODEMGR_ADDR="+s.url(), "NODEMGR_TOKEN="+s.token, "GORACE=atexit_sleep_ms=0")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/archive"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/execute"
 	"github.com/nodemgr/nodemgr/internal/execute/dockerexec"
@@ -236,7 +237,7 @@ func (o execOutput) Write(p []byte) (int, error) {
 }
 
 // handleCopyTo takes a tar stream with one top-level entry (see
-// api.WriteArchive), unpacks it in a temporary directory and has the
+// archive.Write), unpacks it in a temporary directory and has the
 // executor copy it to the path given.
 func (s *Server) handleCopyTo(w http.ResponseWriter, r *http.Request) error {
 	dst := r.URL.Query().Get("path")
@@ -255,7 +256,7 @@ func (s *Server) handleCopyTo(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("copy to %s: %w", d.Name, err)
 	}
 	defer removeTree(tmp)
-	src, err := api.ExtractArchive(r.Context(), http.MaxBytesReader(w, r.Body, maxCopyBody), tmp+string(filepath.Separator))
+	src, err := archive.Extract(r.Context(), http.MaxBytesReader(w, r.Body, maxCopyBody), tmp+string(filepath.Separator))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -300,7 +301,7 @@ func (s *Server) handleCopyFrom(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.WriteHeader(http.StatusOK)
-	if err := api.WriteArchive(r.Context(), w, local, name); err != nil {
+	if err := archive.Write(r.Context(), w, local, name); err != nil {
 		if r.Context().Err() == nil {
 			s.log.Error("send archive", "deployment", d.ID, "path", src, "err", err)
 		}
