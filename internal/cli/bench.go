@@ -14,7 +14,7 @@ import (
 
 func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load harnesses that measure nodemgr on this machine"}
-	cmd.AddCommand(benchAgentsCmd(e), benchDispatchCmd(e), &cobra.Command{
+	cmd.AddCommand(benchAgentsCmd(e), benchDispatchCmd(e), benchProvisionCmd(e), &cobra.Command{
 		Use: "noop-worker", Hidden: true, Short: "A worker whose tasks do nothing (used by bench dispatch)",
 		RunE: func(cmd *cobra.Command, _ []string) error { return bench.NoopWorker(cmd.Context()) },
 	})
@@ -164,4 +164,45 @@ func printAgentsBench(e *env, rs []bench.AgentsResult, hasBaseline bool) {
 	}
 	t.flush()
 	fmt.Fprintf(e.stdout, "\nlargest agent count with every agent connected, no failed heartbeat and no false offline: %d\n", best)
+}
+
+func benchProvisionCmd(e *env) *cobra.Command {
+	cfg := bench.ProvisionConfig{}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "provision",
+		Short: "Time provisioning a docker machine and running true in it, against docker run --rm",
+		Long: `Start a server process and, round by round, provision a docker machine
+through it, run ` + "`true`" + ` in it with nodemgr exec, and destroy it; interleaved
+with ` + "`docker run --rm IMAGE true`" + ` (create, start, wait, remove) through the same
+engine. Then provision --parallel machines in one request, against creating and
+starting as many containers at once. The image must be on the engine already.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Binary, err = os.Executable(); err != nil {
+				return err
+			}
+			r, err := bench.RunProvision(cmd.Context(), cfg, e.stderr)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, r)
+			}
+			ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+			ratio := func(a, b time.Duration) string { return fmt.Sprintf("%.2f", float64(a)/float64(b)) }
+			t := newTable(e.stdout, "WHAT", "NODEMGR", "DOCKER RUN --RM", "RATIO")
+			t.row(fmt.Sprintf("p50 of %d rounds", r.Runs), ms(r.NodemgrP50), ms(r.EngineP50), ratio(r.NodemgrP50, r.EngineP50))
+			t.row(fmt.Sprintf("p90 of %d rounds", r.Runs), ms(r.NodemgrP90), ms(r.EngineP90), ratio(r.NodemgrP90, r.EngineP90))
+			t.row(fmt.Sprintf("%d at once, until running", r.Parallel), ms(r.NodemgrBatch), ms(r.EngineBatch), ratio(r.NodemgrBatch, r.EngineBatch))
+			return t.flush()
+		},
+	}
+	cmd.Flags().StringVar(&cfg.Image, "image", "nodemgr-test/busybox:latest", "image on the engine")
+	cmd.Flags().IntVar(&cfg.Runs, "runs", 20, "rounds per side")
+	cmd.Flags().IntVar(&cfg.Parallel, "parallel", 20, "machines provisioned at once")
+	cmd.Flags().StringVar(&cfg.DockerHost, "docker-host", "", "Docker engine (default $DOCKER_HOST or the local socket)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

@@ -1,0 +1,38 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+)
+
+// TestRunProvisionSmall runs the provisioning harness for two rounds and
+// two machines at once on the real engine.
+func TestRunProvisionSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the nodemgr binary and needs a Docker engine; skipped with -short")
+	}
+	eng := dockertest.Client(t)
+	image := dockertest.EnsureImage(t, eng)
+	bin := filepath.Join(t.TempDir(), "nodemgr")
+	build := exec.Command("go", "build", "-o", bin, "github.com/nodemgr/nodemgr/cmd/nodemgr")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r, err := RunProvision(ctx, ProvisionConfig{Binary: bin, Image: image, Runs: 2, Parallel: 2}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.NodemgrP50 <= 0 || r.EngineP50 <= 0 || r.NodemgrP90 < r.NodemgrP50 || r.NodemgrBatch <= 0 || r.EngineBatch <= 0 {
+		t.Errorf("implausible result %+v", r)
+	}
+}
