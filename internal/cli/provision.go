@@ -36,6 +36,14 @@ until every one is running or failed (--no-wait returns at once).`,
 				return printJSON(e.stdout, api.DeploymentList{Deployments: deps})
 			}
 			printDeployments(e, deps)
+			warned := map[string]bool{}
+			for _, d := range deps {
+				// The local provider says it is insecure; say it on.
+				if w, ok := d.Extra["warning"].(string); ok && !warned[w] {
+					fmt.Fprintln(e.stderr, "warning:", w)
+					warned[w] = true
+				}
+			}
 			for _, d := range deps {
 				if d.State == api.DeploymentFailed {
 					return &exitError{code: 1}

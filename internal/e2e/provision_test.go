@@ -150,8 +150,8 @@ func TestProvisionFailuresLeaveNothing(t *testing.T) {
 	if _, _, code := s.run(t, "template", "apply", "-f", "../template/testdata/ubuntu-worker-small.yaml"); code != 0 {
 		t.Fatal("apply seed template")
 	}
-	if out, errOut, code := s.run(t, "provision", "--template", "ubuntu-worker-small", "--provider", "local"); code != 0 {
-		t.Fatalf("provision local: %s%s", out, errOut)
+	if out, errOut, code := s.run(t, "provision", "--template", "ubuntu-worker-small", "--provider", "local"); code != 0 || !strings.Contains(errOut, "insecure") {
+		t.Fatalf("provision local: exit %d: %s%s; want it to succeed and say it is insecure", code, out, errOut)
 	}
 	_, errOut, code = s.run(t, "lifecycle", "stop", "ubuntu-worker-small")
 	if code == 0 || !strings.Contains(errOut, "local") || !strings.Contains(errOut, "stop") {

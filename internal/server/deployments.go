@@ -122,6 +122,9 @@ func (s *Server) provisionOne(pr provision.Provider, d store.Deployment) {
 		}
 		cur.State, cur.StateReason = made.State, ""
 		cur.ResourceID, cur.Address, cur.Executors = made.ResourceID, made.Address, made.Executors
+		if made.Extra != nil {
+			cur.Extra = made.Extra // as the provider used it (local adds its warning)
+		}
 		return nil
 	})
 	if err != nil {
