@@ -34,10 +34,10 @@ import (
 	"strings"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
+	"github.com/nodemgr/nodemgr/internal/dockerengine"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/execute"
 	"github.com/nodemgr/nodemgr/internal/provision"
@@ -68,20 +68,14 @@ type Docker struct {
 // (DOCKER_HOST style; default $DOCKER_HOST, else the local socket). It
 // does not contact the engine.
 func New(settings map[string]string) (*Docker, error) {
-	opts := []client.Opt{client.FromEnv}
-	for k, v := range settings {
-		switch k {
-		case "host":
-			if v != "" {
-				opts = append(opts, client.WithHost(v))
-			}
-		default:
+	for k := range settings {
+		if k != "host" {
 			return nil, errdefs.Field("settings."+k, "unknown docker executor setting; known: host")
 		}
 	}
-	c, err := client.New(opts...)
+	c, err := dockerengine.Connect(settings["host"])
 	if err != nil {
-		return nil, fmt.Errorf("docker executor: %w", &classed{err: err, class: errdefs.ErrInvalid})
+		return nil, fmt.Errorf("docker executor: %w", err)
 	}
 	return &Docker{engine: c}, nil
 }
@@ -123,11 +117,11 @@ func (e *Docker) Exec(ctx context.Context, d provision.Deployment, cmd execute.C
 		AttachStderr: true,
 	})
 	if err != nil {
-		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cutOff(ctx, cmd.Timeout, classify(err)))
+		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cutOff(ctx, cmd.Timeout, dockerengine.Classify(err)))
 	}
 	att, err := e.engine.ExecAttach(ctx, cr.ID, client.ExecAttachOptions{})
 	if err != nil {
-		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cutOff(ctx, cmd.Timeout, classify(err)))
+		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cutOff(ctx, cmd.Timeout, dockerengine.Classify(err)))
 	}
 	defer att.Close()
 
@@ -187,7 +181,7 @@ func (e *Docker) waitExit(ctx context.Context, execID string) (client.ExecInspec
 	for {
 		insp, err := e.engine.ExecInspect(ctx, execID, client.ExecInspectOptions{})
 		if err != nil {
-			return insp, fmt.Errorf("inspect exec: %w", classify(err))
+			return insp, fmt.Errorf("inspect exec: %w", dockerengine.Classify(err))
 		}
 		if !insp.Running {
 			return insp, nil
@@ -301,39 +295,6 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return string(bytes.ToValidUTF8(t.b, nil)) }
-
-// classify gives an engine error the errdefs class that matches it,
-// keeping the engine's message.
-func classify(err error) error {
-	var class error
-	switch {
-	case err == nil:
-		return nil
-	case cerrdefs.IsNotFound(err):
-		class = errdefs.ErrNotFound
-	case cerrdefs.IsConflict(err), cerrdefs.IsAlreadyExists(err), cerrdefs.IsFailedPrecondition(err):
-		class = errdefs.ErrConflict
-	case cerrdefs.IsInvalidArgument(err):
-		class = errdefs.ErrInvalid
-	case cerrdefs.IsPermissionDenied(err), cerrdefs.IsUnauthorized(err):
-		class = errdefs.ErrPermission
-	case client.IsErrConnectionFailed(err), cerrdefs.IsUnavailable(err):
-		class = errdefs.ErrUnavailable
-	default:
-		return err
-	}
-	return &classed{err: err, class: class}
-}
-
-// classed is an error of another package that also belongs to an errdefs
-// class.
-type classed struct {
-	err   error
-	class error
-}
-
-func (e *classed) Error() string   { return e.err.Error() }
-func (e *classed) Unwrap() []error { return []error{e.err, e.class} }
 
 var (
 	_ execute.Executor = (*Docker)(nil)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,7 +19,7 @@ type entry struct {
 	body       string
 }
 
-func archive(t *testing.T, entries []entry) *tar.Reader {
+func tarball(t *testing.T, entries []entry) io.Reader {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -38,7 +39,7 @@ func archive(t *testing.T, entries []entry) *tar.Reader {
 		}
 	}
 	tw.Close()
-	return tar.NewReader(&buf)
+	return &buf
 }
 
 // TestExtractRefusesEscapes feeds extract archives that a hostile
@@ -70,7 +71,7 @@ func TestExtractRefusesEscapes(t *testing.T) {
 				}
 			}
 			dst := filepath.Join(dir, "dst")
-			err := extract(context.Background(), archive(t, tc.entries), dst)
+			err := extract(context.Background(), tarball(t, tc.entries), dst)
 			if err == nil && !tc.safe {
 				t.Errorf("extract(%v) = nil, want it refused", tc.entries)
 			}
@@ -91,7 +92,7 @@ func TestExtractRefusesEscapes(t *testing.T) {
 
 func TestExtractKeepsLinks(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "dst")
-	err := extract(context.Background(), archive(t, []entry{
+	err := extract(context.Background(), tarball(t, []entry{
 		{name: "top/", typ: tar.TypeDir},
 		{name: "top/f", typ: tar.TypeReg, body: "hello"},
 		{name: "top/abs", link: "/etc/passwd", typ: tar.TypeSymlink},
@@ -109,7 +110,7 @@ func TestExtractKeepsLinks(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dst, "hard")); err != nil || string(b) != "hello" {
 		t.Errorf("hard link reads %q, %v", b, err)
 	}
-	if err := extract(context.Background(), archive(t, nil), dst); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := extract(context.Background(), tarball(t, nil), dst); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("extract(empty) = %v, want not found", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/nodemgr/nodemgr/internal/dockerengine"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
 
@@ -22,7 +23,7 @@ import (
 func (e *Docker) owner(ctx context.Context, id string) (uid, gid int, err error) {
 	res, err := e.engine.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
-		return 0, 0, fmt.Errorf("inspect container: %w", classify(err))
+		return 0, 0, fmt.Errorf("inspect container: %w", dockerengine.Classify(err))
 	}
 	spec := ""
 	if res.Container.Config != nil {
@@ -90,7 +91,7 @@ func (e *Docker) readDB(ctx context.Context, id, file string) ([][]string, error
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s in the container: %w", file, classify(err))
+		return nil, fmt.Errorf("read %s in the container: %w", file, dockerengine.Classify(err))
 	}
 	defer res.Content.Close()
 	tr := tar.NewReader(res.Content)

@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
+	"github.com/nodemgr/nodemgr/internal/dockerengine"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/provision"
 )
@@ -71,13 +72,9 @@ type Docker struct {
 // package doc). It does not contact the engine.
 func New(settings map[string]string) (*Docker, error) {
 	d := &Docker{}
-	opts := []client.Opt{client.FromEnv}
 	for k, v := range settings {
 		switch k {
-		case "host":
-			if v != "" {
-				opts = append(opts, client.WithHost(v))
-			}
+		case "host": // for Connect below
 		case "stop_timeout":
 			t, err := time.ParseDuration(v)
 			if err != nil || t < 0 {
@@ -89,9 +86,9 @@ func New(settings map[string]string) (*Docker, error) {
 			return nil, errdefs.Field("settings."+k, "unknown docker provider setting; known: host, stop_timeout")
 		}
 	}
-	c, err := client.New(opts...)
+	c, err := dockerengine.Connect(settings["host"])
 	if err != nil {
-		return nil, fmt.Errorf("docker provider: %w", &classed{err: err, class: errdefs.ErrInvalid})
+		return nil, fmt.Errorf("docker provider: %w", err)
 	}
 	d.engine = c
 	d.host = c.DaemonHost()
@@ -177,7 +174,7 @@ func (d *Docker) create(ctx context.Context, cfg config, opts client.ContainerCr
 				cfg.image, d.host, cfg.pull, pullMissing)
 		}
 		if perr := d.pull(ctx, cfg.image); perr != nil {
-			return "", fmt.Errorf("image %q is not on the docker engine at %s, and pulling it failed: %w", cfg.image, d.host, &classed{err: perr, class: errdefs.ErrNotFound})
+			return "", fmt.Errorf("image %q is not on the docker engine at %s, and pulling it failed: %w", cfg.image, d.host, dockerengine.Class(perr, errdefs.ErrNotFound))
 		}
 		res, err = d.engine.ContainerCreate(ctx, opts)
 	}
@@ -185,7 +182,7 @@ func (d *Docker) create(ctx context.Context, cfg config, opts client.ContainerCr
 		if ctx.Err() != nil {
 			d.removeUnstarted(ctx, opts)
 		}
-		return "", fmt.Errorf("create container: %w", classify(err))
+		return "", fmt.Errorf("create container: %w", dockerengine.Classify(err))
 	}
 	return res.ID, nil
 }
@@ -229,7 +226,7 @@ func (d *Docker) pull(ctx context.Context, ref string) error {
 // start starts a created container and checks that it kept running.
 func (d *Docker) start(ctx context.Context, id string) (provision.Deployment, error) {
 	if _, err := d.engine.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		return provision.Deployment{}, fmt.Errorf("start container %.12s: %w", id, classify(err))
+		return provision.Deployment{}, fmt.Errorf("start container %.12s: %w", id, dockerengine.Classify(err))
 	}
 	insp, err := d.inspect(ctx, id)
 	if err != nil {
@@ -278,7 +275,7 @@ func (d *Docker) remove(ctx context.Context, id string) error {
 	if cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress") {
 		return nil
 	}
-	return fmt.Errorf("remove container %.12s: %w", id, classify(err))
+	return fmt.Errorf("remove container %.12s: %w", id, dockerengine.Classify(err))
 }
 
 // Find lists the containers nodemgr made on this engine that carry all
@@ -293,7 +290,7 @@ func (d *Docker) Find(ctx context.Context, labels map[string]string) ([]provisio
 	}
 	res, err := d.engine.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
-		return nil, fmt.Errorf("find containers: %w", classify(err))
+		return nil, fmt.Errorf("find containers: %w", dockerengine.Classify(err))
 	}
 	out := make([]provision.Deployment, 0, len(res.Items))
 	for _, s := range res.Items {
@@ -321,7 +318,7 @@ func (d *Docker) Find(ctx context.Context, labels map[string]string) ([]provisio
 func (d *Docker) inspect(ctx context.Context, id string) (container.InspectResponse, error) {
 	res, err := d.engine.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
-		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: %w", id, classify(err))
+		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: %w", id, dockerengine.Classify(err))
 	}
 	return res.Container, nil
 }
@@ -378,39 +375,6 @@ func resourceID(dep provision.Deployment) (string, error) {
 	}
 	return dep.ResourceID, nil
 }
-
-// classify gives an engine error the errdefs class that matches it,
-// keeping the engine's message.
-func classify(err error) error {
-	var class error
-	switch {
-	case err == nil:
-		return nil
-	case cerrdefs.IsNotFound(err):
-		class = errdefs.ErrNotFound
-	case cerrdefs.IsConflict(err), cerrdefs.IsAlreadyExists(err), cerrdefs.IsFailedPrecondition(err):
-		class = errdefs.ErrConflict
-	case cerrdefs.IsInvalidArgument(err):
-		class = errdefs.ErrInvalid
-	case cerrdefs.IsPermissionDenied(err), cerrdefs.IsUnauthorized(err):
-		class = errdefs.ErrPermission
-	case client.IsErrConnectionFailed(err), cerrdefs.IsUnavailable(err):
-		class = errdefs.ErrUnavailable
-	default:
-		return err
-	}
-	return &classed{err: err, class: class}
-}
-
-// classed is an error of another package that also belongs to an errdefs
-// class.
-type classed struct {
-	err   error
-	class error
-}
-
-func (e *classed) Error() string   { return e.err.Error() }
-func (e *classed) Unwrap() []error { return []error{e.err, e.class} }
 
 var (
 	_ provision.Provider  = (*Docker)(nil)

@@ -8,6 +8,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/nodemgr/nodemgr/internal/dockerengine"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/provision"
 )
@@ -36,7 +37,7 @@ func (d *Docker) Start(ctx context.Context, dep provision.Deployment) error {
 		_, err = d.engine.ContainerStart(ctx, insp.ID, client.ContainerStartOptions{})
 	}
 	if err != nil {
-		return fmt.Errorf("start %s: %w", dep.Name, classify(err))
+		return fmt.Errorf("start %s: %w", dep.Name, dockerengine.Classify(err))
 	}
 	return nil
 }
@@ -49,7 +50,7 @@ func (d *Docker) Stop(ctx context.Context, dep provision.Deployment) error {
 		return err
 	}
 	if _, err := d.engine.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: d.stopTimeout}); err != nil {
-		return fmt.Errorf("stop %s: %w", dep.Name, classify(err))
+		return fmt.Errorf("stop %s: %w", dep.Name, dockerengine.Classify(err))
 	}
 	return nil
 }
@@ -69,7 +70,7 @@ func (d *Docker) Hibernate(ctx context.Context, dep provision.Deployment) error 
 		return fmt.Errorf("hibernate %s: container %.12s is %s, not running: %w", dep.Name, insp.ID, insp.State.Status, errdefs.ErrConflict)
 	}
 	if _, err := d.engine.ContainerPause(ctx, insp.ID, client.ContainerPauseOptions{}); err != nil {
-		return fmt.Errorf("hibernate %s: %w", dep.Name, classify(err))
+		return fmt.Errorf("hibernate %s: %w", dep.Name, dockerengine.Classify(err))
 	}
 	return nil
 }
@@ -81,7 +82,7 @@ func (d *Docker) Reboot(ctx context.Context, dep provision.Deployment) error {
 		return err
 	}
 	if _, err := d.engine.ContainerRestart(ctx, id, client.ContainerRestartOptions{Timeout: d.stopTimeout}); err != nil {
-		return fmt.Errorf("reboot %s: %w", dep.Name, classify(err))
+		return fmt.Errorf("reboot %s: %w", dep.Name, dockerengine.Classify(err))
 	}
 	return nil
 }
@@ -135,7 +136,7 @@ func (d *Docker) lookup(ctx context.Context, dep provision.Deployment) (containe
 		if cerrdefs.IsNotFound(err) {
 			return container.InspectResponse{}, errdefs.NotFound("container %.12s", id)
 		}
-		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: %w", id, classify(err))
+		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: %w", id, dockerengine.Classify(err))
 	}
 	if res.Container.State == nil {
 		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: the engine reported no state", id)
