@@ -7,6 +7,13 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 )
 
+// fetchers is how many fetches may be on their way at once. With one, a
+// pool whose workers drain more than half the buffer during one round trip
+// to the server starves; a second lets the next refill start while the
+// first is still travelling. Both count what they asked for (inflight), so
+// together they never ask for more than the buffer holds.
+const fetchers = 2
+
 // fetchLoop keeps the buffer filled from the source: with Prefetch n, it
 // tops the buffer up to n whenever it falls to n/2; with Prefetch 0 it
 // fetches one task for each worker waiting (in one call when several wait). A fetch that finds nothing is
@@ -17,6 +24,7 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 	for {
 		p.mu.Lock()
 		n := p.wantLocked()
+		p.inflight += n
 		p.mu.Unlock()
 		if n == 0 {
 			select {
@@ -32,6 +40,7 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 
 		tasks, done, err := p.src.Fetch(ctx, n)
 		p.mu.Lock()
+		p.inflight -= n
 		p.addLocked(tasks)
 		if done {
 			p.done = true
@@ -76,9 +85,9 @@ func (p *Pool) wantLocked() int {
 		return 0
 	case p.cfg.Prefetch == 0:
 		// No buffer: exactly one task for each worker waiting right now.
-		return max(0, len(p.waiting)-len(p.buf))
-	case len(p.buf) <= p.cfg.Prefetch/2:
-		return p.cfg.Prefetch - len(p.buf)
+		return max(0, len(p.waiting)-len(p.buf)-p.inflight)
+	case len(p.buf)+p.inflight <= p.cfg.Prefetch/2:
+		return p.cfg.Prefetch - len(p.buf) - p.inflight
 	}
 	return 0
 }

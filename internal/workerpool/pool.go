@@ -127,6 +127,7 @@ type Pool struct {
 	done      bool // the source has no more tasks
 	slots     []*slot
 	buf       []api.Task       // fetched, not started, in order
+	inflight  int              // tasks asked for by fetches still on their way
 	waiting   []*slot          // workers with a fetch the buffer could not answer
 	held      map[string]*slot // task ID → the worker running it
 	conns     map[*workerproto.Conn]bool
@@ -259,8 +260,10 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	if p.fatal == nil {
-		p.bgWG.Add(1)
-		go p.fetchLoop(fctx)
+		for range fetchers {
+			p.bgWG.Add(1)
+			go p.fetchLoop(fctx)
+		}
 	}
 	p.mu.Unlock()
 	p.log.Info("workers started", "workers", p.cfg.Workers, "prefetch", p.cfg.Prefetch, "socket", p.sock)
