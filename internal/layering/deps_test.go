@@ -40,6 +40,13 @@ func TestLayers(t *testing.T) {
 		{"internal/proto", []string{"internal/server", "internal/agent", "internal/store"}},
 		{"internal/store/sqlite", []string{"internal/server", "internal/agent", "net/http"}},
 		{"client", []string{"internal/server", "internal/agent", "internal/store"}},
+		{"worker", []string{"internal/server", "internal/agent", "internal/store", "internal/workerpool"}},
+		{"internal/workerpool", []string{"internal/server", "internal/store", "internal/agent"}},
+		{"internal/provision/docker", []string{"internal/server", "internal/store", "internal/agent"}},
+		{"internal/execute/dockerexec", []string{"internal/server", "internal/store", "internal/agent"}},
+		{"internal/execute/local", []string{"internal/server", "internal/store", "internal/agent"}},
+		{"internal/template", []string{"internal/server", "internal/store", "internal/agent"}},
+		{"internal/artifact", []string{"internal/server", "internal/store", "internal/agent"}},
 	}
 	for _, r := range rules {
 		for _, d := range deps(t, r.pkg) {
