@@ -47,6 +47,7 @@ func TestLayers(t *testing.T) {
 		{"internal/execute/local", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/template", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/artifact", []string{"internal/server", "internal/store", "internal/agent"}},
+		{"internal/portalloc", []string{"internal/server", "internal/store", "internal/agent"}},
 	}
 	for _, r := range rules {
 		for _, d := range deps(t, r.pkg) {
