@@ -73,14 +73,23 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 func decodeJSON(r *http.Request, v any) error { return decodeJSONMax(r, v, maxBody) }
 
 func decodeJSONMax(r *http.Request, v any, max int64) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	body, err := readBody(r, max)
 	if err != nil {
-		return fmt.Errorf("read body: %w", err)
-	}
-	if int64(len(body)) > max {
-		return errdefs.Field("body", "larger than %d bytes; send less at a time", max)
+		return err
 	}
 	return DecodeStrict(body, v)
+}
+
+// readBody reads a request body of at most max bytes.
+func readBody(r *http.Request, max int64) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("read body: %w", err)
+	}
+	if int64(len(body)) > max {
+		return nil, errdefs.Field("body", "larger than %d bytes; send less at a time", max)
+	}
+	return body, nil
 }
 
 // DecodeStrict unmarshals JSON, rejecting unknown fields and naming the

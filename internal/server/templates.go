@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -18,17 +17,6 @@ import (
 // Templates and mapping sets are YAML documents: the server parses and
 // validates them (line, column and field on error) and stores the text as
 // written. Reading needs any token; writing needs an admin.
-
-func readYAMLBody(r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil {
-		return nil, fmt.Errorf("read body: %w", err)
-	}
-	if len(body) > maxBody {
-		return nil, errdefs.Field("body", "larger than %d bytes", maxBody)
-	}
-	return body, nil
-}
 
 // parseDocument parses and validates a document of a kind, returning its
 // parsed form for the wire.
@@ -70,7 +58,7 @@ func (s *Server) putDocument(w http.ResponseWriter, r *http.Request, kind string
 	if err := principalFrom(r.Context()).RequireAdmin("store a " + kind); err != nil {
 		return err
 	}
-	body, err := readYAMLBody(r)
+	body, err := readBody(r, maxBody)
 	if err != nil {
 		return err
 	}
