@@ -453,3 +453,35 @@ func TestAgentRestartMidSuiteLosesNoTask(t *testing.T) {
 		t.Errorf("phoenix is %s; the restart was quicker than the offline timeout, so it should never have gone offline", n.Status)
 	}
 }
+
+// A server restart in the middle of a suite loses no task and no result:
+// the agent keeps its workers, holds its reports until it reconnects, and
+// tells the new server process what it still holds.
+func TestServerRestartMidSuiteLosesNothing(t *testing.T) {
+	s := startServer(t)
+	startAgent(t, s, "steady")
+	waitStatus(t, s, "steady", api.StatusOnline, 20*time.Second)
+	createSuite(t, s, api.SuiteSpec{Name: "through-restart", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(8)}})
+	var tasks []api.TaskSpec
+	for i := range 150 {
+		tasks = append(tasks, sh(fmt.Sprintf("sleep 0.02; echo %d", i)))
+	}
+	submit(t, s, "through-restart", tasks)
+	s.client().CloseSuite(context.Background(), "through-restart")
+	waitFor(t, 30*time.Second, "some tasks done", func() (bool, string) {
+		su, _ := s.client().Suite(context.Background(), "through-restart")
+		return su.Counts.Finished >= 20, fmt.Sprintf("%+v", su.Counts)
+	})
+	s.signal(syscall.SIGTERM)
+	s.wait(10 * time.Second)
+	s.restart(t)
+	su := waitSuite(t, s, "through-restart", api.SuiteComplete, 2*time.Minute)
+	if su.Counts.Finished != 150 {
+		t.Errorf("after a server restart mid-suite: %+v; want all 150 finished", su.Counts)
+	}
+	for _, tk := range allTasks(t, s, "through-restart") {
+		if tk.Result == nil || tk.Result.ExitCode != 0 {
+			t.Errorf("task %s has no clean result: %+v", tk.ID, tk.Result)
+		}
+	}
+}
