@@ -262,6 +262,7 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Run(ctx) }()
 	addr := "http://" + srv.Addr()

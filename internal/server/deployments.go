@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -42,6 +44,20 @@ func (p *providers) get(name string) (provision.Provider, error) {
 	}
 	p.made[name] = pr
 	return pr, nil
+}
+
+// close closes the providers that hold connections.
+func (p *providers) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for _, pr := range p.made {
+		if c, ok := pr.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	p.made = nil
+	return errors.Join(errs...)
 }
 
 func apiDeployment(d store.Deployment) api.Deployment {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -48,6 +49,20 @@ var executorByCapability = map[string]string{
 type executors struct {
 	mu   sync.Mutex
 	made map[string]execute.Executor
+}
+
+// close closes the executors that hold connections.
+func (x *executors) close() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var errs []error
+	for _, e := range x.made {
+		if c, ok := e.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	x.made = nil
+	return errors.Join(errs...)
 }
 
 func (x *executors) get(name string, settings map[string]map[string]string) (execute.Executor, error) {

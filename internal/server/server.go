@@ -222,7 +222,9 @@ func trimNL(b []byte) []byte {
 	return b
 }
 
-// Close releases nothing today; the store belongs to the caller.
-func (s *Server) Close() error { return nil }
+// Close releases the provider and executor connections (the Docker
+// engine's, for one). The store belongs to the caller.
+func (s *Server) Close() error {
+	return errors.Join(s.providers.close(), s.executors.close())
+}
 
-var errShutdown = errors.New("server shutting down")
