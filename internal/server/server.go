@@ -227,4 +227,3 @@ func trimNL(b []byte) []byte {
 func (s *Server) Close() error {
 	return errors.Join(s.providers.close(), s.executors.close())
 }
-
