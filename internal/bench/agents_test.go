@@ -3,9 +3,6 @@ package bench
 import (
 	"context"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -13,15 +10,7 @@ import (
 // TestRunAgentsSmall runs the harness itself on a handful of agents: every
 // one connects, heartbeats are counted, and no node is declared offline.
 func TestRunAgentsSmall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the nodemgr binary; skipped with -short")
-	}
-	bin := filepath.Join(t.TempDir(), "nodemgr")
-	build := exec.Command("go", "build", "-o", bin, "github.com/nodemgr/nodemgr/cmd/nodemgr")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		t.Fatalf("build: %v", err)
-	}
+	bin := nodemgrBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	r, err := RunAgents(ctx, AgentsConfig{Binary: bin, Agents: 20, Heartbeat: 100 * time.Millisecond, Measure: time.Second}, io.Discard)

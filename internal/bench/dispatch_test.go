@@ -3,9 +3,6 @@ package bench
 import (
 	"context"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -14,15 +11,7 @@ import (
 // every case completes, rates and latencies come out, and the in-process
 // workers left their samples.
 func TestRunDispatchSmall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the nodemgr binary; skipped with -short")
-	}
-	bin := filepath.Join(t.TempDir(), "nodemgr")
-	build := exec.Command("go", "build", "-o", bin, "github.com/nodemgr/nodemgr/cmd/nodemgr")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		t.Fatalf("build: %v", err)
-	}
+	bin := nodemgrBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	results, base, err := RunDispatch(ctx, DispatchConfig{Binary: bin, Tasks: 300, CommandTasks: 30, Workers: 2, Prefetches: []int{32, 0}}, io.Discard)

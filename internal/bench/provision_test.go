@@ -3,9 +3,6 @@ package bench
 import (
 	"context"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,17 +12,9 @@ import (
 // TestRunProvisionSmall runs the provisioning harness for two rounds and
 // two machines at once on the real engine.
 func TestRunProvisionSmall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the nodemgr binary and needs a Docker engine; skipped with -short")
-	}
 	eng := dockertest.Client(t)
 	image := dockertest.EnsureImage(t, eng)
-	bin := filepath.Join(t.TempDir(), "nodemgr")
-	build := exec.Command("go", "build", "-o", bin, "github.com/nodemgr/nodemgr/cmd/nodemgr")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		t.Fatalf("build: %v", err)
-	}
+	bin := nodemgrBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	r, err := RunProvision(ctx, ProvisionConfig{Binary: bin, Image: image, Runs: 2, Parallel: 2}, io.Discard)

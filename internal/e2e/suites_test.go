@@ -431,17 +431,7 @@ func TestAgentRestartMidSuiteLosesNoTask(t *testing.T) {
 	s := startServer(t)
 	a := startAgent(t, s, "phoenix")
 	waitStatus(t, s, "phoenix", api.StatusOnline, 20*time.Second)
-	createSuite(t, s, api.SuiteSpec{Name: "resilient", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(8)}})
-	var tasks []api.TaskSpec
-	for range 100 {
-		tasks = append(tasks, sh("sleep 0.05"))
-	}
-	submit(t, s, "resilient", tasks)
-	s.client().CloseSuite(context.Background(), "resilient")
-	waitFor(t, 30*time.Second, "some tasks done", func() (bool, string) {
-		su, _ := s.client().Suite(context.Background(), "resilient")
-		return su.Counts.Finished >= 20, fmt.Sprintf("%+v", su.Counts)
-	})
+	runningSuite(t, s, "resilient", 100, func(int) string { return "sleep 0.05" })
 	a.signal(syscall.SIGKILL)
 	a.wait(5 * time.Second)
 	a.restart(t)
@@ -461,17 +451,7 @@ func TestServerRestartMidSuiteLosesNothing(t *testing.T) {
 	s := startServer(t)
 	startAgent(t, s, "steady")
 	waitStatus(t, s, "steady", api.StatusOnline, 20*time.Second)
-	createSuite(t, s, api.SuiteSpec{Name: "through-restart", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(8)}})
-	var tasks []api.TaskSpec
-	for i := range 150 {
-		tasks = append(tasks, sh(fmt.Sprintf("sleep 0.02; echo %d", i)))
-	}
-	submit(t, s, "through-restart", tasks)
-	s.client().CloseSuite(context.Background(), "through-restart")
-	waitFor(t, 30*time.Second, "some tasks done", func() (bool, string) {
-		su, _ := s.client().Suite(context.Background(), "through-restart")
-		return su.Counts.Finished >= 20, fmt.Sprintf("%+v", su.Counts)
-	})
+	runningSuite(t, s, "through-restart", 150, func(i int) string { return fmt.Sprintf("sleep 0.02; echo %d", i) })
 	s.signal(syscall.SIGTERM)
 	s.wait(10 * time.Second)
 	s.restart(t)
@@ -484,4 +464,22 @@ func TestServerRestartMidSuiteLosesNothing(t *testing.T) {
 			t.Errorf("task %s has no clean result: %+v", tk.ID, tk.Result)
 		}
 	}
+}
+
+// runningSuite queues n shell tasks in a closed suite with two workers and
+// a small prefetch, and returns once 20 have finished: a suite caught in
+// the middle, for crash and restart tests.
+func runningSuite(t *testing.T, s *server, name string, n int, script func(i int) string) {
+	t.Helper()
+	createSuite(t, s, api.SuiteSpec{Name: name, WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(8)}})
+	tasks := make([]api.TaskSpec, n)
+	for i := range tasks {
+		tasks[i] = sh(script(i))
+	}
+	submit(t, s, name, tasks)
+	s.client().CloseSuite(context.Background(), name)
+	waitFor(t, 30*time.Second, "some tasks of "+name+" done", func() (bool, string) {
+		su, _ := s.client().Suite(context.Background(), name)
+		return su.Counts.Finished >= 20, fmt.Sprintf("%+v", su.Counts)
+	})
 }
