@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/portalloc"
 	"github.com/nodemgr/nodemgr/internal/validate"
 )
 
@@ -36,6 +39,25 @@ type Config struct {
 	ReconnectMax      time.Duration `yaml:"reconnect_max"`  // default 60s
 	ShutdownGrace     time.Duration `yaml:"shutdown_grace"` // default 30s
 	Version           string        `yaml:"-"`
+
+	// Standalone runs without a server: only the local API manages the
+	// node (nodee on its own).
+	Standalone bool `yaml:"standalone"`
+	// Prefix holds the software and runtime trees (nodee's /prefix);
+	// default <data_dir>.
+	Prefix string `yaml:"prefix"`
+	// Depots maps an artifact group to the base URL of its depot.
+	Depots map[string]string `yaml:"depots"`
+	// LocalAPISocket is the unix socket of the local API (mode 0600);
+	// default <data_dir>/agent.sock.
+	LocalAPISocket string `yaml:"local_api_socket"`
+	// LocalAPIListen also serves the local API on TCP (host:port); it then
+	// needs LocalAPIToken, sent as "Authorization: Bearer <token>".
+	LocalAPIListen string `yaml:"local_api_listen"`
+	LocalAPIToken  string `yaml:"local_api_token"`
+	// PortRange is the range the port allocator hands out, "min-max";
+	// default 16384-65535.
+	PortRange string `yaml:"port_range"`
 }
 
 // LoadConfigFile reads a YAML config file. Unknown keys are errors that name
@@ -56,7 +78,7 @@ func LoadConfigFile(path string) (Config, error) {
 
 // ApplyEnv overrides c with the NODEMGR_* variables that are set: SERVER,
 // DATA_DIR, JOIN_TOKEN, NAME, TAGS (comma-separated), LABELS (k=v,k=v),
-// GROUPS (comma-separated).
+// GROUPS (comma-separated), PREFIX, DEPOTS (group=url,...), LOCAL_API_TOKEN.
 func (c *Config) ApplyEnv(getenv func(string) string) error {
 	if v := getenv("NODEMGR_SERVER"); v != "" {
 		c.Server = v
@@ -75,6 +97,19 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	}
 	if v := getenv("NODEMGR_GROUPS"); v != "" {
 		c.Groups = SplitList(v)
+	}
+	if v := getenv("NODEMGR_PREFIX"); v != "" {
+		c.Prefix = v
+	}
+	if v := getenv("NODEMGR_DEPOTS"); v != "" {
+		depots, err := ParseLabels("NODEMGR_DEPOTS", SplitList(v))
+		if err != nil {
+			return err
+		}
+		c.Depots = depots
+	}
+	if v := getenv("NODEMGR_LOCAL_API_TOKEN"); v != "" {
+		c.LocalAPIToken = v
 	}
 	if v := getenv("NODEMGR_LABELS"); v != "" {
 		labels, err := ParseLabels("NODEMGR_LABELS", SplitList(v))
@@ -136,6 +171,18 @@ func (c *Config) setDefaults() error {
 	if c.Version == "" {
 		c.Version = "dev"
 	}
+	if c.Prefix == "" {
+		c.Prefix = c.DataDir
+	}
+	if c.Prefix, err = filepath.Abs(c.Prefix); err != nil {
+		return errdefs.Field("prefix", "%v", err)
+	}
+	if c.LocalAPISocket == "" {
+		c.LocalAPISocket = filepath.Join(c.DataDir, "agent.sock")
+	}
+	if c.PortRange == "" {
+		c.PortRange = fmt.Sprintf("%d-%d", portalloc.DefaultMin, portalloc.DefaultMax)
+	}
 	if c.JoinToken == "" && c.JoinTokenFile != "" {
 		b, err := os.ReadFile(c.JoinTokenFile)
 		if err != nil {
@@ -148,12 +195,11 @@ func (c *Config) setDefaults() error {
 
 // validate checks the config and names the field at fault.
 func (c *Config) validate() error {
-	if c.Server == "" {
-		return errdefs.Field("server", "required: the coordinator URL, e.g. http://127.0.0.1:7070 (--server or NODEMGR_SERVER)")
+	if err := c.validateServer(); err != nil {
+		return err
 	}
-	u, err := url.Parse(c.Server)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errdefs.Field("server", "must be an http:// or https:// URL, got %q", c.Server)
+	if err := c.validateWorkloads(); err != nil {
+		return err
 	}
 	if err := validate.Name("name", c.Name); err != nil {
 		return err
@@ -174,4 +220,59 @@ func (c *Config) validate() error {
 		return errdefs.Field("reconnect_max", "must be at least reconnect_min (%s), got %s", c.ReconnectMin, c.ReconnectMax)
 	}
 	return nil
+}
+
+func (c *Config) validateServer() error {
+	if c.Standalone {
+		if c.Server != "" {
+			return errdefs.Field("server", "a standalone agent has no server; drop --server or --standalone")
+		}
+		return nil
+	}
+	if c.Server == "" {
+		return errdefs.Field("server", "required: the coordinator URL, e.g. http://127.0.0.1:7070 (--server or NODEMGR_SERVER), or run with --standalone")
+	}
+	u, err := url.Parse(c.Server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errdefs.Field("server", "must be an http:// or https:// URL, got %q", c.Server)
+	}
+	return nil
+}
+
+// maxSocketPath is what fits in sockaddr_un.sun_path with its NUL.
+const maxSocketPath = 107
+
+func (c *Config) validateWorkloads() error {
+	if len(c.LocalAPISocket) > maxSocketPath {
+		return errdefs.Field("local_api_socket", "%q is longer than the %d bytes a unix socket path may have; choose a shorter path", c.LocalAPISocket, maxSocketPath)
+	}
+	if c.LocalAPIListen != "" {
+		if _, _, err := net.SplitHostPort(c.LocalAPIListen); err != nil {
+			return errdefs.Field("local_api_listen", "must be host:port, got %q", c.LocalAPIListen)
+		}
+		if len(c.LocalAPIToken) < 16 {
+			return errdefs.Field("local_api_token", "required, at least 16 characters, when local_api_listen is set: the TCP local API is never open without a token")
+		}
+	}
+	if _, _, err := c.portRange(); err != nil {
+		return err
+	}
+	for group, base := range c.Depots {
+		u, err := url.Parse(base)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return errdefs.Field("depots."+group, "must be an http:// or https:// URL, got %q", base)
+		}
+	}
+	return nil
+}
+
+// portRange parses PortRange ("min-max").
+func (c *Config) portRange() (lo, hi int, err error) {
+	a, b, ok := strings.Cut(c.PortRange, "-")
+	lo, err1 := strconv.Atoi(strings.TrimSpace(a))
+	hi, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil || lo < 1 || hi > 65535 || lo > hi {
+		return 0, 0, errdefs.Field("port_range", "must be min-max within 1-65535, e.g. 16384-65535, got %q", c.PortRange)
+	}
+	return lo, hi, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/httpapi"
 	"github.com/nodemgr/nodemgr/internal/proto"
 	"github.com/nodemgr/nodemgr/internal/store"
 	"github.com/nodemgr/nodemgr/internal/validate"
@@ -112,7 +113,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.log.Info("node registered", "node", n.ID, "name", n.Name, "machine_id", n.MachineID, "data_dir", n.DataDir)
-	writeJSON(w, http.StatusOK, resp)
+	httpapi.WriteJSON(w, http.StatusOK, resp)
 	return nil
 }
 
@@ -197,7 +198,7 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 	switch method {
 	case api.MethodHeartbeat:
 		var hb api.Heartbeat
-		if err := DecodeStrict(body, &hb); err != nil {
+		if err := httpapi.DecodeStrict(body, &hb); err != nil {
 			return nil, err
 		}
 		if !validState(hb.State) {
@@ -209,7 +210,7 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		return api.HeartbeatAck{ServerTime: now}, nil
 	case api.MethodGoodbye:
 		var g api.Goodbye
-		if err := DecodeStrict(body, &g); err != nil {
+		if err := httpapi.DecodeStrict(body, &g); err != nil {
 			return nil, err
 		}
 		h.s.hub.forgetBeat(h.sess.nodeID)
@@ -246,7 +247,7 @@ func (h *agentHandler) isHelloDone() bool {
 
 func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, error) {
 	var hello api.Hello
-	if err := DecodeStrict(body, &hello); err != nil {
+	if err := httpapi.DecodeStrict(body, &hello); err != nil {
 		return nil, err
 	}
 	if !validState(hello.State) {

@@ -14,6 +14,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/httpapi"
 	"github.com/nodemgr/nodemgr/internal/provision"
 	"github.com/nodemgr/nodemgr/internal/store"
 	"github.com/nodemgr/nodemgr/internal/validate"
@@ -120,7 +121,7 @@ func (s *Server) handleProvision(w http.ResponseWriter, r *http.Request) error {
 		out.Deployments = append(out.Deployments, apiDeployment(d))
 		go s.provisionOne(pr, d)
 	}
-	writeJSON(w, http.StatusAccepted, out)
+	httpapi.WriteJSON(w, http.StatusAccepted, out)
 	return nil
 }
 
@@ -194,7 +195,7 @@ func (s *Server) handleListDeployments(w http.ResponseWriter, r *http.Request) e
 	for _, d := range list {
 		out.Deployments = append(out.Deployments, apiDeployment(d))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -203,7 +204,7 @@ func (s *Server) handleGetDeployment(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, apiDeployment(d))
+	httpapi.WriteJSON(w, http.StatusOK, apiDeployment(d))
 	return nil
 }
 
@@ -236,7 +237,7 @@ func (s *Server) handleDestroyDeployment(w http.ResponseWriter, r *http.Request)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, apiDeployment(d))
+	httpapi.WriteJSON(w, http.StatusOK, apiDeployment(d))
 	return nil
 }
 
@@ -275,7 +276,7 @@ func (s *Server) handleLifecycle(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, apiDeployment(d))
+	httpapi.WriteJSON(w, http.StatusOK, apiDeployment(d))
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/httpapi"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
@@ -216,7 +217,7 @@ func (h *agentHandler) suiteNext(ctx context.Context) (any, error) {
 
 func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (any, error) {
 	var req api.SuiteLeave
-	if err := DecodeStrict(body, &req); err != nil {
+	if err := httpapi.DecodeStrict(body, &req); err != nil {
 		return nil, err
 	}
 	if strings.HasPrefix(req.Reason, "prepare-failed") {
@@ -228,7 +229,7 @@ func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (an
 
 func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (any, error) {
 	var req api.TasksFetch
-	if err := DecodeStrict(body, &req); err != nil {
+	if err := httpapi.DecodeStrict(body, &req); err != nil {
 		return nil, err
 	}
 	if req.Max < 0 || req.Max > maxFetch {
@@ -256,7 +257,7 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 
 func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (any, error) {
 	var req api.TasksReport
-	if err := DecodeStrict(body, &req); err != nil {
+	if err := httpapi.DecodeStrict(body, &req); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
@@ -291,7 +292,7 @@ func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (a
 
 func (h *agentHandler) tasksReturn(ctx context.Context, body json.RawMessage) (any, error) {
 	var req api.TasksReturn
-	if err := DecodeStrict(body, &req); err != nil {
+	if err := httpapi.DecodeStrict(body, &req); err != nil {
 		return nil, err
 	}
 	n, err := h.s.store.ReturnTasks(ctx, h.sess.nodeID, req.TaskIDs)

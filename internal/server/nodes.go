@@ -12,6 +12,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/httpapi"
 	"github.com/nodemgr/nodemgr/internal/store"
 	"github.com/nodemgr/nodemgr/internal/validate"
 )
@@ -21,7 +22,7 @@ func withPrincipal(ctx context.Context, p auth.Principal) context.Context {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.cfg.Version})
+	httpapi.WriteJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.cfg.Version})
 	return nil
 }
 
@@ -31,7 +32,7 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, apiUser(u))
+	httpapi.WriteJSON(w, http.StatusOK, apiUser(u))
 	return nil
 }
 
@@ -71,7 +72,7 @@ func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) error {
 			f.Groups = append(f.Groups, g)
 		}
 		if len(f.Groups) == 0 {
-			writeJSON(w, http.StatusOK, api.NodeList{Nodes: []api.Node{}})
+			httpapi.WriteJSON(w, http.StatusOK, api.NodeList{Nodes: []api.Node{}})
 			return nil
 		}
 	}
@@ -83,7 +84,7 @@ func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) error {
 	for _, n := range nodes {
 		out.Nodes = append(out.Nodes, s.apiNode(n))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -148,7 +149,7 @@ func (s *Server) handleGetNode(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.apiNode(n))
+	httpapi.WriteJSON(w, http.StatusOK, s.apiNode(n))
 	return nil
 }
 
@@ -234,7 +235,7 @@ func (s *Server) handlePatchNode(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.wakeNode(n.ID)
-	writeJSON(w, http.StatusOK, s.apiNode(n))
+	httpapi.WriteJSON(w, http.StatusOK, s.apiNode(n))
 	return nil
 }
 
@@ -274,6 +275,6 @@ func (s *Server) handleShutdownNode(w http.ResponseWriter, r *http.Request) erro
 	if err := s.hub.notify(r.Context(), n.ID, api.NotifyShutdown, body); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusAccepted, s.apiNode(n))
+	httpapi.WriteJSON(w, http.StatusAccepted, s.apiNode(n))
 	return nil
 }

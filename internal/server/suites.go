@@ -11,6 +11,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/httpapi"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
@@ -86,7 +87,7 @@ func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error
 		return fmt.Errorf("create suite %s: %w", spec.Name, err)
 	}
 	s.log.Info("suite created", "suite", su.ID, "name", spec.Name, "owner", p.User)
-	writeJSON(w, http.StatusCreated, apiSuite(su))
+	httpapi.WriteJSON(w, http.StatusCreated, apiSuite(su))
 	return nil
 }
 
@@ -109,7 +110,7 @@ func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error 
 			out.Suites = append(out.Suites, apiSuite(su))
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -118,7 +119,7 @@ func (s *Server) handleGetSuite(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, apiSuite(su))
+	httpapi.WriteJSON(w, http.StatusOK, apiSuite(su))
 	return nil
 }
 
@@ -145,7 +146,7 @@ func (s *Server) setSuiteState(w http.ResponseWriter, r *http.Request, to string
 		s.tellSuiteCancelled(r.Context(), su.ID)
 	}
 	s.suiteChanged(r.Context(), su.ID)
-	writeJSON(w, http.StatusOK, apiSuite(su))
+	httpapi.WriteJSON(w, http.StatusOK, apiSuite(su))
 	return nil
 }
 
@@ -192,7 +193,7 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 		return fmt.Errorf("assign suite: %w", err)
 	}
 	s.suiteChanged(r.Context(), su.ID)
-	writeJSON(w, http.StatusOK, apiSuite(su))
+	httpapi.WriteJSON(w, http.StatusOK, apiSuite(su))
 	return nil
 }
 
@@ -227,7 +228,7 @@ func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error
 		return fmt.Errorf("submit tasks to suite %s: %w", su.Spec.Name, err)
 	}
 	s.suiteChanged(r.Context(), su.ID)
-	writeJSON(w, http.StatusCreated, api.SubmitResult{IDs: ids})
+	httpapi.WriteJSON(w, http.StatusCreated, api.SubmitResult{IDs: ids})
 	return nil
 }
 
@@ -259,7 +260,7 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
 	for _, t := range tasks {
 		out.Tasks = append(out.Tasks, apiTask(t))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -283,7 +284,7 @@ func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, apiTask(t))
+	httpapi.WriteJSON(w, http.StatusOK, apiTask(t))
 	return nil
 }
 
@@ -306,6 +307,6 @@ func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, apiTask(t))
+	httpapi.WriteJSON(w, http.StatusOK, apiTask(t))
 	return nil
 }

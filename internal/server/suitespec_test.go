@@ -6,6 +6,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/httpapi"
 )
 
 func TestValidateSuiteNamesTheField(t *testing.T) {
@@ -115,14 +116,14 @@ func TestUnknownFieldsAreNamedWithTheirPath(t *testing.T) {
 	}
 	for _, tc := range tests {
 		var spec api.SuiteSpec
-		err := DecodeStrict([]byte(tc.body), &spec)
+		err := httpapi.DecodeStrict([]byte(tc.body), &spec)
 		var fe *errdefs.FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.want {
-			t.Errorf("DecodeStrict(%s) = %v, want a field error on %s", tc.body, err, tc.want)
+			t.Errorf("httpapi.DecodeStrict(%s) = %v, want a field error on %s", tc.body, err, tc.want)
 		}
 	}
 	var ts api.SubmitTasks
-	err := DecodeStrict([]byte(`{"tasks": [{"argv": ["a"]}, {"argv": ["b"], "envv": {}}]}`), &ts)
+	err := httpapi.DecodeStrict([]byte(`{"tasks": [{"argv": ["a"]}, {"argv": ["b"], "envv": {}}]}`), &ts)
 	var fe *errdefs.FieldError
 	if !errors.As(err, &fe) || fe.Field != "tasks[1].envv" {
 		t.Errorf("unknown task field = %v, want tasks[1].envv", err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/httpapi"
 	"github.com/nodemgr/nodemgr/internal/mapping"
 	"github.com/nodemgr/nodemgr/internal/store"
 	"github.com/nodemgr/nodemgr/internal/template"
@@ -58,7 +59,7 @@ func (s *Server) putDocument(w http.ResponseWriter, r *http.Request, kind string
 	if err := principalFrom(r.Context()).RequireAdmin("store a " + kind); err != nil {
 		return err
 	}
-	body, err := readBody(r, maxBody)
+	body, err := httpapi.ReadBody(r, maxBody)
 	if err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ func (s *Server) putDocument(w http.ResponseWriter, r *http.Request, kind string
 	if d.Version == 1 {
 		code = http.StatusCreated
 	}
-	writeJSON(w, code, apiDocument(d))
+	httpapi.WriteJSON(w, code, apiDocument(d))
 	return nil
 }
 
@@ -85,7 +86,7 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request, kind string
 		}
 		return err
 	}
-	writeJSON(w, http.StatusOK, apiDocument(d))
+	httpapi.WriteJSON(w, http.StatusOK, apiDocument(d))
 	return nil
 }
 
@@ -98,7 +99,7 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request, kind stri
 	for _, d := range docs {
 		out.Items = append(out.Items, apiDocument(d))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -194,6 +195,6 @@ func (s *Server) handleRenderTemplate(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/httpapi"
 	"github.com/nodemgr/nodemgr/internal/store"
 	"github.com/nodemgr/nodemgr/internal/validate"
 )
@@ -52,7 +53,7 @@ func (s *Server) handleListUsers(w http.ResponseWriter, r *http.Request) error {
 	for _, u := range users {
 		out.Users = append(out.Users, apiUser(u))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -86,7 +87,7 @@ func (s *Server) handleCreateUser(w http.ResponseWriter, r *http.Request) error 
 	if err := s.store.CreateUser(r.Context(), u); err != nil {
 		return fmt.Errorf("create user %s: %w", req.Name, err)
 	}
-	writeJSON(w, http.StatusCreated, apiUser(u))
+	httpapi.WriteJSON(w, http.StatusCreated, apiUser(u))
 	return nil
 }
 
@@ -134,7 +135,7 @@ func (s *Server) handleSetMembership(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, apiUser(u))
+	httpapi.WriteJSON(w, http.StatusOK, apiUser(u))
 	return nil
 }
 
@@ -219,7 +220,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, t store.Tok
 	}
 	out := apiToken(t)
 	out.Secret = secret
-	writeJSON(w, http.StatusCreated, out)
+	httpapi.WriteJSON(w, http.StatusCreated, out)
 	return nil
 }
 
@@ -237,7 +238,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, kind string)
 	for _, t := range tokens {
 		out.Tokens = append(out.Tokens, apiToken(t))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
