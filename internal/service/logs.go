@@ -1,0 +1,153 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// maxLogRead caps what Logs returns when asked for the whole file.
+const maxLogRead = 1 << 20
+
+// rotateLogs checks the logs of the services that run, every interval,
+// until ctx ends.
+func (s *Supervisor) rotateLogs(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, l := range s.liveLogs() {
+			if err := rotateIfLarge(l.path, l.max, l.keep); err != nil {
+				s.log.Warn("rotate service log", "coordinate", l.coord, "err", err)
+			}
+		}
+	}
+}
+
+type liveLog struct {
+	coord string
+	path  string
+	max   int64
+	keep  int
+}
+
+func (s *Supervisor) liveLogs() []liveLog {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []liveLog
+	for coord, sv := range s.svcs {
+		if sv.proc == nil {
+			continue
+		}
+		out = append(out, liveLog{
+			coord: coord,
+			path:  logFile(sv.coord.RuntimeDir(s.cfg.Prefix)),
+			max:   int64(logMaxOf(sv.rec.Spec)) * s.cfg.LogUnit,
+			keep:  logKeepOf(sv.rec.Spec),
+		})
+	}
+	return out
+}
+
+func logMaxOf(spec api.ServiceSpec) int {
+	if spec.Logs.MaxSizeMB == 0 {
+		return DefaultLogMaxMB
+	}
+	return spec.Logs.MaxSizeMB
+}
+
+func logKeepOf(spec api.ServiceSpec) int {
+	if spec.Logs.Keep == 0 {
+		return DefaultLogKeep
+	}
+	return spec.Logs.Keep
+}
+
+// rotateIfLarge rotates path once it is larger than limit: path.<keep> is
+// dropped, path.<n> becomes path.<n+1>, path is copied to path.1 and
+// truncated to zero.
+//
+// Copy-then-truncate rather than rename, because the service holds the
+// log open (O_APPEND) and would go on writing to the renamed file; the
+// supervisor holds no pipe it could switch over, which is what lets the
+// service outlive the agent. The price is a small race: lines the service
+// writes between the end of the copy and the truncate are lost. O_APPEND
+// makes its next write land at the new end of the file, not at its old
+// offset, so no hole of zeros appears.
+func rotateIfLarge(path string, limit int64, keep int) error {
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Size() <= limit {
+		return nil
+	}
+	for n := keep; n >= 1; n-- {
+		from := fmt.Sprintf("%s.%d", path, n)
+		if n == keep {
+			if err := os.Remove(from); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			continue
+		}
+		if err := os.Rename(from, fmt.Sprintf("%s.%d", path, n+1)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if err := copyFile(path, path+".1"); err != nil {
+		return err
+	}
+	return os.Truncate(path, 0)
+}
+
+func copyFile(from, to string) error {
+	r, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	w, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(w, r); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+// readTail returns the last tail bytes of path; tail <= 0 means the whole
+// file, up to maxLogRead. A log not yet written is empty.
+func readTail(path string, tail int64) ([]byte, error) {
+	if tail <= 0 || tail > maxLogRead {
+		tail = maxLogRead
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	off := max(st.Size()-tail, 0)
+	return io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
+}
