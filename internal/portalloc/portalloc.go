@@ -189,12 +189,14 @@ func (a *Allocator) grant(owner string, req Request) ([]int, error) {
 		if o, ok := a.held[p]; ok {
 			return nil, errdefs.Conflict("ports[%d]: port %d is held by %q", i, p, o)
 		}
-		if r, ok := a.resting[p]; ok {
+		// Quarantine keeps a port from a new owner while clients of the old
+		// one may still knock; the old owner itself may take it back.
+		if r, ok := a.resting[p]; ok && r.owner != owner {
 			return nil, errdefs.Conflict("ports[%d]: port %d was released by %q and rests in quarantine until %s",
 				i, p, r.owner, r.until.Format(time.RFC3339))
 		}
 	}
-	if free := len(a.avail) - len(req.Ports); req.Count > free {
+	if free := len(a.avail) - a.countAvail(req.Ports); req.Count > free {
 		return nil, fmt.Errorf("want %d random ports, but only %d of the %d ports in %d-%d are free (%d held, %d in quarantine): %w",
 			req.Count, free, a.max-a.min+1, a.min, a.max, len(a.held), len(a.resting), errdefs.ErrUnavailable)
 	}
@@ -204,16 +206,19 @@ func (a *Allocator) grant(owner string, req Request) ([]int, error) {
 		}
 	}
 
+	reclaimed := map[int]rest{}
 	for _, p := range req.Ports {
+		if r, ok := a.resting[p]; ok {
+			reclaimed[p] = r // its queue entry goes stale; expire skips it
+			delete(a.resting, p)
+		}
 		a.takeAvail(p) // so that the random draw cannot pick them again
 	}
 	picked := a.pick(req.Count)
 	if len(picked) < req.Count {
 		// pick probed every candidate, so the count of busy ports is exact.
 		busy := len(a.avail) - len(picked)
-		for _, p := range req.Ports {
-			a.addAvail(p)
-		}
+		a.ungrant(req.Ports, reclaimed)
 		return nil, fmt.Errorf("want %d random ports, but only %d of the %d ports in %d-%d are free (%d held, %d in quarantine, %d in use by other processes): %w",
 			req.Count, len(picked), a.max-a.min+1, a.min, a.max, len(a.held), len(a.resting), busy, errdefs.ErrUnavailable)
 	}
@@ -227,11 +232,34 @@ func (a *Allocator) grant(owner string, req Request) ([]int, error) {
 	if err := a.save(); err != nil {
 		for _, p := range granted {
 			delete(a.held, p)
-			a.addAvail(p)
 		}
+		a.ungrant(granted, reclaimed)
 		return nil, err
 	}
 	return granted, nil
+}
+
+// ungrant puts ports a failed grant took back where they were: into
+// quarantine if they were reclaimed from it, else among the free ones.
+func (a *Allocator) ungrant(ports []int, reclaimed map[int]rest) {
+	for _, p := range ports {
+		if r, ok := reclaimed[p]; ok {
+			a.resting[p] = r
+			continue
+		}
+		a.addAvail(p)
+	}
+}
+
+// countAvail counts the ports that are among the free ones.
+func (a *Allocator) countAvail(ports []int) int {
+	n := 0
+	for _, p := range ports {
+		if a.inRange(p) && a.pos[p-a.min] >= 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // pick draws up to count ports uniformly at random from avail, skipping
@@ -434,6 +462,9 @@ func (a *Allocator) rest(port int, owner string, until time.Time) {
 func (a *Allocator) expire(now time.Time) {
 	for len(a.queue) > 0 && !now.Before(a.queue[0].until) {
 		e := heap.Pop(&a.queue).(restEntry)
+		if r, ok := a.resting[e.port]; !ok || !r.until.Equal(e.until) {
+			continue // reclaimed by its owner (and maybe released again since)
+		}
 		delete(a.resting, e.port)
 		a.addAvail(e.port)
 	}

@@ -366,6 +366,35 @@ func TestQuarantine(t *testing.T) {
 	}
 }
 
+// The owner that released a port may take it back during its quarantine (a
+// service stopped and started again keeps its port); a stale quarantine
+// entry left by that must not end a later quarantine early.
+func TestQuarantineOwnerReclaims(t *testing.T) {
+	clk := newClock()
+	a := newTest(t, Config{Min: 20000, Max: 20001, Quarantine: time.Minute, Now: clk.Now})
+	mustAllocate(t, a, "svc", Request{Ports: []int{20000}})
+	if err := a.Release("svc", 20000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Allocate("other", Request{Ports: []int{20000}}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("Allocate(20000) by another owner in quarantine = %v, want conflict", err)
+	}
+	mustAllocate(t, a, "svc", Request{Ports: []int{20000}})
+	if got := a.Free(); got != 1 {
+		t.Errorf("Free() after the owner took its port back = %d, want 1", got)
+	}
+	clk.Advance(30 * time.Second)
+	if err := a.Release("svc", 20000); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(31 * time.Second) // the first quarantine is over, the second is not
+	if _, err := a.Allocate("other", Request{Ports: []int{20000}}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("Allocate(20000) by another owner during the second quarantine = %v, want conflict", err)
+	}
+	clk.Advance(30 * time.Second)
+	mustAllocate(t, a, "other", Request{Ports: []int{20000}})
+}
+
 func TestQuarantineOff(t *testing.T) {
 	a := newTest(t, Config{Min: 20000, Max: 20000, Quarantine: -1})
 	for i := range 3 {
