@@ -48,8 +48,11 @@ type Node struct {
 	CurrentSuite  string            `json:"current_suite,omitempty"`
 	Connected     bool              `json:"connected"`
 	LastHeartbeat *time.Time        `json:"last_heartbeat,omitempty"`
-	RegisteredAt  time.Time         `json:"registered_at"`
-	UpdatedAt     time.Time         `json:"updated_at"`
+	// Presence is what the agent publishes about itself while it is
+	// connected: services, artifacts, where its local API listens.
+	Presence     *Presence `json:"presence,omitempty"`
+	RegisteredAt time.Time `json:"registered_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
 }
 
 // Hardware describes a node's machine as its agent measured it.

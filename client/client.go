@@ -31,6 +31,7 @@ type Client struct {
 	// stream carries answers that last as long as a command or a copy
 	// does: no overall timeout, only the caller's context.
 	stream *http.Client
+	socket string // set for an agent's local API (NewAgent)
 }
 
 // New returns a client for the server at addr (a URL, or host:port meaning
@@ -94,6 +95,9 @@ func (c *Client) DoRaw(ctx context.Context, method, path, contentType string, in
 }
 
 func (c *Client) unreachable(method, path string, err error) error {
+	if c.socket != "" {
+		return fmt.Errorf("%s %s: %w (is the agent running with its local API at %s? set --agent-socket)", method, path, err, c.socket)
+	}
 	return fmt.Errorf("%s %s: %w (is the server running at %s? set --addr or NODEMGR_ADDR)", method, path, err, c.base)
 }
 

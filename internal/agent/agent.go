@@ -53,6 +53,7 @@ type Agent struct {
 	once     sync.Once
 
 	runner    *runner
+	wl        *workloads
 	stopCtx   context.Context // ends when Run returns
 	peer      atomic.Pointer[proto.Peer]
 	connMu    sync.Mutex
@@ -80,6 +81,10 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		connected: make(chan struct{}), stopCtx: context.Background()}
 	a.runner = newRunner(a)
 	if a.st, err = loadState(cfg.DataDir); err != nil {
+		lock.Release()
+		return nil, err
+	}
+	if a.wl, err = newWorkloads(cfg, logger); err != nil {
 		lock.Release()
 		return nil, err
 	}
@@ -130,6 +135,32 @@ func (a *Agent) Run(ctx context.Context) error {
 		stopRunner()
 		<-a.runner.stopped
 	}()
+	// Services and the local API outlive connections too; the services
+	// themselves outlive the agent.
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer stopRunner()
+	bg.Go(func() {
+		if err := a.wl.run(runCtx); err != nil {
+			a.log.Error("service supervisor stopped", "err", err)
+		}
+	})
+	localErr := make(chan error, 1)
+	bg.Go(func() {
+		if err := a.serveLocalAPI(runCtx); err != nil {
+			a.log.Error("local API stopped", "err", err)
+			localErr <- err
+		}
+	})
+	if a.cfg.Standalone {
+		a.log.Info("running standalone: no server; manage this node through its local API", "socket", a.cfg.LocalAPISocket)
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-localErr:
+			return err
+		}
+	}
 
 	bo := &backoff.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
 	for {
@@ -241,6 +272,21 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 	defer a.setPeer(nil)
 	a.maybeRenew(ctx, peer)
 	a.runner.poke()
+	var published time.Time // UpdatedAt of the presence the server has
+	publish := func() {
+		p := a.wl.currentPresence()
+		if p.UpdatedAt.Equal(published) {
+			return
+		}
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := peer.Call(pctx, api.MethodPresence, p, nil); err != nil {
+			a.log.Warn("publish presence", "err", err)
+			return
+		}
+		published = p.UpdatedAt
+	}
+	publish()
 
 	var drained chan struct{}
 	// Spread agents that connected together over the interval.
@@ -269,9 +315,12 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 			conn.Close(proto.CloseGoingAway, "agent stopping")
 			<-runErr
 			return nil
+		case <-a.wl.changed:
+			publish()
 		case <-tick.C:
 			tick.Reset(interval)
 			a.maybeRenew(ctx, peer)
+			publish() // catches what changed without a poke
 			hbctx, hbcancel := context.WithTimeout(ctx, interval)
 			state, suite := a.work()
 			err := peer.Call(hbctx, api.MethodHeartbeat, api.Heartbeat{State: state, SuiteID: suite}, nil)
@@ -448,6 +497,12 @@ func (a *Agent) HandleRequest(ctx context.Context, method string, body json.RawM
 	case api.MethodWake:
 		a.runner.poke()
 		return struct{}{}, nil
+	case api.MethodLocalAPI:
+		var req api.LocalRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, errdefs.Field("body", "%v", err)
+		}
+		return a.serveForwarded(ctx, req)
 	}
 	return nil, proto.UnknownMethod(method)
 }

@@ -82,7 +82,7 @@ func (s *Store) download(ctx context.Context, id ID, base, dir string) (archive,
 		a.checksum = algo + ":" + hex.EncodeToString(want)
 		return a, nil
 	}
-	return archive{}, fmt.Errorf("not in depot %s (tried %s): %w", dirURL, strings.Join(tried, ", "), errdefs.ErrNotFound)
+	return archive{}, fmt.Errorf("not in depot %s (tried %s); check the id, or publish the archive there: %w", dirURL, strings.Join(tried, ", "), errdefs.ErrNotFound)
 }
 
 // fetchArchive downloads u into path, capped at MaxBytes, and returns its

@@ -327,6 +327,22 @@ func (s *Store) read(id ID) (inst Installed, ok bool, err error) {
 	return m.installed(dir), true, nil
 }
 
+// Get returns id's install, or an error that matches errdefs.ErrNotFound
+// and says how to install it.
+func (s *Store) Get(id ID) (Installed, error) {
+	if err := id.Validate(); err != nil {
+		return Installed{}, err
+	}
+	inst, ok, err := s.read(id)
+	if err != nil {
+		return Installed{}, fmt.Errorf("artifact %s: %w", id, err)
+	}
+	if !ok {
+		return Installed{}, errdefs.NotFound("artifact %s is not installed on this node (install it with `nodemgr artifact install NODE %s`)", id, id)
+	}
+	return inst, nil
+}
+
 // List returns the installed artifacts, sorted by group, artifact and
 // version. Directories that hold no valid install are logged and skipped.
 func (s *Store) List() ([]Installed, error) {

@@ -128,6 +128,13 @@ func agentFlags(cmd *cobra.Command) {
 	fl.Duration("heartbeat-interval", 0, "override the heartbeat interval the server asks for")
 	fl.Duration("reconnect-min", time.Second, "first reconnect delay")
 	fl.Duration("reconnect-max", 60*time.Second, "longest reconnect delay")
+	fl.Bool("standalone", false, "run without a server: manage this node through its local API only")
+	fl.String("prefix", "", "where artifacts (software/) and services (runtime/) live ($NODEMGR_PREFIX; default the data dir)")
+	fl.StringSlice("depot", nil, "artifact depot group=URL, repeatable ($NODEMGR_DEPOTS)")
+	fl.String("local-api-socket", "", "unix socket of the local API (default <data dir>/agent.sock)")
+	fl.String("local-api-listen", "", "also serve the local API on TCP host:port; needs --local-api-token")
+	fl.String("local-api-token", "", "token the TCP local API requires ($NODEMGR_LOCAL_API_TOKEN)")
+	fl.String("port-range", "", "ports the agent hands to services, min-max (default 16384-65535)")
 }
 
 // agentConfig merges config file < NODEMGR_* environment < flags.
@@ -154,6 +161,22 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	str("join-token", &cfg.JoinToken)
 	str("join-token-file", &cfg.JoinTokenFile)
 	str("name", &cfg.Name)
+	str("prefix", &cfg.Prefix)
+	str("local-api-socket", &cfg.LocalAPISocket)
+	str("local-api-listen", &cfg.LocalAPIListen)
+	str("local-api-token", &cfg.LocalAPIToken)
+	str("port-range", &cfg.PortRange)
+	if fl.Changed("standalone") {
+		cfg.Standalone, _ = fl.GetBool("standalone")
+	}
+	if fl.Changed("depot") {
+		kvs, _ := fl.GetStringSlice("depot")
+		depots, err := agent.ParseLabels("--depot", kvs)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Depots = depots
+	}
 	if fl.Changed("tag") {
 		cfg.Tags, _ = fl.GetStringSlice("tag")
 	}
@@ -189,6 +212,11 @@ saves its node credential in the data dir (mode 0600), keeps one WebSocket to
 the server and reconnects by itself (1s → 60s backoff with jitter).
 
 Only one agent may use a data dir; a second one is refused.
+
+The agent also installs artifacts and supervises services (nodemgr artifact,
+nodemgr service). Its local API listens on <data dir>/agent.sock, so one agent
+is useful without a server (--standalone). Services keep running when the
+agent stops; the next agent on the data dir adopts them.
 
 Settings come from --config (YAML), then NODEMGR_* variables, then flags.`,
 		Args: cobra.NoArgs,

@@ -101,7 +101,28 @@ func printNode(e *env, n api.Node) {
 	for _, g := range hw.GPUs {
 		t.row(fmt.Sprintf("GPU %d", g.Index), fmt.Sprintf("%s, %s, driver %s", g.Name, bytesIEC(g.MemoryBytes), orDash(g.Driver)))
 	}
+	printPresence(t, n.Presence)
 	t.flush()
+}
+
+// printPresence adds what a connected agent publishes about itself.
+func printPresence(t *table, p *api.Presence) {
+	if p == nil {
+		t.row("Presence", "none (the agent is not connected)")
+		return
+	}
+	local := p.LocalAPI.Socket
+	if p.LocalAPI.TCP != "" {
+		local += ", tcp " + p.LocalAPI.TCP + " (token)"
+	}
+	t.row("Local API", orDash(local))
+	t.row("Artifacts", orDash(strings.Join(p.Artifacts, ", ")))
+	if len(p.Services) == 0 {
+		t.row("Services", "none")
+	}
+	for _, s := range p.Services {
+		t.row("Service "+s.Coordinate, fmt.Sprintf("%s, pid %s, port %s, %s", s.State, intOrDash(s.PID), intOrDash(s.Port), s.Artifact))
+	}
 }
 
 func labelString(l map[string]string) string {

@@ -48,6 +48,9 @@ func TestLayers(t *testing.T) {
 		{"internal/template", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/artifact", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/portalloc", []string{"internal/server", "internal/store", "internal/agent"}},
+		{"internal/service", []string{"internal/server", "internal/store", "internal/agent", "internal/portalloc"}},
+		{"internal/container", []string{"internal/server", "internal/store", "internal/agent", "internal/portalloc"}},
+		{"internal/httpapi", []string{"internal/server", "internal/store", "internal/agent"}},
 	}
 	for _, r := range rules {
 		for _, d := range deps(t, r.pkg) {

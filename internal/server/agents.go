@@ -225,6 +225,8 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		return struct{}{}, nil
 	case api.MethodRenew:
 		return h.s.issueCredential(ctx, h.sess.nodeID)
+	case api.MethodPresence:
+		return h.presence(body)
 	case api.MethodSuiteNext:
 		return h.suiteNext(ctx)
 	case api.MethodSuiteLeave:

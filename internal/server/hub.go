@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/proto"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
@@ -43,6 +44,7 @@ type session struct {
 
 	lastBeat atomic.Int64 // unix nanos
 	doing    atomic.Pointer[work]
+	presence atomic.Pointer[api.Presence] // nil until the agent publishes one
 }
 
 // work is what an agent last said it was doing.

@@ -47,6 +47,7 @@ func (s *Server) apiNode(n store.Node) api.Node {
 	}
 	if sess := s.hub.get(n.ID); sess != nil {
 		out.Connected = true
+		out.Presence = sess.presence.Load()
 		if hb := sess.heartbeat(); hb.After(n.LastHeartbeat) {
 			n.LastHeartbeat = hb // not yet flushed to the store
 			out.AgentState, out.CurrentSuite = sess.work()

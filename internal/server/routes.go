@@ -27,6 +27,10 @@ type route struct {
 }
 
 func (s *Server) routeTable() []route {
+	return append(s.coreRoutes(), s.workloadRoutes()...)
+}
+
+func (s *Server) coreRoutes() []route {
 	return []route{
 		{"GET", "/healthz", authNone, s.handleHealth},
 		{"GET", "/metrics", authUser, s.handleMetrics},

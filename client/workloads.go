@@ -1,0 +1,142 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// Artifacts and services live on nodes. Through a server, every method
+// takes the node (ID, name or unique prefix); a client made with NewAgent
+// talks to one agent's local API directly and takes node "".
+
+// NewAgent returns a client for an agent's local API on its unix socket
+// (the agent's data dir holds agent.sock).
+func NewAgent(socket string) *Client {
+	t := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}
+	c := New("http://agent", "")
+	c.http.Transport, c.stream.Transport = t, t
+	c.socket = socket
+	return c
+}
+
+// nodePath is the path of a node's resource: on the server under
+// /v1/nodes/{node}, on an agent's local API at the top.
+func nodePath(node, rest string) string {
+	if node == "" {
+		return "/v1" + rest
+	}
+	return "/v1/nodes/" + url.PathEscape(node) + rest
+}
+
+// AgentStatus returns a local agent's status (NewAgent clients only).
+func (c *Client) AgentStatus(ctx context.Context) (api.AgentStatus, error) {
+	var s api.AgentStatus
+	return s, c.Do(ctx, http.MethodGet, "/v1/status", nil, &s)
+}
+
+// Artifacts lists the artifacts installed on node.
+func (c *Client) Artifacts(ctx context.Context, node string) ([]api.Artifact, error) {
+	var out []api.Artifact
+	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/artifacts"), nil, &out)
+}
+
+// InstallArtifact installs id (group:artifact:version) on node and waits
+// until it is installed.
+func (c *Client) InstallArtifact(ctx context.Context, node, id string) (api.Artifact, error) {
+	var out api.Artifact
+	return out, c.long(ctx, http.MethodPost, nodePath(node, "/artifacts"), api.ArtifactInstall{ID: id}, &out)
+}
+
+// Artifact returns one installed artifact.
+func (c *Client) Artifact(ctx context.Context, node, id string) (api.Artifact, error) {
+	var out api.Artifact
+	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/artifacts/"+url.PathEscape(id)), nil, &out)
+}
+
+// RemoveArtifact uninstalls id from node.
+func (c *Client) RemoveArtifact(ctx context.Context, node, id string) error {
+	return c.Do(ctx, http.MethodDelete, nodePath(node, "/artifacts/"+url.PathEscape(id)), nil, nil)
+}
+
+// Services lists node's services with their live status.
+func (c *Client) Services(ctx context.Context, node string) ([]api.Service, error) {
+	var out []api.Service
+	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/services"), nil, &out)
+}
+
+// Service returns one service.
+func (c *Client) Service(ctx context.Context, node, coordinate string) (api.Service, error) {
+	var out api.Service
+	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/services/"+url.PathEscape(coordinate)), nil, &out)
+}
+
+// StartService starts a service on node.
+func (c *Client) StartService(ctx context.Context, node string, spec api.ServiceSpec) (api.Service, error) {
+	var out api.Service
+	return out, c.long(ctx, http.MethodPost, nodePath(node, "/services"), spec, &out)
+}
+
+// ServiceAction stops, drains or restarts a service and waits until done.
+func (c *Client) ServiceAction(ctx context.Context, node, coordinate, action string) (api.Service, error) {
+	var out api.Service
+	return out, c.long(ctx, http.MethodPost, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/"+url.PathEscape(action)), nil, &out)
+}
+
+// RemoveService forgets a service that is not running; purge deletes its
+// runtime dir too.
+func (c *Client) RemoveService(ctx context.Context, node, coordinate string, purge bool) error {
+	return c.Do(ctx, http.MethodDelete, nodePath(node, "/services/"+url.PathEscape(coordinate)+"?purge="+strconv.FormatBool(purge)), nil, nil)
+}
+
+// ServiceLogs returns the last tail bytes of a service's log.
+func (c *Client) ServiceLogs(ctx context.Context, node, coordinate string, tail int64) ([]byte, error) {
+	req, err := c.request(ctx, http.MethodGet, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/logs?tail="+strconv.FormatInt(tail, 10)), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.streamDo(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
+// long sends a JSON request whose answer may take minutes (downloads,
+// drains): no timeout but ctx.
+func (c *Client) long(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	ct := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body, ct = bytes.NewReader(b), "application/json"
+	}
+	req, err := c.request(ctx, method, path, ct, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.streamDo(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}

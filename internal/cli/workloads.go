@@ -1,0 +1,437 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
+)
+
+// Artifacts and services are managed on a node through the server
+// (`nodemgr artifact ls NODE`), or on one agent through its local API
+// without a server (`nodemgr artifact ls --agent-socket PATH`).
+
+// workloadFlags adds --agent-socket to a workload command.
+func workloadFlags(cmd *cobra.Command) {
+	cmd.PersistentFlags().String("agent-socket", "", "talk to this agent's local API socket instead of a server; then give no NODE ($NODEMGR_AGENT_SOCKET; the socket is <data_dir>/agent.sock)")
+}
+
+// nodeTarget picks the client and the node a workload command acts on, and
+// returns the arguments after NODE.
+func nodeTarget(cmd *cobra.Command, e *env, args []string) (*client.Client, string, []string, error) {
+	sock, _ := cmd.Flags().GetString("agent-socket")
+	if sock == "" {
+		sock = e.getenv("NODEMGR_AGENT_SOCKET")
+	}
+	if sock != "" {
+		return client.NewAgent(sock), "", args, nil
+	}
+	if len(args) == 0 {
+		return nil, "", nil, fmt.Errorf("name the NODE (see `nodemgr node ls`), or use --agent-socket to talk to an agent directly")
+	}
+	return clientFor(cmd, e), args[0], args[1:], nil
+}
+
+// nodeArgs accepts n arguments after NODE (NODE is absent with --agent-socket).
+func nodeArgs(n int) cobra.PositionalArgs {
+	return cobra.RangeArgs(n, n+1)
+}
+
+// where names the target in progress messages.
+func where(node string) string {
+	if node == "" {
+		return "the local agent"
+	}
+	return node
+}
+
+func newArtifactCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "artifact",
+		Short: "Install, list and remove versioned software artifacts on a node",
+		Long: `Artifacts are group:artifact:version, fetched from the depot the agent has
+configured for the group (agent config "depots"), verified against their
+checksum, and installed read-only under <prefix>/software/<group>/<artifact>/<version>.`,
+	}
+	workloadFlags(cmd)
+	cmd.AddCommand(artifactInstallCmd(e), artifactLsCmd(e), artifactShowCmd(e), artifactRmCmd(e))
+	return cmd
+}
+
+func artifactInstallCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "install NODE GROUP:ARTIFACT:VERSION...",
+		Short: "Install artifacts (a no-op for a version already installed)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, ids, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if len(ids) == 0 {
+				return fmt.Errorf("name at least one artifact as group:artifact:version")
+			}
+			var out []api.Artifact
+			for _, id := range ids {
+				if !asJSON {
+					fmt.Fprintf(e.stderr, "installing %s on %s (download, checksum, unpack) ...\n", id, where(node))
+				}
+				start := time.Now()
+				a, err := c.InstallArtifact(cmd.Context(), node, id)
+				if err != nil {
+					return fmt.Errorf("install %s: %w", id, err)
+				}
+				out = append(out, a)
+				if !asJSON {
+					fmt.Fprintf(e.stdout, "%s installed in %s (%s, %d files, %s) [%s]\n", a.ID, a.Path, bytesIEC(uint64(a.Size)), a.Files, a.Checksum, time.Since(start).Round(time.Millisecond))
+				}
+			}
+			if asJSON {
+				return printJSON(e.stdout, out)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func artifactLsCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls NODE",
+		Short: "List installed artifacts",
+		Args:  nodeArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, _, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			arts, err := c.Artifacts(cmd.Context(), node)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, arts)
+			}
+			now := time.Now()
+			t := newTable(e.stdout, "ID", "SIZE", "FILES", "INSTALLED", "USED BY")
+			for _, a := range arts {
+				at := a.InstalledAt
+				t.row(a.ID, bytesIEC(uint64(a.Size)), strconv.Itoa(a.Files), ago(&at, now), orDash(strings.Join(a.UsedBy, ",")))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func artifactShowCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "show NODE GROUP:ARTIFACT:VERSION",
+		Short: "Show one installed artifact (JSON)",
+		Args:  nodeArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, rest, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if len(rest) != 1 {
+				return fmt.Errorf("name one artifact as group:artifact:version")
+			}
+			a, err := c.Artifact(cmd.Context(), node, rest[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(e.stdout, a)
+		},
+	}
+	return cmd
+}
+
+func artifactRmCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NODE GROUP:ARTIFACT:VERSION",
+		Short: "Remove an artifact (refused while a service uses it)",
+		Args:  nodeArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, rest, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if len(rest) != 1 {
+				return fmt.Errorf("name one artifact as group:artifact:version")
+			}
+			if err := c.RemoveArtifact(cmd.Context(), node, rest[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s removed from %s\n", rest[0], where(node))
+			return nil
+		},
+	}
+}
+
+func newServiceCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "service",
+		Short: "Start, inspect and stop supervised services on a node",
+		Long: `A service is a long-running process started from an installed artifact and
+named by a coordinate instance.service.user.cell. It runs in its runtime dir
+<prefix>/runtime/<cell>/<user>/<service>/<instance>, is restarted by its
+restart policy when it dies, and keeps running when the agent restarts (the
+agent adopts it again).`,
+	}
+	workloadFlags(cmd)
+	cmd.AddCommand(serviceStartCmd(e), serviceLsCmd(e), serviceShowCmd(e),
+		serviceActionCmd(e, "stop", "Stop a service: SIGTERM, then SIGKILL after its stop_grace"),
+		serviceActionCmd(e, "drain", "Drain a service (its drain command or signal), then stop it"),
+		serviceActionCmd(e, "restart", "Stop a service if it runs, then start it again"),
+		serviceLogsCmd(e), serviceRmCmd(e))
+	return cmd
+}
+
+// LoadServiceFile reads a service spec from YAML (or JSON). Unknown keys
+// are errors with their line.
+func LoadServiceFile(path string) (api.ServiceSpec, error) {
+	var spec api.ServiceSpec
+	b, err := readFileOrStdin(path)
+	if err != nil {
+		return spec, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&spec); err != nil {
+		return spec, fmt.Errorf("%s: %w", path, err)
+	}
+	return spec, nil
+}
+
+func serviceStartCmd(e *env) *cobra.Command {
+	var file string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "start NODE -f service.yaml",
+		Short: "Start a service from a spec file",
+		Args:  nodeArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, _, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if file == "" {
+				return fmt.Errorf("give the service spec with -f FILE (YAML: coordinate, artifact, command, ...; see `nodemgr service start --help`)")
+			}
+			spec, err := LoadServiceFile(file)
+			if err != nil {
+				return err
+			}
+			svc, err := c.StartService(cmd.Context(), node, spec)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, svc)
+			}
+			printService(e, svc)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "service spec (YAML or JSON; - for stdin)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func serviceLsCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls NODE",
+		Short: "List services with pid, state, RSS, restarts, uptime and port",
+		Args:  nodeArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, _, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			svcs, err := c.Services(cmd.Context(), node)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, svcs)
+			}
+			now := time.Now()
+			t := newTable(e.stdout, "COORDINATE", "ARTIFACT", "STATE", "PID", "PORT", "RSS", "RESTARTS", "UPTIME")
+			for _, s := range svcs {
+				t.row(s.Spec.Coordinate, s.Spec.Artifact, s.State, intOrDash(s.PID), intOrDash(s.Port),
+					rssString(s), strconv.Itoa(s.Restarts), uptime(s, now))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func serviceShowCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show NODE COORDINATE",
+		Short: "Show one service",
+		Args:  nodeArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, rest, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if len(rest) != 1 {
+				return fmt.Errorf("name one service by its coordinate instance.service.user.cell")
+			}
+			svc, err := c.Service(cmd.Context(), node, rest[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, svc)
+			}
+			printService(e, svc)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+var actionProgress = map[string]string{"stop": "stopping", "drain": "draining", "restart": "restarting"}
+
+func serviceActionCmd(e *env, action, short string) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   action + " NODE COORDINATE",
+		Short: short,
+		Args:  nodeArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, rest, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if len(rest) != 1 {
+				return fmt.Errorf("name one service by its coordinate instance.service.user.cell")
+			}
+			if !asJSON {
+				fmt.Fprintf(e.stderr, "%s %s on %s ...\n", actionProgress[action], rest[0], where(node))
+			}
+			svc, err := c.ServiceAction(cmd.Context(), node, rest[0], action)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, svc)
+			}
+			printService(e, svc)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func serviceLogsCmd(e *env) *cobra.Command {
+	var tail int64
+	cmd := &cobra.Command{
+		Use:   "logs NODE COORDINATE",
+		Short: "Print the end of a service's log (<runtime dir>/logs/service.log)",
+		Args:  nodeArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, rest, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if len(rest) != 1 {
+				return fmt.Errorf("name one service by its coordinate instance.service.user.cell")
+			}
+			b, err := c.ServiceLogs(cmd.Context(), node, rest[0], tail)
+			if err != nil {
+				return err
+			}
+			_, err = e.stdout.Write(b)
+			return err
+		},
+	}
+	cmd.Flags().Int64Var(&tail, "tail", 64<<10, "bytes from the end of the log")
+	return cmd
+}
+
+func serviceRmCmd(e *env) *cobra.Command {
+	var purge bool
+	cmd := &cobra.Command{
+		Use:   "rm NODE COORDINATE",
+		Short: "Forget a service that is not running (--purge deletes its runtime dir)",
+		Args:  nodeArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, rest, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if len(rest) != 1 {
+				return fmt.Errorf("name one service by its coordinate instance.service.user.cell")
+			}
+			if err := c.RemoveService(cmd.Context(), node, rest[0], purge); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s removed from %s\n", rest[0], where(node))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&purge, "purge", false, "also delete the runtime dir and its logs")
+	return cmd
+}
+
+func printService(e *env, s api.Service) {
+	now := time.Now()
+	t := newTable(e.stdout, "FIELD", "VALUE")
+	rows := [][2]string{
+		{"Coordinate", s.Spec.Coordinate}, {"Artifact", s.Spec.Artifact}, {"State", s.State},
+		{"PID", intOrDash(s.PID)}, {"Port", intOrDash(s.Port)}, {"RSS", rssString(s)},
+		{"Restarts", strconv.Itoa(s.Restarts)}, {"Uptime", uptime(s, now)},
+		{"Runtime dir", s.RuntimeDir}, {"Command", strings.Join(s.Spec.Command, " ")},
+		{"Last exit", orDash(s.LastExit)}, {"Reason", orDash(s.Reason)},
+	}
+	for _, r := range rows {
+		t.row(r[0], r[1])
+	}
+	t.flush()
+}
+
+func intOrDash(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
+
+func rssString(s api.Service) string {
+	if s.RSSBytes == 0 {
+		return "-"
+	}
+	out := bytesIEC(s.RSSBytes)
+	if s.Spec.ExpectedMemoryMB > 0 {
+		out += fmt.Sprintf(" / %d MiB expected", s.Spec.ExpectedMemoryMB)
+	}
+	return out
+}
+
+func uptime(s api.Service, now time.Time) string {
+	if s.StartedAt == nil || s.State != api.ServiceRunning {
+		return "-"
+	}
+	return now.Sub(*s.StartedAt).Round(time.Second).String()
+}

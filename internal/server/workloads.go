@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/httpapi"
+)
+
+// A node's artifacts and services live on the node: the agent owns them and
+// serves them on its local API. The server does not copy that state; it
+// checks the caller's role on the node and carries the request to the
+// agent over its session, so the answer is always the agent's own.
+
+// Forwarded requests wait this long for the agent; installs download and
+// drains wait for services, so they get longer.
+const (
+	forwardTimeout     = time.Minute
+	forwardLongTimeout = 15 * time.Minute
+)
+
+// maxForwardedLog caps a log tail carried over the session: the answer must
+// fit in one frame.
+const maxForwardedLog = 512 << 10
+
+func (s *Server) workloadRoutes() []route {
+	quick, long := s.forward(forwardTimeout), s.forward(forwardLongTimeout)
+	return []route{
+		{"GET", "/v1/nodes/{node}/artifacts", authUser, quick},
+		{"POST", "/v1/nodes/{node}/artifacts", authUser, long},
+		{"GET", "/v1/nodes/{node}/artifacts/{id}", authUser, quick},
+		{"DELETE", "/v1/nodes/{node}/artifacts/{id}", authUser, quick},
+		{"GET", "/v1/nodes/{node}/services", authUser, quick},
+		{"POST", "/v1/nodes/{node}/services", authUser, long},
+		{"GET", "/v1/nodes/{node}/services/{coordinate}", authUser, quick},
+		{"DELETE", "/v1/nodes/{node}/services/{coordinate}", authUser, quick},
+		{"POST", "/v1/nodes/{node}/services/{coordinate}/{action}", authUser, long},
+		{"GET", "/v1/nodes/{node}/services/{coordinate}/logs", authUser, quick},
+	}
+}
+
+// forward returns a handler that passes the request to the node's agent:
+// reads need the read role on the node, changes the write role.
+func (s *Server) forward(timeout time.Duration) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		role := api.RoleWrite
+		if r.Method == http.MethodGet {
+			role = api.RoleRead
+		}
+		n, err := s.resolveNode(r.Context(), r.PathValue("node"), role)
+		if err != nil {
+			return err
+		}
+		req, err := localRequest(r)
+		if err != nil {
+			return err
+		}
+		sess := s.hub.get(n.ID)
+		if sess == nil {
+			return fmt.Errorf("node %s is not connected (%s); start its agent, or wait for it to reconnect: %w", n.Name, n.Status, errdefs.ErrUnavailable)
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		var resp api.LocalResponse
+		if err := sess.peer.Call(ctx, api.MethodLocalAPI, req, &resp); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		if resp.ContentType != "" {
+			w.Header().Set("Content-Type", resp.ContentType)
+		}
+		w.WriteHeader(resp.Status)
+		w.Write(resp.Body)
+		return nil
+	}
+}
+
+// localRequest turns /v1/nodes/{node}/<rest> into the agent's /v1/<rest>.
+func localRequest(r *http.Request) (api.LocalRequest, error) {
+	rest := strings.TrimPrefix(r.URL.Path, "/v1/nodes/")
+	_, tail, _ := strings.Cut(rest, "/")
+	q := r.URL.Query()
+	if strings.HasSuffix(tail, "/logs") {
+		if err := capTail(q); err != nil {
+			return api.LocalRequest{}, err
+		}
+	}
+	req := api.LocalRequest{Method: r.Method, Path: "/v1/" + tail, Query: q.Encode()}
+	if r.Method != http.MethodGet && r.Method != http.MethodDelete {
+		body, err := httpapi.ReadBody(r, maxBody)
+		if err != nil {
+			return api.LocalRequest{}, err
+		}
+		if len(body) > 0 {
+			if !json.Valid(body) {
+				return api.LocalRequest{}, errdefs.Field("body", "malformed JSON")
+			}
+			req.Body = body
+		}
+	}
+	return req, nil
+}
+
+func capTail(q url.Values) error {
+	tail := int64(64 << 10)
+	if v := q.Get("tail"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return errdefs.Field("tail", "must be a number of bytes >= 0, got %q", v)
+		}
+		tail = n
+	}
+	if tail == 0 || tail > maxForwardedLog {
+		tail = maxForwardedLog
+	}
+	q.Set("tail", strconv.FormatInt(tail, 10))
+	return nil
+}
+
+// presence records what an agent publishes about itself; it lives as long
+// as the session, like nodee's ephemeral ZooKeeper node.
+func (h *agentHandler) presence(body []byte) (any, error) {
+	var p api.Presence
+	if err := httpapi.DecodeStrict(body, &p); err != nil {
+		return nil, err
+	}
+	if len(p.Services) > 10_000 || len(p.Artifacts) > 10_000 {
+		return nil, errdefs.Field("services", "too many entries in a presence record")
+	}
+	h.sess.presence.Store(&p)
+	return struct{}{}, nil
+}
