@@ -1,0 +1,112 @@
+package api
+
+import "time"
+
+// Container commands: the seed's node engine message verbs. The agent
+// acts only on deploy and delete; the server carries out move and
+// replicate as deletes and deploys on the nodes involved.
+const (
+	ContainerDeploy    = "deploy"
+	ContainerDelete    = "delete"
+	ContainerMove      = "move"
+	ContainerReplicate = "replicate"
+)
+
+// Container technologies. Only docker runs today; unikernel is named by
+// the seed and refused with a clear message.
+const (
+	TechnologyDocker    = "docker"
+	TechnologyUnikernel = "unikernel"
+)
+
+// Container statuses, spelled as the seed spells them. A job goes
+// CREATING → RUNNING → COMPLETED | FAILED | DEAD, and any of them →
+// UNDEPLOYED when it is deleted.
+const (
+	ContainerCreating   = "CREATING"
+	ContainerRunning    = "RUNNING"
+	ContainerCompleted  = "COMPLETED"  // exited with code 0
+	ContainerFailed     = "FAILED"     // exited non-zero, or could not be started
+	ContainerDead       = "DEAD"       // vanished, killed for want of memory, or dead in the engine
+	ContainerUndeployed = "UNDEPLOYED" // deleted
+)
+
+// ContainerJob describes a container to run once on a node (the seed's
+// "job"). It runs until its command exits; nothing restarts it.
+type ContainerJob struct {
+	// ID names the job on the node; empty lets the server (or the agent,
+	// when it is deployed locally) assign a short unique one.
+	ID   string `json:"id,omitempty" yaml:"id"`
+	Name string `json:"name" yaml:"name"` // a DNS label: a-z, 0-9, '-'
+	// Image must be on the node already (docker load / docker import), or
+	// pullable by the node's engine.
+	Image      string `json:"image" yaml:"image"`
+	Technology string `json:"technology,omitempty" yaml:"technology"` // docker (default)
+	// Command replaces the image's command; empty keeps it.
+	Command []string          `json:"command,omitempty" yaml:"command"`
+	Env     map[string]string `json:"env,omitempty" yaml:"env"`
+	// CPUs limits the container's CPU time, in cores (0.5 is half a core);
+	// 0 is no limit.
+	CPUs float64 `json:"cpus,omitempty" yaml:"cpus"`
+	// MemoryMB limits the container's memory (swap included); 0 is no
+	// limit, else at least 6 (the engine's minimum).
+	MemoryMB int64             `json:"memory_mb,omitempty" yaml:"memory_mb"`
+	Ports    []ContainerPort   `json:"ports,omitempty" yaml:"ports"`
+	Labels   map[string]string `json:"labels,omitempty" yaml:"labels"`
+}
+
+// ContainerPort publishes a container port on the node.
+type ContainerPort struct {
+	Container int `json:"container" yaml:"container"`
+	// Host is the node's port; 0 takes one from the node's port allocator.
+	// In a Container's Ports it is the port actually bound.
+	Host     int    `json:"host,omitempty" yaml:"host"`
+	Protocol string `json:"protocol,omitempty" yaml:"protocol"` // tcp (default) or udp
+}
+
+// ContainerCommand is the seed's message from the server to a node:
+// {command, job, cluster, worker}. For move and replicate, Worker lists
+// the target node IDs.
+type ContainerCommand struct {
+	Command string       `json:"command" yaml:"command"`
+	Job     ContainerJob `json:"job" yaml:"job"`
+	Cluster []string     `json:"cluster,omitempty" yaml:"cluster"`
+	Worker  []string     `json:"worker,omitempty" yaml:"worker"`
+}
+
+// Container is a job and its live status on a node.
+type Container struct {
+	Job         ContainerJob `json:"job"`
+	Node        string       `json:"node,omitempty"`
+	Status      string       `json:"status"`
+	ContainerID string       `json:"container_id,omitempty"` // the engine's ID
+	ExitCode    *int         `json:"exit_code,omitempty"`
+	// Reason says why the job is FAILED or DEAD, e.g. "exit code 3" or
+	// "out of memory".
+	Reason     string          `json:"reason,omitempty"`
+	Ports      []ContainerPort `json:"ports,omitempty"` // with the host ports bound
+	CreatedAt  time.Time       `json:"created_at"`
+	StartedAt  *time.Time      `json:"started_at,omitempty"`
+	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	Usage      *ContainerUsage `json:"usage,omitempty"` // the latest sample, while it runs
+}
+
+// ContainerUsage is one sample of what a running container uses.
+type ContainerUsage struct {
+	// CPUPercent is CPU time over the last sampling interval, where 100 is
+	// one full core; 0 on the first sample.
+	CPUPercent       float64   `json:"cpu_percent"`
+	MemoryBytes      uint64    `json:"memory_bytes"` // without the page cache
+	MemoryLimitBytes uint64    `json:"memory_limit_bytes,omitempty"`
+	At               time.Time `json:"at"`
+}
+
+// ContainerFinal reports whether status is one a job does not leave on its
+// own: COMPLETED, FAILED, DEAD or UNDEPLOYED.
+func ContainerFinal(status string) bool {
+	switch status {
+	case ContainerCompleted, ContainerFailed, ContainerDead, ContainerUndeployed:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,317 @@
+package container
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/dockerengine"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+)
+
+// engine is the part of the Engine API client the manager uses.
+type engine interface {
+	ContainerCreate(context.Context, client.ContainerCreateOptions) (client.ContainerCreateResult, error)
+	ContainerStart(context.Context, string, client.ContainerStartOptions) (client.ContainerStartResult, error)
+	ContainerInspect(context.Context, string, client.ContainerInspectOptions) (client.ContainerInspectResult, error)
+	ContainerList(context.Context, client.ContainerListOptions) (client.ContainerListResult, error)
+	ContainerStop(context.Context, string, client.ContainerStopOptions) (client.ContainerStopResult, error)
+	ContainerRemove(context.Context, string, client.ContainerRemoveOptions) (client.ContainerRemoveResult, error)
+	ContainerStats(context.Context, string, client.ContainerStatsOptions) (client.ContainerStatsResult, error)
+	ContainerLogs(context.Context, string, client.ContainerLogsOptions) (client.ContainerLogsResult, error)
+	ImageInspect(context.Context, string, ...client.ImageInspectOption) (client.ImageInspectResult, error)
+	ImagePull(context.Context, string, client.ImagePullOptions) (client.ImagePullResponse, error)
+	Events(context.Context, client.EventsListOptions) client.EventsResult
+}
+
+// Timeouts of engine calls that run even when the caller's context is
+// done (cleanup), or on the manager's own schedule.
+const (
+	cleanupTimeout = 30 * time.Second
+	callTimeout    = 15 * time.Second
+)
+
+// ensureImage makes sure the engine has the image: there is no registry
+// nodemgr can count on, so a missing one is pulled once and, failing that,
+// the user is told how to put it on the node.
+func (m *Manager) ensureImage(ctx context.Context, ref string) error {
+	_, err := m.engine.ImageInspect(ctx, ref)
+	if err == nil {
+		return nil
+	}
+	if !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("inspect image %q: %w", ref, dockerengine.Classify(err))
+	}
+	resp, err := m.engine.ImagePull(ctx, ref, client.ImagePullOptions{})
+	if err == nil {
+		err = resp.Wait(ctx)
+		resp.Close()
+	}
+	if err != nil {
+		return errdefs.NotFound("image %q is not on this node and pulling it failed (%v); put it on the node first, e.g. with docker load -i image.tar or docker import, then deploy again", ref, err)
+	}
+	return nil
+}
+
+// containerName is the engine's name for a job's container: readable in
+// docker ps, and unique per job ID.
+func containerName(job api.ContainerJob) string {
+	return "nodemgr-" + job.Name + "-" + job.ID
+}
+
+// createOptions turns a normalized job, with its host ports resolved,
+// into the engine's create request.
+func (m *Manager) createOptions(job api.ContainerJob, ports []api.ContainerPort) client.ContainerCreateOptions {
+	labels := maps.Clone(job.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelJob] = job.ID
+	labels[LabelName] = job.Name
+
+	env := make([]string, 0, len(job.Env))
+	for _, k := range slices.Sorted(maps.Keys(job.Env)) {
+		env = append(env, k+"="+job.Env[k])
+	}
+
+	exposed := network.PortSet{}
+	bindings := network.PortMap{}
+	for _, p := range ports {
+		port, _ := network.PortFrom(uint16(p.Container), network.IPProtocol(p.Protocol))
+		exposed[port] = struct{}{}
+		bindings[port] = append(bindings[port], network.PortBinding{HostIP: m.hostIP, HostPort: strconv.Itoa(p.Host)})
+	}
+
+	memory := job.MemoryMB << 20
+	return client.ContainerCreateOptions{
+		Name: containerName(job),
+		Config: &container.Config{
+			Image:        job.Image,
+			Cmd:          job.Command,
+			Env:          env,
+			Labels:       labels,
+			ExposedPorts: exposed,
+		},
+		HostConfig: &container.HostConfig{
+			PortBindings: bindings,
+			// The job runs once: its exit is its result.
+			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+			Resources: container.Resources{
+				NanoCPUs: int64(math.Round(job.CPUs * 1e9)),
+				Memory:   memory,
+				// Swap equal to memory means no swap: the limit is the limit.
+				MemorySwap: memory,
+			},
+		},
+	}
+}
+
+// create makes the container. A create cut off by ctx may have made it
+// all the same; removeJobContainers finds it by its label.
+func (m *Manager) create(ctx context.Context, opts client.ContainerCreateOptions) (string, error) {
+	res, err := m.engine.ContainerCreate(ctx, opts)
+	if err != nil {
+		return "", fmt.Errorf("create container: %w", dockerengine.Classify(err))
+	}
+	return res.ID, nil
+}
+
+func (m *Manager) start(ctx context.Context, id string) error {
+	if _, err := m.engine.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("start container %.12s: %w", id, dockerengine.Classify(err))
+	}
+	return nil
+}
+
+// inspect returns the container, or an errdefs.ErrNotFound when it is gone.
+func (m *Manager) inspect(ctx context.Context, id string) (container.InspectResponse, error) {
+	res, err := m.engine.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return container.InspectResponse{}, errdefs.NotFound("container %.12s", id)
+		}
+		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: %w", id, dockerengine.Classify(err))
+	}
+	if res.Container.State == nil {
+		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: the engine reported no state", id)
+	}
+	return res.Container, nil
+}
+
+// oomSettle is how long a SIGKILLed container of a job with a memory
+// limit is watched for the engine's out-of-memory verdict: the engine
+// can record the exit a moment before the kernel's OOM notice reaches it,
+// and a look in between would call an OOM kill a plain exit code 137.
+const oomSettle = 2 * time.Second
+
+// inspectSettled is inspect, but gives a memory-limited job's container
+// that was killed with no OOM recorded up to oomSettle for the verdict.
+func (m *Manager) inspectSettled(ctx context.Context, id string, memoryLimited bool) (container.InspectResponse, error) {
+	insp, err := m.inspect(ctx, id)
+	if err != nil || !memoryLimited {
+		return insp, err
+	}
+	deadline := time.Now().Add(oomSettle)
+	for killedWithoutOOM(insp) && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return insp, nil
+		case <-time.After(100 * time.Millisecond):
+		}
+		next, err := m.inspect(ctx, id)
+		if err != nil {
+			return insp, nil // what we saw stands
+		}
+		insp = next
+	}
+	return insp, nil
+}
+
+func killedWithoutOOM(insp container.InspectResponse) bool {
+	st := insp.State
+	return st.Status == container.StateExited && st.ExitCode == 128+9 && !st.OOMKilled
+}
+
+// stopAndRemove stops the container, giving it the stop grace to exit on
+// SIGTERM, then removes it. One that is gone already is no error.
+func (m *Manager) stopAndRemove(ctx context.Context, id string) error {
+	grace := m.stopGrace
+	_, err := m.engine.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &grace})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		m.log.Warn("stop container; removing it by force", "container", shortID(id), "err", err)
+	}
+	return m.remove(ctx, id)
+}
+
+// remove force-removes the container; one that is gone, or being removed
+// already, is no error.
+func (m *Manager) remove(ctx context.Context, id string) error {
+	_, err := m.engine.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err == nil || cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress") {
+		return nil
+	}
+	return fmt.Errorf("remove container %.12s: %w", id, dockerengine.Classify(err))
+}
+
+// removeJobContainers removes every container that carries the job's
+// label: what a deploy cut short, or an agent crash, left behind.
+func (m *Manager) removeJobContainers(ctx context.Context, jobID string) error {
+	f := client.Filters{}
+	f.Add("label", LabelJob+"="+jobID)
+	res, err := m.engine.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return fmt.Errorf("list containers of job %s: %w", jobID, dockerengine.Classify(err))
+	}
+	for _, s := range res.Items {
+		if err := m.remove(ctx, s.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// logs returns the container's stdout and stderr, demultiplexed and
+// interleaved as the engine stored them.
+func (m *Manager) logs(ctx context.Context, id string, tail int) ([]byte, error) {
+	opts := client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true}
+	if tail > 0 {
+		opts.Tail = strconv.Itoa(tail)
+	}
+	r, err := m.engine.ContainerLogs(ctx, id, opts)
+	if err != nil {
+		return nil, dockerengine.Classify(err)
+	}
+	defer r.Close()
+	var buf bytes.Buffer
+	if _, err := stdcopy.StdCopy(&buf, &buf, r); err != nil {
+		return nil, fmt.Errorf("read logs: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// observation is what the engine says of a job's container, in the
+// job's terms.
+type observation struct {
+	status     string
+	reason     string
+	exitCode   *int
+	startedAt  *time.Time
+	finishedAt *time.Time
+}
+
+// observe maps the container's engine state onto a job status. gone says
+// the container no longer exists.
+func observe(insp container.InspectResponse, gone bool) observation {
+	if gone {
+		return observation{status: api.ContainerDead, reason: "container disappeared"}
+	}
+	st := insp.State
+	o := observation{startedAt: engineTime(st.StartedAt), finishedAt: engineTime(st.FinishedAt)}
+	switch st.Status {
+	case container.StateRunning, container.StatePaused, container.StateRestarting:
+		o.status = api.ContainerRunning
+		o.finishedAt = nil
+	case container.StateCreated:
+		o.status = api.ContainerCreating
+	case container.StateRemoving:
+		// Someone removes it; the destroy event, or the next look, finds
+		// it gone.
+		o.status = api.ContainerRunning
+	case container.StateDead:
+		o.status, o.reason = api.ContainerDead, "the engine reports the container dead"
+		if st.Error != "" {
+			o.reason += ": " + st.Error
+		}
+	default: // exited
+		code := st.ExitCode
+		o.exitCode = &code
+		switch {
+		case st.OOMKilled:
+			o.status, o.reason = api.ContainerDead, "out of memory"
+		case code == 0:
+			o.status = api.ContainerCompleted
+		default:
+			o.status, o.reason = api.ContainerFailed, fmt.Sprintf("exit code %d", code)
+			if st.Error != "" {
+				o.reason += ": " + st.Error
+			}
+		}
+	}
+	return o
+}
+
+// engineTime parses the engine's timestamps, where the zero time means
+// "not yet".
+func engineTime(s string) *time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.IsZero() || t.Year() <= 1 {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+var _ engine = (*client.Client)(nil)
