@@ -23,6 +23,7 @@ type Store interface {
 	Tasks
 	Documents
 	Deployments
+	Containers
 	Close() error
 }
 
@@ -338,4 +339,27 @@ type Deployments interface {
 	// UpdateDeployment applies fn inside one transaction.
 	UpdateDeployment(ctx context.Context, id string, fn func(*Deployment) error) (Deployment, error)
 	DeleteDeployment(ctx context.Context, id string) error
+}
+
+// ContainerFilter narrows ListContainers. Zero values match everything.
+type ContainerFilter struct {
+	NodeID string
+	// Live leaves out the jobs in a final status (api.ContainerFinal).
+	Live bool
+}
+
+// Containers keeps what agents report about the containers they run. The
+// agent is the truth; these are its latest reports, kept per (node, job
+// id) so that a job moved between nodes leaves a record on each.
+type Containers interface {
+	// PutContainers records a node's reports, replacing earlier reports of
+	// the same (node, job id). Each report's Node is set to nodeID.
+	PutContainers(ctx context.Context, nodeID string, cs []api.Container) error
+	// ListContainers lists reports by node, then creation time.
+	ListContainers(ctx context.Context, f ContainerFilter) ([]api.Container, error)
+	// FindContainer returns the reports of job id on every node: live ones
+	// first, then the most recently updated. None is errdefs.ErrNotFound.
+	FindContainer(ctx context.Context, id string) ([]api.Container, error)
+	// DeleteContainer forgets a node's report of job id.
+	DeleteContainer(ctx context.Context, nodeID, id string) error
 }

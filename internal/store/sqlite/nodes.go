@@ -256,7 +256,11 @@ func (s *Store) DeleteNode(ctx context.Context, id string) error {
 		if err != nil {
 			return classify(err)
 		}
-		return mustAffect(res)
+		if err := mustAffect(res); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM containers WHERE node_id = ?`, id)
+		return classify(err)
 	})
 	if err != nil {
 		return fmt.Errorf("delete node %s: %w", id, err)

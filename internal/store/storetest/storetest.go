@@ -101,6 +101,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 
 		{"Documents", testDocuments},
 		{"Deployments", testDeployments},
+		{"Containers", testContainers},
 
 		{"Users", testUsers},
 		{"CreateUserConflict", testCreateUserConflict},
