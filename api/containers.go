@@ -110,3 +110,13 @@ func ContainerFinal(status string) bool {
 	}
 	return false
 }
+
+// MethodContainersReport (agent → server request, body ContainerReport)
+// carries container status changes and usage samples; after hello it
+// carries every job the agent has.
+const MethodContainersReport = "containers.report"
+
+// ContainerReport is what an agent reports about its containers.
+type ContainerReport struct {
+	Containers []Container `json:"containers"`
+}

@@ -140,3 +140,68 @@ func (c *Client) long(ctx context.Context, method, path string, in, out any) err
 	}
 	return nil
 }
+
+// ContainerCommand sends the seed's container message (deploy, delete,
+// move, replicate) to the server and returns the containers it touched.
+func (c *Client) ContainerCommand(ctx context.Context, cmd api.ContainerCommand) ([]api.Container, error) {
+	var out []api.Container
+	return out, c.long(ctx, http.MethodPost, "/v1/containers", cmd, &out)
+}
+
+// DeployContainer deploys job on node (through a server), or on the agent
+// a NewAgent client talks to (node "").
+func (c *Client) DeployContainer(ctx context.Context, node string, job api.ContainerJob) (api.Container, error) {
+	if c.socket != "" {
+		var out api.Container
+		return out, c.long(ctx, http.MethodPost, "/v1/containers", job, &out)
+	}
+	cs, err := c.ContainerCommand(ctx, api.ContainerCommand{Command: api.ContainerDeploy, Job: job, Worker: []string{node}})
+	if err != nil {
+		return api.Container{}, err
+	}
+	return cs[0], nil
+}
+
+// Containers lists containers: live ones, or all with all; on one node
+// when node is not "" (server only).
+func (c *Client) Containers(ctx context.Context, node string, all bool) ([]api.Container, error) {
+	q := url.Values{}
+	if node != "" {
+		q.Set("node", node)
+	}
+	if all {
+		q.Set("all", "true")
+	}
+	path := "/v1/containers"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out []api.Container
+	return out, c.Do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// Container returns one container job.
+func (c *Client) Container(ctx context.Context, id string) (api.Container, error) {
+	var out api.Container
+	return out, c.Do(ctx, http.MethodGet, "/v1/containers/"+url.PathEscape(id), nil, &out)
+}
+
+// DeleteContainer stops and removes a container job's container.
+func (c *Client) DeleteContainer(ctx context.Context, id string) (api.Container, error) {
+	var out api.Container
+	return out, c.long(ctx, http.MethodDelete, "/v1/containers/"+url.PathEscape(id), nil, &out)
+}
+
+// ContainerLogs returns the last tail lines of a container's output.
+func (c *Client) ContainerLogs(ctx context.Context, id string, tail int) ([]byte, error) {
+	req, err := c.request(ctx, http.MethodGet, "/v1/containers/"+url.PathEscape(id)+"/logs?tail="+strconv.Itoa(tail), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.streamDo(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}

@@ -253,6 +253,9 @@ func (s *session) next(ctx context.Context) (*api.Task, error) {
 func (s *session) runTask(ctx context.Context, h Handler, at *api.Task) error {
 	t := Task{ID: at.ID, SuiteID: at.SuiteID, Argv: at.Argv, Env: at.Env, Workdir: at.Workdir,
 		Timeout: time.Duration(at.Timeout), Attempt: at.Attempt}
+	// Taken before the deadline is set, so a task cut off by its timeout
+	// reports at least the timeout as its duration.
+	start := time.Now()
 	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if t.Timeout > 0 {
@@ -260,7 +263,6 @@ func (s *session) runTask(ctx context.Context, h Handler, at *api.Task) error {
 		tctx, cancelT = context.WithTimeoutCause(tctx, t.Timeout, ErrTimeout)
 		defer cancelT()
 	}
-	start := time.Now()
 	resc := make(chan Result, 1)
 	go func() { resc <- call(tctx, h, t) }()
 

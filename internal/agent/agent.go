@@ -84,10 +84,6 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		lock.Release()
 		return nil, err
 	}
-	if a.wl, err = newWorkloads(cfg, logger); err != nil {
-		lock.Release()
-		return nil, err
-	}
 	if a.st.Server != "" && a.st.Server != cfg.Server {
 		// A credential is only good at the server that issued it.
 		logger.Warn("server changed since last run; registering afresh", "was", a.st.Server, "now", cfg.Server)
@@ -96,6 +92,10 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if a.machineID, err = hw.MachineID(cfg.DataDir); err != nil {
 		lock.Release()
 		return nil, fmt.Errorf("machine id: %w", err)
+	}
+	if a.wl, err = newWorkloads(cfg, agentScope(a.machineID, cfg.DataDir), logger); err != nil {
+		lock.Release()
+		return nil, err
 	}
 	return a, nil
 }
@@ -287,6 +287,19 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 		published = p.UpdatedAt
 	}
 	publish()
+	report := func(everything bool) {
+		cs := a.wl.takeReports(everything)
+		if len(cs) == 0 && !everything {
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := peer.Call(rctx, api.MethodContainersReport, api.ContainerReport{Containers: cs}, nil); err != nil {
+			a.log.Warn("report containers", "err", err)
+			a.wl.requeue(cs)
+		}
+	}
+	report(true)
 
 	var drained chan struct{}
 	// Spread agents that connected together over the interval.
@@ -317,6 +330,8 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 			return nil
 		case <-a.wl.changed:
 			publish()
+		case <-a.wl.reported:
+			report(false)
 		case <-tick.C:
 			tick.Reset(interval)
 			a.maybeRenew(ctx, peer)

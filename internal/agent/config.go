@@ -55,6 +55,12 @@ type Config struct {
 	// needs LocalAPIToken, sent as "Authorization: Bearer <token>".
 	LocalAPIListen string `yaml:"local_api_listen"`
 	LocalAPIToken  string `yaml:"local_api_token"`
+	// DockerHost is the engine containers run on (DOCKER_HOST style;
+	// default $DOCKER_HOST, else the local socket).
+	DockerHost string `yaml:"docker_host"`
+	// ContainerHostIP is the address containers' host ports bind to;
+	// default all addresses.
+	ContainerHostIP string `yaml:"container_host_ip"`
 	// PortRange is the range the port allocator hands out, "min-max";
 	// default 16384-65535.
 	PortRange string `yaml:"port_range"`
@@ -253,6 +259,9 @@ func (c *Config) validateWorkloads() error {
 		if len(c.LocalAPIToken) < 16 {
 			return errdefs.Field("local_api_token", "required, at least 16 characters, when local_api_listen is set: the TCP local API is never open without a token")
 		}
+	}
+	if c.ContainerHostIP != "" && net.ParseIP(c.ContainerHostIP) == nil {
+		return errdefs.Field("container_host_ip", "must be an IP address, got %q", c.ContainerHostIP)
 	}
 	if _, _, err := c.portRange(); err != nil {
 		return err

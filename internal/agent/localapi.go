@@ -51,6 +51,11 @@ func (a *Agent) localRoutes() []localRoute {
 		{"DELETE", "/v1/services/{coordinate}", a.handleRemoveService},
 		{"POST", "/v1/services/{coordinate}/{action}", a.handleServiceAction},
 		{"GET", "/v1/services/{coordinate}/logs", a.handleServiceLogs},
+		{"GET", "/v1/containers", a.handleListContainers},
+		{"POST", "/v1/containers", a.handleDeployContainer},
+		{"GET", "/v1/containers/{id}", a.handleGetContainer},
+		{"DELETE", "/v1/containers/{id}", a.handleDeleteContainer},
+		{"GET", "/v1/containers/{id}/logs", a.handleContainerLogs},
 	}
 }
 
@@ -170,8 +175,20 @@ func (a *Agent) serveForwarded(ctx context.Context, req api.LocalRequest) (api.L
 	}
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
 	a.localHandler().ServeHTTP(rec, hr)
-	return api.LocalResponse{Status: rec.status, ContentType: rec.header.Get("Content-Type"), Body: rec.body.Bytes()}, nil
+	resp := api.LocalResponse{Status: rec.status, ContentType: rec.header.Get("Content-Type"), Body: rec.body.Bytes()}
+	if len(resp.Body) > maxForwardedBody {
+		if !strings.HasPrefix(resp.ContentType, "text/plain") {
+			return api.LocalResponse{}, fmt.Errorf("the answer to %s %s is %d bytes, more than one session frame carries; ask the agent's local API directly: %w",
+				req.Method, req.Path, len(resp.Body), errdefs.ErrUnavailable)
+		}
+		resp.Body = resp.Body[len(resp.Body)-maxForwardedBody:] // logs: keep the end
+	}
+	return resp, nil
 }
+
+// maxForwardedBody keeps an answer carried over the session, base64 and
+// all, under the server's 1 MiB frame limit.
+const maxForwardedBody = 640 << 10
 
 // recorder is an http.ResponseWriter that keeps the answer in memory.
 type recorder struct {
@@ -363,4 +380,62 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 		return false, errdefs.Field(name, "must be true or false, got %q", v)
 	}
 	return b, nil
+}
+
+func (a *Agent) handleListContainers(w http.ResponseWriter, r *http.Request) error {
+	httpapi.WriteJSON(w, http.StatusOK, a.wl.containers.List())
+	return nil
+}
+
+func (a *Agent) handleDeployContainer(w http.ResponseWriter, r *http.Request) error {
+	var job api.ContainerJob
+	if err := httpapi.Decode(r, &job, maxLocalBody); err != nil {
+		return err
+	}
+	c, err := a.wl.containers.Deploy(r.Context(), job)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, c)
+	return nil
+}
+
+func (a *Agent) handleGetContainer(w http.ResponseWriter, r *http.Request) error {
+	c, err := a.wl.containers.Get(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, c)
+	return nil
+}
+
+func (a *Agent) handleDeleteContainer(w http.ResponseWriter, r *http.Request) error {
+	c, err := a.wl.containers.Delete(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, c)
+	return nil
+}
+
+func (a *Agent) handleContainerLogs(w http.ResponseWriter, r *http.Request) error {
+	tail := 0
+	if v := r.URL.Query().Get("tail"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return errdefs.Field("tail", "must be a number of lines >= 0, got %q", v)
+		}
+		tail = n
+	}
+	b, err := a.wl.containers.Logs(r.Context(), r.PathValue("id"), tail)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxLogTail {
+		b = b[len(b)-maxLogTail:]
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_, err = w.Write(b)
+	return err
 }

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -11,6 +14,8 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/artifact"
+	"github.com/nodemgr/nodemgr/internal/container"
+	"github.com/nodemgr/nodemgr/internal/dockerengine"
 	"github.com/nodemgr/nodemgr/internal/portalloc"
 	"github.com/nodemgr/nodemgr/internal/service"
 )
@@ -19,10 +24,17 @@ import (
 // supervised services, with the node's port allocator. They live in the
 // agent's data dir and prefix, so a restarted agent finds them again.
 type workloads struct {
-	log       *slog.Logger
-	artifacts *artifact.Store
-	ports     *portalloc.Allocator
-	services  *service.Supervisor
+	log        *slog.Logger
+	artifacts  *artifact.Store
+	ports      *portalloc.Allocator
+	services   *service.Supervisor
+	containers *container.Manager
+
+	// reports holds container changes not yet sent to the server, by job
+	// id; reported wakes the session to send them (capacity 1).
+	repMu    sync.Mutex
+	reports  map[string]api.Container
+	reported chan struct{}
 
 	// changed wakes the presence publisher; capacity 1.
 	changed chan struct{}
@@ -31,8 +43,11 @@ type workloads struct {
 	presence api.Presence
 }
 
-func newWorkloads(cfg Config, log *slog.Logger) (*workloads, error) {
-	w := &workloads{log: log, changed: make(chan struct{}, 1)}
+// newWorkloads sets up the agent's workloads. scope names this agent's
+// containers on an engine other agents may share.
+func newWorkloads(cfg Config, scope string, log *slog.Logger) (*workloads, error) {
+	w := &workloads{log: log, changed: make(chan struct{}, 1),
+		reports: map[string]api.Container{}, reported: make(chan struct{}, 1)}
 	lo, hi, err := cfg.portRange()
 	if err != nil {
 		return nil, err
@@ -61,13 +76,78 @@ func newWorkloads(cfg Config, log *slog.Logger) (*workloads, error) {
 	if err != nil {
 		return nil, err
 	}
+	engine, err := dockerengine.Connect(cfg.DockerHost)
+	if err != nil {
+		return nil, fmt.Errorf("docker engine for containers: %w", err)
+	}
+	w.containers, err = container.New(container.Config{
+		Engine:   engine,
+		StateDir: filepath.Join(cfg.DataDir, "containers"),
+		Ports:    containerPorts{w.ports},
+		HostIP:   cfg.ContainerHostIP,
+		Scope:    scope,
+		Logger:   log.With("component", "container"),
+		OnChange: w.containerChanged,
+	})
+	if err != nil {
+		return nil, err
+	}
 	w.presence.LocalAPI = api.LocalAPI{Socket: cfg.LocalAPISocket, TCP: cfg.LocalAPIListen}
 	return w, nil
 }
 
-// run supervises the services until ctx ends; they keep running after.
+// run supervises services and containers until ctx ends; both keep
+// running after, for the next agent to adopt.
 func (w *workloads) run(ctx context.Context) error {
-	return w.services.Run(ctx)
+	var wg sync.WaitGroup
+	var cerr error
+	wg.Go(func() { cerr = w.containers.Run(ctx) })
+	err := w.services.Run(ctx)
+	wg.Wait()
+	return errors.Join(err, cerr)
+}
+
+// containerChanged queues a container's change for the server.
+func (w *workloads) containerChanged(c api.Container) {
+	w.repMu.Lock()
+	w.reports[c.Job.ID] = c
+	w.repMu.Unlock()
+	select {
+	case w.reported <- struct{}{}:
+	default:
+	}
+	if api.ContainerFinal(c.Status) || c.Status == api.ContainerRunning {
+		w.poke()
+	}
+}
+
+// takeReports returns the queued container changes; all of them when
+// everything is true (after a reconnect the server gets the full list).
+func (w *workloads) takeReports(everything bool) []api.Container {
+	w.repMu.Lock()
+	defer w.repMu.Unlock()
+	if everything {
+		clear(w.reports)
+		return w.containers.List()
+	}
+	out := make([]api.Container, 0, len(w.reports))
+	for _, c := range w.reports {
+		out = append(out, c)
+	}
+	clear(w.reports)
+	return out
+}
+
+// requeue puts reports the server did not take back in the queue, unless
+// a newer one came meanwhile.
+func (w *workloads) requeue(cs []api.Container) {
+	w.repMu.Lock()
+	defer w.repMu.Unlock()
+	for _, c := range cs {
+		if _, newer := w.reports[c.Job.ID]; !newer {
+			w.reports[c.Job.ID] = c
+		}
+	}
 }
 
 func (w *workloads) poke() {
@@ -111,6 +191,31 @@ func (w *workloads) artifactInfo(inst artifact.Installed) api.Artifact {
 	}
 }
 
+// containerPorts books container host ports in the node's allocator.
+type containerPorts struct{ a *portalloc.Allocator }
+
+// Allocate grants the specific ports and count random ones. Ports owner
+// already holds count as granted: a restarted agent re-books the ports of
+// the containers it adopts, which the allocator's state file kept.
+func (p containerPorts) Allocate(owner string, ports []int, count int) ([]int, error) {
+	var want []int
+	for _, port := range ports {
+		if o, ok := p.a.Owner(port); !ok || o != owner {
+			want = append(want, port)
+		}
+	}
+	if len(want) == 0 && count == 0 {
+		return ports, nil
+	}
+	got, err := p.a.Allocate(owner, portalloc.Request{Ports: want, Count: count})
+	if err != nil {
+		return nil, err
+	}
+	return append(slices.Clone(ports), got[len(want):]...), nil
+}
+
+func (p containerPorts) Release(owner string) { p.a.ReleaseOwner(owner) }
+
 // artifactTrees lets services find installed artifacts.
 type artifactTrees struct{ s *artifact.Store }
 
@@ -146,4 +251,11 @@ func (p servicePorts) Release(owner string) { p.a.ReleaseOwner(owner) }
 func (p servicePorts) Holds(owner string, port int) bool {
 	o, ok := p.a.Owner(port)
 	return ok && o == owner
+}
+
+// agentScope identifies this agent (machine and data dir, as the server
+// keys nodes) in a short form fit for container names and labels.
+func agentScope(machineID, dataDir string) string {
+	sum := sha256.Sum256([]byte(machineID + "\x00" + dataDir))
+	return hex.EncodeToString(sum[:5])
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/agent"
 	"github.com/nodemgr/nodemgr/internal/auth"
+
 	// Providers register themselves with provision.
 	_ "github.com/nodemgr/nodemgr/internal/provision/docker"
 	_ "github.com/nodemgr/nodemgr/internal/provision/local"
@@ -134,7 +135,9 @@ func agentFlags(cmd *cobra.Command) {
 	fl.String("local-api-socket", "", "unix socket of the local API (default <data dir>/agent.sock)")
 	fl.String("local-api-listen", "", "also serve the local API on TCP host:port; needs --local-api-token")
 	fl.String("local-api-token", "", "token the TCP local API requires ($NODEMGR_LOCAL_API_TOKEN)")
-	fl.String("port-range", "", "ports the agent hands to services, min-max (default 16384-65535)")
+	fl.String("port-range", "", "ports the agent hands to services and containers, min-max (default 16384-65535)")
+	fl.String("docker-host", "", "Docker engine for containers (default $DOCKER_HOST, else the local socket)")
+	fl.String("container-host-ip", "", "address containers' host ports bind to (default all)")
 }
 
 // agentConfig merges config file < NODEMGR_* environment < flags.
@@ -166,6 +169,8 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	str("local-api-listen", &cfg.LocalAPIListen)
 	str("local-api-token", &cfg.LocalAPIToken)
 	str("port-range", &cfg.PortRange)
+	str("docker-host", &cfg.DockerHost)
+	str("container-host-ip", &cfg.ContainerHostIP)
 	if fl.Changed("standalone") {
 		cfg.Standalone, _ = fl.GetBool("standalone")
 	}

@@ -33,16 +33,7 @@ func newSuiteCmd(e *env) *cobra.Command {
 // Unknown keys are errors with their line.
 func LoadSuiteFile(path string) (api.SuiteSpec, error) {
 	var spec api.SuiteSpec
-	b, err := readFileOrStdin(path)
-	if err != nil {
-		return spec, err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&spec); err != nil {
-		return spec, fmt.Errorf("%s: %w", path, err)
-	}
-	return spec, nil
+	return spec, loadYAML(path, &spec)
 }
 
 func readFileOrStdin(path string) ([]byte, error) {

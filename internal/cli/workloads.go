@@ -1,14 +1,12 @@
 package cli
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
@@ -26,17 +24,21 @@ func workloadFlags(cmd *cobra.Command) {
 // nodeTarget picks the client and the node a workload command acts on, and
 // returns the arguments after NODE.
 func nodeTarget(cmd *cobra.Command, e *env, args []string) (*client.Client, string, []string, error) {
-	sock, _ := cmd.Flags().GetString("agent-socket")
-	if sock == "" {
-		sock = e.getenv("NODEMGR_AGENT_SOCKET")
-	}
-	if sock != "" {
+	if sock := agentSocket(cmd, e); sock != "" {
 		return client.NewAgent(sock), "", args, nil
 	}
 	if len(args) == 0 {
 		return nil, "", nil, fmt.Errorf("name the NODE (see `nodemgr node ls`), or use --agent-socket to talk to an agent directly")
 	}
 	return clientFor(cmd, e), args[0], args[1:], nil
+}
+
+// agentSocket is --agent-socket, else $NODEMGR_AGENT_SOCKET.
+func agentSocket(cmd *cobra.Command, e *env) string {
+	if sock, _ := cmd.Flags().GetString("agent-socket"); sock != "" {
+		return sock
+	}
+	return e.getenv("NODEMGR_AGENT_SOCKET")
 }
 
 // nodeArgs accepts n arguments after NODE (NODE is absent with --agent-socket).
@@ -203,16 +205,7 @@ agent adopts it again).`,
 // are errors with their line.
 func LoadServiceFile(path string) (api.ServiceSpec, error) {
 	var spec api.ServiceSpec
-	b, err := readFileOrStdin(path)
-	if err != nil {
-		return spec, err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&spec); err != nil {
-		return spec, fmt.Errorf("%s: %w", path, err)
-	}
-	return spec, nil
+	return spec, loadYAML(path, &spec)
 }
 
 func serviceStartCmd(e *env) *cobra.Command {

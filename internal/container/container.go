@@ -60,7 +60,13 @@ type Config struct {
 	// the node's addresses.
 	HostIP string
 	// Node is the node's ID, reported in each Container.
-	Node   string
+	Node string
+	// Scope names this manager's containers when several managers share
+	// one engine (agents with their own data dirs on one machine): they
+	// carry the label nodemgr.scope=<Scope>, their names end with it, and
+	// the manager looks at no other. A DNS-label-ish string; empty is
+	// unscoped.
+	Scope  string
 	Logger *slog.Logger
 	// OnChange is called on every status change and usage sample, in
 	// order, never with the manager's locks held: the callback may call
@@ -85,6 +91,7 @@ type Manager struct {
 	ports          Ports
 	hostIP         netip.Addr
 	node           string
+	scope          string
 	log            *slog.Logger
 	onChange       func(api.Container)
 	usageEvery     time.Duration
@@ -122,6 +129,7 @@ func New(cfg Config) (*Manager, error) {
 		dir:            cfg.StateDir,
 		ports:          cfg.Ports,
 		node:           cfg.Node,
+		scope:          cfg.Scope,
 		log:            cfg.Logger,
 		onChange:       cfg.OnChange,
 		usageEvery:     cmp.Or(cfg.UsageInterval, DefaultUsageInterval),

@@ -68,8 +68,21 @@ func (m *Manager) ensureImage(ctx context.Context, ref string) error {
 
 // containerName is the engine's name for a job's container: readable in
 // docker ps, and unique per job ID.
-func containerName(job api.ContainerJob) string {
-	return "nodemgr-" + job.Name + "-" + job.ID
+func (m *Manager) containerName(job api.ContainerJob) string {
+	name := "nodemgr-" + job.Name + "-" + job.ID
+	if m.scope != "" {
+		name += "-" + m.scope
+	}
+	return name
+}
+
+// scoped adds the manager's scope to a label filter, so that managers
+// sharing an engine never touch each other's containers.
+func (m *Manager) scoped(f client.Filters) client.Filters {
+	if m.scope != "" {
+		f.Add("label", LabelScope+"="+m.scope)
+	}
+	return f
 }
 
 // createOptions turns a normalized job, with its host ports resolved,
@@ -81,6 +94,9 @@ func (m *Manager) createOptions(job api.ContainerJob, ports []api.ContainerPort)
 	}
 	labels[LabelJob] = job.ID
 	labels[LabelName] = job.Name
+	if m.scope != "" {
+		labels[LabelScope] = m.scope
+	}
 
 	env := make([]string, 0, len(job.Env))
 	for _, k := range slices.Sorted(maps.Keys(job.Env)) {
@@ -97,7 +113,7 @@ func (m *Manager) createOptions(job api.ContainerJob, ports []api.ContainerPort)
 
 	memory := job.MemoryMB << 20
 	return client.ContainerCreateOptions{
-		Name: containerName(job),
+		Name: m.containerName(job),
 		Config: &container.Config{
 			Image:        job.Image,
 			Cmd:          job.Command,
@@ -214,7 +230,7 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 func (m *Manager) removeJobContainers(ctx context.Context, jobID string) error {
 	f := client.Filters{}
 	f.Add("label", LabelJob+"="+jobID)
-	res, err := m.engine.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	res, err := m.engine.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: m.scoped(f)})
 	if err != nil {
 		return fmt.Errorf("list containers of job %s: %w", jobID, dockerengine.Classify(err))
 	}

@@ -19,8 +19,9 @@ import (
 // Labels nodemgr puts on every container it makes; a job's own labels
 // cannot use these keys.
 const (
-	LabelJob  = "nodemgr.job"
-	LabelName = "nodemgr.name"
+	LabelJob   = "nodemgr.job"
+	LabelName  = "nodemgr.name"
+	LabelScope = "nodemgr.scope"
 )
 
 // minMemoryMB is the smallest memory limit the Docker engine accepts.
@@ -73,7 +74,7 @@ func Validate(job api.ContainerJob) error {
 		switch k {
 		case "":
 			return errdefs.Field("labels", "a label key is empty")
-		case LabelJob, LabelName:
+		case LabelJob, LabelName, LabelScope:
 			return errdefs.Field("labels."+k, "is set by nodemgr; use another key")
 		}
 	}

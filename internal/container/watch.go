@@ -67,7 +67,7 @@ func (m *Manager) watchEvents(ctx context.Context, nudge chan<- string) {
 		f.Add("type", "container")
 		f.Add("label", LabelJob)
 		f.Add("event", "die", "oom", "destroy")
-		res := m.engine.Events(ctx, client.EventsListOptions{Filters: f})
+		res := m.engine.Events(ctx, client.EventsListOptions{Filters: m.scoped(f)})
 		send(ctx, nudge, "")
 	stream:
 		for {

@@ -227,6 +227,8 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		return h.s.issueCredential(ctx, h.sess.nodeID)
 	case api.MethodPresence:
 		return h.presence(body)
+	case api.MethodContainersReport:
+		return h.containersReport(ctx, body)
 	case api.MethodSuiteNext:
 		return h.suiteNext(ctx)
 	case api.MethodSuiteLeave:

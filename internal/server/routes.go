@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -27,7 +28,7 @@ type route struct {
 }
 
 func (s *Server) routeTable() []route {
-	return append(s.coreRoutes(), s.workloadRoutes()...)
+	return slices.Concat(s.coreRoutes(), s.workloadRoutes(), s.containerRoutes())
 }
 
 func (s *Server) coreRoutes() []route {

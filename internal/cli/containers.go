@@ -1,0 +1,332 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
+)
+
+func newContainerCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "container",
+		Short: "Deploy, list, move and delete containers on nodes",
+		Long: `Containers on command (the Oakestra node engine's deploy/delete/move/replicate
+messages): the node's agent runs the job through its Docker engine with the
+job's CPU and memory limits, env, command and ports, and reports its status
+(CREATING → RUNNING → COMPLETED | FAILED | DEAD → UNDEPLOYED) and usage back.
+
+A job file:
+
+  name: web
+  image: nginx:alpine       # must be on the node's engine (docker load / import)
+  command: [nginx, -g, "daemon off;"]
+  cpus: 0.5
+  memory_mb: 128
+  env: {MODE: prod}
+  ports: [{container: 80}]  # host 0 or absent: a port from the node's allocator`,
+	}
+	workloadFlags(cmd)
+	cmd.AddCommand(containerDeployCmd(e), containerLsCmd(e), containerShowCmd(e), containerLogsCmd(e),
+		containerDeleteCmd(e), containerMoveCmd(e, api.ContainerMove), containerMoveCmd(e, api.ContainerReplicate),
+		containerSendCmd(e))
+	return cmd
+}
+
+// loadYAML reads a YAML (or JSON) file strictly into v.
+func loadYAML(path string, v any) error {
+	b, err := readFileOrStdin(path)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// containerClient is the server's client, or the local agent's with
+// --agent-socket.
+func containerClient(cmd *cobra.Command, e *env) (c *client.Client, local bool) {
+	if sock := agentSocket(cmd, e); sock != "" {
+		return client.NewAgent(sock), true
+	}
+	return clientFor(cmd, e), false
+}
+
+func containerDeployCmd(e *env) *cobra.Command {
+	var file, id string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "deploy NODE -f job.yaml",
+		Short: "Deploy a container job on a node",
+		Args:  nodeArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, _, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if file == "" {
+				return fmt.Errorf("give the job with -f FILE (YAML: name, image, command, cpus, memory_mb, env, ports; see `nodemgr container --help`)")
+			}
+			var job api.ContainerJob
+			if err := loadYAML(file, &job); err != nil {
+				return err
+			}
+			if id != "" {
+				job.ID = id
+			}
+			if !asJSON {
+				fmt.Fprintf(e.stderr, "deploying %s (%s) on %s ...\n", job.Name, job.Image, where(node))
+			}
+			ct, err := c.DeployContainer(cmd.Context(), node, job)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, ct)
+			}
+			printContainer(e, ct)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "job file (YAML or JSON; - for stdin)")
+	cmd.Flags().StringVar(&id, "id", "", "job id (default: one is made up)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func containerLsCmd(e *env) *cobra.Command {
+	var all, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls [NODE]",
+		Short: "List container jobs (live ones; --all includes finished and undeployed)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, local := containerClient(cmd, e)
+			node := ""
+			if len(args) == 1 {
+				if local {
+					return fmt.Errorf("with --agent-socket give no NODE")
+				}
+				node = args[0]
+			}
+			cs, err := c.Containers(cmd.Context(), node, all)
+			if err != nil {
+				return err
+			}
+			if local && !all {
+				cs = liveOnly(cs)
+			}
+			if asJSON {
+				return printJSON(e.stdout, cs)
+			}
+			t := newTable(e.stdout, "ID", "NAME", "NODE", "IMAGE", "STATUS", "PORTS", "CPU", "MEMORY", "AGE")
+			now := time.Now()
+			for _, ct := range cs {
+				created := ct.CreatedAt
+				t.row(ct.Job.ID, ct.Job.Name, orDash(ct.Node), ct.Job.Image, statusText(ct), portsText(ct.Ports),
+					cpuText(ct), memText(ct), ago(&created, now))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "include finished and undeployed jobs")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func liveOnly(cs []api.Container) []api.Container {
+	var out []api.Container
+	for _, c := range cs {
+		if !api.ContainerFinal(c.Status) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func containerShowCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one container job",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _ := containerClient(cmd, e)
+			ct, err := c.Container(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, ct)
+			}
+			printContainer(e, ct)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func containerLogsCmd(e *env) *cobra.Command {
+	var tail int
+	cmd := &cobra.Command{
+		Use:   "logs ID",
+		Short: "Print a container's output (stdout and stderr)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _ := containerClient(cmd, e)
+			b, err := c.ContainerLogs(cmd.Context(), args[0], tail)
+			if err != nil {
+				return err
+			}
+			_, err = e.stdout.Write(b)
+			return err
+		},
+	}
+	cmd.Flags().IntVar(&tail, "tail", 200, "lines from the end (0: all)")
+	return cmd
+}
+
+func containerDeleteCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete ID...",
+		Short: "Stop and remove container jobs (their status becomes UNDEPLOYED)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _ := containerClient(cmd, e)
+			for _, id := range args {
+				ct, err := c.DeleteContainer(cmd.Context(), id)
+				if err != nil {
+					return fmt.Errorf("delete %s: %w", id, err)
+				}
+				fmt.Fprintf(e.stdout, "%s %s\n", ct.Job.ID, ct.Status)
+			}
+			return nil
+		},
+	}
+}
+
+// containerMoveCmd is move (one target) or replicate (one or more).
+func containerMoveCmd(e *env, verb string) *cobra.Command {
+	use, short, args := "move ID NODE", "Run a container job on another node, then delete it where it was", cobra.ExactArgs(2)
+	if verb == api.ContainerReplicate {
+		use, short, args = "replicate ID NODE...", "Deploy copies of a container job (new ids) on nodes", cobra.MinimumNArgs(2)
+	}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  args,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, local := containerClient(cmd, e); local {
+				return fmt.Errorf("%s needs a server: it spans nodes", verb)
+			}
+			cs, err := clientFor(cmd, e).ContainerCommand(cmd.Context(), api.ContainerCommand{
+				Command: verb, Job: api.ContainerJob{ID: args[0]}, Worker: args[1:]})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, cs)
+			}
+			for _, ct := range cs {
+				fmt.Fprintf(e.stdout, "%s on %s: %s\n", ct.Job.ID, ct.Node, statusText(ct))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func containerSendCmd(e *env) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "send -f message.yaml",
+		Short: "Send a raw container message {command, job, worker} (the node engine's format)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return fmt.Errorf("give the message with -f FILE")
+			}
+			var msg api.ContainerCommand
+			if err := loadYAML(file, &msg); err != nil {
+				return err
+			}
+			cs, err := clientFor(cmd, e).ContainerCommand(cmd.Context(), msg)
+			if err != nil {
+				return err
+			}
+			return printJSON(e.stdout, cs)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "message file (YAML or JSON; - for stdin)")
+	return cmd
+}
+
+func printContainer(e *env, c api.Container) {
+	t := newTable(e.stdout, "FIELD", "VALUE")
+	rows := [][2]string{
+		{"ID", c.Job.ID}, {"Name", c.Job.Name}, {"Node", orDash(c.Node)}, {"Image", c.Job.Image},
+		{"Status", statusText(c)}, {"Container", orDash(c.ContainerID)},
+		{"Command", orDash(strings.Join(c.Job.Command, " "))}, {"Ports", portsText(c.Ports)},
+		{"CPU", cpuText(c)}, {"Memory", memText(c)}, {"Created", c.CreatedAt.Format(time.RFC3339)},
+	}
+	for _, r := range rows {
+		t.row(r[0], r[1])
+	}
+	t.flush()
+}
+
+func statusText(c api.Container) string {
+	s := c.Status
+	if c.Reason != "" {
+		s += " (" + c.Reason + ")"
+	}
+	return s
+}
+
+func portsText(ports []api.ContainerPort) string {
+	var parts []string
+	for _, p := range ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = "tcp"
+		}
+		parts = append(parts, fmt.Sprintf("%d->%d/%s", p.Host, p.Container, proto))
+	}
+	return orDash(strings.Join(parts, ","))
+}
+
+func cpuText(c api.Container) string {
+	limit := "no limit"
+	if c.Job.CPUs > 0 {
+		limit = strconv.FormatFloat(c.Job.CPUs, 'f', -1, 64) + " cores"
+	}
+	if c.Usage == nil {
+		return limit
+	}
+	return fmt.Sprintf("%.1f%% of %s", c.Usage.CPUPercent, limit)
+}
+
+func memText(c api.Container) string {
+	limit := "no limit"
+	if c.Job.MemoryMB > 0 {
+		limit = strconv.FormatInt(c.Job.MemoryMB, 10) + " MiB"
+	}
+	if c.Usage == nil {
+		return limit
+	}
+	return bytesIEC(c.Usage.MemoryBytes) + " / " + limit
+}

@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+)
+
+// TestContainersOnCommand is issue 6's containers end to end: deploy
+// through the server onto a node's engine, statuses reported back, move
+// and replicate across nodes, an agent SIGKILLed and restarted re-adopts
+// its container, delete leaves nothing behind.
+func TestContainersOnCommand(t *testing.T) {
+	eng := dockertest.Client(t)
+	image := dockertest.EnsureImage(t, eng)
+	testLabels := dockertest.Labels(t, eng) // removes leftovers when the test ends
+	labelJSON, _ := json.Marshal(testLabels)
+	s := startServer(t)
+	a1 := startAgent(t, s, "ct-one", "--container-host-ip", "127.0.0.1")
+	a2 := startAgent(t, s, "ct-two", "--container-host-ip", "127.0.0.1")
+	waitStatus(t, s, "ct-one", api.StatusOnline, 20*time.Second)
+	waitStatus(t, s, "ct-two", api.StatusOnline, 20*time.Second)
+	c := s.client()
+	ctx := context.Background()
+
+	dir := t.TempDir()
+	webJob := filepath.Join(dir, "web.yaml")
+	os.WriteFile(webJob, []byte(fmt.Sprintf(`name: web
+image: %s
+command: [sh, -c, "echo hello from web; mkdir -p /www && echo web-up > /www/index.html && exec httpd -f -p 8080 -h /www"]
+cpus: 0.5
+memory_mb: 64
+env: {MODE: test}
+ports: [{container: 8080}]
+labels: %s
+`, image, labelJSON)), 0o644)
+	out, stderr, code := s.run(t, "container", "deploy", "ct-one", "-f", webJob, "--id", "web1", "--json")
+	if code != 0 {
+		t.Fatalf("container deploy: exit %d\n%s%s", code, out, stderr)
+	}
+	var web api.Container
+	if err := json.Unmarshal([]byte(out), &web); err != nil || web.Status != api.ContainerRunning || len(web.Ports) != 1 || web.Ports[0].Host == 0 {
+		t.Fatalf("deployed %s: %+v, %v; want RUNNING with a host port", out, web, err)
+	}
+	answers := func(port int) func() (bool, string) {
+		return func() (bool, string) {
+			body, err := get(fmt.Sprintf("http://127.0.0.1:%d/", port))
+			return err == nil && strings.Contains(body, "web-up"), fmt.Sprint(body, err)
+		}
+	}
+	waitFor(t, 15*time.Second, "web answers on its host port", answers(web.Ports[0].Host))
+	if logs, _, _ := s.run(t, "container", "logs", "web1"); !strings.Contains(logs, "hello from web") {
+		t.Errorf("container logs = %q, want the job's output", logs)
+	}
+
+	// A job that exits 3: its FAILED status reaches the server by report.
+	failJob := filepath.Join(dir, "fail.yaml")
+	os.WriteFile(failJob, []byte(fmt.Sprintf("name: fail\nimage: %s\ncommand: [sh, -c, \"sleep 1; exit 3\"]\nlabels: %s\n", image, labelJSON)), 0o644)
+	if out, stderr, code := s.run(t, "container", "deploy", "ct-two", "-f", failJob, "--id", "fail1"); code != 0 {
+		t.Fatalf("deploy fail1: exit %d\n%s%s", code, out, stderr)
+	}
+	waitFor(t, 20*time.Second, "fail1 reported FAILED with exit code 3", func() (bool, string) {
+		ct, err := c.Container(ctx, "fail1")
+		return err == nil && ct.Status == api.ContainerFailed && ct.ExitCode != nil && *ct.ExitCode == 3, fmt.Sprintf("%+v %v", ct, err)
+	})
+
+	// Move web1 to ct-two: it runs there, and is undeployed on ct-one.
+	if out, stderr, code := s.run(t, "container", "move", "web1", "ct-two"); code != 0 {
+		t.Fatalf("container move: exit %d\n%s%s", code, out, stderr)
+	}
+	moved, err := c.Container(ctx, "web1")
+	n2, _ := nodeByName(t, s, "ct-two")
+	if err != nil || moved.Node != n2.ID || moved.Status != api.ContainerRunning {
+		t.Fatalf("after move: %+v, %v; want RUNNING on ct-two", moved, err)
+	}
+	waitFor(t, 15*time.Second, "moved web answers", answers(moved.Ports[0].Host))
+
+	// Replicate it back onto ct-one under a new id.
+	out, stderr, code = s.run(t, "container", "replicate", "web1", "ct-one", "--json")
+	var copies []api.Container
+	if code != 0 || json.Unmarshal([]byte(out), &copies) != nil || len(copies) != 1 || copies[0].Job.ID == "web1" {
+		t.Fatalf("container replicate: exit %d\n%s%s", code, out, stderr)
+	}
+	waitFor(t, 15*time.Second, "replica answers", answers(copies[0].Ports[0].Host))
+
+	// SIGKILL ct-two's agent: the container keeps running; the restarted
+	// agent adopts it (same engine container) and keeps its port booked.
+	a2.signal(syscall.SIGKILL)
+	a2.wait(10 * time.Second)
+	waitFor(t, 5*time.Second, "web answers with its agent dead", answers(moved.Ports[0].Host))
+	a2.restart(t)
+	waitStatus(t, s, "ct-two", api.StatusOnline, 20*time.Second)
+	adopted, err := c.Container(ctx, "web1")
+	if err != nil || adopted.ContainerID != moved.ContainerID || adopted.Status != api.ContainerRunning {
+		t.Fatalf("after the agent restart: %+v, %v; want the same container RUNNING", adopted, err)
+	}
+	ports, _ := os.ReadFile(filepath.Join(a2.dataDir, "ports.json"))
+	if !strings.Contains(string(ports), fmt.Sprint(moved.Ports[0].Host)) {
+		t.Errorf("restarted agent's port allocator lost web1's port %d: %s", moved.Ports[0].Host, ports)
+	}
+
+	// Listing spans nodes; delete leaves no container behind.
+	out, _, _ = s.run(t, "container", "ls")
+	if !strings.Contains(out, "web1") || !strings.Contains(out, copies[0].Job.ID) || strings.Contains(out, "fail1") {
+		t.Errorf("container ls (live):\n%s", out)
+	}
+	if out, stderr, code := s.run(t, "container", "delete", "web1", copies[0].Job.ID); code != 0 || strings.Count(out, "UNDEPLOYED") != 2 {
+		t.Fatalf("container delete: exit %d\n%s%s", code, out, stderr)
+	}
+	waitFor(t, 20*time.Second, "only fail1's exited container is left", func() (bool, string) {
+		left := dockertest.Containers(t, eng, testLabels)
+		return len(left) <= 1, fmt.Sprint(left)
+	})
+	_ = a1
+}
+
+// TestBadContainerCommandsAreRefused: a missing image, an unknown command,
+// a bad job: clear errors, no container and no port left.
+func TestBadContainerCommandsAreRefused(t *testing.T) {
+	eng := dockertest.Client(t)
+	dockertest.EnsureImage(t, eng)
+	testLabels := dockertest.Labels(t, eng)
+	labelJSON, _ := json.Marshal(testLabels)
+	s := startServer(t)
+	a := startAgent(t, s, "ct-bad", "--container-host-ip", "127.0.0.1")
+	waitStatus(t, s, "ct-bad", api.StatusOnline, 20*time.Second)
+	dir := t.TempDir()
+	cases := []struct{ name, file, want string }{
+		{"missing image", fmt.Sprintf("name: x\nimage: nodemgr-test/no-such-image:1\nports: [{container: 80}]\nlabels: %s\n", labelJSON), "no-such-image"},
+		{"negative cpus", "name: x\nimage: busybox\ncpus: -1\n", "cpus"},
+		{"bad port", "name: x\nimage: busybox\nports: [{container: 70000}]\n", "ports[0].container"},
+		{"unikernel", "name: x\nimage: busybox\ntechnology: unikernel\n", "unikernel"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := filepath.Join(dir, "job.yaml")
+			os.WriteFile(f, []byte(tc.file), 0o644)
+			_, stderr, code := s.run(t, "container", "deploy", "ct-bad", "-f", f)
+			if code == 0 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("deploy %s: exit %d, %q; want a failure naming %q", tc.name, code, stderr, tc.want)
+			}
+		})
+	}
+	msg := filepath.Join(dir, "msg.yaml")
+	os.WriteFile(msg, []byte("command: explode\njob: {name: x, image: busybox}\nworker: [ct-bad]\n"), 0o644)
+	if _, stderr, code := s.run(t, "container", "send", "-f", msg); code == 0 || !strings.Contains(stderr, "command") {
+		t.Errorf("unknown command: exit %d, %q; want a failure naming the command field", code, stderr)
+	}
+	if left := dockertest.Containers(t, eng, testLabels); len(left) != 0 {
+		t.Errorf("refused deploys left containers: %v", left)
+	}
+	if ports, err := os.ReadFile(filepath.Join(a.dataDir, "ports.json")); err == nil && strings.Contains(string(ports), "container:") {
+		t.Errorf("refused deploys left ports booked: %s", ports)
+	}
+}
