@@ -205,3 +205,53 @@ func (c *Client) ContainerLogs(ctx context.Context, id string, tail int) ([]byte
 	defer resp.Body.Close()
 	return io.ReadAll(resp.Body)
 }
+
+// Resources returns node's books: onboarding, committed, allocated, free.
+func (c *Client) Resources(ctx context.Context, node string) (api.NodeResources, error) {
+	var out api.NodeResources
+	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/resources"), nil, &out)
+}
+
+// Onboard offers share percent (10-90) of node's machine to workloads.
+func (c *Client) Onboard(ctx context.Context, node string, share int) (api.Onboarding, error) {
+	var out api.Onboarding
+	return out, c.Do(ctx, http.MethodPost, nodePath(node, "/onboard"), api.OnboardRequest{SharePercent: share}, &out)
+}
+
+// Offboard withdraws node's offer; force lets the workloads that run keep
+// their allocations until they end.
+func (c *Client) Offboard(ctx context.Context, node string, force bool) error {
+	return c.Do(ctx, http.MethodPost, nodePath(node, "/offboard?force="+strconv.FormatBool(force)), nil, nil)
+}
+
+// Allocations lists the workloads holding node's resources.
+func (c *Client) Allocations(ctx context.Context, node string) ([]api.Allocation, error) {
+	var out []api.Allocation
+	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/allocations"), nil, &out)
+}
+
+// Allocation returns one allocation.
+func (c *Client) Allocation(ctx context.Context, node, id string) (api.Allocation, error) {
+	var out api.Allocation
+	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/allocations/"+url.PathEscape(id)), nil, &out)
+}
+
+// AllocationAction stops or restarts the workload behind an allocation.
+func (c *Client) AllocationAction(ctx context.Context, node, id, action string) (api.Allocation, error) {
+	var out api.Allocation
+	return out, c.long(ctx, http.MethodPost, nodePath(node, "/allocations/"+url.PathEscape(id)+"/"+url.PathEscape(action)), nil, &out)
+}
+
+// AllocationLogs returns the log of the workload behind an allocation.
+func (c *Client) AllocationLogs(ctx context.Context, node, id string) ([]byte, error) {
+	req, err := c.request(ctx, http.MethodGet, nodePath(node, "/allocations/"+url.PathEscape(id)+"/logs"), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.streamDo(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}

@@ -125,6 +125,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("hardware detection incomplete", "err", err)
 	}
 	a.hardware.Hostname = firstNonEmpty(a.hardware.Hostname, a.cfg.Name)
+	if err := a.wl.initCapacity(ctx, a.cfg, a.hardware); err != nil {
+		return fmt.Errorf("resource books: %w", err)
+	}
+	a.wl.reconcileBooks()
 
 	// The runner outlives connections: a suite goes on while the agent
 	// reconnects, and its reports wait for the next session.

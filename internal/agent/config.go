@@ -61,6 +61,10 @@ type Config struct {
 	// ContainerHostIP is the address containers' host ports bind to;
 	// default all addresses.
 	ContainerHostIP string `yaml:"container_host_ip"`
+	// OnboardShare is the share (10-90 %) of the machine a node offers to
+	// containers and services when it first starts; default 90, negative
+	// leaves it to `nodemgr node onboard`.
+	OnboardShare int `yaml:"onboard_share"`
 	// PortRange is the range the port allocator hands out, "min-max";
 	// default 16384-65535.
 	PortRange string `yaml:"port_range"`
@@ -186,6 +190,9 @@ func (c *Config) setDefaults() error {
 	if c.LocalAPISocket == "" {
 		c.LocalAPISocket = filepath.Join(c.DataDir, "agent.sock")
 	}
+	if c.OnboardShare == 0 {
+		c.OnboardShare = 90
+	}
 	if c.PortRange == "" {
 		c.PortRange = fmt.Sprintf("%d-%d", portalloc.DefaultMin, portalloc.DefaultMax)
 	}
@@ -262,6 +269,9 @@ func (c *Config) validateWorkloads() error {
 	}
 	if c.ContainerHostIP != "" && net.ParseIP(c.ContainerHostIP) == nil {
 		return errdefs.Field("container_host_ip", "must be an IP address, got %q", c.ContainerHostIP)
+	}
+	if c.OnboardShare > 0 && (c.OnboardShare < 10 || c.OnboardShare > 90) {
+		return errdefs.Field("onboard_share", "must be 10-90 (percent of the machine), or negative to onboard by hand; got %d", c.OnboardShare)
 	}
 	if _, _, err := c.portRange(); err != nil {
 		return err

@@ -56,6 +56,13 @@ func (a *Agent) localRoutes() []localRoute {
 		{"GET", "/v1/containers/{id}", a.handleGetContainer},
 		{"DELETE", "/v1/containers/{id}", a.handleDeleteContainer},
 		{"GET", "/v1/containers/{id}/logs", a.handleContainerLogs},
+		{"GET", "/v1/resources", a.handleResources},
+		{"POST", "/v1/onboard", a.handleOnboard},
+		{"POST", "/v1/offboard", a.handleOffboard},
+		{"GET", "/v1/allocations", a.handleListAllocations},
+		{"GET", "/v1/allocations/{id}", a.handleGetAllocation},
+		{"POST", "/v1/allocations/{id}/{action}", a.handleAllocationAction},
+		{"GET", "/v1/allocations/{id}/logs", a.handleAllocationLogs},
 	}
 }
 
@@ -299,7 +306,7 @@ func (a *Agent) handleStartService(w http.ResponseWriter, r *http.Request) error
 	if err := httpapi.Decode(r, &spec, maxLocalBody); err != nil {
 		return err
 	}
-	svc, err := a.wl.services.Start(r.Context(), spec)
+	svc, err := a.wl.startService(r.Context(), spec)
 	if err != nil {
 		return err
 	}
@@ -324,6 +331,7 @@ func (a *Agent) handleRemoveService(w http.ResponseWriter, r *http.Request) erro
 	if err := a.wl.services.Remove(r.PathValue("coordinate"), purge); err != nil {
 		return err
 	}
+	a.wl.unbook(api.AllocationService, r.PathValue("coordinate"))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -337,8 +345,10 @@ func (a *Agent) handleServiceAction(w http.ResponseWriter, r *http.Request) erro
 	switch action := r.PathValue("action"); action {
 	case "stop":
 		svc, err = a.wl.services.Stop(r.Context(), coord)
+		a.wl.unbook(api.AllocationService, coord)
 	case "drain":
 		svc, err = a.wl.services.Drain(r.Context(), coord)
+		a.wl.unbook(api.AllocationService, coord)
 	case "restart":
 		svc, err = a.wl.services.Restart(r.Context(), coord)
 	default:
@@ -392,7 +402,7 @@ func (a *Agent) handleDeployContainer(w http.ResponseWriter, r *http.Request) er
 	if err := httpapi.Decode(r, &job, maxLocalBody); err != nil {
 		return err
 	}
-	c, err := a.wl.containers.Deploy(r.Context(), job)
+	c, err := a.wl.deployContainer(r.Context(), job)
 	if err != nil {
 		return err
 	}
@@ -414,6 +424,7 @@ func (a *Agent) handleDeleteContainer(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
+	a.wl.unbook(api.AllocationContainer, c.Job.ID)
 	httpapi.WriteJSON(w, http.StatusOK, c)
 	return nil
 }

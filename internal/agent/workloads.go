@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/artifact"
+	"github.com/nodemgr/nodemgr/internal/capacity"
 	"github.com/nodemgr/nodemgr/internal/container"
 	"github.com/nodemgr/nodemgr/internal/dockerengine"
 	"github.com/nodemgr/nodemgr/internal/portalloc"
@@ -29,6 +30,9 @@ type workloads struct {
 	ports      *portalloc.Allocator
 	services   *service.Supervisor
 	containers *container.Manager
+
+	capMu    sync.Mutex
+	capacity *capacity.Ledger // nil until the hardware is known (initCapacity)
 
 	// reports holds container changes not yet sent to the server, by job
 	// id; reported wakes the session to send them (capacity 1).
@@ -109,6 +113,9 @@ func (w *workloads) run(ctx context.Context) error {
 
 // containerChanged queues a container's change for the server.
 func (w *workloads) containerChanged(c api.Container) {
+	if api.ContainerFinal(c.Status) {
+		w.unbook(api.AllocationContainer, c.Job.ID)
+	}
 	w.repMu.Lock()
 	w.reports[c.Job.ID] = c
 	w.repMu.Unlock()

@@ -104,7 +104,7 @@ Client commands read NODEMGR_ADDR and NODEMGR_TOKEN, or --addr and --token.`,
 	root.PersistentFlags().String("log-format", "text", "log format of daemons: text or json")
 	root.AddCommand(
 		newServerCmd(e), newAgentCmd(e), newDevCmd(e), newWorkerCmd(e),
-		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
+		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
 		newWhoamiCmd(e), newBenchCmd(e),
 	)
 	return root

@@ -157,7 +157,7 @@ func protocol(p api.ContainerPort) string {
 // it changes.
 func normalize(job api.ContainerJob) api.ContainerJob {
 	if job.ID == "" {
-		job.ID = newID()
+		job.ID = NewJobID()
 	}
 	if job.Technology == "" {
 		job.Technology = api.TechnologyDocker
@@ -172,8 +172,8 @@ func normalize(job api.ContainerJob) api.ContainerJob {
 	return job
 }
 
-// newID returns a short random job ID: 12 hex digits.
-func newID() string {
+// NewJobID returns a short random job ID: 12 hex digits, a DNS label.
+func NewJobID() string {
 	b := make([]byte, 6)
 	rand.Read(b)
 	return hex.EncodeToString(b)

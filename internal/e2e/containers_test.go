@@ -62,6 +62,28 @@ labels: %s
 		t.Errorf("container logs = %q, want the job's output", logs)
 	}
 
+	// The node's books hold web1's CPUs, memory and port.
+	res, err := c.Resources(ctx, "ct-one")
+	if err != nil || !res.Onboarded || res.Allocated.CPUs != 0.5 || res.Allocated.MemoryMB != 64 {
+		t.Fatalf("ct-one resources: %+v, %v; want onboarded, 0.5 CPUs and 64 MiB allocated", res, err)
+	}
+	if len(res.Allocations) != 1 || res.Allocations[0].ID != "container:web1" || len(res.Allocations[0].Ports) != 1 || res.Allocations[0].Ports[0] != web.Ports[0].Host {
+		t.Errorf("ct-one allocations = %+v, want container:web1 holding port %d", res.Allocations, web.Ports[0].Host)
+	}
+	// A job larger than the node's offer is refused with what is short,
+	// and leaves no container, no port and no booking behind.
+	bigJob := filepath.Join(dir, "big.yaml")
+	os.WriteFile(bigJob, []byte(fmt.Sprintf("name: big\nimage: %s\ncpus: 64\nports: [{container: 80}]\nlabels: %s\n", image, labelJSON)), 0o644)
+	if _, stderr, code := s.run(t, "container", "deploy", "ct-one", "-f", bigJob, "--id", "big1"); code == 0 || !strings.Contains(stderr, "does not fit") || !strings.Contains(stderr, "short") {
+		t.Errorf("deploy of 64 CPUs: exit %d, %q; want refused with what is short", code, stderr)
+	}
+	if as, err := c.Allocations(ctx, "ct-one"); err != nil || len(as) != 1 {
+		t.Errorf("after the refused deploy ct-one holds %+v, %v; want web1 only", as, err)
+	}
+	if _, err := c.Container(ctx, "big1"); err == nil {
+		t.Errorf("the refused job big1 is known to the server")
+	}
+
 	// A job that exits 3: its FAILED status reaches the server by report.
 	failJob := filepath.Join(dir, "fail.yaml")
 	os.WriteFile(failJob, []byte(fmt.Sprintf("name: fail\nimage: %s\ncommand: [sh, -c, \"sleep 1; exit 3\"]\nlabels: %s\n", image, labelJSON)), 0o644)
@@ -83,6 +105,9 @@ labels: %s
 		t.Fatalf("after move: %+v, %v; want RUNNING on ct-two", moved, err)
 	}
 	waitFor(t, 15*time.Second, "moved web answers", answers(moved.Ports[0].Host))
+	if as, _ := c.Allocations(ctx, "ct-one"); len(as) != 0 {
+		t.Errorf("after the move ct-one still holds %+v", as)
+	}
 
 	// Replicate it back onto ct-one under a new id.
 	out, stderr, code = s.run(t, "container", "replicate", "web1", "ct-one", "--json")
@@ -98,7 +123,10 @@ labels: %s
 	a2.wait(10 * time.Second)
 	waitFor(t, 5*time.Second, "web answers with its agent dead", answers(moved.Ports[0].Host))
 	a2.restart(t)
-	waitStatus(t, s, "ct-two", api.StatusOnline, 20*time.Second)
+	waitFor(t, 20*time.Second, "ct-two's agent back", func() (bool, string) {
+		_, err := c.Allocations(ctx, "ct-two")
+		return err == nil, fmt.Sprint(err)
+	})
 	adopted, err := c.Container(ctx, "web1")
 	if err != nil || adopted.ContainerID != moved.ContainerID || adopted.Status != api.ContainerRunning {
 		t.Fatalf("after the agent restart: %+v, %v; want the same container RUNNING", adopted, err)
@@ -107,13 +135,27 @@ labels: %s
 	if !strings.Contains(string(ports), fmt.Sprint(moved.Ports[0].Host)) {
 		t.Errorf("restarted agent's port allocator lost web1's port %d: %s", moved.Ports[0].Host, ports)
 	}
+	waitFor(t, 20*time.Second, "ct-two books web1 once after the agent restart", func() (bool, string) {
+		res, err := c.Resources(ctx, "ct-two")
+		return err == nil && len(res.Allocations) == 1 && res.Allocated.CPUs == 0.5, fmt.Sprintf("%+v %v", res.Allocations, err)
+	})
+
+	// Stopping an allocation stops its workload, whatever its kind.
+	replicaAlloc := "container:" + copies[0].Job.ID
+	if out, stderr, code := s.run(t, "allocation", "stop", "ct-one", replicaAlloc); code != 0 || !strings.Contains(out, "UNDEPLOYED") {
+		t.Fatalf("allocation stop %s: exit %d\n%s%s", replicaAlloc, code, out, stderr)
+	}
+	waitFor(t, 10*time.Second, "server sees the replica undeployed", func() (bool, string) {
+		ct, err := c.Container(ctx, copies[0].Job.ID)
+		return err == nil && ct.Status == api.ContainerUndeployed, fmt.Sprintf("%+v %v", ct, err)
+	})
 
 	// Listing spans nodes; delete leaves no container behind.
 	out, _, _ = s.run(t, "container", "ls")
-	if !strings.Contains(out, "web1") || !strings.Contains(out, copies[0].Job.ID) || strings.Contains(out, "fail1") {
+	if !strings.Contains(out, "web1") || strings.Contains(out, copies[0].Job.ID) || strings.Contains(out, "fail1") {
 		t.Errorf("container ls (live):\n%s", out)
 	}
-	if out, stderr, code := s.run(t, "container", "delete", "web1", copies[0].Job.ID); code != 0 || strings.Count(out, "UNDEPLOYED") != 2 {
+	if out, stderr, code := s.run(t, "container", "delete", "web1"); code != 0 || strings.Count(out, "UNDEPLOYED") != 1 {
 		t.Fatalf("container delete: exit %d\n%s%s", code, out, stderr)
 	}
 	waitFor(t, 20*time.Second, "only fail1's exited container is left", func() (bool, string) {

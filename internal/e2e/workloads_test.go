@@ -177,6 +177,11 @@ func TestArtifactsAndServicesSurviveAgentRestart(t *testing.T) {
 		t.Errorf("node show lacks the service:\n%s", out)
 	}
 
+	// The service holds an allocation with its port.
+	if as, err := c.Allocations(ctx, "svc-node"); err != nil || len(as) != 1 || as[0].ID != "service:1.echo.ops.test" || len(as[0].Ports) != 1 || as[0].Ports[0] != svc.Port {
+		t.Errorf("allocations = %+v, %v; want service:1.echo.ops.test holding port %d", as, err, svc.Port)
+	}
+
 	// An artifact in use cannot be removed.
 	if _, stderr, code := s.run(t, "artifact", "rm", "svc-node", "acme:echo:1.0"); code == 0 || !strings.Contains(stderr, "in use") {
 		t.Errorf("artifact rm of an artifact in use: exit %d, %q; want refused", code, stderr)
@@ -241,6 +246,9 @@ func TestArtifactsAndServicesSurviveAgentRestart(t *testing.T) {
 	}
 	if _, err := get(url); err == nil {
 		t.Errorf("stopped service still answers")
+	}
+	if as, err := c.Allocations(ctx, "svc-node"); err != nil || len(as) != 0 {
+		t.Errorf("a stopped service still holds %+v, %v", as, err)
 	}
 	logs, _, _ := s.run(t, "service", "logs", "svc-node", "1.echo.ops.test")
 	if !strings.Contains(logs, "echosvc request /") || !strings.Contains(logs, "stopping on SIGTERM") {

@@ -50,6 +50,7 @@ func TestLayers(t *testing.T) {
 		{"internal/portalloc", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/service", []string{"internal/server", "internal/store", "internal/agent", "internal/portalloc"}},
 		{"internal/container", []string{"internal/server", "internal/store", "internal/agent", "internal/portalloc"}},
+		{"internal/capacity", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/httpapi", []string{"internal/server", "internal/store", "internal/agent"}},
 	}
 	for _, r := range rules {

@@ -15,7 +15,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/httpapi"
 )
 
-// A node's artifacts and services live on the node: the agent owns them and
+// A node's artifacts, services, resource books and allocations live on the node: the agent owns them and
 // serves them on its local API. The server does not copy that state; it
 // checks the caller's role on the node and carries the request to the
 // agent over its session, so the answer is always the agent's own.
@@ -44,6 +44,13 @@ func (s *Server) workloadRoutes() []route {
 		{"DELETE", "/v1/nodes/{node}/services/{coordinate}", authUser, quick},
 		{"POST", "/v1/nodes/{node}/services/{coordinate}/{action}", authUser, long},
 		{"GET", "/v1/nodes/{node}/services/{coordinate}/logs", authUser, quick},
+		{"GET", "/v1/nodes/{node}/resources", authUser, quick},
+		{"POST", "/v1/nodes/{node}/onboard", authUser, quick},
+		{"POST", "/v1/nodes/{node}/offboard", authUser, quick},
+		{"GET", "/v1/nodes/{node}/allocations", authUser, quick},
+		{"GET", "/v1/nodes/{node}/allocations/{id}", authUser, quick},
+		{"POST", "/v1/nodes/{node}/allocations/{id}/{action}", authUser, long},
+		{"GET", "/v1/nodes/{node}/allocations/{id}/logs", authUser, quick},
 	}
 }
 

@@ -1,0 +1,371 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/capacity"
+	"github.com/nodemgr/nodemgr/internal/container"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/httpapi"
+)
+
+// Every workload on the node holds an allocation in the node's books
+// (internal/capacity), under an id made of its kind and name: a container
+// job and a service book what they ask for before they start and give it
+// back when they end; a suite's worker pool is listed with the cores it is
+// pinned to but books nothing, since its workers share those cores by
+// their pinning strategy rather than by reservation.
+
+func allocationID(kind, name string) string { return kind + ":" + name }
+
+// initCapacity opens the books once the hardware is known and, on a
+// node's first start, onboards the configured share.
+func (w *workloads) initCapacity(ctx context.Context, cfg Config, hw api.Hardware) error {
+	path := filepath.Join(cfg.DataDir, "capacity.json")
+	_, serr := os.Stat(path)
+	firstStart := errors.Is(serr, fs.ErrNotExist) // later, an offboarded node stays so
+	l, err := capacity.New(capacity.Config{StatePath: path, Hardware: hw, DataDir: cfg.DataDir})
+	if err != nil {
+		return err
+	}
+	if firstStart && cfg.OnboardShare > 0 {
+		score, err := capacity.Benchmark(ctx, 0)
+		if err != nil {
+			return fmt.Errorf("cpu benchmark: %w", err)
+		}
+		o, err := l.Onboard(cfg.OnboardShare, score)
+		if err != nil {
+			return fmt.Errorf("onboard %d%%: %w", cfg.OnboardShare, err)
+		}
+		w.log.Info("onboarded", "share", o.SharePercent, "cpus", o.Offered.CPUs, "memory_mb", o.Offered.MemoryMB, "cpu_score", score)
+	}
+	w.capMu.Lock()
+	w.capacity = l
+	w.capMu.Unlock()
+	return nil
+}
+
+// books returns the ledger, or an error while it is not open yet.
+func (w *workloads) books() (*capacity.Ledger, error) {
+	w.capMu.Lock()
+	defer w.capMu.Unlock()
+	if w.capacity == nil {
+		return nil, fmt.Errorf("the agent is still starting (detecting hardware); try again in a moment: %w", errdefs.ErrUnavailable)
+	}
+	return w.capacity, nil
+}
+
+// book allocates a workload's resources; the id must not be booked yet.
+func (w *workloads) book(kind, name string, r api.Resources) error {
+	l, err := w.books()
+	if err != nil {
+		return err
+	}
+	_, err = l.Allocate(api.Allocation{ID: allocationID(kind, name), Kind: kind, Name: name, Resources: r}, "")
+	return err
+}
+
+// unbook gives a workload's resources back; one not booked is fine.
+func (w *workloads) unbook(kind, name string) {
+	l, err := w.books()
+	if err != nil {
+		return
+	}
+	if err := l.Free(allocationID(kind, name)); err != nil && !errdefs.IsNotFound(err) {
+		w.log.Warn("free allocation", "kind", kind, "name", name, "err", err)
+	}
+}
+
+// booked reports whether a workload holds an allocation.
+func (w *workloads) booked(kind, name string) bool {
+	l, err := w.books()
+	if err != nil {
+		return false
+	}
+	_, err = l.Get(allocationID(kind, name))
+	return err == nil
+}
+
+// deployContainer books a job's CPUs and memory, then deploys it; the
+// booking is given back when the deploy fails or the job ends.
+func (w *workloads) deployContainer(ctx context.Context, job api.ContainerJob) (api.Container, error) {
+	if err := container.Validate(job); err != nil {
+		return api.Container{}, err
+	}
+	if job.ID == "" {
+		job.ID = container.NewJobID()
+	}
+	if _, err := w.containers.Get(job.ID); err == nil && w.booked(api.AllocationContainer, job.ID) {
+		return api.Container{}, errdefs.Conflict("container %s exists on this node; delete it first or choose another id", job.ID)
+	}
+	w.unbook(api.AllocationContainer, job.ID) // a finished job's leftover, if any
+	if err := w.book(api.AllocationContainer, job.ID, api.Resources{CPUs: job.CPUs, MemoryMB: job.MemoryMB}); err != nil {
+		return api.Container{}, fmt.Errorf("deploy container %s: %w", job.ID, err)
+	}
+	c, err := w.containers.Deploy(ctx, job)
+	if err != nil || api.ContainerFinal(c.Status) {
+		w.unbook(api.AllocationContainer, job.ID)
+	}
+	return c, err
+}
+
+// startService books a service's expected memory, then starts it.
+func (w *workloads) startService(ctx context.Context, spec api.ServiceSpec) (api.Service, error) {
+	fresh := !w.booked(api.AllocationService, spec.Coordinate)
+	if fresh {
+		if err := w.book(api.AllocationService, spec.Coordinate, api.Resources{MemoryMB: spec.ExpectedMemoryMB}); err != nil {
+			return api.Service{}, fmt.Errorf("start service %s: %w", spec.Coordinate, err)
+		}
+	}
+	svc, err := w.services.Start(ctx, spec)
+	if err != nil && fresh {
+		w.unbook(api.AllocationService, spec.Coordinate)
+	}
+	return svc, err
+}
+
+// allocationView is an allocation with what its workload says of itself
+// now: state and ports.
+func (w *workloads) allocationView(a api.Allocation) api.Allocation {
+	switch a.Kind {
+	case api.AllocationContainer:
+		if c, err := w.containers.Get(a.Name); err == nil {
+			a.State = c.Status
+			for _, p := range c.Ports {
+				if !slices.Contains(a.Ports, p.Host) {
+					a.Ports = append(a.Ports, p.Host)
+				}
+			}
+		}
+	case api.AllocationService:
+		if s, err := w.services.Get(a.Name); err == nil {
+			a.State = s.State
+			if s.Port > 0 {
+				a.Ports = []int{s.Port}
+			}
+		}
+	}
+	return a
+}
+
+// reconcileBooks gives back the allocations of workloads that ended while
+// the agent was away (a container that exited, a service removed).
+func (w *workloads) reconcileBooks() {
+	l, err := w.books()
+	if err != nil {
+		return
+	}
+	for _, a := range l.List() {
+		switch a.Kind {
+		case api.AllocationContainer:
+			if c, err := w.containers.Get(a.Name); err != nil || api.ContainerFinal(c.Status) {
+				w.unbook(a.Kind, a.Name)
+			}
+		case api.AllocationService:
+			if s, err := w.services.Get(a.Name); err != nil || s.State == api.ServiceStopped {
+				w.unbook(a.Kind, a.Name)
+			}
+		case api.AllocationPool:
+			w.unbook(a.Kind, a.Name) // a pool never outlives its agent
+		}
+	}
+}
+
+func (a *Agent) handleResources(w http.ResponseWriter, r *http.Request) error {
+	l, err := a.wl.books()
+	if err != nil {
+		return err
+	}
+	res, err := l.Resources()
+	if err != nil {
+		return err
+	}
+	for i, al := range res.Allocations {
+		res.Allocations[i] = a.wl.allocationView(al)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, res)
+	return nil
+}
+
+func (a *Agent) handleOnboard(w http.ResponseWriter, r *http.Request) error {
+	var req api.OnboardRequest
+	if err := httpapi.Decode(r, &req, maxLocalBody); err != nil {
+		return err
+	}
+	l, err := a.wl.books()
+	if err != nil {
+		return err
+	}
+	score, err := capacity.Benchmark(r.Context(), 0)
+	if err != nil {
+		return fmt.Errorf("cpu benchmark: %w", err)
+	}
+	o, err := l.Onboard(req.SharePercent, score)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, o)
+	return nil
+}
+
+func (a *Agent) handleOffboard(w http.ResponseWriter, r *http.Request) error {
+	force, err := boolQuery(r, "force")
+	if err != nil {
+		return err
+	}
+	l, err := a.wl.books()
+	if err != nil {
+		return err
+	}
+	if err := l.Offboard(force); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (a *Agent) handleListAllocations(w http.ResponseWriter, r *http.Request) error {
+	l, err := a.wl.books()
+	if err != nil {
+		return err
+	}
+	out := []api.Allocation{}
+	for _, al := range l.List() {
+		out = append(out, a.wl.allocationView(al))
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// allocation finds the allocation named by the {id} path value.
+func (a *Agent) allocation(r *http.Request) (api.Allocation, error) {
+	l, err := a.wl.books()
+	if err != nil {
+		return api.Allocation{}, err
+	}
+	al, err := l.Get(r.PathValue("id"))
+	if err != nil {
+		return api.Allocation{}, fmt.Errorf("%w (see nodemgr allocation ls NODE)", err)
+	}
+	return a.wl.allocationView(al), nil
+}
+
+func (a *Agent) handleGetAllocation(w http.ResponseWriter, r *http.Request) error {
+	al, err := a.allocation(r)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, al)
+	return nil
+}
+
+// handleAllocationAction stops or restarts the workload behind an
+// allocation, whatever its kind.
+func (a *Agent) handleAllocationAction(w http.ResponseWriter, r *http.Request) error {
+	al, err := a.allocation(r)
+	if err != nil {
+		return err
+	}
+	action := r.PathValue("action")
+	if action != "stop" && action != "restart" {
+		return errdefs.NotFound("no allocation action %q: use stop or restart", action)
+	}
+	switch al.Kind {
+	case api.AllocationContainer:
+		err = a.restartContainer(r.Context(), al.Name, action == "restart")
+	case api.AllocationService:
+		if action == "stop" {
+			_, err = a.wl.services.Stop(r.Context(), al.Name)
+			a.wl.unbook(al.Kind, al.Name)
+		} else {
+			_, err = a.wl.services.Restart(r.Context(), al.Name)
+		}
+	case api.AllocationPool:
+		if action == "restart" {
+			return errdefs.Conflict("a worker pool cannot be restarted on its own; it runs while its suite has tasks for this node")
+		}
+		a.runner.cancelSuite(al.Name)
+	}
+	if err != nil {
+		return err
+	}
+	al.State = "stopped" // a pool's, once its suite is left
+	if l, lerr := a.wl.books(); lerr == nil {
+		if now, gerr := l.Get(al.ID); gerr == nil {
+			al = now
+		}
+	}
+	httpapi.WriteJSON(w, http.StatusOK, a.wl.allocationView(al))
+	return nil
+}
+
+// restartContainer deletes a job's container and, for a restart, deploys
+// the job again: containers run once, so a restart is a fresh one.
+func (a *Agent) restartContainer(ctx context.Context, id string, again bool) error {
+	c, err := a.wl.containers.Delete(ctx, id)
+	a.wl.unbook(api.AllocationContainer, id)
+	if err != nil || !again {
+		return err
+	}
+	if err := a.wl.containers.Forget(id); err != nil {
+		return err
+	}
+	_, err = a.wl.deployContainer(ctx, c.Job)
+	return err
+}
+
+func (a *Agent) handleAllocationLogs(w http.ResponseWriter, r *http.Request) error {
+	al, err := a.allocation(r)
+	if err != nil {
+		return err
+	}
+	var b []byte
+	switch al.Kind {
+	case api.AllocationContainer:
+		b, err = a.wl.containers.Logs(r.Context(), al.Name, 200)
+	case api.AllocationService:
+		b, err = a.wl.services.Logs(al.Name, 64<<10)
+	default:
+		return errdefs.NotFound("a worker pool keeps no log of its own; each task's output is in its result (nodemgr task show TASK)")
+	}
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_, err = w.Write(b)
+	return err
+}
+
+// bookPool lists a suite's pool in the books while it runs (booking
+// nothing; see the top of this file). A node that is not onboarded lists
+// no pool: pools run there all the same.
+func (w *workloads) bookPool(suiteID string, workers int, cores []int) {
+	if err := w.book(api.AllocationPool, suiteID, api.Resources{}); err != nil {
+		if !errors.Is(err, errdefs.ErrUnavailable) {
+			w.log.Warn("list worker pool in the books", "suite", suiteID, "err", err)
+		}
+		return
+	}
+	state := fmt.Sprintf("running, %d workers", workers)
+	if len(cores) > 0 {
+		names := make([]string, len(cores))
+		for i, c := range cores {
+			names[i] = strconv.Itoa(c)
+		}
+		state += " on cores " + strings.Join(names, ",")
+	}
+	if l, err := w.books(); err == nil {
+		l.SetState(allocationID(api.AllocationPool, suiteID), state)
+	}
+}

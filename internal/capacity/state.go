@@ -1,0 +1,224 @@
+package capacity
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// stateVersion is the version of the state file's format.
+const stateVersion = 1
+
+// fileState is the state file: the books, allocations oldest first and
+// commitments soonest to expire first, so the file reads well.
+type fileState struct {
+	Version     int              `json:"version"`
+	Onboarding  api.Onboarding   `json:"onboarding"`
+	Commitments []api.Commitment `json:"commitments"`
+	Allocations []api.Allocation `json:"allocations"`
+}
+
+// save writes the books to the state file, if there is one. l.mu is held,
+// so the file changes in the same order as the books.
+func (l *Ledger) save() error {
+	if l.path == "" {
+		return nil
+	}
+	st := fileState{
+		Version:     stateVersion,
+		Onboarding:  l.onboarding,
+		Commitments: l.sortedCommitments(),
+		Allocations: l.sortedAllocations(),
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err == nil {
+		err = writeFileAtomic(l.path, append(b, '\n'))
+	}
+	if err != nil {
+		return fmt.Errorf("save the books to %s: %w", l.path, err)
+	}
+	return nil
+}
+
+// restore loads checked state into empty books.
+func (l *Ledger) restore(st fileState) {
+	l.onboarding = st.Onboarding
+	l.offered = toAmount(st.Onboarding.Offered)
+	for _, c := range st.Commitments {
+		l.addCommitment(c)
+	}
+	for _, a := range st.Allocations {
+		l.addAllocation(a)
+	}
+}
+
+// loadState reads the state file at path; found is false if there is none.
+func loadState(path string) (st fileState, found bool, err error) {
+	removeStaleTemps(path)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dirOf(path), 0o700); err != nil {
+			return st, false, fmt.Errorf("capacity state: %w", err)
+		}
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, fmt.Errorf("read capacity state: %w", err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, true, corrupt(path, err.Error())
+	}
+	if err := st.check(); err != nil {
+		return st, true, corrupt(path, err.Error())
+	}
+	return st, true, nil
+}
+
+func corrupt(path, why string) error {
+	return fmt.Errorf("capacity state file %s is corrupt (%s): fix it, or move it away and restart the agent; "+
+		"the node then starts offboarded with empty books: onboard it again (`nodemgr node onboard NODE --share 50`), "+
+		"and restart the workloads that still run so that they are booked", path, why)
+}
+
+// check validates a state read from the file: what Allocate and Commit
+// would have refused must not come back through the file either.
+func (st fileState) check() error {
+	if st.Version != stateVersion {
+		return fmt.Errorf("version is %d, want %d", st.Version, stateVersion)
+	}
+	if o := st.Onboarding; o.Onboarded && (o.SharePercent < MinShare || o.SharePercent > MaxShare) {
+		return fmt.Errorf("onboarding: share_percent %d is not between %d and %d", o.SharePercent, MinShare, MaxShare)
+	}
+	if err := checkResources(st.Onboarding.Offered); err != nil {
+		return fmt.Errorf("onboarding.offered: %w", err)
+	}
+	ports := make(map[int]string)
+	takePorts := func(field string, list []int) error {
+		if err := checkPorts(list); err != nil {
+			return err
+		}
+		for _, p := range list {
+			if other, dup := ports[p]; dup {
+				return fmt.Errorf("port %d is also held by %s", p, other)
+			}
+			ports[p] = field
+		}
+		return nil
+	}
+	ids := make(map[string]bool)
+	for i, c := range st.Commitments {
+		field := fmt.Sprintf("commitments[%d]", i)
+		if err := checkEntry(ids, c.ID, c.Resources); err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		if err := takePorts(field, c.Ports); err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+	}
+	gpus := make(map[int]string)
+	for i, a := range st.Allocations {
+		field := fmt.Sprintf("allocations[%d]", i)
+		if err := checkEntry(ids, a.ID, a.Resources); err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		switch a.Kind {
+		case api.AllocationPool, api.AllocationService, api.AllocationContainer:
+		default:
+			return fmt.Errorf("%s: kind %q is unknown", field, a.Kind)
+		}
+		if err := takePorts(field, a.Ports); err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		if len(a.GPUIndexes) != a.GPUs {
+			return fmt.Errorf("%s: gpus is %d but gpu_indexes lists %d", field, a.GPUs, len(a.GPUIndexes))
+		}
+		for _, g := range a.GPUIndexes {
+			if other, dup := gpus[g]; dup {
+				return fmt.Errorf("%s: GPU %d is also held by %s", field, g, other)
+			}
+			gpus[g] = field
+		}
+	}
+	return nil
+}
+
+// checkEntry checks an allocation's or commitment's ID and resources.
+func checkEntry(ids map[string]bool, id string, r api.Resources) error {
+	if id == "" {
+		return errors.New("id is missing")
+	}
+	if ids[id] {
+		return fmt.Errorf("id %s is listed twice", id)
+	}
+	ids[id] = true
+	return checkResources(r)
+}
+
+// writeFileAtomic replaces path with data: it writes a temporary file next to
+// it, syncs it, renames it into place and syncs the directory, so a crash
+// leaves either the old file or the new one, never a torn one.
+func writeFileAtomic(path string, data []byte) (err error) {
+	dir, base := dirOf(path), filepath.Base(path)
+	tmp, err := os.CreateTemp(dir, tempPrefix(base)+"*") // mode 0600
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
+	}()
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func dirOf(path string) string { return filepath.Dir(path) }
+
+func tempPrefix(base string) string { return "." + base + ".tmp-" }
+
+// removeStaleTemps removes temporary files that a crash in writeFileAtomic
+// left behind. Only one ledger uses a state file (the agent locks its data
+// dir), so none of them is being written.
+func removeStaleTemps(path string) {
+	dir, base := dirOf(path), filepath.Base(path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tempPrefix(base)) && e.Type().IsRegular() {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}

@@ -1,0 +1,248 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// The node's books (seed 004): what it offers, what workloads hold.
+
+func nodeResourcesCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "resources NODE",
+		Short: "Show a node's books: onboarded, committed, allocated, free, and what the machine has free",
+		Args:  nodeArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, _, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			res, err := c.Resources(cmd.Context(), node)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, res)
+			}
+			printResources(e, res)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printResources(e *env, res api.NodeResources) {
+	if !res.Onboarded {
+		fmt.Fprintln(e.stdout, "Not onboarded: the node offers nothing to containers and services (nodemgr node onboard NODE --share 50).")
+	} else {
+		reg := res.Registered
+		fmt.Fprintf(e.stdout, "Onboarded %d%% of %g cores (score %.0f MiB/s SHA-256 per core), %d MiB memory, %d MiB disk, %d GPUs, since %s\n\n",
+			res.SharePercent, reg.CPUs, reg.CPUScore, reg.MemoryMB, reg.DiskMB, reg.GPUs, res.OnboardedAt.Format(time.RFC3339))
+	}
+	t := newTable(e.stdout, "", "CPUS", "MEMORY MB", "DISK MB", "GPUS")
+	row := func(name string, r api.Resources) {
+		t.row(name, strconv.FormatFloat(r.CPUs, 'f', -1, 64), strconv.FormatInt(r.MemoryMB, 10), strconv.FormatInt(r.DiskMB, 10), strconv.Itoa(r.GPUs))
+	}
+	row("offered", res.Offered)
+	row("committed", res.Committed)
+	row("allocated", res.Allocated)
+	row("free", res.Free)
+	if res.MachineFree != nil {
+		row("machine free", *res.MachineFree)
+	} else if res.MachineFreeError != "" {
+		t.row("machine free", "unknown: "+res.MachineFreeError)
+	}
+	t.flush()
+	if len(res.Allocations) > 0 {
+		fmt.Fprintln(e.stdout)
+		printAllocations(e, res.Allocations)
+	}
+	for _, c := range res.Commitments {
+		fmt.Fprintf(e.stdout, "committed %s by %s: %g CPUs, %d MiB, until %s\n", c.ID, c.Owner, c.CPUs, c.MemoryMB, c.ExpiresAt.Format(time.RFC3339))
+	}
+}
+
+func printAllocations(e *env, as []api.Allocation) {
+	t := newTable(e.stdout, "ID", "KIND", "NAME", "STATE", "CPUS", "MEMORY MB", "GPUS", "PORTS", "AGE")
+	now := time.Now()
+	for _, a := range as {
+		created := a.CreatedAt
+		ports := make([]string, len(a.Ports))
+		for i, p := range a.Ports {
+			ports[i] = strconv.Itoa(p)
+		}
+		t.row(a.ID, a.Kind, a.Name, orDash(a.State), strconv.FormatFloat(a.CPUs, 'f', -1, 64), strconv.FormatInt(a.MemoryMB, 10),
+			strconv.Itoa(a.GPUs), orDash(strings.Join(ports, ",")), ago(&created, now))
+	}
+	t.flush()
+}
+
+func nodeOnboardCmd(e *env) *cobra.Command {
+	var share int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "onboard NODE --share PERCENT",
+		Short: "Measure a node (cores, CPU benchmark, memory, disk, GPUs) and offer a share of it to workloads",
+		Args:  nodeArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, _, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			o, err := c.Onboard(cmd.Context(), node, share)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, o)
+			}
+			fmt.Fprintf(e.stdout, "%s offers %d%%: %g CPUs, %d MiB memory, %d MiB disk, %d GPUs\n", where(node), o.SharePercent,
+				o.Offered.CPUs, o.Offered.MemoryMB, o.Offered.DiskMB, o.Offered.GPUs)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&share, "share", 50, "percent of the machine to offer, 10-90")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func nodeOffboardCmd(e *env) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "offboard NODE",
+		Short: "Withdraw a node's offer (refused while workloads hold resources, unless --force)",
+		Args:  nodeArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, _, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if err := c.Offboard(cmd.Context(), node, force); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s offboarded: nothing new is placed there\n", where(node))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "offboard although workloads run; they keep their allocations until they end")
+	return cmd
+}
+
+func newAllocationCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "allocation",
+		Short: "The workloads holding a node's resources: worker pools, services, containers",
+		Long: `Every workload on a node holds an allocation in the node's books: a container
+job its CPUs and memory, a service its expected memory and port, a suite's
+worker pool the cores it is pinned to (booking nothing: its workers share them).
+Allocation ids are kind:name, e.g. container:web1 or service:1.echo.ops.prod.`,
+	}
+	workloadFlags(cmd)
+	cmd.AddCommand(allocationLsCmd(e), allocationShowCmd(e),
+		allocationActionCmd(e, "stop", "Stop the workload behind an allocation"),
+		allocationActionCmd(e, "restart", "Restart the workload behind an allocation (a container is deployed afresh)"),
+		allocationLogsCmd(e))
+	return cmd
+}
+
+func allocationLsCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls NODE",
+		Short: "List a node's allocations",
+		Args:  nodeArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, _, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			as, err := c.Allocations(cmd.Context(), node)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, as)
+			}
+			printAllocations(e, as)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func allocationShowCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show NODE ID",
+		Short: "Show one allocation (JSON)",
+		Args:  nodeArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, rest, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if len(rest) != 1 {
+				return fmt.Errorf("name one allocation (see nodemgr allocation ls NODE)")
+			}
+			a, err := c.Allocation(cmd.Context(), node, rest[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(e.stdout, a)
+		},
+	}
+}
+
+func allocationActionCmd(e *env, action, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   action + " NODE ID",
+		Short: short,
+		Args:  nodeArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, rest, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if len(rest) != 1 {
+				return fmt.Errorf("name one allocation (see nodemgr allocation ls NODE)")
+			}
+			a, err := c.AllocationAction(cmd.Context(), node, rest[0], action)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s: %s\n", a.ID, orDash(a.State))
+			return nil
+		},
+	}
+}
+
+func allocationLogsCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "logs NODE ID",
+		Short: "Print the log of the workload behind an allocation",
+		Args:  nodeArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, rest, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			if len(rest) != 1 {
+				return fmt.Errorf("name one allocation (see nodemgr allocation ls NODE)")
+			}
+			b, err := c.AllocationLogs(cmd.Context(), node, rest[0])
+			if err != nil {
+				return err
+			}
+			_, err = e.stdout.Write(b)
+			return err
+		},
+	}
+}
