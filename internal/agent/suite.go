@@ -141,7 +141,11 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 		pool.Stop(stop == api.ShutdownGraceful)
 	}
 	log.Info("executing suite", "workers", su.WorkerSchedule.WorkerCount)
-	r.a.wl.bookPool(su.ID, su.WorkerSchedule.WorkerCount, su.WorkerSchedule.CPUBinding.Cores)
+	var cores []int
+	if b := su.WorkerSchedule.CPUBinding; b != nil {
+		cores = b.Cores
+	}
+	r.a.wl.bookPool(su.ID, su.WorkerSchedule.WorkerCount, cores)
 	defer r.a.wl.unbook(api.AllocationPool, su.ID)
 	if err := pool.Run(ctx); err != nil && ctx.Err() == nil {
 		log.Warn("worker pool ended with an error", "err", err)

@@ -184,7 +184,7 @@ func (s *Store) Install(ctx context.Context, id ID) (Installed, error) {
 	}
 	base, ok := s.depots[id.Group]
 	if !ok {
-		return Installed{}, fmt.Errorf("install artifact %s: no depot is configured for group %q: %w", id, id.Group, errdefs.ErrNotFound)
+		return Installed{}, fmt.Errorf("install artifact %s: no depot is configured for group %q; give the agent one (depots in its config, or --depot %s=URL): %w", id, id.Group, id.Group, errdefs.ErrNotFound)
 	}
 	unlock, err := s.lock(ctx, id)
 	if err != nil {

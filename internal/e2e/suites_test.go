@@ -483,3 +483,32 @@ func runningSuite(t *testing.T, s *server, name string, n int, script func(i int
 		return su.Counts.Finished >= 20, fmt.Sprintf("%+v", su.Counts)
 	})
 }
+
+// TestWorkerPoolIsAnAllocation: while a suite runs on a node its worker
+// pool is listed among the node's allocations, with its cores; it is gone
+// once the suite is done there.
+func TestWorkerPoolIsAnAllocation(t *testing.T) {
+	s := startServer(t)
+	startAgent(t, s, "pooler")
+	waitStatus(t, s, "pooler", api.StatusOnline, 20*time.Second)
+	for _, binding := range []*api.CPUBinding{nil, {Cores: []int{0}, Strategy: api.BindShared}} {
+		name := fmt.Sprintf("pooled-%v", binding != nil)
+		su := createSuite(t, s, api.SuiteSpec{Name: name, WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, CPUBinding: binding}})
+		submit(t, s, name, []api.TaskSpec{sh("sleep 2")})
+		s.client().CloseSuite(context.Background(), name)
+		waitFor(t, 20*time.Second, "the pool listed as an allocation", func() (bool, string) {
+			as, err := s.client().Allocations(context.Background(), "pooler")
+			for _, a := range as {
+				if a.ID == "pool:"+su.ID && a.Kind == api.AllocationPool && strings.HasPrefix(a.State, "running, 1 workers") {
+					return binding == nil || strings.HasSuffix(a.State, "on cores 0"), a.State
+				}
+			}
+			return false, fmt.Sprint(as, err)
+		})
+		waitSuite(t, s, name, api.SuiteComplete, time.Minute)
+		waitFor(t, 10*time.Second, "the pool's allocation gone", func() (bool, string) {
+			as, err := s.client().Allocations(context.Background(), "pooler")
+			return err == nil && len(as) == 0, fmt.Sprint(as, err)
+		})
+	}
+}
