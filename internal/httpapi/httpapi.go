@@ -14,6 +14,8 @@ import (
 	"reflect"
 	"strings"
 
+	gojson "github.com/goccy/go-json"
+
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
@@ -88,6 +90,10 @@ func DecodeStrict(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return errdefs.Field("body", "empty; a JSON object is required")
 	}
+	if fastDecodeStrict(body, v) == nil {
+		return nil
+	}
+	// encoding/json says best what is wrong, and where.
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -101,6 +107,22 @@ func DecodeStrict(body []byte, v any) error {
 	}
 	if dec.More() {
 		return errdefs.Field("body", "trailing data after the JSON object")
+	}
+	return nil
+}
+
+// fastDecodeStrict is the hot path of DecodeStrict (agents' task fetches
+// and reports go through it): go-json decodes several times faster than
+// encoding/json with the same strictness. Its errors are not shown; on
+// any error DecodeStrict decodes again with encoding/json to explain it.
+func fastDecodeStrict(body []byte, v any) error {
+	dec := gojson.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
 	}
 	return nil
 }

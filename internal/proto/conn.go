@@ -2,7 +2,7 @@ package proto
 
 import (
 	"context"
-	"encoding/json"
+	json "github.com/goccy/go-json"
 	"errors"
 	"fmt"
 	"time"

@@ -1,7 +1,7 @@
 package proto
 
 import (
-	"encoding/json"
+	json "github.com/goccy/go-json"
 	"fmt"
 
 	"github.com/nodemgr/nodemgr/api"
