@@ -381,19 +381,28 @@ func procRSS(pid int) (rss, peak uint64) {
 }
 
 // procCPU returns a process's user+system CPU seconds.
-func procCPU(pid int) float64 {
+func procCPU(pid int) float64 { return statTicks(pid, 11, 12) / 100 } // USER_HZ
+
+// procTreeCPU is procCPU plus the CPU of the children it has reaped.
+func procTreeCPU(pid int) float64 { return statTicks(pid, 11, 12, 13, 14) / 100 }
+
+// statTicks sums fields of /proc/PID/stat, counted from the one after the
+// state.
+func statTicks(pid int, fields ...int) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0
+	sum := 0.0
+	for _, i := range fields {
+		if i < len(f) {
+			v, _ := strconv.ParseFloat(f[i], 64)
+			sum += v
+		}
 	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
+	return sum
 }
 
 // raiseFileLimit lifts the soft open-files limit to the hard one: every

@@ -44,6 +44,10 @@ type DispatchResult struct {
 	// its task written back (served from the buffer when prefetching).
 	AgentFetchP50 time.Duration `json:"agent_fetch_p50"`
 	AgentFetchP99 time.Duration `json:"agent_fetch_p99"`
+	// CPU per task, from the case's start to its workers' exit: the
+	// server's, and the agent's with its (reaped) workers'.
+	ServerCPUPerTask time.Duration `json:"server_cpu_per_task"`
+	AgentCPUPerTask  time.Duration `json:"agent_cpu_per_task"`
 }
 
 // SpawnBaseline is the machine's own rate of starting `true`, with as many
@@ -99,7 +103,7 @@ func RunDispatch(ctx context.Context, cfg DispatchConfig, progress io.Writer) ([
 				n = cfg.CommandTasks
 			}
 			fmt.Fprintf(progress, "  %s workers, prefetch %d: %d tasks\n", kind, pf, n)
-			r, err := runDispatchCase(ctx, c, cfg, node, agentDir, kind, pf, n)
+			r, err := runDispatchCase(ctx, c, cfg, node, procs{srv.pid(), agent.Process.Pid}, agentDir, kind, pf, n)
 			if err != nil {
 				return results, SpawnBaseline{}, fmt.Errorf("%s prefetch %d: %w", kind, pf, err)
 			}
@@ -110,7 +114,10 @@ func RunDispatch(ctx context.Context, cfg DispatchConfig, progress io.Writer) ([
 	return results, spawnBaseline(cfg.CommandTasks, cfg.Workers), nil
 }
 
-func runDispatchCase(ctx context.Context, c *client.Client, cfg DispatchConfig, node api.Node, agentDir, kind string, prefetch, n int) (DispatchResult, error) {
+// procs are the pids of the server and the agent under test.
+type procs struct{ server, agent int }
+
+func runDispatchCase(ctx context.Context, c *client.Client, cfg DispatchConfig, node api.Node, pids procs, agentDir, kind string, prefetch, n int) (DispatchResult, error) {
 	tag := fmt.Sprintf("bench-%s-%d-%d", strings.ReplaceAll(kind, "-", ""), prefetch, time.Now().UnixNano()%1e6)
 	ws := api.WorkerSchedule{WorkerCount: cfg.Workers, TaskPrefetchCount: &prefetch}
 	argv := []string{"true"}
@@ -135,6 +142,7 @@ func runDispatchCase(ctx context.Context, c *client.Client, cfg DispatchConfig, 
 		return DispatchResult{}, err
 	}
 	// Everything is queued; tagging the node makes it eligible and wakes it.
+	serverCPU, agentCPU := procCPU(pids.server), procTreeCPU(pids.agent)
 	start := time.Now()
 	if _, err := c.PatchNode(ctx, node.ID, api.NodePatch{AddTags: []string{tag}}); err != nil {
 		return DispatchResult{}, err
@@ -155,6 +163,7 @@ func runDispatchCase(ctx context.Context, c *client.Client, cfg DispatchConfig, 
 		}
 		time.Sleep(100 * time.Millisecond) // polling costs the server little this way
 	}
+	serverCPU = procCPU(pids.server) - serverCPU // before lastFinish makes it list every task
 	// The clock stops at the last stored result, not at our last poll.
 	last, err := lastFinish(ctx, c, su.ID)
 	if err != nil {
@@ -169,6 +178,11 @@ func runDispatchCase(ctx context.Context, c *client.Client, cfg DispatchConfig, 
 		r.FetchP50, r.FetchP99 = readLatencies(dir)
 	}
 	r.AgentFetchP50, r.AgentFetchP99 = readPoolStats(filepath.Join(dir, "pool-stats.json"))
+	// The pool wrote its stats after its workers exited, so the agent has
+	// reaped them and their CPU is in its children's count.
+	perTask := func(secs float64) time.Duration { return time.Duration(secs / float64(n) * float64(time.Second)) }
+	r.ServerCPUPerTask = perTask(serverCPU)
+	r.AgentCPUPerTask = perTask(procTreeCPU(pids.agent) - agentCPU)
 	return r, nil
 }
 

@@ -49,7 +49,7 @@ a baseline, the same run times this machine spawning ` + "`true`" + ` directly.`
 				return printJSON(e.stdout, map[string]any{"cases": results, "spawn_baseline": base})
 			}
 			t := newTable(e.stdout, "WORKER", "PREFETCH", "TASKS", "ELAPSED", "TASKS/S", "VS SPAWN BASELINE",
-				"AGENT FETCH P50", "AGENT FETCH P99", "WORKER GAP P50", "WORKER GAP P99")
+				"AGENT FETCH P50", "AGENT FETCH P99", "WORKER GAP P50", "WORKER GAP P99", "SERVER CPU/TASK", "AGENT+WORKERS CPU/TASK")
 			d := func(x time.Duration) string { return x.Round(100 * time.Nanosecond).String() }
 			for _, r := range results {
 				ratio, p50, p99 := "-", "-", "-"
@@ -59,9 +59,10 @@ a baseline, the same run times this machine spawning ` + "`true`" + ` directly.`
 					p50, p99 = d(r.FetchP50), d(r.FetchP99)
 				}
 				t.row(r.Worker, strconv.Itoa(r.Prefetch), strconv.Itoa(r.Tasks), r.Elapsed.Round(time.Millisecond).String(),
-					fmt.Sprintf("%.0f", r.PerSecond), ratio, d(r.AgentFetchP50), d(r.AgentFetchP99), p50, p99)
+					fmt.Sprintf("%.0f", r.PerSecond), ratio, d(r.AgentFetchP50), d(r.AgentFetchP99), p50, p99,
+					d(r.ServerCPUPerTask), d(r.AgentCPUPerTask))
 			}
-			t.row("spawn `true`", "-", strconv.Itoa(base.Spawns), "-", fmt.Sprintf("%.0f", base.PerSecond), "100%", "-", "-", "-", "-")
+			t.row("spawn `true`", "-", strconv.Itoa(base.Spawns), "-", fmt.Sprintf("%.0f", base.PerSecond), "100%", "-", "-", "-", "-", "-", "-")
 			return t.flush()
 		},
 	}
