@@ -2,11 +2,12 @@ package proto
 
 import (
 	"context"
-	json "github.com/goccy/go-json"
 	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	json "github.com/goccy/go-json"
 
 	"github.com/coder/websocket"
 

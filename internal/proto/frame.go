@@ -1,8 +1,9 @@
 package proto
 
 import (
-	json "github.com/goccy/go-json"
 	"fmt"
+
+	json "github.com/goccy/go-json"
 
 	"github.com/nodemgr/nodemgr/api"
 )

@@ -2,12 +2,13 @@ package proto
 
 import (
 	"context"
-	json "github.com/goccy/go-json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
+
+	json "github.com/goccy/go-json"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"

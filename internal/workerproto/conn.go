@@ -2,13 +2,14 @@ package workerproto
 
 import (
 	"bufio"
-	json "github.com/goccy/go-json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
 	"time"
+
+	json "github.com/goccy/go-json"
 )
 
 // MaxFrame bounds one frame. A report carries two 64 KiB output tails,
