@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"github.com/nodemgr/nodemgr/internal/atomicfile"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,23 +50,7 @@ func (st state) save(dataDir string) error {
 	if err != nil {
 		return err
 	}
-	tmp := statePath(dataDir) + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("save agent state: %w", err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("save agent state: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("save agent state: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("save agent state: %w", err)
-	}
-	if err := os.Rename(tmp, statePath(dataDir)); err != nil {
+	if err := atomicfile.Write(statePath(dataDir), b); err != nil {
 		return fmt.Errorf("save agent state: %w", err)
 	}
 	return nil

@@ -1,13 +1,14 @@
 package capacity
 
 import (
+	"github.com/nodemgr/nodemgr/internal/atomicfile"
+
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/nodemgr/nodemgr/api"
 )
@@ -38,7 +39,7 @@ func (l *Ledger) save() error {
 	}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err == nil {
-		err = writeFileAtomic(l.path, append(b, '\n'))
+		err = atomicfile.Write(l.path, append(b, '\n'))
 	}
 	if err != nil {
 		return fmt.Errorf("save the books to %s: %w", l.path, err)
@@ -60,7 +61,7 @@ func (l *Ledger) restore(st fileState) {
 
 // loadState reads the state file at path; found is false if there is none.
 func loadState(path string) (st fileState, found bool, err error) {
-	removeStaleTemps(path)
+	atomicfile.RemoveTempsOf(path)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(dirOf(path), 0o700); err != nil {
@@ -160,65 +161,4 @@ func checkEntry(ids map[string]bool, id string, r api.Resources) error {
 	return checkResources(r)
 }
 
-// writeFileAtomic replaces path with data: it writes a temporary file next to
-// it, syncs it, renames it into place and syncs the directory, so a crash
-// leaves either the old file or the new one, never a torn one.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir, base := dirOf(path), filepath.Base(path)
-	tmp, err := os.CreateTemp(dir, tempPrefix(base)+"*") // mode 0600
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(tmp.Name())
-		}
-	}()
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 func dirOf(path string) string { return filepath.Dir(path) }
-
-func tempPrefix(base string) string { return "." + base + ".tmp-" }
-
-// removeStaleTemps removes temporary files that a crash in writeFileAtomic
-// left behind. Only one ledger uses a state file (the agent locks its data
-// dir), so none of them is being written.
-func removeStaleTemps(path string) {
-	dir, base := dirOf(path), filepath.Base(path)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), tempPrefix(base)) && e.Type().IsRegular() {
-			os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
-}

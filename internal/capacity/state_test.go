@@ -96,7 +96,7 @@ func TestCorruptState(t *testing.T) {
 func TestNewCleansStaleTemps(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "capacity.json")
-	stale := filepath.Join(dir, tempPrefix("capacity.json")+"123")
+	stale := filepath.Join(dir, ".capacity.json.tmp-123") // as atomicfile.Write names them
 	if err := os.WriteFile(stale, []byte("half"), 0o600); err != nil {
 		t.Fatal(err)
 	}

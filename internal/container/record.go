@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/atomicfile"
 )
 
 // recordVersion is the version of a record file's format.
@@ -36,7 +37,7 @@ func saveRecord(dir string, c api.Container) error {
 	if err != nil {
 		return fmt.Errorf("save record of job %s: %w", c.Job.ID, err)
 	}
-	if err := writeFileAtomic(recordPath(dir, c.Job.ID), append(b, '\n')); err != nil {
+	if err := atomicfile.Write(recordPath(dir, c.Job.ID), append(b, '\n')); err != nil {
 		return fmt.Errorf("save record of job %s: %w", c.Job.ID, err)
 	}
 	return nil
@@ -60,8 +61,8 @@ func loadRecords(dir string) (recs []api.Container, bad []error, err error) {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, tempPrefix) && e.Type().IsRegular() {
-			os.Remove(filepath.Join(dir, name)) // left by a crash in writeFileAtomic
+		if atomicfile.IsTemp(name) && e.Type().IsRegular() {
+			os.Remove(filepath.Join(dir, name)) // left by a crash in atomicfile.Write
 			continue
 		}
 		if !strings.HasSuffix(name, recordExt) || !e.Type().IsRegular() {
@@ -100,45 +101,4 @@ func loadRecord(path, id string) (api.Container, error) {
 func corrupt(path, why string) error {
 	return fmt.Errorf("container record %s is unusable (%s): move it away; its container, if any, carries the label %s and can be removed with docker rm -f",
 		path, why, LabelJob)
-}
-
-// tempPrefix starts the names of temporary files; they do not end in
-// recordExt, so a leftover one is never read as a record.
-const tempPrefix = ".tmp-"
-
-// writeFileAtomic replaces path with data (mode 0600) and syncs the
-// directory, so the rename survives a crash too.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir, base := filepath.Split(path)
-	tmp, err := os.CreateTemp(dir, tempPrefix+base+"-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(tmp.Name())
-		}
-	}()
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -1,6 +1,8 @@
 package portalloc
 
 import (
+	"github.com/nodemgr/nodemgr/internal/atomicfile"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -62,7 +63,7 @@ func (a *Allocator) save() error {
 	if err != nil {
 		return fmt.Errorf("save port state %s: %w", a.path, err)
 	}
-	if err := writeFileAtomic(a.path, append(b, '\n')); err != nil {
+	if err := atomicfile.Write(a.path, append(b, '\n')); err != nil {
 		return fmt.Errorf("save port state %s: %w", a.path, err)
 	}
 	return nil
@@ -70,7 +71,7 @@ func (a *Allocator) save() error {
 
 // loadState reads the state file at path; found is false if there is none.
 func loadState(path string) (st fileState, found bool, err error) {
-	removeStaleTemps(path)
+	atomicfile.RemoveTempsOf(path)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -129,71 +130,4 @@ func (st fileState) check() error {
 		}
 	}
 	return nil
-}
-
-// writeFileAtomic replaces path with data: it writes a temporary file next to
-// it, syncs it, renames it into place and syncs the directory, so a crash
-// leaves either the old file or the new one, never a torn one.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, tempPrefix(base)+"*") // mode 0600
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(tmp.Name())
-		}
-	}()
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func tempPrefix(base string) string { return "." + base + ".tmp-" }
-
-// removeStaleTemps removes temporary files that a crash in writeFileAtomic
-// left behind. Only one allocator uses a state file (the agent locks its data
-// dir), so none of them is being written.
-func removeStaleTemps(path string) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), tempPrefix(base)) && e.Type().IsRegular() {
-			os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
 }

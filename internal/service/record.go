@@ -1,6 +1,8 @@
 package service
 
 import (
+	"github.com/nodemgr/nodemgr/internal/atomicfile"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,55 +39,21 @@ const recordExt = ".json"
 
 func recordPath(dir, coord string) string { return filepath.Join(dir, coord+recordExt) }
 
-// writeRecord writes rec atomically: a crash leaves the old record or the
-// new one, never a torn one. The temp file is fsynced before the rename and
-// the directory after it, so the rename survives a power loss too.
+// writeRecord writes rec atomically (atomicfile): a crash leaves the old
+// record or the new one, never a torn one.
 func writeRecord(dir string, rec *record) error {
 	data, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(append(data, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, recordPath(dir, rec.Spec.Coordinate)); err != nil {
-		return err
-	}
-	return syncDir(dir)
+	return atomicfile.Write(recordPath(dir, rec.Spec.Coordinate), append(data, '\n'))
 }
 
 func removeRecord(dir, coord string) error {
 	if err := os.Remove(recordPath(dir, coord)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.SyncDir(dir)
 }
 
 // loadRecords reads every record in dir. Temp files a crash left behind are
@@ -99,7 +67,7 @@ func loadRecords(dir string) (recs []*record, bad []error, err error) {
 	for _, e := range entries {
 		name := e.Name()
 		path := filepath.Join(dir, name)
-		if strings.HasPrefix(name, ".tmp-") {
+		if atomicfile.IsTemp(name) {
 			os.Remove(path)
 			continue
 		}

@@ -1,0 +1,111 @@
+// Package atomicfile replaces small state files so that a crash leaves
+// either the old file or the new one, never a torn one: the agent's
+// state, its service and container records, its resource books and its
+// port allocator all keep their state this way.
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Write replaces path with data, mode 0600: it writes a temporary file in
+// the same directory, syncs it, renames it into place and syncs the
+// directory, so that the rename survives a crash too.
+func Write(path string, data []byte) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, tempPrefix(base)+"*") // mode 0600
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
+	}()
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	return SyncDir(dir)
+}
+
+// SyncDir makes renames and removals in dir durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// tempPrefix starts the temporary names for base: hidden, and never
+// ending like base, so a leftover is not read as a state file.
+func tempPrefix(base string) string { return "." + base + ".tmp-" }
+
+// IsTemp reports whether name (a file name, no directory) is a temporary
+// file Write left behind when it was cut short.
+func IsTemp(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-")
+}
+
+// RemoveTemps deletes every temporary file interrupted writes left in dir:
+// for a directory of records that one owner writes.
+func RemoveTemps(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range entries {
+		if IsTemp(e.Name()) && e.Type().IsRegular() {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// RemoveTempsOf deletes the temporary files interrupted writes of path
+// left behind, and no other.
+func RemoveTempsOf(path string) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tempPrefix(base)) && e.Type().IsRegular() {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,50 @@
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestWriteReplacesAndLeavesNoTemp(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	for _, body := range []string{"first", "second, longer"} {
+		if err := Write(path, []byte(body)); err != nil {
+			t.Fatalf("Write(%q) = %v", body, err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != body {
+			t.Errorf("after Write(%q) the file holds %q, %v", body, got, err)
+		}
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode = %v, %v; want 0600", fi.Mode(), err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("dir holds %d entries, want only the file", len(entries))
+	}
+}
+
+func TestRemoveTempsKeepsStateFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a.json", ".a.json.tmp-123", ".b.tmp-9", "notes.tmp"} {
+		os.WriteFile(filepath.Join(dir, name), nil, 0o600)
+	}
+	if err := RemoveTemps(dir); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if len(left) != 2 || left[0] != "a.json" || left[1] != "notes.tmp" {
+		t.Errorf("RemoveTemps left %v, want [a.json notes.tmp]", left)
+	}
+	if err := RemoveTemps(filepath.Join(dir, "missing")); err != nil {
+		t.Errorf("RemoveTemps of a missing dir = %v, want nil", err)
+	}
+}
