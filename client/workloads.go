@@ -102,7 +102,12 @@ func (c *Client) RemoveService(ctx context.Context, node, coordinate string, pur
 
 // ServiceLogs returns the last tail bytes of a service's log.
 func (c *Client) ServiceLogs(ctx context.Context, node, coordinate string, tail int64) ([]byte, error) {
-	req, err := c.request(ctx, http.MethodGet, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/logs?tail="+strconv.FormatInt(tail, 10)), "", nil)
+	return c.text(ctx, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/logs?tail="+strconv.FormatInt(tail, 10)))
+}
+
+// text GETs a plain-text answer (logs), however long it takes.
+func (c *Client) text(ctx context.Context, path string) ([]byte, error) {
+	req, err := c.request(ctx, http.MethodGet, path, "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -194,16 +199,7 @@ func (c *Client) DeleteContainer(ctx context.Context, id string) (api.Container,
 
 // ContainerLogs returns the last tail lines of a container's output.
 func (c *Client) ContainerLogs(ctx context.Context, id string, tail int) ([]byte, error) {
-	req, err := c.request(ctx, http.MethodGet, "/v1/containers/"+url.PathEscape(id)+"/logs?tail="+strconv.Itoa(tail), "", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.streamDo(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	return io.ReadAll(resp.Body)
+	return c.text(ctx, "/v1/containers/"+url.PathEscape(id)+"/logs?tail="+strconv.Itoa(tail))
 }
 
 // Resources returns node's books: onboarding, committed, allocated, free.
@@ -244,14 +240,5 @@ func (c *Client) AllocationAction(ctx context.Context, node, id, action string) 
 
 // AllocationLogs returns the log of the workload behind an allocation.
 func (c *Client) AllocationLogs(ctx context.Context, node, id string) ([]byte, error) {
-	req, err := c.request(ctx, http.MethodGet, nodePath(node, "/allocations/"+url.PathEscape(id)+"/logs"), "", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.streamDo(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	return io.ReadAll(resp.Body)
+	return c.text(ctx, nodePath(node, "/allocations/"+url.PathEscape(id)+"/logs"))
 }

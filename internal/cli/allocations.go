@@ -185,14 +185,11 @@ func allocationShowCmd(e *env) *cobra.Command {
 		Short: "Show one allocation (JSON)",
 		Args:  nodeArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, rest, err := nodeTarget(cmd, e, args)
+			c, node, name, err := nodeTargetOne(cmd, e, args, "allocation (see nodemgr allocation ls NODE)")
 			if err != nil {
 				return err
 			}
-			if len(rest) != 1 {
-				return fmt.Errorf("name one allocation (see nodemgr allocation ls NODE)")
-			}
-			a, err := c.Allocation(cmd.Context(), node, rest[0])
+			a, err := c.Allocation(cmd.Context(), node, name)
 			if err != nil {
 				return err
 			}
@@ -207,14 +204,11 @@ func allocationActionCmd(e *env, action, short string) *cobra.Command {
 		Short: short,
 		Args:  nodeArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, rest, err := nodeTarget(cmd, e, args)
+			c, node, name, err := nodeTargetOne(cmd, e, args, "allocation (see nodemgr allocation ls NODE)")
 			if err != nil {
 				return err
 			}
-			if len(rest) != 1 {
-				return fmt.Errorf("name one allocation (see nodemgr allocation ls NODE)")
-			}
-			a, err := c.AllocationAction(cmd.Context(), node, rest[0], action)
+			a, err := c.AllocationAction(cmd.Context(), node, name, action)
 			if err != nil {
 				return err
 			}
@@ -230,14 +224,11 @@ func allocationLogsCmd(e *env) *cobra.Command {
 		Short: "Print the log of the workload behind an allocation",
 		Args:  nodeArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, rest, err := nodeTarget(cmd, e, args)
+			c, node, name, err := nodeTargetOne(cmd, e, args, "allocation (see nodemgr allocation ls NODE)")
 			if err != nil {
 				return err
 			}
-			if len(rest) != 1 {
-				return fmt.Errorf("name one allocation (see nodemgr allocation ls NODE)")
-			}
-			b, err := c.AllocationLogs(cmd.Context(), node, rest[0])
+			b, err := c.AllocationLogs(cmd.Context(), node, name)
 			if err != nil {
 				return err
 			}

@@ -33,6 +33,19 @@ func nodeTarget(cmd *cobra.Command, e *env, args []string) (*client.Client, stri
 	return clientFor(cmd, e), args[0], args[1:], nil
 }
 
+// nodeTargetOne is nodeTarget for commands that name exactly one thing on
+// the node after NODE; what says what it is, for the error.
+func nodeTargetOne(cmd *cobra.Command, e *env, args []string, what string) (*client.Client, string, string, error) {
+	c, node, rest, err := nodeTarget(cmd, e, args)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if len(rest) != 1 {
+		return nil, "", "", fmt.Errorf("name one %s", what)
+	}
+	return c, node, rest[0], nil
+}
+
 // agentSocket is --agent-socket, else $NODEMGR_AGENT_SOCKET.
 func agentSocket(cmd *cobra.Command, e *env) string {
 	if sock, _ := cmd.Flags().GetString("agent-socket"); sock != "" {
@@ -143,14 +156,11 @@ func artifactShowCmd(e *env) *cobra.Command {
 		Short: "Show one installed artifact (JSON)",
 		Args:  nodeArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, rest, err := nodeTarget(cmd, e, args)
+			c, node, name, err := nodeTargetOne(cmd, e, args, "artifact as group:artifact:version")
 			if err != nil {
 				return err
 			}
-			if len(rest) != 1 {
-				return fmt.Errorf("name one artifact as group:artifact:version")
-			}
-			a, err := c.Artifact(cmd.Context(), node, rest[0])
+			a, err := c.Artifact(cmd.Context(), node, name)
 			if err != nil {
 				return err
 			}
@@ -166,17 +176,14 @@ func artifactRmCmd(e *env) *cobra.Command {
 		Short: "Remove an artifact (refused while a service uses it)",
 		Args:  nodeArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, rest, err := nodeTarget(cmd, e, args)
+			c, node, name, err := nodeTargetOne(cmd, e, args, "artifact as group:artifact:version")
 			if err != nil {
 				return err
 			}
-			if len(rest) != 1 {
-				return fmt.Errorf("name one artifact as group:artifact:version")
-			}
-			if err := c.RemoveArtifact(cmd.Context(), node, rest[0]); err != nil {
+			if err := c.RemoveArtifact(cmd.Context(), node, name); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%s removed from %s\n", rest[0], where(node))
+			fmt.Fprintf(e.stdout, "%s removed from %s\n", name, where(node))
 			return nil
 		},
 	}
@@ -281,14 +288,11 @@ func serviceShowCmd(e *env) *cobra.Command {
 		Short: "Show one service",
 		Args:  nodeArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, rest, err := nodeTarget(cmd, e, args)
+			c, node, name, err := nodeTargetOne(cmd, e, args, "service by its coordinate instance.service.user.cell")
 			if err != nil {
 				return err
 			}
-			if len(rest) != 1 {
-				return fmt.Errorf("name one service by its coordinate instance.service.user.cell")
-			}
-			svc, err := c.Service(cmd.Context(), node, rest[0])
+			svc, err := c.Service(cmd.Context(), node, name)
 			if err != nil {
 				return err
 			}
@@ -312,17 +316,14 @@ func serviceActionCmd(e *env, action, short string) *cobra.Command {
 		Short: short,
 		Args:  nodeArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, rest, err := nodeTarget(cmd, e, args)
+			c, node, name, err := nodeTargetOne(cmd, e, args, "service by its coordinate instance.service.user.cell")
 			if err != nil {
 				return err
 			}
-			if len(rest) != 1 {
-				return fmt.Errorf("name one service by its coordinate instance.service.user.cell")
-			}
 			if !asJSON {
-				fmt.Fprintf(e.stderr, "%s %s on %s ...\n", actionProgress[action], rest[0], where(node))
+				fmt.Fprintf(e.stderr, "%s %s on %s ...\n", actionProgress[action], name, where(node))
 			}
-			svc, err := c.ServiceAction(cmd.Context(), node, rest[0], action)
+			svc, err := c.ServiceAction(cmd.Context(), node, name, action)
 			if err != nil {
 				return err
 			}
@@ -344,14 +345,11 @@ func serviceLogsCmd(e *env) *cobra.Command {
 		Short: "Print the end of a service's log (<runtime dir>/logs/service.log)",
 		Args:  nodeArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, rest, err := nodeTarget(cmd, e, args)
+			c, node, name, err := nodeTargetOne(cmd, e, args, "service by its coordinate instance.service.user.cell")
 			if err != nil {
 				return err
 			}
-			if len(rest) != 1 {
-				return fmt.Errorf("name one service by its coordinate instance.service.user.cell")
-			}
-			b, err := c.ServiceLogs(cmd.Context(), node, rest[0], tail)
+			b, err := c.ServiceLogs(cmd.Context(), node, name, tail)
 			if err != nil {
 				return err
 			}
@@ -370,17 +368,14 @@ func serviceRmCmd(e *env) *cobra.Command {
 		Short: "Forget a service that is not running (--purge deletes its runtime dir)",
 		Args:  nodeArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, rest, err := nodeTarget(cmd, e, args)
+			c, node, name, err := nodeTargetOne(cmd, e, args, "service by its coordinate instance.service.user.cell")
 			if err != nil {
 				return err
 			}
-			if len(rest) != 1 {
-				return fmt.Errorf("name one service by its coordinate instance.service.user.cell")
-			}
-			if err := c.RemoveService(cmd.Context(), node, rest[0], purge); err != nil {
+			if err := c.RemoveService(cmd.Context(), node, name, purge); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%s removed from %s\n", rest[0], where(node))
+			fmt.Fprintf(e.stdout, "%s removed from %s\n", name, where(node))
 			return nil
 		},
 	}

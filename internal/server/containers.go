@@ -47,10 +47,6 @@ func (h *agentHandler) containersReport(ctx context.Context, body []byte) (any, 
 // callAgent sends a local API request to a node's agent and decodes its
 // JSON answer into out; an error answer comes back as that error.
 func (s *Server) callAgent(ctx context.Context, n store.Node, method, path string, in, out any) error {
-	sess := s.hub.get(n.ID)
-	if sess == nil {
-		return fmt.Errorf("node %s is not connected (%s); start its agent, or wait for it to reconnect: %w", n.Name, n.Status, errdefs.ErrUnavailable)
-	}
 	req := api.LocalRequest{Method: method, Path: path}
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -59,11 +55,9 @@ func (s *Server) callAgent(ctx context.Context, n store.Node, method, path strin
 		}
 		req.Body = b
 	}
-	ctx, cancel := context.WithTimeout(ctx, forwardLongTimeout)
-	defer cancel()
-	var resp api.LocalResponse
-	if err := sess.peer.Call(ctx, api.MethodLocalAPI, req, &resp); err != nil {
-		return fmt.Errorf("node %s: %w", n.Name, err)
+	resp, err := s.callLocal(ctx, n, req, forwardLongTimeout)
+	if err != nil {
+		return err
 	}
 	if resp.Status >= 300 {
 		var eb api.ErrorBody
@@ -329,21 +323,6 @@ func (s *Server) handleContainerLogs(w http.ResponseWriter, r *http.Request) err
 			return errdefs.Field("tail", "must be a number of lines >= 0, got %q", v)
 		}
 	}
-	sess := s.hub.get(n.ID)
-	if sess == nil {
-		return fmt.Errorf("node %s is not connected (%s); its container logs are on the node: %w", n.Name, n.Status, errdefs.ErrUnavailable)
-	}
-	var resp api.LocalResponse
 	req := api.LocalRequest{Method: http.MethodGet, Path: "/v1/containers/" + url.PathEscape(id) + "/logs", Query: "tail=" + strconv.Itoa(tail)}
-	ctx, cancel := context.WithTimeout(r.Context(), forwardTimeout)
-	defer cancel()
-	if err := sess.peer.Call(ctx, api.MethodLocalAPI, req, &resp); err != nil {
-		return fmt.Errorf("node %s: %w", n.Name, err)
-	}
-	if resp.ContentType != "" {
-		w.Header().Set("Content-Type", resp.ContentType)
-	}
-	w.WriteHeader(resp.Status)
-	w.Write(resp.Body)
-	return nil
+	return s.relay(w, r, n, req, forwardTimeout)
 }

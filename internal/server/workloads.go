@@ -13,6 +13,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/httpapi"
+	"github.com/nodemgr/nodemgr/internal/store"
 )
 
 // A node's artifacts, services, resource books and allocations live on the node: the agent owns them and
@@ -70,23 +71,37 @@ func (s *Server) forward(timeout time.Duration) func(w http.ResponseWriter, r *h
 		if err != nil {
 			return err
 		}
-		sess := s.hub.get(n.ID)
-		if sess == nil {
-			return fmt.Errorf("node %s is not connected (%s); start its agent, or wait for it to reconnect: %w", n.Name, n.Status, errdefs.ErrUnavailable)
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
-		defer cancel()
-		var resp api.LocalResponse
-		if err := sess.peer.Call(ctx, api.MethodLocalAPI, req, &resp); err != nil {
-			return fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		if resp.ContentType != "" {
-			w.Header().Set("Content-Type", resp.ContentType)
-		}
-		w.WriteHeader(resp.Status)
-		w.Write(resp.Body)
-		return nil
+		return s.relay(w, r, n, req, timeout)
 	}
+}
+
+// relay carries req to node n's local API and writes its answer as it is.
+func (s *Server) relay(w http.ResponseWriter, r *http.Request, n store.Node, req api.LocalRequest, timeout time.Duration) error {
+	resp, err := s.callLocal(r.Context(), n, req, timeout)
+	if err != nil {
+		return err
+	}
+	if resp.ContentType != "" {
+		w.Header().Set("Content-Type", resp.ContentType)
+	}
+	w.WriteHeader(resp.Status)
+	w.Write(resp.Body)
+	return nil
+}
+
+// callLocal sends req to node n's local API over its session.
+func (s *Server) callLocal(ctx context.Context, n store.Node, req api.LocalRequest, timeout time.Duration) (api.LocalResponse, error) {
+	sess := s.hub.get(n.ID)
+	if sess == nil {
+		return api.LocalResponse{}, fmt.Errorf("node %s is not connected (%s); start its agent, or wait for it to reconnect: %w", n.Name, n.Status, errdefs.ErrUnavailable)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var resp api.LocalResponse
+	if err := sess.peer.Call(ctx, api.MethodLocalAPI, req, &resp); err != nil {
+		return resp, fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	return resp, nil
 }
 
 // localRequest turns /v1/nodes/{node}/<rest> into the agent's /v1/<rest>.
