@@ -12,7 +12,12 @@ import (
 const maxReportBatch = 512
 
 // reportLinger is how long the first report of a batch waits for company.
-const reportLinger = 2 * time.Millisecond
+// Each tasks.report costs the server a request and a store transaction
+// whatever its size, so waiting longer buys fewer, larger batches; 10 ms
+// against 2 ms cut the server's CPU per task by a tenth (in-process) to a
+// third (command workers) in nodemgr bench dispatch, while a result still
+// reaches the store within milliseconds.
+const reportLinger = 10 * time.Millisecond
 
 // taskSource connects a worker pool to the server: it claims tasks with
 // tasks.fetch and sends reports in batches. The first report of a batch
