@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -119,6 +120,7 @@ func Run(ctx context.Context, h Handler) error {
 	if err != nil {
 		return fmt.Errorf("worker: bad %s: %w", workerproto.EnvWorkerID, err)
 	}
+	sizeRuntime()
 	nc, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -344,4 +346,17 @@ func classify(r Result, cause error, stopping bool) (outcome, reason string) {
 		return api.OutcomeFailed, "killed by " + r.Signal
 	}
 	return api.OutcomeFailed, "exit status " + strconv.Itoa(r.ExitCode)
+}
+
+// sizeRuntime runs as many threads of Go code as the agent says this
+// worker's share of the cores is (NODEMGR_WORKER_PROCS), so that workers
+// sharing cores do not spin threads on each other's; GOMAXPROCS, when the
+// suite sets it, wins.
+func sizeRuntime() {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	if n, err := strconv.Atoi(os.Getenv(workerproto.EnvProcs)); err == nil && n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -135,6 +136,7 @@ func agentFlags(cmd *cobra.Command) {
 	fl.String("local-api-socket", "", "unix socket of the local API (default <data dir>/agent.sock)")
 	fl.String("local-api-listen", "", "also serve the local API on TCP host:port; needs --local-api-token")
 	fl.String("local-api-token", "", "token the TCP local API requires ($NODEMGR_LOCAL_API_TOKEN)")
+	fl.Int("procs", 0, "threads of Go code the agent runs (default one per 8 cores, at least one; $GOMAXPROCS wins)")
 	fl.String("port-range", "", "ports the agent hands to services and containers, min-max (default 16384-65535)")
 	fl.String("docker-host", "", "Docker engine for containers (default $DOCKER_HOST, else the local socket)")
 	fl.String("container-host-ip", "", "address containers' host ports bind to (default all)")
@@ -169,6 +171,9 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	str("local-api-listen", &cfg.LocalAPIListen)
 	str("local-api-token", &cfg.LocalAPIToken)
 	str("port-range", &cfg.PortRange)
+	if fl.Changed("procs") {
+		cfg.Procs, _ = fl.GetInt("procs")
+	}
 	str("docker-host", &cfg.DockerHost)
 	str("container-host-ip", &cfg.ContainerHostIP)
 	if fl.Changed("standalone") {
@@ -239,6 +244,7 @@ Settings come from --config (YAML), then NODEMGR_* variables, then flags.`,
 				return err
 			}
 			defer a.Close()
+			setAgentProcs(cfg.Procs, e.getenv)
 			return a.Run(cmd.Context())
 		},
 	}
@@ -386,4 +392,17 @@ func createDemoSuite(ctx context.Context, c *client.Client) error {
 	}
 	_, err = c.CloseSuite(ctx, demoSuite)
 	return err
+}
+
+// setAgentProcs sizes the agent process's Go runtime (see
+// agent.Config.Procs). Only `nodemgr agent` does: `nodemgr dev` shares
+// its process with a server.
+func setAgentProcs(procs int, getenv func(string) string) {
+	if getenv("GOMAXPROCS") != "" {
+		return
+	}
+	if procs == 0 {
+		procs = agent.DefaultProcs(runtime.NumCPU())
+	}
+	runtime.GOMAXPROCS(procs)
 }

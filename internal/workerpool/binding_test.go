@@ -59,3 +59,42 @@ func TestFormatCPUs(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerProcs: a worker's Go runtime is sized to its share of the
+// cores it may run on.
+func TestWorkerProcs(t *testing.T) {
+	cores := func(n int) []int {
+		c := make([]int, n)
+		for i := range c {
+			c[i] = i
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name    string
+		binding *api.CPUBinding
+		workers int
+		want    []int
+	}{
+		{"shared 4 cores, 2 workers", &api.CPUBinding{Cores: cores(4), Strategy: api.BindShared}, 2, []int{2, 2}},
+		{"shared 2 cores, 4 workers", &api.CPUBinding{Cores: cores(2), Strategy: api.BindShared}, 4, []int{1, 1, 1, 1}},
+		{"round robin", &api.CPUBinding{Cores: cores(2), Strategy: api.BindRoundRobin}, 3, []int{1, 1, 1}},
+		{"exclusive", &api.CPUBinding{Cores: cores(5), Strategy: api.BindExclusive}, 2, []int{2, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan, err := planCPUs(tc.binding, tc.workers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := &Pool{}
+			for i := range tc.workers {
+				p.slots = append(p.slots, &slot{id: i, cpus: plan[i]})
+			}
+			for i, s := range p.slots {
+				if got := p.procs(s); got != tc.want[i] {
+					t.Errorf("procs(worker %d on %v) = %d, want %d", i, s.cpus, got, tc.want[i])
+				}
+			}
+		})
+	}
+}

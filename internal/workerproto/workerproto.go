@@ -25,6 +25,10 @@ const (
 	EnvSuiteID     = "NODEMGR_SUITE_ID"
 	EnvSuiteName   = "NODEMGR_SUITE_NAME"
 	EnvNodeID      = "NODEMGR_NODE_ID"
+	// EnvProcs is the worker's share of the cores it may run on: a Go
+	// worker (package worker) runs that many threads of Go code
+	// (GOMAXPROCS), unless GOMAXPROCS says otherwise.
+	EnvProcs = "NODEMGR_WORKER_PROCS"
 )
 
 // Frame operations.
