@@ -51,12 +51,4 @@ func Classify(err error) error {
 
 // Class returns err, with its message, as also belonging to the errdefs
 // class class.
-func Class(err, class error) error { return &classed{err: err, class: class} }
-
-type classed struct {
-	err   error
-	class error
-}
-
-func (e *classed) Error() string   { return e.err.Error() }
-func (e *classed) Unwrap() []error { return []error{e.err, e.class} }
+func Class(err, class error) error { return errdefs.Class(err, class) }

@@ -8,6 +8,8 @@ package errdefs
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"syscall"
 )
 
 // The error classes. Check them with errors.Is.
@@ -91,3 +93,32 @@ func FromCode(code string) error {
 
 // IsNotFound is errors.Is(err, ErrNotFound), for brevity at call sites.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// Class returns err, with its message, as also belonging to the class
+// class (one of the Err* above).
+func Class(err, class error) error { return &classed{err: err, class: class} }
+
+type classed struct {
+	err   error
+	class error
+}
+
+func (e *classed) Error() string   { return e.err.Error() }
+func (e *classed) Unwrap() []error { return []error{e.err, e.class} }
+
+// FromOS gives an error of the operating system its class: a missing file
+// is not found, a denied one permission, an existing one or a file where a
+// directory should be a conflict. Others come back as they are.
+func FromOS(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return Class(err, ErrNotFound)
+	case errors.Is(err, fs.ErrPermission):
+		return Class(err, ErrPermission)
+	case errors.Is(err, fs.ErrExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
+		return Class(err, ErrConflict)
+	}
+	return err
+}

@@ -83,7 +83,7 @@ func (e *Docker) CopyTo(ctx context.Context, d provision.Deployment, src, dst st
 		return fmt.Errorf("copy %s to %s:%s: %w", src, d.Name, target, localErr(werr))
 	}
 	if err != nil {
-		return fmt.Errorf("copy %s to %s:%s: %w", src, d.Name, target, dockerengine.Classify(err))
+		return fmt.Errorf("copy %s to %s:%s: %w", src, d.Name, target, copyToErr(err))
 	}
 	return nil
 }
@@ -148,24 +148,23 @@ func extract(ctx context.Context, r io.Reader, target string) error {
 		return nil
 	case errors.Is(err, archive.ErrEmpty):
 		// The engine sent nothing for the path.
-		return dockerengine.Class(err, errdefs.ErrNotFound)
+		return errdefs.Class(err, errdefs.ErrNotFound)
 	case errors.Is(err, archive.ErrBad):
-		return dockerengine.Class(err, errdefs.ErrInvalid)
+		return errdefs.Class(err, errdefs.ErrInvalid)
 	}
 	return localErr(err)
 }
 
 // localErr classes an error from the local file system.
-func localErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, fs.ErrNotExist):
-		return dockerengine.Class(err, errdefs.ErrNotFound)
-	case errors.Is(err, fs.ErrPermission):
-		return dockerengine.Class(err, errdefs.ErrPermission)
-	case errors.Is(err, fs.ErrExist):
-		return dockerengine.Class(err, errdefs.ErrConflict)
+func localErr(err error) error { return errdefs.FromOS(err) }
+
+// copyToErr classes the engine's answer to a copy into a container. A tree
+// copied onto a file comes back as a plain error ("cannot overwrite
+// non-directory ... with directory ..."); like the local executor, call it
+// a conflict.
+func copyToErr(err error) error {
+	if strings.Contains(err.Error(), "cannot overwrite") {
+		return errdefs.Class(err, errdefs.ErrConflict)
 	}
-	return err
+	return dockerengine.Classify(err)
 }

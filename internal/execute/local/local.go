@@ -21,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"time"
@@ -109,30 +108,10 @@ func (l *Local) CopyFrom(ctx context.Context, d provision.Deployment, src, dst s
 
 // classify classes an error from the local system.
 func classify(err error) error {
-	var class error
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
-		class = errdefs.ErrNotFound
-	case errors.Is(err, fs.ErrPermission):
-		class = errdefs.ErrPermission
-	case errors.Is(err, fs.ErrExist):
-		class = errdefs.ErrConflict
-	default:
-		return err
+	if errors.Is(err, exec.ErrNotFound) {
+		return errdefs.Class(err, errdefs.ErrNotFound)
 	}
-	return &classed{err: err, class: class}
+	return errdefs.FromOS(err)
 }
-
-// classed is an error of another package that also belongs to an errdefs
-// class.
-type classed struct {
-	err   error
-	class error
-}
-
-func (e *classed) Error() string   { return e.err.Error() }
-func (e *classed) Unwrap() []error { return []error{e.err, e.class} }
 
 var _ execute.Executor = (*Local)(nil)

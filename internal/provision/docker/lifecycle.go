@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
@@ -30,7 +31,9 @@ func (d *Docker) Start(ctx context.Context, dep provision.Deployment) error {
 	case container.StateRunning, container.StateRestarting:
 		return nil
 	case container.StatePaused:
-		_, err = d.engine.ContainerUnpause(ctx, insp.ID, client.ContainerUnpauseOptions{})
+		if _, err = d.engine.ContainerUnpause(ctx, insp.ID, client.ContainerUnpauseOptions{}); err == nil {
+			err = d.settle(ctx, dep, container.StateRunning)
+		}
 	case container.StateRemoving, container.StateDead:
 		return fmt.Errorf("start %s: container %.12s is %s: %w", dep.Name, insp.ID, insp.State.Status, errdefs.ErrConflict)
 	default:
@@ -72,7 +75,32 @@ func (d *Docker) Hibernate(ctx context.Context, dep provision.Deployment) error 
 	if _, err := d.engine.ContainerPause(ctx, insp.ID, client.ContainerPauseOptions{}); err != nil {
 		return fmt.Errorf("hibernate %s: %w", dep.Name, dockerengine.Classify(err))
 	}
+	if err := d.settle(ctx, dep, container.StatePaused); err != nil {
+		return fmt.Errorf("hibernate %s: %w", dep.Name, err)
+	}
 	return nil
+}
+
+// settle waits until the engine shows the container in status want: it
+// records a pause or an unpause from containerd's event a moment after the
+// call returns, and a verb should return once its state can be read back.
+func (d *Docker) settle(ctx context.Context, dep provision.Deployment, want container.ContainerState) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		insp, err := d.lookup(ctx, dep)
+		if err != nil {
+			return err
+		}
+		if insp.State.Status == want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("container %.12s is still %s, not %s: %w", insp.ID, insp.State.Status, want, errdefs.ErrUnavailable)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Reboot restarts the container, starting it if it was stopped.
