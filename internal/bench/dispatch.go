@@ -55,6 +55,9 @@ type DispatchResult struct {
 type SpawnBaseline struct {
 	Spawns    int     `json:"spawns"`
 	PerSecond float64 `json:"spawns_per_second"`
+	// CPUPerSpawn is the CPU a spawn costs: this process's and the
+	// reaped `true`s'.
+	CPUPerSpawn time.Duration `json:"cpu_per_spawn"`
 }
 
 // latencyFile is where the no-op worker leaves its samples, in its suite dir.
@@ -242,6 +245,7 @@ func readPoolStats(path string) (p50, p99 time.Duration) {
 
 // spawnBaseline times n runs of `true` with k spawners at once.
 func spawnBaseline(n, k int) SpawnBaseline {
+	cpu0 := procTreeCPU(os.Getpid())
 	start := time.Now()
 	var wg sync.WaitGroup
 	per := n / k
@@ -255,7 +259,10 @@ func spawnBaseline(n, k int) SpawnBaseline {
 		}()
 	}
 	wg.Wait()
-	return SpawnBaseline{Spawns: per * k, PerSecond: float64(per*k) / time.Since(start).Seconds()}
+	elapsed := time.Since(start)
+	cpu := procTreeCPU(os.Getpid()) - cpu0
+	return SpawnBaseline{Spawns: per * k, PerSecond: float64(per*k) / elapsed.Seconds(),
+		CPUPerSpawn: time.Duration(cpu / float64(per*k) * float64(time.Second))}
 }
 
 // NoopWorker is a worker whose tasks do nothing. It records the gap

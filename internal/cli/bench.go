@@ -62,7 +62,7 @@ a baseline, the same run times this machine spawning ` + "`true`" + ` directly.`
 					fmt.Sprintf("%.0f", r.PerSecond), ratio, d(r.AgentFetchP50), d(r.AgentFetchP99), p50, p99,
 					d(r.ServerCPUPerTask), d(r.AgentCPUPerTask))
 			}
-			t.row("spawn `true`", "-", strconv.Itoa(base.Spawns), "-", fmt.Sprintf("%.0f", base.PerSecond), "100%", "-", "-", "-", "-", "-", "-")
+			t.row("spawn `true`", "-", strconv.Itoa(base.Spawns), "-", fmt.Sprintf("%.0f", base.PerSecond), "100%", "-", "-", "-", "-", "-", d(base.CPUPerSpawn))
 			return t.flush()
 		},
 	}
