@@ -775,19 +775,19 @@ func TestLogRotation(t *testing.T) {
 			t.Errorf("rotated %s: %v, size %d; want more than the 16 KiB cap", p, err, fi.Size())
 		}
 	}
-	// The service writes on into the truncated file.
-	waitFor(t, 5*time.Second, "new lines in the current log", func() error {
-		fi, err := os.Stat(log)
-		if err != nil {
+	// The service writes on into the truncated file, and Logs reads it.
+	// Rotation goes on meanwhile, so a read may land just after a
+	// truncation: poll.
+	waitFor(t, 5*time.Second, "new lines in the current log, through Logs", func() error {
+		b, err := s.Logs(coord, 0)
+		switch {
+		case err != nil:
 			return err
-		}
-		if fi.Size() == 0 {
-			return fmt.Errorf("empty")
+		case len(b) > 1<<20:
+			return fmt.Errorf("Logs returned %d bytes, more than its 1 MiB cap", len(b))
+		case !strings.Contains(string(b), "xxxx"):
+			return fmt.Errorf("Logs = %d bytes without the service's lines", len(b))
 		}
 		return nil
 	})
-	b, err := s.Logs(coord, 0)
-	if err != nil || len(b) > 1<<20 || !strings.Contains(string(b), "xxxx") {
-		t.Errorf("Logs = %d bytes, %v", len(b), err)
-	}
 }
