@@ -45,6 +45,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"time"
 
@@ -130,7 +131,7 @@ func Run(ctx context.Context, h Handler) error {
 	}
 	c := workerproto.NewConn(nc)
 	defer c.Close()
-	s := &session{c: c, frames: make(chan frameOrErr), quit: make(chan struct{})}
+	s := &session{c: c, frames: make(chan frameOrErr), quit: make(chan struct{}), batch: 1, cancelled: map[string]string{}}
 	defer close(s.quit)
 	defer s.flush()
 	go s.read()
@@ -151,32 +152,63 @@ func Run(ctx context.Context, h Handler) error {
 			return fmt.Errorf("worker: agent answered hello with %q", fe.f.Op)
 		}
 	}
+	var queue []*api.Task // tasks held, not started, in order
 	for {
-		// The last task's report travels with this fetch: one write, one
-		// wake-up of the agent.
-		out := []workerproto.Frame{{Op: workerproto.OpFetch}}
-		if s.pending != nil {
-			out = append([]workerproto.Frame{*s.pending}, out...)
-			s.pending = nil
+		if len(queue) == 0 {
+			// The last task's report travels with this fetch: one write,
+			// one wake-up of the agent.
+			out := []workerproto.Frame{{Op: workerproto.OpFetch, Fetch: s.fetchSize()}}
+			if s.pending != nil {
+				out = append([]workerproto.Frame{*s.pending}, out...)
+				s.pending = nil
+			}
+			if err := c.Write(out...); err != nil {
+				return fmt.Errorf("worker: fetch: %w", err)
+			}
+			clear(s.cancelled) // they were about tasks reported by now
+			ts, err := s.next(ctx)
+			if err != nil || ts == nil {
+				return err
+			}
+			queue = ts
 		}
-		if err := c.Write(out...); err != nil {
-			return fmt.Errorf("worker: fetch: %w", err)
-		}
-		t, err := s.next(ctx)
-		if err != nil || t == nil {
-			return err
-		}
-		if ctx.Err() != nil { // stopped while the task was on its way
+		t := queue[0]
+		queue = queue[1:]
+		switch reason, cancelled := s.cancelled[t.ID]; {
+		case ctx.Err() != nil: // stopped while the task was on its way or waiting
 			s.report(t, Result{ExitCode: -1}, api.OutcomeStopped, "worker stopped before starting the task", 0)
-			return nil
+		case cancelled:
+			s.report(t, Result{ExitCode: -1}, api.OutcomeFailed, reason, 0)
+		default:
+			if err := s.runTask(ctx, h, t); err != nil {
+				return err
+			}
 		}
-		if err := s.runTask(ctx, h, t); err != nil {
-			return err
+		if len(queue) > 0 {
+			// The pool knows which task runs by the reports: the next
+			// one starts only once this one's is on its way.
+			s.flush()
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && len(queue) == 0 {
 			return nil
 		}
 	}
+}
+
+// Batching: a worker whose tasks end within shortTask asks for up to
+// batchMax at once; a longer task makes it take one at a time again, so a
+// slow task never holds up others another worker could run.
+const (
+	shortTask = time.Millisecond
+	batchMax  = 8
+)
+
+// fetchSize is the body of the next fetch: nil asks for one task.
+func (s *session) fetchSize() *workerproto.Fetch {
+	if s.batch <= 1 {
+		return nil
+	}
+	return &workerproto.Fetch{Max: s.batch}
 }
 
 type frameOrErr struct {
@@ -190,6 +222,10 @@ type session struct {
 	frames  chan frameOrErr
 	quit    chan struct{}
 	pending *workerproto.Frame // a report not yet sent
+	batch   int                // tasks to ask for in the next fetch
+	// cancelled holds cancels for tasks held but not started yet: the
+	// reason each is to be reported with when its turn comes.
+	cancelled map[string]string
 }
 
 // flush sends a report still waiting for the next fetch.
@@ -214,9 +250,9 @@ func (s *session) read() {
 	}
 }
 
-// next waits for the answer to a fetch: a task, or nil when there are no
-// more or ctx ended while none was on its way.
-func (s *session) next(ctx context.Context) (*api.Task, error) {
+// next waits for the answer to a fetch: the tasks to run, in order, or nil
+// when there are no more or ctx ended while none was on its way.
+func (s *session) next(ctx context.Context) ([]*api.Task, error) {
 	var stopWait <-chan time.Time
 	done := ctx.Done()
 	for {
@@ -244,7 +280,10 @@ func (s *session) next(ctx context.Context) (*api.Task, error) {
 				if tf.Done {
 					return nil, nil
 				}
-				return tf.Task, nil
+				if slices.Contains(tf.More, nil) {
+					return nil, errors.New("worker: agent sent an empty task in a batch")
+				}
+				return append([]*api.Task{tf.Task}, tf.More...), nil
 			}
 			return nil, fmt.Errorf("worker: unexpected %q frame from the agent", fe.f.Op)
 		}
@@ -284,8 +323,9 @@ wait:
 				cancel(errConnLost)
 			case fe.f.Op == workerproto.OpCancel && fe.f.Cancel != nil && fe.f.Cancel.TaskID == t.ID:
 				cancel(&CancelError{Reason: fe.f.Cancel.Reason})
-			case fe.f.Op == workerproto.OpCancel:
-				// for an earlier task
+			case fe.f.Op == workerproto.OpCancel && fe.f.Cancel != nil:
+				// for a task waiting its turn, or one already reported
+				s.cancelled[fe.f.Cancel.TaskID] = fe.f.Cancel.Reason
 			default:
 				lost = fmt.Errorf("unexpected %q frame while running a task", fe.f.Op)
 				frames = nil
@@ -301,7 +341,13 @@ wait:
 		cause = context.Cause(tctx)
 	}
 	outcome, reason := classify(res, cause, ctx.Err() != nil)
-	if err := s.report(at, res, outcome, reason, time.Since(start)); err != nil {
+	took := time.Since(start)
+	if took < shortTask {
+		s.batch = batchMax
+	} else {
+		s.batch = 1
+	}
+	if err := s.report(at, res, outcome, reason, took); err != nil {
 		return fmt.Errorf("worker: report task %s: %w", t.ID, err)
 	}
 	return nil

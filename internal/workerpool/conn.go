@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -119,7 +120,10 @@ func (p *Pool) frame(s *slot, gen int, c *workerproto.Conn, f workerproto.Frame,
 			p.retireLocked(s) // told Done already; tell it again
 			return true
 		}
-		s.fetchAt = at
+		s.fetchAt, s.fetchN = at, 1
+		if f.Fetch != nil && f.Fetch.Max > 1 {
+			s.fetchN = min(f.Fetch.Max, maxFetchPerWorker)
+		}
 		p.serveLocked(s)
 	case workerproto.OpReport:
 		r := f.Report
@@ -186,6 +190,24 @@ func (p *Pool) finishLocked(s *slot, r api.TaskReport) {
 	}
 	r.Result.FinishedAt = time.Time{} // the pool's clock, not the worker's
 	p.reportLocked(r)
+	p.promoteLocked(s)
+}
+
+// promoteLocked makes the next task s holds the one it runs: the worker
+// starts it as soon as it has reported the last.
+func (p *Pool) promoteLocked(s *slot) {
+	if len(s.queued) == 0 {
+		return
+	}
+	j := s.queued[0]
+	s.queued[0] = nil
+	s.queued = s.queued[1:]
+	s.job = j
+	j.start = time.Now()
+	p.armLocked(s, j)
+	if j.verdict != "" {
+		p.killLaterLocked(s, j, j.verdict) // told to skip it while it waited
+	}
 }
 
 // serveLocked answers s's pending fetch: a buffered task, Done when no
@@ -193,10 +215,12 @@ func (p *Pool) finishLocked(s *slot, r api.TaskReport) {
 func (p *Pool) serveLocked(s *slot) {
 	switch {
 	case len(p.buf) > 0:
-		t := p.buf[0]
-		p.buf[0] = api.Task{}
-		p.buf = p.buf[1:]
-		p.assignLocked(s, t)
+		// A worker taking several gets at most its share of the buffer.
+		n := min(s.fetchN, max(1, len(p.buf)/len(p.slots)))
+		tasks := slices.Clone(p.buf[:n])
+		clear(p.buf[:n])
+		p.buf = p.buf[n:]
+		p.assignLocked(s, tasks[0], tasks[1:]...)
 		p.needFetchLocked()
 	case p.stop != stopNone || p.done:
 		p.retireLocked(s)
@@ -227,20 +251,32 @@ func (p *Pool) dispatchLocked() {
 	p.needFetchLocked()
 }
 
-// assignLocked gives t to s, whose fetch is pending.
-func (p *Pool) assignLocked(s *slot, t api.Task) {
+// assignLocked gives t, and more to run after it, to s, whose fetch is
+// pending.
+func (p *Pool) assignLocked(s *slot, t api.Task, more ...api.Task) {
 	at := s.fetchAt
 	s.fetchAt = time.Time{}
 	j := &job{task: t, start: time.Now()}
 	s.job = j
 	p.held[t.ID] = s
-	if err := s.conn.Write(workerproto.Frame{Op: workerproto.OpTask, Task: &workerproto.TaskFrame{Task: &t}}); err != nil {
-		p.dropLocked(s, err) // t goes back to the buffer
+	tf := &workerproto.TaskFrame{Task: &t}
+	for i := range more {
+		s.queued = append(s.queued, &job{task: more[i]})
+		p.held[more[i].ID] = s
+		tf.More = append(tf.More, &more[i])
+	}
+	if err := s.conn.Write(workerproto.Frame{Op: workerproto.OpTask, Task: tf}); err != nil {
+		p.dropLocked(s, err) // the tasks go back to the buffer
 		return
 	}
 	j.start = time.Now()
 	p.lat.add(j.start.Sub(at))
-	if d := time.Duration(t.Timeout); d > 0 {
+	p.armLocked(s, j)
+}
+
+// armLocked starts the timeout of the task s now runs.
+func (p *Pool) armLocked(s *slot, j *job) {
+	if d := time.Duration(j.task.Timeout); d > 0 {
 		j.timeout = time.AfterFunc(d, func() { p.expire(s, j) })
 	}
 }

@@ -85,6 +85,8 @@ const (
 	respawnMin  = 100 * time.Millisecond
 	respawnMax  = 5 * time.Second
 	healthyLife = time.Second
+	// maxFetchPerWorker bounds the tasks one worker takes in one fetch.
+	maxFetchPerWorker = 16
 	// Waits between fetches that found nothing.
 	fetchMinWait = 50 * time.Millisecond
 	fetchMaxWait = 2 * time.Second
@@ -394,8 +396,8 @@ func (p *Pool) Cancel(taskID string) bool {
 		return false
 	}
 	if s := p.held[taskID]; s != nil {
-		if s.job.verdict == "" {
-			p.abandonLocked(s, "cancelled")
+		if j := s.holding(taskID); j != nil && j.verdict == "" {
+			p.abandonLocked(s, j, "cancelled")
 		}
 		return true
 	}

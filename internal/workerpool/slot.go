@@ -30,11 +30,13 @@ type slot struct {
 	retired bool              // told Done: its exit is expected
 	dropped bool              // killed for a protocol error
 	fetchAt time.Time         // when its unanswered fetch arrived; zero: none
-	job     *job
-	termT   *time.Timer // SIGKILL after SIGTERM
-	silent  int         // consecutive exits before hello
-	lastErr error       // why the last hello failed, for the fatal error
-	noShow  bool        // killed for not connecting in time
+	fetchN  int               // how many tasks that fetch takes
+	job     *job              // the task it runs: the first it holds, unreported
+	queued  []*job            // tasks it holds behind job, in the order it runs them
+	termT   *time.Timer       // SIGKILL after SIGTERM
+	silent  int               // consecutive exits before hello
+	lastErr error             // why the last hello failed, for the fatal error
+	noShow  bool              // killed for not connecting in time
 }
 
 // job is a task a worker holds.
@@ -50,6 +52,19 @@ type job struct {
 }
 
 var errStopping = errors.New("worker pool is stopping")
+
+// holding returns the job of taskID that s holds, running or waiting.
+func (s *slot) holding(taskID string) *job {
+	if s.job != nil && s.job.task.ID == taskID {
+		return s.job
+	}
+	for _, j := range s.queued {
+		if j.task.ID == taskID {
+			return j
+		}
+	}
+	return nil
+}
 
 // spawn starts a new process in s.
 func (p *Pool) spawn(s *slot) (*exec.Cmd, error) {
@@ -222,6 +237,7 @@ func (p *Pool) exited(s *slot, cmd *exec.Cmd) bool {
 		p.log.Warn("worker ended holding a task", "worker", s.id, "pid", cmd.Process.Pid, "task", j.task.ID,
 			"status", status, "outcome", r.Outcome, "reason", r.Reason)
 		p.reportLocked(r)
+		p.requeueQueuedLocked(s) // never started: back to the buffer, no attempt spent
 	} else if !expected {
 		p.log.Warn("worker exited", "worker", s.id, "pid", cmd.Process.Pid, "status", status)
 	} else {
@@ -272,6 +288,17 @@ func (p *Pool) releaseLocked(j *job) {
 	p.signal(p.kick)
 }
 
+// requeueQueuedLocked puts the tasks s holds behind the one it runs back
+// at the front of the buffer, in their order: s never started them.
+func (p *Pool) requeueQueuedLocked(s *slot) {
+	for i := len(s.queued) - 1; i >= 0; i-- {
+		j := s.queued[i]
+		p.releaseLocked(j)
+		p.requeueLocked(j.task)
+	}
+	s.queued = nil
+}
+
 // terminateLocked sends s's process SIGTERM, and SIGKILL after grace.
 func (p *Pool) terminateLocked(s *slot, grace time.Duration) {
 	if s.proc == nil || s.termT != nil {
@@ -308,6 +335,7 @@ func (p *Pool) dropLocked(s *slot, why error) {
 	s.dropped = true
 	if j := s.job; j != nil {
 		s.job = nil
+		p.requeueQueuedLocked(s)
 		p.releaseLocked(j)
 		p.requeueLocked(j.task)
 	}
@@ -318,15 +346,23 @@ func (p *Pool) dropLocked(s *slot, why error) {
 	p.dispatchLocked()
 }
 
-// abandonLocked settles how s's task ends (reason) and asks the worker to
-// drop it; the worker is killed if it has not reported within KillGrace.
-func (p *Pool) abandonLocked(s *slot, reason string) {
-	j := s.job
+// abandonLocked settles how a task s holds ends (reason) and asks the
+// worker to drop it. If it runs, the worker is killed unless it reports
+// within KillGrace; if it waits behind another, that clock starts when it
+// would run (promoteLocked).
+func (p *Pool) abandonLocked(s *slot, j *job, reason string) {
 	j.verdict = reason
 	if s.conn != nil {
 		s.conn.Write(workerproto.Frame{Op: workerproto.OpCancel,
 			Cancel: &workerproto.Cancel{TaskID: j.task.ID, Reason: reason}})
 	}
+	if s.job == j {
+		p.killLaterLocked(s, j, reason)
+	}
+}
+
+// killLaterLocked kills s's worker if it still runs j after KillGrace.
+func (p *Pool) killLaterLocked(s *slot, j *job, reason string) {
 	gen := s.gen
 	j.killT = time.AfterFunc(p.cfg.KillGrace, func() {
 		p.mu.Lock()
@@ -345,6 +381,6 @@ func (p *Pool) expire(s *slot, j *job) {
 	defer p.mu.Unlock()
 	if s.job == j && j.verdict == "" {
 		p.log.Info("task timed out", "worker", s.id, "task", j.task.ID, "timeout", time.Duration(j.task.Timeout))
-		p.abandonLocked(s, "timeout")
+		p.abandonLocked(s, j, "timeout")
 	}
 }

@@ -6,8 +6,10 @@
 // the one-time token from its environment; the pool answers Ack once the
 // worker is registered (and pinned to its cores). Then the worker loops:
 // Fetch → Task (or Task with Done: exit) → run it → Report → Fetch ...
-// The pool may send Cancel while a task runs: the worker should abandon it
-// and report it at once. Anything else is a protocol error, and the pool
+// A Fetch may ask for several tasks; they come in one Task frame and are
+// run and reported one by one before the next Fetch. The pool may send
+// Cancel for a task the worker holds: abandon it if it runs, skip it if it
+// has not started, and report it at once. Anything else is a protocol error, and the pool
 // drops a worker that commits one.
 package workerproto
 
@@ -35,7 +37,7 @@ const (
 const (
 	OpHello  = "hello"  // worker → pool: first frame (Hello)
 	OpAck    = "ack"    // pool → worker: hello accepted (Ack)
-	OpFetch  = "fetch"  // worker → pool: give me a task (no body)
+	OpFetch  = "fetch"  // worker → pool: give me a task (Fetch, optional)
 	OpTask   = "task"   // pool → worker: a task, or Done (TaskFrame)
 	OpReport = "report" // worker → pool: how the held task ended (Report)
 	OpCancel = "cancel" // pool → worker: abandon the running task (Cancel)
@@ -44,6 +46,7 @@ const (
 // Frame is one line on the socket. Op says which body is set.
 type Frame struct {
 	Op     string     `json:"op"`
+	Fetch  *Fetch     `json:"fetch,omitempty"`
 	Hello  *Hello     `json:"hello,omitempty"`
 	Ack    *Ack       `json:"ack,omitempty"`
 	Task   *TaskFrame `json:"task,omitempty"`
@@ -64,11 +67,21 @@ type Ack struct {
 	WorkerID int `json:"worker_id"`
 }
 
-// TaskFrame answers Fetch: a task to run, or Done when there will be no
-// more and the worker should exit.
+// Fetch asks for up to Max tasks at once (0 or absent: one). A worker
+// whose tasks are short takes a few at a time and saves a round trip per
+// task. It runs them in order and reports each as soon as it ends, so the
+// pool always knows which one is running: the first it holds that is not
+// reported yet. It fetches again only once all are reported.
+type Fetch struct {
+	Max int `json:"max,omitempty"`
+}
+
+// TaskFrame answers Fetch: a task to run (and More to run after it, in
+// order), or Done when there will be no more and the worker should exit.
 type TaskFrame struct {
-	Task *api.Task `json:"task,omitempty"`
-	Done bool      `json:"done,omitempty"`
+	Task *api.Task   `json:"task,omitempty"`
+	More []*api.Task `json:"more,omitempty"`
+	Done bool        `json:"done,omitempty"`
 }
 
 // Report is how the worker's task ended. The pool fills in the node, the
