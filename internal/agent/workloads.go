@@ -61,7 +61,7 @@ func newWorkloads(cfg Config, scope string, log *slog.Logger) (*workloads, error
 		return nil, fmt.Errorf("port allocator: %w", err)
 	}
 	w.artifacts, err = artifact.New(cfg.Prefix, cfg.Depots, artifact.Options{
-		Logger: log.With("component", "artifact"),
+		Logger: log.With("subsystem", "artifact"),
 		InUse: func(id artifact.ID) bool {
 			return len(w.services.UsedBy(id.String())) > 0
 		},
@@ -74,7 +74,7 @@ func newWorkloads(cfg Config, scope string, log *slog.Logger) (*workloads, error
 		StateDir:  filepath.Join(cfg.DataDir, "services"),
 		Artifacts: artifactTrees{w.artifacts},
 		Ports:     servicePorts{w.ports},
-		Logger:    log.With("component", "service"),
+		Logger:    log.With("subsystem", "service"),
 		OnChange:  w.poke,
 	})
 	if err != nil {
@@ -90,7 +90,7 @@ func newWorkloads(cfg Config, scope string, log *slog.Logger) (*workloads, error
 		Ports:    containerPorts{w.ports},
 		HostIP:   cfg.ContainerHostIP,
 		Scope:    scope,
-		Logger:   log.With("component", "container"),
+		Logger:   log.With("subsystem", "container"),
 		OnChange: w.containerChanged,
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package container
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -79,7 +80,13 @@ func (m *Manager) watchEvents(ctx context.Context, nudge chan<- string) {
 				}
 			case err := <-res.Err:
 				if ctx.Err() == nil {
-					m.log.Warn("container event stream ended; reconnecting, and reconciling meanwhile", "err", err, "retry_in", retry)
+					// Without jobs there is nothing to miss: a node with no
+					// engine is not worth a warning every 30 s.
+					level := slog.LevelWarn
+					if len(m.activeJobs()) == 0 {
+						level = slog.LevelDebug
+					}
+					m.log.Log(ctx, level, "container event stream ended; reconnecting, and reconciling meanwhile", "err", err, "retry_in", retry)
 				}
 				break stream
 			}
