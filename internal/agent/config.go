@@ -2,6 +2,8 @@ package agent
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -193,7 +195,7 @@ func (c *Config) setDefaults() error {
 		return errdefs.Field("prefix", "%v", err)
 	}
 	if c.LocalAPISocket == "" {
-		c.LocalAPISocket = filepath.Join(c.DataDir, "agent.sock")
+		c.LocalAPISocket = defaultSocket(c.DataDir)
 	}
 	if c.OnboardShare == 0 {
 		c.OnboardShare = 90
@@ -309,3 +311,15 @@ func (c *Config) portRange() (lo, hi int, err error) {
 // of two lifted nodemgr bench dispatch by about a seventh: an agent that
 // spins threads waiting for frames takes them from its workers.
 func DefaultProcs(cores int) int { return max(1, cores/8) }
+
+// defaultSocket is <dataDir>/agent.sock, or, when that path is too long
+// for a unix socket (a deep data dir), a name in the temp dir derived
+// from the data dir, so that the agent still starts.
+func defaultSocket(dataDir string) string {
+	p := filepath.Join(dataDir, "agent.sock")
+	if len(p) <= maxSocketPath {
+		return p
+	}
+	sum := sha256.Sum256([]byte(dataDir))
+	return filepath.Join(os.TempDir(), "nodemgr-agent-"+hex.EncodeToString(sum[:6])+".sock")
+}

@@ -113,3 +113,18 @@ func TestStateSavedPrivatelyAndAtomically(t *testing.T) {
 		t.Errorf("loadState of a corrupt file = %v, want advice", err)
 	}
 }
+
+func TestDefaultSocketFitsSunPath(t *testing.T) {
+	short := "/var/lib/nodemgr/agent"
+	if got := defaultSocket(short); got != "/var/lib/nodemgr/agent/agent.sock" {
+		t.Errorf("defaultSocket(%q) = %q, want it in the data dir", short, got)
+	}
+	deep := "/" + strings.Repeat("very-deep-directory/", 8) + "agent"
+	got := defaultSocket(deep)
+	if len(got) > maxSocketPath || !strings.HasPrefix(got, os.TempDir()) {
+		t.Errorf("defaultSocket(deep) = %q (%d bytes), want a short path in the temp dir", got, len(got))
+	}
+	if other := defaultSocket(deep + "2"); other == got {
+		t.Errorf("two data dirs share the socket %q", got)
+	}
+}
