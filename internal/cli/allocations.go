@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,34 +10,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
 )
 
 // The node's books (seed 004): what it offers, what workloads hold.
 
 func nodeResourcesCmd(e *env) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "resources NODE",
-		Short: "Show a node's books: onboarded, committed, allocated, free, and what the machine has free",
-		Args:  nodeArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, _, err := nodeTarget(cmd, e, args)
-			if err != nil {
-				return err
-			}
-			res, err := c.Resources(cmd.Context(), node)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(e.stdout, res)
-			}
-			printResources(e, res)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return nodeView(e, "resources NODE", "Show a node's books: onboarded, committed, allocated, free, and what the machine has free", 0,
+		func(ctx context.Context, c *client.Client, node string, _ []string) (api.NodeResources, error) {
+			return c.Resources(ctx, node)
+		}, printResources)
 }
 
 func printResources(e *env, res api.NodeResources) {
@@ -154,48 +137,17 @@ Allocation ids are kind:name, e.g. container:web1 or service:1.echo.ops.prod.`,
 }
 
 func allocationLsCmd(e *env) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "ls NODE",
-		Short: "List a node's allocations",
-		Args:  nodeArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, _, err := nodeTarget(cmd, e, args)
-			if err != nil {
-				return err
-			}
-			as, err := c.Allocations(cmd.Context(), node)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(e.stdout, as)
-			}
-			printAllocations(e, as)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return nodeView(e, "ls NODE", "List a node's allocations", 0,
+		func(ctx context.Context, c *client.Client, node string, _ []string) ([]api.Allocation, error) {
+			return c.Allocations(ctx, node)
+		}, printAllocations)
 }
 
 func allocationShowCmd(e *env) *cobra.Command {
-	return &cobra.Command{
-		Use:   "show NODE ID",
-		Short: "Show one allocation (JSON)",
-		Args:  nodeArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, name, err := nodeTargetOne(cmd, e, args, "allocation (see nodemgr allocation ls NODE)")
-			if err != nil {
-				return err
-			}
-			a, err := c.Allocation(cmd.Context(), node, name)
-			if err != nil {
-				return err
-			}
-			return printJSON(e.stdout, a)
-		},
-	}
+	return nodeView(e, "show NODE ID", "Show one allocation (JSON)", 1,
+		func(ctx context.Context, c *client.Client, node string, rest []string) (api.Allocation, error) {
+			return c.Allocation(ctx, node, rest[0])
+		}, nil)
 }
 
 func allocationActionCmd(e *env, action, short string) *cobra.Command {

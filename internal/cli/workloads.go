@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -44,6 +45,40 @@ func nodeTargetOne(cmd *cobra.Command, e *env, args []string, what string) (*cli
 		return nil, "", "", fmt.Errorf("name one %s", what)
 	}
 	return c, node, rest[0], nil
+}
+
+// nodeView builds a read-only command on a node: fetch a value (given
+// the client, the node and the arguments after NODE) and print it, as
+// JSON with --json. A nil print always prints JSON.
+func nodeView[T any](e *env, use, short string, args int, fetch func(ctx context.Context, c *client.Client, node string, rest []string) (T, error), print func(*env, T)) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  nodeArgs(args),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			c, node, rest, err := nodeTarget(cmd, e, argv)
+			if err != nil {
+				return err
+			}
+			if len(rest) != args {
+				return fmt.Errorf("%s: give NODE (unless --agent-socket) and %d more argument(s)", use, args)
+			}
+			v, err := fetch(cmd.Context(), c, node, rest)
+			if err != nil {
+				return err
+			}
+			if asJSON || print == nil {
+				return printJSON(e.stdout, v)
+			}
+			print(e, v)
+			return nil
+		},
+	}
+	if print != nil {
+		cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	}
+	return cmd
 }
 
 // agentSocket is --agent-socket, else $NODEMGR_AGENT_SOCKET.
@@ -120,54 +155,27 @@ func artifactInstallCmd(e *env) *cobra.Command {
 }
 
 func artifactLsCmd(e *env) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "ls NODE",
-		Short: "List installed artifacts",
-		Args:  nodeArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, _, err := nodeTarget(cmd, e, args)
-			if err != nil {
-				return err
-			}
-			arts, err := c.Artifacts(cmd.Context(), node)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(e.stdout, arts)
-			}
-			now := time.Now()
-			t := newTable(e.stdout, "ID", "SIZE", "FILES", "INSTALLED", "USED BY")
-			for _, a := range arts {
-				at := a.InstalledAt
-				t.row(a.ID, bytesIEC(uint64(a.Size)), strconv.Itoa(a.Files), ago(&at, now), orDash(strings.Join(a.UsedBy, ",")))
-			}
-			return t.flush()
-		},
+	return nodeView(e, "ls NODE", "List installed artifacts", 0,
+		func(ctx context.Context, c *client.Client, node string, _ []string) ([]api.Artifact, error) {
+			return c.Artifacts(ctx, node)
+		}, printArtifacts)
+}
+
+func printArtifacts(e *env, arts []api.Artifact) {
+	now := time.Now()
+	t := newTable(e.stdout, "ID", "SIZE", "FILES", "INSTALLED", "USED BY")
+	for _, a := range arts {
+		at := a.InstalledAt
+		t.row(a.ID, bytesIEC(uint64(a.Size)), strconv.Itoa(a.Files), ago(&at, now), orDash(strings.Join(a.UsedBy, ",")))
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	t.flush()
 }
 
 func artifactShowCmd(e *env) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "show NODE GROUP:ARTIFACT:VERSION",
-		Short: "Show one installed artifact (JSON)",
-		Args:  nodeArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, name, err := nodeTargetOne(cmd, e, args, "artifact as group:artifact:version")
-			if err != nil {
-				return err
-			}
-			a, err := c.Artifact(cmd.Context(), node, name)
-			if err != nil {
-				return err
-			}
-			return printJSON(e.stdout, a)
-		},
-	}
-	return cmd
+	return nodeView(e, "show NODE GROUP:ARTIFACT:VERSION", "Show one installed artifact (JSON)", 1,
+		func(ctx context.Context, c *client.Client, node string, rest []string) (api.Artifact, error) {
+			return c.Artifact(ctx, node, rest[0])
+		}, nil)
 }
 
 func artifactRmCmd(e *env) *cobra.Command {
@@ -251,60 +259,27 @@ func serviceStartCmd(e *env) *cobra.Command {
 }
 
 func serviceLsCmd(e *env) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "ls NODE",
-		Short: "List services with pid, state, RSS, restarts, uptime and port",
-		Args:  nodeArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, _, err := nodeTarget(cmd, e, args)
-			if err != nil {
-				return err
-			}
-			svcs, err := c.Services(cmd.Context(), node)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(e.stdout, svcs)
-			}
-			now := time.Now()
-			t := newTable(e.stdout, "COORDINATE", "ARTIFACT", "STATE", "PID", "PORT", "RSS", "RESTARTS", "UPTIME")
-			for _, s := range svcs {
-				t.row(s.Spec.Coordinate, s.Spec.Artifact, s.State, intOrDash(s.PID), intOrDash(s.Port),
-					rssString(s), strconv.Itoa(s.Restarts), uptime(s, now))
-			}
-			return t.flush()
-		},
+	return nodeView(e, "ls NODE", "List services with pid, state, RSS, restarts, uptime and port", 0,
+		func(ctx context.Context, c *client.Client, node string, _ []string) ([]api.Service, error) {
+			return c.Services(ctx, node)
+		}, printServices)
+}
+
+func printServices(e *env, svcs []api.Service) {
+	now := time.Now()
+	t := newTable(e.stdout, "COORDINATE", "ARTIFACT", "STATE", "PID", "PORT", "RSS", "RESTARTS", "UPTIME")
+	for _, s := range svcs {
+		t.row(s.Spec.Coordinate, s.Spec.Artifact, s.State, intOrDash(s.PID), intOrDash(s.Port),
+			rssString(s), strconv.Itoa(s.Restarts), uptime(s, now))
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	t.flush()
 }
 
 func serviceShowCmd(e *env) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "show NODE COORDINATE",
-		Short: "Show one service",
-		Args:  nodeArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, name, err := nodeTargetOne(cmd, e, args, "service by its coordinate instance.service.user.cell")
-			if err != nil {
-				return err
-			}
-			svc, err := c.Service(cmd.Context(), node, name)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(e.stdout, svc)
-			}
-			printService(e, svc)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return nodeView(e, "show NODE COORDINATE", "Show one service", 1,
+		func(ctx context.Context, c *client.Client, node string, rest []string) (api.Service, error) {
+			return c.Service(ctx, node, rest[0])
+		}, printService)
 }
 
 var actionProgress = map[string]string{"stop": "stopping", "drain": "draining", "restart": "restarting"}
