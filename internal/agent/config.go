@@ -63,6 +63,9 @@ type Config struct {
 	// ContainerHostIP is the address containers' host ports bind to;
 	// default all addresses.
 	ContainerHostIP string `yaml:"container_host_ip"`
+	// ContainerUsageInterval is how often running containers' CPU and
+	// memory are sampled and reported (default 10s).
+	ContainerUsageInterval time.Duration `yaml:"container_usage_interval"`
 	// OnboardShare is the share (10-90 %) of the machine a node offers to
 	// containers and services when it first starts; default 90, negative
 	// leaves it to `nodemgr node onboard`.
@@ -276,6 +279,9 @@ func (c *Config) validateWorkloads() error {
 	}
 	if c.ContainerHostIP != "" && net.ParseIP(c.ContainerHostIP) == nil {
 		return errdefs.Field("container_host_ip", "must be an IP address, got %q", c.ContainerHostIP)
+	}
+	if c.ContainerUsageInterval < 0 || (c.ContainerUsageInterval > 0 && c.ContainerUsageInterval < 100*time.Millisecond) {
+		return errdefs.Field("container_usage_interval", "must be at least 100ms, got %s", c.ContainerUsageInterval)
 	}
 	if c.Procs < 0 {
 		return errdefs.Field("procs", "must not be negative, got %d", c.Procs)

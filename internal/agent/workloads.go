@@ -85,13 +85,14 @@ func newWorkloads(cfg Config, scope string, log *slog.Logger) (*workloads, error
 		return nil, fmt.Errorf("docker engine for containers: %w", err)
 	}
 	w.containers, err = container.New(container.Config{
-		Engine:   engine,
-		StateDir: filepath.Join(cfg.DataDir, "containers"),
-		Ports:    containerPorts{w.ports},
-		HostIP:   cfg.ContainerHostIP,
-		Scope:    scope,
-		Logger:   log.With("subsystem", "container"),
-		OnChange: w.containerChanged,
+		Engine:        engine,
+		StateDir:      filepath.Join(cfg.DataDir, "containers"),
+		Ports:         containerPorts{w.ports},
+		HostIP:        cfg.ContainerHostIP,
+		UsageInterval: cfg.ContainerUsageInterval,
+		Scope:         scope,
+		Logger:        log.With("subsystem", "container"),
+		OnChange:      w.containerChanged,
 	})
 	if err != nil {
 		return nil, err

@@ -140,6 +140,7 @@ func agentFlags(cmd *cobra.Command) {
 	fl.String("port-range", "", "ports the agent hands to services and containers, min-max (default 16384-65535)")
 	fl.String("docker-host", "", "Docker engine for containers (default $DOCKER_HOST, else the local socket)")
 	fl.String("container-host-ip", "", "address containers' host ports bind to (default all)")
+	fl.Duration("container-usage-interval", 0, "how often running containers' CPU and memory are sampled and reported (default 10s)")
 }
 
 // agentConfig merges config file < NODEMGR_* environment < flags.
@@ -171,6 +172,9 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	str("local-api-listen", &cfg.LocalAPIListen)
 	str("local-api-token", &cfg.LocalAPIToken)
 	str("port-range", &cfg.PortRange)
+	if fl.Changed("container-usage-interval") {
+		cfg.ContainerUsageInterval, _ = fl.GetDuration("container-usage-interval")
+	}
 	if fl.Changed("procs") {
 		cfg.Procs, _ = fl.GetInt("procs")
 	}

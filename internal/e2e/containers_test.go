@@ -26,7 +26,7 @@ func TestContainersOnCommand(t *testing.T) {
 	labelJSON, _ := json.Marshal(testLabels)
 	s := startServer(t)
 	a1 := startAgent(t, s, "ct-one", "--container-host-ip", "127.0.0.1")
-	a2 := startAgent(t, s, "ct-two", "--container-host-ip", "127.0.0.1")
+	a2 := startAgent(t, s, "ct-two", "--container-host-ip", "127.0.0.1", "--container-usage-interval", "300ms")
 	waitStatus(t, s, "ct-one", api.StatusOnline, 20*time.Second)
 	waitStatus(t, s, "ct-two", api.StatusOnline, 20*time.Second)
 	c := s.client()
@@ -105,6 +105,10 @@ labels: %s
 		t.Fatalf("after move: %+v, %v; want RUNNING on ct-two", moved, err)
 	}
 	waitFor(t, 15*time.Second, "moved web answers", answers(moved.Ports[0].Host))
+	waitFor(t, 15*time.Second, "ct-two reports web1's usage to the server", func() (bool, string) {
+		ct, err := c.Container(ctx, "web1")
+		return err == nil && ct.Usage != nil && ct.Usage.MemoryBytes > 0 && ct.Usage.MemoryLimitBytes == 64<<20, fmt.Sprintf("%+v %v", ct.Usage, err)
+	})
 	if as, _ := c.Allocations(ctx, "ct-one"); len(as) != 0 {
 		t.Errorf("after the move ct-one still holds %+v", as)
 	}
