@@ -105,3 +105,13 @@ type MachineUsage struct {
 type OnboardRequest struct {
 	SharePercent int `json:"share_percent"` // 10..90
 }
+
+// CommitRequest locks resources and ports on a node for a while, for a
+// workload about to be placed there (POST .../commitments). A container
+// job that names the commitment turns it into its allocation.
+type CommitRequest struct {
+	Owner     string   `json:"owner"` // who commits, e.g. a scheduler's job id
+	Resources          // what to lock
+	Ports     []int    `json:"ports,omitempty"`
+	TTL       Duration `json:"ttl"` // how long the lock holds if unused
+}

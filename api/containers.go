@@ -53,6 +53,9 @@ type ContainerJob struct {
 	MemoryMB int64             `json:"memory_mb,omitempty" yaml:"memory_mb"`
 	Ports    []ContainerPort   `json:"ports,omitempty" yaml:"ports"`
 	Labels   map[string]string `json:"labels,omitempty" yaml:"labels"`
+	// Commitment names resources locked on the node beforehand (nodemgr
+	// node commit); the job's allocation is made from them.
+	Commitment string `json:"commitment,omitempty" yaml:"commitment"`
 }
 
 // ContainerPort publishes a container port on the node.

@@ -242,3 +242,15 @@ func (c *Client) AllocationAction(ctx context.Context, node, id, action string) 
 func (c *Client) AllocationLogs(ctx context.Context, node, id string) ([]byte, error) {
 	return c.text(ctx, nodePath(node, "/allocations/"+url.PathEscape(id)+"/logs"))
 }
+
+// Commit locks resources and ports on node for a workload about to be
+// placed; a container job naming the commitment is allocated from it.
+func (c *Client) Commit(ctx context.Context, node string, req api.CommitRequest) (api.Commitment, error) {
+	var out api.Commitment
+	return out, c.Do(ctx, http.MethodPost, nodePath(node, "/commitments"), req, &out)
+}
+
+// Release gives a commitment's resources back.
+func (c *Client) Release(ctx context.Context, node, id string) error {
+	return c.Do(ctx, http.MethodDelete, nodePath(node, "/commitments/"+url.PathEscape(id)), nil, nil)
+}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/capacity"
@@ -65,13 +66,14 @@ func (w *workloads) books() (*capacity.Ledger, error) {
 	return w.capacity, nil
 }
 
-// book allocates a workload's resources; the id must not be booked yet.
-func (w *workloads) book(kind, name string, r api.Resources) error {
+// book allocates a workload's resources, from a commitment when one is
+// named; the id must not be booked yet.
+func (w *workloads) book(kind, name string, r api.Resources, commitment string) error {
 	l, err := w.books()
 	if err != nil {
 		return err
 	}
-	_, err = l.Allocate(api.Allocation{ID: allocationID(kind, name), Kind: kind, Name: name, Resources: r}, "")
+	_, err = l.Allocate(api.Allocation{ID: allocationID(kind, name), Kind: kind, Name: name, Resources: r}, commitment)
 	return err
 }
 
@@ -109,7 +111,9 @@ func (w *workloads) deployContainer(ctx context.Context, job api.ContainerJob) (
 		return api.Container{}, errdefs.Conflict("container %s exists on this node; delete it first or choose another id", job.ID)
 	}
 	w.unbook(api.AllocationContainer, job.ID) // a finished job's leftover, if any
-	if err := w.book(api.AllocationContainer, job.ID, api.Resources{CPUs: job.CPUs, MemoryMB: job.MemoryMB}); err != nil {
+	commitment := job.Commitment
+	job.Commitment = "" // used up here: a redeploy or a move books afresh
+	if err := w.book(api.AllocationContainer, job.ID, api.Resources{CPUs: job.CPUs, MemoryMB: job.MemoryMB}, commitment); err != nil {
 		return api.Container{}, fmt.Errorf("deploy container %s: %w", job.ID, err)
 	}
 	c, err := w.containers.Deploy(ctx, job)
@@ -123,7 +127,7 @@ func (w *workloads) deployContainer(ctx context.Context, job api.ContainerJob) (
 func (w *workloads) startService(ctx context.Context, spec api.ServiceSpec) (api.Service, error) {
 	fresh := !w.booked(api.AllocationService, spec.Coordinate)
 	if fresh {
-		if err := w.book(api.AllocationService, spec.Coordinate, api.Resources{MemoryMB: spec.ExpectedMemoryMB}); err != nil {
+		if err := w.book(api.AllocationService, spec.Coordinate, api.Resources{MemoryMB: spec.ExpectedMemoryMB}, ""); err != nil {
 			return api.Service{}, fmt.Errorf("start service %s: %w", spec.Coordinate, err)
 		}
 	}
@@ -351,7 +355,7 @@ func (a *Agent) handleAllocationLogs(w http.ResponseWriter, r *http.Request) err
 // nothing; see the top of this file). A node that is not onboarded lists
 // no pool: pools run there all the same.
 func (w *workloads) bookPool(suiteID string, workers int, cores []int) {
-	if err := w.book(api.AllocationPool, suiteID, api.Resources{}); err != nil {
+	if err := w.book(api.AllocationPool, suiteID, api.Resources{}, ""); err != nil {
 		if !errors.Is(err, errdefs.ErrUnavailable) {
 			w.log.Warn("list worker pool in the books", "suite", suiteID, "err", err)
 		}
@@ -368,4 +372,33 @@ func (w *workloads) bookPool(suiteID string, workers int, cores []int) {
 	if l, err := w.books(); err == nil {
 		l.SetState(allocationID(api.AllocationPool, suiteID), state)
 	}
+}
+
+func (a *Agent) handleCommit(w http.ResponseWriter, r *http.Request) error {
+	var req api.CommitRequest
+	if err := httpapi.Decode(r, &req, maxLocalBody); err != nil {
+		return err
+	}
+	l, err := a.wl.books()
+	if err != nil {
+		return err
+	}
+	c, err := l.Commit(req.Owner, req.Resources, req.Ports, time.Duration(req.TTL))
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, c)
+	return nil
+}
+
+func (a *Agent) handleRelease(w http.ResponseWriter, r *http.Request) error {
+	l, err := a.wl.books()
+	if err != nil {
+		return err
+	}
+	if err := l.Release(r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

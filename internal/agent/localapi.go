@@ -59,6 +59,8 @@ func (a *Agent) localRoutes() []localRoute {
 		{"GET", "/v1/resources", a.handleResources},
 		{"POST", "/v1/onboard", a.handleOnboard},
 		{"POST", "/v1/offboard", a.handleOffboard},
+		{"POST", "/v1/commitments", a.handleCommit},
+		{"DELETE", "/v1/commitments/{id}", a.handleRelease},
 		{"GET", "/v1/allocations", a.handleListAllocations},
 		{"GET", "/v1/allocations/{id}", a.handleGetAllocation},
 		{"POST", "/v1/allocations/{id}/{action}", a.handleAllocationAction},

@@ -189,3 +189,64 @@ func allocationLogsCmd(e *env) *cobra.Command {
 		},
 	}
 }
+
+func nodeCommitCmd(e *env) *cobra.Command {
+	var req api.CommitRequest
+	var ttl time.Duration
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "commit NODE --owner WHO --ttl D [--cpus N] [--memory-mb N] [--port P]...",
+		Short: "Lock resources and ports on a node for a workload about to be placed (released after --ttl unless used)",
+		Long: `Lock resources on a node before placing a workload there, so that nothing
+else takes them meanwhile (the node's "committed" resources). A container job
+that names the commitment (commitment: ID in its file) is allocated from it;
+an unused commitment expires after --ttl, or give it back with node release.`,
+		Args: nodeArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, _, err := nodeTarget(cmd, e, args)
+			if err != nil {
+				return err
+			}
+			req.TTL = api.Duration(ttl)
+			cm, err := c.Commit(cmd.Context(), node, req)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, cm)
+			}
+			fmt.Fprintf(e.stdout, "%s: %g CPUs, %d MiB memory, %d MiB disk, %d GPUs, ports %v locked until %s\n",
+				cm.ID, cm.CPUs, cm.MemoryMB, cm.DiskMB, cm.GPUs, cm.Ports, cm.ExpiresAt.Format(time.RFC3339))
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&req.Owner, "owner", "", "who commits, e.g. a scheduler's job id")
+	fl.DurationVar(&ttl, "ttl", 5*time.Minute, "how long the lock holds if unused")
+	fl.Float64Var(&req.CPUs, "cpus", 0, "cores")
+	fl.Int64Var(&req.MemoryMB, "memory-mb", 0, "memory, MiB")
+	fl.Int64Var(&req.DiskMB, "disk-mb", 0, "disk, MiB")
+	fl.IntVar(&req.GPUs, "gpus", 0, "GPUs")
+	fl.IntSliceVar(&req.Ports, "port", nil, "a port to lock, repeatable")
+	fl.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func nodeReleaseCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "release NODE COMMITMENT",
+		Short: "Give a commitment's resources back",
+		Args:  nodeArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, node, id, err := nodeTargetOne(cmd, e, args, "commitment (see nodemgr node resources NODE)")
+			if err != nil {
+				return err
+			}
+			if err := c.Release(cmd.Context(), node, id); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s released\n", id)
+			return nil
+		},
+	}
+}

@@ -17,7 +17,7 @@ import (
 func newNodeCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "List, inspect and control nodes"}
 	cmd.AddCommand(nodeLsCmd(e), nodeShowCmd(e), nodeShutdownCmd(e), nodeTagCmd(e), nodeLabelCmd(e), nodeRmCmd(e))
-	for _, sub := range []*cobra.Command{nodeResourcesCmd(e), nodeOnboardCmd(e), nodeOffboardCmd(e)} {
+	for _, sub := range []*cobra.Command{nodeResourcesCmd(e), nodeOnboardCmd(e), nodeOffboardCmd(e), nodeCommitCmd(e), nodeReleaseCmd(e)} {
 		workloadFlags(sub)
 		cmd.AddCommand(sub)
 	}

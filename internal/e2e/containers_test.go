@@ -113,6 +113,28 @@ labels: %s
 		t.Errorf("after the move ct-one still holds %+v", as)
 	}
 
+	// Lock resources on ct-one, see them committed, and deploy a job from
+	// them: the commitment becomes the job's allocation.
+	out, stderr, code = s.run(t, "node", "commit", "ct-one", "--owner", "e2e", "--cpus", "0.25", "--memory-mb", "32", "--ttl", "5m", "--json")
+	var cm api.Commitment
+	if code != 0 || json.Unmarshal([]byte(out), &cm) != nil || cm.ID == "" {
+		t.Fatalf("node commit: exit %d\n%s%s", code, out, stderr)
+	}
+	if res, err := c.Resources(ctx, "ct-one"); err != nil || res.Committed.CPUs != 0.25 || len(res.Commitments) != 1 || res.Commitments[0].ExpiresAt.IsZero() {
+		t.Errorf("ct-one after commit: %+v, %v; want 0.25 CPUs committed, with an expiry", res, err)
+	}
+	committedJob := filepath.Join(dir, "committed.yaml")
+	os.WriteFile(committedJob, []byte(fmt.Sprintf("name: small\nimage: %s\ncommand: [sleep, \"60\"]\ncpus: 0.25\nmemory_mb: 32\ncommitment: %s\nlabels: %s\n", image, cm.ID, labelJSON)), 0o644)
+	if out, stderr, code := s.run(t, "container", "deploy", "ct-one", "-f", committedJob, "--id", "small1"); code != 0 {
+		t.Fatalf("deploy from a commitment: exit %d\n%s%s", code, out, stderr)
+	}
+	if res, err := c.Resources(ctx, "ct-one"); err != nil || res.Committed.CPUs != 0 || len(res.Commitments) != 0 || res.Allocated.CPUs != 0.25 {
+		t.Errorf("ct-one after deploying from the commitment: %+v, %v; want it allocated, nothing committed", res, err)
+	}
+	if out, stderr, code := s.run(t, "container", "delete", "small1"); code != 0 {
+		t.Fatalf("delete small1: exit %d\n%s%s", code, out, stderr)
+	}
+
 	// Replicate it back onto ct-one under a new id.
 	out, stderr, code = s.run(t, "container", "replicate", "web1", "ct-one", "--json")
 	var copies []api.Container

@@ -48,6 +48,8 @@ func (s *Server) workloadRoutes() []route {
 		{"GET", "/v1/nodes/{node}/resources", authUser, quick},
 		{"POST", "/v1/nodes/{node}/onboard", authUser, quick},
 		{"POST", "/v1/nodes/{node}/offboard", authUser, quick},
+		{"POST", "/v1/nodes/{node}/commitments", authUser, quick},
+		{"DELETE", "/v1/nodes/{node}/commitments/{id}", authUser, quick},
 		{"GET", "/v1/nodes/{node}/allocations", authUser, quick},
 		{"GET", "/v1/nodes/{node}/allocations/{id}", authUser, quick},
 		{"POST", "/v1/nodes/{node}/allocations/{id}/{action}", authUser, long},
