@@ -287,9 +287,6 @@ func (a *Agent) handleRemoveArtifact(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	if users := a.wl.services.UsedBy(id.String()); len(users) > 0 {
-		return errdefs.Conflict("artifact %s is in use by %s; stop and remove those services first (`nodemgr service stop`, `nodemgr service rm`)", id, strings.Join(users, ", "))
-	}
 	if err := a.wl.artifacts.Remove(id); err != nil {
 		return err
 	}

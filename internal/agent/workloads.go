@@ -62,9 +62,7 @@ func newWorkloads(cfg Config, scope string, log *slog.Logger) (*workloads, error
 	}
 	w.artifacts, err = artifact.New(cfg.Prefix, cfg.Depots, artifact.Options{
 		Logger: log.With("subsystem", "artifact"),
-		InUse: func(id artifact.ID) bool {
-			return len(w.services.UsedBy(id.String())) > 0
-		},
+		UsedBy: func(id artifact.ID) []string { return w.services.UsedBy(id.String()) },
 	})
 	if err != nil {
 		return nil, err

@@ -45,10 +45,11 @@ type Options struct {
 	// MaxFiles caps the number of entries in an archive; 0 means
 	// DefaultMaxFiles.
 	MaxFiles int
-	// InUse reports whether a service runs from an installed artifact;
-	// Remove refuses such an artifact. It is called with the id's lock held,
-	// so an Install of the same id waits for it. Nil means never in use.
-	InUse func(ID) bool
+	// UsedBy names what runs from an installed artifact (services);
+	// Remove refuses an artifact in use and says by what. It is called with
+	// the id's lock held, so an Install of the same id waits for it. Nil
+	// means never in use.
+	UsedBy func(ID) []string
 	// Logger receives retries and installs; nil discards.
 	Logger *slog.Logger
 }
@@ -85,7 +86,7 @@ type Store struct {
 	waits    []time.Duration
 	maxBytes int64
 	maxFiles int
-	inUse    func(ID) bool
+	usedBy   func(ID) []string
 	log      *slog.Logger
 
 	mu    sync.Mutex
@@ -121,7 +122,7 @@ func New(prefix string, depots map[string]string, opts Options) (*Store, error) 
 		waits:    slices.Clone(opts.RetryWaits),
 		maxBytes: opts.MaxBytes,
 		maxFiles: opts.MaxFiles,
-		inUse:    opts.InUse,
+		usedBy:   opts.UsedBy,
 		log:      opts.Logger,
 		locks:    map[ID]*idLock{},
 	}
@@ -399,7 +400,7 @@ func readDirs(dir string) ([]string, error) {
 }
 
 // Remove uninstalls id. It refuses with errdefs.ErrConflict while
-// Options.InUse says id is in use, and returns errdefs.ErrNotFound if id is
+// Options.UsedBy names users of id, and returns errdefs.ErrNotFound if id is
 // not installed. The tree leaves its place with one rename before it is
 // deleted, so a crash never leaves a half-deleted install behind.
 func (s *Store) Remove(id ID) error {
@@ -419,8 +420,11 @@ func (s *Store) Remove(id ID) error {
 	if !ok {
 		return fmt.Errorf("remove artifact %s: not installed: %w", id, errdefs.ErrNotFound)
 	}
-	if s.inUse != nil && s.inUse(id) {
-		return fmt.Errorf("remove artifact %s: in use by a service: %w", id, errdefs.ErrConflict)
+	if s.usedBy != nil {
+		if users := s.usedBy(id); len(users) > 0 {
+			return fmt.Errorf("remove artifact %s: in use by %s; stop and remove those first (`nodemgr service stop`, `nodemgr service rm`): %w",
+				id, strings.Join(users, ", "), errdefs.ErrConflict)
+		}
 	}
 	trash, err := os.MkdirTemp(s.tmp, "remove-")
 	if err != nil {

@@ -588,10 +588,13 @@ func TestRetries(t *testing.T) {
 func TestRemoveInUse(t *testing.T) {
 	var mu sync.Mutex
 	busy := true
-	s, depot, _ := setup(t, artifact.Options{InUse: func(artifact.ID) bool {
+	s, depot, _ := setup(t, artifact.Options{UsedBy: func(artifact.ID) []string {
 		mu.Lock()
 		defer mu.Unlock()
-		return busy
+		if busy {
+			return []string{"1.svc.ops.prod"}
+		}
+		return nil
 	}})
 	id := mustID(t, "com.example:svc:1.0")
 	depot.Publish(id, ".zip", artifacttest.Zip(t, sample...))
@@ -599,8 +602,8 @@ func TestRemoveInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Remove(id); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), id.String()) {
-		t.Fatalf("Remove(%s) while in use = %v, want ErrConflict naming it", id, err)
+	if err := s.Remove(id); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), id.String()) || !strings.Contains(err.Error(), "1.svc.ops.prod") {
+		t.Fatalf("Remove(%s) while in use = %v, want ErrConflict naming it and its user", id, err)
 	}
 	if _, err := os.Stat(filepath.Join(inst.Path, "README")); err != nil {
 		t.Errorf("refused Remove touched the tree: %v", err)
