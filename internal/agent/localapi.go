@@ -256,7 +256,7 @@ func (a *Agent) handleInstallArtifact(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	a.wl.poke()
+	a.wl.artifactsChanged()
 	httpapi.WriteJSON(w, http.StatusOK, a.wl.artifactInfo(inst))
 	return nil
 }
@@ -290,7 +290,7 @@ func (a *Agent) handleRemoveArtifact(w http.ResponseWriter, r *http.Request) err
 	if err := a.wl.artifacts.Remove(id); err != nil {
 		return err
 	}
-	a.wl.poke()
+	a.wl.artifactsChanged()
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

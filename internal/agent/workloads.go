@@ -43,8 +43,9 @@ type workloads struct {
 	// changed wakes the presence publisher; capacity 1.
 	changed chan struct{}
 
-	mu       sync.Mutex
-	presence api.Presence
+	mu        sync.Mutex
+	presence  api.Presence
+	installed []string // artifact ids, read again only when one is installed or removed
 }
 
 // newWorkloads sets up the agent's workloads. scope names this agent's
@@ -96,6 +97,7 @@ func newWorkloads(cfg Config, scope string, log *slog.Logger) (*workloads, error
 		return nil, err
 	}
 	w.presence.LocalAPI = api.LocalAPI{Socket: cfg.LocalAPISocket, TCP: cfg.LocalAPIListen}
+	w.artifactsChanged()
 	return w, nil
 }
 
@@ -163,19 +165,32 @@ func (w *workloads) poke() {
 	}
 }
 
+// artifactsChanged reads the installed artifacts again (they change only
+// through this agent) and republishes the presence.
+func (w *workloads) artifactsChanged() {
+	ids := []string{}
+	inst, err := w.artifacts.List()
+	if err != nil {
+		w.log.Warn("list installed artifacts", "err", err)
+	}
+	for _, a := range inst {
+		ids = append(ids, a.ID.String())
+	}
+	w.mu.Lock()
+	w.installed = ids
+	w.mu.Unlock()
+	w.poke()
+}
+
 // currentPresence rebuilds the presence record from the live state.
 func (w *workloads) currentPresence() api.Presence {
-	p := api.Presence{Services: w.services.Summaries(), Artifacts: []string{}}
-	if inst, err := w.artifacts.List(); err == nil {
-		for _, a := range inst {
-			p.Artifacts = append(p.Artifacts, a.ID.String())
-		}
-	}
+	p := api.Presence{Services: w.services.Summaries()}
 	if p.Services == nil {
 		p.Services = []api.ServiceSummary{}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	p.Artifacts = w.installed
 	p.LocalAPI = w.presence.LocalAPI
 	if !samePresence(p, w.presence) || w.presence.UpdatedAt.IsZero() {
 		p.UpdatedAt = time.Now().UTC()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -168,7 +169,7 @@ func TestArtifactsAndServicesSurviveAgentRestart(t *testing.T) {
 		}
 		for _, p := range n.Presence.Services {
 			if p.Coordinate == "1.echo.ops.test" && p.State == api.ServiceRunning && p.Port == svc.Port {
-				return n.Presence.LocalAPI.TCP == localAddr, fmt.Sprintf("%+v", n.Presence)
+				return n.Presence.LocalAPI.TCP == localAddr && slices.Contains(n.Presence.Artifacts, "acme:echo:1.0"), fmt.Sprintf("%+v", n.Presence)
 			}
 		}
 		return false, fmt.Sprintf("%+v", n.Presence)
