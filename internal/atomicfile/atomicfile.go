@@ -5,6 +5,10 @@
 package atomicfile
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,3 +113,25 @@ func RemoveTempsOf(path string) error {
 	}
 	return nil
 }
+
+// ReadJSON reads path, as Write left it, into v. found is false when there
+// is no file yet; its directory is then made (0700) so the first Write
+// succeeds. A file that is not JSON of v's shape is an error that matches
+// ErrCorrupt.
+func ReadJSON(path string, v any) (found bool, err error) {
+	RemoveTempsOf(path) // a leftover is harmless; a failure here is not the caller's
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, os.MkdirAll(filepath.Dir(path), 0o700)
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return true, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return true, nil
+}
+
+// ErrCorrupt marks a state file that cannot be decoded.
+var ErrCorrupt = errors.New("not valid JSON")

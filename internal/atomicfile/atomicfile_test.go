@@ -1,6 +1,7 @@
 package atomicfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -46,5 +47,27 @@ func TestRemoveTempsKeepsStateFiles(t *testing.T) {
 	}
 	if err := RemoveTemps(filepath.Join(dir, "missing")); err != nil {
 		t.Errorf("RemoveTemps of a missing dir = %v, want nil", err)
+	}
+}
+
+func TestReadJSON(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "not", "yet")
+	path := filepath.Join(dir, "state.json")
+	var v struct{ N int }
+	if found, err := ReadJSON(path, &v); found || err != nil {
+		t.Fatalf("ReadJSON(missing) = %v, %v; want not found, nil", found, err)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Errorf("ReadJSON(missing) did not make the directory: %v", err)
+	}
+	if err := Write(path, []byte(`{"N": 7}`)); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := ReadJSON(path, &v); !found || err != nil || v.N != 7 {
+		t.Errorf("ReadJSON = %v, %v, %+v; want found, nil, N 7", found, err, v)
+	}
+	os.WriteFile(path, []byte("{torn"), 0o600)
+	if found, err := ReadJSON(path, &v); !found || !errors.Is(err, ErrCorrupt) {
+		t.Errorf("ReadJSON(torn) = %v, %v; want found, ErrCorrupt", found, err)
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -61,19 +59,14 @@ func (l *Ledger) restore(st fileState) {
 
 // loadState reads the state file at path; found is false if there is none.
 func loadState(path string) (st fileState, found bool, err error) {
-	atomicfile.RemoveTempsOf(path)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dirOf(path), 0o700); err != nil {
-			return st, false, fmt.Errorf("capacity state: %w", err)
-		}
-		return st, false, nil
-	}
-	if err != nil {
-		return st, false, fmt.Errorf("read capacity state: %w", err)
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
+	found, err = atomicfile.ReadJSON(path, &st)
+	switch {
+	case errors.Is(err, atomicfile.ErrCorrupt):
 		return st, true, corrupt(path, err.Error())
+	case err != nil:
+		return st, false, fmt.Errorf("read capacity state: %w", err)
+	case !found:
+		return st, false, nil
 	}
 	if err := st.check(); err != nil {
 		return st, true, corrupt(path, err.Error())

@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 )
@@ -71,19 +68,14 @@ func (a *Allocator) save() error {
 
 // loadState reads the state file at path; found is false if there is none.
 func loadState(path string) (st fileState, found bool, err error) {
-	atomicfile.RemoveTempsOf(path)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return st, false, fmt.Errorf("port state: %w", err)
-		}
-		return st, false, nil
-	}
-	if err != nil {
-		return st, false, fmt.Errorf("read port state: %w", err)
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
+	found, err = atomicfile.ReadJSON(path, &st)
+	switch {
+	case errors.Is(err, atomicfile.ErrCorrupt):
 		return st, true, corrupt(path, err.Error())
+	case err != nil:
+		return st, false, fmt.Errorf("read port state: %w", err)
+	case !found:
+		return st, false, nil
 	}
 	if err := st.check(); err != nil {
 		return st, true, corrupt(path, err.Error())
