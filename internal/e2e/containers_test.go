@@ -166,8 +166,21 @@ labels: %s
 		return err == nil && len(res.Allocations) == 1 && res.Allocated.CPUs == 0.5, fmt.Sprintf("%+v %v", res.Allocations, err)
 	})
 
-	// Stopping an allocation stops its workload, whatever its kind.
+	// An allocation's workload gives its logs and restarts, whatever its
+	// kind; a container restarts as a fresh one.
 	replicaAlloc := "container:" + copies[0].Job.ID
+	if logs, stderr, code := s.run(t, "allocation", "logs", "ct-one", replicaAlloc); code != 0 || !strings.Contains(logs, "hello from web") {
+		t.Errorf("allocation logs %s: exit %d, %q %s; want the job's output", replicaAlloc, code, logs, stderr)
+	}
+	if out, stderr, code := s.run(t, "allocation", "restart", "ct-one", replicaAlloc); code != 0 || !strings.Contains(out, "RUNNING") {
+		t.Fatalf("allocation restart %s: exit %d\n%s%s", replicaAlloc, code, out, stderr)
+	}
+	waitFor(t, 15*time.Second, "the server sees the restarted replica, a new container", func() (bool, string) {
+		ct, err := c.Container(ctx, copies[0].Job.ID)
+		return err == nil && ct.Status == api.ContainerRunning && ct.ContainerID != copies[0].ContainerID, fmt.Sprintf("%+v %v", ct, err)
+	})
+
+	// Stopping an allocation stops its workload, whatever its kind.
 	if out, stderr, code := s.run(t, "allocation", "stop", "ct-one", replicaAlloc); code != 0 || !strings.Contains(out, "UNDEPLOYED") {
 		t.Fatalf("allocation stop %s: exit %d\n%s%s", replicaAlloc, code, out, stderr)
 	}

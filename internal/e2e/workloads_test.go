@@ -241,6 +241,18 @@ func TestArtifactsAndServicesSurviveAgentRestart(t *testing.T) {
 		t.Errorf("service ls on the socket: exit %d\n%s%s", code, out, stderr)
 	}
 
+	// The service's allocation gives its log and restarts it.
+	if logs, stderr, code := s.run(t, "allocation", "logs", "svc-node", "service:1.echo.ops.test"); code != 0 || !strings.Contains(logs, "echosvc request /") {
+		t.Errorf("allocation logs: exit %d, %q %s; want the service's log", code, logs, stderr)
+	}
+	if out, stderr, code := s.run(t, "allocation", "restart", "svc-node", "service:1.echo.ops.test"); code != 0 || !strings.Contains(out, "running") {
+		t.Fatalf("allocation restart: exit %d\n%s%s", code, out, stderr)
+	}
+	waitFor(t, 10*time.Second, "restarted service answers with a new pid", func() (bool, string) {
+		answer, err = get(url)
+		return err == nil && pidOf(t, answer) != secondPID, fmt.Sprint(answer, err)
+	})
+
 	// Stop: the log holds what it printed; then the artifact can go.
 	if out, stderr, code := s.run(t, "service", "stop", "svc-node", "1.echo.ops.test"); code != 0 || !strings.Contains(out, "stopped") {
 		t.Fatalf("service stop: exit %d\n%s%s", code, out, stderr)
