@@ -86,6 +86,10 @@ func WriteWith(ctx context.Context, w io.Writer, src, name string, opts WriteOpt
 			hdr.Name += "/"
 		}
 		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = opts.UID, opts.GID, "", ""
+		// The tar writer would round sub-second times to the nearest
+		// second, making a copy up to half a second newer than its source;
+		// whole seconds, never later, is what the copy keeps.
+		hdr.ModTime = hdr.ModTime.Truncate(time.Second)
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}

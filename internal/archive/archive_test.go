@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestRoundTripTree(t *testing.T) {
@@ -66,5 +67,26 @@ func TestExtractRefusesEscapes(t *testing.T) {
 				t.Errorf("%s wrote outside the destination", tc.name)
 			}
 		})
+	}
+}
+
+// A copy keeps its source's time to the second and is never newer: the
+// tar writer on its own would round 0.7 s up to the next second.
+func TestModTimeKeptToTheSecondNeverLater(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(src, []byte("x"), 0o644)
+	when := time.Date(2026, 1, 2, 3, 4, 5, 700_000_000, time.UTC)
+	os.Chtimes(src, when, when)
+	var buf bytes.Buffer
+	if err := Write(context.Background(), &buf, src, "f"); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "copy")
+	if _, err := Extract(context.Background(), &buf, dst); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dst)
+	if want := when.Truncate(time.Second); err != nil || !fi.ModTime().Equal(want) {
+		t.Errorf("copied mtime = %v, %v; want %v", fi.ModTime(), err, want)
 	}
 }
