@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/internal/execute/executetest"
 	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
 )
 
@@ -248,10 +249,10 @@ func testExecCp(t *testing.T, s *server, node, remote string) {
 		back := filepath.Join(local, "back")
 		run("cp", node+":"+remote+"/tree", back+"/")
 		run("cp", node+":"+remote+"/into/one.txt", back+"/one-again.txt")
-		if diff := cmp.Diff(describeTree(t, tree), describeTree(t, filepath.Join(back, "tree"))); diff != "" {
+		if diff := cmp.Diff(executetest.Listing(t, tree), executetest.Listing(t, filepath.Join(back, "tree"))); diff != "" {
 			t.Errorf("tree after a round trip (-sent +received):\n%s", diff)
 		}
-		if diff := cmp.Diff(describeTree(t, one), describeTree(t, filepath.Join(back, "one-again.txt"))); diff != "" {
+		if diff := cmp.Diff(executetest.Listing(t, one), executetest.Listing(t, filepath.Join(back, "one-again.txt"))); diff != "" {
 			t.Errorf("file after a round trip (-sent +received):\n%s", diff)
 		}
 
@@ -259,44 +260,6 @@ func testExecCp(t *testing.T, s *server, node, remote string) {
 			t.Errorf("cp of a missing file: exit %d, %q; want an error naming it", code, errOut)
 		}
 	})
-}
-
-// describeTree maps each path under root (root itself is ".") to its mode,
-// and its contents or link target.
-func describeTree(t *testing.T, root string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := de.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		desc := fi.Mode().String()
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			desc += " -> " + target
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			desc += " " + string(b)
-		}
-		out[rel] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("describe %s: %v", root, err)
-	}
-	return out
 }
 
 type writerFunc func([]byte) (int, error)
