@@ -54,6 +54,7 @@ type Agent struct {
 
 	runner    *runner
 	wl        *workloads
+	local     http.Handler // the local API, for its socket and the server's requests
 	stopCtx   context.Context // ends when Run returns
 	peer      atomic.Pointer[proto.Peer]
 	connMu    sync.Mutex
@@ -97,6 +98,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		lock.Release()
 		return nil, err
 	}
+	a.local = a.localHandler()
 	return a, nil
 }
 

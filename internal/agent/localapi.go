@@ -102,7 +102,7 @@ func requireToken(token string, next http.Handler) http.Handler {
 // serveLocalAPI listens on the unix socket (and TCP when configured) until
 // ctx ends.
 func (a *Agent) serveLocalAPI(ctx context.Context) error {
-	h := a.localHandler()
+	h := a.local
 	ln, err := listenUnix(a.cfg.LocalAPISocket)
 	if err != nil {
 		return err
@@ -183,7 +183,7 @@ func (a *Agent) serveForwarded(ctx context.Context, req api.LocalRequest) (api.L
 		hr.Header.Set("Content-Type", "application/json")
 	}
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
-	a.localHandler().ServeHTTP(rec, hr)
+	a.local.ServeHTTP(rec, hr)
 	resp := api.LocalResponse{Status: rec.status, ContentType: rec.header.Get("Content-Type"), Body: rec.body.Bytes()}
 	if len(resp.Body) > maxForwardedBody {
 		if !strings.HasPrefix(resp.ContentType, "text/plain") {

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -27,10 +25,6 @@ const (
 	forwardTimeout     = time.Minute
 	forwardLongTimeout = 15 * time.Minute
 )
-
-// maxForwardedLog caps a log tail carried over the session: the answer must
-// fit in one frame.
-const maxForwardedLog = 512 << 10
 
 func (s *Server) workloadRoutes() []route {
 	quick, long := s.forward(forwardTimeout), s.forward(forwardLongTimeout)
@@ -110,13 +104,9 @@ func (s *Server) callLocal(ctx context.Context, n store.Node, req api.LocalReque
 func localRequest(r *http.Request) (api.LocalRequest, error) {
 	rest := strings.TrimPrefix(r.URL.Path, "/v1/nodes/")
 	_, tail, _ := strings.Cut(rest, "/")
-	q := r.URL.Query()
-	if strings.HasSuffix(tail, "/logs") {
-		if err := capTail(q); err != nil {
-			return api.LocalRequest{}, err
-		}
-	}
-	req := api.LocalRequest{Method: r.Method, Path: "/v1/" + tail, Query: q.Encode()}
+	// Logs too large for one session frame are cut to their end by the
+	// agent (serveForwarded), whatever tail asks.
+	req := api.LocalRequest{Method: r.Method, Path: "/v1/" + tail, Query: r.URL.RawQuery}
 	if r.Method != http.MethodGet && r.Method != http.MethodDelete {
 		body, err := httpapi.ReadBody(r, maxBody)
 		if err != nil {
@@ -130,22 +120,6 @@ func localRequest(r *http.Request) (api.LocalRequest, error) {
 		}
 	}
 	return req, nil
-}
-
-func capTail(q url.Values) error {
-	tail := int64(64 << 10)
-	if v := q.Get("tail"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return errdefs.Field("tail", "must be a number of bytes >= 0, got %q", v)
-		}
-		tail = n
-	}
-	if tail == 0 || tail > maxForwardedLog {
-		tail = maxForwardedLog
-	}
-	q.Set("tail", strconv.FormatInt(tail, 10))
-	return nil
 }
 
 // presence records what an agent publishes about itself; it lives as long
