@@ -54,7 +54,7 @@ type Agent struct {
 
 	runner    *runner
 	wl        *workloads
-	local     http.Handler // the local API, for its socket and the server's requests
+	local     http.Handler    // the local API, for its socket and the server's requests
 	stopCtx   context.Context // ends when Run returns
 	peer      atomic.Pointer[proto.Peer]
 	connMu    sync.Mutex
