@@ -31,7 +31,8 @@ A job file:
   cpus: 0.5
   memory_mb: 128
   env: {MODE: prod}
-  ports: [{container: 80}]  # host 0 or absent: a port from the node's allocator`,
+  ports: [{container: 80}]  # host 0 or absent: a port from the node's allocator
+  commitment: ""            # optional: allocate from resources locked with nodemgr node commit`,
 	}
 	workloadFlags(cmd)
 	cmd.AddCommand(containerDeployCmd(e), containerLsCmd(e), containerShowCmd(e), containerLogsCmd(e),
