@@ -3,13 +3,12 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -35,66 +34,13 @@ func RunCommandWorker(ctx context.Context) error {
 // it, and the tails of its output. The command runs in a process group of
 // its own; when ctx ends (timeout, cancel, stop) the whole group is killed
 // with SIGKILL, and so is whatever the command left running in it when it
-// exits.
+// exits. A program name without a slash is looked up in the worker's PATH;
+// what a lookup finds is remembered for a second.
 func RunCommand(ctx context.Context, t Task) Result {
 	if len(t.Argv) == 0 {
 		return Result{ExitCode: -1, Err: errors.New("task has no argv")}
 	}
-	cmd := exec.Command(t.Argv[0], t.Argv[1:]...)
-	cmd.Dir = t.Workdir
-	cmd.Env = taskEnv(os.Environ(), t.Env)
-	var stdout, stderr tailBuffer
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return Result{ExitCode: -1, Err: fmt.Errorf("output pipe: %w", err)}
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return Result{ExitCode: -1, Err: fmt.Errorf("output pipe: %w", err)}
-	}
-	// *os.File, not a writer: Wait then returns when the command exits,
-	// not when the last process holding its output does.
-	cmd.Stdout, cmd.Stderr = outW, errW
-	if err := startTask(cmd); err != nil {
-		outR.Close()
-		outW.Close()
-		errR.Close()
-		errW.Close()
-		return Result{ExitCode: -1, Err: fmt.Errorf("start %s: %w", t.Argv[0], err)}
-	}
-	outW.Close()
-	errW.Close()
-	copied := make(chan struct{}, 2)
-	go func() { io.Copy(&stdout, outR); copied <- struct{}{} }()
-	go func() { io.Copy(&stderr, errR); copied <- struct{}{} }()
-
-	stopKill := context.AfterFunc(ctx, func() { killTaskGroup(cmd.Process) })
-	cmd.Wait() // the exit status is in ProcessState
-	stopKill()
-	killTaskGroup(cmd.Process) // what it left behind
-
-	drain := time.After(outputDrainWait)
-	for drained := 0; drained < 2; {
-		select {
-		case <-copied:
-			drained++
-		case <-drain:
-			outR.Close() // unblocks the copies
-			errR.Close()
-			drain = nil
-		}
-	}
-	outR.Close()
-	errR.Close()
-
-	res := Result{Stdout: stdout.String(), Stderr: stderr.String()}
-	res.ExitCode, res.Signal = exitInfo(cmd.ProcessState)
-	if ctx.Err() != nil {
-		res.Err = context.Cause(ctx)
-	}
-	return res
+	return runCommand(ctx, t, taskEnv(os.Environ(), t.Env))
 }
 
 // taskEnv is the worker's environment without its connection details, with
@@ -112,4 +58,54 @@ func taskEnv(base []string, extra map[string]string) []string {
 		env = append(env, k+"="+extra[k])
 	}
 	return env
+}
+
+// programLookupTTL is how long a PATH lookup is trusted: a worker running
+// the same program thousands of times a second need not search PATH for
+// each, and a program installed earlier in PATH is still seen soon.
+const programLookupTTL = time.Second
+
+// programs remembers where PATH lookups found programs, like a shell's
+// hash table.
+var programs = programCache{found: map[string]foundProgram{}}
+
+type programCache struct {
+	mu    sync.Mutex
+	found map[string]foundProgram
+}
+
+type foundProgram struct {
+	path, pathEnv string
+	at            time.Time
+}
+
+// lookup returns the program to run for name, and whether it came from
+// the cache (so that a failed start can look again).
+func (c *programCache) lookup(name string) (path string, cached bool, err error) {
+	if strings.Contains(name, "/") {
+		return name, false, nil
+	}
+	pathEnv := os.Getenv("PATH")
+	now := time.Now()
+	c.mu.Lock()
+	f, ok := c.found[name]
+	c.mu.Unlock()
+	if ok && f.pathEnv == pathEnv && now.Sub(f.at) < programLookupTTL {
+		return f.path, true, nil
+	}
+	path, err = exec.LookPath(name)
+	if err != nil {
+		c.forget(name)
+		return "", false, err
+	}
+	c.mu.Lock()
+	c.found[name] = foundProgram{path: path, pathEnv: pathEnv, at: now}
+	c.mu.Unlock()
+	return path, false, nil
+}
+
+func (c *programCache) forget(name string) {
+	c.mu.Lock()
+	delete(c.found, name)
+	c.mu.Unlock()
 }

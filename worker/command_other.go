@@ -3,18 +3,11 @@
 package worker
 
 import (
+	"context"
 	"errors"
-	"os"
-	"os/exec"
+	"fmt"
 )
 
-func startTask(cmd *exec.Cmd) error { return errors.ErrUnsupported }
-
-func killTaskGroup(p *os.Process) {}
-
-func exitInfo(st *os.ProcessState) (code int, signal string) {
-	if st == nil {
-		return -1, ""
-	}
-	return st.ExitCode(), ""
+func runCommand(ctx context.Context, t Task, env []string) Result {
+	return Result{ExitCode: -1, Err: fmt.Errorf("start %s: %w", t.Argv[0], errors.ErrUnsupported)}
 }
