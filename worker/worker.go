@@ -113,6 +113,13 @@ var errConnLost = errors.New("connection to the agent lost")
 // returns an error if the process was not started by an agent or the
 // connection fails.
 func Run(ctx context.Context, h Handler) error {
+	return run(ctx, h, 0)
+}
+
+// run is Run with extraProcs threads of Go code on top of the worker's
+// share of the cores, for handlers that spend their time blocked in a
+// system call.
+func run(ctx context.Context, h Handler, extraProcs int) error {
 	sock := os.Getenv(workerproto.EnvSocket)
 	if sock == "" {
 		return fmt.Errorf("worker: %s is not set: this program is a nodemgr worker, started by the agent for a task suite", workerproto.EnvSocket)
@@ -121,7 +128,7 @@ func Run(ctx context.Context, h Handler) error {
 	if err != nil {
 		return fmt.Errorf("worker: bad %s: %w", workerproto.EnvWorkerID, err)
 	}
-	sizeRuntime()
+	sizeRuntime(extraProcs)
 	nc, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -395,14 +402,14 @@ func classify(r Result, cause error, stopping bool) (outcome, reason string) {
 }
 
 // sizeRuntime runs as many threads of Go code as the agent says this
-// worker's share of the cores is (NODEMGR_WORKER_PROCS), so that workers
-// sharing cores do not spin threads on each other's; GOMAXPROCS, when the
-// suite sets it, wins.
-func sizeRuntime() {
+// worker's share of the cores is (NODEMGR_WORKER_PROCS), plus extra, so
+// that workers sharing cores do not spin threads on each other's;
+// GOMAXPROCS, when the suite sets it, wins.
+func sizeRuntime(extra int) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return
 	}
 	if n, err := strconv.Atoi(os.Getenv(workerproto.EnvProcs)); err == nil && n > 0 {
-		runtime.GOMAXPROCS(n)
+		runtime.GOMAXPROCS(n + extra)
 	}
 }
