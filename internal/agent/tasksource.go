@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -20,24 +21,32 @@ const maxReportBatch = 512
 const reportLinger = 10 * time.Millisecond
 
 // taskSource connects a worker pool to the server: it claims tasks with
-// tasks.fetch and sends reports in batches. The first report of a batch
-// waits reportLinger for others, and while one call is in flight the next
-// batch accumulates, so batches grow with the load while a quiet suite
+// tasks.fetch and sends reports in batches. A batch leaves once its first
+// report has waited reportLinger (or it is full), also while a previous
+// call was in flight, so batches grow with the load while a quiet suite
 // still reports within milliseconds. Reports wait out a lost connection;
 // none is dropped while the agent lives.
 type taskSource struct {
-	a       *Agent
+	call    func(ctx context.Context, method string, req, resp any) error
+	stopped <-chan struct{} // the agent stops: give up retrying
+	log     *slog.Logger
 	suiteID string
 
 	mu      sync.Mutex
 	pending []api.TaskReport
+	since   time.Time // when the oldest pending report was queued, or before
 	kick    chan struct{}
 	closing chan struct{}
 	done    chan struct{}
 }
 
 func newTaskSource(a *Agent, suiteID string) *taskSource {
-	s := &taskSource{a: a, suiteID: suiteID, kick: make(chan struct{}, 1),
+	return startTaskSource(a.call, a.stopCtx.Done(), a.log, suiteID)
+}
+
+func startTaskSource(call func(ctx context.Context, method string, req, resp any) error,
+	stopped <-chan struct{}, log *slog.Logger, suiteID string) *taskSource {
+	s := &taskSource{call: call, stopped: stopped, log: log, suiteID: suiteID, kick: make(chan struct{}, 1),
 		closing: make(chan struct{}), done: make(chan struct{})}
 	go s.flushLoop()
 	return s
@@ -47,7 +56,7 @@ func newTaskSource(a *Agent, suiteID string) *taskSource {
 // more: it ended, or it is closed with nothing left to claim.
 func (s *taskSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, error) {
 	var resp api.TasksFetched
-	if err := s.a.call(ctx, api.MethodTasksFetch, api.TasksFetch{SuiteID: s.suiteID, Max: max}, &resp); err != nil {
+	if err := s.call(ctx, api.MethodTasksFetch, api.TasksFetch{SuiteID: s.suiteID, Max: max}, &resp); err != nil {
 		return nil, false, err
 	}
 	return resp.Tasks, resp.Done && len(resp.Tasks) == 0, nil
@@ -56,6 +65,9 @@ func (s *taskSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, erro
 // Report queues one attempt's result.
 func (s *taskSource) Report(r api.TaskReport) {
 	s.mu.Lock()
+	if len(s.pending) == 0 {
+		s.since = time.Now()
+	}
 	s.pending = append(s.pending, r)
 	s.mu.Unlock()
 	select {
@@ -82,13 +94,13 @@ func (s *taskSource) Return(ids []string) {
 	}
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := s.a.call(ctx, api.MethodTasksReturn, api.TasksReturn{TaskIDs: ids}, nil)
+		err := s.call(ctx, api.MethodTasksReturn, api.TasksReturn{TaskIDs: ids}, nil)
 		cancel()
 		if err == nil {
 			return
 		}
 		select {
-		case <-s.a.stopCtx.Done():
+		case <-s.stopped:
 			return // the server reclaims them when this node goes offline
 		case <-time.After(wait):
 		}
@@ -101,26 +113,33 @@ func (s *taskSource) flushLoop() {
 	for {
 		s.mu.Lock()
 		n := min(len(s.pending), maxReportBatch)
-		batch := append([]api.TaskReport(nil), s.pending[:n]...)
+		age := time.Since(s.since)
 		s.mu.Unlock()
 		if n == 0 {
 			select {
 			case <-s.kick:
-				// Linger a moment so a busy pool's reports share one call
-				// (one store transaction) instead of trickling one by one.
-				s.linger()
 				continue
 			case <-s.closing:
 				return
 			}
 		}
+		// Linger so a busy pool's reports share one call (one store
+		// transaction) instead of trickling in small batches.
+		if n < maxReportBatch && age < reportLinger && s.linger(reportLinger-age) {
+			continue
+		}
+		s.mu.Lock()
+		n = min(len(s.pending), maxReportBatch)
+		batch := append([]api.TaskReport(nil), s.pending[:n]...)
+		sent := time.Now()
+		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := s.a.call(ctx, api.MethodTasksReport, api.TasksReport{Reports: batch}, nil)
+		err := s.call(ctx, api.MethodTasksReport, api.TasksReport{Reports: batch}, nil)
 		cancel()
 		if err != nil {
-			s.a.log.Debug("report tasks; will retry", "count", n, "err", err)
+			s.log.Debug("report tasks; will retry", "count", n, "err", err)
 			select {
-			case <-s.a.stopCtx.Done():
+			case <-s.stopped:
 				return
 			case <-time.After(wait):
 			}
@@ -130,6 +149,8 @@ func (s *taskSource) flushLoop() {
 		wait = 50 * time.Millisecond
 		s.mu.Lock()
 		s.pending = s.pending[n:]
+		// Those left came in during the call: none waited longer.
+		s.since = sent
 		s.mu.Unlock()
 	}
 }
@@ -154,23 +175,24 @@ func (s *taskSource) close(ctx context.Context) {
 	<-s.done
 }
 
-// linger waits up to reportLinger, or less if a full batch is queued or
-// the source is closing.
-func (s *taskSource) linger() {
-	deadline := time.NewTimer(reportLinger)
+// linger waits up to d, or less if a full batch is queued; it returns
+// false at once if the source is closing, so that the last reports leave
+// without delay.
+func (s *taskSource) linger(d time.Duration) bool {
+	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
 		full := len(s.pending) >= maxReportBatch
 		s.mu.Unlock()
 		if full {
-			return
+			return true
 		}
 		select {
 		case <-deadline.C:
-			return
+			return true
 		case <-s.closing:
-			return
+			return false
 		case <-s.kick:
 		}
 	}

@@ -1,0 +1,159 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// reportSink is the server's side of tasks.report: it records each call's
+// batch, and fails the first failFirst calls. With a gate, the first call
+// is in flight until the gate closes.
+type reportSink struct {
+	mu        sync.Mutex
+	calls     [][]string
+	failFirst int
+	failed    int
+	gate      chan struct{}
+	inFlight  chan struct{} // closed when the first call arrives
+	delay     time.Duration // each call takes this long
+}
+
+func (k *reportSink) call(_ context.Context, method string, req, _ any) error {
+	if method != api.MethodTasksReport {
+		return fmt.Errorf("unexpected %s", method)
+	}
+	time.Sleep(k.delay)
+	if k.gate != nil {
+		k.mu.Lock()
+		first := len(k.calls) == 0
+		k.mu.Unlock()
+		if first {
+			close(k.inFlight)
+			<-k.gate
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.failed < k.failFirst {
+		k.failed++
+		return errors.New("connection lost")
+	}
+	var ids []string
+	for _, r := range req.(api.TasksReport).Reports {
+		ids = append(ids, r.TaskID)
+	}
+	k.calls = append(k.calls, ids)
+	return nil
+}
+
+// delivered is every task ID received, in order, and how many calls
+// carried them.
+func (k *reportSink) delivered() (ids []string, calls int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, c := range k.calls {
+		ids = append(ids, c...)
+	}
+	return ids, len(k.calls)
+}
+
+func newTestSource(t *testing.T, k *reportSink) *taskSource {
+	t.Helper()
+	stopped := make(chan struct{})
+	t.Cleanup(func() { close(stopped) })
+	return startTaskSource(k.call, stopped, slog.New(slog.NewTextHandler(io.Discard, nil)), "suite-1")
+}
+
+func closeSource(t *testing.T, s *taskSource) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s.close(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("close did not deliver the reports in time")
+	}
+}
+
+func checkDelivered(t *testing.T, k *reportSink, n int) int {
+	t.Helper()
+	ids, calls := k.delivered()
+	if len(ids) != n {
+		t.Fatalf("%d reports delivered, want %d", len(ids), n)
+	}
+	for i, id := range ids {
+		if want := fmt.Sprint("t", i); id != want {
+			t.Fatalf("report %d is %s, want %s: each once, in order", i, id, want)
+		}
+	}
+	return calls
+}
+
+// Reports that trickle in share calls: a batch leaves when its first
+// report has waited reportLinger, not as soon as the previous call is
+// back.
+func TestReportsTrickleIntoBatches(t *testing.T) {
+	k := &reportSink{delay: 3 * time.Millisecond}
+	s := newTestSource(t, k)
+	const n = 60
+	start := time.Now()
+	for i := range n {
+		s.Report(api.TaskReport{TaskID: fmt.Sprint("t", i)})
+		time.Sleep(time.Millisecond)
+	}
+	spread := time.Since(start)
+	closeSource(t, s)
+	calls := checkDelivered(t, k, n)
+	// One call per reportLinger of the time the reports took to come,
+	// give or take the first and the last; sending after every returned
+	// call would make it about one per report.
+	if most := int(spread/reportLinger) + 2; calls > most {
+		t.Errorf("%d reports over %v took %d calls, want at most %d", n, spread, calls, most)
+	}
+}
+
+// Reports queued while a call is in flight leave in full batches at once,
+// and close delivers what is left.
+func TestReportsFullBatchAndClose(t *testing.T) {
+	k := &reportSink{gate: make(chan struct{}), inFlight: make(chan struct{})}
+	s := newTestSource(t, k)
+	s.Report(api.TaskReport{TaskID: "t0"})
+	<-k.inFlight
+	const n = 2*maxReportBatch + 7
+	for i := 1; i < n; i++ {
+		s.Report(api.TaskReport{TaskID: fmt.Sprint("t", i)})
+	}
+	close(k.gate)
+	closeSource(t, s)
+	checkDelivered(t, k, n)
+	want := []int{1, maxReportBatch, maxReportBatch, n - 1 - 2*maxReportBatch}
+	var got []int
+	for _, c := range k.calls {
+		got = append(got, len(c))
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("batches of %v, want %v", got, want)
+	}
+}
+
+// A failed call is retried with the same reports; none is lost or sent
+// twice.
+func TestReportsRetried(t *testing.T) {
+	k := &reportSink{failFirst: 2}
+	s := newTestSource(t, k)
+	for i := range 10 {
+		s.Report(api.TaskReport{TaskID: fmt.Sprint("t", i)})
+	}
+	closeSource(t, s)
+	checkDelivered(t, k, 10)
+	if k.failed != 2 {
+		t.Errorf("%d calls failed, want 2", k.failed)
+	}
+}
