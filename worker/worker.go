@@ -47,6 +47,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -172,7 +173,9 @@ func run(ctx context.Context, h Handler, extraProcs int) error {
 			if err := c.Write(out...); err != nil {
 				return fmt.Errorf("worker: fetch: %w", err)
 			}
+			s.mu.Lock()
 			clear(s.cancelled) // they were about tasks reported by now
+			s.mu.Unlock()
 			ts, err := s.next(ctx)
 			if err != nil || ts == nil {
 				return err
@@ -181,7 +184,10 @@ func run(ctx context.Context, h Handler, extraProcs int) error {
 		}
 		t := queue[0]
 		queue = queue[1:]
-		switch reason, cancelled := s.cancelled[t.ID]; {
+		s.mu.Lock()
+		reason, cancelled := s.cancelled[t.ID]
+		s.mu.Unlock()
+		switch {
 		case ctx.Err() != nil: // stopped while the task was on its way or waiting
 			s.report(t, Result{ExitCode: -1}, api.OutcomeStopped, "worker stopped before starting the task", 0)
 		case cancelled:
@@ -226,13 +232,25 @@ type frameOrErr struct {
 // session is Run's connection to the agent.
 type session struct {
 	c       *workerproto.Conn
-	frames  chan frameOrErr
+	frames  chan frameOrErr // what the reader does not handle itself
 	quit    chan struct{}
 	pending *workerproto.Frame // a report not yet sent
 	batch   int                // tasks to ask for in the next fetch
+
+	mu sync.Mutex
+	// running is the task the handler runs, if any: the reader cancels it
+	// when the agent says so or the connection fails.
+	running *runningTask
 	// cancelled holds cancels for tasks held but not started yet: the
 	// reason each is to be reported with when its turn comes.
 	cancelled map[string]string
+}
+
+// runningTask is the task the handler runs.
+type runningTask struct {
+	id     string
+	cancel context.CancelCauseFunc
+	lost   error // why the connection failed while it ran
 }
 
 // flush sends a report still waiting for the next fetch.
@@ -243,9 +261,26 @@ func (s *session) flush() {
 	}
 }
 
+// read reads the agent's frames. It acts on cancels itself, so that the
+// handler runs on Run's goroutine with no other waiting on it, and hands
+// the rest to Run; a frame other than a cancel while a task runs, or a
+// failed connection, cancels that task.
 func (s *session) read() {
 	for {
 		f, err := s.c.Read()
+		if err == nil && f.Op == workerproto.OpCancel && f.Cancel != nil {
+			s.cancel(f.Cancel.TaskID, f.Cancel.Reason)
+			continue
+		}
+		s.mu.Lock()
+		if r := s.running; r != nil && r.lost == nil {
+			r.lost = err
+			if err == nil {
+				r.lost = fmt.Errorf("unexpected %q frame while running a task", f.Op)
+			}
+			r.cancel(errConnLost)
+		}
+		s.mu.Unlock()
 		select {
 		case s.frames <- frameOrErr{f, err}:
 		case <-s.quit:
@@ -255,6 +290,19 @@ func (s *session) read() {
 			return
 		}
 	}
+}
+
+// cancel cancels the running task if it is taskID, or else notes the
+// cancel for when the task's turn comes (or for nothing, if it was
+// reported already).
+func (s *session) cancel(taskID, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.running; r != nil && r.id == taskID {
+		r.cancel(&CancelError{Reason: reason})
+		return
+	}
+	s.cancelled[taskID] = reason
 }
 
 // next waits for the answer to a fetch: the tasks to run, in order, or nil
@@ -277,8 +325,6 @@ func (s *session) next(ctx context.Context) ([]*api.Task, error) {
 				return nil, fmt.Errorf("worker: %w: %w", errConnLost, fe.err)
 			}
 			switch fe.f.Op {
-			case workerproto.OpCancel:
-				continue // for a task already reported
 			case workerproto.OpTask:
 				tf := fe.f.Task
 				if tf == nil || (!tf.Done && tf.Task == nil) {
@@ -311,35 +357,18 @@ func (s *session) runTask(ctx context.Context, h Handler, at *api.Task) error {
 		tctx, cancelT = context.WithTimeoutCause(tctx, t.Timeout, ErrTimeout)
 		defer cancelT()
 	}
-	resc := make(chan Result, 1)
-	go func() { resc <- call(tctx, h, t) }()
-
-	var lost error
-	frames := s.frames
-	var res Result
-wait:
-	for {
-		select {
-		case res = <-resc:
-			break wait
-		case fe := <-frames:
-			switch {
-			case fe.err != nil:
-				lost = fe.err
-				frames = nil
-				cancel(errConnLost)
-			case fe.f.Op == workerproto.OpCancel && fe.f.Cancel != nil && fe.f.Cancel.TaskID == t.ID:
-				cancel(&CancelError{Reason: fe.f.Cancel.Reason})
-			case fe.f.Op == workerproto.OpCancel && fe.f.Cancel != nil:
-				// for a task waiting its turn, or one already reported
-				s.cancelled[fe.f.Cancel.TaskID] = fe.f.Cancel.Reason
-			default:
-				lost = fmt.Errorf("unexpected %q frame while running a task", fe.f.Op)
-				frames = nil
-				cancel(errConnLost)
-			}
-		}
+	s.mu.Lock()
+	running := &runningTask{id: t.ID, cancel: cancel}
+	s.running = running
+	if reason, ok := s.cancelled[t.ID]; ok { // came since Run looked
+		cancel(&CancelError{Reason: reason})
 	}
+	s.mu.Unlock()
+	res := call(tctx, h, t)
+	s.mu.Lock()
+	s.running = nil
+	lost := running.lost
+	s.mu.Unlock()
 	if lost != nil {
 		return fmt.Errorf("worker: task %s: %w: %w", t.ID, errConnLost, lost)
 	}
