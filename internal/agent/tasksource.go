@@ -69,10 +69,15 @@ func (s *taskSource) Report(r api.TaskReport) {
 		s.since = time.Now()
 	}
 	s.pending = append(s.pending, r)
+	// The flusher waits for a first report, or for a full batch while it
+	// lingers; waking it for the others would only cost a switch each.
+	wake := len(s.pending) == 1 || len(s.pending) >= maxReportBatch
 	s.mu.Unlock()
-	select {
-	case s.kick <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
