@@ -53,7 +53,9 @@ func (p *Pool) serveConn(c *workerproto.Conn) {
 		return
 	}
 	c.SetReadDeadline(time.Time{})
-	s, gen := p.hello(c, f)
+	done := make(chan struct{})
+	defer close(done)
+	s, gen := p.hello(c, f, done)
 	if s == nil {
 		return
 	}
@@ -72,7 +74,7 @@ func (p *Pool) serveConn(c *workerproto.Conn) {
 
 // hello binds a connection to the worker slot its hello names, if the token
 // proves it is that slot's current process.
-func (p *Pool) hello(c *workerproto.Conn, f workerproto.Frame) (*slot, int) {
+func (p *Pool) hello(c *workerproto.Conn, f workerproto.Frame, done chan struct{}) (*slot, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h := f.Hello
@@ -95,7 +97,7 @@ func (p *Pool) hello(c *workerproto.Conn, f workerproto.Frame) (*slot, int) {
 	if err := c.Write(workerproto.Frame{Op: workerproto.OpAck, Ack: &workerproto.Ack{WorkerID: s.id}}); err != nil {
 		return nil, 0
 	}
-	s.conn, s.helloed, s.silent = c, true, 0
+	s.conn, s.connDone, s.helloed, s.silent = c, done, true, 0
 	return s, s.gen
 }
 

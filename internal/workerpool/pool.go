@@ -73,6 +73,11 @@ const (
 	// exit before it is dropped: a crash closes the socket a moment before
 	// Wait reports the signal, and the crash must win.
 	lostConnGrace = time.Second
+	// connDrainWait bounds how long the end of a worker's process waits
+	// for its connection to be read to the end. The process is gone, so
+	// its socket is closed and the wait is short; only a child that
+	// inherited the socket against CLOEXEC could hold it open.
+	connDrainWait = time.Second
 	helloTimeout  = 10 * time.Second
 	// connectTimeout is how long a new worker has to say hello: a program
 	// that is not a worker (a plain script named as worker_command) would

@@ -22,21 +22,25 @@ type slot struct {
 	id   int
 	cpus []int
 
-	gen     int    // spawn generation, so stale events can be told apart
-	token   string // this generation's hello token
-	proc    *os.Process
-	conn    *workerproto.Conn // set by hello
-	helloed bool              // this generation said hello
-	retired bool              // told Done: its exit is expected
-	dropped bool              // killed for a protocol error
-	fetchAt time.Time         // when its unanswered fetch arrived; zero: none
-	fetchN  int               // how many tasks that fetch takes
-	job     *job              // the task it runs: the first it holds, unreported
-	queued  []*job            // tasks it holds behind job, in the order it runs them
-	termT   *time.Timer       // SIGKILL after SIGTERM
-	silent  int               // consecutive exits before hello
-	lastErr error             // why the last hello failed, for the fatal error
-	noShow  bool              // killed for not connecting in time
+	gen   int    // spawn generation, so stale events can be told apart
+	token string // this generation's hello token
+	proc  *os.Process
+	conn  *workerproto.Conn // set by hello
+	// connDone is closed when the reader of conn has read it to the end:
+	// a worker's last frames (a report written just before it exits) are
+	// then in.
+	connDone chan struct{}
+	helloed  bool        // this generation said hello
+	retired  bool        // told Done: its exit is expected
+	dropped  bool        // killed for a protocol error
+	fetchAt  time.Time   // when its unanswered fetch arrived; zero: none
+	fetchN   int         // how many tasks that fetch takes
+	job      *job        // the task it runs: the first it holds, unreported
+	queued   []*job      // tasks it holds behind job, in the order it runs them
+	termT    *time.Timer // SIGKILL after SIGTERM
+	silent   int         // consecutive exits before hello
+	lastErr  error       // why the last hello failed, for the fatal error
+	noShow   bool        // killed for not connecting in time
 }
 
 // job is a task a worker holds.
@@ -195,6 +199,20 @@ func (p *Pool) exited(s *slot, cmd *exec.Cmd) bool {
 	code, sig := exitInfo(cmd.ProcessState)
 	killGroup(cmd.Process) // anything it left behind in its group
 
+	// What it wrote before it exited counts: a report must not be taken
+	// for a death while holding the task.
+	p.mu.Lock()
+	done := s.connDone
+	p.mu.Unlock()
+	if done != nil {
+		t := time.NewTimer(connDrainWait)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer p.signal(p.kick)
@@ -269,6 +287,7 @@ func (p *Pool) forgetConnLocked(s *slot) {
 	if s.conn != nil {
 		s.conn.Close()
 		s.conn = nil
+		s.connDone = nil
 	}
 	if !s.fetchAt.IsZero() {
 		s.fetchAt = time.Time{}
