@@ -48,6 +48,10 @@ type DispatchResult struct {
 	// server's, and the agent's with its (reaped) workers'.
 	ServerCPUPerTask time.Duration `json:"server_cpu_per_task"`
 	AgentCPUPerTask  time.Duration `json:"agent_cpu_per_task"`
+	// VsSpawn is, for command workers, the rate against the spawn
+	// baseline measured just before and just after the case (their mean),
+	// so that the machine's drift between phases does not tilt it.
+	VsSpawn float64 `json:"vs_spawn,omitempty"`
 }
 
 // SpawnBaseline is the machine's own rate of starting `true`, with as many
@@ -66,7 +70,8 @@ const latencyFile = "fetch-latency-"
 // RunDispatch starts a server and one agent as processes and pushes no-op
 // tasks through server → agent → workers → stored results, for in-process
 // and command workers at each prefetch size. The spawn baseline is
-// measured in the same run.
+// measured in the same run, around each command case; the baseline
+// returned is the mean of those.
 func RunDispatch(ctx context.Context, cfg DispatchConfig, progress io.Writer) ([]DispatchResult, SpawnBaseline, error) {
 	srv, err := startServer(ctx, cfg.Binary)
 	if err != nil {
@@ -99,22 +104,49 @@ func RunDispatch(ctx context.Context, cfg DispatchConfig, progress io.Writer) ([
 	}
 
 	var results []DispatchResult
+	var bases []SpawnBaseline
+	baseline := func() SpawnBaseline {
+		fmt.Fprintf(progress, "  baseline: spawning `true` %d times, %d at once\n", cfg.CommandTasks, cfg.Workers)
+		b := spawnBaseline(cfg.CommandTasks, cfg.Workers)
+		bases = append(bases, b)
+		return b
+	}
 	for _, kind := range []string{"in-process", "command"} {
 		for _, pf := range cfg.Prefetches {
 			n := cfg.Tasks
+			var before SpawnBaseline
 			if kind == "command" {
 				n = cfg.CommandTasks
+				before = baseline()
 			}
 			fmt.Fprintf(progress, "  %s workers, prefetch %d: %d tasks\n", kind, pf, n)
 			r, err := runDispatchCase(ctx, c, cfg, node, procs{srv.pid(), agent.Process.Pid}, agentDir, kind, pf, n)
 			if err != nil {
 				return results, SpawnBaseline{}, fmt.Errorf("%s prefetch %d: %w", kind, pf, err)
 			}
+			if kind == "command" {
+				r.VsSpawn = r.PerSecond / meanBaseline(before, baseline()).PerSecond
+			}
 			results = append(results, r)
 		}
 	}
-	fmt.Fprintf(progress, "  baseline: spawning `true` %d times, %d at once\n", cfg.CommandTasks, cfg.Workers)
-	return results, spawnBaseline(cfg.CommandTasks, cfg.Workers), nil
+	return results, meanBaseline(bases...), nil
+}
+
+// meanBaseline is the mean of baselines of the same size.
+func meanBaseline(bs ...SpawnBaseline) SpawnBaseline {
+	var m SpawnBaseline
+	if len(bs) == 0 {
+		return m
+	}
+	var cpu time.Duration
+	for _, b := range bs {
+		m.Spawns += b.Spawns
+		m.PerSecond += b.PerSecond / float64(len(bs))
+		cpu += b.CPUPerSpawn
+	}
+	m.CPUPerSpawn = cpu / time.Duration(len(bs))
+	return m
 }
 
 // procs are the pids of the server and the agent under test.
