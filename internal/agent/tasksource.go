@@ -9,8 +9,12 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 )
 
-// maxReportBatch bounds one tasks.report call.
-const maxReportBatch = 512
+// maxReportBatch bounds one tasks.report call. The server applies a batch
+// in one transaction on the store's single writer, where the next claim of
+// tasks waits for it: 512 reports held the writer for 3-6 ms, longer than a
+// busy pool takes to run its prefetch buffer dry. With 128, in-process
+// workers ran 2.8% faster and the agent's p99 fetch fell from 2.7 to 1.9 ms.
+const maxReportBatch = 128
 
 // reportLinger is how long the first report of a batch waits for company.
 // Each tasks.report costs the server a request and a store transaction
