@@ -1,0 +1,118 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A process that left the task's group (setsid) and kept its output open
+// holds RunCommand up to outputDrainWait, no longer; what the task wrote
+// is kept.
+func TestRunCommandLeftoverHoldsOutputAtMostDrainWait(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	start := time.Now()
+	// The task ends only once the leftover runs in a session of its own,
+	// out of reach of the group kill.
+	r := RunCommand(context.Background(), Task{Argv: []string{"sh", "-c",
+		"echo before; setsid sh -c 'echo $$ > " + pidFile + "; exec sleep 30' & " +
+			"while [ ! -s " + pidFile + " ]; do sleep 0.01; done; echo after >&2"}})
+	took := time.Since(start)
+	if r.ExitCode != 0 || r.Err != nil || r.Stdout != "before\n" || r.Stderr != "after\n" {
+		t.Errorf("RunCommand = %+v, want exit 0 with its output", r)
+	}
+	if took < outputDrainWait || took > outputDrainWait+5*time.Second {
+		t.Errorf("took %v, want about outputDrainWait (%v): the leftover holds the output", took, outputDrainWait)
+	}
+	if b, err := os.ReadFile(pidFile); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// Output larger than a pipe holds, on both streams at once, comes out
+// whole up to the tail.
+func TestRunCommandBothStreamsLarge(t *testing.T) {
+	r := RunCommand(context.Background(), Task{Argv: []string{"sh", "-c",
+		"head -c 300000 /dev/zero | tr '\\0' o & head -c 300000 /dev/zero | tr '\\0' e >&2; wait; echo -n O; echo -n E >&2"}})
+	if r.ExitCode != 0 || r.Err != nil {
+		t.Fatalf("RunCommand = exit %d, %v", r.ExitCode, r.Err)
+	}
+	if len(r.Stdout) != maxTail || !strings.HasSuffix(r.Stdout, "ooO") || strings.Contains(r.Stdout, "e") {
+		t.Errorf("stdout is %d bytes ending %q, want the last %d of stdout only", len(r.Stdout), r.Stdout[max(0, len(r.Stdout)-3):], maxTail)
+	}
+	if len(r.Stderr) != maxTail || !strings.HasSuffix(r.Stderr, "eeE") || strings.Contains(r.Stderr, "o") {
+		t.Errorf("stderr is %d bytes ending %q, want the last %d of stderr only", len(r.Stderr), r.Stderr[max(0, len(r.Stderr)-3):], maxTail)
+	}
+}
+
+// Commands run at once from several goroutines keep their output, exit
+// codes and signals apart.
+func TestRunCommandConcurrent(t *testing.T) {
+	var wg sync.WaitGroup
+	errs := make(chan string, 40)
+	for i := range 40 {
+		wg.Go(func() {
+			script := fmt.Sprintf("echo out%d; echo err%d >&2; exit %d", i, i, i%5)
+			want := Result{ExitCode: i % 5, Stdout: fmt.Sprintf("out%d\n", i), Stderr: fmt.Sprintf("err%d\n", i)}
+			if i%7 == 0 {
+				script = "kill -s KILL $$"
+				want = Result{ExitCode: -1, Signal: "SIGKILL"}
+			}
+			if r := RunCommand(context.Background(), Task{Argv: []string{"sh", "-c", script}}); r != want {
+				errs <- fmt.Sprintf("task %d: %+v, want %+v", i, r, want)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+// A program found in PATH is remembered; when it is gone from there, the
+// next start looks again and finds it where it is now.
+func TestRunCommandLooksAgainWhenTheProgramMoved(t *testing.T) {
+	first, second := t.TempDir(), t.TempDir()
+	t.Setenv("PATH", first+":"+second+":"+os.Getenv("PATH"))
+	install := func(dir, says string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "nodemgr-test-tool"), []byte("#!/bin/sh\necho "+says+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func() Result {
+		return RunCommand(context.Background(), Task{Argv: []string{"nodemgr-test-tool"}})
+	}
+	install(first, "first")
+	if r := run(); r.Stdout != "first\n" {
+		t.Fatalf("first run: %+v, want the tool in %s", r, first)
+	}
+	os.Remove(filepath.Join(first, "nodemgr-test-tool"))
+	install(second, "second")
+	if r := run(); r.Stdout != "second\n" || r.Err != nil {
+		t.Errorf("after the move: %+v, want the tool in %s", r, second)
+	}
+	os.Remove(filepath.Join(second, "nodemgr-test-tool"))
+	if r := run(); r.Err == nil || !strings.Contains(r.Err.Error(), "nodemgr-test-tool") {
+		t.Errorf("after removal: %+v, want an error naming the program", r)
+	}
+}
+
+// A missing working directory is named as such, not taken for a missing
+// program.
+func TestRunCommandMissingWorkdir(t *testing.T) {
+	r := RunCommand(context.Background(), Task{Argv: []string{"true"}, Workdir: "/nonexistent/dir"})
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "workdir") || !strings.Contains(r.Err.Error(), "/nonexistent/dir") {
+		t.Errorf("RunCommand = %+v, want an error about the workdir", r)
+	}
+}
