@@ -34,6 +34,11 @@ type DispatchResult struct {
 	Worker    string        `json:"worker"` // in-process | command
 	Prefetch  int           `json:"prefetch"`
 	Tasks     int           `json:"tasks"`
+	// FirstResult is the time from making the node eligible to the first
+	// stored result: assignment, the pool's start, one task.
+	FirstResult time.Duration `json:"first_result"`
+	// Elapsed is from the first stored result to the last; PerSecond is
+	// the rate of the tasks after the first over it.
 	Elapsed   time.Duration `json:"elapsed"`
 	PerSecond float64       `json:"tasks_per_second"`
 	// Gap between two tasks as an in-process worker sees it: report the
@@ -198,15 +203,18 @@ func runDispatchCase(ctx context.Context, c *client.Client, cfg DispatchConfig, 
 		}
 		time.Sleep(100 * time.Millisecond) // polling costs the server little this way
 	}
-	serverCPU = procCPU(pids.server) - serverCPU // before lastFinish makes it list every task
-	// The clock stops at the last stored result, not at our last poll.
-	last, err := lastFinish(ctx, c, su.ID)
+	serverCPU = procCPU(pids.server) - serverCPU // before finishSpan makes it list every task
+	// The rate is the steady flow, from the first stored result to the
+	// last (not our last poll); the start of the suite on the node (its
+	// assignment, the workers' start) is a latency of its own.
+	first, last, err := finishSpan(ctx, c, su.ID)
 	if err != nil {
 		return DispatchResult{}, err
 	}
-	elapsed := last.Sub(start)
+	elapsed := last.Sub(first)
 	c.PatchNode(ctx, node.ID, api.NodePatch{RemoveTags: []string{tag}})
-	r := DispatchResult{Worker: kind, Prefetch: prefetch, Tasks: n, Elapsed: elapsed, PerSecond: float64(n) / elapsed.Seconds()}
+	r := DispatchResult{Worker: kind, Prefetch: prefetch, Tasks: n, FirstResult: first.Sub(start), Elapsed: elapsed,
+		PerSecond: float64(n-1) / elapsed.Seconds()}
 	dir := filepath.Join(agentDir, "suites", su.ID)
 	if kind == "in-process" {
 		// The workers write their samples when the pool stops them.
@@ -321,22 +329,27 @@ func NoopWorker(ctx context.Context) error {
 	return err
 }
 
-// lastFinish is when the suite's last result was stored.
-func lastFinish(ctx context.Context, c *client.Client, suiteID string) (time.Time, error) {
-	var last time.Time
+// finishSpan is when the suite's first and last results were stored.
+func finishSpan(ctx context.Context, c *client.Client, suiteID string) (first, last time.Time, err error) {
 	after := ""
 	for {
 		page, err := c.Tasks(ctx, suiteID, "", after, 10000)
 		if err != nil {
-			return last, err
+			return first, last, err
 		}
 		for _, t := range page {
-			if t.Result != nil && t.Result.FinishedAt.After(last) {
-				last = t.Result.FinishedAt
+			if t.Result == nil {
+				continue
+			}
+			if at := t.Result.FinishedAt; first.IsZero() || at.Before(first) {
+				first = at
+			}
+			if at := t.Result.FinishedAt; at.After(last) {
+				last = at
 			}
 		}
 		if len(page) < 10000 {
-			return last, nil
+			return first, last, nil
 		}
 		after = page[len(page)-1].ID
 	}

@@ -28,7 +28,9 @@ func benchDispatchCmd(e *env) *cobra.Command {
 		Use:   "dispatch",
 		Short: "Push no-op tasks through server → agent → workers and report the rate",
 		Long: `Start a server and an agent as processes, queue tasks, and time how fast
-they flow server → agent → workers → results stored. Four cases: in-process
+they flow server → agent → workers → results stored: the rate from the first
+stored result to the last, and apart from it the time to the first result
+(assignment, the pool's start, one task). Four cases: in-process
 workers (a Go program on the worker package whose tasks do nothing) and
 command workers (nodemgr worker running ` + "`true`" + `), each with prefetch 32 and
 0. Agent fetch is the time from a worker's fetch reaching the agent to its
@@ -50,7 +52,7 @@ mean of the two, so that the machine's drift does not tilt the ratio.`,
 			if asJSON {
 				return printJSON(e.stdout, map[string]any{"cases": results, "spawn_baseline": base})
 			}
-			t := newTable(e.stdout, "WORKER", "PREFETCH", "TASKS", "ELAPSED", "TASKS/S", "VS SPAWN BASELINE",
+			t := newTable(e.stdout, "WORKER", "PREFETCH", "TASKS", "FIRST RESULT", "ELAPSED", "TASKS/S", "VS SPAWN BASELINE",
 				"AGENT FETCH P50", "AGENT FETCH P99", "WORKER GAP P50", "WORKER GAP P99", "SERVER CPU/TASK", "AGENT+WORKERS CPU/TASK")
 			d := func(x time.Duration) string { return x.Round(100 * time.Nanosecond).String() }
 			for _, r := range results {
@@ -60,11 +62,11 @@ mean of the two, so that the machine's drift does not tilt the ratio.`,
 				} else {
 					p50, p99 = d(r.FetchP50), d(r.FetchP99)
 				}
-				t.row(r.Worker, strconv.Itoa(r.Prefetch), strconv.Itoa(r.Tasks), r.Elapsed.Round(time.Millisecond).String(),
+				t.row(r.Worker, strconv.Itoa(r.Prefetch), strconv.Itoa(r.Tasks), r.FirstResult.Round(time.Millisecond).String(), r.Elapsed.Round(time.Millisecond).String(),
 					fmt.Sprintf("%.0f", r.PerSecond), ratio, d(r.AgentFetchP50), d(r.AgentFetchP99), p50, p99,
 					d(r.ServerCPUPerTask), d(r.AgentCPUPerTask))
 			}
-			t.row("spawn `true`", "-", strconv.Itoa(base.Spawns), "-", fmt.Sprintf("%.0f", base.PerSecond), "100%", "-", "-", "-", "-", "-", d(base.CPUPerSpawn))
+			t.row("spawn `true`", "-", strconv.Itoa(base.Spawns), "-", "-", fmt.Sprintf("%.0f", base.PerSecond), "100%", "-", "-", "-", "-", "-", d(base.CPUPerSpawn))
 			return t.flush()
 		},
 	}
