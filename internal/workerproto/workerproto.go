@@ -29,7 +29,8 @@ const (
 	EnvNodeID      = "NODEMGR_NODE_ID"
 	// EnvProcs is the worker's share of the cores it may run on: a Go
 	// worker (package worker) runs that many threads of Go code
-	// (GOMAXPROCS), unless GOMAXPROCS says otherwise.
+	// (GOMAXPROCS), the command worker one more, unless GOMAXPROCS says
+	// otherwise.
 	EnvProcs = "NODEMGR_WORKER_PROCS"
 )
 
