@@ -31,9 +31,9 @@ type DispatchConfig struct {
 
 // DispatchResult is one case: a worker kind at a prefetch size.
 type DispatchResult struct {
-	Worker    string        `json:"worker"` // in-process | command
-	Prefetch  int           `json:"prefetch"`
-	Tasks     int           `json:"tasks"`
+	Worker   string `json:"worker"` // in-process | command
+	Prefetch int    `json:"prefetch"`
+	Tasks    int    `json:"tasks"`
 	// FirstResult is the time from making the node eligible to the first
 	// stored result: assignment, the pool's start, one task.
 	FirstResult time.Duration `json:"first_result"`
