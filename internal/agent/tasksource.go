@@ -164,24 +164,15 @@ func (s *taskSource) flushLoop() {
 	}
 }
 
-// close waits until every queued report has reached the server (or ctx ends).
+// close sends the reports still queued at once, without lingering, and
+// returns when they have reached the server, or when ctx ends (the flusher
+// then keeps trying until the agent stops). No report may come after it.
 func (s *taskSource) close(ctx context.Context) {
-	for {
-		s.mu.Lock()
-		left := len(s.pending)
-		s.mu.Unlock()
-		if left == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			close(s.closing)
-			return
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 	close(s.closing)
-	<-s.done
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+	}
 }
 
 // linger waits up to d, or less if a full batch is queued; it returns
