@@ -197,4 +197,14 @@ type LocalResponse struct {
 	Status      int    `json:"status"`
 	ContentType string `json:"content_type,omitempty"`
 	Body        []byte `json:"body,omitempty"` // base64 on the wire: logs need not be UTF-8
+	// Headers are the answer's own headers (Nodemgr-*), passed on as they are.
+	Headers map[string]string `json:"headers,omitempty"`
 }
+
+// HeaderLogOffset, on a service's log, is the offset in the log file just
+// past the bytes returned: ask with from=<it> for what comes next.
+const HeaderLogOffset = "Nodemgr-Log-Offset"
+
+// HeaderPrefix starts the headers of nodemgr's own that a relayed answer
+// keeps.
+const HeaderPrefix = "Nodemgr-"

@@ -102,21 +102,57 @@ func (c *Client) RemoveService(ctx context.Context, node, coordinate string, pur
 
 // ServiceLogs returns the last tail bytes of a service's log.
 func (c *Client) ServiceLogs(ctx context.Context, node, coordinate string, tail int64) ([]byte, error) {
-	return c.text(ctx, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/logs?tail="+strconv.FormatInt(tail, 10)))
+	b, _, err := c.ServiceLogTail(ctx, node, coordinate, tail)
+	return b, err
+}
+
+// ServiceLogTail returns the last tail bytes of a service's log and the
+// offset in the log just past them, to follow it from with ServiceLogFrom.
+func (c *Client) ServiceLogTail(ctx context.Context, node, coordinate string, tail int64) ([]byte, int64, error) {
+	return c.logPiece(ctx, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/logs?tail="+strconv.FormatInt(tail, 10)))
+}
+
+// ServiceLogFrom returns what a service's log holds after offset from (all
+// of it again if the log was rotated since), up to 512 KiB, and the offset
+// just past it.
+func (c *Client) ServiceLogFrom(ctx context.Context, node, coordinate string, from int64) ([]byte, int64, error) {
+	return c.logPiece(ctx, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/logs?from="+strconv.FormatInt(from, 10)))
+}
+
+// logPiece GETs a piece of a log and the offset it ends at.
+func (c *Client) logPiece(ctx context.Context, path string) ([]byte, int64, error) {
+	resp, err := c.textResponse(ctx, path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, 0, err
+	}
+	end, err := strconv.ParseInt(resp.Header.Get(api.HeaderLogOffset), 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("the answer has no %s header: is the agent older than this client?", api.HeaderLogOffset)
+	}
+	return b, end, nil
 }
 
 // text GETs a plain-text answer (logs), however long it takes.
 func (c *Client) text(ctx context.Context, path string) ([]byte, error) {
-	req, err := c.request(ctx, http.MethodGet, path, "", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.streamDo(req)
+	resp, err := c.textResponse(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	return io.ReadAll(resp.Body)
+}
+
+func (c *Client) textResponse(ctx context.Context, path string) (*http.Response, error) {
+	req, err := c.request(ctx, http.MethodGet, path, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.streamDo(req)
 }
 
 // long sends a JSON request whose answer may take minutes (downloads,

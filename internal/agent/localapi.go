@@ -32,6 +32,10 @@ const maxLocalBody = 1 << 20
 // maxLogTail caps how much log one request returns.
 const maxLogTail = 4 << 20
 
+// maxLogFollow caps what one request for the rest of a log returns, under
+// what a relayed answer carries (maxForwardedBody), so that none is cut.
+const maxLogFollow = 512 << 10
+
 // localRoute is one local API endpoint.
 type localRoute struct {
 	Method, Path string
@@ -185,6 +189,14 @@ func (a *Agent) serveForwarded(ctx context.Context, req api.LocalRequest) (api.L
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
 	a.local.ServeHTTP(rec, hr)
 	resp := api.LocalResponse{Status: rec.status, ContentType: rec.header.Get("Content-Type"), Body: rec.body.Bytes()}
+	for k, v := range rec.header {
+		if strings.HasPrefix(k, api.HeaderPrefix) && len(v) > 0 {
+			if resp.Headers == nil {
+				resp.Headers = map[string]string{}
+			}
+			resp.Headers[k] = v[0]
+		}
+	}
 	if len(resp.Body) > maxForwardedBody {
 		if !strings.HasPrefix(resp.ContentType, "text/plain") {
 			return api.LocalResponse{}, fmt.Errorf("the answer to %s %s is %d bytes, more than one session frame carries; ask the agent's local API directly: %w",
@@ -369,10 +381,21 @@ func (a *Agent) handleServiceLogs(w http.ResponseWriter, r *http.Request) error 
 		}
 		tail = min(n, maxLogTail)
 	}
-	b, err := a.wl.services.Logs(r.PathValue("coordinate"), tail)
+	// from: what follows that offset (the Nodemgr-Log-Offset of the last
+	// answer), a piece small enough to cross the session whole.
+	from, n := int64(-1), tail
+	if v := r.URL.Query().Get("from"); v != "" {
+		off, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || off < 0 {
+			return errdefs.Field("from", "must be an offset in the log >= 0 (the %s of the last answer), got %q", api.HeaderLogOffset, v)
+		}
+		from, n = off, maxLogFollow
+	}
+	b, end, err := a.wl.services.ReadLog(r.PathValue("coordinate"), from, n)
 	if err != nil {
 		return err
 	}
+	w.Header().Set(api.HeaderLogOffset, strconv.FormatInt(end, 10))
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	_, err = io.Copy(w, bytes.NewReader(b))

@@ -2,7 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -315,25 +318,82 @@ func serviceActionCmd(e *env, action, short string) *cobra.Command {
 
 func serviceLogsCmd(e *env) *cobra.Command {
 	var tail int64
+	var follow bool
 	cmd := &cobra.Command{
 		Use:   "logs NODE COORDINATE",
-		Short: "Print the end of a service's log (<runtime dir>/logs/service.log)",
-		Args:  nodeArgs(1),
+		Short: "Print the end of a service's log (<runtime dir>/logs/service.log); -f follows it",
+		Long: `Print the end of a service's log (<runtime dir>/logs/service.log).
+
+With --follow, keep printing what the service writes, until interrupted
+(Ctrl-C). The log is polled every half second; after a rotation it is
+followed from the start of the new file. While the node is unreachable the
+command waits for it.`,
+		Args: nodeArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, node, name, err := nodeTargetOne(cmd, e, args, "service by its coordinate instance.service.user.cell")
 			if err != nil {
 				return err
 			}
-			b, err := c.ServiceLogs(cmd.Context(), node, name, tail)
+			b, end, err := c.ServiceLogTail(cmd.Context(), node, name, tail)
 			if err != nil {
 				return err
 			}
-			_, err = e.stdout.Write(b)
-			return err
+			if _, err := e.stdout.Write(b); err != nil || !follow {
+				return err
+			}
+			return followLog(cmd.Context(), e, end, func(ctx context.Context, from int64) ([]byte, int64, error) {
+				return c.ServiceLogFrom(ctx, node, name, from)
+			})
 		},
 	}
 	cmd.Flags().Int64Var(&tail, "tail", 64<<10, "bytes from the end of the log")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what is written, until interrupted")
 	return cmd
+}
+
+// followPoll is how often a followed log is asked for what is new.
+const followPoll = 500 * time.Millisecond
+
+// followLog prints what read returns after offset from, poll after poll,
+// until ctx ends. An unreachable node is waited for; other errors end it.
+func followLog(ctx context.Context, e *env, from int64, read func(ctx context.Context, from int64) ([]byte, int64, error)) error {
+	waiting := false
+	for {
+		b, end, err := read(ctx, from)
+		switch {
+		case ctx.Err() != nil:
+			return nil // interrupted: following ends there
+		case err != nil && isUnavailable(err):
+			if !waiting {
+				fmt.Fprintf(e.stderr, "(waiting: %v)\n", err)
+				waiting = true
+			}
+		case err != nil:
+			return err
+		default:
+			waiting = false
+			if _, err := e.stdout.Write(b); err != nil {
+				return err
+			}
+			from = end
+			if len(b) > 0 {
+				continue // there may be more right away
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(followPoll):
+		}
+	}
+}
+
+// isUnavailable says whether err is a "not now": a node not connected, a
+// server restarting.
+func isUnavailable(err error) bool {
+	var ae *client.Error
+	var ne net.Error
+	return (errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable) || errors.As(err, &ne)
 }
 
 func serviceRmCmd(e *env) *cobra.Command {

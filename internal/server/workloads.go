@@ -80,6 +80,11 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, n store.Node, req
 	if resp.ContentType != "" {
 		w.Header().Set("Content-Type", resp.ContentType)
 	}
+	for k, v := range resp.Headers {
+		if strings.HasPrefix(k, api.HeaderPrefix) {
+			w.Header().Set(k, v)
+		}
+	}
 	w.WriteHeader(resp.Status)
 	w.Write(resp.Body)
 	return nil

@@ -130,24 +130,34 @@ func copyFile(from, to string) error {
 	return w.Close()
 }
 
-// readTail returns the last tail bytes of path; tail <= 0 means the whole
-// file, up to maxLogRead. A log not yet written is empty.
-func readTail(path string, tail int64) ([]byte, error) {
-	if tail <= 0 || tail > maxLogRead {
-		tail = maxLogRead
+// readLog returns part of the file at path and the offset just past it:
+// with from < 0 its last n bytes, else up to n bytes from offset from, or
+// from the start if the file is shorter than from (a rotation truncated
+// it since). n <= 0 or over maxLogRead means maxLogRead. A log not yet
+// written is empty.
+func readLog(path string, from, n int64) ([]byte, int64, error) {
+	if n <= 0 || n > maxLogRead {
+		n = maxLogRead
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	off := max(st.Size()-tail, 0)
-	return io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
+	size := st.Size()
+	switch {
+	case from < 0:
+		from = max(size-n, 0)
+	case from > size:
+		from = 0
+	}
+	b, err := io.ReadAll(io.NewSectionReader(f, from, min(size-from, n)))
+	return b, from + int64(len(b)), err
 }

@@ -476,22 +476,31 @@ func (s *Supervisor) UsedBy(id string) []string {
 // (service.log; rotated files are beside it). tail <= 0 returns the whole
 // file; either way at most 1 MiB.
 func (s *Supervisor) Logs(coordinate string, tail int64) ([]byte, error) {
+	b, _, err := s.ReadLog(coordinate, -1, tail)
+	return b, err
+}
+
+// ReadLog returns part of a service's current log and the offset just
+// past it, to follow the log with: with from < 0 the last n bytes, else up
+// to n bytes from offset from, or from the start again if the log is
+// shorter than from (it was rotated since). At most 1 MiB.
+func (s *Supervisor) ReadLog(coordinate string, from, n int64) ([]byte, int64, error) {
 	c, err := ParseCoordinate(coordinate)
 	if err != nil {
-		return nil, fmt.Errorf("logs of service: %w", err)
+		return nil, 0, fmt.Errorf("logs of service: %w", err)
 	}
 	s.mu.Lock()
 	sv := s.svcs[c.String()]
 	known := sv != nil && sv.rec.State != ""
 	s.mu.Unlock()
 	if !known {
-		return nil, fmt.Errorf("logs of service %s: %w", coordinate, notFound(coordinate))
+		return nil, 0, fmt.Errorf("logs of service %s: %w", coordinate, notFound(coordinate))
 	}
-	b, err := readTail(logFile(c.RuntimeDir(s.cfg.Prefix)), tail)
+	b, end, err := readLog(logFile(c.RuntimeDir(s.cfg.Prefix)), from, n)
 	if err != nil {
-		return nil, fmt.Errorf("logs of service %s: %w", coordinate, err)
+		return nil, 0, fmt.Errorf("logs of service %s: %w", coordinate, err)
 	}
-	return b, nil
+	return b, end, nil
 }
 
 func (s *Supervisor) viewLocked(sv *svc) api.Service {
