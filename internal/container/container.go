@@ -279,7 +279,7 @@ func (m *Manager) deploy(ctx context.Context, j *job) (api.Container, error) {
 			c.StartedAt = ptr(now())
 		}), nil
 	}
-	o := observe(insp, false)
+	o := observe(insp, false, spec.MemoryMB > 0)
 	if o.status == api.ContainerCreating {
 		o.status = api.ContainerRunning // started, not yet seen running
 	}

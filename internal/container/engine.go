@@ -272,8 +272,9 @@ type observation struct {
 }
 
 // observe maps the container's engine state onto a job status. gone says
-// the container no longer exists.
-func observe(insp container.InspectResponse, gone bool) observation {
+// the container no longer exists; memoryLimited that the job has a memory
+// limit.
+func observe(insp container.InspectResponse, gone, memoryLimited bool) observation {
 	if gone {
 		return observation{status: api.ContainerDead, reason: "container disappeared"}
 	}
@@ -300,6 +301,12 @@ func observe(insp container.InspectResponse, gone bool) observation {
 		switch {
 		case st.OOMKilled:
 			o.status, o.reason = api.ContainerDead, "out of memory"
+		case memoryLimited && code == 128+9:
+			// The engine can lose the kernel's OOM notice for good (its
+			// shim may exit before reading it; seen with docker 20.10 on
+			// cgroup v1), and nodemgr stops containers itself by another
+			// path: a memory-limited one SIGKILLed is the OOM killer's.
+			o.status, o.reason = api.ContainerDead, "killed by SIGKILL: out of memory, most likely (the engine recorded no verdict)"
 		case code == 0:
 			o.status = api.ContainerCompleted
 		default:

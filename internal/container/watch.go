@@ -192,7 +192,7 @@ func (m *Manager) reconcileOne(ctx context.Context, j *job) {
 		m.log.Debug("reconcile container job", "job", c.Job.ID, "err", err)
 		return
 	}
-	o := observe(insp, gone)
+	o := observe(insp, gone, c.Job.MemoryMB > 0)
 	switch {
 	case o.status == c.Status && (o.startedAt == nil || c.StartedAt != nil):
 		return // nothing new
