@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -114,5 +115,17 @@ func TestRunCommandMissingWorkdir(t *testing.T) {
 	r := RunCommand(context.Background(), Task{Argv: []string{"true"}, Workdir: "/nonexistent/dir"})
 	if r.Err == nil || !strings.Contains(r.Err.Error(), "workdir") || !strings.Contains(r.Err.Error(), "/nonexistent/dir") {
 		t.Errorf("RunCommand = %+v, want an error about the workdir", r)
+	}
+}
+
+// A process that ignores SIGCHLD has its children reaped by the kernel:
+// the task's end cannot be told, and RunCommand says so rather than
+// report a success.
+func TestRunCommandCannotCollectStatus(t *testing.T) {
+	signal.Ignore(syscall.SIGCHLD)
+	defer signal.Reset(syscall.SIGCHLD)
+	r := RunCommand(context.Background(), Task{Argv: []string{"sh", "-c", "exit 3"}})
+	if r.Err == nil || r.ExitCode != -1 || !strings.Contains(r.Err.Error(), "cannot tell how it ended") {
+		t.Errorf("RunCommand = %+v, want an error that the exit status is unknown", r)
 	}
 }
