@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -120,10 +121,19 @@ func TestRunCommandMissingWorkdir(t *testing.T) {
 
 // A process that ignores SIGCHLD has its children reaped by the kernel:
 // the task's end cannot be told, and RunCommand says so rather than
-// report a success.
+// report a success. It runs in a process of its own: ignoring SIGCHLD
+// here would break every other test's children.
 func TestRunCommandCannotCollectStatus(t *testing.T) {
+	const env = "WORKER_TEST_IGNORE_SIGCHLD"
+	if os.Getenv(env) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRunCommandCannotCollectStatus$", "-test.count=1")
+		cmd.Env = append(os.Environ(), env+"=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("in a process ignoring SIGCHLD: %v\n%s", err, out)
+		}
+		return
+	}
 	signal.Ignore(syscall.SIGCHLD)
-	defer signal.Reset(syscall.SIGCHLD)
 	r := RunCommand(context.Background(), Task{Argv: []string{"sh", "-c", "exit 3"}})
 	if r.Err == nil || r.ExitCode != -1 || !strings.Contains(r.Err.Error(), "cannot tell how it ended") {
 		t.Errorf("RunCommand = %+v, want an error that the exit status is unknown", r)

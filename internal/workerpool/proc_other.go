@@ -14,4 +14,9 @@ func terminate(p *os.Process) error { return errors.ErrUnsupported }
 
 func killGroup(p *os.Process) { p.Kill() }
 
-func exitInfo(st *os.ProcessState) (code int, signal string) { return st.ExitCode(), "" }
+func exitInfo(st *os.ProcessState) (code int, signal string) {
+	if st == nil {
+		return -1, ""
+	}
+	return st.ExitCode(), ""
+}

@@ -25,8 +25,12 @@ func killGroup(p *os.Process) {
 }
 
 // exitInfo says how a process ended: its exit code, or -1 and the name of
-// the signal that killed it.
+// the signal that killed it; -1 and no signal when Wait could not tell
+// (nil: the kernel reaped it, as when SIGCHLD is ignored).
 func exitInfo(st *os.ProcessState) (code int, signal string) {
+	if st == nil {
+		return -1, ""
+	}
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return -1, unix.SignalName(ws.Signal())
 	}
