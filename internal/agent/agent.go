@@ -59,6 +59,10 @@ type Agent struct {
 	peer      atomic.Pointer[proto.Peer]
 	connMu    sync.Mutex
 	connected chan struct{} // closed while a session is up
+
+	// workChanged says the agent's state or suite changed: the server
+	// hears it with a heartbeat at once, not at the next tick.
+	workChanged chan struct{}
 }
 
 // New validates cfg, takes the data dir's lock and loads the agent's state.
@@ -79,7 +83,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: logger, lock: lock, agState: api.AgentIdle,
 		shutdown: make(chan string, 1), http: &http.Client{Timeout: 30 * time.Second},
-		connected: make(chan struct{}), stopCtx: context.Background()}
+		connected: make(chan struct{}), stopCtx: context.Background(), workChanged: make(chan struct{}, 1)}
 	a.runner = newRunner(a)
 	if a.st, err = loadState(cfg.DataDir); err != nil {
 		lock.Release()
@@ -293,6 +297,20 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 		published = p.UpdatedAt
 	}
 	publish()
+	// beat sends a heartbeat with the agent's state; a failed one ends the
+	// session.
+	beat := func() error {
+		hbctx, hbcancel := context.WithTimeout(ctx, interval)
+		state, suite := a.work()
+		err := peer.Call(hbctx, api.MethodHeartbeat, api.Heartbeat{State: state, SuiteID: suite}, nil)
+		hbcancel()
+		if err != nil && ctx.Err() == nil {
+			conn.Close(proto.CloseGoingAway, "heartbeat failed")
+			<-runErr
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+		return nil
+	}
 	report := func(everything bool) {
 		cs := a.wl.takeReports(everything)
 		if len(cs) == 0 && !everything {
@@ -338,18 +356,18 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 			publish()
 		case <-a.wl.reported:
 			report(false)
+		case <-a.workChanged:
+			// Preparing, Executing, Cleanup, Idle: node ls shows it now.
+			tick.Reset(interval)
+			if err := beat(); err != nil {
+				return err
+			}
 		case <-tick.C:
 			tick.Reset(interval)
 			a.maybeRenew(ctx, peer)
 			publish() // catches what changed without a poke
-			hbctx, hbcancel := context.WithTimeout(ctx, interval)
-			state, suite := a.work()
-			err := peer.Call(hbctx, api.MethodHeartbeat, api.Heartbeat{State: state, SuiteID: suite}, nil)
-			hbcancel()
-			if err != nil && ctx.Err() == nil {
-				conn.Close(proto.CloseGoingAway, "heartbeat failed")
-				<-runErr
-				return fmt.Errorf("heartbeat: %w", err)
+			if err := beat(); err != nil {
+				return err
 			}
 		}
 	}
@@ -458,12 +476,21 @@ func (a *Agent) setWork(state, suite string) {
 	a.mu.Lock()
 	a.agState, a.suiteID = state, suite
 	a.mu.Unlock()
+	a.workChangedNow()
 }
 
 func (a *Agent) setState(s string) {
 	a.mu.Lock()
 	a.agState = s
 	a.mu.Unlock()
+	a.workChangedNow()
+}
+
+func (a *Agent) workChangedNow() {
+	select {
+	case a.workChanged <- struct{}{}:
+	default:
+	}
 }
 
 // drain stops the runner for a shutdown: graceful lets running tasks

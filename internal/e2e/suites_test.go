@@ -515,3 +515,27 @@ func TestWorkerPoolIsAnAllocation(t *testing.T) {
 		})
 	}
 }
+
+// The agent's state reaches node ls as it changes, not with the next
+// heartbeat (a minute apart here).
+func TestNodeStateShowsAtOnce(t *testing.T) {
+	s := startServer(t, "--heartbeat-interval", "1m", "--offline-after", "3m")
+	startAgent(t, s, "prompt")
+	waitStatus(t, s, "prompt", api.StatusOnline, 20*time.Second)
+	createSuite(t, s, api.SuiteSpec{Name: "slow-prepare", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1},
+		Hooks: api.Hooks{Prepare: &api.Hook{Command: []string{"sleep", "3"}}}})
+	submit(t, s, "slow-prepare", []api.TaskSpec{sh("sleep 60")})
+	state := func(want string) {
+		t.Helper()
+		waitFor(t, 15*time.Second, "node ls to show "+want, func() (bool, string) {
+			n, _ := nodeByName(t, s, "prompt")
+			return n.AgentState == want, n.AgentState
+		})
+	}
+	state(api.AgentPreparing)
+	state(api.AgentExecuting)
+	if _, err := s.client().CancelSuite(context.Background(), "slow-prepare"); err != nil {
+		t.Fatal(err)
+	}
+	state(api.AgentIdle)
+}
