@@ -201,9 +201,11 @@ type LocalResponse struct {
 	Headers map[string]string `json:"headers,omitempty"`
 }
 
-// HeaderLogOffset, on a service's log, is the offset in the log file just
-// past the bytes returned: ask with from=<it> for what comes next.
-const HeaderLogOffset = "Nodemgr-Log-Offset"
+// HeaderLogCursor, on a piece of a service's or a container's log, marks
+// where the piece ends: ask with after=<it> for what comes next. It is a
+// byte offset in a service's log file, the time of the last line of a
+// container's; either way opaque to the asker.
+const HeaderLogCursor = "Nodemgr-Log-Cursor"
 
 // HeaderPrefix starts the headers of nodemgr's own that a relayed answer
 // keeps.

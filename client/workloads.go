@@ -107,34 +107,34 @@ func (c *Client) ServiceLogs(ctx context.Context, node, coordinate string, tail 
 }
 
 // ServiceLogTail returns the last tail bytes of a service's log and the
-// offset in the log just past them, to follow it from with ServiceLogFrom.
-func (c *Client) ServiceLogTail(ctx context.Context, node, coordinate string, tail int64) ([]byte, int64, error) {
+// cursor where they end, to follow the log with ServiceLogAfter.
+func (c *Client) ServiceLogTail(ctx context.Context, node, coordinate string, tail int64) ([]byte, string, error) {
 	return c.logPiece(ctx, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/logs?tail="+strconv.FormatInt(tail, 10)))
 }
 
-// ServiceLogFrom returns what a service's log holds after offset from (all
-// of it again if the log was rotated since), up to 512 KiB, and the offset
-// just past it.
-func (c *Client) ServiceLogFrom(ctx context.Context, node, coordinate string, from int64) ([]byte, int64, error) {
-	return c.logPiece(ctx, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/logs?from="+strconv.FormatInt(from, 10)))
+// ServiceLogAfter returns what a service's log holds after cursor (all of
+// it again if the log was rotated since), up to 512 KiB, and the cursor
+// where that ends.
+func (c *Client) ServiceLogAfter(ctx context.Context, node, coordinate, cursor string) ([]byte, string, error) {
+	return c.logPiece(ctx, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/logs?after="+url.QueryEscape(cursor)))
 }
 
-// logPiece GETs a piece of a log and the offset it ends at.
-func (c *Client) logPiece(ctx context.Context, path string) ([]byte, int64, error) {
+// logPiece GETs a piece of a log and the cursor where it ends.
+func (c *Client) logPiece(ctx context.Context, path string) ([]byte, string, error) {
 	resp, err := c.textResponse(ctx, path)
 	if err != nil {
-		return nil, 0, err
+		return nil, "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, 0, err
+		return nil, "", err
 	}
-	end, err := strconv.ParseInt(resp.Header.Get(api.HeaderLogOffset), 10, 64)
-	if err != nil {
-		return nil, 0, fmt.Errorf("the answer has no %s header: is the agent older than this client?", api.HeaderLogOffset)
+	cursor := resp.Header.Get(api.HeaderLogCursor)
+	if cursor == "" {
+		return nil, "", fmt.Errorf("the answer has no %s header: is the agent older than this client?", api.HeaderLogCursor)
 	}
-	return b, end, nil
+	return b, cursor, nil
 }
 
 // text GETs a plain-text answer (logs), however long it takes.
@@ -235,7 +235,20 @@ func (c *Client) DeleteContainer(ctx context.Context, id string) (api.Container,
 
 // ContainerLogs returns the last tail lines of a container's output.
 func (c *Client) ContainerLogs(ctx context.Context, id string, tail int) ([]byte, error) {
-	return c.text(ctx, "/v1/containers/"+url.PathEscape(id)+"/logs?tail="+strconv.Itoa(tail))
+	b, _, err := c.ContainerLogTail(ctx, id, tail)
+	return b, err
+}
+
+// ContainerLogTail returns the last tail lines of a container's output (0:
+// all) and the cursor where they end, to follow it with ContainerLogAfter.
+func (c *Client) ContainerLogTail(ctx context.Context, id string, tail int) ([]byte, string, error) {
+	return c.logPiece(ctx, "/v1/containers/"+url.PathEscape(id)+"/logs?tail="+strconv.Itoa(tail))
+}
+
+// ContainerLogAfter returns a container's output after cursor, up to
+// 512 KiB, and the cursor where that ends.
+func (c *Client) ContainerLogAfter(ctx context.Context, id, cursor string) ([]byte, string, error) {
+	return c.logPiece(ctx, "/v1/containers/"+url.PathEscape(id)+"/logs?after="+url.QueryEscape(cursor))
 }
 
 // Resources returns node's books: onboarding, committed, allocated, free.

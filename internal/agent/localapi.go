@@ -381,13 +381,13 @@ func (a *Agent) handleServiceLogs(w http.ResponseWriter, r *http.Request) error 
 		}
 		tail = min(n, maxLogTail)
 	}
-	// from: what follows that offset (the Nodemgr-Log-Offset of the last
-	// answer), a piece small enough to cross the session whole.
+	// after: what follows that cursor (a byte offset here), a piece small
+	// enough to cross the session whole.
 	from, n := int64(-1), tail
-	if v := r.URL.Query().Get("from"); v != "" {
+	if v := r.URL.Query().Get("after"); v != "" {
 		off, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || off < 0 {
-			return errdefs.Field("from", "must be an offset in the log >= 0 (the %s of the last answer), got %q", api.HeaderLogOffset, v)
+			return errdefs.Field("after", "must be the %s of an earlier answer, got %q", api.HeaderLogCursor, v)
 		}
 		from, n = off, maxLogFollow
 	}
@@ -395,7 +395,7 @@ func (a *Agent) handleServiceLogs(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	w.Header().Set(api.HeaderLogOffset, strconv.FormatInt(end, 10))
+	w.Header().Set(api.HeaderLogCursor, strconv.FormatInt(end, 10))
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	_, err = io.Copy(w, bytes.NewReader(b))
@@ -460,13 +460,16 @@ func (a *Agent) handleContainerLogs(w http.ResponseWriter, r *http.Request) erro
 		}
 		tail = n
 	}
-	b, err := a.wl.containers.Logs(r.Context(), r.PathValue("id"), tail)
+	// after: what came after that cursor (the time of a line here), a
+	// piece small enough to cross the session whole.
+	b, cursor, err := a.wl.containers.ReadLog(r.Context(), r.PathValue("id"), tail, r.URL.Query().Get("after"))
 	if err != nil {
 		return err
 	}
 	if len(b) > maxLogTail {
 		b = b[len(b)-maxLogTail:]
 	}
+	w.Header().Set(api.HeaderLogCursor, cursor)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	_, err = w.Write(b)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -181,21 +182,32 @@ func containerShowCmd(e *env) *cobra.Command {
 
 func containerLogsCmd(e *env) *cobra.Command {
 	var tail int
+	var follow bool
 	cmd := &cobra.Command{
 		Use:   "logs ID",
-		Short: "Print a container's output (stdout and stderr)",
-		Args:  cobra.ExactArgs(1),
+		Short: "Print a container's output (stdout and stderr); -f follows it",
+		Long: `Print a container's output (stdout and stderr).
+
+With --follow, keep printing what it writes, until interrupted (Ctrl-C). The
+output is polled every half second; while the node is unreachable the
+command waits for it.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _ := containerClient(cmd, e)
-			b, err := c.ContainerLogs(cmd.Context(), args[0], tail)
+			b, cursor, err := c.ContainerLogTail(cmd.Context(), args[0], tail)
 			if err != nil {
 				return err
 			}
-			_, err = e.stdout.Write(b)
-			return err
+			if _, err := e.stdout.Write(b); err != nil || !follow {
+				return err
+			}
+			return followLog(cmd.Context(), e, cursor, func(ctx context.Context, cursor string) ([]byte, string, error) {
+				return c.ContainerLogAfter(ctx, args[0], cursor)
+			})
 		},
 	}
 	cmd.Flags().IntVar(&tail, "tail", 200, "lines from the end (0: all)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what is written, until interrupted")
 	return cmd
 }
 

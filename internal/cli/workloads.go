@@ -341,8 +341,8 @@ command waits for it.`,
 			if _, err := e.stdout.Write(b); err != nil || !follow {
 				return err
 			}
-			return followLog(cmd.Context(), e, end, func(ctx context.Context, from int64) ([]byte, int64, error) {
-				return c.ServiceLogFrom(ctx, node, name, from)
+			return followLog(cmd.Context(), e, end, func(ctx context.Context, cursor string) ([]byte, string, error) {
+				return c.ServiceLogAfter(ctx, node, name, cursor)
 			})
 		},
 	}
@@ -354,12 +354,12 @@ command waits for it.`,
 // followPoll is how often a followed log is asked for what is new.
 const followPoll = 500 * time.Millisecond
 
-// followLog prints what read returns after offset from, poll after poll,
-// until ctx ends. An unreachable node is waited for; other errors end it.
-func followLog(ctx context.Context, e *env, from int64, read func(ctx context.Context, from int64) ([]byte, int64, error)) error {
+// followLog prints what read returns after cursor, poll after poll, until
+// ctx ends. An unreachable node is waited for; other errors end it.
+func followLog(ctx context.Context, e *env, cursor string, read func(ctx context.Context, cursor string) ([]byte, string, error)) error {
 	waiting := false
 	for {
-		b, end, err := read(ctx, from)
+		b, next, err := read(ctx, cursor)
 		switch {
 		case ctx.Err() != nil:
 			return nil // interrupted: following ends there
@@ -375,7 +375,7 @@ func followLog(ctx context.Context, e *env, from int64, read func(ctx context.Co
 			if _, err := e.stdout.Write(b); err != nil {
 				return err
 			}
-			from = end
+			cursor = next
 			if len(b) > 0 {
 				continue // there may be more right away
 			}

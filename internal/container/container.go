@@ -389,21 +389,29 @@ func (m *Manager) Committed() (cpus float64, memoryMB int64) {
 // last tail lines of it (tail <= 0: all), demultiplexed. A job whose
 // container is gone has no logs (ErrNotFound).
 func (m *Manager) Logs(ctx context.Context, id string, tail int) ([]byte, error) {
+	b, _, err := m.ReadLog(ctx, id, tail, "")
+	return b, err
+}
+
+// ReadLog returns a piece of a job's output and the cursor where it ends,
+// to follow the output with: with after "" its last tail lines (0: all),
+// else what came after that cursor, at most 512 KiB.
+func (m *Manager) ReadLog(ctx context.Context, id string, tail int, after string) ([]byte, string, error) {
 	c, err := m.Get(id)
 	if err != nil {
-		return nil, fmt.Errorf("logs of container %s: %w", id, err)
+		return nil, "", fmt.Errorf("logs of container %s: %w", id, err)
 	}
 	if c.ContainerID == "" {
-		return nil, fmt.Errorf("logs of container %s: %w", id, errdefs.NotFound("it is %s and has no container", c.Status))
+		return nil, "", fmt.Errorf("logs of container %s: %w", id, errdefs.NotFound("it is %s and has no container", c.Status))
 	}
-	b, err := m.logs(ctx, c.ContainerID, tail)
+	b, cursor, err := m.logs(ctx, c.ContainerID, tail, after)
 	if errdefs.IsNotFound(err) {
-		return nil, fmt.Errorf("logs of container %s: %w", id, errdefs.NotFound("it is %s and its container is gone", c.Status))
+		return nil, "", fmt.Errorf("logs of container %s: %w", id, errdefs.NotFound("it is %s and its container is gone", c.Status))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("logs of container %s: %w", id, err)
+		return nil, "", fmt.Errorf("logs of container %s: %w", id, err)
 	}
-	return b, nil
+	return b, cursor, nil
 }
 
 // lockJob returns the job with op held, or ErrNotFound. A job replaced

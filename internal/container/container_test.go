@@ -431,3 +431,54 @@ func TestRunEndsOnCancel(t *testing.T) {
 		t.Errorf("second Run = nil, want an error")
 	}
 }
+
+// A job's output is followed by cursor: the tail gives one, and each read
+// after it gives the lines that came since, none twice, none missed.
+func TestFollowOutput(t *testing.T) {
+	e := setup(t)
+	m, _ := e.manager(nil, nil)
+	job := e.job("ticker", "sh", "-c", `i=0; while [ $i -lt 40 ]; do echo "tick $i"; [ $((i % 2)) = 1 ] && echo "odd $i" >&2; i=$((i+1)); sleep 0.05; done`)
+	if _, err := m.Deploy(ctxFor(t), job); err != nil {
+		t.Fatalf("Deploy: %v", err)
+	}
+	var got strings.Builder
+	_, cursor, err := m.ReadLog(ctxFor(t), job.ID, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := -1
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(150 * time.Millisecond) {
+		b, next, err := m.ReadLog(ctxFor(t), job.ID, 0, cursor)
+		if err != nil {
+			t.Fatalf("ReadLog after %q: %v", cursor, err)
+		}
+		got.Write(b)
+		cursor = next
+		if strings.Contains(got.String(), "tick 39\n") {
+			break
+		}
+	}
+	lines := strings.Split(strings.TrimSuffix(got.String(), "\n"), "\n")
+	want := 0
+	for _, l := range lines {
+		var n int
+		if _, err := fmt.Sscanf(l, "tick %d", &n); err == nil {
+			if first < 0 {
+				first, want = n, n
+			}
+			if n != want {
+				t.Fatalf("tick %d after tick %d: a line missed or repeated\n%s", n, want-1, got.String())
+			}
+			want++
+		}
+	}
+	if want != 40 || first > 30 {
+		t.Errorf("followed ticks %d..%d, want through 39 from early on\n%s", first, want-1, got.String())
+	}
+	if !strings.Contains(got.String(), "odd 39\n") || strings.Count(got.String(), "odd 37\n") != 1 {
+		t.Errorf("stderr lines missing or repeated:\n%s", got.String())
+	}
+	if _, _, err := m.ReadLog(ctxFor(t), job.ID, 0, "yesterday"); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "after") {
+		t.Errorf("ReadLog with a bad cursor = %v, want an invalid-input error naming after", err)
+	}
+}

@@ -3,6 +3,7 @@ package container
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -243,22 +244,113 @@ func (m *Manager) removeJobContainers(ctx context.Context, jobID string) error {
 }
 
 // logs returns the container's stdout and stderr, demultiplexed and
-// interleaved as the engine stored them.
-func (m *Manager) logs(ctx context.Context, id string, tail int) ([]byte, error) {
-	opts := client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true}
-	if tail > 0 {
+// interleaved as the engine stored them, and the cursor where they end:
+// the engine's time of the latest line. With after "" it gives the last
+// tail lines (0: all); with a cursor, the lines after it, at most
+// maxLogPiece bytes of them ("0" is before the first line).
+func (m *Manager) logs(ctx context.Context, id string, tail int, after string) ([]byte, string, error) {
+	opts := client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Timestamps: true}
+	cursor := "0"
+	lines := &timedLines{limit: maxLogPiece}
+	switch {
+	case after != "":
+		since, err := parseCursor(after)
+		if err != nil {
+			return nil, "", err
+		}
+		if !since.IsZero() {
+			opts.Since = since.Add(time.Nanosecond).Format(time.RFC3339Nano)
+			cursor = after
+		}
+		lines.latest = since
+	case tail > 0:
 		opts.Tail = strconv.Itoa(tail)
 	}
 	r, err := m.engine.ContainerLogs(ctx, id, opts)
 	if err != nil {
-		return nil, dockerengine.Classify(err)
+		return nil, "", dockerengine.Classify(err)
 	}
 	defer r.Close()
-	var buf bytes.Buffer
-	if _, err := stdcopy.StdCopy(&buf, &buf, r); err != nil {
-		return nil, fmt.Errorf("read logs: %w", err)
+	lines.cursor = cursor
+	if after == "" {
+		lines.limit = -1
 	}
-	return buf.Bytes(), nil
+	if _, err := stdcopy.StdCopy(lines, lines, r); err != nil && !errors.Is(err, errEnough) {
+		return nil, "", fmt.Errorf("read logs: %w", err)
+	}
+	lines.flush()
+	return lines.out.Bytes(), lines.cursor, nil
+}
+
+// maxLogPiece bounds what one request for the rest of a log returns, under
+// what a relayed answer carries whole.
+const maxLogPiece = 512 << 10
+
+var errEnough = errors.New("enough log for one answer")
+
+// parseCursor reads a container log cursor: "0", or the time of a line.
+func parseCursor(s string) (time.Time, error) {
+	if s == "0" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, errdefs.Field("after", "must be the %s of an earlier answer, got %q", api.HeaderLogCursor, s)
+	}
+	return t, nil
+}
+
+// timedLines takes the engine's log lines, each led by its time and a
+// space, and keeps the text and, as the cursor, the latest time seen; it
+// stops once limit bytes are kept (limit < 0: no limit). The latest, not
+// the last: the engine stamps stdout and stderr lines as it reads each
+// stream, so the file's order can put a line after one stamped later, and
+// the last line's time would bring that one again.
+type timedLines struct {
+	out     bytes.Buffer
+	partial []byte
+	cursor  string
+	latest  time.Time
+	limit   int
+}
+
+func (l *timedLines) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			l.partial = append(l.partial, p...)
+			break
+		}
+		l.line(append(l.partial, p[:i+1]...))
+		l.partial = l.partial[:0]
+		p = p[i+1:]
+		if l.limit >= 0 && l.out.Len() >= l.limit {
+			return n, errEnough
+		}
+	}
+	return n, nil
+}
+
+// flush takes a last line that had no newline.
+func (l *timedLines) flush() {
+	if len(l.partial) > 0 {
+		l.line(l.partial)
+		l.partial = nil
+	}
+}
+
+func (l *timedLines) line(b []byte) {
+	ts, text, ok := bytes.Cut(b, []byte(" "))
+	at, err := time.Parse(time.RFC3339Nano, string(ts))
+	if !ok || err != nil {
+		l.out.Write(b) // not led by a time: keep it whole
+		return
+	}
+	if at.After(l.latest) {
+		l.latest, l.cursor = at, string(ts)
+	}
+	l.out.Write(text)
 }
 
 // observation is what the engine says of a job's container, in the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -61,6 +62,7 @@ labels: %s
 	if logs, _, _ := s.run(t, "container", "logs", "web1"); !strings.Contains(logs, "hello from web") {
 		t.Errorf("container logs = %q, want the job's output", logs)
 	}
+	followContainer(t, s, dir, image, string(labelJSON))
 
 	// The node's books hold web1's CPUs, memory and port.
 	res, err := c.Resources(ctx, "ct-one")
@@ -241,5 +243,47 @@ func TestBadContainerCommandsAreRefused(t *testing.T) {
 	}
 	if ports, err := os.ReadFile(filepath.Join(a.dataDir, "ports.json")); err == nil && strings.Contains(string(ports), "container:") {
 		t.Errorf("refused deploys left ports booked: %s", ports)
+	}
+}
+
+// followContainer runs a job that ticks and follows its output with
+// container logs -f through the server: the ticks come in order, none
+// twice, and Ctrl-C ends it cleanly. The job is gone afterwards.
+func followContainer(t *testing.T, s *server, dir, image, labelJSON string) {
+	t.Helper()
+	tickJob := filepath.Join(dir, "tick.yaml")
+	os.WriteFile(tickJob, []byte(fmt.Sprintf(`name: tick
+image: %s
+command: [sh, -c, "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.1; done"]
+labels: %s
+`, image, labelJSON)), 0o644)
+	if out, stderr, code := s.run(t, "container", "deploy", "ct-two", "-f", tickJob, "--id", "tick1"); code != 0 {
+		t.Fatalf("deploy the ticker: exit %d\n%s%s", code, out, stderr)
+	}
+	defer s.run(t, "container", "delete", "tick1")
+	follow := exec.Command(binary, "container", "logs", "-f", "--tail", "1", "tick1")
+	follow.Env = append(os.Environ(), "NODEMGR_ADDR="+s.url(), "NODEMGR_TOKEN="+s.token)
+	var followed lockedBuffer
+	follow.Stdout, follow.Stderr = &followed, &followed
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "logs -f to follow the ticks", func() (bool, string) {
+		return strings.Count(followed.String(), "tick ") >= 20, followed.String()
+	})
+	follow.Process.Signal(os.Interrupt)
+	if err := follow.Wait(); err != nil {
+		t.Errorf("container logs -f after Ctrl-C: %v, want a clean exit\n%s", err, followed.String())
+	}
+	prev := -1
+	for _, l := range strings.Split(strings.TrimSpace(followed.String()), "\n") {
+		var n int
+		if _, err := fmt.Sscanf(l, "tick %d", &n); err != nil {
+			t.Fatalf("unexpected line %q in\n%s", l, followed.String())
+		}
+		if prev >= 0 && n != prev+1 {
+			t.Fatalf("tick %d after tick %d: a line missed or repeated\n%s", n, prev, followed.String())
+		}
+		prev = n
 	}
 }

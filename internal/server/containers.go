@@ -323,6 +323,10 @@ func (s *Server) handleContainerLogs(w http.ResponseWriter, r *http.Request) err
 			return errdefs.Field("tail", "must be a number of lines >= 0, got %q", v)
 		}
 	}
-	req := api.LocalRequest{Method: http.MethodGet, Path: "/v1/containers/" + url.PathEscape(id) + "/logs", Query: "tail=" + strconv.Itoa(tail)}
+	q := url.Values{"tail": {strconv.Itoa(tail)}}
+	if after := r.URL.Query().Get("after"); after != "" {
+		q.Set("after", after)
+	}
+	req := api.LocalRequest{Method: http.MethodGet, Path: "/v1/containers/" + url.PathEscape(id) + "/logs", Query: q.Encode()}
 	return s.relay(w, r, n, req, forwardTimeout)
 }
