@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/clocktest"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
 
@@ -93,7 +94,7 @@ type hammerStats struct {
 // hammer runs 16 goroutines of random Allocate, Free, Commit, Release and
 // SetState on l for d, and fails t on any error other than the refusals
 // the books are expected to give.
-func hammer(t *testing.T, l *Ledger, clk *clock, d time.Duration) *hammerStats {
+func hammer(t *testing.T, l *Ledger, clk *clocktest.Clock, d time.Duration) *hammerStats {
 	t.Helper()
 	st := &hammerStats{}
 	var (
@@ -135,7 +136,7 @@ func hammer(t *testing.T, l *Ledger, clk *clock, d time.Duration) *hammerStats {
 
 // hammerOp does one random operation. Ports come from a small range and
 // GPUs are few, so that collisions are common.
-func hammerOp(l *Ledger, clk *clock, rng *rand.Rand, st *hammerStats, allocs, commits *[]string) error {
+func hammerOp(l *Ledger, clk *clocktest.Clock, rng *rand.Rand, st *hammerStats, allocs, commits *[]string) error {
 	randResources := func() api.Resources {
 		return api.Resources{
 			CPUs:     float64(rng.IntN(20)+1) / 10,
@@ -271,7 +272,7 @@ func TestHammer(t *testing.T) {
 	if testing.Short() {
 		d = 200 * time.Millisecond
 	}
-	clk := newClock()
+	clk := clocktest.New()
 	l := onboarded(t, Config{Now: clk.Now})
 	st := hammer(t, l, clk, d)
 	t.Logf("allocated %d (%d from commitments), freed %d, committed %d, released %d; refused: %d short, %d conflicts, %d not found; most CPU in use %.1f of %v",
@@ -298,7 +299,7 @@ func TestHammerState(t *testing.T) {
 	if testing.Short() {
 		d = 100 * time.Millisecond
 	}
-	clk := newClock()
+	clk := clocktest.New()
 	cfg := Config{Now: clk.Now, StatePath: filepath.Join(t.TempDir(), "capacity.json")}
 	l := onboarded(t, cfg)
 	st := hammer(t, l, clk, d)

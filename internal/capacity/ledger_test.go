@@ -7,35 +7,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/clocktest"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
 
 // clock is a settable clock for Config.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // testHardware is a machine with 8 cores, 16 GiB of memory, 100 GiB of disk
 // and 4 GPUs; a 50 % share offers 4 CPUs, 8192 MB, 51200 MB and 2 GPUs.
@@ -61,7 +43,7 @@ func newTest(t testing.TB, cfg Config) *Ledger {
 		cfg.Hardware = testHardware()
 	}
 	if cfg.Now == nil {
-		cfg.Now = newClock().Now
+		cfg.Now = clocktest.New().Now
 	}
 	if cfg.MachineFree == nil {
 		cfg.MachineFree = roomy
@@ -276,7 +258,7 @@ func TestInvalidAllocation(t *testing.T) {
 }
 
 func TestCommitmentExpires(t *testing.T) {
-	clk := newClock()
+	clk := clocktest.New()
 	path := filepath.Join(t.TempDir(), "capacity.json")
 	l := onboarded(t, Config{Now: clk.Now, StatePath: path})
 	c, err := l.Commit("job-1", api.Resources{CPUs: 3, MemoryMB: 1024}, []int{20000}, time.Minute)

@@ -11,10 +11,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/clocktest"
 )
 
 func TestStateSurvivesRestart(t *testing.T) {
-	clk := newClock()
+	clk := clocktest.New()
 	path := filepath.Join(t.TempDir(), "state", "capacity.json")
 	cfg := Config{StatePath: path, Now: clk.Now}
 	l := onboarded(t, cfg)

@@ -16,28 +16,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nodemgr/nodemgr/internal/clocktest"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
 
 // clock is a settable clock for Config.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // allFree is a probe that finds every port free.
 func allFree(int) bool { return true }
@@ -147,7 +130,7 @@ func TestAllocateBadInput(t *testing.T) {
 
 func TestAllocateConflicts(t *testing.T) {
 	const min, max = 20000, 20009
-	clk := newClock()
+	clk := clocktest.New()
 	a := newTest(t, Config{Min: min, Max: max, Now: clk.Now, Probe: busy(20007)})
 	if _, err := a.Allocate("svc-a", Request{Ports: []int{20001, 20002}}); err != nil {
 		t.Fatal(err)
@@ -320,7 +303,7 @@ func TestReleaseBadInput(t *testing.T) {
 }
 
 func TestQuarantine(t *testing.T) {
-	clk := newClock()
+	clk := clocktest.New()
 	a := newTest(t, Config{Min: 20000, Max: 20001, Quarantine: time.Minute, Now: clk.Now})
 	mustAllocate(t, a, "a", Request{Ports: []int{20000}})
 	if err := a.Release("a", 20000); err != nil {
@@ -338,7 +321,7 @@ func TestQuarantine(t *testing.T) {
 	}
 
 	// Start over to check the boundary exactly.
-	clk = newClock()
+	clk = clocktest.New()
 	a = newTest(t, Config{Min: 20000, Max: 20001, Quarantine: time.Minute, Now: clk.Now})
 	mustAllocate(t, a, "a", Request{Ports: []int{20000}})
 	if err := a.Release("a", 20000); err != nil {
@@ -370,7 +353,7 @@ func TestQuarantine(t *testing.T) {
 // service stopped and started again keeps its port); a stale quarantine
 // entry left by that must not end a later quarantine early.
 func TestQuarantineOwnerReclaims(t *testing.T) {
-	clk := newClock()
+	clk := clocktest.New()
 	a := newTest(t, Config{Min: 20000, Max: 20001, Quarantine: time.Minute, Now: clk.Now})
 	mustAllocate(t, a, "svc", Request{Ports: []int{20000}})
 	if err := a.Release("svc", 20000); err != nil {
@@ -562,7 +545,7 @@ func TestProbeOS(t *testing.T) {
 func TestPersistence(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "agent", "state") // New makes the directories
 	path := filepath.Join(dir, "ports.json")
-	clk := newClock()
+	clk := clocktest.New()
 	cfg := Config{Min: 20000, Max: 20009, Quarantine: time.Minute, StatePath: path, Now: clk.Now, Probe: allFree}
 	a := newTest(t, cfg)
 	if _, err := os.Stat(path); err != nil {
@@ -699,7 +682,7 @@ func TestStatePathUnwritable(t *testing.T) {
 func TestSaveFailureChangesNothing(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	path := filepath.Join(dir, "ports.json")
-	clk := newClock()
+	clk := clocktest.New()
 	a := newTest(t, Config{Min: 20000, Max: 20009, StatePath: path, Now: clk.Now})
 	mustAllocate(t, a, "a", Request{Ports: []int{20001, 20002}})
 	if err := os.RemoveAll(dir); err != nil { // now no temporary file can be made
