@@ -81,6 +81,7 @@ type Peer struct {
 	nmu     sync.Mutex
 	nqueue  []api.Frame   // notifications read and not yet handled
 	nsignal chan struct{} // nqueue grew
+	nstart  sync.Once     // starts the notification loop
 }
 
 // NewPeer returns a Peer that speaks over c and serves the remote with h. A
@@ -124,26 +125,26 @@ func (p *Peer) Run(ctx context.Context) error {
 		return errors.New("proto: Peer.Run called twice")
 	}
 	hctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { p.notifyLoop(hctx) })
+	var wg sync.WaitGroup // the handlers and the notification loop
 
-	readErr := make(chan error, 1)
-	// The read loop gets a ctx that is never cancelled: a WebSocket closes
-	// abruptly when a read is cancelled, and we want to say goodbye instead.
-	go func() { readErr <- p.readLoop(context.WithoutCancel(ctx), hctx, &wg) }()
-
-	var err error
-	select {
-	case err = <-readErr:
-		err = p.runErr(err)
-		if ctx.Err() != nil {
-			err = nil // the read loop gave up because ctx is done
-		}
-	case <-ctx.Done():
+	// When ctx ends, say goodbye; the close ends the read loop. The read
+	// loop itself gets a ctx that is never cancelled: a WebSocket closes
+	// abruptly when a read is cancelled. It runs on this goroutine: one
+	// goroutine less per connection, which a server holds by the
+	// thousand.
+	closed := make(chan struct{})
+	stopClose := context.AfterFunc(ctx, func() {
+		defer close(closed)
 		if !p.closing.Swap(true) {
 			_ = p.conn.Close(CloseGoingAway, "shutting down")
 		}
-		<-readErr
+	})
+	err := p.runErr(p.readLoop(context.WithoutCancel(ctx), hctx, &wg))
+	if !stopClose() {
+		<-closed // the goodbye is under way: let it finish
+	}
+	if ctx.Err() != nil {
+		err = nil // the read loop gave up because ctx is done
 	}
 
 	p.stop(err)
@@ -218,6 +219,9 @@ func (p *Peer) readLoop(rctx, hctx context.Context, wg *sync.WaitGroup) error {
 			}
 			ch <- f
 		case api.FrameNotify:
+			// The loop starts with the first notification: a server's
+			// peers mostly get none, and there are thousands of them.
+			p.nstart.Do(func() { wg.Go(func() { p.notifyLoop(hctx) }) })
 			p.nmu.Lock()
 			p.nqueue = append(p.nqueue, f)
 			p.nmu.Unlock()
