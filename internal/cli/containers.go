@@ -94,11 +94,7 @@ func containerDeployCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(e.stdout, ct)
-			}
-			printContainer(e, ct)
-			return nil
+			return output(e, asJSON, ct, printContainer)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "job file (YAML or JSON; - for stdin)")
@@ -169,11 +165,7 @@ func containerShowCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(e.stdout, ct)
-			}
-			printContainer(e, ct)
-			return nil
+			return output(e, asJSON, ct, printContainer)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

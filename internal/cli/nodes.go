@@ -65,11 +65,7 @@ func nodeShowCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(e.stdout, n)
-			}
-			printNode(e, n)
-			return nil
+			return output(e, asJSON, n, printNode)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

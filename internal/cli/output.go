@@ -16,6 +16,15 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// output prints v as JSON for scripts, or with print for people.
+func output[T any](e *env, asJSON bool, v T, print func(*env, T)) error {
+	if asJSON {
+		return printJSON(e.stdout, v)
+	}
+	print(e, v)
+	return nil
+}
+
 // table writes aligned columns for humans.
 type table struct{ tw *tabwriter.Writer }
 

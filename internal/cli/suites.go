@@ -450,11 +450,7 @@ func taskShowCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(e.stdout, tk)
-			}
-			printTask(e, tk)
-			return nil
+			return output(e, asJSON, tk, printTask)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -71,11 +71,7 @@ func nodeView[T any](e *env, use, short string, args int, fetch func(ctx context
 			if err != nil {
 				return err
 			}
-			if asJSON || print == nil {
-				return printJSON(e.stdout, v)
-			}
-			print(e, v)
-			return nil
+			return output(e, asJSON || print == nil, v, print)
 		},
 	}
 	if print != nil {
@@ -249,11 +245,7 @@ func serviceStartCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(e.stdout, svc)
-			}
-			printService(e, svc)
-			return nil
+			return output(e, asJSON, svc, printService)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "service spec (YAML or JSON; - for stdin)")
@@ -305,11 +297,7 @@ func serviceActionCmd(e *env, action, short string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(e.stdout, svc)
-			}
-			printService(e, svc)
-			return nil
+			return output(e, asJSON, svc, printService)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
