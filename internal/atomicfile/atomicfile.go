@@ -114,9 +114,13 @@ func RemoveTempsOf(path string) error {
 	return nil
 }
 
+// Checker is state that can tell, once decoded, whether it makes sense.
+type Checker interface{ Check() error }
+
 // ReadJSON reads path, as Write left it, into v. found is false when there
 // is no file yet; its directory is then made (0700) so the first Write
-// succeeds. A file that is not JSON of v's shape is an error that matches
+// succeeds. A file that is not JSON of v's shape, or whose content v's
+// Check refuses (when v is a Checker), is an error that matches
 // ErrCorrupt.
 func ReadJSON(path string, v any) (found bool, err error) {
 	RemoveTempsOf(path) // a leftover is harmless; a failure here is not the caller's
@@ -130,8 +134,21 @@ func ReadJSON(path string, v any) (found bool, err error) {
 	if err := json.Unmarshal(b, v); err != nil {
 		return true, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
+	if c, ok := v.(Checker); ok {
+		if err := c.Check(); err != nil {
+			return true, &corruptError{err}
+		}
+	}
 	return true, nil
 }
+
+// corruptError is content that decodes but makes no sense: it says why,
+// and matches ErrCorrupt.
+type corruptError struct{ err error }
+
+func (e *corruptError) Error() string        { return e.err.Error() }
+func (e *corruptError) Is(target error) bool { return target == ErrCorrupt }
+func (e *corruptError) Unwrap() error        { return e.err }
 
 // ErrCorrupt marks a state file that cannot be decoded.
 var ErrCorrupt = errors.New("not valid JSON")

@@ -71,3 +71,32 @@ func TestReadJSON(t *testing.T) {
 		t.Errorf("ReadJSON(torn) = %v, %v; want found, ErrCorrupt", found, err)
 	}
 }
+
+// positive is state whose Check refuses a negative number.
+type positive struct{ N int }
+
+func (p *positive) Check() error {
+	if p.N < 0 {
+		return errors.New("n is negative")
+	}
+	return nil
+}
+
+// ReadJSON runs a Checker's Check after decoding: content that makes no
+// sense is corrupt, and the error says why.
+func TestReadJSONChecks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	for _, tc := range []struct {
+		body    string
+		corrupt bool
+	}{{`{"N": 3}`, false}, {`{"N": -1}`, true}} {
+		if err := Write(path, []byte(tc.body)); err != nil {
+			t.Fatal(err)
+		}
+		var p positive
+		found, err := ReadJSON(path, &p)
+		if !found || errors.Is(err, ErrCorrupt) != tc.corrupt || (tc.corrupt && err.Error() != "n is negative") {
+			t.Errorf("ReadJSON(%s) = %v, %v; want corrupt %v with the reason", tc.body, found, err, tc.corrupt)
+		}
+	}
+}

@@ -65,13 +65,8 @@ func loadState(path string) (st fileState, found bool, err error) {
 		return st, true, corrupt(path, err.Error())
 	case err != nil:
 		return st, false, fmt.Errorf("read capacity state: %w", err)
-	case !found:
-		return st, false, nil
 	}
-	if err := st.check(); err != nil {
-		return st, true, corrupt(path, err.Error())
-	}
-	return st, true, nil
+	return st, found, nil
 }
 
 func corrupt(path, why string) error {
@@ -82,7 +77,7 @@ func corrupt(path, why string) error {
 
 // check validates a state read from the file: what Allocate and Commit
 // would have refused must not come back through the file either.
-func (st fileState) check() error {
+func (st *fileState) Check() error {
 	if st.Version != stateVersion {
 		return fmt.Errorf("version is %d, want %d", st.Version, stateVersion)
 	}
