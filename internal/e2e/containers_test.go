@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -261,28 +260,22 @@ labels: %s
 		t.Fatalf("deploy the ticker: exit %d\n%s%s", code, out, stderr)
 	}
 	defer s.run(t, "container", "delete", "tick1")
-	follow := exec.Command(binary, "container", "logs", "-f", "--tail", "1", "tick1")
-	follow.Env = append(os.Environ(), "NODEMGR_ADDR="+s.url(), "NODEMGR_TOKEN="+s.token)
-	var followed lockedBuffer
-	follow.Stdout, follow.Stderr = &followed, &followed
-	if err := follow.Start(); err != nil {
-		t.Fatal(err)
-	}
+	follow := s.startCLI(t, "container", "logs", "-f", "--tail", "1", "tick1")
 	waitFor(t, 20*time.Second, "logs -f to follow the ticks", func() (bool, string) {
-		return strings.Count(followed.String(), "tick ") >= 20, followed.String()
+		return strings.Count(follow.output(), "tick ") >= 20, follow.output()
 	})
-	follow.Process.Signal(os.Interrupt)
-	if err := follow.Wait(); err != nil {
-		t.Errorf("container logs -f after Ctrl-C: %v, want a clean exit\n%s", err, followed.String())
+	follow.signal(syscall.SIGINT)
+	if code := follow.wait(10 * time.Second); code != 0 {
+		t.Errorf("container logs -f after Ctrl-C: exit %d, want a clean exit\n%s", code, follow.output())
 	}
 	prev := -1
-	for _, l := range strings.Split(strings.TrimSpace(followed.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(follow.output()), "\n") {
 		var n int
 		if _, err := fmt.Sscanf(l, "tick %d", &n); err != nil {
-			t.Fatalf("unexpected line %q in\n%s", l, followed.String())
+			t.Fatalf("unexpected line %q in\n%s", l, follow.output())
 		}
 		if prev >= 0 && n != prev+1 {
-			t.Fatalf("tick %d after tick %d: a line missed or repeated\n%s", n, prev, followed.String())
+			t.Fatalf("tick %d after tick %d: a line missed or repeated\n%s", n, prev, follow.output())
 		}
 		prev = n
 	}

@@ -73,11 +73,17 @@ func (w lockedWriter) Write(b []byte) (int, error) {
 
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, name, []string{"NODEMGR_TOKEN=", "NODEMGR_ADDR="}, args...)
+}
+
+// startEnv is start with env added to the process's environment.
+func startEnv(t *testing.T, name string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p}, lockedWriter{p}
 	// GORACE: race-built processes otherwise sleep 1 s when they exit.
-	p.cmd.Env = append(os.Environ(), "NODEMGR_TOKEN=", "NODEMGR_ADDR=", "GORACE=atexit_sleep_ms=0")
+	p.cmd.Env = append(append(os.Environ(), env...), "GORACE=atexit_sleep_ms=0")
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -208,6 +214,13 @@ func (a *agent) restart(t *testing.T) {
 }
 
 // run runs a CLI command against s and returns stdout, stderr and the exit code.
+// startCLI starts a CLI command against s that runs until stopped (logs
+// -f), its output captured.
+func (s *server) startCLI(t *testing.T, args ...string) *proc {
+	t.Helper()
+	return startEnv(t, strings.Join(args[:2], " "), []string{"NODEMGR_ADDR=" + s.url(), "NODEMGR_TOKEN=" + s.token}, args...)
+}
+
 func (s *server) run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)

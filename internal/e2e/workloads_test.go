@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -256,17 +255,11 @@ func TestArtifactsAndServicesSurviveAgentRestart(t *testing.T) {
 
 	// logs -f, through the server, prints what the service writes while it
 	// follows, and ends cleanly on Ctrl-C.
-	follow := exec.Command(binary, "service", "logs", "-f", "--tail", "4096", "svc-node", "1.echo.ops.test")
-	follow.Env = append(os.Environ(), "NODEMGR_ADDR="+s.url(), "NODEMGR_TOKEN="+s.token)
-	var followed lockedBuffer
-	follow.Stdout, follow.Stderr = &followed, &followed
-	if err := follow.Start(); err != nil {
-		t.Fatal(err)
-	}
+	follow := s.startCLI(t, "service", "logs", "-f", "--tail", "4096", "svc-node", "1.echo.ops.test")
 	// The tail holds the earlier requests: once it is out, what comes next
 	// can only come by following.
 	waitFor(t, 10*time.Second, "logs -f to print the tail", func() (bool, string) {
-		return strings.Contains(followed.String(), "echosvc request /"), followed.String()
+		return strings.Contains(follow.output(), "echosvc request /"), follow.output()
 	})
 	for i := range 3 {
 		if _, err := get(fmt.Sprintf("%sfollowed-%d", url, i)); err != nil {
@@ -274,15 +267,15 @@ func TestArtifactsAndServicesSurviveAgentRestart(t *testing.T) {
 		}
 	}
 	waitFor(t, 10*time.Second, "logs -f to print the requests made while it follows", func() (bool, string) {
-		out := followed.String()
+		out := follow.output()
 		return strings.Contains(out, "echosvc request /followed-0") && strings.Contains(out, "echosvc request /followed-2"), out
 	})
-	follow.Process.Signal(os.Interrupt)
-	if err := follow.Wait(); err != nil {
-		t.Errorf("logs -f after Ctrl-C: %v, want a clean exit\n%s", err, followed.String())
+	follow.signal(syscall.SIGINT)
+	if code := follow.wait(10 * time.Second); code != 0 {
+		t.Errorf("logs -f after Ctrl-C: exit %d, want a clean exit\n%s", code, follow.output())
 	}
-	if n := strings.Count(followed.String(), "echosvc request /followed-1"); n != 1 {
-		t.Errorf("logs -f printed a line %d times, want once:\n%s", n, followed.String())
+	if n := strings.Count(follow.output(), "echosvc request /followed-1"); n != 1 {
+		t.Errorf("logs -f printed a line %d times, want once:\n%s", n, follow.output())
 	}
 
 	// Stop: the log holds what it printed; then the artifact can go.
@@ -401,22 +394,4 @@ func TestBadArtifactsAndServicesAreRefused(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &svcs); err != nil || len(svcs) != 0 {
 		t.Errorf("refused services left records: %s (%v)", out, err)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that a command writes while a test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
