@@ -204,7 +204,7 @@ func (p *Peer) readLoop(rctx, hctx context.Context, wg *sync.WaitGroup) error {
 				defer func() { <-p.sem }()
 				p.serve(hctx, f)
 			}
-			if !handlers.try(job) {
+			if !handlers().try(job) {
 				go job()
 			}
 		case api.FrameResponse:
@@ -244,8 +244,9 @@ func (p *Peer) readLoop(rctx, hctx context.Context, wg *sync.WaitGroup) error {
 // goroutine of its own. A handler that lives on keeps the stack it grew
 // (the store's calls run deep) instead of growing a fresh one from the
 // minimum for every request: that copying was 5-6% of a busy server's CPU.
-// They wait on a channel, not a timer, so idle peers cost nothing.
-var handlers = startHandlerPool(2 * runtime.GOMAXPROCS(0))
+// They wait on a channel, not a timer, so idle peers cost nothing; they
+// start with the first request, not in every program that links proto.
+var handlers = sync.OnceValue(func() *handlerPool { return startHandlerPool(2 * runtime.GOMAXPROCS(0)) })
 
 type handlerPool struct{ jobs chan func() }
 
