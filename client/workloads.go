@@ -119,7 +119,8 @@ func (c *Client) ServiceLogAfter(ctx context.Context, node, coordinate, cursor s
 	return c.logPiece(ctx, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/logs?after="+url.QueryEscape(cursor)))
 }
 
-// logPiece GETs a piece of a log and the cursor where it ends.
+// logPiece GETs a piece of a log and the cursor where it ends ("" from an
+// agent too old to give one).
 func (c *Client) logPiece(ctx context.Context, path string) ([]byte, string, error) {
 	resp, err := c.textResponse(ctx, path)
 	if err != nil {
@@ -130,11 +131,7 @@ func (c *Client) logPiece(ctx context.Context, path string) ([]byte, string, err
 	if err != nil {
 		return nil, "", err
 	}
-	cursor := resp.Header.Get(api.HeaderLogCursor)
-	if cursor == "" {
-		return nil, "", fmt.Errorf("the answer has no %s header: is the agent older than this client?", api.HeaderLogCursor)
-	}
-	return b, cursor, nil
+	return b, resp.Header.Get(api.HeaderLogCursor), nil
 }
 
 // text GETs a plain-text answer (logs), however long it takes.

@@ -54,6 +54,10 @@ func TestFollowLog(t *testing.T) {
 		t.Errorf("stderr %q: want one note that it waits", stderr.String())
 	}
 
+	if err := followLog(context.Background(), e, "", nil); err == nil || !strings.Contains(err.Error(), "upgrade the agent") {
+		t.Errorf("followLog with no cursor = %v, want an error that says to upgrade the agent", err)
+	}
+
 	gone := &client.Error{Status: http.StatusNotFound, Message: "service 1.web.ops.prod not found"}
 	err := followLog(context.Background(), e, "0", func(context.Context, string) ([]byte, string, error) { return nil, "", gone })
 	if !errors.Is(err, gone) {

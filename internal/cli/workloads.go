@@ -345,6 +345,9 @@ const followPoll = 500 * time.Millisecond
 // followLog prints what read returns after cursor, poll after poll, until
 // ctx ends. An unreachable node is waited for; other errors end it.
 func followLog(ctx context.Context, e *env, cursor string, read func(ctx context.Context, cursor string) ([]byte, string, error)) error {
+	if cursor == "" {
+		return errors.New("the node's agent gives no log cursor (" + api.HeaderLogCursor + "), so its logs cannot be followed; upgrade the agent, or drop --follow")
+	}
 	waiting := false
 	for {
 		b, next, err := read(ctx, cursor)
