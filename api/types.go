@@ -154,8 +154,12 @@ type CreateTokenRequest struct {
 	TTL  string `json:"ttl,omitempty"`  // Go duration, e.g. "720h"; empty: kind's default
 	// Join tokens: what registering nodes get (merged with the agent's own).
 	Groups []string `json:"groups,omitempty"`
-	// Join tokens: how many registrations it allows; 0 means unlimited.
+	// Join tokens: how many registrations it allows; 0 means unlimited
+	// (a re-join token bound to a node defaults to 1).
 	MaxUses int `json:"max_uses,omitempty"`
+	// Join tokens: bind the token to this existing node (ID or name), so an
+	// agent on that node's machine and data dir can re-join it. Admins only.
+	Node string `json:"node,omitempty"`
 }
 
 // TokenList is the body of GET /v1/tokens and GET /v1/join-tokens.

@@ -128,7 +128,8 @@ func newJoinTokenCmd(e *env) *cobra.Command {
 	}
 	create.Flags().StringVar(&req.Name, "name", "", "what the token is for")
 	create.Flags().StringSliceVar(&req.Groups, "group", nil, "groups the registering nodes join (repeatable)")
-	create.Flags().IntVar(&req.MaxUses, "max-uses", 0, "registrations allowed (0: unlimited)")
+	create.Flags().IntVar(&req.MaxUses, "max-uses", 0, "registrations allowed (0: unlimited; 1 with --node)")
+	create.Flags().StringVar(&req.Node, "node", "", "bind the token to this existing node so its agent can re-join it after losing its credential (admins only)")
 	create.Flags().StringVar(&req.TTL, "ttl", "", "lifetime, e.g. 24h (default 24h)")
 	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	var lsJSON bool

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -64,12 +65,18 @@ func validateHardware(field string, hw api.Hardware) error {
 	return nil
 }
 
-// handleRegister admits an agent that shows a join token. The node is keyed
-// by (machine_id, data_dir), so an agent that lost its credential gets its
-// old node back rather than a duplicate.
+// handleRegister admits an agent. A join token only ever creates a node:
+// the key of a node, (machine_id, data_dir), is readable by any local user,
+// so it proves nothing. Re-joining an existing node takes that node's own
+// credential, or a re-join token an admin bound to it; groups come from the
+// join token at first registration only.
 func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	jt, err := s.authenticate(ctx, r, api.TokenJoin)
+	kind := api.TokenJoin
+	if auth.KindOf(bearer(r)) == api.TokenNode {
+		kind = api.TokenNode
+	}
+	t, err := s.authenticate(ctx, r, kind)
 	if err != nil {
 		return err
 	}
@@ -80,17 +87,41 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) error {
 	if err := validateRegister(req); err != nil {
 		return err
 	}
+	var n store.Node
+	switch {
+	case kind == api.TokenNode:
+		n, err = s.rejoinNode(ctx, t.NodeID, req)
+	case t.NodeID != "":
+		n, err = s.rejoinWithToken(ctx, t, req)
+	default:
+		n, err = s.joinNode(ctx, t, req)
+	}
+	if err != nil {
+		return err
+	}
+	resp, err := s.issueCredential(ctx, n.ID)
+	if err != nil {
+		return err
+	}
+	s.log.Info("node registered", "node", n.ID, "name", n.Name, "machine_id", n.MachineID, "data_dir", n.DataDir, "with", kind)
+	httpapi.WriteJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// joinNode creates a node with a join token. A node already registered for
+// the machine and data dir is a conflict: the token cannot adopt it.
+func (s *Server) joinNode(ctx context.Context, jt store.Token, req api.RegisterRequest) (store.Node, error) {
 	// A join token scoped to groups admits nodes into those groups only.
 	if len(jt.Groups) > 0 {
 		for i, g := range req.Groups {
 			if !slices.Contains(jt.Groups, g) {
-				return fmt.Errorf("%w", errdefs.Field(fmt.Sprintf("groups[%d]", i), "the join token does not admit nodes into group %q; ask for a join token of that group", g))
+				return store.Node{}, errdefs.Field(fmt.Sprintf("groups[%d]", i), "the join token does not admit nodes into group %q; ask for a join token of that group", g)
 			}
 		}
 	}
 	now := time.Now().UTC()
 	if _, err := s.store.UseJoinToken(ctx, jt.ID, now); err != nil {
-		return fmt.Errorf("join token %s: %w", jt.ID, err)
+		return store.Node{}, fmt.Errorf("join token %s: %w", jt.ID, err)
 	}
 	groups := slices.Clone(req.Groups)
 	for _, g := range jt.Groups {
@@ -99,22 +130,75 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	slices.Sort(groups)
-	n, err := s.store.UpsertNode(ctx, store.Node{
+	n, err := s.store.CreateNode(ctx, store.Node{
 		ID: auth.NewID("n-"), Name: req.Name, MachineID: req.MachineID, DataDir: req.DataDir,
 		Tags: req.Tags, Labels: req.Labels, Groups: groups, Hardware: req.Hardware,
 		Status: api.StatusOffline, StatusReason: "registered; waiting for the agent to connect",
 		AgentState: api.AgentIdle, AgentVersion: req.AgentVersion, RegisteredAt: now, UpdatedAt: now,
 	})
-	if err != nil {
-		return fmt.Errorf("register node: %w", err)
+	if errors.Is(err, errdefs.ErrConflict) {
+		return store.Node{}, errdefs.Conflict("a node is already registered for machine %s and data dir %s, and a join token cannot take it over: "+
+			"the agent re-joins with its own credential (its state file in the data dir), or an admin creates a re-join token bound to that node "+
+			"(nodemgr join-token create --node NODE), or removes the node (nodemgr node rm NODE)", req.MachineID, req.DataDir)
 	}
-	resp, err := s.issueCredential(ctx, n.ID)
 	if err != nil {
-		return err
+		return store.Node{}, fmt.Errorf("register node: %w", err)
 	}
-	s.log.Info("node registered", "node", n.ID, "name", n.Name, "machine_id", n.MachineID, "data_dir", n.DataDir)
-	httpapi.WriteJSON(w, http.StatusOK, resp)
-	return nil
+	return n, nil
+}
+
+// rejoinWithToken re-joins the node an admin bound the join token to.
+func (s *Server) rejoinWithToken(ctx context.Context, jt store.Token, req api.RegisterRequest) (store.Node, error) {
+	// Check the machine before spending a use: a wrong one changes nothing.
+	n, err := s.store.GetNode(ctx, jt.NodeID)
+	if err != nil {
+		return store.Node{}, fmt.Errorf("re-join token %s: node %s: %w", jt.ID, jt.NodeID, err)
+	}
+	if err := sameMachine(n, req); err != nil {
+		return store.Node{}, err
+	}
+	if _, err := s.store.UseJoinToken(ctx, jt.ID, time.Now().UTC()); err != nil {
+		return store.Node{}, fmt.Errorf("join token %s: %w", jt.ID, err)
+	}
+	return s.rejoinNode(ctx, jt.NodeID, req)
+}
+
+// sameMachine checks that a re-join comes from the node's own machine and
+// data dir.
+func sameMachine(n store.Node, req api.RegisterRequest) error {
+	if n.MachineID == req.MachineID && n.DataDir == req.DataDir {
+		return nil
+	}
+	return fmt.Errorf("this credential belongs to node %s on machine %s, data dir %s, not to machine %s, data dir %s; "+
+		"register this agent with a join token instead: %w", n.ID, n.MachineID, n.DataDir, req.MachineID, req.DataDir, errdefs.ErrPermission)
+}
+
+// rejoinNode lets an agent take back its own node: same machine and data
+// dir, fresh name, hardware and version; tags and labels merged; groups kept.
+func (s *Server) rejoinNode(ctx context.Context, nodeID string, req api.RegisterRequest) (store.Node, error) {
+	n, err := s.store.UpdateNode(ctx, nodeID, func(n *store.Node) error {
+		if err := sameMachine(*n, req); err != nil {
+			return err
+		}
+		n.Name, n.Hardware, n.AgentVersion = req.Name, req.Hardware, req.AgentVersion
+		for _, tag := range req.Tags {
+			if !slices.Contains(n.Tags, tag) {
+				n.Tags = append(n.Tags, tag)
+			}
+		}
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		maps.Copy(n.Labels, req.Labels)
+		return nil
+	})
+	if errdefs.IsNotFound(err) {
+		return store.Node{}, fmt.Errorf("node %s was removed; register with a join token: %w", nodeID, errdefs.ErrUnauthenticated)
+	}
+	if err != nil {
+		return store.Node{}, fmt.Errorf("re-join node %s: %w", nodeID, err)
+	}
+	return n, nil
 }
 
 // issueCredential replaces the node's credential with a fresh one.

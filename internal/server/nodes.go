@@ -93,13 +93,10 @@ func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) error {
 // checks the principal holds role on it.
 func (s *Server) resolveNode(ctx context.Context, ref, role string) (store.Node, error) {
 	p := principalFrom(ctx)
-	n, err := s.findNode(ctx, ref)
+	// Do not tell outsiders a node exists, not even in an ambiguity.
+	n, err := s.findNode(ctx, ref, func(n store.Node) bool { return p.Can(api.RoleRead, n.Groups) })
 	if err != nil {
 		return store.Node{}, err
-	}
-	if !p.Can(api.RoleRead, n.Groups) {
-		// Do not tell outsiders the node exists.
-		return store.Node{}, errdefs.NotFound("node %q (see nodemgr node ls)", ref)
 	}
 	if err := p.Require(role, n.Groups, "node "+n.Name); err != nil {
 		return store.Node{}, err
@@ -107,12 +104,17 @@ func (s *Server) resolveNode(ctx context.Context, ref, role string) (store.Node,
 	return n, nil
 }
 
-func (s *Server) findNode(ctx context.Context, ref string) (store.Node, error) {
+// findNode finds a node by ID, name or unique ID prefix among the nodes
+// visible (nil: all).
+func (s *Server) findNode(ctx context.Context, ref string, visible func(store.Node) bool) (store.Node, error) {
+	if visible == nil {
+		visible = func(store.Node) bool { return true }
+	}
 	n, err := s.store.GetNode(ctx, ref)
-	if err == nil {
+	if err == nil && visible(n) {
 		return n, nil
 	}
-	if !errdefs.IsNotFound(err) {
+	if err != nil && !errdefs.IsNotFound(err) {
 		return store.Node{}, err
 	}
 	all, err := s.store.ListNodes(ctx, store.NodeFilter{})
@@ -121,6 +123,9 @@ func (s *Server) findNode(ctx context.Context, ref string) (store.Node, error) {
 	}
 	var byName, byPrefix []store.Node
 	for _, n := range all {
+		if !visible(n) {
+			continue
+		}
 		if n.Name == ref {
 			byName = append(byName, n)
 		}

@@ -87,7 +87,7 @@ func (s *Server) coreRoutes() []route {
 		{"DELETE", "/v1/tokens/{token}", authUser, s.handleDeleteToken},
 		{"GET", "/v1/join-tokens", authUser, s.handleListJoinTokens},
 		{"POST", "/v1/join-tokens", authUser, s.handleCreateJoinToken},
-		{"DELETE", "/v1/join-tokens/{token}", authUser, s.handleDeleteToken},
+		{"DELETE", "/v1/join-tokens/{token}", authUser, s.handleDeleteJoinToken},
 	}
 }
 

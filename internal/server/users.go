@@ -155,8 +155,8 @@ func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) error
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	if len(req.Groups) > 0 || req.MaxUses != 0 {
-		return errdefs.Field("groups", "only join tokens take groups and max_uses; use POST /v1/join-tokens")
+	if len(req.Groups) > 0 || req.MaxUses != 0 || req.Node != "" {
+		return errdefs.Field("groups", "only join tokens take groups, max_uses and node; use POST /v1/join-tokens")
 	}
 	ttl, err := parseTTL(req.TTL, defaultAPITokenTTL)
 	if err != nil {
@@ -197,6 +197,9 @@ func (s *Server) handleCreateJoinToken(w http.ResponseWriter, r *http.Request) e
 		return err
 	}
 	p := principalFrom(r.Context())
+	if req.Node != "" {
+		return s.createRejoinToken(w, r, req, ttl)
+	}
 	// A join token puts nodes into groups; only their admins may do that.
 	for _, g := range req.Groups {
 		if err := p.Require(api.RoleAdmin, []string{g}, "create a join token for group "+g); err != nil {
@@ -209,6 +212,28 @@ func (s *Server) handleCreateJoinToken(w http.ResponseWriter, r *http.Request) e
 		}
 	}
 	return s.createToken(w, r, store.Token{Kind: api.TokenJoin, Name: req.Name, Groups: req.Groups, MaxUses: req.MaxUses, User: p.User}, ttl)
+}
+
+// createRejoinToken makes a join token bound to one existing node: the only
+// way besides the node's own credential to re-join it. It hands over a node
+// and every group it is in, so only an admin may make one.
+func (s *Server) createRejoinToken(w http.ResponseWriter, r *http.Request, req api.CreateTokenRequest, ttl time.Duration) error {
+	p := principalFrom(r.Context())
+	if len(req.Groups) > 0 {
+		return errdefs.Field("groups", "a re-join token keeps the node's groups; leave groups out")
+	}
+	if err := p.RequireAdmin("create a re-join token for node " + req.Node); err != nil {
+		return err
+	}
+	n, err := s.findNode(r.Context(), req.Node, nil)
+	if err != nil {
+		return err
+	}
+	uses := req.MaxUses
+	if uses == 0 {
+		uses = 1
+	}
+	return s.createToken(w, r, store.Token{Kind: api.TokenJoin, Name: req.Name, NodeID: n.ID, MaxUses: uses, User: p.User}, ttl)
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, t store.Token, ttl time.Duration) error {
@@ -251,9 +276,19 @@ func (s *Server) handleListJoinTokens(w http.ResponseWriter, r *http.Request) er
 }
 
 func (s *Server) handleDeleteToken(w http.ResponseWriter, r *http.Request) error {
+	return s.deleteToken(w, r, api.TokenAPI, "nodemgr token ls")
+}
+
+func (s *Server) handleDeleteJoinToken(w http.ResponseWriter, r *http.Request) error {
+	return s.deleteToken(w, r, api.TokenJoin, "nodemgr join-token ls")
+}
+
+// deleteToken revokes a token of one kind: each route deletes its own kind
+// only (node credentials go with their node, nodemgr node rm).
+func (s *Server) deleteToken(w http.ResponseWriter, r *http.Request, kind, list string) error {
 	p := principalFrom(r.Context())
 	id := r.PathValue("token")
-	tokens, err := s.store.ListTokens(r.Context(), store.TokenFilter{})
+	tokens, err := s.store.ListTokens(r.Context(), store.TokenFilter{Kind: kind})
 	if err != nil {
 		return err
 	}
@@ -272,5 +307,5 @@ func (s *Server) handleDeleteToken(w http.ResponseWriter, r *http.Request) error
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	return errdefs.NotFound("token %q (see nodemgr token ls)", id)
+	return errdefs.NotFound("%s token %q (see %s)", kindName(kind), id, list)
 }

@@ -64,10 +64,11 @@ type Heartbeat struct {
 
 // Nodes stores nodes.
 type Nodes interface {
-	// UpsertNode creates the node keyed by (MachineID, DataDir), or, if one
-	// exists, updates its name, hardware, agent version and merges tags,
-	// labels and groups, keeping its ID. n.ID is used only on create.
-	UpsertNode(ctx context.Context, n Node) (Node, error)
+	// CreateNode stores a new node. A second node for the same (MachineID,
+	// DataDir) is errdefs.ErrConflict: registration never adopts an
+	// existing node (re-joining one goes through UpdateNode, after the
+	// server has checked the node's own credential).
+	CreateNode(ctx context.Context, n Node) (Node, error)
 	GetNode(ctx context.Context, id string) (Node, error)
 	ListNodes(ctx context.Context, f NodeFilter) ([]Node, error)
 	// UpdateNode applies fn to the current node inside one transaction and

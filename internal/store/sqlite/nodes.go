@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -19,58 +17,37 @@ import (
 const nodeColumns = `id, name, machine_id, data_dir, tags, labels, group_names, hardware,
 	status, status_reason, agent_state, agent_version, current_suite, last_heartbeat, registered_at, updated_at`
 
-// UpsertNode creates the node keyed by (MachineID, DataDir) or merges n into
-// the one that exists.
-func (s *Store) UpsertNode(ctx context.Context, n store.Node) (store.Node, error) {
+// CreateNode stores a new node. A machine has at most one node per data
+// dir: a second one for the same (MachineID, DataDir) is a conflict that
+// names the node already there.
+func (s *Store) CreateNode(ctx context.Context, n store.Node) (store.Node, error) {
 	var out store.Node
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		now := s.now()
-		cur, err := scanNode(tx.QueryRowContext(ctx,
-			`SELECT `+nodeColumns+` FROM nodes WHERE machine_id = ? AND data_dir = ?`,
-			n.MachineID, n.DataDir))
-		switch {
-		case errors.Is(err, errdefs.ErrNotFound):
-			if n.ID == "" {
-				return errdefs.Field("id", "required")
-			}
-			n.RegisteredAt = orNow(n.RegisteredAt, now)
-			n.UpdatedAt = now
-			if err := insertNode(ctx, tx, n); err != nil {
-				return err
-			}
-			cur.ID = n.ID
-		case err != nil:
-			return err
-		default:
-			cur.Name = n.Name
-			cur.Hardware = n.Hardware
-			cur.AgentVersion = n.AgentVersion
-			cur.Tags = union(cur.Tags, n.Tags)
-			cur.Groups = union(cur.Groups, n.Groups)
-			maps.Copy(cur.Labels, n.Labels)
-			cur.UpdatedAt = now
-			if err := updateNode(ctx, tx, cur); err != nil {
-				return err
-			}
+		if n.ID == "" {
+			return errdefs.Field("id", "required")
 		}
-		out, err = getNode(ctx, tx, cur.ID)
+		var existing string
+		err := tx.QueryRowContext(ctx, `SELECT id FROM nodes WHERE machine_id = ? AND data_dir = ?`,
+			n.MachineID, n.DataDir).Scan(&existing)
+		switch {
+		case err == nil:
+			return fmt.Errorf("node %s is registered for this machine and data dir: %w", existing, errdefs.ErrConflict)
+		case !errors.Is(err, sql.ErrNoRows):
+			return classify(err)
+		}
+		now := s.now()
+		n.RegisteredAt = orNow(n.RegisteredAt, now)
+		n.UpdatedAt = now
+		if err := insertNode(ctx, tx, n); err != nil {
+			return err
+		}
+		out, err = getNode(ctx, tx, n.ID)
 		return err
 	})
 	if err != nil {
-		return store.Node{}, fmt.Errorf("upsert node for machine %s, data dir %s: %w", n.MachineID, n.DataDir, err)
+		return store.Node{}, fmt.Errorf("create node for machine %s, data dir %s: %w", n.MachineID, n.DataDir, err)
 	}
 	return out, nil
-}
-
-// union is a followed by the elements of b it lacks, each once, in order.
-func union(a, b []string) []string {
-	out := make([]string, 0, len(a)+len(b))
-	for _, s := range slices.Concat(a, b) {
-		if !slices.Contains(out, s) {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // GetNode returns the node with the given ID.

@@ -103,9 +103,9 @@ func TestReopen(t *testing.T) {
 	if !strings.Contains(logs.String(), "store migrated") {
 		t.Errorf("Open(%q) of a new file logged no migration:\n%s", path, logs.String())
 	}
-	node, err := s.UpsertNode(ctx, store.Node{ID: "n1", MachineID: "m1", DataDir: "/d", Tags: []string{"a"}, Status: api.StatusOnline})
+	node, err := s.CreateNode(ctx, store.Node{ID: "n1", MachineID: "m1", DataDir: "/d", Tags: []string{"a"}, Status: api.StatusOnline})
 	if err != nil {
-		t.Fatalf("UpsertNode() = %v", err)
+		t.Fatalf("CreateNode() = %v", err)
 	}
 	for range 2 {
 		if _, err := s.Enqueue(ctx, "n1", "ping", []byte(`{}`)); err != nil {
@@ -369,8 +369,8 @@ func TestPragmas(t *testing.T) {
 func TestReadsDoNotWaitForWrites(t *testing.T) {
 	ctx := t.Context()
 	s := open(t, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
-	if _, err := s.UpsertNode(ctx, store.Node{ID: "n1", Name: "before", MachineID: "m1", DataDir: "/d"}); err != nil {
-		t.Fatalf("UpsertNode() = %v", err)
+	if _, err := s.CreateNode(ctx, store.Node{ID: "n1", Name: "before", MachineID: "m1", DataDir: "/d"}); err != nil {
+		t.Fatalf("CreateNode() = %v", err)
 	}
 
 	inside, release := make(chan struct{}), make(chan struct{})
@@ -418,8 +418,8 @@ func TestPathWithOddCharacters(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := open(t, path, nil)
-	if _, err := s.UpsertNode(t.Context(), store.Node{ID: "n1", MachineID: "m1", DataDir: "/d"}); err != nil {
-		t.Fatalf("UpsertNode() in %q = %v, want nil", path, err)
+	if _, err := s.CreateNode(t.Context(), store.Node{ID: "n1", MachineID: "m1", DataDir: "/d"}); err != nil {
+		t.Fatalf("CreateNode() in %q = %v, want nil", path, err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -442,7 +442,7 @@ func BenchmarkRecordHeartbeats(b *testing.B) {
 	batch := make([]store.Heartbeat, nodes)
 	for i := range batch {
 		id := fmt.Sprintf("n%05d", i)
-		if _, err := s.UpsertNode(ctx, store.Node{ID: id, MachineID: id, DataDir: "/d"}); err != nil {
+		if _, err := s.CreateNode(ctx, store.Node{ID: id, MachineID: id, DataDir: "/d"}); err != nil {
 			b.Fatal(err)
 		}
 		batch[i] = store.Heartbeat{NodeID: id, AgentState: api.AgentIdle}

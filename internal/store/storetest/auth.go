@@ -187,7 +187,7 @@ func testDeleteUser(t *testing.T, s store.Store) {
 
 func testTokens(t *testing.T, s store.Store) {
 	mustCreateUser(t, s, store.User{Name: "alice"})
-	mustUpsert(t, s, newNode("n1"))
+	mustCreateNode(t, s, newNode("n1"))
 	tests := []struct {
 		name string
 		tok  store.Token
@@ -268,8 +268,8 @@ func testListTokens(t *testing.T, s store.Store) {
 	}
 	mustCreateUser(t, s, store.User{Name: "alice"})
 	mustCreateUser(t, s, store.User{Name: "bob"})
-	mustUpsert(t, s, newNode("n1"))
-	mustUpsert(t, s, newNode("n2"))
+	mustCreateNode(t, s, newNode("n1"))
+	mustCreateNode(t, s, newNode("n2"))
 	// Created out of ID order: lists go oldest first, then by ID.
 	for i, tok := range []store.Token{
 		nodeToken("nd2", "n2"),
@@ -440,8 +440,8 @@ func testTouchTokens(t *testing.T, s store.Store) {
 }
 
 func testReplaceNodeCredential(t *testing.T, s store.Store) {
-	mustUpsert(t, s, newNode("n1"))
-	mustUpsert(t, s, newNode("n2"))
+	mustCreateNode(t, s, newNode("n1"))
+	mustCreateNode(t, s, newNode("n2"))
 	mustCreateToken(t, s, nodeToken("c1", "n1"))
 	mustCreateToken(t, s, nodeToken("c2", "n1"))
 	mustCreateToken(t, s, nodeToken("c3", "n2"))

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,11 +19,11 @@ func newNode(id string) store.Node {
 	return store.Node{ID: id, Name: id, MachineID: "machine-" + id, DataDir: "/var/lib/nodemgr"}
 }
 
-func mustUpsert(t *testing.T, s store.Store, n store.Node) store.Node {
+func mustCreateNode(t *testing.T, s store.Store, n store.Node) store.Node {
 	t.Helper()
-	got, err := s.UpsertNode(t.Context(), n)
+	got, err := s.CreateNode(t.Context(), n)
 	if err != nil {
-		t.Fatalf("UpsertNode(%q) = %v, want nil", n.ID, err)
+		t.Fatalf("CreateNode(%q) = %v, want nil", n.ID, err)
 	}
 	return got
 }
@@ -44,7 +45,7 @@ func ids(nodes []store.Node) []string {
 	return out
 }
 
-func testUpsertNodeCreates(t *testing.T, s store.Store) {
+func testCreateNodeCreates(t *testing.T, s store.Store) {
 	in := store.Node{
 		ID:        "n1",
 		Name:      "alpha",
@@ -64,103 +65,73 @@ func testUpsertNodeCreates(t *testing.T, s store.Store) {
 		AgentVersion:  "1.2.3",
 		LastHeartbeat: t0,
 	}
-	got := mustUpsert(t, s, in)
+	got := mustCreateNode(t, s, in)
 	if diff := cmp.Diff(in, got, ignoreStamps); diff != "" {
-		t.Errorf("UpsertNode(%q) mismatch (-want +got):\n%s", in.ID, diff)
+		t.Errorf("CreateNode(%q) mismatch (-want +got):\n%s", in.ID, diff)
 	}
 	if !recent(got.RegisteredAt) || !recent(got.UpdatedAt) {
-		t.Errorf("UpsertNode(%q) registered at %v, updated at %v, want both about now", in.ID, got.RegisteredAt, got.UpdatedAt)
+		t.Errorf("CreateNode(%q) registered at %v, updated at %v, want both about now", in.ID, got.RegisteredAt, got.UpdatedAt)
 	}
 	if diff := cmp.Diff(got, mustGetNode(t, s, in.ID)); diff != "" {
-		t.Errorf("GetNode(%q) differs from what UpsertNode returned (-upsert +get):\n%s", in.ID, diff)
+		t.Errorf("GetNode(%q) differs from what CreateNode returned (-create +get):\n%s", in.ID, diff)
 	}
 
 	// A registration time the caller gives is kept.
 	n2 := newNode("n2")
 	n2.RegisteredAt = t0
-	if got := mustUpsert(t, s, n2); !got.RegisteredAt.Equal(t0) {
-		t.Errorf("UpsertNode(%q).RegisteredAt = %v, want %v", n2.ID, got.RegisteredAt, t0)
+	if got := mustCreateNode(t, s, n2); !got.RegisteredAt.Equal(t0) {
+		t.Errorf("CreateNode(%q).RegisteredAt = %v, want %v", n2.ID, got.RegisteredAt, t0)
 	}
 
-	if _, err := s.UpsertNode(t.Context(), store.Node{MachineID: "m9", DataDir: "/d"}); !errors.Is(err, errdefs.ErrInvalid) {
-		t.Errorf("UpsertNode(%q) = %v, want %v", "", err, errdefs.ErrInvalid)
+	if _, err := s.CreateNode(t.Context(), store.Node{MachineID: "m9", DataDir: "/d"}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("CreateNode(%q) = %v, want %v", "", err, errdefs.ErrInvalid)
 	}
 }
 
-func testUpsertNodeMerges(t *testing.T, s store.Store) {
-	first := mustUpsert(t, s, store.Node{
+// testCreateNodeRefusesSameMachine: a second registration from the same
+// machine and data dir never adopts the node there (a join token must not
+// take over a node), and the node is left as it was.
+func testCreateNodeRefusesSameMachine(t *testing.T, s store.Store) {
+	first := mustCreateNode(t, s, store.Node{
 		ID: "n1", Name: "old", MachineID: "m1", DataDir: "/d",
-		Tags:          []string{"a", "b"},
-		Labels:        map[string]string{"zone": "x", "keep": "y"},
-		Groups:        []string{"g1"},
-		Hardware:      api.Hardware{Hostname: "old", Cores: 4},
-		Status:        api.StatusSuspect,
-		StatusReason:  "late",
-		AgentState:    api.AgentExecuting,
-		AgentVersion:  "1.0.0",
-		LastHeartbeat: t0,
+		Tags: []string{"a"}, Groups: []string{"g1"},
 	})
-
-	// The agent registers again from the same machine and data dir, under
-	// an ID of its own making.
-	got := mustUpsert(t, s, store.Node{
-		ID: "other", Name: "new", MachineID: "m1", DataDir: "/d",
-		Tags:         []string{"b", "c"},
-		Labels:       map[string]string{"zone": "z", "new": "v"},
-		Groups:       []string{"g2", "g1"},
-		Hardware:     api.Hardware{Hostname: "new", Cores: 8, GPUs: []api.GPU{{Name: "L4"}}},
-		Status:       api.StatusOnline, // not the agent's to say
-		AgentState:   api.AgentIdle,
-		AgentVersion: "1.1.0",
+	_, err := s.CreateNode(t.Context(), store.Node{
+		ID: "other", Name: "new", MachineID: "m1", DataDir: "/d", Groups: []string{"g2"},
 	})
-	want := store.Node{
-		ID: "n1", Name: "new", MachineID: "m1", DataDir: "/d",
-		Tags:          []string{"a", "b", "c"},
-		Labels:        map[string]string{"zone": "z", "keep": "y", "new": "v"},
-		Groups:        []string{"g1", "g2"},
-		Hardware:      api.Hardware{Hostname: "new", Cores: 8, GPUs: []api.GPU{{Name: "L4"}}},
-		Status:        api.StatusSuspect,
-		StatusReason:  "late",
-		AgentState:    api.AgentExecuting,
-		AgentVersion:  "1.1.0",
-		LastHeartbeat: t0,
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("CreateNode(%q) on the same machine and data dir = %v, want %v", "other", err, errdefs.ErrConflict)
 	}
-	if diff := cmp.Diff(want, got, ignoreStamps); diff != "" {
-		t.Errorf("UpsertNode(%q) again mismatch (-want +got):\n%s", "other", diff)
+	if !strings.Contains(err.Error(), "n1") {
+		t.Errorf("CreateNode(%q) = %q, want the existing node's ID in the error", "other", err)
 	}
-	if !got.RegisteredAt.Equal(first.RegisteredAt) {
-		t.Errorf("UpsertNode(%q) again: RegisteredAt = %v, want %v", "other", got.RegisteredAt, first.RegisteredAt)
-	}
-	if got.UpdatedAt.Before(first.UpdatedAt) {
-		t.Errorf("UpsertNode(%q) again: UpdatedAt = %v, want at or after %v", "other", got.UpdatedAt, first.UpdatedAt)
-	}
-	if diff := cmp.Diff(got, mustGetNode(t, s, "n1")); diff != "" {
-		t.Errorf("GetNode(%q) differs from what UpsertNode returned (-upsert +get):\n%s", "n1", diff)
+	if diff := cmp.Diff(first, mustGetNode(t, s, "n1")); diff != "" {
+		t.Errorf("GetNode(%q) changed by a refused CreateNode (-before +after):\n%s", "n1", diff)
 	}
 	if _, err := s.GetNode(t.Context(), "other"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("GetNode(%q) = %v, want %v", "other", err, errdefs.ErrNotFound)
 	}
 
 	// Another data dir on the same machine is another node.
-	other := mustUpsert(t, s, store.Node{ID: "n2", MachineID: "m1", DataDir: "/e"})
+	other := mustCreateNode(t, s, store.Node{ID: "n2", MachineID: "m1", DataDir: "/e"})
 	if other.ID != "n2" {
-		t.Errorf("UpsertNode(%q) on a new data dir: ID = %q, want %q", "n2", other.ID, "n2")
+		t.Errorf("CreateNode(%q) on a new data dir: ID = %q, want %q", "n2", other.ID, "n2")
 	}
 }
 
-func testUpsertNodeIDConflict(t *testing.T, s store.Store) {
-	mustUpsert(t, s, store.Node{ID: "n1", MachineID: "m1", DataDir: "/d"})
-	_, err := s.UpsertNode(t.Context(), store.Node{ID: "n1", MachineID: "m2", DataDir: "/d"})
+func testCreateNodeIDConflict(t *testing.T, s store.Store) {
+	mustCreateNode(t, s, store.Node{ID: "n1", MachineID: "m1", DataDir: "/d"})
+	_, err := s.CreateNode(t.Context(), store.Node{ID: "n1", MachineID: "m2", DataDir: "/d"})
 	if !errors.Is(err, errdefs.ErrConflict) {
-		t.Errorf("UpsertNode(%q) on another machine = %v, want %v", "n1", err, errdefs.ErrConflict)
+		t.Errorf("CreateNode(%q) on another machine = %v, want %v", "n1", err, errdefs.ErrConflict)
 	}
 	if got := mustGetNode(t, s, "n1"); got.MachineID != "m1" {
 		t.Errorf("GetNode(%q).MachineID = %q, want %q", "n1", got.MachineID, "m1")
 	}
 }
 
-func testUpsertNodeEmptyReadsBackEmpty(t *testing.T, s store.Store) {
-	upserted := mustUpsert(t, s, newNode("n1"))
+func testCreateNodeEmptyReadsBackEmpty(t *testing.T, s store.Store) {
+	upserted := mustCreateNode(t, s, newNode("n1"))
 	listed, err := s.ListNodes(t.Context(), store.NodeFilter{})
 	if err != nil || len(listed) != 1 {
 		t.Fatalf("ListNodes() = %v, %v, want 1 node", listed, err)
@@ -169,7 +140,7 @@ func testUpsertNodeEmptyReadsBackEmpty(t *testing.T, s store.Store) {
 		how string
 		n   store.Node
 	}{
-		{"UpsertNode", upserted},
+		{"CreateNode", upserted},
 		{"GetNode", mustGetNode(t, s, "n1")},
 		{"ListNodes", listed[0]},
 	} {
@@ -210,7 +181,7 @@ func testListNodes(t *testing.T, s store.Store) {
 		{ID: "n0", Name: "d", Status: api.StatusOnline},
 	} {
 		n.MachineID, n.DataDir = "m-"+n.ID, "/d"
-		mustUpsert(t, s, n)
+		mustCreateNode(t, s, n)
 	}
 	tests := []struct {
 		name   string
@@ -242,7 +213,7 @@ func testListNodes(t *testing.T, s store.Store) {
 }
 
 func testUpdateNode(t *testing.T, s store.Store) {
-	before := mustUpsert(t, s, newNode("n1"))
+	before := mustCreateNode(t, s, newNode("n1"))
 	got, err := s.UpdateNode(t.Context(), "n1", func(n *store.Node) error {
 		n.Name = "renamed"
 		n.Tags = append(n.Tags, "x")
@@ -286,7 +257,7 @@ func testUpdateNode(t *testing.T, s store.Store) {
 }
 
 func testUpdateNodeAborts(t *testing.T, s store.Store) {
-	before := mustUpsert(t, s, newNode("n1"))
+	before := mustCreateNode(t, s, newNode("n1"))
 	errBoom := errors.New("boom")
 	_, err := s.UpdateNode(t.Context(), "n1", func(n *store.Node) error {
 		n.Name = "changed"
@@ -313,8 +284,8 @@ func testUpdateNodeAborts(t *testing.T, s store.Store) {
 }
 
 func testUpdateNodeConflict(t *testing.T, s store.Store) {
-	first := mustUpsert(t, s, newNode("n1"))
-	before := mustUpsert(t, s, newNode("n2"))
+	first := mustCreateNode(t, s, newNode("n1"))
+	before := mustCreateNode(t, s, newNode("n2"))
 	_, err := s.UpdateNode(t.Context(), "n2", func(n *store.Node) error {
 		n.MachineID, n.DataDir = first.MachineID, first.DataDir
 		return nil
@@ -334,7 +305,7 @@ func testRecordHeartbeats(t *testing.T, s store.Store) {
 		{ID: "c", Status: api.StatusOffline, StatusReason: "gone"},
 	} {
 		n.Name, n.MachineID, n.DataDir = n.ID, "m-"+n.ID, "/d"
-		mustUpsert(t, s, n)
+		mustCreateNode(t, s, n)
 	}
 	cBefore := mustGetNode(t, s, "c")
 
@@ -386,7 +357,7 @@ func testRecordHeartbeats(t *testing.T, s store.Store) {
 func testRecordHeartbeatsLargeBatch(t *testing.T, s store.Store) {
 	const nodes, rounds = 200, 20
 	for i := range nodes {
-		mustUpsert(t, s, newNode(fmt.Sprintf("n%03d", i)))
+		mustCreateNode(t, s, newNode(fmt.Sprintf("n%03d", i)))
 	}
 	var batch []store.Heartbeat
 	for r := range rounds {
@@ -434,7 +405,7 @@ func testSetNodeStatus(t *testing.T, s store.Store) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(fmt.Sprintf("n%d", i))
 			n.Status, n.StatusReason = tc.from, "initial"
-			mustUpsert(t, s, n)
+			mustCreateNode(t, s, n)
 
 			changed, err := s.SetNodeStatus(t.Context(), n.ID, tc.to, "because", tc.onlyIf...)
 			if err != nil || changed != tc.wantChanged {
@@ -473,7 +444,7 @@ func testStaleNodes(t *testing.T, s store.Store) {
 		if n.RegisteredAt.IsZero() {
 			n.RegisteredAt = t0.Add(-24 * time.Hour)
 		}
-		mustUpsert(t, s, n)
+		mustCreateNode(t, s, n)
 	}
 	tests := []struct {
 		name     string
@@ -505,7 +476,7 @@ func testStaleNodes(t *testing.T, s store.Store) {
 
 func testDeleteNode(t *testing.T, s store.Store) {
 	for _, id := range []string{"n1", "n2"} {
-		mustUpsert(t, s, newNode(id))
+		mustCreateNode(t, s, newNode(id))
 		mustEnqueue(t, s, id, "ping")
 		mustCreateToken(t, s, nodeToken("cred-"+id, id))
 	}

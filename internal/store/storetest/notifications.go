@@ -44,8 +44,8 @@ func seqs(nts []store.Notification) []uint64 {
 }
 
 func testEnqueueSeqs(t *testing.T, s store.Store) {
-	mustUpsert(t, s, newNode("n1"))
-	mustUpsert(t, s, newNode("n2"))
+	mustCreateNode(t, s, newNode("n1"))
+	mustCreateNode(t, s, newNode("n2"))
 
 	var n1 []store.Notification
 	for i, method := range []string{"shutdown", "update", "ping"} {
@@ -85,7 +85,7 @@ func testEnqueueSeqs(t *testing.T, s store.Store) {
 }
 
 func testEnqueueConcurrent(t *testing.T, s store.Store) {
-	mustUpsert(t, s, newNode("n1"))
+	mustCreateNode(t, s, newNode("n1"))
 	const workers, each = 16, 20
 	var (
 		mu   sync.Mutex
@@ -127,8 +127,8 @@ func testEnqueueConcurrent(t *testing.T, s store.Store) {
 }
 
 func testPending(t *testing.T, s store.Store) {
-	mustUpsert(t, s, newNode("n1"))
-	mustUpsert(t, s, newNode("empty"))
+	mustCreateNode(t, s, newNode("n1"))
+	mustCreateNode(t, s, newNode("empty"))
 	for _, m := range []string{"a", "b", "c"} {
 		mustEnqueue(t, s, "n1", m)
 	}
@@ -153,7 +153,7 @@ func testPending(t *testing.T, s store.Store) {
 }
 
 func testAck(t *testing.T, s store.Store) {
-	mustUpsert(t, s, newNode("n1"))
+	mustCreateNode(t, s, newNode("n1"))
 	if err := s.Ack(t.Context(), "n1", 0); err != nil {
 		t.Errorf("Ack(%q, 0) with nothing queued = %v, want nil", "n1", err)
 	}
@@ -187,7 +187,7 @@ func testAck(t *testing.T, s store.Store) {
 }
 
 func testSeqsSurviveDeleteNode(t *testing.T, s store.Store) {
-	mustUpsert(t, s, newNode("n1"))
+	mustCreateNode(t, s, newNode("n1"))
 	mustEnqueue(t, s, "n1", "a")
 	mustEnqueue(t, s, "n1", "b")
 	if err := s.DeleteNode(t.Context(), "n1"); err != nil {
@@ -195,7 +195,7 @@ func testSeqsSurviveDeleteNode(t *testing.T, s store.Store) {
 	}
 	// A node registered again under the same ID must not see seqs that an
 	// agent may already have acknowledged.
-	mustUpsert(t, s, newNode("n1"))
+	mustCreateNode(t, s, newNode("n1"))
 	if got := mustPending(t, s, "n1", 0); len(got) != 0 {
 		t.Errorf("Pending(%q, 0) for a new node with an old ID = %v, want none", "n1", seqs(got))
 	}

@@ -24,7 +24,7 @@
 //   - a node ID never gets the same notification seq twice, even after
 //     DeleteNode and a new node under that ID;
 //   - a node's CurrentSuite comes from heartbeats (older ones ignored) and
-//     UpdateNode; UpsertNode of a known node keeps it.
+//     UpdateNode; CreateNode never adopts a known node.
 //
 // For suites and tasks:
 //
@@ -77,10 +77,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		name string
 		run  func(*testing.T, store.Store)
 	}{
-		{"UpsertNodeCreates", testUpsertNodeCreates},
-		{"UpsertNodeMerges", testUpsertNodeMerges},
-		{"UpsertNodeIDConflict", testUpsertNodeIDConflict},
-		{"UpsertNodeEmptyReadsBackEmpty", testUpsertNodeEmptyReadsBackEmpty},
+		{"CreateNode", testCreateNodeCreates},
+		{"CreateNodeRefusesSameMachine", testCreateNodeRefusesSameMachine},
+		{"CreateNodeIDConflict", testCreateNodeIDConflict},
+		{"CreateNodeEmptyReadsBackEmpty", testCreateNodeEmptyReadsBackEmpty},
 		{"GetNodeNotFound", testGetNodeNotFound},
 		{"ListNodes", testListNodes},
 		{"UpdateNode", testUpdateNode},

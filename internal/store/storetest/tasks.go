@@ -867,8 +867,8 @@ func testCancelTask(t *testing.T, s store.Store) {
 func testNodeCurrentSuite(t *testing.T, s store.Store) {
 	n := newNode("n1")
 	n.CurrentSuite = "s1"
-	if got := mustUpsert(t, s, n); got.CurrentSuite != "s1" {
-		t.Errorf("UpsertNode(%q).CurrentSuite = %q, want %q", "n1", got.CurrentSuite, "s1")
+	if got := mustCreateNode(t, s, n); got.CurrentSuite != "s1" {
+		t.Errorf("CreateNode(%q).CurrentSuite = %q, want %q", "n1", got.CurrentSuite, "s1")
 	}
 	check := func(when, want string) {
 		t.Helper()
@@ -880,10 +880,7 @@ func testNodeCurrentSuite(t *testing.T, s store.Store) {
 			t.Errorf("ListNodes() %s = %+v, %v, want n1 on suite %q", when, nodes, err, want)
 		}
 	}
-	// Registering again is not the agent saying what it runs: heartbeats do.
-	n.CurrentSuite = ""
-	mustUpsert(t, s, n)
-	check("after registering again", "s1")
+	check("after creation", "s1")
 
 	beat := func(at time.Time, suite string) {
 		t.Helper()
