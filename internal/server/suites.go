@@ -41,9 +41,20 @@ func suiteGroups(s store.Suite) []string {
 	return []string{s.Spec.Group}
 }
 
-// resolveSuite finds a suite by ID or name and checks the caller's role in
-// its group (owners may always read and write their own suites).
-func (s *Server) resolveSuite(ctx context.Context, ref, role string) (store.Suite, error) {
+// suiteAccess is what a caller wants to do with a suite.
+type suiteAccess int
+
+const (
+	suiteRead suiteAccess = iota // see it and its tasks: its owner, or Read in its group
+	suiteStop                    // close or cancel it or its tasks: its owner, or Write
+	suiteWork                    // add tasks or assign nodes, which runs commands on the group's nodes: Write, always
+)
+
+// resolveSuite finds a suite by ID or name and checks the caller may do
+// what with it. Owning a suite never outlives the role it was created
+// with: a user whose Write role in the group was taken away may still read
+// and stop their suites, but no longer make them run anything.
+func (s *Server) resolveSuite(ctx context.Context, ref string, what suiteAccess) (store.Suite, error) {
 	su, err := s.store.GetSuite(ctx, ref)
 	if errdefs.IsNotFound(err) {
 		su, err = s.store.SuiteByName(ctx, ref)
@@ -55,11 +66,18 @@ func (s *Server) resolveSuite(ctx context.Context, ref, role string) (store.Suit
 		return store.Suite{}, err
 	}
 	p := principalFrom(ctx)
-	if p.User == su.Owner && role != api.RoleAdmin {
+	if p.User == su.Owner && what != suiteWork {
 		return su, nil
 	}
 	if !p.Can(api.RoleRead, suiteGroups(su)) {
+		if p.User == su.Owner {
+			return su, p.Require(api.RoleWrite, suiteGroups(su), "suite "+su.Spec.Name)
+		}
 		return store.Suite{}, errdefs.NotFound("suite %q (see nodemgr suite ls)", ref)
+	}
+	role := api.RoleWrite
+	if what == suiteRead {
+		role = api.RoleRead
 	}
 	return su, p.Require(role, suiteGroups(su), "suite "+su.Spec.Name)
 }
@@ -115,7 +133,7 @@ func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error 
 }
 
 func (s *Server) handleGetSuite(w http.ResponseWriter, r *http.Request) error {
-	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), api.RoleRead)
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteRead)
 	if err != nil {
 		return err
 	}
@@ -125,7 +143,7 @@ func (s *Server) handleGetSuite(w http.ResponseWriter, r *http.Request) error {
 
 // setSuiteState closes or cancels a suite.
 func (s *Server) setSuiteState(w http.ResponseWriter, r *http.Request, to string) error {
-	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), api.RoleWrite)
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteStop)
 	if err != nil {
 		return err
 	}
@@ -168,7 +186,7 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), api.RoleWrite)
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteWork)
 	if err != nil {
 		return err
 	}
@@ -213,7 +231,7 @@ func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error
 			return err
 		}
 	}
-	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), api.RoleWrite)
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteWork)
 	if err != nil {
 		return err
 	}
@@ -233,7 +251,7 @@ func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error
 }
 
 func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
-	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), api.RoleRead)
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteRead)
 	if err != nil {
 		return err
 	}
@@ -265,7 +283,7 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
 }
 
 // resolveTask finds a task and checks the caller's role on its suite.
-func (s *Server) resolveTask(ctx context.Context, id, role string) (store.Task, error) {
+func (s *Server) resolveTask(ctx context.Context, id string, what suiteAccess) (store.Task, error) {
 	t, err := s.store.GetTask(ctx, id)
 	if err != nil {
 		if errdefs.IsNotFound(err) {
@@ -273,14 +291,14 @@ func (s *Server) resolveTask(ctx context.Context, id, role string) (store.Task, 
 		}
 		return t, err
 	}
-	if _, err := s.resolveSuite(ctx, t.SuiteID, role); err != nil {
+	if _, err := s.resolveSuite(ctx, t.SuiteID, what); err != nil {
 		return t, err
 	}
 	return t, nil
 }
 
 func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) error {
-	t, err := s.resolveTask(r.Context(), r.PathValue("task"), api.RoleRead)
+	t, err := s.resolveTask(r.Context(), r.PathValue("task"), suiteRead)
 	if err != nil {
 		return err
 	}
@@ -289,7 +307,7 @@ func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request) error {
-	t, err := s.resolveTask(r.Context(), r.PathValue("task"), api.RoleWrite)
+	t, err := s.resolveTask(r.Context(), r.PathValue("task"), suiteStop)
 	if err != nil {
 		return err
 	}
