@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/backoff"
+	"github.com/nodemgr/nodemgr/internal/datadir"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/hw"
 	"github.com/nodemgr/nodemgr/internal/lockfile"
@@ -74,8 +74,10 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	cfg.Server = strings.TrimRight(cfg.Server, "/")
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
+	if was, err := datadir.Ensure(cfg.DataDir); err != nil {
+		return nil, err
+	} else if was != 0 {
+		logger.Warn("the data dir holds this node's credential and was open to other users; made it private", "dir", cfg.DataDir, "mode", was.String())
 	}
 	lock, err := lockfile.Acquire(filepath.Join(cfg.DataDir, "agent.lock"))
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/agent"
 	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/datadir"
 
 	// Providers register themselves with provision.
 	_ "github.com/nodemgr/nodemgr/internal/provision/docker"
@@ -65,8 +65,10 @@ func (f *serverFlags) providerSettings() map[string]map[string]string {
 
 // openStore opens the SQLite store in the data dir.
 func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.Store, error) {
-	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
+	if was, err := datadir.Ensure(f.dataDir); err != nil {
+		return nil, err
+	} else if was != 0 {
+		log.Warn("the data dir holds the store and the admin token and was open to other users; made it private", "dir", f.dataDir, "mode", was.String())
 	}
 	path := f.db
 	if path == "" {

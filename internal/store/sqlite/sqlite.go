@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
 	"runtime"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/nodemgr/nodemgr/internal/datadir"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
@@ -57,6 +59,9 @@ func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error)
 		return nil, fmt.Errorf("open store: path %q: %w", path, errdefs.ErrInvalid)
 	}
 
+	if err := makePrivate(path, logger); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
 	w, err := sql.Open("sqlite", dsn(path, false))
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
@@ -97,6 +102,28 @@ func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error)
 	}
 	logger.Debug("store opened", "path", path, "readers", n)
 	return s, nil
+}
+
+// makePrivate creates the database file 0600 before SQLite does (SQLite
+// would use 0644 less the umask), and tightens an existing one and its WAL
+// and shared-memory files, which SQLite creates with the database's mode:
+// the store holds token hashes and every node's state.
+func makePrivate(path string, logger *slog.Logger) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		was, err := datadir.PrivateFile(p)
+		if err != nil {
+			return err
+		}
+		if was != 0 {
+			logger.Warn("store file was readable by others; made it 0600", "path", p, "mode", was.String())
+		}
+	}
+	return nil
 }
 
 // prepare prepares queries on db.

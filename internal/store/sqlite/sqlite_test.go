@@ -641,3 +641,39 @@ func BenchmarkListTasksLarge(b *testing.B) {
 		})
 	}
 }
+
+// TestFilesArePrivate: the database, its WAL and its shared memory are
+// 0600 whatever the umask, and a store file left readable by an earlier
+// version is tightened (with a warning) on open.
+func TestFilesArePrivate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nodemgr.db")
+	s := open(t, path, nil)
+	if _, err := s.CreateNode(t.Context(), store.Node{ID: "n1", MachineID: "m1", DataDir: "/d"}); err != nil {
+		t.Fatal(err)
+	}
+	checkModes := func(when string) {
+		t.Helper()
+		for _, p := range []string{path, path + "-wal", path + "-shm"} {
+			fi, err := os.Stat(p)
+			if err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+			if m := fi.Mode().Perm(); m != 0o600 {
+				t.Errorf("%s: mode of %s = %v, want -rw-------", when, filepath.Base(p), m)
+			}
+		}
+	}
+	checkModes("new store")
+	s.Close()
+
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	open(t, path, slog.New(slog.NewTextHandler(&logs, nil)))
+	checkModes("reopened 0644 store")
+	if !strings.Contains(logs.String(), "made it 0600") {
+		t.Errorf("reopening a 0644 store logged no warning:\n%s", logs.String())
+	}
+}
