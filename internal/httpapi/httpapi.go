@@ -14,7 +14,7 @@ import (
 	"reflect"
 	"strings"
 
-	gojson "github.com/goccy/go-json"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
@@ -112,11 +112,14 @@ func DecodeStrict(body []byte, v any) error {
 }
 
 // fastDecodeStrict is the hot path of DecodeStrict (agents' task fetches
-// and reports go through it): go-json decodes several times faster than
-// encoding/json with the same strictness. Its errors are not shown; on
-// any error DecodeStrict decodes again with encoding/json to explain it.
+// and reports go through it): go-json-experiment's v1 API decodes with
+// encoding/json's semantics and strictness about three times faster. (It
+// replaced goccy/go-json, which is as fast but reads past the end of its
+// input and panicked on `{"\`: in a WebSocket handler that is the whole
+// server.) Its errors are not shown; on any error DecodeStrict decodes
+// again with encoding/json to explain it.
 func fastDecodeStrict(body []byte, v any) error {
-	dec := gojson.NewDecoder(bytes.NewReader(body))
+	dec := jsonv1.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return err
@@ -141,6 +144,9 @@ func jsonFieldError(err error) error {
 		return errdefs.Field(field, "must be %s, got %s", typ.Type, typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		if name == "" {
+			name = `""`
+		}
 		return errdefs.Field(name, "unknown field")
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return errdefs.Field("body", "truncated JSON")
@@ -164,6 +170,9 @@ func findUnknown(doc any, t reflect.Type, path string) string {
 		t = t.Elem()
 	}
 	join := func(key string) string {
+		if key == "" {
+			key = `""` // a field named nothing would read as no field at all
+		}
 		if path == "" {
 			return key
 		}

@@ -7,8 +7,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	json "github.com/goccy/go-json"
-
 	"github.com/coder/websocket"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -68,7 +66,7 @@ func (w *wsConn) Read(ctx context.Context) (api.Frame, error) {
 		return api.Frame{}, fmt.Errorf("read message: %w", err)
 	}
 	if typ != websocket.MessageText {
-		return api.Frame{}, protocolErrorf("binary message, want JSON text")
+		return api.Frame{}, &ProtocolError{Reason: "binary message, want JSON text", Code: CloseUnsupportedData}
 	}
 	return decodeFrame(b)
 }
@@ -77,9 +75,9 @@ func (w *wsConn) Write(ctx context.Context, f api.Frame) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	b, err := json.Marshal(f)
+	b, err := encodeFrame(f)
 	if err != nil {
-		return fmt.Errorf("encode frame: %w", err)
+		return err
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()

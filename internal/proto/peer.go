@@ -9,7 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	json "github.com/goccy/go-json"
+	"encoding/json"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
@@ -187,7 +187,7 @@ func (p *Peer) readLoop(rctx, hctx context.Context, wg *sync.WaitGroup) error {
 			var pe *ProtocolError
 			if errors.As(err, &pe) && !p.closing.Load() {
 				p.log.Warn("closing connection: remote broke the protocol", "reason", pe.Reason)
-				_ = p.conn.Close(CloseProtocolError, pe.Reason)
+				_ = p.conn.Close(pe.closeCode(), pe.Reason)
 			}
 			return err
 		}
@@ -277,7 +277,7 @@ func (p *Peer) serve(ctx context.Context, req api.Frame) {
 	resp := api.Frame{V: api.ProtocolVersion, Type: api.FrameResponse, ID: req.ID}
 	res, err := p.h.HandleRequest(ctx, req.Method, req.Body)
 	if err == nil && res != nil {
-		resp.Body, err = json.Marshal(res)
+		resp.Body, err = marshal(res)
 		if err != nil {
 			err = fmt.Errorf("encode %s response: %w", req.Method, err)
 		}
@@ -383,7 +383,7 @@ func (p *Peer) Call(ctx context.Context, method string, req, resp any) error {
 		return fmt.Errorf("call: empty method: %w", errdefs.ErrInvalid)
 	}
 	if req != nil {
-		b, err := json.Marshal(req)
+		b, err := marshal(req)
 		if err != nil {
 			return fmt.Errorf("call %s: encode request: %w", method, err)
 		}
@@ -424,7 +424,7 @@ func (p *Peer) Call(ctx context.Context, method string, req, resp any) error {
 		return fmt.Errorf("call %s: %w", method, errdefs.FromAPI(*r.Error))
 	}
 	if resp != nil && len(r.Body) > 0 {
-		if err := json.Unmarshal(r.Body, resp); err != nil {
+		if err := unmarshal(r.Body, resp); err != nil {
 			return fmt.Errorf("call %s: decode response: %w", method, err)
 		}
 	}

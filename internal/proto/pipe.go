@@ -2,7 +2,6 @@ package proto
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"sync"
@@ -50,9 +49,9 @@ func (p *pipeConn) Read(ctx context.Context) (api.Frame, error) {
 }
 
 func (p *pipeConn) Write(ctx context.Context, f api.Frame) error {
-	b, err := json.Marshal(f)
+	b, err := encodeFrame(f)
 	if err != nil {
-		return fmt.Errorf("encode frame: %w", err)
+		return err
 	}
 	return p.writeRaw(ctx, b)
 }

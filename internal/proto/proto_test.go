@@ -626,6 +626,7 @@ func TestBadFrames(t *testing.T) {
 		binary     bool
 		msg        string
 		wantReason string
+		wantCode   CloseCode // 0: CloseProtocolError
 	}{
 		{name: "malformed json", msg: `{"v":1,"type":`, wantReason: "malformed frame"},
 		{name: "not an object", msg: `[1,2]`, wantReason: "malformed frame"},
@@ -635,7 +636,11 @@ func TestBadFrames(t *testing.T) {
 		{name: "request without method", msg: `{"v":1,"type":"req","id":1}`, wantReason: "without method"},
 		{name: "request id 0", msg: `{"v":1,"type":"req","method":"echo"}`, wantReason: "without id"},
 		{name: "notify without seq", msg: `{"v":1,"type":"notify","method":"x"}`, wantReason: "without seq"},
-		{name: "binary message", binary: true, msg: `{"v":1,"type":"ack","seq":1}`, wantReason: "binary"},
+		{name: "binary message", binary: true, msg: `{"v":1,"type":"ack","seq":1}`, wantReason: "binary", wantCode: CloseUnsupportedData},
+		// RFC 6455 section 8.1: a text message must be UTF-8.
+		{name: "invalid utf-8 in a string", msg: `{"v":1,"type":"req","id":1,"method":"echo","body":"` + "\xff" + `"}`, wantReason: "UTF-8", wantCode: CloseInvalidPayload},
+		{name: "invalid utf-8 after the object", msg: `{"v":1,"type":"ack","seq":1}` + "\xc3", wantReason: "UTF-8", wantCode: CloseInvalidPayload},
+		{name: "encoded surrogate", msg: `{"v":1,"type":"req","id":1,"method":"` + "\xed\xa0\x80" + `"}`, wantReason: "UTF-8", wantCode: CloseInvalidPayload},
 	}
 	forEachTransport(t, func(t *testing.T, n network) {
 		for _, tc := range tests {
@@ -651,10 +656,14 @@ func TestBadFrames(t *testing.T) {
 				}
 
 				// The remote learns why.
+				wantCode := tc.wantCode
+				if wantCode == 0 {
+					wantCode = CloseProtocolError
+				}
 				_, err := raw.Read(ctx)
 				var ce *CloseError
-				if !errors.As(err, &ce) || ce.Code != CloseProtocolError || !strings.Contains(ce.Reason, tc.wantReason) {
-					t.Errorf("remote Read = %v, want close %d mentioning %q", err, CloseProtocolError, tc.wantReason)
+				if !errors.As(err, &ce) || ce.Code != wantCode || !strings.Contains(ce.Reason, tc.wantReason) {
+					t.Errorf("remote Read = %v, want close %d mentioning %q", err, wantCode, tc.wantReason)
 				}
 				err = p.wait(t)
 				var pe *ProtocolError

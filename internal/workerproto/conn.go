@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	json "github.com/goccy/go-json"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // MaxFrame bounds one frame. A report carries two 64 KiB output tails,
@@ -47,14 +47,33 @@ func (c *Conn) Read() (Frame, error) {
 	if err != nil {
 		return Frame{}, err
 	}
+	return decode(line)
+}
+
+// The JSON codec is go-json-experiment's v1 API, as on the agent's
+// WebSocket (see internal/proto): encoding/json's semantics at about
+// goccy/go-json's speed, without goccy/go-json's reads past the end of its
+// input, which panicked on the line `{"\` and took the agent down.
+
+// decode parses one line.
+func decode(line []byte) (Frame, error) {
 	var f Frame
-	if err := json.Unmarshal(line, &f); err != nil {
+	if err := jsonv1.Unmarshal(line, &f); err != nil {
 		return Frame{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if f.Op == "" {
 		return Frame{}, fmt.Errorf("%w: no op", ErrMalformed)
 	}
 	return f, nil
+}
+
+// encode appends f and its newline to buf.
+func encode(buf []byte, f Frame) ([]byte, error) {
+	b, err := jsonv1.Marshal(f)
+	if err != nil {
+		return buf, fmt.Errorf("encode %s frame: %w", f.Op, err)
+	}
+	return append(append(buf, b...), '\n'), nil
 }
 
 func (c *Conn) readLine() ([]byte, error) {
@@ -91,11 +110,10 @@ func (c *Conn) Write(fs ...Frame) error {
 	defer c.wmu.Unlock()
 	c.buf = c.buf[:0]
 	for _, f := range fs {
-		b, err := json.Marshal(f)
-		if err != nil {
-			return fmt.Errorf("encode %s frame: %w", f.Op, err)
+		var err error
+		if c.buf, err = encode(c.buf, f); err != nil {
+			return err
 		}
-		c.buf = append(append(c.buf, b...), '\n')
 	}
 	c.c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := c.c.Write(c.buf); err != nil {
