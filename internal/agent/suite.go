@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/procenv"
 	"github.com/nodemgr/nodemgr/internal/workerpool"
 )
 
@@ -263,7 +264,8 @@ func (r *runner) runHook(ctx context.Context, su api.Suite, workDir, name string
 	cmd := exec.Command(h.Command[0], h.Command[1:]...)
 	cmd.Dir = workDir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), suiteEnv(su, r.a.NodeID())...)
+	// A clean environment: the agent's holds its secrets.
+	cmd.Env = append(procenv.Clean(), suiteEnv(su, r.a.NodeID())...)
 	cmd.Env = append(cmd.Env, "NODEMGR_SUITE_DIR="+workDir)
 	for k, v := range h.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)

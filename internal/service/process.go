@@ -175,18 +175,6 @@ func serviceArgs(spec api.ServiceSpec) []string {
 	return args
 }
 
-// inheritedEnv is the agent's environment without NODEMGR_ variables: they
-// configure the agent and may carry its secrets (join token, API token).
-func inheritedEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NODEMGR_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
 // serviceEnv is the environment of a service and of its drain command.
 // Later entries win, so the spec's Env cannot mask what nodemgr sets.
 func (s *Supervisor) serviceEnv(coord Coordinate, spec api.ServiceSpec, tree string, port int) []string {

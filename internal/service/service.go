@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/procenv"
 )
 
 // Artifacts finds installed artifacts; the agent adapts its artifact store.
@@ -148,7 +149,7 @@ func New(cfg Config) (*Supervisor, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		http:    cfg.HTTPClient,
-		baseEnv: inheritedEnv(),
+		baseEnv: procenv.Clean(), // not the agent's environment: it holds its secrets
 		ready:   make(chan struct{}),
 		quit:    make(chan struct{}),
 		svcs:    map[string]*svc{},

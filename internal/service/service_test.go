@@ -24,6 +24,7 @@ import (
 
 func TestStartServes(t *testing.T) {
 	t.Setenv("NODEMGR_SECRET_TOKEN", "do-not-leak")
+	t.Setenv("SERVICE_TEST_INHERITED", "no")
 	h := newHarness(t)
 	s, _ := h.supervisor()
 	const coord = "i1.web.alice.c1"
@@ -66,8 +67,10 @@ func TestStartServes(t *testing.T) {
 			t.Errorf("env %s = %q, want %q", k, got, want)
 		}
 	}
-	if _, ok := r.Env["NODEMGR_SECRET_TOKEN"]; ok {
-		t.Errorf("the agent's NODEMGR_SECRET_TOKEN leaked into the service's environment")
+	for _, k := range []string{"NODEMGR_SECRET_TOKEN", "SERVICE_TEST_INHERITED"} {
+		if _, ok := r.Env[k]; ok {
+			t.Errorf("the agent's %s leaked into the service's environment", k)
+		}
 	}
 	if _, ok := r.Env["PATH"]; !ok {
 		t.Errorf("PATH was not inherited")

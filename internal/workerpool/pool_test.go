@@ -76,11 +76,14 @@ func TestEveryTaskRunsOnce(t *testing.T) {
 	}
 }
 
-// Workers get the pool's NODEMGR_* variables and Config.Env, but not the
-// agent's own NODEMGR_* settings, which may be secrets.
+// Workers get the pool's NODEMGR_* variables, Config.Env and PATH, HOME,
+// LANG and TZ, but nothing else of the agent's environment: its secrets
+// are there.
 func TestWorkerEnvironment(t *testing.T) {
 	t.Setenv("NODEMGR_JOIN_TOKEN", "secret")
+	t.Setenv("NODEMGR_LOCAL_API_TOKEN", "secret")
 	t.Setenv("WORKERPOOL_TEST_INHERITED", "yes")
+	t.Setenv("TZ", "Europe/Paris")
 	src := newSource(task("env", "env"))
 	cfg := config(t, "worker", 1, 0)
 	cfg.Env = append(cfg.Env, "EXTRA=1")
@@ -90,15 +93,17 @@ func TestWorkerEnvironment(t *testing.T) {
 	}
 	r, _ := src.ReportFor("env")
 	env := strings.Split(r.Result.Stdout, "\n")
-	for _, want := range []string{"EXTRA=1", "WORKERPOOL_TEST_INHERITED=yes", "NODEMGR_SUITE_ID=suite-1",
+	for _, want := range []string{"EXTRA=1", "PATH=" + os.Getenv("PATH"), "TZ=Europe/Paris", "NODEMGR_SUITE_ID=suite-1",
 		"NODEMGR_SUITE_NAME=test", "NODEMGR_NODE_ID=node-1", "NODEMGR_WORKER_ID=0", "NODEMGR_WORKER_COUNT=1"} {
 		if !slices.Contains(env, want) {
 			t.Errorf("worker environment lacks %s", want)
 		}
 	}
 	for _, kv := range env {
-		if strings.HasPrefix(kv, "NODEMGR_JOIN_TOKEN=") {
-			t.Errorf("worker environment has the agent's %s", kv)
+		for _, banned := range []string{"NODEMGR_JOIN_TOKEN=", "NODEMGR_LOCAL_API_TOKEN=", "WORKERPOOL_TEST_INHERITED="} {
+			if strings.HasPrefix(kv, banned) {
+				t.Errorf("worker environment has the agent's %s", kv)
+			}
 		}
 	}
 }

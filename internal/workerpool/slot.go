@@ -8,11 +8,11 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/backoff"
+	"github.com/nodemgr/nodemgr/internal/procenv"
 	"github.com/nodemgr/nodemgr/internal/workerproto"
 )
 
@@ -85,7 +85,7 @@ func (p *Pool) spawn(s *slot) (*exec.Cmd, error) {
 
 	cmd := exec.Command(p.cfg.Command[0], p.cfg.Command[1:]...)
 	cmd.Dir = p.cfg.Dir
-	cmd.Env = append(append(workerEnviron(), p.cfg.Env...),
+	cmd.Env = append(append(procenv.Clean(), p.cfg.Env...),
 		workerproto.EnvSocket+"="+p.sock,
 		workerproto.EnvWorkerID+"="+strconv.Itoa(s.id),
 		workerproto.EnvToken+"="+token,
@@ -140,13 +140,6 @@ func (p *Pool) procs(s *slot) int {
 		}
 	}
 	return max(1, cpus/max(1, sharing))
-}
-
-// workerEnviron is the agent's environment without its own NODEMGR_*
-// settings: they configure the agent, and some are secrets (join token,
-// API token) that tasks from any suite must not read.
-func workerEnviron() []string {
-	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "NODEMGR_") })
 }
 
 // slotLoop waits for s's process to end, reports what it held, and starts

@@ -4,7 +4,8 @@
 // insecure and meant for testing: commands run with nodemgr's privileges.
 //
 // Exec runs argv with os/exec in a process group of its own, with
-// nodemgr's environment plus Command.Env; when Timeout or ctx ends it, the
+// nodemgr's environment less its own NODEMGR_* settings (which hold its
+// secrets) plus Command.Env; when Timeout or ctx ends it, the
 // whole group is killed. A command killed by a signal reports 128+signal,
 // as a shell would. Output still held open by a background process when
 // the command exits is waited for only briefly.
@@ -23,12 +24,21 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/execute"
 	"github.com/nodemgr/nodemgr/internal/provision"
 )
+
+// hostEnv is the environment of the host as a login there would see it:
+// nodemgr's, without nodemgr's own settings, some of which are secrets
+// (NODEMGR_TOKEN, NODEMGR_JOIN_TOKEN, ...).
+func hostEnv() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "NODEMGR_") })
+}
 
 // Capability is what a deployment must offer for this executor.
 const Capability = "exec:local"
@@ -65,7 +75,7 @@ func (l *Local) Exec(ctx context.Context, d provision.Deployment, cmd execute.Co
 		defer cancel()
 	}
 	c := exec.CommandContext(ctx, cmd.Argv[0], cmd.Argv[1:]...)
-	c.Env = append(os.Environ(), cmd.Env...)
+	c.Env = append(hostEnv(), cmd.Env...)
 	c.Dir = cmd.Dir
 	c.Stdin, c.Stdout, c.Stderr = cmd.Stdin, cmd.Stdout, cmd.Stderr
 	c.WaitDelay = outputWait

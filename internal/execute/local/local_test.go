@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os/user"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -36,9 +37,9 @@ func TestConformance(t *testing.T) {
 	}
 	executetest.Run(t, func(t *testing.T) executetest.Target {
 		e, d := host(t)
-		// Commands get nodemgr's environment.
-		t.Setenv("NODEMGR_TEST_OUTER", "outer")
-		return executetest.Target{Executor: e, Deployment: d, User: u.Username, Env: "NODEMGR_TEST_OUTER=outer"}
+		// Commands get nodemgr's environment, but for its own settings.
+		t.Setenv("LOCAL_TEST_OUTER", "outer")
+		return executetest.Target{Executor: e, Deployment: d, User: u.Username, Env: "LOCAL_TEST_OUTER=outer"}
 	})
 }
 
@@ -91,5 +92,21 @@ func TestNames(t *testing.T) {
 	e := local.New()
 	if e.Name() != "local" || e.Capability() != "exec:local" {
 		t.Errorf("Name, Capability = %q, %q; want local, exec:local", e.Name(), e.Capability())
+	}
+}
+
+// nodemgr's own settings hold its secrets; a command on the host does not
+// get them.
+func TestExecHidesNodemgrSettings(t *testing.T) {
+	t.Setenv("NODEMGR_TOKEN", "nmu_secret")
+	t.Setenv("NODEMGR_JOIN_TOKEN", "nmj_secret")
+	e, d := host(t)
+	var stdout bytes.Buffer
+	cmd := execute.Command{Argv: []string{"env"}, Stdout: &stdout}
+	if code, err := e.Exec(context.Background(), d, cmd); code != 0 || err != nil {
+		t.Fatalf("Exec(env) = %d, %v", code, err)
+	}
+	if strings.Contains(stdout.String(), "NODEMGR_") || !strings.Contains(stdout.String(), "PATH=") {
+		t.Errorf("Exec(env) printed %q, want PATH and no NODEMGR_ variable", stdout.String())
 	}
 }
