@@ -2,28 +2,25 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
 )
 
 // TestOpenAPIMatchesRoutes keeps the served OpenAPI document true to the
 // handlers: every route is documented and every documented operation exists.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
-	b, err := OpenAPI()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Paths map[string]map[string]json.RawMessage `json:"paths"`
-	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := servedDoc(t)
 	documented := map[string]bool{}
 	for path, ops := range doc.Paths {
 		for method := range ops {
-			if method == "parameters" {
+			if !isMethod(method) {
 				continue
 			}
 			documented[strings.ToUpper(method)+" "+path] = true
@@ -51,4 +48,151 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		sort.Strings(all)
 		t.Logf("served routes:\n%s", strings.Join(all, "\n"))
 	}
+}
+
+// TestOpenAPIDocumentIsValid validates the served document with an
+// OpenAPI 3.1 implementation other than ours (pb33f/libopenapi): against the
+// specification's own JSON Schema, and by building its model, which resolves
+// every $ref.
+func TestOpenAPIDocumentIsValid(t *testing.T) {
+	b, err := OpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := validateOpenAPI(b); len(errs) > 0 {
+		t.Fatalf("openapi.yaml is not valid OpenAPI 3.1:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestOpenAPIValidatorCatchesBrokenDocuments proves the validity check can
+// fail: each document here has a defect the real one once had, or one that
+// is easy to make.
+func TestOpenAPIValidatorCatchesBrokenDocuments(t *testing.T) {
+	head := `{"openapi": "3.1.0", "info": {"title": "t", "version": "1"}, `
+	for _, tc := range []struct{ name, doc string }{
+		// An unquoted comma in flow-style YAML split a description into a
+		// stray key: components/parameters/Node stopped being a parameter.
+		{"stray key in a parameter", head + `"paths": {}, "components": {"parameters": {"Node": {"name": "node", "in": "path", "required": true, "description": "Node ID", "name or unique ID prefix": null, "schema": {"type": "string"}}}}}`},
+		{"dangling $ref", head + `"paths": {"/x": {"get": {"responses": {"200": {"$ref": "#/components/responses/Nope"}}}}}}`},
+		{"parameter with no in", head + `"paths": {"/x": {"get": {"parameters": [{"name": "q"}], "responses": {"200": {"description": "ok"}}}}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if errs := validateOpenAPI([]byte(tc.doc)); len(errs) == 0 {
+				t.Errorf("validateOpenAPI(%s) found nothing wrong", tc.doc)
+			}
+		})
+	}
+}
+
+// validateOpenAPI returns what libopenapi finds wrong with a document.
+func validateOpenAPI(b []byte) []string {
+	doc, err := libopenapi.NewDocument(b)
+	if err != nil {
+		return []string{fmt.Sprintf("parse: %v", err)}
+	}
+	var errs []string
+	if _, err := doc.BuildV3Model(); err != nil {
+		errs = append(errs, fmt.Sprintf("build model: %v", err))
+	}
+	v, verrs := validator.NewValidator(doc)
+	for _, err := range verrs {
+		errs = append(errs, fmt.Sprintf("validator: %v", err))
+	}
+	if v == nil {
+		return errs
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		for _, e := range verrs {
+			errs = append(errs, e.Error())
+			for _, f := range e.SchemaValidationErrors {
+				errs = append(errs, fmt.Sprintf("  at %s: %s", f.FieldPath, f.Reason))
+			}
+		}
+		if len(verrs) == 0 {
+			errs = append(errs, "invalid, with no reason given")
+		}
+	}
+	return errs
+}
+
+var camelCase = regexp.MustCompile(`^[a-z][a-zA-Z0-9]*$`)
+
+// TestOpenAPIOperations checks what a client generator and a reader rely
+// on: unique camelCase operation IDs, the 401 of every authenticated route,
+// a success answer, and error answers that are error bodies.
+func TestOpenAPIOperations(t *testing.T) {
+	doc := servedDoc(t)
+	auth := map[string]authKind{}
+	for _, rt := range (&Server{}).routeTable() {
+		auth[rt.Method+" "+rt.Path] = rt.Auth
+	}
+	seen := map[string]string{}
+	for path, ops := range doc.Paths {
+		for method, raw := range ops {
+			if !isMethod(method) {
+				continue
+			}
+			name := strings.ToUpper(method) + " " + path
+			var op struct {
+				OperationID string                     `json:"operationId"`
+				Responses   map[string]json.RawMessage `json:"responses"`
+			}
+			if err := json.Unmarshal(raw, &op); err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			if !camelCase.MatchString(op.OperationID) {
+				t.Errorf("%s: operationId %q is not camelCase", name, op.OperationID)
+			}
+			if other, dup := seen[op.OperationID]; dup {
+				t.Errorf("%s: operationId %q is also %s's", name, op.OperationID, other)
+			}
+			seen[op.OperationID] = name
+			checkResponses(t, name, auth[name], op.Responses)
+		}
+	}
+}
+
+func checkResponses(t *testing.T, name string, kind authKind, responses map[string]json.RawMessage) {
+	t.Helper()
+	if _, ok := responses["401"]; ok != (kind != authNone) {
+		t.Errorf("%s: lists 401 = %v, but its route takes a credential = %v", name, ok, kind != authNone)
+	}
+	success := false
+	for code, raw := range responses {
+		switch {
+		case code < "400":
+			success = true
+		case !strings.Contains(string(raw), `"#/components/responses/`) && !strings.Contains(string(raw), "text/plain"):
+			t.Errorf("%s: response %s is not one of components/responses (an error body)", name, code)
+		}
+	}
+	if !success {
+		t.Errorf("%s: lists no success response", name)
+	}
+}
+
+// openapiDoc is the part of the served document the tests read.
+type openapiDoc struct {
+	Paths      map[string]map[string]json.RawMessage `json:"paths"`
+	Components struct {
+		Schemas map[string]map[string]any `json:"schemas"`
+	} `json:"components"`
+}
+
+func servedDoc(t *testing.T) openapiDoc {
+	t.Helper()
+	b, err := OpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc openapiDoc
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+func isMethod(key string) bool {
+	return slices.Contains([]string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}, key)
 }
