@@ -24,7 +24,19 @@ type Store interface {
 	Documents
 	Deployments
 	Containers
+	Stats
 	Close() error
+}
+
+// Stats are the counts the server's metrics show. Each costs the same
+// whatever the number of nodes, suites and tasks (an index or a kept count,
+// never a scan of tasks), since every scrape asks.
+type Stats interface {
+	// CountNodes counts nodes by status; a status no node has is absent.
+	CountNodes(ctx context.Context) (map[string]int, error)
+	// CountSuites counts suites by state (a state no suite has is absent)
+	// and the tasks of all suites by state.
+	CountSuites(ctx context.Context) (map[string]int, api.TaskCounts, error)
 }
 
 // Node is a stored node. Hardware, tags, labels and groups travel as in api.

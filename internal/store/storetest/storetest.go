@@ -144,6 +144,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ReclaimNodeKeeps", testReclaimNodeKeeps},
 		{"CancelTask", testCancelTask},
 		{"NodeCurrentSuite", testNodeCurrentSuite},
+		{"Stats", testStats},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
