@@ -239,6 +239,7 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	if err != nil {
 		return nil, err
 	}
+	h.s.metrics.tasksClaimed.Add(float64(len(claimed)))
 	out := api.TasksFetched{Tasks: make([]api.Task, len(claimed)), Remaining: -1}
 	for i, t := range claimed {
 		out.Tasks[i] = apiTask(t)
@@ -285,6 +286,9 @@ func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (a
 	if applied > 0 {
 		h.s.metrics.tasksReported.Add(float64(applied))
 	}
+	for _, r := range req.Reports {
+		h.s.metrics.taskReports.WithLabelValues(r.Outcome).Inc()
+	}
 	return struct {
 		Applied int `json:"applied"`
 	}{applied}, nil
@@ -299,6 +303,7 @@ func (h *agentHandler) tasksReturn(ctx context.Context, body json.RawMessage) (a
 	if err != nil {
 		return nil, err
 	}
+	h.s.metrics.tasksReturned.Add(float64(n))
 	return struct {
 		Returned int `json:"returned"`
 	}{n}, nil

@@ -112,8 +112,7 @@ func (s *Server) wrap(rt route) http.Handler {
 		if err != nil {
 			s.writeError(sw, r, err)
 		}
-		s.metrics.httpRequests.WithLabelValues(label, strconv.Itoa(sw.code)).Inc()
-		s.metrics.httpDuration.WithLabelValues(label).Observe(time.Since(start).Seconds())
+		s.metrics.observe(label, strconv.Itoa(sw.code), time.Since(start))
 	})
 }
 
