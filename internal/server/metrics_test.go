@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -247,4 +248,31 @@ func grepLines(body, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestClientThatHangsUpIsNoServerError checks that a request whose client
+// went away is dropped, not answered 500: it is no failure of the server's,
+// and must not show as a 5xx in the metrics (users end `logs -f` with ^C).
+func TestClientThatHangsUpIsNoServerError(t *testing.T) {
+	s, _, admin := metricsServer(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	req := httptest.NewRequest("GET", "/v1/nodes", nil).WithContext(ctx)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	rec := httptest.NewRecorder()
+	func() {
+		defer func() {
+			if p := recover(); p != http.ErrAbortHandler {
+				t.Errorf("a request whose client hung up panicked with %v, want http.ErrAbortHandler (drop the connection)", p)
+			}
+		}()
+		s.Handler().ServeHTTP(rec, req)
+	}()
+	if rec.Code == http.StatusInternalServerError {
+		t.Errorf("a request whose client hung up was answered %d %s", rec.Code, rec.Body)
+	}
+	body := scrape(t, s.Handler(), admin)
+	if want := `nodemgr_http_requests_total{code="499",route="GET /v1/nodes"} 1`; !strings.Contains(body, want) {
+		t.Errorf("scrape has no %s:\n%s", want, grepLines(body, "GET /v1/nodes"))
+	}
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -109,11 +111,24 @@ func (s *Server) wrap(rt route) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		err := s.serveRoute(sw, r, rt)
+		if err != nil && clientGone(r, err) {
+			// Nobody is left to read an answer, and the failure is not the
+			// server's: drop the connection as net/http does, and count the
+			// request as nginx's 499 (client closed request), not a 5xx.
+			s.metrics.observe(label, "499", time.Since(start))
+			panic(http.ErrAbortHandler)
+		}
 		if err != nil {
 			s.writeError(sw, r, err)
 		}
 		s.metrics.observe(label, strconv.Itoa(sw.code), time.Since(start))
 	})
+}
+
+// clientGone reports whether err is the request's own cancellation: the
+// client hung up.
+func clientGone(r *http.Request, err error) bool {
+	return errors.Is(err, context.Canceled) && errors.Is(r.Context().Err(), context.Canceled)
 }
 
 func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt route) error {
