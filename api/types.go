@@ -129,15 +129,18 @@ type CreateUserRequest struct {
 // Token describes an API token, a join token or a node credential. The
 // secret is returned once, when it is created.
 type Token struct {
-	ID        string     `json:"id"`
-	Kind      string     `json:"kind"` // api | join | node
-	Name      string     `json:"name,omitempty"`
-	User      string     `json:"user,omitempty"`
-	NodeID    string     `json:"node_id,omitempty"`
-	Secret    string     `json:"secret,omitempty"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	CreatedAt time.Time  `json:"created_at"`
-	LastUsed  *time.Time `json:"last_used,omitempty"`
+	ID     string `json:"id"`
+	Kind   string `json:"kind"` // api | join | node
+	Name   string `json:"name,omitempty"`
+	User   string `json:"user,omitempty"`
+	NodeID string `json:"node_id,omitempty"`
+	Secret string `json:"secret,omitempty"`
+	// CAFingerprint is the pin of the server's own CA ("sha256:<hex>"),
+	// which a new join token's secret carries after a ".".
+	CAFingerprint string     `json:"ca_fingerprint,omitempty"`
+	ExpiresAt     *time.Time `json:"expires_at,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	LastUsed      *time.Time `json:"last_used,omitempty"`
 }
 
 // Token kinds.

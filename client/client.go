@@ -8,6 +8,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/archive"
+	"github.com/nodemgr/nodemgr/internal/tlsca"
 )
 
 // Client talks to one nodemgr server.
@@ -36,11 +39,34 @@ type Client struct {
 
 // New returns a client for the server at addr (a URL, or host:port meaning
 // http://host:port) that authenticates with token.
-func New(addr, token string) *Client {
+func New(addr, token string, opts ...Option) *Client {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}
-	return &Client{base: strings.TrimRight(addr, "/"), token: token, http: &http.Client{Timeout: 60 * time.Second}, stream: &http.Client{}}
+	c := &Client{base: strings.TrimRight(addr, "/"), token: token, http: &http.Client{Timeout: 60 * time.Second}, stream: &http.Client{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithRootCAs verifies the server's certificate against the CAs in roots
+// instead of the system's: for a server with a CA of its own, whose
+// certificate is DATA_DIR/ca.crt on the server.
+//
+//	certs, _ := os.ReadFile("ca.crt")
+//	roots := x509.NewCertPool()
+//	roots.AppendCertsFromPEM(certs)
+//	c := client.New("https://nodemgr.example:7070", token, client.WithRootCAs(roots))
+func WithRootCAs(roots *x509.CertPool) Option {
+	return func(c *Client) {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		c.http.Transport, c.stream.Transport = t, t
+	}
 }
 
 // Error is an error answer from the server.
@@ -98,6 +124,9 @@ func (c *Client) unreachable(method, path string, err error) error {
 	if c.socket != "" {
 		return fmt.Errorf("%s %s: %w (is the agent running with its local API at %s? set --agent-socket)", method, path, err, c.socket)
 	}
+	if hint := tlsca.Hint(err, "--ca-cert (or NODEMGR_CA_CERT)"); hint != "" {
+		return fmt.Errorf("%s %s: %w (%s)", method, path, err, hint)
+	}
 	return fmt.Errorf("%s %s: %w (is the server running at %s? set --addr or NODEMGR_ADDR)", method, path, err, c.base)
 }
 
@@ -107,6 +136,10 @@ func answerError(method, path string, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if json.Unmarshal(b, &eb) != nil || eb.Error.Message == "" {
 		eb.Error = api.Error{Code: "internal", Message: fmt.Sprintf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(b))}
+		if resp.StatusCode == http.StatusBadRequest && bytes.Contains(b, []byte("HTTPS server")) {
+			// Go's answer to plain HTTP on a TLS port.
+			eb.Error.Message = fmt.Sprintf("%s %s: the server speaks HTTPS: use an https:// address (--addr or NODEMGR_ADDR), and pass its CA with --ca-cert (or NODEMGR_CA_CERT) if it made its own", method, path)
+		}
 	}
 	return &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, Field: eb.Error.Field}
 }

@@ -63,6 +63,7 @@ type Agent struct {
 	// workChanged says the agent's state or suite changed: the server
 	// hears it with a heartbeat at once, not at the next tick.
 	workChanged chan struct{}
+	caPinned    atomic.Bool // the join token's CA was kept
 }
 
 // New validates cfg, takes the data dir's lock and loads the agent's state.
@@ -84,7 +85,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: logger, lock: lock, agState: api.AgentIdle,
-		shutdown: make(chan string, 1), http: &http.Client{Timeout: 30 * time.Second},
+		shutdown:  make(chan string, 1),
 		connected: make(chan struct{}), stopCtx: context.Background(), workChanged: make(chan struct{}, 1)}
 	a.runner = newRunner(a)
 	if a.st, err = loadState(cfg.DataDir); err != nil {
@@ -95,6 +96,14 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		// A credential is only good at the server that issued it.
 		logger.Warn("server changed since last run; registering afresh", "was", a.st.Server, "now", cfg.Server)
 		a.st = state{}
+		forgetServerCA(cfg.DataDir)
+	}
+	if err := a.setupTransport(); err != nil {
+		lock.Release()
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	for _, f := range cfg.openSecretFiles {
+		logger.Warn("a file holding a secret is readable by other users; chmod 600 it", "file", f)
 	}
 	if a.machineID, err = hw.MachineID(cfg.DataDir); err != nil {
 		lock.Release()
@@ -192,7 +201,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.st.Credential = ""
 			a.mu.Unlock()
 			if a.cfg.JoinToken == "" {
-				return fmt.Errorf("the server rejected this node's credential and no join token is configured: create one with `nodemgr join-token create` and pass it with --join-token")
+				return fmt.Errorf("the server rejected this node's credential and no join token is configured: create one with `nodemgr join-token create` and pass it with --join-token-file or NODEMGR_JOIN_TOKEN")
 			}
 		}
 		var fatal *fatalError
@@ -239,12 +248,18 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	wsURL := "ws" + strings.TrimPrefix(a.cfg.Server, "http") + "/v1/agent/connect"
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	c, resp, err := websocket.Dial(dctx, wsURL, &websocket.DialOptions{
+		HTTPClient: a.http,
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + cred}},
 	})
 	cancel()
 	if err != nil {
 		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
 			return fmt.Errorf("connect: %w", errAuth)
+		}
+		if hint := tlsTrouble(err); hint != "" {
+			// Retried all the same: the server's certificate may be
+			// being fixed.
+			return fmt.Errorf("connect to %s: %w (%s)", a.cfg.Server, err, hint)
 		}
 		return fmt.Errorf("connect to %s: %w", a.cfg.Server, err)
 	}
@@ -424,7 +439,7 @@ func (a *Agent) ensureRegistered(ctx context.Context) error {
 		return nil
 	}
 	if a.cfg.JoinToken == "" {
-		return &fatalError{fmt.Errorf("this agent is not registered yet: pass a join token (--join-token, NODEMGR_JOIN_TOKEN or join_token in the config; create one with `nodemgr join-token create`)")}
+		return &fatalError{fmt.Errorf("this agent is not registered yet: pass a join token (--join-token-file, NODEMGR_JOIN_TOKEN or join_token in the config; create one with `nodemgr join-token create`)")}
 	}
 	req := api.RegisterRequest{
 		MachineID: a.machineID, DataDir: a.cfg.DataDir, Name: a.cfg.Name,
@@ -440,6 +455,14 @@ func (a *Agent) ensureRegistered(ctx context.Context) error {
 	hreq.Header.Set("Content-Type", "application/json")
 	resp, err := a.http.Do(hreq)
 	if err != nil {
+		if isTLSTrouble(err) {
+			// Nothing was sent: the agent does not trust the server,
+			// and retrying cannot change that.
+			if hint := tlsTrouble(err); hint != "" {
+				err = fmt.Errorf("%w (%s)", err, hint)
+			}
+			return &fatalError{fmt.Errorf("register with %s: %w", a.cfg.Server, err)}
+		}
 		return fmt.Errorf("register: %w", err)
 	}
 	defer resp.Body.Close()

@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/portalloc"
 	"github.com/nodemgr/nodemgr/internal/validate"
@@ -26,7 +27,7 @@ import (
 // environment variables, overridden by flags (the CLI applies them in that
 // order).
 type Config struct {
-	Server        string            `yaml:"server"`          // coordinator URL, e.g. http://10.0.0.1:7070
+	Server        string            `yaml:"server"`          // coordinator URL, e.g. https://10.0.0.1:7070
 	DataDir       string            `yaml:"data_dir"`        // state, lock, credential
 	JoinToken     string            `yaml:"join_token"`      // needed only to register
 	JoinTokenFile string            `yaml:"join_token_file"` // alternative to join_token
@@ -34,6 +35,11 @@ type Config struct {
 	Tags          []string          `yaml:"tags"`
 	Labels        map[string]string `yaml:"labels"`
 	Groups        []string          `yaml:"groups"`
+
+	// ServerCA is a PEM file of the CA to verify the server by. Without
+	// it the agent trusts the CA whose fingerprint the join token carries
+	// (and keeps it in the data dir, server-ca.crt), else the system's roots.
+	ServerCA string `yaml:"server_ca"`
 
 	// HeartbeatInterval overrides the interval the server asks for.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
@@ -55,8 +61,9 @@ type Config struct {
 	LocalAPISocket string `yaml:"local_api_socket"`
 	// LocalAPIListen also serves the local API on TCP (host:port); it then
 	// needs LocalAPIToken, sent as "Authorization: Bearer <token>".
-	LocalAPIListen string `yaml:"local_api_listen"`
-	LocalAPIToken  string `yaml:"local_api_token"`
+	LocalAPIListen    string `yaml:"local_api_listen"`
+	LocalAPIToken     string `yaml:"local_api_token"`
+	LocalAPITokenFile string `yaml:"local_api_token_file"` // alternative to local_api_token
 	// DockerHost is the engine containers run on (DOCKER_HOST style;
 	// default $DOCKER_HOST, else the local socket).
 	DockerHost string `yaml:"docker_host"`
@@ -78,6 +85,9 @@ type Config struct {
 	// PortRange is the range the port allocator hands out, "min-max";
 	// default 16384-65535.
 	PortRange string `yaml:"port_range"`
+
+	// openSecretFiles are secret files other users may read, to warn about.
+	openSecretFiles []string
 }
 
 // LoadConfigFile reads a YAML config file. Unknown keys are errors that name
@@ -97,18 +107,21 @@ func LoadConfigFile(path string) (Config, error) {
 }
 
 // ApplyEnv overrides c with the NODEMGR_* variables that are set: SERVER,
-// DATA_DIR, JOIN_TOKEN, NAME, TAGS (comma-separated), LABELS (k=v,k=v),
-// GROUPS (comma-separated), PREFIX, DEPOTS (group=url,...), LOCAL_API_TOKEN.
+// SERVER_CA, DATA_DIR, JOIN_TOKEN (or JOIN_TOKEN_FILE), NAME, TAGS
+// (comma-separated), LABELS (k=v,k=v), GROUPS (comma-separated), PREFIX,
+// DEPOTS (group=url,...), LOCAL_API_TOKEN (or LOCAL_API_TOKEN_FILE).
 func (c *Config) ApplyEnv(getenv func(string) string) error {
 	if v := getenv("NODEMGR_SERVER"); v != "" {
 		c.Server = v
 	}
+	if v := getenv("NODEMGR_SERVER_CA"); v != "" {
+		c.ServerCA = v
+	}
 	if v := getenv("NODEMGR_DATA_DIR"); v != "" {
 		c.DataDir = v
 	}
-	if v := getenv("NODEMGR_JOIN_TOKEN"); v != "" {
-		c.JoinToken = v
-	}
+	envSecret(getenv, "NODEMGR_JOIN_TOKEN", &c.JoinToken, &c.JoinTokenFile)
+	envSecret(getenv, "NODEMGR_LOCAL_API_TOKEN", &c.LocalAPIToken, &c.LocalAPITokenFile)
 	if v := getenv("NODEMGR_NAME"); v != "" {
 		c.Name = v
 	}
@@ -128,9 +141,6 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 		}
 		c.Depots = depots
 	}
-	if v := getenv("NODEMGR_LOCAL_API_TOKEN"); v != "" {
-		c.LocalAPIToken = v
-	}
 	if v := getenv("NODEMGR_LABELS"); v != "" {
 		labels, err := ParseLabels("NODEMGR_LABELS", SplitList(v))
 		if err != nil {
@@ -139,6 +149,17 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 		c.Labels = labels
 	}
 	return nil
+}
+
+// envSecret applies a secret's variable, or its _FILE variable, which
+// then beats a value from the config file.
+func envSecret(getenv func(string) string, name string, value, file *string) {
+	if v := getenv(name + "_FILE"); v != "" {
+		*value, *file = "", v
+	}
+	if v := getenv(name); v != "" {
+		*value = v
+	}
 }
 
 // SplitList splits a comma-separated list, dropping empty items.
@@ -206,13 +227,25 @@ func (c *Config) setDefaults() error {
 	if c.PortRange == "" {
 		c.PortRange = fmt.Sprintf("%d-%d", portalloc.DefaultMin, portalloc.DefaultMax)
 	}
-	if c.JoinToken == "" && c.JoinTokenFile != "" {
-		b, err := os.ReadFile(c.JoinTokenFile)
-		if err != nil {
-			return errdefs.Field("join_token_file", "%v", err)
-		}
-		c.JoinToken = strings.TrimSpace(string(b))
+	if err := c.readSecretFile("join_token_file", c.JoinTokenFile, &c.JoinToken); err != nil {
+		return err
 	}
+	return c.readSecretFile("local_api_token_file", c.LocalAPITokenFile, &c.LocalAPIToken)
+}
+
+// readSecretFile sets *value from file unless a value was given.
+func (c *Config) readSecretFile(field, file string, value *string) error {
+	if *value != "" || file == "" {
+		return nil
+	}
+	secret, open, err := auth.ReadSecretFile(file)
+	if err != nil {
+		return errdefs.Field(field, "%v", err)
+	}
+	if open {
+		c.openSecretFiles = append(c.openSecretFiles, file)
+	}
+	*value = secret
 	return nil
 }
 

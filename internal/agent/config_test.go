@@ -128,3 +128,62 @@ func TestDefaultSocketFitsSunPath(t *testing.T) {
 		t.Errorf("two data dirs share the socket %q", got)
 	}
 }
+
+// Secrets come from the config file, the environment or files they name;
+// a file named later (the environment over the config file) beats a value
+// given earlier, and secret files others may read are noted.
+func TestSecretSources(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	joinFile := write("join", "nmj_fromfile\n", 0o600)
+	apiFile := write("api", "  local-api-token-from-file \n", 0o644)
+	empty := write("empty", "\n", 0o600)
+	tests := []struct {
+		name            string
+		cfg             Config
+		env             map[string]string
+		join, api, open string
+		errField        string
+	}{
+		{name: "config values", cfg: Config{JoinToken: "nmj_cfg", LocalAPIToken: "cfg-token"}, join: "nmj_cfg", api: "cfg-token"},
+		{name: "config files", cfg: Config{JoinTokenFile: joinFile, LocalAPITokenFile: apiFile}, join: "nmj_fromfile", api: "local-api-token-from-file", open: apiFile},
+		{name: "environment values", env: map[string]string{"NODEMGR_JOIN_TOKEN": "nmj_env", "NODEMGR_LOCAL_API_TOKEN": "env-token"}, join: "nmj_env", api: "env-token"},
+		{name: "environment files beat config values", cfg: Config{JoinToken: "nmj_cfg"},
+			env: map[string]string{"NODEMGR_JOIN_TOKEN_FILE": joinFile, "NODEMGR_LOCAL_API_TOKEN_FILE": apiFile}, join: "nmj_fromfile", api: "local-api-token-from-file", open: apiFile},
+		{name: "an environment value beats a file", env: map[string]string{"NODEMGR_JOIN_TOKEN_FILE": joinFile, "NODEMGR_JOIN_TOKEN": "nmj_env"}, join: "nmj_env"},
+		{name: "missing file", cfg: Config{JoinTokenFile: filepath.Join(dir, "nope")}, errField: "join_token_file"},
+		{name: "empty file", cfg: Config{LocalAPITokenFile: empty}, errField: "local_api_token_file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			c.Server, c.DataDir = "http://x:1", t.TempDir()
+			if err := c.ApplyEnv(func(k string) string { return tc.env[k] }); err != nil {
+				t.Fatal(err)
+			}
+			err := c.setDefaults()
+			if tc.errField != "" {
+				var fe *errdefs.FieldError
+				if !errors.As(err, &fe) || fe.Field != tc.errField {
+					t.Fatalf("setDefaults = %v, want an error naming %s", err, tc.errField)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.JoinToken != tc.join || c.LocalAPIToken != tc.api {
+				t.Errorf("join token %q, local API token %q; want %q, %q", c.JoinToken, c.LocalAPIToken, tc.join, tc.api)
+			}
+			if open := strings.Join(c.openSecretFiles, ","); open != tc.open {
+				t.Errorf("open secret files %q, want %q", open, tc.open)
+			}
+		})
+	}
+}

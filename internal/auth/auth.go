@@ -53,6 +53,27 @@ func KindOf(secret string) string {
 	return ""
 }
 
+// SplitPin splits a join token as the server hands it out, "<secret>.<pin>",
+// into the secret the server checks and the pin of the server's CA
+// ("sha256:<hex>"; "" when the token carries none). Other credentials come
+// back whole: only join tokens carry a pin.
+func SplitPin(token string) (secret, pin string) {
+	if KindOf(token) != api.TokenJoin {
+		return token, ""
+	}
+	secret, pin, _ = strings.Cut(token, ".")
+	return secret, pin
+}
+
+// WithPin is a join token carrying the pin of the server's CA, for agents to
+// verify the server by before they send it anything.
+func WithPin(secret, pin string) string {
+	if pin == "" {
+		return secret
+	}
+	return secret + "." + pin
+}
+
 // NewID returns a short random identifier with a prefix, e.g. "n-3kd9x2m1qa".
 func NewID(prefix string) string {
 	var b [8]byte

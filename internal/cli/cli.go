@@ -28,6 +28,8 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+
+	conn *clientConn // how client commands reach the server; set before a command runs
 }
 
 // Main runs the nodemgr command line and returns the process exit code.
@@ -93,13 +95,22 @@ Start here:
   nodemgr agent --server URL       an agent (register with --join-token once)
   nodemgr node ls                  what the server knows
 
-Client commands read NODEMGR_ADDR and NODEMGR_TOKEN, or --addr and --token.`,
+Client commands read NODEMGR_ADDR, NODEMGR_TOKEN (or NODEMGR_TOKEN_FILE) and
+NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       Version,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			warnSecretFlags(cmd, e)
+			conn, err := resolveConn(cmd, e)
+			e.conn = conn
+			return err
+		},
 	}
 	root.PersistentFlags().String("addr", "", "server address (default $NODEMGR_ADDR or http://127.0.0.1:7070)")
-	root.PersistentFlags().String("token", "", "API token (default $NODEMGR_TOKEN)")
+	root.PersistentFlags().String("token", "", "API token (default $NODEMGR_TOKEN); visible to other local users, prefer --token-file or NODEMGR_TOKEN")
+	root.PersistentFlags().String("token-file", "", "file holding the API token ($NODEMGR_TOKEN_FILE)")
+	root.PersistentFlags().String("ca-cert", "", "PEM file of the CA the server's certificate is checked against, e.g. the server's DATA_DIR/ca.crt ($NODEMGR_CA_CERT; default the system's roots)")
 	root.PersistentFlags().String("log-level", "info", "log level of daemons: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "text", "log format of daemons: text or json")
 	root.AddCommand(
@@ -112,18 +123,15 @@ Client commands read NODEMGR_ADDR and NODEMGR_TOKEN, or --addr and --token.`,
 
 // clientFor builds an API client from flags and the environment.
 func clientFor(cmd *cobra.Command, e *env) *client.Client {
-	addr, _ := cmd.Flags().GetString("addr")
-	if addr == "" {
-		addr = e.getenv("NODEMGR_ADDR")
+	conn := e.conn
+	if conn == nil { // a command run without the root (tests)
+		conn, _ = resolveConn(cmd, e)
 	}
-	if addr == "" {
-		addr = "http://127.0.0.1:7070"
+	var opts []client.Option
+	if conn.roots != nil {
+		opts = append(opts, client.WithRootCAs(conn.roots))
 	}
-	token, _ := cmd.Flags().GetString("token")
-	if token == "" {
-		token = e.getenv("NODEMGR_TOKEN")
-	}
-	return client.New(addr, token)
+	return client.New(conn.addr, conn.token, opts...)
 }
 
 // newLogger builds the daemons' logger from the persistent flags.

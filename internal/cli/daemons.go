@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"runtime"
@@ -22,6 +23,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/server"
 	"github.com/nodemgr/nodemgr/internal/store"
 	"github.com/nodemgr/nodemgr/internal/store/sqlite"
+	"github.com/nodemgr/nodemgr/internal/tlsca"
 )
 
 // serverFlags are the coordinator's settings, shared by `server` and `dev`.
@@ -30,6 +32,9 @@ type serverFlags struct {
 	heartbeatInterval, offlineAfter, confirmTimeout, credentialTTL time.Duration
 	suiteCloseAfter, driftInterval                                 time.Duration
 	dockerHost                                                     string
+	tlsCert, tlsKey                                                string
+	tlsAuto                                                        bool
+	tlsSANs                                                        []string
 }
 
 func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
@@ -44,6 +49,10 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.suiteCloseAfter, "suite-close-after", 180*time.Second, "an Open suite that gets no new task for this long is Closed")
 	fl.DurationVar(&f.driftInterval, "drift-interval", 30*time.Second, "how often provisioned machines are compared with what their providers report")
 	fl.StringVar(&f.dockerHost, "docker-host", "", "Docker engine for the docker provider (default $DOCKER_HOST or the local socket)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fl.BoolVar(&f.tlsAuto, "tls-auto", false, "serve HTTPS with the server's own CA even on loopback (it does so on any other address when no --tls-cert is given)")
+	fl.StringSliceVar(&f.tlsSANs, "tls-san", nil, "extra name or address for the server's own certificate, e.g. one behind NAT (repeatable)")
 }
 
 func (f *serverFlags) config() server.Config {
@@ -52,6 +61,7 @@ func (f *serverFlags) config() server.Config {
 		OfflineAfter: f.offlineAfter, ConfirmTimeout: f.confirmTimeout,
 		CredentialTTL: f.credentialTTL, SuiteCloseAfter: f.suiteCloseAfter, DriftInterval: f.driftInterval,
 		ProviderSettings: f.providerSettings(), Version: Version,
+		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
 	}
 }
 
@@ -85,7 +95,13 @@ func newServerCmd(e *env) *cobra.Command {
 		Long: `Run the coordinator: the REST API under /v1, the agents' WebSocket, and
 the loops that keep the node view true. State lives in an embedded SQLite
 file in the data dir. On first start an admin user is created and its API
-token is printed and written to DATA_DIR/admin-token (mode 0600).`,
+token is printed and written to DATA_DIR/admin-token (mode 0600).
+
+On an address other than loopback the server speaks HTTPS: with
+--tls-cert/--tls-key, or else with a certificate from a CA it makes on first
+start (DATA_DIR/ca.crt, key in DATA_DIR/ca.key, mode 0600). Join tokens then
+carry the CA's fingerprint, so agents verify the server before they send it
+anything; clients pass --ca-cert DATA_DIR/ca.crt (or NODEMGR_CA_CERT).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(cmd, e.stderr)
@@ -110,6 +126,7 @@ token is printed and written to DATA_DIR/admin-token (mode 0600).`,
 				return err
 			}
 			defer srv.Close()
+			printTLS(e.stdout, srv.TLS())
 			return srv.Run(ctx)
 		},
 	}
@@ -117,14 +134,37 @@ token is printed and written to DATA_DIR/admin-token (mode 0600).`,
 	return cmd
 }
 
+// printTLS tells the operator how agents and clients trust a server that
+// made its own CA.
+func printTLS(w io.Writer, info server.TLSInfo) {
+	if info.CAFingerprint == "" {
+		return
+	}
+	made := "Serving HTTPS with the server's CA"
+	if info.CACreated {
+		made = "Created a CA for the server"
+	}
+	fmt.Fprintf(w, `%s, %s. Join tokens carry its fingerprint,
+which agents pin (nodemgr agent --server https://...):
+
+  %s
+
+Clients trust it with:
+
+  export NODEMGR_CA_CERT=%s
+
+`, made, info.CAFile, info.CAFingerprint, info.CAFile)
+}
+
 // agentFlags binds the agent's flags; applied over file and environment.
 func agentFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.String("config", "", "agent config file (YAML: server, data_dir, join_token, name, tags, labels, groups, ...)")
-	fl.String("server", "", "coordinator URL, e.g. http://127.0.0.1:7070 ($NODEMGR_SERVER)")
+	fl.String("server", "", "coordinator URL, e.g. https://10.0.0.1:7070 ($NODEMGR_SERVER)")
+	fl.String("server-ca", "", "PEM file of the CA to verify the server by ($NODEMGR_SERVER_CA; default the CA the join token pins, else the system's roots)")
 	fl.String("data-dir", "", "agent state directory, one agent each ($NODEMGR_DATA_DIR; default /var/lib/nodemgr/agent)")
-	fl.String("join-token", "", "join token to register with, needed once ($NODEMGR_JOIN_TOKEN)")
-	fl.String("join-token-file", "", "file holding the join token")
+	fl.String("join-token", "", "join token to register with, needed once ($NODEMGR_JOIN_TOKEN); visible to other local users, prefer --join-token-file")
+	fl.String("join-token-file", "", "file holding the join token ($NODEMGR_JOIN_TOKEN_FILE)")
 	fl.String("name", "", "node name ($NODEMGR_NAME; default the hostname)")
 	fl.StringSlice("tag", nil, "tag, repeatable or comma-separated ($NODEMGR_TAGS)")
 	fl.StringSlice("label", nil, "label key=value, repeatable ($NODEMGR_LABELS)")
@@ -137,7 +177,8 @@ func agentFlags(cmd *cobra.Command) {
 	fl.StringSlice("depot", nil, "artifact depot group=URL, repeatable ($NODEMGR_DEPOTS)")
 	fl.String("local-api-socket", "", "unix socket of the local API (default <data dir>/agent.sock)")
 	fl.String("local-api-listen", "", "also serve the local API on TCP host:port; needs --local-api-token")
-	fl.String("local-api-token", "", "token the TCP local API requires ($NODEMGR_LOCAL_API_TOKEN)")
+	fl.String("local-api-token", "", "token the TCP local API requires ($NODEMGR_LOCAL_API_TOKEN); visible to other local users, prefer --local-api-token-file")
+	fl.String("local-api-token-file", "", "file holding the local API token ($NODEMGR_LOCAL_API_TOKEN_FILE)")
 	fl.Int("procs", 0, "threads of Go code the agent runs (default one per 8 cores, at least one; $GOMAXPROCS wins)")
 	fl.String("port-range", "", "ports the agent hands to services and containers, min-max (default 16384-65535)")
 	fl.String("docker-host", "", "Docker engine for containers (default $DOCKER_HOST, else the local socket)")
@@ -164,15 +205,24 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 			*dst, _ = fl.GetString(name)
 		}
 	}
+	// A file given as a flag beats a value from the environment or the
+	// config file; a value given as a flag beats both.
+	secret := func(name string, value, file *string) {
+		if fl.Changed(name + "-file") {
+			*value = ""
+			*file, _ = fl.GetString(name + "-file")
+		}
+		str(name, value)
+	}
 	str("server", &cfg.Server)
+	str("server-ca", &cfg.ServerCA)
 	str("data-dir", &cfg.DataDir)
-	str("join-token", &cfg.JoinToken)
-	str("join-token-file", &cfg.JoinTokenFile)
+	secret("join-token", &cfg.JoinToken, &cfg.JoinTokenFile)
 	str("name", &cfg.Name)
 	str("prefix", &cfg.Prefix)
 	str("local-api-socket", &cfg.LocalAPISocket)
 	str("local-api-listen", &cfg.LocalAPIListen)
-	str("local-api-token", &cfg.LocalAPIToken)
+	secret("local-api-token", &cfg.LocalAPIToken, &cfg.LocalAPITokenFile)
 	str("port-range", &cfg.PortRange)
 	if fl.Changed("container-usage-interval") {
 		cfg.ContainerUsageInterval, _ = fl.GetDuration("container-usage-interval")
@@ -310,7 +360,8 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	defer srv.Close()
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Run(ctx) }()
-	addr := "http://" + srv.Addr()
+	addr := srv.URL()
+	caFile := srv.TLS().CAFile // set when dev listens beyond loopback, or with --tls-auto
 
 	agentDir := filepath.Join(f.dataDir, "agent")
 	// Always at hand, so the dev agent can register again if its credential
@@ -321,7 +372,7 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	}
 	defer st.DeleteToken(context.Background(), tokenID)
 	a, err := agent.New(agent.Config{
-		Server: addr, DataDir: agentDir, JoinToken: joinToken,
+		Server: addr, ServerCA: caFile, DataDir: agentDir, JoinToken: joinToken,
 		Name: name, Tags: tags, Version: Version,
 	}, log.With("component", "agent"))
 	if err != nil {
@@ -335,10 +386,19 @@ In another terminal:
 
   export NODEMGR_ADDR=%s
   export NODEMGR_TOKEN=%s
-  nodemgr node ls
 `, f.dataDir, addr, adminToken)
+	var opts []client.Option
+	if caFile != "" {
+		fmt.Fprintf(e.stdout, "  export NODEMGR_CA_CERT=%s\n", caFile)
+		certs, err := tlsca.LoadCerts(caFile)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, client.WithRootCAs(tlsca.Pool(certs...)))
+	}
+	fmt.Fprintf(e.stdout, "  nodemgr node ls\n")
 	if demo {
-		if err := createDemoSuite(ctx, client.New(addr, adminToken)); err != nil {
+		if err := createDemoSuite(ctx, client.New(addr, adminToken, opts...)); err != nil {
 			log.Warn("demo suite not created", "err", err)
 		} else {
 			fmt.Fprintf(e.stdout, "  nodemgr suite watch %s      # the demo suite, running now\n", demoSuite)

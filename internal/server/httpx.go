@@ -54,7 +54,9 @@ func bearer(r *http.Request) string {
 // authenticate checks the request's token, which must be of kind. It
 // returns the stored token.
 func (s *Server) authenticate(ctx context.Context, r *http.Request, kind string) (store.Token, error) {
-	secret := bearer(r)
+	// A join token may carry the pin of the server's CA; the agent
+	// strips it, and so does this, for a token pasted whole.
+	secret, _ := auth.SplitPin(bearer(r))
 	if secret == "" {
 		return store.Token{}, fmt.Errorf("missing token: pass --token or set NODEMGR_TOKEN (an admin's first token is in the server's data dir, file admin-token): %w", errdefs.ErrUnauthenticated)
 	}

@@ -34,6 +34,15 @@ type Config struct {
 	// ProviderSettings configures providers by name (e.g. docker: host).
 	ProviderSettings map[string]map[string]string
 	Version          string
+
+	// TLSCert and TLSKey are PEM files of a certificate to serve HTTPS
+	// with. Without them, a server listening on an address other than
+	// loopback (or with TLSAuto) makes a CA in DataDir on first start and
+	// serves a certificate from it for its names and addresses, plus
+	// TLSSANs (names behind NAT). On loopback it serves plain HTTP.
+	TLSCert, TLSKey string
+	TLSAuto         bool
+	TLSSANs         []string
 }
 
 func (c *Config) setDefaults() {
@@ -101,6 +110,8 @@ type Server struct {
 	mu       sync.Mutex
 	listener net.Listener
 	ready    chan struct{}
+
+	tls *serverTLS // nil: plain HTTP
 }
 
 // New makes a server over st. It does not listen until Run.
@@ -111,6 +122,10 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, store: st, log: logger, ready: make(chan struct{}),
 		providers: providers{settings: cfg.ProviderSettings}}
+	var err error
+	if s.tls, err = setupTLS(cfg); err != nil {
+		return nil, fmt.Errorf("server TLS: %w", err)
+	}
 	s.metrics = newMetrics(s)
 	s.hub = newHub(s)
 	s.handler = s.routes()
@@ -135,8 +150,9 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx, ln)
 }
 
-// Serve serves on ln until ctx is done.
+// Serve serves on ln until ctx is done, with TLS when the server has it.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ln = s.tls.listener(ln)
 	s.mu.Lock()
 	s.listener = ln
 	s.mu.Unlock()
@@ -159,7 +175,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	s.log.Info("server listening", "addr", ln.Addr().String(), "version", s.cfg.Version)
+	s.log.Info("server listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "tls", s.tls.describe())
 
 	select {
 	case err := <-errc:

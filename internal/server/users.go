@@ -245,6 +245,10 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, t store.Tok
 	}
 	out := apiToken(t)
 	out.Secret = secret
+	if pin := s.caFingerprint(); t.Kind == api.TokenJoin && pin != "" {
+		// The agent pins the server's CA by it before it sends the secret.
+		out.Secret, out.CAFingerprint = auth.WithPin(secret, pin), pin
+	}
 	httpapi.WriteJSON(w, http.StatusCreated, out)
 	return nil
 }

@@ -378,3 +378,27 @@ func VerifyPinned(chain []*x509.Certificate, pin, serverName string) (*x509.Cert
 	}
 	return ca, nil
 }
+
+// Hint says what to do about a failed TLS connection to the server, or ""
+// when err is not about TLS. caSetting names where this side takes a CA
+// (a flag or a variable).
+func Hint(err error, caSetting string) string {
+	var (
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+		record  tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(err, &unknown):
+		return "the server's certificate is signed by a CA this side does not trust: pass the server's CA with " + caSetting +
+			"; a server that made its own CA keeps it in DATA_DIR/" + CertFile
+	case errors.As(err, &host):
+		return "the server's certificate is not for this address: connect by a name or address it carries, or add this one with `nodemgr server --tls-san` and restart the server"
+	case errors.As(err, &invalid):
+		return "the server's certificate is not valid now: check both machines' clocks and the certificate's dates"
+	case errors.As(err, &record):
+		return "the server does not speak TLS: use an http:// address"
+	}
+	return ""
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -165,7 +166,8 @@ func TestHandshake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }),
+		ErrorLog: log.New(io.Discard, "", 0)}
 	go srv.Serve(tls.NewListener(ln, cfg))
 	defer srv.Close()
 	url := "https://" + ln.Addr().String()
@@ -189,8 +191,11 @@ func TestHandshake(t *testing.T) {
 	if err := get(&tls.Config{RootCAs: Pool(pinned)}); err != nil {
 		t.Errorf("GET with the CA as root = %v, want ok", err)
 	}
-	if err := get(&tls.Config{}); err == nil {
-		t.Errorf("GET with system roots = nil, want an unknown authority error")
+	if err := get(&tls.Config{}); err == nil || !strings.Contains(Hint(err, "--ca-cert"), "--ca-cert") {
+		t.Errorf("GET with system roots = %v, want an unknown authority error whose hint names --ca-cert", err)
+	}
+	if err := get(&tls.Config{RootCAs: Pool(pinned), ServerName: "elsewhere.example"}); err == nil || !strings.Contains(Hint(err, "--ca-cert"), "--tls-san") {
+		t.Errorf("GET by a name the certificate lacks = %v, want a hint at --tls-san", err)
 	}
 	wrong := "sha256:" + strings.Repeat("0", 64)
 	if err := get(PinnedConfig(wrong, "127.0.0.1", nil)); err == nil || !strings.Contains(err.Error(), wrong) {
