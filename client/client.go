@@ -225,6 +225,14 @@ func (c *Client) CreateToken(ctx context.Context, r api.CreateTokenRequest) (api
 	return t, c.Do(ctx, http.MethodPost, "/v1/tokens", r, &t)
 }
 
+// RotateToken replaces an API token with a new one (same name, user and
+// lifetime) and revokes the old; the new Secret is set only in this answer.
+func (c *Client) RotateToken(ctx context.Context, id string) (api.Token, error) {
+	var out api.Token
+	err := c.Do(ctx, http.MethodPost, "/v1/tokens/"+url.PathEscape(id)+"/rotate", nil, &out)
+	return out, err
+}
+
 // DeleteToken revokes an API token.
 func (c *Client) DeleteToken(ctx context.Context, id string) error {
 	return c.Do(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(id), nil, nil)
@@ -291,9 +299,28 @@ func (c *Client) AssignSuite(ctx context.Context, ref string, nodes []string) (a
 }
 
 // SubmitTasks adds tasks to a suite, all or none, and returns their IDs.
+//
+// A server busy receiving other batches answers 503 before it reads
+// anything, so such a batch is sent again (up to 6 times, 2 s, 4 s ... apart).
 func (c *Client) SubmitTasks(ctx context.Context, suite string, tasks []api.TaskSpec) ([]string, error) {
-	var r api.SubmitResult
-	return r.IDs, c.Do(ctx, http.MethodPost, "/v1/suites/"+url.PathEscape(suite)+"/tasks", api.SubmitTasks{Tasks: tasks}, &r)
+	body, err := json.Marshal(api.SubmitTasks{Tasks: tasks})
+	if err != nil {
+		return nil, err
+	}
+	path := "/v1/suites/" + url.PathEscape(suite) + "/tasks"
+	for attempt := 1; ; attempt++ {
+		var r api.SubmitResult
+		err := c.DoRaw(ctx, http.MethodPost, path, "application/json", body, &r)
+		var ce *Error
+		if err == nil || attempt == 6 || !errors.As(err, &ce) || ce.Status != http.StatusServiceUnavailable {
+			return r.IDs, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(attempt) * 2 * time.Second):
+		}
+	}
 }
 
 // Tasks lists a suite's tasks: state filters, after and limit page.

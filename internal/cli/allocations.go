@@ -184,7 +184,7 @@ func allocationLogsCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = e.stdout.Write(b)
+			_, err = e.rawOut().Write(b)
 			return err
 		},
 	}

@@ -106,7 +106,25 @@ func newTokenCmd(e *env) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(create, ls, rm)
+	var rotJSON bool
+	rotate := &cobra.Command{
+		Use:   "rotate TOKEN_ID",
+		Short: "Replace an API token with a new secret (same name, user and lifetime) and revoke the old one",
+		Long: `Replace an API token with a new secret and revoke the old one at once.
+Rotating the server's first admin token also rewrites DATA_DIR/admin-token.
+Tokens live at most the server's --max-token-ttl (365 days by default):
+rotate long-lived ones before they expire.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tk, err := clientFor(cmd, e).RotateToken(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printNewToken(e, tk, rotJSON, "API token")
+		},
+	}
+	rotate.Flags().BoolVar(&rotJSON, "json", false, "print JSON")
+	cmd.AddCommand(create, ls, rm, rotate)
 	return cmd
 }
 

@@ -25,9 +25,13 @@ var Version = "dev"
 
 // env is what a command needs from the outside world; tests replace it.
 type env struct {
-	stdin          io.Reader
-	stdout, stderr io.Writer
-	getenv         func(string) string
+	stdin io.Reader
+	// stdout and stderr are for people: control characters in what they
+	// print show escaped (termsafe.go). rawStdout and rawStderr carry byte
+	// streams as they are: a command's output, logs, files.
+	stdout, stderr       io.Writer
+	rawStdout, rawStderr io.Writer
+	getenv               func(string) string
 
 	conn *clientConn // how client commands reach the server; set before a command runs
 }
@@ -36,7 +40,8 @@ type env struct {
 func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	e := &env{stdin: os.Stdin, stdout: &safeWriter{w: os.Stdout}, stderr: &safeWriter{w: os.Stderr},
+		rawStdout: os.Stdout, rawStderr: os.Stderr, getenv: os.Getenv}
 	root := newRoot(e)
 	root.SetArgs(args)
 	root.SetOut(e.stdout)

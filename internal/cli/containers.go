@@ -190,7 +190,7 @@ command waits for it.`,
 			if err != nil {
 				return err
 			}
-			if _, err := e.stdout.Write(b); err != nil || !follow {
+			if _, err := e.rawOut().Write(b); err != nil || !follow {
 				return err
 			}
 			return followLog(cmd.Context(), e, cursor, func(ctx context.Context, cursor string) ([]byte, string, error) {

@@ -30,6 +30,7 @@ import (
 type serverFlags struct {
 	listen, dataDir, db                                            string
 	heartbeatInterval, offlineAfter, confirmTimeout, credentialTTL time.Duration
+	maxTokenTTL                                                    time.Duration
 	suiteCloseAfter, driftInterval                                 time.Duration
 	dockerHost                                                     string
 	tlsCert, tlsKey                                                string
@@ -46,6 +47,7 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.offlineAfter, "offline-after", 2*time.Minute, "a node with no heartbeat for this long is checked, then marked offline")
 	fl.DurationVar(&f.confirmTimeout, "confirm-timeout", 10*time.Second, "how long the offline check waits for a ping answer or a reconnect")
 	fl.DurationVar(&f.credentialTTL, "credential-ttl", 30*24*time.Hour, "lifetime of node credentials (agents renew them)")
+	fl.DurationVar(&f.maxTokenTTL, "max-token-ttl", server.DefaultMaxTokenTTL, "the longest lifetime an API or join token may be given (rotate tokens before they expire)")
 	fl.DurationVar(&f.suiteCloseAfter, "suite-close-after", 180*time.Second, "an Open suite that gets no new task for this long is Closed")
 	fl.DurationVar(&f.driftInterval, "drift-interval", 30*time.Second, "how often provisioned machines are compared with what their providers report")
 	fl.StringVar(&f.dockerHost, "docker-host", "", "Docker engine for the docker provider (default $DOCKER_HOST or the local socket)")
@@ -59,7 +61,7 @@ func (f *serverFlags) config() server.Config {
 	return server.Config{
 		Listen: f.listen, DataDir: f.dataDir, HeartbeatInterval: f.heartbeatInterval,
 		OfflineAfter: f.offlineAfter, ConfirmTimeout: f.confirmTimeout,
-		CredentialTTL: f.credentialTTL, SuiteCloseAfter: f.suiteCloseAfter, DriftInterval: f.driftInterval,
+		CredentialTTL: f.credentialTTL, MaxTokenTTL: f.maxTokenTTL, SuiteCloseAfter: f.suiteCloseAfter, DriftInterval: f.driftInterval,
 		ProviderSettings: f.providerSettings(), Version: Version,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
 	}

@@ -88,7 +88,7 @@ func runExec(cmd *cobra.Command, e *env, args []string, req api.ExecRequest, tim
 		}
 		req.Stdin = in
 	}
-	return clientFor(cmd, e).Exec(cmd.Context(), args[0], req, e.stdout, e.stderr)
+	return clientFor(cmd, e).Exec(cmd.Context(), args[0], req, e.rawOut(), e.rawErr())
 }
 
 // readStdin reads what exec passes on: all of r, unless it is a terminal,

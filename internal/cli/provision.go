@@ -85,7 +85,7 @@ func waitDeployments(cmd *cobra.Command, e *env, deps []api.Deployment) ([]api.D
 		}
 		line := fmt.Sprintf("%d machines: %d pending, %d running, %d failed (%s)", len(deps), counts["pending"], counts["running"], counts[api.DeploymentFailed], time.Since(start).Round(100*time.Millisecond))
 		if line != last {
-			fmt.Fprintf(e.stderr, "\r%s", line)
+			redraw(e.rawErr(), line)
 			last = line
 		}
 		if pending == 0 {

@@ -237,7 +237,7 @@ func suiteWatchCmd(e *env) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(e.stdout, "\r%s", progressLine(s, time.Since(start)))
+				redraw(e.rawOut(), progressLine(s, time.Since(start)))
 				if s.State == api.SuiteComplete || s.State == api.SuiteCancelled {
 					fmt.Fprintln(e.stdout)
 					return nil
@@ -386,7 +386,7 @@ func submitInBatches(ctx context.Context, c interface {
 		}
 		ids = append(ids, got...)
 		if len(tasks) > batch {
-			fmt.Fprintf(e.stderr, "\rsubmitted %d/%d", len(ids), len(tasks))
+			redraw(e.rawErr(), fmt.Sprintf("submitted %d/%d", len(ids), len(tasks)))
 		}
 	}
 	if len(tasks) > batch {

@@ -326,7 +326,7 @@ command waits for it.`,
 			if err != nil {
 				return err
 			}
-			if _, err := e.stdout.Write(b); err != nil || !follow {
+			if _, err := e.rawOut().Write(b); err != nil || !follow {
 				return err
 			}
 			return followLog(cmd.Context(), e, end, func(ctx context.Context, cursor string) ([]byte, string, error) {
@@ -363,7 +363,7 @@ func followLog(ctx context.Context, e *env, cursor string, read func(ctx context
 			return err
 		default:
 			waiting = false
-			if _, err := e.stdout.Write(b); err != nil {
+			if _, err := e.rawOut().Write(b); err != nil {
 				return err
 			}
 			cursor = next

@@ -20,6 +20,10 @@ var (
 	ErrUnavailable     = errors.New("unavailable")
 	ErrPermission      = errors.New("permission denied")
 	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrTooLarge is input over a size limit; it is an ErrInvalid too.
+	ErrTooLarge = errors.New("too large")
+	// ErrMethodNotAllowed is a request whose path exists but not with its method.
+	ErrMethodNotAllowed = errors.New("method not allowed")
 )
 
 // FieldError says which input field is wrong and why. It is an ErrInvalid.
@@ -36,6 +40,22 @@ func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
 // Field returns an ErrInvalid that names field and the reason.
 func Field(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// TooLarge returns a FieldError that is also an ErrTooLarge.
+func TooLarge(field, format string, args ...any) error {
+	return &tooLarge{FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}}
+}
+
+type tooLarge struct{ FieldError }
+
+func (e *tooLarge) Is(target error) bool { return target == ErrTooLarge || target == ErrInvalid }
+func (e *tooLarge) As(target any) bool {
+	if fe, ok := target.(**FieldError); ok {
+		*fe = &e.FieldError
+		return true
+	}
+	return false
 }
 
 // NotFound returns an ErrNotFound saying what was not found.
@@ -58,6 +78,10 @@ func Code(err error) string {
 		return "not_found"
 	case errors.Is(err, ErrConflict):
 		return "conflict"
+	case errors.Is(err, ErrTooLarge):
+		return "too_large"
+	case errors.Is(err, ErrMethodNotAllowed):
+		return "method_not_allowed"
 	case errors.Is(err, ErrInvalid):
 		return "invalid"
 	case errors.Is(err, ErrUnavailable):
@@ -81,6 +105,10 @@ func FromCode(code string) error {
 		return ErrConflict
 	case "invalid":
 		return ErrInvalid
+	case "too_large":
+		return ErrTooLarge
+	case "method_not_allowed":
+		return ErrMethodNotAllowed
 	case "unavailable":
 		return ErrUnavailable
 	case "permission_denied":

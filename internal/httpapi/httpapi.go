@@ -27,6 +27,10 @@ func Status(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, errdefs.ErrConflict):
 		return http.StatusConflict
+	case errors.Is(err, errdefs.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, errdefs.ErrMethodNotAllowed):
+		return http.StatusMethodNotAllowed
 	case errors.Is(err, errdefs.ErrInvalid):
 		return http.StatusBadRequest
 	case errors.Is(err, errdefs.ErrUnavailable):
@@ -79,7 +83,7 @@ func ReadBody(r *http.Request, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("read body: %w", err)
 	}
 	if int64(len(body)) > max {
-		return nil, errdefs.Field("body", "larger than %d bytes; send less at a time", max)
+		return nil, errdefs.TooLarge("body", "larger than %d bytes; send less at a time", max)
 	}
 	return body, nil
 }
@@ -129,6 +133,10 @@ func fastDecodeStrict(body []byte, v any) error {
 	}
 	return nil
 }
+
+// DecodeError turns an encoding/json decoding error into a FieldError that
+// names the field and says what was wrong.
+func DecodeError(err error) error { return jsonFieldError(err) }
 
 func jsonFieldError(err error) error {
 	var syn *json.SyntaxError

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -259,7 +260,10 @@ type agentHandler struct {
 	sess       *session
 	credential store.Token
 	ctx        context.Context // the session's lifetime
-	helloDone  bool
+	// helloState goes helloNone → helloBusy → helloDone; claiming it with a
+	// compare-and-swap makes a second hello on the connection fail even
+	// while the first is still being handled.
+	helloState atomic.Int32
 }
 
 func (h *agentHandler) HandleNotify(ctx context.Context, seq uint64, method string, body json.RawMessage) error {
@@ -327,11 +331,13 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 	return nil, errdefs.NotFound("method %q", method)
 }
 
-func (h *agentHandler) isHelloDone() bool {
-	h.s.hub.mu.Lock()
-	defer h.s.hub.mu.Unlock()
-	return h.helloDone
-}
+const (
+	helloNone int32 = iota
+	helloBusy
+	helloDone
+)
+
+func (h *agentHandler) isHelloDone() bool { return h.helloState.Load() == helloDone }
 
 func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, error) {
 	var hello api.Hello
@@ -349,9 +355,20 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 	if err := validateHardware("hardware", hello.Hardware); err != nil {
 		return nil, err
 	}
-	if h.isHelloDone() {
+	if !h.helloState.CompareAndSwap(helloNone, helloBusy) {
 		return nil, fmt.Errorf("hello sent twice on one connection: %w", errdefs.ErrInvalid)
 	}
+	welcome, err := h.welcome(ctx, hello)
+	if err != nil {
+		h.helloState.Store(helloNone) // the agent may try again
+		return nil, err
+	}
+	return welcome, nil
+}
+
+// welcome brings the node online for the hello and starts the session's
+// pushes.
+func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcome, error) {
 	now := time.Now().UTC()
 	n, err := h.s.store.UpdateNode(ctx, h.sess.nodeID, func(n *store.Node) error {
 		if hello.Name != "" {
@@ -366,19 +383,17 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("hello: %w", err)
+		return api.Welcome{}, fmt.Errorf("hello: %w", err)
 	}
 	// Everything up to LastSeq was handled; an ack may have been lost.
 	if err := h.s.store.Ack(ctx, n.ID, hello.LastSeq); err != nil {
-		return nil, fmt.Errorf("hello: %w", err)
+		return api.Welcome{}, fmt.Errorf("hello: %w", err)
 	}
 	// Tasks the store says run here but the agent does not hold were lost
 	// with a previous agent process: back to the queue.
 	h.s.reclaim(ctx, n.ID, "agent reconnected without them", hello.Holding...)
 	h.sess.beat(now, hello.State, hello.SuiteID)
-	h.s.hub.mu.Lock()
-	h.helloDone = true
-	h.s.hub.mu.Unlock()
+	h.helloState.Store(helloDone)
 	h.s.hub.add(h.sess)
 	go h.s.hub.sendLoop(h.ctx, h.sess, hello.LastSeq)
 	h.sess.wake() // replay what is pending

@@ -335,6 +335,12 @@ func nodePath(p string) error {
 	if !path.IsAbs(p) {
 		return errdefs.Field("path", "%q is not absolute; give the full path on the node", p)
 	}
+	if len(p) > 4096 {
+		return errdefs.TooLarge("path", "longer than 4096 bytes")
+	}
+	if i := strings.IndexFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }); i >= 0 {
+		return errdefs.Field("path", "has a control character (%q) at byte %d; no file name on the node has one", p[i], i)
+	}
 	return nil
 }
 

@@ -20,6 +20,9 @@ import (
 const (
 	maxBody     = 1 << 20
 	maxTaskBody = 64 << 20
+	// submitBudgetWait is how long a task batch waits for room in the
+	// server's budget of batches in flight before it is told to retry.
+	submitBudgetWait = 10 * time.Second
 )
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -74,6 +77,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, kind string)
 		return store.Token{}, fmt.Errorf("token %s expired at %s; create a new one: %w", t.ID, t.ExpiresAt.Format(time.RFC3339), errdefs.ErrUnauthenticated)
 	}
 	s.hub.touchToken(t.ID)
+	s.guard.authenticated(r.Context())
 	return t, nil
 }
 

@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
@@ -15,9 +17,10 @@ import (
 type authKind int
 
 const (
-	authNone authKind = iota // /healthz only
-	authUser                 // an API token; the principal is in the context
-	authSelf                 // the handler authenticates (join token, node credential)
+	authNone  authKind = iota // /healthz only
+	authUser                  // an API token; the principal is in the context
+	authAdmin                 // an admin's API token: machines, templates, mappings, users, metrics
+	authSelf                  // the handler authenticates (join token, node credential)
 )
 
 // route is one API endpoint. The table below is the single source for the
@@ -36,7 +39,7 @@ func (s *Server) routeTable() []route {
 func (s *Server) coreRoutes() []route {
 	return []route{
 		{"GET", "/healthz", authNone, s.handleHealth},
-		{"GET", "/metrics", authUser, s.handleMetrics},
+		{"GET", "/metrics", authAdmin, s.handleMetrics},
 		{"GET", "/v1/openapi.json", authUser, s.handleOpenAPI},
 		{"GET", "/v1/whoami", authUser, s.handleWhoami},
 
@@ -60,33 +63,34 @@ func (s *Server) coreRoutes() []route {
 		{"GET", "/v1/tasks/{task}", authUser, s.handleGetTask},
 		{"POST", "/v1/tasks/{task}/cancel", authUser, s.handleCancelTask},
 
-		{"GET", "/v1/templates", authUser, s.handleListTemplates},
-		{"GET", "/v1/templates/{name}", authUser, s.handleGetTemplate},
-		{"PUT", "/v1/templates/{name}", authUser, s.handlePutTemplate},
-		{"DELETE", "/v1/templates/{name}", authUser, s.handleDeleteTemplate},
-		{"GET", "/v1/templates/{name}/render", authUser, s.handleRenderTemplate},
-		{"GET", "/v1/mappings", authUser, s.handleListMappings},
-		{"GET", "/v1/mappings/{name}", authUser, s.handleGetMapping},
-		{"PUT", "/v1/mappings/{name}", authUser, s.handlePutMapping},
-		{"DELETE", "/v1/mappings/{name}", authUser, s.handleDeleteMapping},
+		{"GET", "/v1/templates", authAdmin, s.handleListTemplates},
+		{"GET", "/v1/templates/{name}", authAdmin, s.handleGetTemplate},
+		{"PUT", "/v1/templates/{name}", authAdmin, s.handlePutTemplate},
+		{"DELETE", "/v1/templates/{name}", authAdmin, s.handleDeleteTemplate},
+		{"GET", "/v1/templates/{name}/render", authAdmin, s.handleRenderTemplate},
+		{"GET", "/v1/mappings", authAdmin, s.handleListMappings},
+		{"GET", "/v1/mappings/{name}", authAdmin, s.handleGetMapping},
+		{"PUT", "/v1/mappings/{name}", authAdmin, s.handlePutMapping},
+		{"DELETE", "/v1/mappings/{name}", authAdmin, s.handleDeleteMapping},
 
-		{"GET", "/v1/deployments", authUser, s.handleListDeployments},
-		{"POST", "/v1/deployments", authUser, s.handleProvision},
-		{"GET", "/v1/deployments/{deployment}", authUser, s.handleGetDeployment},
-		{"DELETE", "/v1/deployments/{deployment}", authUser, s.handleDestroyDeployment},
-		{"POST", "/v1/deployments/{deployment}/lifecycle/{verb}", authUser, s.handleLifecycle},
-		{"POST", "/v1/deployments/{deployment}/exec", authUser, s.handleExec},
-		{"PUT", "/v1/deployments/{deployment}/files", authUser, s.handleCopyTo},
-		{"GET", "/v1/deployments/{deployment}/files", authUser, s.handleCopyFrom},
+		{"GET", "/v1/deployments", authAdmin, s.handleListDeployments},
+		{"POST", "/v1/deployments", authAdmin, s.handleProvision},
+		{"GET", "/v1/deployments/{deployment}", authAdmin, s.handleGetDeployment},
+		{"DELETE", "/v1/deployments/{deployment}", authAdmin, s.handleDestroyDeployment},
+		{"POST", "/v1/deployments/{deployment}/lifecycle/{verb}", authAdmin, s.handleLifecycle},
+		{"POST", "/v1/deployments/{deployment}/exec", authAdmin, s.handleExec},
+		{"PUT", "/v1/deployments/{deployment}/files", authAdmin, s.handleCopyTo},
+		{"GET", "/v1/deployments/{deployment}/files", authAdmin, s.handleCopyFrom},
 
-		{"GET", "/v1/users", authUser, s.handleListUsers},
-		{"POST", "/v1/users", authUser, s.handleCreateUser},
-		{"DELETE", "/v1/users/{user}", authUser, s.handleDeleteUser},
+		{"GET", "/v1/users", authAdmin, s.handleListUsers},
+		{"POST", "/v1/users", authAdmin, s.handleCreateUser},
+		{"DELETE", "/v1/users/{user}", authAdmin, s.handleDeleteUser},
 		{"PUT", "/v1/users/{user}/groups/{group}", authUser, s.handleSetMembership},
 
 		{"GET", "/v1/tokens", authUser, s.handleListTokens},
 		{"POST", "/v1/tokens", authUser, s.handleCreateToken},
 		{"DELETE", "/v1/tokens/{token}", authUser, s.handleDeleteToken},
+		{"POST", "/v1/tokens/{token}/rotate", authUser, s.handleRotateToken},
 		{"GET", "/v1/join-tokens", authUser, s.handleListJoinTokens},
 		{"POST", "/v1/join-tokens", authUser, s.handleCreateJoinToken},
 		{"DELETE", "/v1/join-tokens/{token}", authUser, s.handleDeleteJoinToken},
@@ -95,10 +99,25 @@ func (s *Server) coreRoutes() []route {
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	// paths knows every route by path alone, to tell a wrong method (405)
+	// from a path that does not exist (404): the catch-all below would
+	// otherwise take both.
+	paths := http.NewServeMux()
+	methods := map[string][]string{}
 	for _, rt := range s.routeTable() {
 		mux.Handle(rt.Method+" "+rt.Path, s.wrap(rt))
+		if methods[rt.Path] == nil {
+			paths.Handle(rt.Path, http.NotFoundHandler())
+		}
+		methods[rt.Path] = append(methods[rt.Path], rt.Method)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := paths.Handler(r); pattern != "" {
+			allow := strings.Join(methods[pattern], ", ")
+			w.Header().Set("Allow", allow)
+			s.writeError(w, r, fmt.Errorf("%s %s: this endpoint takes %s: %w", r.Method, r.URL.Path, allow, errdefs.ErrMethodNotAllowed))
+			return
+		}
 		s.writeError(w, r, notFoundRoute(r))
 	})
 	return mux
@@ -131,15 +150,31 @@ func clientGone(r *http.Request, err error) bool {
 	return errors.Is(err, context.Canceled) && errors.Is(r.Context().Err(), context.Canceled)
 }
 
+// bodyReadTimeout bounds how long a request may take to send its body, on
+// every route but the agent WebSocket and file uploads, which stream.
+const bodyReadTimeout = 2 * time.Minute
+
 func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt route) error {
-	if rt.Auth == authUser {
+	if r.Body != http.NoBody && !streamsBody(rt) {
+		http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	}
+	if rt.Auth == authUser || rt.Auth == authAdmin {
 		p, err := s.userPrincipal(r.Context(), r)
 		if err != nil {
 			return err
 		}
+		if rt.Auth == authAdmin {
+			if err := p.RequireAdmin(rt.Method + " " + rt.Path); err != nil {
+				return err
+			}
+		}
 		r = r.WithContext(withPrincipal(r.Context(), p))
 	}
 	return rt.handler(w, r)
+}
+
+func streamsBody(rt route) bool {
+	return rt.Path == "/v1/agent/connect" || rt.Path == "/v1/deployments/{deployment}/files"
 }
 
 // statusWriter remembers the status code for metrics. It passes Hijack

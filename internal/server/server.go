@@ -27,6 +27,11 @@ type Config struct {
 	OfflineAfter      time.Duration // no heartbeat for this long → confirm, then offline; default 2m
 	ConfirmTimeout    time.Duration // how long confirmation may take; default 10s
 	CredentialTTL     time.Duration // node credential lifetime; default 30 days
+	MaxTokenTTL       time.Duration // the longest lifetime a user may give an API or join token; default 365 days
+	MaxSubmitInFlight int64         // bytes of task batches the server receives at once; default 128 MiB
+	MaxUnauthConns    int           // connections open at once that have not authenticated; default 1024
+	UnauthIdle        time.Duration // an unauthenticated connection idle this long is closed; default 10s
+	IdleTimeout       time.Duration // an authenticated keep-alive connection idle this long is closed; default 2m
 	FlushInterval     time.Duration // heartbeat batch interval; default 1s
 	SuiteCloseAfter   time.Duration // an Open suite with no new task this long is Closed; default 180s
 	SuiteTick         time.Duration // how often suites are closed and completed; default 1s
@@ -61,6 +66,21 @@ func (c *Config) setDefaults() {
 	if c.CredentialTTL == 0 {
 		c.CredentialTTL = 30 * 24 * time.Hour
 	}
+	if c.MaxUnauthConns == 0 {
+		c.MaxUnauthConns = 1024
+	}
+	if c.UnauthIdle == 0 {
+		c.UnauthIdle = 10 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.MaxSubmitInFlight == 0 {
+		c.MaxSubmitInFlight = 2 * maxTaskBody
+	}
+	if c.MaxTokenTTL == 0 {
+		c.MaxTokenTTL = DefaultMaxTokenTTL
+	}
 	if c.FlushInterval == 0 {
 		c.FlushInterval = time.Second
 	}
@@ -88,6 +108,12 @@ func (c *Config) validate() error {
 	if c.ConfirmTimeout <= 0 {
 		return errdefs.Field("confirm_timeout", "must be positive, got %s", c.ConfirmTimeout)
 	}
+	if c.MaxSubmitInFlight < maxTaskBody {
+		return errdefs.Field("max_submit_in_flight", "must be at least one batch, %d bytes, got %d", maxTaskBody, c.MaxSubmitInFlight)
+	}
+	if c.MaxTokenTTL < time.Hour {
+		return errdefs.Field("max_token_ttl", "must be at least 1h, got %s", c.MaxTokenTTL)
+	}
 	if c.CredentialTTL < 3*c.HeartbeatInterval {
 		// Agents renew at two thirds of the lifetime, checked every heartbeat.
 		return errdefs.Field("credential_ttl", "must be at least three heartbeat intervals (%s), got %s", 3*c.HeartbeatInterval, c.CredentialTTL)
@@ -112,6 +138,11 @@ type Server struct {
 	ready    chan struct{}
 
 	tls *serverTLS // nil: plain HTTP
+
+	// submitBudget caps the bytes of task batches received at once.
+	submitBudget *byteBudget
+	// guard bounds unauthenticated connections; nil until Serve.
+	guard *connGuard
 }
 
 // New makes a server over st. It does not listen until Run.
@@ -126,6 +157,7 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	if s.tls, err = setupTLS(cfg); err != nil {
 		return nil, fmt.Errorf("server TLS: %w", err)
 	}
+	s.submitBudget = newByteBudget(cfg.MaxSubmitInFlight)
 	s.metrics = newMetrics(s)
 	s.hub = newHub(s)
 	s.handler = s.routes()
@@ -160,14 +192,23 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	s.guard = newConnGuard(s.cfg.MaxUnauthConns, s.cfg.UnauthIdle)
+	// No ReadTimeout or WriteTimeout: copies, exec streams and agents'
+	// WebSockets run long. Slow or silent clients meet ReadHeaderTimeout,
+	// the guard, and each route's body deadline (wrap).
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ConnState:         s.guard.connState,
+		ConnContext:       s.guard.connContext,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); s.guard.reap(ctx) }()
 	go func() { defer wg.Done(); s.hub.flushLoop(ctx) }()
 	go func() { defer wg.Done(); s.livenessLoop(ctx) }()
 	go func() { defer wg.Done(); s.suiteLoop(ctx) }()
@@ -192,6 +233,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.hub.flush(shutdownCtx) // keep the last heartbeats
 	return nil
 }
+
+// DefaultMaxTokenTTL caps token lifetimes unless configured otherwise; the
+// first admin token lives this long too (rotate it with nodemgr token rotate).
+const DefaultMaxTokenTTL = 365 * 24 * time.Hour
 
 // AdminTokenFile is where the first admin token is written, mode 0600.
 func AdminTokenFile(dataDir string) string { return filepath.Join(dataDir, "admin-token") }
@@ -218,7 +263,8 @@ func Bootstrap(ctx context.Context, st store.Store, dataDir string) (token strin
 		return "", false, fmt.Errorf("bootstrap: create admin: %w", err)
 	}
 	secret, hash := auth.NewSecret(api.TokenAPI)
-	t := store.Token{ID: auth.NewID("t-"), Kind: api.TokenAPI, Name: "bootstrap", Hash: hash, User: "admin", CreatedAt: now}
+	t := store.Token{ID: auth.NewID("t-"), Kind: api.TokenAPI, Name: "bootstrap", Hash: hash, User: "admin",
+		CreatedAt: now, ExpiresAt: now.Add(DefaultMaxTokenTTL)}
 	if err := st.CreateToken(ctx, t); err != nil {
 		return "", false, fmt.Errorf("bootstrap: create admin token: %w", err)
 	}

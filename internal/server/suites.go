@@ -215,30 +215,28 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
+// handleSubmitTasks adds a batch of tasks to a suite, all or none. The
+// caller's role is checked before the body is read, and the body is
+// decoded as a stream within the server's budget for batches in flight.
 func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error {
-	var req api.SubmitTasks
-	if err := decodeJSONMax(r, &req, maxTaskBody); err != nil {
-		return err
-	}
-	if len(req.Tasks) == 0 {
-		return errdefs.Field("tasks", "give at least one task")
-	}
-	if len(req.Tasks) > maxTasksPerCall {
-		return errdefs.Field("tasks", "at most %d tasks per call, got %d; send several batches", maxTasksPerCall, len(req.Tasks))
-	}
-	for i, t := range req.Tasks {
-		if err := validateTask(fmt.Sprintf("tasks[%d]", i), t); err != nil {
-			return err
-		}
-	}
 	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteWork)
 	if err != nil {
 		return err
 	}
+	reserve := batchReservation(r)
+	if err := s.submitBudget.acquire(r.Context(), reserve, submitBudgetWait); err != nil {
+		w.Header().Set("Retry-After", "5")
+		return err
+	}
+	defer s.submitBudget.release(reserve)
+	specs, err := readTaskBatch(w, r)
+	if err != nil {
+		return err
+	}
 	now := time.Now().UTC()
-	tasks := make([]store.Task, len(req.Tasks))
-	ids := make([]string, len(req.Tasks))
-	for i, spec := range req.Tasks {
+	tasks := make([]store.Task, len(specs))
+	ids := make([]string, len(specs))
+	for i, spec := range specs {
 		ids[i] = auth.NewID("k-")
 		tasks[i] = store.Task{ID: ids[i], SuiteID: su.ID, Spec: spec, State: api.TaskReady, CreatedAt: now, UpdatedAt: now}
 	}

@@ -1,12 +1,16 @@
 package server
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/atomicfile"
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/httpapi"
@@ -139,13 +143,18 @@ func (s *Server) handleSetMembership(w http.ResponseWriter, r *http.Request) err
 	return nil
 }
 
-func parseTTL(s string, def time.Duration) (time.Duration, error) {
-	if s == "" {
-		return def, nil
+// parseTTL reads a token lifetime: def when empty, never more than the
+// server's cap.
+func (s *Server) parseTTL(ttl string, def time.Duration) (time.Duration, error) {
+	if ttl == "" {
+		return min(def, s.cfg.MaxTokenTTL), nil
 	}
-	d, err := time.ParseDuration(s)
+	d, err := time.ParseDuration(ttl)
 	if err != nil || d <= 0 {
-		return 0, errdefs.Field("ttl", "must be a positive Go duration such as 24h or 720h, got %q", s)
+		return 0, errdefs.Field("ttl", "must be a positive Go duration such as 24h or 720h, at most %s (the server's --max-token-ttl), got %q", s.cfg.MaxTokenTTL, ttl)
+	}
+	if d > s.cfg.MaxTokenTTL {
+		return 0, errdefs.Field("ttl", "at most %s (the server's --max-token-ttl), got %s; ask for a shorter lifetime and rotate the token before it expires", s.cfg.MaxTokenTTL, ttl)
 	}
 	return d, nil
 }
@@ -158,7 +167,7 @@ func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) error
 	if len(req.Groups) > 0 || req.MaxUses != 0 || req.Node != "" {
 		return errdefs.Field("groups", "only join tokens take groups, max_uses and node; use POST /v1/join-tokens")
 	}
-	ttl, err := parseTTL(req.TTL, defaultAPITokenTTL)
+	ttl, err := s.parseTTL(req.TTL, defaultAPITokenTTL)
 	if err != nil {
 		return err
 	}
@@ -192,7 +201,7 @@ func (s *Server) handleCreateJoinToken(w http.ResponseWriter, r *http.Request) e
 	if req.MaxUses < 0 {
 		return errdefs.Field("max_uses", "must be 0 (unlimited) or more, got %d", req.MaxUses)
 	}
-	ttl, err := parseTTL(req.TTL, defaultJoinTokenTTL)
+	ttl, err := s.parseTTL(req.TTL, defaultJoinTokenTTL)
 	if err != nil {
 		return err
 	}
@@ -237,11 +246,22 @@ func (s *Server) createRejoinToken(w http.ResponseWriter, r *http.Request, req a
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, t store.Token, ttl time.Duration) error {
+	out, err := s.storeNewToken(r.Context(), t, ttl)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// storeNewToken gives t a fresh ID and secret and stores it; the answer
+// carries the secret, the only time it is shown.
+func (s *Server) storeNewToken(ctx context.Context, t store.Token, ttl time.Duration) (api.Token, error) {
 	secret, hash := auth.NewSecret(t.Kind)
 	now := time.Now().UTC()
-	t.ID, t.Hash, t.CreatedAt, t.ExpiresAt = auth.NewID("t-"), hash, now, now.Add(ttl)
-	if err := s.store.CreateToken(r.Context(), t); err != nil {
-		return fmt.Errorf("create token: %w", err)
+	t.ID, t.Hash, t.CreatedAt, t.ExpiresAt, t.Uses, t.LastUsed = auth.NewID("t-"), hash, now, now.Add(ttl), 0, time.Time{}
+	if err := s.store.CreateToken(ctx, t); err != nil {
+		return api.Token{}, fmt.Errorf("create token: %w", err)
 	}
 	out := apiToken(t)
 	out.Secret = secret
@@ -249,8 +269,75 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, t store.Tok
 		// The agent pins the server's CA by it before it sends the secret.
 		out.Secret, out.CAFingerprint = auth.WithPin(secret, pin), pin
 	}
+	return out, nil
+}
+
+// handleRotateToken replaces an API token with a new one of the same name,
+// user and lifetime (capped), and revokes the old: the way to keep a
+// long-lived token, the first admin's included, from expiring. When the old
+// one is in the server's admin-token file, the file gets the new secret.
+func (s *Server) handleRotateToken(w http.ResponseWriter, r *http.Request) error {
+	p := principalFrom(r.Context())
+	old, err := s.findToken(r.Context(), api.TokenAPI, r.PathValue("token"))
+	if err != nil {
+		return err
+	}
+	if old.User != p.User {
+		if err := p.RequireAdmin("rotate another user's token"); err != nil {
+			return err
+		}
+	}
+	ttl := defaultAPITokenTTL
+	if !old.ExpiresAt.IsZero() {
+		ttl = old.ExpiresAt.Sub(old.CreatedAt)
+	}
+	out, err := s.storeNewToken(r.Context(), old, min(ttl, s.cfg.MaxTokenTTL))
+	if err != nil {
+		return err
+	}
+	if err := s.store.DeleteToken(r.Context(), old.ID); err != nil {
+		// Two live tokens would outlast the rotation: take the new one back.
+		s.store.DeleteToken(r.Context(), out.ID)
+		return fmt.Errorf("rotate token %s: revoke the old one: %w", old.ID, err)
+	}
+	if err := s.replaceAdminTokenFile(old, out.Secret); err != nil {
+		s.log.Warn("rotated the admin token but could not rewrite the admin-token file; it holds a revoked token now", "err", err)
+	}
+	s.log.Info("token rotated", "old", old.ID, "new", out.ID, "user", old.User, "by", p.User)
 	httpapi.WriteJSON(w, http.StatusCreated, out)
 	return nil
+}
+
+// replaceAdminTokenFile writes secret to the admin-token file if the file
+// holds old's secret.
+func (s *Server) replaceAdminTokenFile(old store.Token, secret string) error {
+	if s.cfg.DataDir == "" {
+		return nil
+	}
+	path := AdminTokenFile(s.cfg.DataDir)
+	b, err := os.ReadFile(path)
+	if err != nil || !bytes.Equal(auth.Hash(string(trimNL(b))), old.Hash) {
+		return nil
+	}
+	return atomicfile.Write(path, []byte(secret+"\n"))
+}
+
+// findToken finds a token of kind by ID.
+func (s *Server) findToken(ctx context.Context, kind, id string) (store.Token, error) {
+	tokens, err := s.store.ListTokens(ctx, store.TokenFilter{Kind: kind})
+	if err != nil {
+		return store.Token{}, err
+	}
+	for _, t := range tokens {
+		if t.ID == id {
+			return t, nil
+		}
+	}
+	list := "nodemgr token ls"
+	if kind == api.TokenJoin {
+		list = "nodemgr join-token ls"
+	}
+	return store.Token{}, errdefs.NotFound("%s token %q (see %s)", kindName(kind), id, list)
 }
 
 func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, kind string) error {
@@ -280,36 +367,29 @@ func (s *Server) handleListJoinTokens(w http.ResponseWriter, r *http.Request) er
 }
 
 func (s *Server) handleDeleteToken(w http.ResponseWriter, r *http.Request) error {
-	return s.deleteToken(w, r, api.TokenAPI, "nodemgr token ls")
+	return s.deleteToken(w, r, api.TokenAPI)
 }
 
 func (s *Server) handleDeleteJoinToken(w http.ResponseWriter, r *http.Request) error {
-	return s.deleteToken(w, r, api.TokenJoin, "nodemgr join-token ls")
+	return s.deleteToken(w, r, api.TokenJoin)
 }
 
 // deleteToken revokes a token of one kind: each route deletes its own kind
 // only (node credentials go with their node, nodemgr node rm).
-func (s *Server) deleteToken(w http.ResponseWriter, r *http.Request, kind, list string) error {
+func (s *Server) deleteToken(w http.ResponseWriter, r *http.Request, kind string) error {
 	p := principalFrom(r.Context())
-	id := r.PathValue("token")
-	tokens, err := s.store.ListTokens(r.Context(), store.TokenFilter{Kind: kind})
+	t, err := s.findToken(r.Context(), kind, r.PathValue("token"))
 	if err != nil {
 		return err
 	}
-	for _, t := range tokens {
-		if t.ID != id {
-			continue
+	if t.User != p.User {
+		if err := p.RequireAdmin("revoke another user's token"); err != nil {
+			return err
 		}
-		if t.User != p.User {
-			if err := p.RequireAdmin("revoke another user's token"); err != nil {
-				return err
-			}
-		}
-		if err := s.store.DeleteToken(r.Context(), id); err != nil {
-			return fmt.Errorf("revoke token %s: %w", id, err)
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
 	}
-	return errdefs.NotFound("%s token %q (see %s)", kindName(kind), id, list)
+	if err := s.store.DeleteToken(r.Context(), t.ID); err != nil {
+		return fmt.Errorf("revoke token %s: %w", t.ID, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

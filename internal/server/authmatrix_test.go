@@ -1,0 +1,259 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/store"
+)
+
+// need is the least a caller must be to use a route on objects of group a.
+type need int
+
+const (
+	needAnyUser    need = iota // any API token (lists are filtered by role)
+	needRead                   // Read in group a
+	needWrite                  // Write in group a
+	needGroupAdmin             // Admin in group a
+	needAdmin                  // an admin user
+	needJoin                   // a join token or the node's own credential (registration)
+	needNode                   // the node's own credential (the agent WebSocket)
+	needNothing                // /healthz
+)
+
+// routeNeeds classifies every route. A route missing here fails the test:
+// a new route must say who may call it.
+var routeNeeds = map[string]need{
+	"GET /healthz":         needNothing,
+	"GET /metrics":         needAdmin,
+	"GET /v1/openapi.json": needAnyUser,
+	"GET /v1/whoami":       needAnyUser,
+
+	"GET /v1/nodes":                  needAnyUser,
+	"GET /v1/nodes/{node}":           needRead,
+	"PATCH /v1/nodes/{node}":         needWrite,
+	"DELETE /v1/nodes/{node}":        needGroupAdmin,
+	"POST /v1/nodes/{node}/shutdown": needGroupAdmin,
+	"POST /v1/agent/register":        needJoin,
+	"GET /v1/agent/connect":          needNode,
+
+	"GET /v1/suites":                   needAnyUser,
+	"POST /v1/suites":                  needWrite,
+	"GET /v1/suites/{suite}":           needRead,
+	"POST /v1/suites/{suite}/close":    needWrite,
+	"POST /v1/suites/{suite}/cancel":   needWrite,
+	"POST /v1/suites/{suite}/assign":   needWrite,
+	"GET /v1/suites/{suite}/tasks":     needRead,
+	"POST /v1/suites/{suite}/tasks":    needWrite,
+	"GET /v1/tasks/{task}":             needRead,
+	"POST /v1/tasks/{task}/cancel":     needWrite,
+	"GET /v1/templates":                needAdmin,
+	"GET /v1/templates/{name}":         needAdmin,
+	"PUT /v1/templates/{name}":         needAdmin,
+	"DELETE /v1/templates/{name}":      needAdmin,
+	"GET /v1/templates/{name}/render":  needAdmin,
+	"GET /v1/mappings":                 needAdmin,
+	"GET /v1/mappings/{name}":          needAdmin,
+	"PUT /v1/mappings/{name}":          needAdmin,
+	"DELETE /v1/mappings/{name}":       needAdmin,
+	"GET /v1/deployments":              needAdmin,
+	"POST /v1/deployments":             needAdmin,
+	"GET /v1/deployments/{deployment}": needAdmin,
+
+	"DELETE /v1/deployments/{deployment}":                  needAdmin,
+	"POST /v1/deployments/{deployment}/lifecycle/{verb}":   needAdmin,
+	"POST /v1/deployments/{deployment}/exec":               needAdmin,
+	"PUT /v1/deployments/{deployment}/files":               needAdmin,
+	"GET /v1/deployments/{deployment}/files":               needAdmin,
+	"GET /v1/users":                                        needAdmin,
+	"POST /v1/users":                                       needAdmin,
+	"DELETE /v1/users/{user}":                              needAdmin,
+	"PUT /v1/users/{user}/groups/{group}":                  needGroupAdmin,
+	"GET /v1/tokens":                                       needAnyUser,
+	"POST /v1/tokens":                                      needAnyUser,
+	"DELETE /v1/tokens/{token}":                            needAdmin, // another user's token
+	"POST /v1/tokens/{token}/rotate":                       needAdmin, // another user's token
+	"GET /v1/join-tokens":                                  needAnyUser,
+	"POST /v1/join-tokens":                                 needGroupAdmin,
+	"DELETE /v1/join-tokens/{token}":                       needAdmin, // another user's token
+	"GET /v1/nodes/{node}/artifacts":                       needRead,
+	"POST /v1/nodes/{node}/artifacts":                      needWrite,
+	"GET /v1/nodes/{node}/artifacts/{id}":                  needRead,
+	"DELETE /v1/nodes/{node}/artifacts/{id}":               needWrite,
+	"GET /v1/nodes/{node}/services":                        needRead,
+	"POST /v1/nodes/{node}/services":                       needWrite,
+	"GET /v1/nodes/{node}/services/{coordinate}":           needRead,
+	"DELETE /v1/nodes/{node}/services/{coordinate}":        needWrite,
+	"POST /v1/nodes/{node}/services/{coordinate}/{action}": needWrite,
+	"GET /v1/nodes/{node}/services/{coordinate}/logs":      needRead,
+	"GET /v1/nodes/{node}/resources":                       needRead,
+	"POST /v1/nodes/{node}/onboard":                        needWrite,
+	"POST /v1/nodes/{node}/offboard":                       needWrite,
+	"POST /v1/nodes/{node}/commitments":                    needWrite,
+	"DELETE /v1/nodes/{node}/commitments/{id}":             needWrite,
+	"GET /v1/nodes/{node}/allocations":                     needRead,
+	"GET /v1/nodes/{node}/allocations/{id}":                needRead,
+	"POST /v1/nodes/{node}/allocations/{id}/{action}":      needWrite,
+	"GET /v1/nodes/{node}/allocations/{id}/logs":           needRead,
+	"GET /v1/containers":                                   needAnyUser,
+	"POST /v1/containers":                                  needWrite,
+	"GET /v1/containers/{id}":                              needRead,
+	"DELETE /v1/containers/{id}":                           needWrite,
+	"GET /v1/containers/{id}/logs":                         needRead,
+}
+
+// routeBodies are valid bodies, so that what a forbidden caller meets is
+// the permission check and not a validation error.
+var routeBodies = map[string]any{
+	"PATCH /v1/nodes/{node}":              api.NodePatch{AddTags: []string{"x"}},
+	"POST /v1/nodes/{node}/shutdown":      api.ShutdownRequest{Mode: api.ShutdownForce},
+	"POST /v1/suites":                     api.SuiteSpec{Name: "new", Group: "a", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}},
+	"POST /v1/suites/{suite}/assign":      assignRequest{Nodes: []string{"n1"}},
+	"POST /v1/suites/{suite}/tasks":       api.SubmitTasks{Tasks: []api.TaskSpec{{Argv: []string{"true"}}}},
+	"POST /v1/users":                      api.CreateUserRequest{Name: "newcomer"},
+	"PUT /v1/users/{user}/groups/{group}": membershipRequest{Role: api.RoleRead},
+	"POST /v1/tokens":                     api.CreateTokenRequest{},
+	"POST /v1/join-tokens":                api.CreateTokenRequest{Groups: []string{"a"}},
+	"POST /v1/agent/register":             api.RegisterRequest{MachineID: "machine-n1", DataDir: "/var/lib/nodemgr", Name: "n1"},
+	"POST /v1/containers": api.ContainerCommand{Command: api.ContainerDeploy, Worker: []string{"n1"},
+		Job: api.ContainerJob{Name: "web", Image: "busybox"}},
+}
+
+// credential is one kind of caller in the matrix.
+type credential struct {
+	name   string
+	secret string
+	// allowed says whether the caller may use a route that needs n.
+	allowed func(n need) bool
+}
+
+// matrixFixture is a server with group a's node n1, suite s1 and its task,
+// and one caller of each kind.
+type matrixFixture struct {
+	ts                    *testServer
+	suite, task, tokenID  string
+	joinTokenID, nodeName string
+	creds                 []credential
+}
+
+func newMatrixFixture(t *testing.T) *matrixFixture {
+	ts := newTestServer(t)
+	f := &matrixFixture{ts: ts, nodeName: "n1"}
+	_, nodeCred := ts.nodeNamed(t, "n1", "a")
+
+	var su api.Suite
+	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites", api.SuiteSpec{Name: "s1", Group: "a", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}, &su)
+	var ids api.SubmitResult
+	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites/"+su.ID+"/tasks", routeBodies["POST /v1/suites/{suite}/tasks"], &ids)
+	f.suite, f.task = su.ID, ids.IDs[0]
+	var tk, jt api.Token
+	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Name: "spare"}, &tk)
+	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/join-tokens", api.CreateTokenRequest{Groups: []string{"a"}}, &jt)
+	f.tokenID, f.joinTokenID = tk.ID, jt.ID
+	ts.user(t, "victim", false, nil)
+
+	revoked := ts.user(t, "revoked", false, map[string]string{"a": api.RoleAdmin})
+	var mine api.TokenList
+	ts.mustCall(t, http.StatusOK, revoked, "GET", "/v1/tokens", nil, &mine)
+	ts.mustCall(t, http.StatusNoContent, ts.admin, "DELETE", "/v1/tokens/"+mine.Tokens[0].ID, nil, nil)
+
+	expired, hash := auth.NewSecret(api.TokenAPI)
+	past := time.Now().Add(-time.Hour)
+	if err := ts.store.CreateToken(t.Context(), store.Token{ID: auth.NewID("t-"), Kind: api.TokenAPI, Hash: hash,
+		User: "admin", CreatedAt: past.Add(-time.Hour), ExpiresAt: past}); err != nil {
+		t.Fatal(err)
+	}
+
+	never := func(need) bool { return false }
+	role := func(least need) func(need) bool {
+		return func(n need) bool { return n == needNothing || n <= least }
+	}
+	f.creds = []credential{
+		{"none", "", never},
+		{"garbage", "nmu_notatokenatall", never},
+		{"expired", expired, never},
+		{"revoked", revoked, never},
+		{"node credential", nodeCred, func(n need) bool { return n == needNothing || n == needJoin || n == needNode }},
+		{"join token", jt.Secret, func(n need) bool { return n == needNothing || n == needJoin }},
+		{"outsider", ts.user(t, "outsider", false, map[string]string{"b": api.RoleAdmin}), role(needAnyUser)},
+		{"reader", ts.user(t, "reader", false, map[string]string{"a": api.RoleRead}), role(needRead)},
+		{"writer", ts.user(t, "writer", false, map[string]string{"a": api.RoleWrite}), role(needWrite)},
+		{"group admin", ts.user(t, "gadmin", false, map[string]string{"a": api.RoleAdmin}), role(needGroupAdmin)},
+		{"admin", ts.admin, role(needAdmin)},
+	}
+	for i := range f.creds {
+		allowed := f.creds[i].allowed
+		f.creds[i].allowed = func(n need) bool { return n == needNothing || allowed(n) }
+	}
+	return f
+}
+
+// path fills a route's pattern with the fixture's objects.
+func (f *matrixFixture) path(pattern string) string {
+	r := strings.NewReplacer(
+		"{node}", f.nodeName, "{suite}", f.suite, "{task}", f.task, "{user}", "victim", "{group}", "a",
+		"{name}", "t1", "{deployment}", "d-none", "{verb}", "start", "{id}", "x1",
+		"{coordinate}", "i.s.u.c", "{action}", "stop",
+	)
+	token := f.tokenID
+	if strings.HasPrefix(pattern, "/v1/join-tokens/") {
+		token = f.joinTokenID
+	}
+	return strings.ReplaceAll(r.Replace(pattern), "{token}", token)
+}
+
+// TestAuthMatrix calls every route in the route table with every kind of
+// credential, each route on a fresh server, weakest callers first. A
+// caller the role model forbids gets 401 (not a user's credential) or
+// 403/404 (a user without the role), never 2xx; an allowed caller never
+// gets 401 or 403.
+func TestAuthMatrix(t *testing.T) {
+	for _, rt := range (&Server{}).routeTable() {
+		key := rt.Method + " " + rt.Path
+		n, ok := routeNeeds[key]
+		if !ok {
+			t.Errorf("route %s is not in routeNeeds: say who may call it", key)
+			continue
+		}
+		t.Run(key, func(t *testing.T) {
+			f := newMatrixFixture(t)
+			for _, c := range f.creds {
+				code, body := f.ts.call(t, c.secret, rt.Method, f.path(rt.Path), routeBodies[key], nil)
+				// Who is not a user at all, or not an agent where an agent
+				// must call, is unauthenticated; a user short of a role is not
+				// permitted.
+				unauthenticated := !isUserCred(c.name) || n == needJoin || n == needNode
+				switch allowed := c.allowed(n); {
+				case allowed && (code == http.StatusUnauthorized || code == http.StatusForbidden):
+					t.Errorf("%s: %s = %d %s, want it allowed", c.name, key, code, firstLine(body))
+				case !allowed && code/100 == 2:
+					t.Errorf("%s: %s = %d, want it refused", c.name, key, code)
+				case !allowed && !unauthenticated && code != http.StatusForbidden && code != http.StatusNotFound:
+					t.Errorf("%s: %s = %d %s, want 403 or 404", c.name, key, code, firstLine(body))
+				case !allowed && unauthenticated && code != http.StatusUnauthorized:
+					t.Errorf("%s: %s = %d %s, want 401", c.name, key, code, firstLine(body))
+				}
+			}
+		})
+	}
+}
+
+func isUserCred(name string) bool {
+	switch name {
+	case "outsider", "reader", "writer", "group admin", "admin":
+		return true
+	}
+	return false
+}
+
+func firstLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
