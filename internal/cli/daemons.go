@@ -123,6 +123,12 @@ anything; clients pass --ca-cert DATA_DIR/ca.crt (or NODEMGR_CA_CERT).`,
 			if created {
 				fmt.Fprintf(e.stdout, "Created the admin user. Its API token (also in %s):\n\n  export NODEMGR_TOKEN=%s\n\n", server.AdminTokenFile(f.dataDir), token)
 			}
+			if reset, _ := cmd.Flags().GetBool("reset-admin-token"); reset && !created {
+				if token, err = server.ResetAdminToken(ctx, st, f.dataDir); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "Made a new API token for the admin user (also in %s):\n\n  export NODEMGR_TOKEN=%s\n\n", server.AdminTokenFile(f.dataDir), token)
+			}
 			srv, err := server.New(f.config(), st, log)
 			if err != nil {
 				return err
@@ -133,6 +139,7 @@ anything; clients pass --ca-cert DATA_DIR/ca.crt (or NODEMGR_CA_CERT).`,
 		},
 	}
 	f.register(cmd, "/var/lib/nodemgr/server")
+	cmd.Flags().Bool("reset-admin-token", false, "make a new API token for the admin user and write it to DATA_DIR/admin-token (when every admin token expired or was lost)")
 	return cmd
 }
 

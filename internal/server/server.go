@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/atomicfile"
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
@@ -275,6 +276,35 @@ func Bootstrap(ctx context.Context, st store.Store, dataDir string) (token strin
 		return "", false, fmt.Errorf("bootstrap: write %s: %w", path, err)
 	}
 	return secret, true, nil
+}
+
+// ResetAdminToken gives the user "admin" (made again, as an admin, if it
+// was removed) a fresh API token and writes it to AdminTokenFile: the way
+// back in for whoever holds the data dir when every admin token expired or
+// was lost. It is what nodemgr server --reset-admin-token does.
+func ResetAdminToken(ctx context.Context, st store.Store, dataDir string) (string, error) {
+	now := time.Now().UTC()
+	u, err := st.GetUser(ctx, "admin")
+	switch {
+	case errdefs.IsNotFound(err):
+		if err := st.CreateUser(ctx, store.User{Name: "admin", Admin: true, CreatedAt: now}); err != nil {
+			return "", fmt.Errorf("reset admin token: create admin: %w", err)
+		}
+	case err != nil:
+		return "", fmt.Errorf("reset admin token: %w", err)
+	case !u.Admin:
+		return "", fmt.Errorf("reset admin token: user admin is no longer an admin; make another admin user's token instead: %w", errdefs.ErrConflict)
+	}
+	secret, hash := auth.NewSecret(api.TokenAPI)
+	t := store.Token{ID: auth.NewID("t-"), Kind: api.TokenAPI, Name: "reset", Hash: hash, User: "admin",
+		CreatedAt: now, ExpiresAt: now.Add(DefaultMaxTokenTTL)}
+	if err := st.CreateToken(ctx, t); err != nil {
+		return "", fmt.Errorf("reset admin token: %w", err)
+	}
+	if err := atomicfile.Write(AdminTokenFile(dataDir), []byte(secret+"\n")); err != nil {
+		return "", fmt.Errorf("reset admin token: write %s: %w", AdminTokenFile(dataDir), err)
+	}
+	return secret, nil
 }
 
 func trimNL(b []byte) []byte {

@@ -98,3 +98,27 @@ func TestRotateAdminToken(t *testing.T) {
 		t.Errorf("admin-token file = %q, %v; want the rotated secret", b, err)
 	}
 }
+
+// TestResetAdminToken: whoever holds the data dir gets back in when every
+// admin token is gone.
+func TestResetAdminToken(t *testing.T) {
+	ts := newTestServer(t)
+	var mine api.TokenList
+	ts.mustCall(t, http.StatusOK, ts.admin, "GET", "/v1/tokens", nil, &mine)
+	ts.mustCall(t, http.StatusNoContent, ts.admin, "DELETE", "/v1/tokens/"+mine.Tokens[0].ID, nil, nil)
+	if code, _ := ts.call(t, ts.admin, "GET", "/v1/whoami", nil, nil); code != http.StatusUnauthorized {
+		t.Fatalf("revoked admin token = %d, want 401", code)
+	}
+	secret, err := ResetAdminToken(t.Context(), ts.store, ts.cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var who api.User
+	ts.mustCall(t, http.StatusOK, secret, "GET", "/v1/whoami", nil, &who)
+	if who.Name != "admin" || !who.Admin {
+		t.Errorf("reset token belongs to %+v, want the admin user", who)
+	}
+	if b, _ := os.ReadFile(AdminTokenFile(ts.cfg.DataDir)); strings.TrimSpace(string(b)) != secret {
+		t.Errorf("admin-token file = %q, want the new secret", b)
+	}
+}
