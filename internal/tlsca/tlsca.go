@@ -246,7 +246,9 @@ func Hosts(listen string, extra []string) []string {
 	add("::1")
 	if addrs, err := net.InterfaceAddrs(); err == nil {
 		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
+			// Link-local addresses need a zone to be dialled: no one
+			// reaches a server by them.
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLinkLocalUnicast() {
 				add(n.IP.String())
 			}
 		}
