@@ -52,6 +52,9 @@ func TestLayers(t *testing.T) {
 		{"internal/container", []string{"internal/server", "internal/store", "internal/agent", "internal/portalloc"}},
 		{"internal/capacity", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/httpapi", []string{"internal/server", "internal/store", "internal/agent"}},
+		// Shared by the server, the agent and the client: none of them.
+		{"internal/tlsca", []string{"internal/server", "internal/store", "internal/agent", "client"}},
+		{"internal/procenv", []string{"internal/server", "internal/store", "internal/agent"}},
 	}
 	for _, r := range rules {
 		for _, d := range deps(t, r.pkg) {
