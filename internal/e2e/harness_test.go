@@ -156,7 +156,13 @@ func freeAddr(t *testing.T) string {
 func startServer(t *testing.T, extra ...string) *server {
 	t.Helper()
 	s := &server{addr: freeAddr(t), dataDir: t.TempDir()}
-	s.args = append([]string{"server", "--listen", s.addr, "--data-dir", s.dataDir,
+	listen := s.addr
+	if checksSchemas(extra) {
+		// Clients reach the server through a proxy that checks every
+		// answer against the OpenAPI document (schemacheck_test.go).
+		s.addr = startSchemaProxy(t, listen)
+	}
+	s.args = append([]string{"server", "--listen", listen, "--data-dir", s.dataDir,
 		"--heartbeat-interval", heartbeat.String(), "--offline-after", offlineAfter.String(),
 		"--confirm-timeout", confirmWait.String()}, extra...)
 	s.restart(t)
