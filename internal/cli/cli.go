@@ -79,7 +79,7 @@ func describe(err error) string {
 	}
 	switch ce.Code {
 	case "unauthenticated":
-		return msg + "\n(set NODEMGR_TOKEN or --token to a valid API token; `nodemgr dev` and `nodemgr server` print the admin token on first start)"
+		return msg + "\n(set NODEMGR_TOKEN or NODEMGR_TOKEN_FILE, or pass --token-file, to a valid API token; `nodemgr dev` and `nodemgr server` print the admin token on first start)"
 	case "permission_denied":
 		return msg
 	}

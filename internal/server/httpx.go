@@ -61,7 +61,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, kind string)
 	// strips it, and so does this, for a token pasted whole.
 	secret, _ := auth.SplitPin(bearer(r))
 	if secret == "" {
-		return store.Token{}, fmt.Errorf("missing token: pass --token or set NODEMGR_TOKEN (an admin's first token is in the server's data dir, file admin-token): %w", errdefs.ErrUnauthenticated)
+		return store.Token{}, fmt.Errorf("missing token: set NODEMGR_TOKEN or NODEMGR_TOKEN_FILE, or pass --token-file (an admin's first token is in the server's data dir, file admin-token): %w", errdefs.ErrUnauthenticated)
 	}
 	if got := auth.KindOf(secret); got != kind {
 		return store.Token{}, fmt.Errorf("wrong kind of token: this endpoint takes a %s token: %w", kindName(kind), errdefs.ErrUnauthenticated)
