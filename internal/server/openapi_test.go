@@ -118,8 +118,9 @@ func validateOpenAPI(b []byte) []string {
 var camelCase = regexp.MustCompile(`^[a-z][a-zA-Z0-9]*$`)
 
 // TestOpenAPIOperations checks what a client generator and a reader rely
-// on: unique camelCase operation IDs, the 401 of every authenticated route,
-// a success answer, and error answers that are error bodies.
+// on: unique camelCase operation IDs, the 401 of every authenticated route
+// and the 403 of every admin-only one, the 413 of every body, a success
+// answer, and error answers that are error bodies.
 func TestOpenAPIOperations(t *testing.T) {
 	doc := servedDoc(t)
 	auth := map[string]authKind{}
@@ -135,6 +136,7 @@ func TestOpenAPIOperations(t *testing.T) {
 			name := strings.ToUpper(method) + " " + path
 			var op struct {
 				OperationID string                     `json:"operationId"`
+				RequestBody json.RawMessage            `json:"requestBody"`
 				Responses   map[string]json.RawMessage `json:"responses"`
 			}
 			if err := json.Unmarshal(raw, &op); err != nil {
@@ -149,6 +151,9 @@ func TestOpenAPIOperations(t *testing.T) {
 			}
 			seen[op.OperationID] = name
 			checkResponses(t, name, auth[name], op.Responses)
+			if _, ok := op.Responses["413"]; op.RequestBody != nil && !ok {
+				t.Errorf("%s: takes a body but does not list 413 (every body is read within a limit)", name)
+			}
 		}
 	}
 }
@@ -157,6 +162,9 @@ func checkResponses(t *testing.T, name string, kind authKind, responses map[stri
 	t.Helper()
 	if _, ok := responses["401"]; ok != (kind != authNone) {
 		t.Errorf("%s: lists 401 = %v, but its route takes a credential = %v", name, ok, kind != authNone)
+	}
+	if _, ok := responses["403"]; kind == authAdmin && !ok {
+		t.Errorf("%s: is for admins only but does not list 403", name)
 	}
 	success := false
 	for code, raw := range responses {
