@@ -116,12 +116,20 @@ func (s *Server) TLS() TLSInfo {
 	return TLSInfo{Enabled: true, CAFile: s.tls.caFile, CAFingerprint: s.tls.fingerprint, CACreated: s.tls.caCreated}
 }
 
-// URL is the server's base URL, http:// or https://, once Run has started.
+// URL is the server's base URL on this machine, http:// or https://, once
+// Run has started. A wildcard listen address becomes 127.0.0.1, which the
+// server's own certificate names.
 func (s *Server) URL() string {
-	if s.tls == nil {
-		return "http://" + s.Addr()
+	addr := s.Addr()
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
 	}
-	return "https://" + s.Addr()
+	if s.tls == nil {
+		return "http://" + addr
+	}
+	return "https://" + addr
 }
 
 // caFingerprint is the pin join tokens carry; "" when there is none.

@@ -178,3 +178,40 @@ func TestSetupTLS(t *testing.T) {
 		})
 	}
 }
+
+// A server on every address is reached at 127.0.0.1 from its own machine
+// (nodemgr dev's agent does), a name its certificate carries.
+func TestURLOfAWildcardListen(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s, err := New(Config{DataDir: dir, Listen: "0.0.0.0:0"}, st, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Serve(ctx, ln); close(done) }()
+	defer func() { cancel(); <-done }()
+	if !strings.HasPrefix(s.URL(), "https://127.0.0.1:") {
+		t.Fatalf("URL() = %s, want https://127.0.0.1:PORT", s.URL())
+	}
+	certs, err := tlsca.LoadCerts(s.TLS().CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: tlsca.Pool(certs...)}}}
+	resp, err := c.Get(s.URL() + "/healthz")
+	if err != nil {
+		t.Fatalf("GET %s/healthz = %v", s.URL(), err)
+	}
+	resp.Body.Close()
+}
