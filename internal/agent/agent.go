@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -467,9 +468,7 @@ func (a *Agent) ensureRegistered(ctx context.Context) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		var eb api.ErrorBody
-		json.NewDecoder(resp.Body).Decode(&eb)
-		err := fmt.Errorf("register with %s: %w", a.cfg.Server, errdefs.FromAPI(eb.Error))
+		err := fmt.Errorf("register with %s: %w", a.cfg.Server, answerError(resp))
 		if resp.StatusCode >= 400 && resp.StatusCode < 500 {
 			return &fatalError{err} // a bad token or config does not heal by retrying
 		}
@@ -488,6 +487,21 @@ func (a *Agent) ensureRegistered(ctx context.Context) error {
 	}
 	a.log.Info("registered", "node", rr.NodeID, "server", a.cfg.Server)
 	return nil
+}
+
+// answerError reads the server's error answer. One that is not nodemgr's
+// JSON comes from something else on the way, or, when it is Go's answer
+// to plain HTTP on a TLS port, from a server that speaks HTTPS.
+func answerError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var eb api.ErrorBody
+	if json.Unmarshal(b, &eb) == nil && eb.Error.Message != "" {
+		return errdefs.FromAPI(eb.Error)
+	}
+	if resp.StatusCode == http.StatusBadRequest && bytes.Contains(b, []byte("HTTPS server")) {
+		return errdefs.Field("server", "the server speaks HTTPS: use an https:// URL")
+	}
+	return fmt.Errorf("HTTP %s: %s", resp.Status, bytes.TrimSpace(b))
 }
 
 // work returns the agent state and the suite it works on.

@@ -164,3 +164,35 @@ func TestSetupTransportRefuses(t *testing.T) {
 		})
 	}
 }
+
+// Registration fails for good, saying why, when the agent cannot trust
+// the server or speaks plain HTTP to an HTTPS one.
+func TestRegisterRefusesAnUntrustedServer(t *testing.T) {
+	url, _ := tlsServer(t)
+	_, other := tlsServer(t)
+	const secret = "nmj_abcdefghijklmnopqrstuvwxyz234567abcdefghijklmnopqrs"
+	tests := []struct {
+		name   string
+		cfg    Config
+		errHas string
+	}{
+		{"plain HTTP", Config{Server: "http://" + strings.TrimPrefix(url, "https://"), JoinToken: secret}, "the server speaks HTTPS: use an https:// URL"},
+		{"another CA pinned", Config{Server: url, JoinToken: secret + "." + other.Fingerprint()}, "does not hold the CA the join token pins"},
+		{"no CA known", Config{Server: url, JoinToken: secret}, "--server-ca"},
+		{"server_ca of another server", Config{Server: url, JoinToken: secret, ServerCA: writeCA(t, other)}, "signed by a CA this side does not trust"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.DataDir = t.TempDir()
+			a, err := testAgent(t, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = a.ensureRegistered(t.Context())
+			var fatal *fatalError
+			if !errors.As(err, &fatal) || !strings.Contains(err.Error(), tc.errHas) {
+				t.Errorf("ensureRegistered = %v, want a fatal error with %q", err, tc.errHas)
+			}
+		})
+	}
+}
