@@ -35,8 +35,9 @@ func RunCommandWorker(ctx context.Context) error {
 	return run(ctx, RunCommand, 1)
 }
 
-// RunCommand runs t.Argv as a command, with the worker's environment plus
-// t.Env, in t.Workdir, and returns its exit code or the signal that killed
+// RunCommand runs t.Argv as a command, with the worker's environment (a
+// clean one the agent gave it: no secrets of the agent's) plus t.Env, in
+// t.Workdir, and returns its exit code or the signal that killed
 // it, and the tails of its output. The command runs in a process group of
 // its own; when ctx ends (timeout, cancel, stop) the whole group is killed
 // with SIGKILL, and so is whatever the command left running in it when it

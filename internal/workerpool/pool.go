@@ -44,7 +44,7 @@ type Config struct {
 	Binding  *api.CPUBinding // nil: no pinning
 	Prefetch int             // tasks buffered ahead; 0: every worker fetch asks the Source for one
 	Command  []string        // the worker program and its arguments
-	Env      []string        // extra environment for workers; the pool adds NODEMGR_*
+	Env      []string        // environment for workers, over PATH, HOME, LANG and TZ (procenv); the pool adds NODEMGR_*
 	// Dir is the workers' working directory, and where the pool's socket
 	// lives: keep it short, a socket path has at most 107 bytes.
 	Dir    string
