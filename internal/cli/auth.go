@@ -134,7 +134,7 @@ func newJoinTokenCmd(e *env) *cobra.Command {
 	var asJSON bool
 	create := &cobra.Command{
 		Use:   "create",
-		Short: "Create a join token; pass it to `nodemgr agent --join-token`",
+		Short: "Create a join token; pass it to `nodemgr agent --join-token-file` (or NODEMGR_JOIN_TOKEN)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			tk, err := clientFor(cmd, e).CreateJoinToken(cmd.Context(), req)

@@ -97,7 +97,7 @@ to it.
 Start here:
   nodemgr dev                      server + agent in one process, on ./nodemgr-dev
   nodemgr server                   the coordinator
-  nodemgr agent --server URL       an agent (register with --join-token once)
+  nodemgr agent --server URL       an agent (register once, --join-token-file FILE)
   nodemgr node ls                  what the server knows
 
 Client commands read NODEMGR_ADDR, NODEMGR_TOKEN (or NODEMGR_TOKEN_FILE) and
