@@ -94,7 +94,10 @@ func RunDispatch(ctx context.Context, cfg DispatchConfig, progress io.Writer) ([
 	}
 	defer os.RemoveAll(agentDir)
 	agent := exec.Command(cfg.Binary, "agent", "--server", "http://"+srv.addr, "--data-dir", agentDir,
-		"--name", "bench-agent", "--join-token", jt.Secret, "--log-level", "warn")
+		"--name", "bench-agent", "--log-level", "warn")
+	// The join token in the environment: on the command line other users
+	// could read it, and the agent would warn.
+	agent.Env = append(os.Environ(), "NODEMGR_JOIN_TOKEN="+jt.Secret)
 	agent.Stderr = os.Stderr
 	if err := agent.Start(); err != nil {
 		return nil, SpawnBaseline{}, fmt.Errorf("start agent: %w", err)
