@@ -51,9 +51,9 @@ func (c *Conn) Read() (Frame, error) {
 }
 
 // The JSON codec is go-json-experiment's v1 API, as on the agent's
-// WebSocket (see internal/proto): encoding/json's semantics at about
-// goccy/go-json's speed, without goccy/go-json's reads past the end of its
-// input, which panicked on the line `{"\` and took the agent down.
+// WebSocket (see internal/proto): encoding/json's semantics, several times
+// faster, without goccy/go-json's reads past the end of its input, which
+// panicked on the line `{"\` and took the agent down.
 
 // decode parses one line.
 func decode(line []byte) (Frame, error) {
