@@ -275,7 +275,7 @@ func (s *Server) handleCopyTo(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return errdefs.Field("body", "the archive is larger than %d GiB; copy less at a time", maxCopyBody>>30)
+			return errdefs.TooLarge("body", "the archive is larger than %d GiB; copy less at a time", maxCopyBody>>30)
 		}
 		return fmt.Errorf("read the uploaded archive: %w: %w", err, errdefs.ErrInvalid)
 	}
