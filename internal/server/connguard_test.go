@@ -4,36 +4,17 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/nodemgr/nodemgr/internal/store/sqlite"
 )
 
 // servedServer runs a Server with Serve on a loopback port, as nodemgr
 // server does, so the connection limits apply.
 func servedServer(t *testing.T, cfg Config) (*Server, string, string) {
 	t.Helper()
-	dir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	cfg.DataDir = dir
-	s, err := New(cfg, st, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, _, err := Bootstrap(t.Context(), st, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _, admin := newServer(t, "", cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

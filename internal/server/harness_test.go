@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/store"
 	"github.com/nodemgr/nodemgr/internal/store/sqlite"
 )
 
@@ -22,24 +23,36 @@ type testServer struct {
 	admin string
 }
 
-func newTestServer(t *testing.T) *testServer {
+// newServer makes a server with cfg over a fresh SQLite store in dir (a
+// temp dir when ""), bootstrapped, and returns it with its store and admin
+// token. Both are closed when the test ends.
+func newServer(t *testing.T, dir string, cfg Config) (*Server, store.Store, string) {
 	t.Helper()
-	dir := t.TempDir()
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	s, err := New(Config{DataDir: dir}, st, log)
+	cfg.DataDir = dir
+	s, err := New(cfg, st, log)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
 	admin, _, err := Bootstrap(t.Context(), st, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, st, admin
+}
+
+func newTestServer(t *testing.T) *testServer {
+	t.Helper()
+	s, _, admin := newServer(t, "", Config{})
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	return &testServer{Server: s, http: hs, admin: admin}

@@ -4,12 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,29 +15,13 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/store"
-	"github.com/nodemgr/nodemgr/internal/store/sqlite"
 )
 
 // metricsServer is a server on a SQLite store with a few nodes, suites and
 // tasks, and its admin token.
 func metricsServer(t *testing.T) (*Server, store.Store, string) {
 	t.Helper()
-	dir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	s, err := New(Config{DataDir: dir}, st, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	admin, _, err := Bootstrap(t.Context(), st, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st, admin := newServer(t, "", Config{})
 	now := time.Now().UTC()
 	for id, status := range map[string]string{"n-a": api.StatusOnline, "n-b": api.StatusOnline, "n-c": api.StatusSuspect} {
 		n := store.Node{ID: id, Name: id, MachineID: "m-" + id, DataDir: "/d", Status: status, RegisteredAt: now}

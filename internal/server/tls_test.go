@@ -26,21 +26,8 @@ import (
 // 127.0.0.1, and returns it with its admin token.
 func startTLSServer(t *testing.T, dir string, cfg Config) (*Server, string) {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	cfg.DataDir, cfg.Listen = dir, "127.0.0.1:0"
-	s, err := New(cfg, st, log)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	admin, _, err := Bootstrap(t.Context(), st, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg.Listen = "127.0.0.1:0"
+	s, _, admin := newServer(t, dir, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
