@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strings"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -122,16 +123,12 @@ func DecodeStrict(body []byte, v any) error {
 // its input: it panicked on `{"\`, and in a WebSocket handler that is the
 // whole server.) Its errors are not shown; on any error DecodeStrict
 // decodes again with encoding/json to explain it.
+//
+// It unmarshals the whole body at once with encoding/json's (v1) options
+// and unknown members rejected: the streaming decoder that v1's
+// DisallowUnknownFields needs cost twice as much.
 func fastDecodeStrict(body []byte, v any) error {
-	dec := jsonv1.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data")
-	}
-	return nil
+	return jsonv2.Unmarshal(body, v, jsonv1.DefaultOptionsV1(), jsonv2.RejectUnknownMembers(true))
 }
 
 // DecodeError turns an encoding/json decoding error into a FieldError that
