@@ -2,15 +2,16 @@ package mapping
 
 import (
 	"errors"
-	"math"
 	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/fuzzcheck"
 )
 
 // FuzzParse reads arbitrary mapping files. Parse must refuse with an
@@ -64,7 +65,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Parse(yaml.Marshal(Parse(%q))) = %v; YAML:\n%s", data, err, out)
 		}
-		if diff := cmp.Diff(rules, again, cmpopts.EquateEmpty(), sameNumber); diff != "" {
+		if diff := cmp.Diff(rules, again, cmpopts.EquateEmpty(), fuzzcheck.SameNumber); diff != "" {
 			t.Fatalf("rules changed on a round trip through YAML (-first +again):\n%s\nYAML:\n%s", diff, out)
 		}
 	})
@@ -79,30 +80,4 @@ func matchedBy(rules []Rule) map[string]any {
 		}
 	}
 	return extra
-}
-
-// sameNumber compares numbers by value: YAML has one number, and writes
-// the float 0.0 as 0, which reads back as an int.
-var sameNumber = cmp.FilterValues(func(a, b any) bool {
-	_, aok := number(a)
-	_, bok := number(b)
-	return aok && bok
-}, cmp.Comparer(func(a, b any) bool {
-	x, _ := number(a)
-	y, _ := number(b)
-	return x == y || (math.IsNaN(x) && math.IsNaN(y))
-}))
-
-func number(v any) (float64, bool) {
-	switch n := v.(type) {
-	case int:
-		return float64(n), true
-	case int64:
-		return float64(n), true
-	case uint64:
-		return float64(n), true
-	case float64:
-		return n, true
-	}
-	return 0, false
 }

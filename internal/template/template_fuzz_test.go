@@ -2,16 +2,17 @@ package template
 
 import (
 	"errors"
-	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/fuzzcheck"
 	"github.com/nodemgr/nodemgr/internal/mapping"
 )
 
@@ -64,34 +65,8 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Parse(yaml.Marshal(Parse(%q))) = %v; YAML:\n%s", data, err, out)
 		}
-		if diff := cmp.Diff(tpl, again, cmpopts.EquateEmpty(), sameNumber); diff != "" {
+		if diff := cmp.Diff(tpl, again, cmpopts.EquateEmpty(), fuzzcheck.SameNumber); diff != "" {
 			t.Fatalf("template changed on a round trip through YAML (-first +again):\n%s\nYAML:\n%s", diff, out)
 		}
 	})
-}
-
-// sameNumber compares numbers by value: YAML has one number, and writes
-// the float 0.0 as 0, which reads back as an int.
-var sameNumber = cmp.FilterValues(func(a, b any) bool {
-	_, aok := number(a)
-	_, bok := number(b)
-	return aok && bok
-}, cmp.Comparer(func(a, b any) bool {
-	x, _ := number(a)
-	y, _ := number(b)
-	return x == y || (math.IsNaN(x) && math.IsNaN(y))
-}))
-
-func number(v any) (float64, bool) {
-	switch n := v.(type) {
-	case int:
-		return float64(n), true
-	case int64:
-		return float64(n), true
-	case uint64:
-		return float64(n), true
-	case float64:
-		return n, true
-	}
-	return 0, false
 }
