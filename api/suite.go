@@ -103,7 +103,44 @@ type Suite struct {
 	CreatedAt     time.Time  `json:"created_at"`
 	UpdatedAt     time.Time  `json:"updated_at"`
 	LastTaskAt    time.Time  `json:"last_task_at"`
+	// WaitingReason says, in one line, why a suite with Ready tasks is not
+	// running anywhere ("no online node has tags [gpu]"); empty when some
+	// node runs or could run it. Only GET /v1/suites/{suite} and suite
+	// creation fill it in.
+	WaitingReason string `json:"waiting_reason,omitempty"`
+	// Problems are the latest prepare failures, one per node, newest first.
+	// Only GET /v1/suites/{suite} fills them in.
+	Problems []SuiteProblem `json:"problems,omitempty"`
 }
+
+// Stages of a suite at which an agent can fail it.
+const (
+	StagePrepare = "prepare" // the work dir, the binding check, the prepare hook and its resources
+	StageWorkers = "workers" // starting the worker pool
+)
+
+// SuiteProblem is why a node could not take a suite up: sent by the agent
+// with suite.leave, kept by the server per (suite, node), newest wins.
+type SuiteProblem struct {
+	NodeID   string `json:"node_id,omitempty"` // set by the server
+	NodeName string `json:"node_name,omitempty"`
+	Stage    string `json:"stage"` // StagePrepare | StageWorkers
+	// ExitCode is the hook's exit status; -1 when it did not exit by
+	// itself (timed out, killed, never started, a download failed).
+	ExitCode int    `json:"exit_code"`
+	Reason   string `json:"reason"` // "exit status 3", "timed out after 30s", "download https://x/y: HTTP 404 Not Found"
+	// OutputTail is the end of the hook's output (its last lines, at most
+	// MaxProblemOutput bytes).
+	OutputTail string    `json:"output_tail,omitempty"`
+	At         time.Time `json:"at,omitzero"` // set by the server
+}
+
+// Bounds on a SuiteProblem as the agent sends it; the server cuts longer ones.
+const (
+	MaxProblemOutput = 4 << 10
+	MaxProblemLines  = 20
+	MaxProblemReason = 1 << 10
+)
 
 // SuiteList is the body of GET /v1/suites.
 type SuiteList struct {
@@ -193,6 +230,9 @@ type SuiteNext struct {
 type SuiteLeave struct {
 	SuiteID string `json:"suite_id"`
 	Reason  string `json:"reason"` // complete | prepare-failed: ... | cancelled | shutdown
+	// Problem details a prepare failure; absent otherwise, and from agents
+	// older than it.
+	Problem *SuiteProblem `json:"problem,omitempty"`
 }
 
 // TasksFetch asks for up to Max tasks of a suite.

@@ -20,6 +20,7 @@ type Store interface {
 	Notifications
 	Auth
 	Suites
+	SuiteProblems
 	Tasks
 	Documents
 	Deployments
@@ -216,6 +217,25 @@ type Suites interface {
 	// CompleteSuites moves Closed suites with no Ready or Running task to
 	// Complete, and returns their IDs.
 	CompleteSuites(ctx context.Context) ([]string, error)
+}
+
+// SuiteProblem is a node's latest failure to take a suite up.
+type SuiteProblem struct {
+	SuiteID string
+	api.SuiteProblem
+}
+
+// SuiteProblems keeps why nodes could not take suites up (a failing
+// prepare hook), so that users see it and the dispatcher backs off.
+type SuiteProblems interface {
+	// PutSuiteProblem records p for (suiteID, p.NodeID), replacing an older
+	// one. An unknown suite or node is errdefs.ErrNotFound.
+	PutSuiteProblem(ctx context.Context, suiteID string, p api.SuiteProblem) error
+	// SuiteProblems lists the problems of a suite (nodeID ""), of a node
+	// (suiteID ""), or of both, newest first.
+	SuiteProblems(ctx context.Context, suiteID, nodeID string) ([]SuiteProblem, error)
+	// ClearSuiteProblem forgets the problem of (suiteID, nodeID), if any.
+	ClearSuiteProblem(ctx context.Context, suiteID, nodeID string) error
 }
 
 // Task is a stored task.

@@ -57,6 +57,11 @@
 //     ReturnTasks, ReclaimNode);
 //   - CancelTask of a Finished, Failed or Cancelled task is
 //     errdefs.ErrConflict and changes nothing.
+//
+// For suite problems: one per (suite, node), the newest replaces the
+// older, listed newest first with the node's name; a zero At becomes now;
+// an empty suite or node is errdefs.ErrInvalid, an unknown one
+// errdefs.ErrNotFound; deleting the node drops its problems.
 package storetest
 
 import (
@@ -126,6 +131,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CompleteSuites", testCompleteSuites},
 		{"SuiteCounts", testSuiteCounts},
 		{"CountsMatchTasks", testCountsMatchTasks},
+		{"SuiteProblems", testSuiteProblems},
+		{"SuiteProblemErrors", testSuiteProblemErrors},
 
 		{"AddTasks", testAddTasks},
 		{"AddTasksErrors", testAddTasksErrors},
