@@ -286,7 +286,9 @@ type SuiteRef struct {
 	SuiteID string `json:"suite_id"`
 }
 
-// TaskRef names a task in a notification.
+// TaskRef names a task in a notification. Attempt, when set, names the
+// attempt meant: an agent leaves any other attempt of the task alone.
 type TaskRef struct {
-	TaskID string `json:"task_id"`
+	TaskID  string `json:"task_id"`
+	Attempt int    `json:"attempt,omitempty"`
 }

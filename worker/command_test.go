@@ -164,7 +164,7 @@ func TestCommandWorkerCancel(t *testing.T) {
 	src := workerpooltest.NewSource(workerpooltest.Task("long", "sleep", "30"), workerpooltest.Task("next", "true"))
 	p, errc := startPool(t, 1, src)
 	workerpooltest.WaitFor(t, 20*time.Second, "the task to run", func() bool { return p.Stats().Busy == 1 })
-	if !p.Cancel("long") {
+	if !p.Cancel("long", 0) {
 		t.Fatal(`Cancel("long") = false, want true`)
 	}
 	waitRun(t, errc)

@@ -139,7 +139,7 @@ func run(ctx context.Context, h Handler, extraProcs int) error {
 	}
 	c := workerproto.NewConn(nc)
 	defer c.Close()
-	s := &session{c: c, frames: make(chan frameOrErr), quit: make(chan struct{}), batch: 1, cancelled: map[string]string{}}
+	s := &session{c: c, frames: make(chan frameOrErr), quit: make(chan struct{}), batch: 1, cancelled: map[attemptKey]string{}}
 	defer close(s.quit)
 	defer s.flush()
 	go s.read()
@@ -185,7 +185,7 @@ func run(ctx context.Context, h Handler, extraProcs int) error {
 		t := queue[0]
 		queue = queue[1:]
 		s.mu.Lock()
-		reason, cancelled := s.cancelled[t.ID]
+		reason, cancelled := s.cancelledLocked(t)
 		s.mu.Unlock()
 		switch {
 		case ctx.Err() != nil: // stopped while the task was on its way or waiting
@@ -242,15 +242,35 @@ type session struct {
 	// when the agent says so or the connection fails.
 	running *runningTask
 	// cancelled holds cancels for tasks held but not started yet: the
-	// reason each is to be reported with when its turn comes.
-	cancelled map[string]string
+	// reason each is to be reported with when its turn comes. They are
+	// kept per attempt: a cancel of an attempt already reported must not
+	// hit the task's next attempt, which may be the next task fetched.
+	cancelled map[attemptKey]string
+}
+
+// attemptKey names one attempt of a task; attempt 0 means whichever
+// attempt the worker holds.
+type attemptKey struct {
+	id      string
+	attempt int
+}
+
+// cancelledLocked returns the reason t is to be skipped with, if a cancel
+// came for it (for its attempt, or for any attempt) before it started.
+func (s *session) cancelledLocked(t *api.Task) (string, bool) {
+	if reason, ok := s.cancelled[attemptKey{t.ID, t.Attempt}]; ok {
+		return reason, true
+	}
+	reason, ok := s.cancelled[attemptKey{t.ID, 0}]
+	return reason, ok
 }
 
 // runningTask is the task the handler runs.
 type runningTask struct {
-	id     string
-	cancel context.CancelCauseFunc
-	lost   error // why the connection failed while it ran
+	id      string
+	attempt int
+	cancel  context.CancelCauseFunc
+	lost    error // why the connection failed while it ran
 }
 
 // flush sends a report still waiting for the next fetch.
@@ -269,7 +289,7 @@ func (s *session) read() {
 	for {
 		f, err := s.c.Read()
 		if err == nil && f.Op == workerproto.OpCancel && f.Cancel != nil {
-			s.cancel(f.Cancel.TaskID, f.Cancel.Reason)
+			s.cancel(f.Cancel.TaskID, f.Cancel.Attempt, f.Cancel.Reason)
 			continue
 		}
 		s.mu.Lock()
@@ -292,17 +312,17 @@ func (s *session) read() {
 	}
 }
 
-// cancel cancels the running task if it is taskID, or else notes the
-// cancel for when the task's turn comes (or for nothing, if it was
-// reported already).
-func (s *session) cancel(taskID, reason string) {
+// cancel cancels the running task if it is that attempt of taskID (any
+// attempt if 0), or else notes the cancel for when the task's turn comes
+// (or for nothing, if it was reported already).
+func (s *session) cancel(taskID string, attempt int, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.running; r != nil && r.id == taskID {
+	if r := s.running; r != nil && r.id == taskID && (attempt == 0 || attempt == r.attempt) {
 		r.cancel(&CancelError{Reason: reason})
 		return
 	}
-	s.cancelled[taskID] = reason
+	s.cancelled[attemptKey{taskID, attempt}] = reason
 }
 
 // next waits for the answer to a fetch: the tasks to run, in order, or nil
@@ -358,9 +378,9 @@ func (s *session) runTask(ctx context.Context, h Handler, at *api.Task) error {
 		defer cancelT()
 	}
 	s.mu.Lock()
-	running := &runningTask{id: t.ID, cancel: cancel}
+	running := &runningTask{id: t.ID, attempt: t.Attempt, cancel: cancel}
 	s.running = running
-	if reason, ok := s.cancelled[t.ID]; ok { // came since Run looked
+	if reason, ok := s.cancelledLocked(at); ok { // came since Run looked
 		cancel(&CancelError{Reason: reason})
 	}
 	s.mu.Unlock()

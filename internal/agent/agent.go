@@ -617,7 +617,7 @@ func (a *Agent) HandleNotify(ctx context.Context, seq uint64, method string, bod
 		if err := json.Unmarshal(body, &ref); err != nil {
 			return fmt.Errorf("notification %d: %w", seq, err)
 		}
-		a.runner.cancelTask(ref.TaskID)
+		a.runner.cancelTask(ref.TaskID, ref.Attempt)
 	case api.NotifyUpdate:
 		var u api.NodeUpdate
 		if err := json.Unmarshal(body, &u); err != nil {

@@ -388,12 +388,13 @@ func (r *runner) holding() []string {
 	return ids
 }
 
-// cancelTask kills a task if one of this agent's workers runs it.
-func (r *runner) cancelTask(taskID string) {
+// cancelTask kills that attempt of a task (0: whichever attempt) if one
+// of this agent's workers runs it.
+func (r *runner) cancelTask(taskID string, attempt int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.run != nil && r.run.pool != nil {
-		r.run.pool.Cancel(taskID)
+		r.run.pool.Cancel(taskID, attempt)
 	}
 }
 

@@ -390,24 +390,32 @@ func (p *Pool) beginStopLocked(mode stopMode) {
 	p.signal(p.kick)
 }
 
-// Cancel abandons a task if this pool has it: a running task's worker is
-// asked to drop it and killed if it has not within KillGrace; a buffered
-// task is taken out. Either way the task is reported failed with reason
-// "cancelled". It returns whether the pool had the task.
-func (p *Pool) Cancel(taskID string) bool {
+// Cancel abandons one attempt of a task if this pool has it: a running
+// task's worker is asked to drop it and killed if it has not within the
+// task's kill grace (plus a margin); a buffered task is taken out. Either
+// way the task is reported failed with reason "cancelled". Attempt 0
+// means whichever attempt the pool holds; another attempt than the one
+// held is left alone, so a cancel meant for an attempt already reported
+// never hits the task's retry. It returns whether the pool had the
+// attempt.
+func (p *Pool) Cancel(taskID string, attempt int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return false
 	}
 	if s := p.held[taskID]; s != nil {
-		if j := s.holding(taskID); j != nil && j.verdict == "" {
+		j := s.holding(taskID)
+		if j == nil || (attempt != 0 && j.task.Attempt != attempt) {
+			return false
+		}
+		if j.verdict == "" {
 			p.abandonLocked(s, j, "cancelled")
 		}
 		return true
 	}
 	for i, t := range p.buf {
-		if t.ID == taskID {
+		if t.ID == taskID && (attempt == 0 || t.Attempt == attempt) {
 			p.buf = slices.Delete(p.buf, i, i+1)
 			p.reportLocked(api.TaskReport{TaskID: t.ID, Attempt: t.Attempt, Outcome: api.OutcomeFailed,
 				Reason: "cancelled", Result: api.TaskResult{ExitCode: -1}})

@@ -251,13 +251,18 @@ func TestCancel(t *testing.T) {
 		st := p.Stats()
 		return st.Busy == 1 && st.Buffered == 2
 	})
-	if p.Cancel("elsewhere") {
+	if p.Cancel("elsewhere", 0) {
 		t.Error(`Cancel("elsewhere") = true, want false: the pool never had it`)
 	}
-	if !p.Cancel("buffered") {
+	// The source hands out attempt 1: a cancel of another attempt (one
+	// already reported, say) leaves it alone.
+	if p.Cancel("running", 2) || p.Cancel("buffered", 2) {
+		t.Error(`Cancel of attempt 2 = true, want false: the pool holds attempt 1`)
+	}
+	if !p.Cancel("buffered", 0) {
 		t.Error(`Cancel("buffered") = false, want true`)
 	}
-	if !p.Cancel("running") {
+	if !p.Cancel("running", 1) {
 		t.Error(`Cancel("running") = false, want true`)
 	}
 	if err := p.wait(t, 20*time.Second); err != nil {
@@ -552,7 +557,7 @@ func TestBatchedCancelAndTimeout(t *testing.T) {
 	if !waiting {
 		t.Fatal("doomed, slow and waits are not held by the worker behind first; the batch this test is about did not happen")
 	}
-	if !p.Cancel("doomed") {
+	if !p.Cancel("doomed", 1) {
 		t.Fatal("Cancel(doomed) = false, want the pool to hold it")
 	}
 	if err := p.wait(t, 30*time.Second); err != nil {

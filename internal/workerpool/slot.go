@@ -366,7 +366,7 @@ func (p *Pool) abandonLocked(s *slot, j *job, reason string) {
 	j.verdict = reason
 	if s.conn != nil {
 		s.conn.Write(workerproto.Frame{Op: workerproto.OpCancel,
-			Cancel: &workerproto.Cancel{TaskID: j.task.ID, Reason: reason}})
+			Cancel: &workerproto.Cancel{TaskID: j.task.ID, Attempt: j.task.Attempt, Reason: reason}})
 	}
 	if s.job == j {
 		p.killLaterLocked(s, j, reason)

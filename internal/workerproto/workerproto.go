@@ -91,9 +91,13 @@ type Report struct {
 	api.TaskReport
 }
 
-// Cancel asks the worker to abandon a task. Reason is what the pool will
-// report ("timeout", "cancelled").
+// Cancel asks the worker to abandon one attempt of a task. Reason is what
+// the pool will report ("timeout", "cancelled"). Attempt says which
+// attempt (0: whichever the worker holds): a cancel that crosses the
+// attempt's report on the wire must not hit the task's next attempt,
+// which the worker may fetch a moment later.
 type Cancel struct {
-	TaskID string `json:"task_id"`
-	Reason string `json:"reason"`
+	TaskID  string `json:"task_id"`
+	Attempt int    `json:"attempt,omitempty"`
+	Reason  string `json:"reason"`
 }
