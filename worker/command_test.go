@@ -91,7 +91,7 @@ func TestCommandWorker(t *testing.T) {
 		{task("true", 0, nil, "true"), api.OutcomeSucceeded, "", 0, "", "", ""},
 		{task("exit", 0, nil, "sh", "-c", "echo out; echo err >&2; exit 3"), api.OutcomeFailed, "exit status 3", 3, "", "out\n", "err\n"},
 		{task("segv", 0, nil, "sh", "-c", "kill -s SEGV $$"), api.OutcomeFailed, "killed by SIGSEGV", -1, "SIGSEGV", "", ""},
-		{task("term", 0, nil, "sh", "-c", "kill -s TERM $$"), api.OutcomeStopped, "killed by SIGTERM", -1, "SIGTERM", "", ""},
+		{task("term", 0, nil, "sh", "-c", "kill -s TERM $$"), api.OutcomeFailed, "killed by SIGTERM (not sent by nodemgr)", -1, "SIGTERM", "", ""},
 		{task("timeout", 300*time.Millisecond, nil, "sleep", "30"), api.OutcomeFailed, "timeout", -1, "SIGKILL", "", ""},
 		{task("timeout-group", 300*time.Millisecond, nil, "sh", "-c", "sleep 30 & echo $! > "+pidFile+"; wait"),
 			api.OutcomeFailed, "timeout", -1, "SIGKILL", "", ""},

@@ -26,9 +26,11 @@
 // handler's context ends when the task times out (cause ErrTimeout), when
 // the agent cancels the task (cause a *CancelError), or when Run's context
 // ends; a handler should return soon after, or the agent kills the worker.
-// A task whose worker is stopped (Run's context ends, or Signal is SIGTERM
-// or SIGINT) is reported stopped: the server runs it again and does not
-// count it as a failure.
+// A task whose worker is stopped (Run's context ends) is reported
+// stopped: the server runs it again and does not count it as a failure.
+// A task that ends by a SIGTERM or SIGINT nodemgr did not send (Signal,
+// with the handler's context not ended) is a failure: the server counts
+// it.
 //
 // The agent sets NODEMGR_SUITE_ID, NODEMGR_SUITE_NAME, NODEMGR_NODE_ID,
 // NODEMGR_WORKER_ID and NODEMGR_WORKER_COUNT in a worker's environment,
@@ -430,12 +432,16 @@ func call(ctx context.Context, h Handler, t Task) (res Result) {
 // classify decides an attempt's outcome and reason from the handler's
 // result, why its context ended (nil if it did not), and whether the
 // worker is stopping.
+//
+// Only an attempt that nodemgr itself stopped (the worker is stopping) is
+// reported stopped, which the server never counts. A SIGTERM or SIGINT
+// that came while the task's context had not ended was not sent by
+// nodemgr (a task that kills itself, a user's kill): that is a failure
+// like any other signal, or a task that does so would be retried forever.
 func classify(r Result, cause error, stopping bool) (outcome, reason string) {
 	switch {
 	case r.Err == nil && r.ExitCode == 0 && r.Signal == "":
 		return api.OutcomeSucceeded, ""
-	case r.Signal == "SIGTERM" || r.Signal == "SIGINT":
-		return api.OutcomeStopped, "killed by " + r.Signal
 	case stopping:
 		return api.OutcomeStopped, "worker stopped"
 	case errors.Is(cause, ErrTimeout):
@@ -444,6 +450,8 @@ func classify(r Result, cause error, stopping bool) (outcome, reason string) {
 		return api.OutcomeFailed, cause.Error()
 	case r.Err != nil:
 		return api.OutcomeFailed, r.Err.Error()
+	case r.Signal == "SIGTERM" || r.Signal == "SIGINT":
+		return api.OutcomeFailed, "killed by " + r.Signal + " (not sent by nodemgr)"
 	case r.Signal != "":
 		return api.OutcomeFailed, "killed by " + r.Signal
 	}

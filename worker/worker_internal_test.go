@@ -25,8 +25,13 @@ func TestClassify(t *testing.T) {
 		{"exit code", Result{ExitCode: 3}, nil, false, api.OutcomeFailed, "exit status 3"},
 		{"error", Result{Err: errors.New("no GPU")}, nil, false, api.OutcomeFailed, "no GPU"},
 		{"signal", Result{ExitCode: -1, Signal: "SIGSEGV"}, nil, false, api.OutcomeFailed, "killed by SIGSEGV"},
-		{"SIGTERM", Result{ExitCode: -1, Signal: "SIGTERM"}, nil, false, api.OutcomeStopped, "killed by SIGTERM"},
-		{"SIGINT", Result{ExitCode: -1, Signal: "SIGINT"}, nil, false, api.OutcomeStopped, "killed by SIGINT"},
+		// Not sent by nodemgr: the task's context had not ended.
+		{"SIGTERM", Result{ExitCode: -1, Signal: "SIGTERM"}, nil, false, api.OutcomeFailed, "killed by SIGTERM (not sent by nodemgr)"},
+		{"SIGINT", Result{ExitCode: -1, Signal: "SIGINT"}, nil, false, api.OutcomeFailed, "killed by SIGINT (not sent by nodemgr)"},
+		// Sent by nodemgr: the worker stopping, the timeout's or a cancel's SIGTERM.
+		{"SIGTERM, worker stopping", Result{ExitCode: -1, Signal: "SIGTERM", Err: context.Canceled}, context.Canceled, true, api.OutcomeStopped, "worker stopped"},
+		{"SIGTERM at the timeout", Result{ExitCode: -1, Signal: "SIGTERM", Err: ErrTimeout}, ErrTimeout, false, api.OutcomeFailed, "timeout"},
+		{"SIGTERM at a cancel", Result{ExitCode: -1, Signal: "SIGTERM", Err: context.Canceled}, &CancelError{Reason: "cancelled"}, false, api.OutcomeFailed, "cancelled"},
 		{"worker stopping", Result{ExitCode: -1, Signal: "SIGKILL"}, context.Canceled, true, api.OutcomeStopped, "worker stopped"},
 		{"timeout", Result{ExitCode: -1, Signal: "SIGKILL", Err: ErrTimeout}, ErrTimeout, false, api.OutcomeFailed, "timeout"},
 		{"timeout, handler ignores ctx", Result{ExitCode: 1}, ErrTimeout, false, api.OutcomeFailed, "timeout"},

@@ -9,7 +9,8 @@
 //
 // The pool watches each worker with a goroutine blocked in Wait, so a death
 // is seen at once: the task the worker held is reported (crashed with its
-// signal or exit status, or stopped if it was SIGTERM/SIGINT), and the
+// signal or exit status, or stopped if it was a SIGTERM/SIGINT the pool
+// sent), and the
 // worker is started again, with a growing delay if it keeps dying young. A
 // worker that breaks the protocol is killed and replaced, and its task goes
 // back to the front of the buffer. Task timeouts and cancellations ask the

@@ -142,7 +142,9 @@ func TestWorkerDeath(t *testing.T) {
 	}{
 		{"SIGSEGV", []string{"segv"}, api.OutcomeFailed, true, "SIGSEGV", -1, "worker crashed (SIGSEGV)"},
 		{"SIGKILL", []string{"kill"}, api.OutcomeFailed, true, "SIGKILL", -1, "worker crashed (SIGKILL)"},
-		{"SIGTERM", []string{"term"}, api.OutcomeStopped, false, "SIGTERM", -1, "worker stopped (SIGTERM)"},
+		// The pool did not send it: a failure, counted, or a task that
+		// kills its worker so would be retried forever.
+		{"SIGTERM", []string{"term"}, api.OutcomeFailed, true, "SIGTERM", -1, "worker killed by SIGTERM (not sent by nodemgr)"},
 		{"exit", []string{"exit", "7"}, api.OutcomeFailed, true, "", 7, "worker exited while running the task (exit status 7)"},
 	}
 	for _, tc := range cases {

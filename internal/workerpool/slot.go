@@ -210,6 +210,9 @@ func (p *Pool) exited(s *slot, cmd *exec.Cmd) bool {
 	defer p.mu.Unlock()
 	defer p.signal(p.kick)
 	s.proc = nil
+	// The pool sent SIGTERM itself (terminateLocked) or is stopping; any
+	// other SIGTERM came from elsewhere.
+	termSent := s.termT != nil || p.stop != stopNone
 	if s.termT != nil {
 		s.termT.Stop()
 		s.termT = nil
@@ -238,8 +241,12 @@ func (p *Pool) exited(s *slot, cmd *exec.Cmd) bool {
 			r.Reason = j.verdict
 		case p.stop == stopForce:
 			r.Outcome, r.Reason = api.OutcomeStopped, "worker stopped: the pool is stopping"
-		case sig == "SIGTERM" || sig == "SIGINT":
+		case (sig == "SIGTERM" || sig == "SIGINT") && termSent:
 			r.Outcome, r.Reason = api.OutcomeStopped, "worker stopped ("+sig+")"
+		case sig == "SIGTERM" || sig == "SIGINT":
+			// Counted: a task that kills its worker so would otherwise be
+			// retried forever, with no pause.
+			r.Crash, r.Reason = true, "worker killed by "+sig+" (not sent by nodemgr)"
 		case sig != "":
 			r.Crash, r.Reason = true, "worker crashed ("+sig+")"
 		default:
