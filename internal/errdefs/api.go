@@ -27,7 +27,7 @@ func (e *RemoteError) Error() string { return e.Wire.Message }
 // Is matches the class named by the error's code.
 func (e *RemoteError) Is(target error) bool {
 	c := FromCode(e.Wire.Code)
-	return c != nil && c == target
+	return c != nil && errors.Is(c, target)
 }
 
 // FromAPI turns a wire error back into an error value.
@@ -38,7 +38,7 @@ func FromAPI(e api.Error) error { return &RemoteError{Wire: e} }
 // field already says it.
 func Message(err error) string {
 	msg := err.Error()
-	for _, class := range []error{ErrNotFound, ErrConflict, ErrInvalid, ErrUnavailable, ErrPermission, ErrUnauthenticated} {
+	for _, class := range []error{ErrNotFound, ErrConflict, ErrInvalid, ErrStorageFull, ErrUnavailable, ErrPermission, ErrUnauthenticated} {
 		if errors.Is(err, class) {
 			if m, ok := strings.CutSuffix(msg, ": "+class.Error()); ok {
 				return m

@@ -24,7 +24,16 @@ var (
 	ErrTooLarge = errors.New("too large")
 	// ErrMethodNotAllowed is a request whose path exists but not with its method.
 	ErrMethodNotAllowed = errors.New("method not allowed")
+	// ErrStorageFull is a write refused for want of disk space (SQLite's
+	// SQLITE_FULL, ENOSPC). It is an ErrUnavailable too: nothing is wrong
+	// with the request, and it works once space is freed.
+	ErrStorageFull error = storageFull{}
 )
+
+type storageFull struct{}
+
+func (storageFull) Error() string        { return "storage full" }
+func (storageFull) Is(target error) bool { return target == ErrUnavailable }
 
 // FieldError says which input field is wrong and why. It is an ErrInvalid.
 type FieldError struct {
@@ -84,6 +93,8 @@ func Code(err error) string {
 		return "method_not_allowed"
 	case errors.Is(err, ErrInvalid):
 		return "invalid"
+	case errors.Is(err, ErrStorageFull):
+		return "storage_full"
 	case errors.Is(err, ErrUnavailable):
 		return "unavailable"
 	case errors.Is(err, ErrPermission):
@@ -109,6 +120,8 @@ func FromCode(code string) error {
 		return ErrTooLarge
 	case "method_not_allowed":
 		return ErrMethodNotAllowed
+	case "storage_full":
+		return ErrStorageFull
 	case "unavailable":
 		return ErrUnavailable
 	case "permission_denied":
@@ -136,11 +149,14 @@ func (e *classed) Unwrap() []error { return []error{e.err, e.class} }
 
 // FromOS gives an error of the operating system its class: a missing file
 // is not found, a denied one permission, an existing one or a file where a
-// directory should be a conflict. Others come back as they are.
+// directory should be a conflict, a full disk storage full. Others come
+// back as they are.
 func FromOS(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return Class(err, ErrStorageFull)
 	case errors.Is(err, fs.ErrNotExist):
 		return Class(err, ErrNotFound)
 	case errors.Is(err, fs.ErrPermission):

@@ -3,6 +3,8 @@ package errdefs
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"syscall"
 	"testing"
 )
 
@@ -40,5 +42,43 @@ func TestMessageDropsClassSuffix(t *testing.T) {
 	plain := fmt.Errorf("disk full")
 	if got := Message(plain); got != "disk full" {
 		t.Errorf("Message(%q) = %q", plain, got)
+	}
+}
+
+// TestStorageFull: a full disk has a code of its own, is unavailable too
+// (503, retry later), and keeps both across the wire.
+func TestStorageFull(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"sentinel", fmt.Errorf("put task: %w", ErrStorageFull)},
+		{"ENOSPC", FromOS(&fs.PathError{Op: "write", Path: "/data/blob", Err: syscall.ENOSPC})},
+		{"EDQUOT", FromOS(&fs.PathError{Op: "write", Path: "/data/blob", Err: syscall.EDQUOT})},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Code(tc.err); got != "storage_full" {
+				t.Errorf("Code(%v) = %q, want storage_full", tc.err, got)
+			}
+			back := FromAPI(ToAPI(tc.err))
+			for _, class := range []error{ErrStorageFull, ErrUnavailable} {
+				if !errors.Is(tc.err, class) {
+					t.Errorf("errors.Is(%v, %v) = false, want true", tc.err, class)
+				}
+				if !errors.Is(back, class) {
+					t.Errorf("errors.Is(FromAPI(ToAPI(%v)), %v) = false, want true", tc.err, class)
+				}
+			}
+			if errors.Is(back, ErrNotFound) {
+				t.Errorf("FromAPI(ToAPI(%v)) is ErrNotFound", tc.err)
+			}
+		})
+	}
+	if got := Message(fmt.Errorf("add tasks: %w", ErrStorageFull)); got != "add tasks" {
+		t.Errorf("Message(...storage full) = %q, want %q", got, "add tasks")
+	}
+	if Code(ErrUnavailable) != "unavailable" {
+		t.Errorf("Code(ErrUnavailable) = %q, want unavailable", Code(ErrUnavailable))
 	}
 }
