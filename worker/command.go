@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/gocrash"
 	"github.com/nodemgr/nodemgr/internal/workerproto"
 )
 
@@ -38,7 +39,9 @@ func RunCommandWorker(ctx context.Context) error {
 // RunCommand runs t.Argv as a command, with the worker's environment (a
 // clean one the agent gave it: no secrets of the agent's) plus t.Env, in
 // t.Workdir, and returns its exit code or the signal that killed
-// it, and the tails of its output. The command runs in a process group of
+// it (for a Go program that reports a fatal SIGSEGV, SIGBUS, SIGFPE or
+// SIGILL and exits 2, that signal, with the exit code), and the tails of
+// its output. The command runs in a process group of
 // its own; when ctx ends (timeout, cancel, stop) the whole group is killed
 // with SIGKILL, and so is whatever the command left running in it when it
 // exits. A program name without a slash is looked up in the worker's PATH;
@@ -47,7 +50,13 @@ func RunCommand(ctx context.Context, t Task) Result {
 	if len(t.Argv) == 0 {
 		return Result{ExitCode: -1, Err: errors.New("task has no argv")}
 	}
-	return runCommand(ctx, t, taskEnv(os.Environ(), t.Env))
+	res := runCommand(ctx, t, taskEnv(os.Environ(), t.Env))
+	// A Go program that faults exits 2 and says so on stderr: it counts
+	// as the hardware fault it is, not as an exit status.
+	if res.Signal == "" && res.Err == nil {
+		res.Signal = gocrash.Signal(res.ExitCode, res.Stderr)
+	}
+	return res
 }
 
 // taskEnv is the worker's environment without its connection details, with

@@ -21,6 +21,10 @@ import (
 const helperEnv = "WORKER_TEST_HELPER"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "gosegv" { // a Go program that faults
+		var p *int
+		println(*p)
+	}
 	if os.Getenv(helperEnv) == "cmdworker" {
 		if err := worker.RunCommandWorker(context.Background()); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)

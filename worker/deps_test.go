@@ -17,6 +17,8 @@ func TestDependencies(t *testing.T) {
 		"github.com/nodemgr/nodemgr/worker":               true,
 		"github.com/nodemgr/nodemgr/api":                  true,
 		"github.com/nodemgr/nodemgr/internal/workerproto": true,
+		"github.com/nodemgr/nodemgr/internal/gocrash":     true,
+		"github.com/nodemgr/nodemgr/internal/proctree":    true,
 	}
 	for _, pkg := range strings.Fields(string(out)) {
 		if strings.HasPrefix(pkg, "github.com/nodemgr/nodemgr/") && !allowed[pkg] {

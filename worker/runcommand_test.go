@@ -139,3 +139,21 @@ func TestRunCommandCannotCollectStatus(t *testing.T) {
 		t.Errorf("RunCommand = %+v, want an error that the exit status is unknown", r)
 	}
 }
+
+// A Go program that faults exits 2 with the runtime's report on stderr: it
+// is reported as the fault, so the hardware-fault rule counts it.
+func TestRunCommandGoFault(t *testing.T) {
+	r := RunCommand(context.Background(), Task{Argv: []string{os.Args[0]},
+		Env: map[string]string{"WORKER_TEST_HELPER": "gosegv", "GOTRACEBACK": "single"}})
+	if r.ExitCode != 2 || r.Signal != "SIGSEGV" || r.Err != nil || !strings.Contains(r.Stderr, "[signal SIGSEGV") {
+		t.Errorf("RunCommand = exit %d, signal %q, err %v, stderr %q; want exit 2 reported as SIGSEGV", r.ExitCode, r.Signal, r.Err, r.Stderr)
+	}
+	if outcome, reason := classify(r, nil, false); outcome != "failed" || reason != "crashed by SIGSEGV (Go runtime, exit status 2)" {
+		t.Errorf("classify = %q, %q; want failed, crashed by SIGSEGV", outcome, reason)
+	}
+	// A Go program that exits 2 by itself is an exit status.
+	r = RunCommand(context.Background(), Task{Argv: []string{"sh", "-c", "echo 'panic: not a fault' >&2; exit 2"}})
+	if r.ExitCode != 2 || r.Signal != "" {
+		t.Errorf("RunCommand(exit 2) = exit %d, signal %q; want exit 2, no signal", r.ExitCode, r.Signal)
+	}
+}

@@ -71,10 +71,13 @@ type Task struct {
 // 64 KiB.
 type Result struct {
 	ExitCode int
-	Signal   string // the signal that killed the task's process, e.g. "SIGSEGV"
-	Stdout   string
-	Stderr   string
-	Err      error // why the task failed, if not (only) its exit code
+	// Signal is the signal that killed the task's process, e.g.
+	// "SIGSEGV"; with ExitCode > 0, a fatal signal a Go program reported
+	// before it exited.
+	Signal string
+	Stdout string
+	Stderr string
+	Err    error // why the task failed, if not (only) its exit code
 }
 
 // Handler runs one task.
@@ -452,6 +455,8 @@ func classify(r Result, cause error, stopping bool) (outcome, reason string) {
 		return api.OutcomeFailed, r.Err.Error()
 	case r.Signal == "SIGTERM" || r.Signal == "SIGINT":
 		return api.OutcomeFailed, "killed by " + r.Signal + " (not sent by nodemgr)"
+	case r.Signal != "" && r.ExitCode > 0: // a Go program's fatal signal
+		return api.OutcomeFailed, "crashed by " + r.Signal + " (Go runtime, exit status " + strconv.Itoa(r.ExitCode) + ")"
 	case r.Signal != "":
 		return api.OutcomeFailed, "killed by " + r.Signal
 	}

@@ -25,6 +25,7 @@ func TestClassify(t *testing.T) {
 		{"exit code", Result{ExitCode: 3}, nil, false, api.OutcomeFailed, "exit status 3"},
 		{"error", Result{Err: errors.New("no GPU")}, nil, false, api.OutcomeFailed, "no GPU"},
 		{"signal", Result{ExitCode: -1, Signal: "SIGSEGV"}, nil, false, api.OutcomeFailed, "killed by SIGSEGV"},
+		{"Go runtime fatal signal", Result{ExitCode: 2, Signal: "SIGSEGV"}, nil, false, api.OutcomeFailed, "crashed by SIGSEGV (Go runtime, exit status 2)"},
 		// Not sent by nodemgr: the task's context had not ended.
 		{"SIGTERM", Result{ExitCode: -1, Signal: "SIGTERM"}, nil, false, api.OutcomeFailed, "killed by SIGTERM (not sent by nodemgr)"},
 		{"SIGINT", Result{ExitCode: -1, Signal: "SIGINT"}, nil, false, api.OutcomeFailed, "killed by SIGINT (not sent by nodemgr)"},

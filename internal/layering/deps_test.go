@@ -55,6 +55,8 @@ func TestLayers(t *testing.T) {
 		// Shared by the server, the agent and the client: none of them.
 		{"internal/tlsca", []string{"internal/server", "internal/store", "internal/agent", "client"}},
 		{"internal/procenv", []string{"internal/server", "internal/store", "internal/agent"}},
+		// Linked into worker programs (package worker): nothing of the agent's.
+		{"internal/gocrash", []string{"internal/server", "internal/store", "internal/agent", "internal/workerpool"}},
 	}
 	for _, r := range rules {
 		for _, d := range deps(t, r.pkg) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -84,6 +85,21 @@ func helperHandler(ctx context.Context, t worker.Task) worker.Result {
 		sig := map[string]string{"segv": "SEGV", "term": "TERM"}[arg(0)]
 		err := syscall.Exec("/bin/sh", []string{"sh", "-c", "kill -s " + sig + " $$"}, os.Environ())
 		return worker.Result{ExitCode: -1, Err: err}
+	case "gosegv": // an unrecovered fault: the runtime reports it and exits 2
+		go func() {
+			var p *int
+			println(*p)
+		}()
+		time.Sleep(time.Hour)
+	case "exit-leaving-child": // a child out of the worker's group keeps its stderr
+		cmd := exec.Command("sleep", "30")
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // set before Start returns
+		if err := cmd.Start(); err != nil {
+			return worker.Result{ExitCode: -1, Err: err}
+		}
+		os.WriteFile(arg(1), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+		os.Exit(3)
 	case "kill":
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		time.Sleep(time.Hour)

@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,6 +143,8 @@ func TestWorkerDeath(t *testing.T) {
 		reason  string
 	}{
 		{"SIGSEGV", []string{"segv"}, api.OutcomeFailed, true, "SIGSEGV", -1, "worker crashed (SIGSEGV)"},
+		// A Go worker's fault: exit status 2, the runtime's report on stderr.
+		{"Go fault", []string{"gosegv"}, api.OutcomeFailed, true, "SIGSEGV", 2, "worker crashed (SIGSEGV, Go runtime, exit status 2)"},
 		{"SIGKILL", []string{"kill"}, api.OutcomeFailed, true, "SIGKILL", -1, "worker crashed (SIGKILL)"},
 		// The pool did not send it: a failure, counted, or a task that
 		// kills its worker so would be retried forever.
@@ -585,5 +589,39 @@ func TestBatchedCancelAndTimeout(t *testing.T) {
 		if counts[id] != 1 {
 			t.Errorf("%s reported %d times, want 1", id, counts[id])
 		}
+	}
+}
+
+// A worker's child that left its group and holds its stderr pipe does not
+// hold up the pool: the worker's death is reported within a bounded wait,
+// and a new worker carries on.
+func TestWorkerChildHoldsStderr(t *testing.T) {
+	pidFile := filepath.Join(shortTempDir(t), "pid")
+	src := newSource(task("victim", "exit-leaving-child", pidFile), task("next", "ok"))
+	p := start(t, config(t, "worker", 1, 0), src)
+	begin := time.Now()
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(string(b)); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	if r, _ := src.ReportFor("victim"); r.Outcome != api.OutcomeFailed || r.Result.ExitCode != 3 {
+		t.Errorf("victim: %+v, want failed with exit status 3", r)
+	}
+	if r, _ := src.ReportFor("next"); r.Outcome != api.OutcomeSucceeded {
+		t.Errorf("next: %+v, want succeeded", r)
+	}
+	if b, err := os.ReadFile(pidFile); err != nil {
+		t.Errorf("the child did not start: %v", err)
+	} else if pid, _ := strconv.Atoi(string(b)); syscall.Kill(pid, 0) != nil {
+		t.Errorf("the child (pid %d) is gone: this test is about one that outlives its worker", pid)
+	}
+	if d := time.Since(begin); d > 5*time.Second {
+		t.Errorf("took %v, want the child's hold on stderr cut short (%v)", d, stderrDrainWait)
 	}
 }

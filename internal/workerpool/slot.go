@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/backoff"
+	"github.com/nodemgr/nodemgr/internal/gocrash"
 	"github.com/nodemgr/nodemgr/internal/procenv"
 	"github.com/nodemgr/nodemgr/internal/workerproto"
 )
@@ -25,7 +26,9 @@ type slot struct {
 	gen   int    // spawn generation, so stale events can be told apart
 	token string // this generation's hello token
 	proc  *os.Process
-	conn  *workerproto.Conn // set by hello
+	// stderr reads this generation's stderr.
+	stderr *stderrTail
+	conn   *workerproto.Conn // set by hello
 	// connDone is closed when the reader of conn has read it to the end:
 	// a worker's last frames (a report written just before it exits) are
 	// then in.
@@ -95,17 +98,26 @@ func (p *Pool) spawn(s *slot) (*exec.Cmd, error) {
 		workerproto.EnvNodeID+"="+p.cfg.NodeID,
 		workerproto.EnvProcs+"="+strconv.Itoa(p.procs(s)),
 	)
-	// Straight to the agent's stderr: an *os.File is handed to the child
-	// as it is, so Wait never waits on a pipe a worker's child still holds.
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// Stdout straight to the agent's stderr, stderr through a pipe the
+	// pool reads (stderr.go): *os.Files both, handed to the child as they
+	// are, so Wait never waits on a pipe a worker's child still holds.
+	errTail, errW, err := newStderrTail(os.Stderr)
+	if err != nil {
+		return nil, fmt.Errorf("start worker %d: stderr pipe: %w", s.id, err)
+	}
+	cmd.Stdout, cmd.Stderr = os.Stderr, errW
 	ownGroup(cmd)
-	if err := startPinned(cmd, s.cpus); err != nil {
+	err = startPinned(cmd, s.cpus)
+	errW.Close() // the worker has its own copy now
+	if err != nil {
+		errTail.r.Close()
 		return nil, fmt.Errorf("start worker %d (%s): %w", s.id, p.cfg.Command[0], err)
 	}
+	go errTail.run()
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s.proc = cmd.Process
+	s.proc, s.stderr = cmd.Process, errTail
 	p.log.Debug("worker started", "worker", s.id, "pid", s.proc.Pid, "cpus", formatCPUs(s.cpus))
 	if p.stop != stopNone { // stopping began while it started
 		p.terminateLocked(s, p.cfg.KillGrace)
@@ -195,7 +207,7 @@ func (p *Pool) exited(s *slot, cmd *exec.Cmd) bool {
 	// What it wrote before it exited counts: a report must not be taken
 	// for a death while holding the task.
 	p.mu.Lock()
-	done := s.connDone
+	done, errTail := s.connDone, s.stderr
 	p.mu.Unlock()
 	if done != nil {
 		t := time.NewTimer(connDrainWait)
@@ -205,11 +217,17 @@ func (p *Pool) exited(s *slot, cmd *exec.Cmd) bool {
 		}
 		t.Stop()
 	}
+	stderr := ""
+	if errTail != nil {
+		stderr = errTail.finish(stderrDrainWait)
+	}
+	// A Go worker that faults exits 2 with the runtime's report on stderr.
+	goSig := gocrash.Signal(code, stderr)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer p.signal(p.kick)
-	s.proc = nil
+	s.proc, s.stderr = nil, nil
 	// The pool sent SIGTERM itself (terminateLocked) or is stopping; any
 	// other SIGTERM came from elsewhere.
 	termSent := s.termT != nil || p.stop != stopNone
@@ -235,7 +253,7 @@ func (p *Pool) exited(s *slot, cmd *exec.Cmd) bool {
 		s.job = nil
 		p.releaseLocked(j)
 		r := api.TaskReport{TaskID: j.task.ID, Attempt: j.task.Attempt, Outcome: api.OutcomeFailed,
-			Result: api.TaskResult{ExitCode: code, Signal: sig, DurationMS: time.Since(j.start).Milliseconds()}}
+			Result: api.TaskResult{ExitCode: code, Signal: sig, Stderr: stderr, DurationMS: time.Since(j.start).Milliseconds()}}
 		switch {
 		case j.verdict != "":
 			r.Reason = j.verdict
@@ -249,6 +267,9 @@ func (p *Pool) exited(s *slot, cmd *exec.Cmd) bool {
 			r.Crash, r.Reason = true, "worker killed by "+sig+" (not sent by nodemgr)"
 		case sig != "":
 			r.Crash, r.Reason = true, "worker crashed ("+sig+")"
+		case goSig != "":
+			r.Result.Signal = goSig
+			r.Crash, r.Reason = true, "worker crashed ("+goSig+", Go runtime, "+status+")"
 		default:
 			r.Crash, r.Reason = true, "worker exited while running the task ("+status+")"
 		}
