@@ -65,6 +65,7 @@ type NodeFilter struct {
 	Status string
 	// Groups: if non-empty, only nodes in at least one of these groups.
 	Groups []string
+	Page
 }
 
 // Heartbeat is one agent's liveness, written in batches.
@@ -83,6 +84,7 @@ type Nodes interface {
 	// server has checked the node's own credential).
 	CreateNode(ctx context.Context, n Node) (Node, error)
 	GetNode(ctx context.Context, id string) (Node, error)
+	// ListNodes lists nodes by name, then ID.
 	ListNodes(ctx context.Context, f NodeFilter) ([]Node, error)
 	// UpdateNode applies fn to the current node inside one transaction and
 	// stores the result; fn may return an error to abort.
@@ -153,13 +155,15 @@ type TokenFilter struct {
 	Kind   string
 	User   string
 	NodeID string
+	Page
 }
 
 // Auth stores users, groups and tokens.
 type Auth interface {
 	CreateUser(ctx context.Context, u User) error
 	GetUser(ctx context.Context, name string) (User, error)
-	ListUsers(ctx context.Context) ([]User, error)
+	// ListUsers lists users by name.
+	ListUsers(ctx context.Context, p Page) ([]User, error)
 	// SetMembership sets a user's role in a group; an empty role removes it.
 	SetMembership(ctx context.Context, user, group, role string) error
 	DeleteUser(ctx context.Context, name string) error // and its tokens
@@ -167,6 +171,7 @@ type Auth interface {
 	CreateToken(ctx context.Context, t Token) error
 	// TokenByHash finds a token by the hash of its secret.
 	TokenByHash(ctx context.Context, hash []byte) (Token, error)
+	// ListTokens lists tokens oldest first, then by ID.
 	ListTokens(ctx context.Context, f TokenFilter) ([]Token, error)
 	DeleteToken(ctx context.Context, id string) error
 	// UseJoinToken counts one use of a join token atomically, failing with
@@ -195,6 +200,7 @@ type Suite struct {
 type SuiteFilter struct {
 	States []string
 	Groups []string // only suites in one of these groups (when non-empty)
+	Page
 }
 
 // Suites stores task suites.
@@ -241,6 +247,7 @@ type SuiteProblems interface {
 // Task is a stored task.
 type Task struct {
 	ID        string
+	Seq       int64 // the order tasks were added in, unique; set by the store
 	SuiteID   string
 	Spec      api.TaskSpec
 	State     string // api.Task*
@@ -257,8 +264,7 @@ type TaskFilter struct {
 	SuiteID string
 	States  []string
 	NodeID  string
-	AfterID string // keyset paging: tasks added after this one
-	Limit   int    // 0: no limit
+	Page
 }
 
 // Attempt is a report of how one attempt of a task ended.
@@ -270,9 +276,24 @@ type Attempt struct {
 	Failure *api.TaskFailure // set for OutcomeFailed
 }
 
-// AbortPolicy decides whether a task that just failed again is given up:
-// it sees all its failures so far, the new one last.
-type AbortPolicy func(failures []api.TaskFailure) bool
+// RetryPolicy decides what happens to a task that just failed again: it
+// sees all its failures so far, the new one last, and says whether to give
+// the task up, or else how long it waits before its next attempt.
+type RetryPolicy func(failures []api.TaskFailure) (giveUp bool, wait time.Duration)
+
+// Finished is what FinishAttempts did.
+type Finished struct {
+	Applied int // reports that counted
+	// Superseded are attempts still running elsewhere of tasks that a late
+	// report just finished: the nodes running them should stop.
+	Superseded []Superseded
+}
+
+// Superseded names an attempt of a task running on a node.
+type Superseded struct {
+	TaskID, NodeID string
+	Attempt        int
+}
 
 // Tasks stores tasks and their attempts. Claims are atomic; reports are
 // idempotent and only the attempt that holds the task may finish it (the
@@ -286,15 +307,19 @@ type Tasks interface {
 	ListTasks(ctx context.Context, f TaskFilter) ([]Task, error)
 	// ClaimTasks moves up to max Ready tasks of the suite to Running on the
 	// node, highest priority first then oldest, increments their Attempt, and
-	// returns them. Concurrent claims never return the same task twice.
+	// returns them. Concurrent claims never return the same task twice. A
+	// task waiting out its retry pause is not claimed before its time.
 	ClaimTasks(ctx context.Context, suiteID, nodeID string, max int) ([]Task, error)
 	// FinishAttempts applies reports from a node in one transaction. A report
-	// counts only if its task is Running on that node at that attempt;
-	// others are ignored (late or duplicate). Succeeded → Finished with the
-	// result; Failed → the failure is recorded, then Failed if abort says so
-	// (or the task is Ready again); Stopped → Ready, nothing recorded.
-	// It returns how many reports were applied.
-	FinishAttempts(ctx context.Context, nodeID string, reports []Attempt, abort AbortPolicy) (int, error)
+	// counts if its task is Running on that node at that attempt; others are
+	// ignored (late or duplicate) — except a success of the attempt a node
+	// lost when it was declared offline (ReclaimNode): the first completion
+	// wins, so that success finishes the task whether it is Ready again or
+	// Running elsewhere (then Superseded names the other attempt). Succeeded
+	// → Finished with the result; Failed → the failure is recorded, then
+	// Failed if retry says to give up, or Ready again after the pause retry
+	// asks for; Stopped → Ready, nothing recorded.
+	FinishAttempts(ctx context.Context, nodeID string, reports []Attempt, retry RetryPolicy) (Finished, error)
 	// ReturnTasks moves the node's Running tasks among ids back to Ready and
 	// takes back the attempt count they were claimed with.
 	ReturnTasks(ctx context.Context, nodeID string, ids []string) (int, error)
@@ -303,6 +328,10 @@ type Tasks interface {
 	// (an agent that reconnected still holds those); attempts already
 	// counted stay counted.
 	ReclaimNode(ctx context.Context, nodeID string, keep ...string) (int, error)
+	// ReattachTasks moves tasks among ids that ReclaimNode took from the
+	// node and that are Ready still back to Running on it, at the attempt
+	// it was running: its agent came back holding them.
+	ReattachTasks(ctx context.Context, nodeID string, ids []string) (int, error)
 	// CancelTask moves a Ready or Running task to Cancelled and returns it
 	// as it was before (so the caller knows which node to tell).
 	CancelTask(ctx context.Context, id string) (Task, error)
@@ -333,7 +362,7 @@ type Documents interface {
 	PutDocument(ctx context.Context, d Document) (Document, error)
 	GetDocument(ctx context.Context, kind, name string) (Document, error)
 	// ListDocuments lists a kind's documents by name.
-	ListDocuments(ctx context.Context, kind string) ([]Document, error)
+	ListDocuments(ctx context.Context, kind string, p Page) ([]Document, error)
 	DeleteDocument(ctx context.Context, kind, name string) error
 }
 
@@ -358,6 +387,7 @@ type Deployment struct {
 type DeploymentFilter struct {
 	Provider string
 	States   []string
+	Page
 }
 
 // Deployments tracks provisioned machines.
@@ -379,6 +409,7 @@ type ContainerFilter struct {
 	NodeID string
 	// Live leaves out the jobs in a final status (api.ContainerFinal).
 	Live bool
+	Page
 }
 
 // Containers keeps what agents report about the containers they run. The

@@ -41,7 +41,7 @@ func (s *Store) CreateUser(ctx context.Context, u store.User) error {
 
 // GetUser returns a user with its memberships.
 func (s *Store) GetUser(ctx context.Context, name string) (store.User, error) {
-	users, err := s.users(ctx, name)
+	users, err := s.users(ctx, name, store.Page{})
 	if err == nil && len(users) == 0 {
 		err = errdefs.ErrNotFound
 	}
@@ -51,26 +51,33 @@ func (s *Store) GetUser(ctx context.Context, name string) (store.User, error) {
 	return users[0], nil
 }
 
-// ListUsers returns every user, ordered by name.
-func (s *Store) ListUsers(ctx context.Context) ([]store.User, error) {
-	users, err := s.users(ctx, "")
+// ListUsers returns a page of users, ordered by name.
+func (s *Store) ListUsers(ctx context.Context, p store.Page) ([]store.User, error) {
+	users, err := s.users(ctx, "", p)
 	if err != nil {
 		return nil, fmt.Errorf("list users: %w", err)
 	}
 	return users, nil
 }
 
-// users reads the user called name, or every user if name is empty, with
-// their memberships from one snapshot.
-func (s *Store) users(ctx context.Context, name string) ([]store.User, error) {
+// users reads the user called name, or a page of every user if name is
+// empty, with their memberships from one snapshot.
+func (s *Store) users(ctx context.Context, name string, p store.Page) ([]store.User, error) {
+	var after string
+	if p.After != "" {
+		if err := store.DecodeCursor(p.After, &after); err != nil {
+			return nil, err
+		}
+	}
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, classify(err)
 	}
 	defer tx.Rollback()
 
+	lim, args := limitClause(p, []any{name, after})
 	rows, err := tx.QueryContext(ctx, `SELECT name, admin, created_at FROM users
-		WHERE ?1 = '' OR name = ?1 ORDER BY name`, name)
+		WHERE (?1 = '' OR name = ?1) AND name > ?2 ORDER BY name`+lim, args...)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -91,8 +98,12 @@ func (s *Store) users(ctx context.Context, name string) ([]store.User, error) {
 		return nil, classify(err)
 	}
 
+	if len(users) == 0 {
+		return users, nil
+	}
+	// The page's users are a range of names: read only their memberships.
 	rows, err = tx.QueryContext(ctx, `SELECT user_name, group_name, role FROM memberships
-		WHERE ?1 = '' OR user_name = ?1`, name)
+		WHERE user_name BETWEEN ? AND ?`, users[0].Name, users[len(users)-1].Name)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -236,9 +247,20 @@ func (s *Store) TokenByHash(ctx context.Context, hash []byte) (store.Token, erro
 
 // ListTokens returns the tokens that match f, oldest first.
 func (s *Store) ListTokens(ctx context.Context, f store.TokenFilter) ([]store.Token, error) {
+	// A zero cursor key sorts before every token: created_at is never
+	// negative and every id is above ''.
+	var created int64 = -1 << 63
+	var id string
+	if f.After != "" {
+		if err := store.DecodeCursor(f.After, &created, &id); err != nil {
+			return nil, fmt.Errorf("list tokens: %w", err)
+		}
+	}
+	lim, args := limitClause(f.Page, []any{f.Kind, f.User, f.NodeID, created, id})
 	rows, err := s.r.QueryContext(ctx, `SELECT `+tokenColumns+` FROM tokens
 		WHERE (?1 = '' OR kind = ?1) AND (?2 = '' OR user_name = ?2) AND (?3 = '' OR node_id = ?3)
-		ORDER BY created_at, id`, f.Kind, f.User, f.NodeID)
+			AND (created_at, id) > (?4, ?5)
+		ORDER BY created_at, id`+lim, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", classify(err))
 	}

@@ -30,7 +30,7 @@ func (s *Store) PutContainers(ctx context.Context, nodeID string, cs []api.Conta
 			_, err = tx.ExecContext(ctx, `INSERT INTO containers (node_id, id, status, live, record, created_at, updated_at)
 				VALUES (?,?,?,?,?,?,?)
 				ON CONFLICT (node_id, id) DO UPDATE SET status = excluded.status, live = excluded.live,
-					record = excluded.record, updated_at = excluded.updated_at`,
+					record = excluded.record, created_at = excluded.created_at, updated_at = excluded.updated_at`,
 				nodeID, c.Job.ID, c.Status, !api.ContainerFinal(c.Status), string(rec), c.CreatedAt.UnixNano(), now)
 			if err != nil {
 				return classify(err)
@@ -55,7 +55,17 @@ func (s *Store) ListContainers(ctx context.Context, f store.ContainerFilter) ([]
 	if f.Live {
 		q += ` AND live`
 	}
-	out, err := s.containers(ctx, q+` ORDER BY node_id, created_at, id`, args...)
+	if f.After != "" {
+		var node, id string
+		var created int64
+		if err := store.DecodeCursor(f.After, &node, &created, &id); err != nil {
+			return nil, fmt.Errorf("list containers: %w", err)
+		}
+		q += ` AND (node_id, created_at, id) > (?, ?, ?)`
+		args = append(args, node, created, id)
+	}
+	lim, args := limitClause(f.Page, args)
+	out, err := s.containers(ctx, q+` ORDER BY node_id, created_at, id`+lim, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}

@@ -85,7 +85,17 @@ func (s *Store) ListDeployments(ctx context.Context, f store.DeploymentFilter) (
 			args = append(args, st)
 		}
 	}
-	rows, err := s.r.QueryContext(ctx, q+` ORDER BY created_at, id`, args...)
+	if f.After != "" {
+		var created int64
+		var id string
+		if err := store.DecodeCursor(f.After, &created, &id); err != nil {
+			return nil, fmt.Errorf("list deployments: %w", err)
+		}
+		q += ` AND (created_at, id) > (?, ?)`
+		args = append(args, created, id)
+	}
+	lim, args := limitClause(f.Page, args)
+	rows, err := s.r.QueryContext(ctx, q+` ORDER BY created_at, id`+lim, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list deployments: %w", classify(err))
 	}

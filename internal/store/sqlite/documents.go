@@ -44,8 +44,15 @@ func (s *Store) GetDocument(ctx context.Context, kind, name string) (store.Docum
 }
 
 // ListDocuments lists a kind's documents by name.
-func (s *Store) ListDocuments(ctx context.Context, kind string) ([]store.Document, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+documentColumns+` FROM documents WHERE kind = ? ORDER BY name`, kind)
+func (s *Store) ListDocuments(ctx context.Context, kind string, p store.Page) ([]store.Document, error) {
+	var after string
+	if p.After != "" {
+		if err := store.DecodeCursor(p.After, &after); err != nil {
+			return nil, fmt.Errorf("list %ss: %w", kind, err)
+		}
+	}
+	lim, args := limitClause(p, []any{kind, after})
+	rows, err := s.r.QueryContext(ctx, `SELECT `+documentColumns+` FROM documents WHERE kind = ? AND name > ? ORDER BY name`+lim, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list %ss: %w", kind, classify(err))
 	}

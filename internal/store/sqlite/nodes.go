@@ -80,7 +80,15 @@ func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter) ([]store.Node
 			WHERE g.value IN (SELECT value FROM json_each(?)))`)
 		args = append(args, groups)
 	}
-	nodes, err := s.queryNodes(ctx, where, args)
+	if f.After != "" {
+		var name, id string
+		if err := store.DecodeCursor(f.After, &name, &id); err != nil {
+			return nil, fmt.Errorf("list nodes: %w", err)
+		}
+		where = append(where, `(name, id) > (?, ?)`)
+		args = append(args, name, id)
+	}
+	nodes, err := s.queryNodes(ctx, where, args, f.Page)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -100,19 +108,21 @@ func (s *Store) StaleNodes(ctx context.Context, cutoff time.Time, statuses ...st
 			args = append(args, st)
 		}
 	}
-	nodes, err := s.queryNodes(ctx, where, args)
+	nodes, err := s.queryNodes(ctx, where, args, store.Page{})
 	if err != nil {
 		return nil, fmt.Errorf("stale nodes: %w", err)
 	}
 	return nodes, nil
 }
 
-func (s *Store) queryNodes(ctx context.Context, where []string, args []any) ([]store.Node, error) {
+func (s *Store) queryNodes(ctx context.Context, where []string, args []any, p store.Page) ([]store.Node, error) {
 	q := `SELECT ` + nodeColumns + ` FROM nodes`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
 	q += ` ORDER BY name, id`
+	lim, args := limitClause(p, args)
+	q += lim
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -169,7 +179,9 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET
-				last_heartbeat = ?1, agent_state = ?2, current_suite = ?7,
+				last_heartbeat = ?1,
+				agent_state = CASE WHEN status = ?6 THEN agent_state ELSE ?2 END,
+				current_suite = CASE WHEN status = ?6 THEN current_suite ELSE ?7 END,
 				status = CASE WHEN status = ?6 THEN status ELSE ?3 END,
 				status_reason = CASE WHEN status = ?6 THEN status_reason ELSE '' END,
 				updated_at = CASE WHEN status IN (?3, ?6) THEN updated_at ELSE ?4 END
@@ -198,6 +210,10 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 func (s *Store) SetNodeStatus(ctx context.Context, id, status, reason string, onlyIf ...string) (changed bool, err error) {
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		q := `UPDATE nodes SET status = ?, status_reason = ?, updated_at = ? WHERE id = ?`
+		if status == api.StatusOffline {
+			// An offline node runs no agent: it has no state and no suite.
+			q = `UPDATE nodes SET status = ?, status_reason = ?, updated_at = ?, agent_state = '', current_suite = '' WHERE id = ?`
+		}
 		args := []any{status, reason, s.now().UnixNano(), id}
 		if len(onlyIf) > 0 {
 			q += ` AND status IN (` + placeholders(len(onlyIf)) + `)`

@@ -240,6 +240,10 @@ func classify(err error) error {
 	switch se.Code() & 0xff {
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
 		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+	case sqlite3.SQLITE_FULL:
+		// The disk (or max_page_count) is full: the write is lost, the
+		// store is not; it works again once space is freed.
+		return fmt.Errorf("%w: %w", errdefs.ErrStorageFull, err)
 	}
 	return err
 }

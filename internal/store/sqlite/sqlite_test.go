@@ -512,9 +512,9 @@ func BenchmarkClaimAndFinish(b *testing.B) {
 						})
 					}
 				}
-				n, err := s.FinishAttempts(ctx, "n1", reports[:bc.report], nil)
-				if err != nil || n != bc.report {
-					b.Fatalf("FinishAttempts(%d) = %d, %v", bc.report, n, err)
+				done, err := s.FinishAttempts(ctx, "n1", reports[:bc.report], nil)
+				if err != nil || done.Applied != bc.report {
+					b.Fatalf("FinishAttempts(%d) = %+v, %v", bc.report, done, err)
 				}
 				reports = append(reports[:0], reports[bc.report:]...)
 			}
@@ -573,7 +573,7 @@ func largeSuite(b *testing.B, n int) *Store {
 		}
 		reports = append(reports, r)
 	}
-	giveUp := func([]api.TaskFailure) bool { return true }
+	giveUp := func([]api.TaskFailure) (bool, time.Duration) { return true, 0 }
 	if _, err := s.FinishAttempts(ctx, "n1", reports, giveUp); err != nil {
 		b.Fatal(err)
 	}
@@ -633,7 +633,7 @@ func BenchmarkListTasksLarge(b *testing.B) {
 	for _, state := range []string{api.TaskReady, api.TaskRunning, api.TaskFinished, api.TaskFailed, api.TaskCancelled} {
 		b.Run(state, func(b *testing.B) {
 			for b.Loop() {
-				tasks, err := s.ListTasks(ctx, store.TaskFilter{SuiteID: "s1", States: []string{state}, Limit: 1000})
+				tasks, err := s.ListTasks(ctx, store.TaskFilter{SuiteID: "s1", States: []string{state}, Page: store.Page{Limit: 1000}})
 				if err != nil || len(tasks) != 1000 {
 					b.Fatalf("ListTasks(%s) = %d tasks, %v", state, len(tasks), err)
 				}

@@ -105,7 +105,7 @@ func (s *Store) SuiteByName(ctx context.Context, name string) (store.Suite, erro
 }
 
 func (s *Store) oneSuite(ctx context.Context, where string, args ...any) (store.Suite, error) {
-	suites, err := readSuites(ctx, s.r, []string{where}, args)
+	suites, err := readSuites(ctx, s.r, []string{where}, args, "")
 	if err != nil {
 		return store.Suite{}, err
 	}
@@ -132,7 +132,20 @@ func (s *Store) ListSuites(ctx context.Context, f store.SuiteFilter) ([]store.Su
 			args = append(args, g)
 		}
 	}
-	suites, err := readSuites(ctx, s.r, where, args)
+	if f.After != "" {
+		var priority int
+		var created int64
+		var id string
+		if err := store.DecodeCursor(f.After, &priority, &created, &id); err != nil {
+			return nil, fmt.Errorf("list suites: %w", err)
+		}
+		// suiteOrder with a mixed direction: lower priority, or the same
+		// priority and later (created_at, id).
+		where = append(where, `(priority < ? OR (priority = ? AND (created_at, id) > (?, ?)))`)
+		args = append(args, priority, priority, created, id)
+	}
+	lim, args := limitClause(f.Page, args)
+	suites, err := readSuites(ctx, s.r, where, args, lim)
 	if err != nil {
 		return nil, fmt.Errorf("list suites: %w", err)
 	}
@@ -141,12 +154,12 @@ func (s *Store) ListSuites(ctx context.Context, f store.SuiteFilter) ([]store.Su
 
 // readSuites reads the suites that match all of where, with their counts, in
 // one statement and so from one snapshot.
-func readSuites(ctx context.Context, q querier, where []string, args []any) ([]store.Suite, error) {
+func readSuites(ctx context.Context, q querier, where []string, args []any, limit string) ([]store.Suite, error) {
 	query := suiteSelect
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	rows, err := q.QueryContext(ctx, query+suiteOrder, args...)
+	rows, err := q.QueryContext(ctx, query+suiteOrder+limit, args...)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -172,7 +185,7 @@ func readSuites(ctx context.Context, q querier, where []string, args []any) ([]s
 func (s *Store) UpdateSuite(ctx context.Context, id string, fn func(*store.Suite) error) (store.Suite, error) {
 	var out store.Suite
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		got, err := readSuites(ctx, tx, []string{`id = ?`}, []any{id})
+		got, err := readSuites(ctx, tx, []string{`id = ?`}, []any{id}, "")
 		if err != nil {
 			return err
 		}
@@ -226,7 +239,7 @@ func (s *Store) UpdateSuite(ctx context.Context, id string, fn func(*store.Suite
 				return classify(err)
 			}
 		}
-		got, err = readSuites(ctx, tx, []string{`id = ?`}, []any{id})
+		got, err = readSuites(ctx, tx, []string{`id = ?`}, []any{id}, "")
 		if err != nil {
 			return err
 		}

@@ -111,7 +111,7 @@ func getTask(ctx context.Context, q querier, id string) (store.Task, error) {
 }
 
 // ListTasks lists the tasks that match f in the order they were added. A
-// suite or an AfterID that does not exist is errdefs.ErrNotFound.
+// suite that does not exist is errdefs.ErrNotFound.
 func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task, error) {
 	out, err := s.listTasks(ctx, f)
 	if err != nil {
@@ -158,14 +158,10 @@ func (s *Store) listTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 		where = append(where, `node_id = ?`)
 		args = append(args, f.NodeID)
 	}
-	if f.AfterID != "" {
+	if f.After != "" {
 		var after int64
-		err := tx.QueryRowContext(ctx, `SELECT seq FROM tasks WHERE id = ?`, f.AfterID).Scan(&after)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, errdefs.NotFound("task %s to list after", f.AfterID)
-		}
-		if err != nil {
-			return nil, classify(err)
+		if err := store.DecodeCursor(f.After, &after); err != nil {
+			return nil, err
 		}
 		where = append(where, `seq > ?`)
 		args = append(args, after)
@@ -175,10 +171,8 @@ func (s *Store) listTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
 	q += ` ORDER BY seq`
-	if f.Limit > 0 {
-		q += ` LIMIT ?`
-		args = append(args, f.Limit)
-	}
+	lim, args := limitClause(f.Page, args)
+	q += lim
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, classify(err)
@@ -202,7 +196,7 @@ func (s *Store) listTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 // bound to a bare LIMIT parameter, and so prepares the statement again each
 // time a new value is bound.
 const claimTasks = `UPDATE tasks SET state = '` + api.TaskRunning + `', attempt = attempt + 1, node_id = ?1, updated_at = ?2
-	WHERE seq IN (SELECT seq FROM tasks WHERE suite_id = ?3 AND state = '` + api.TaskReady + `'
+	WHERE seq IN (SELECT seq FROM tasks WHERE suite_id = ?3 AND state = '` + api.TaskReady + `' AND not_before <= ?2
 		ORDER BY priority DESC, seq LIMIT +?4)
 	RETURNING ` + taskColumns
 
@@ -279,54 +273,60 @@ func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int)
 // one that is retried keeps none from it but the failure. abort runs inside
 // the transaction, with the store's only writer connection held: it must not
 // call the store.
-func (s *Store) FinishAttempts(ctx context.Context, nodeID string, reports []store.Attempt, abort store.AbortPolicy) (int, error) {
+func (s *Store) FinishAttempts(ctx context.Context, nodeID string, reports []store.Attempt, retry store.RetryPolicy) (store.Finished, error) {
 	for i, r := range reports {
 		switch r.Outcome {
 		case api.OutcomeSucceeded, api.OutcomeFailed, api.OutcomeStopped:
 		default:
-			return 0, fmt.Errorf("finish attempts of node %s: %w", nodeID,
+			return store.Finished{}, fmt.Errorf("finish attempts of node %s: %w", nodeID,
 				errdefs.Field(fmt.Sprintf("reports[%d].outcome", i), "unknown outcome %q", r.Outcome))
 		}
 	}
 	if len(reports) == 0 {
-		return 0, nil
+		return store.Finished{}, nil
 	}
 	now := s.now().UnixNano()
 	// The JSON is made before the writer is taken.
-	ends, failures, err := splitReports(reports, nodeID, now)
+	ends, failures, successes, err := splitReports(reports, nodeID, now)
 	if err != nil {
-		return 0, fmt.Errorf("finish %d attempts of node %s: %w", len(reports), nodeID, err)
+		return store.Finished{}, fmt.Errorf("finish %d attempts of node %s: %w", len(reports), nodeID, err)
 	}
-	applied := 0
+	var out store.Finished
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		applied = 0
+		out = store.Finished{}
 		counts := tally{}
 		if ends != nil {
 			n, err := s.finishEnds(ctx, tx, nodeID, ends, now, counts)
 			if err != nil {
 				return err
 			}
-			applied += n
+			out.Applied += n
+			if n < successes { // some may be late: a lost attempt finishing
+				if out.Superseded, n, err = finishLate(ctx, tx, nodeID, ends, now, counts); err != nil {
+					return err
+				}
+				out.Applied += n
+			}
 		}
 		if len(failures) > 0 {
-			n, err := s.finishFailures(ctx, tx, nodeID, failures, abort, now, counts)
+			n, err := s.finishFailures(ctx, tx, nodeID, failures, retry, now, counts)
 			if err != nil {
 				return err
 			}
-			applied += n
+			out.Applied += n
 		}
 		return counts.apply(ctx, s, tx)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("finish %d attempts of node %s: %w", len(reports), nodeID, err)
+		return store.Finished{}, fmt.Errorf("finish %d attempts of node %s: %w", len(reports), nodeID, err)
 	}
-	return applied, nil
+	return out, nil
 }
 
 // splitReports drops repeated reports of an attempt, keeping the first, and
-// returns the successes and stops as a JSON array for finishEnds, and the
-// failures in order.
-func splitReports(reports []store.Attempt, nodeID string, now int64) (ends []byte, failures []store.Attempt, err error) {
+// returns the successes and stops as a JSON array for finishEnds, the
+// failures in order, and how many successes there are.
+func splitReports(reports []store.Attempt, nodeID string, now int64) (ends []byte, failures []store.Attempt, successes int, err error) {
 	type attempt struct {
 		task string
 		n    int
@@ -348,13 +348,14 @@ func splitReports(reports []store.Attempt, nodeID string, now int64) (ends []byt
 		}
 		// [task ID, attempt, new state, result or null]
 		if ends, err = appendJSON(append(ends, '['), r.TaskID); err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 		ends = strconv.AppendInt(append(ends, ','), int64(r.Attempt), 10)
 		if r.Outcome == api.OutcomeSucceeded {
+			successes++
 			ends = append(ends, `,"`+api.TaskFinished+`",`...)
 			if ends, err = appendResult(ends, r.Result, nodeID, now); err != nil {
-				return nil, nil, fmt.Errorf("task %s attempt %d: %w", r.TaskID, r.Attempt, err)
+				return nil, nil, 0, fmt.Errorf("task %s attempt %d: %w", r.TaskID, r.Attempt, err)
 			}
 		} else {
 			ends = append(ends, `,"`+api.TaskReady+`",null`...)
@@ -364,7 +365,7 @@ func splitReports(reports []store.Attempt, nodeID string, now int64) (ends []byt
 	if ends != nil {
 		ends = append(ends, ']')
 	}
-	return ends, failures, nil
+	return ends, failures, successes, nil
 }
 
 // The statements FinishAttempts runs. Those that join a batch with tasks
@@ -384,7 +385,7 @@ const (
 		WHERE id = ? AND attempt = ? AND state = '` + api.TaskRunning + `' AND node_id = ?`
 	// It runs right after recordFailure, in the same transaction: the
 	// tasks are those whose failure went in, held by the failed attempts.
-	afterFailures = `UPDATE tasks SET state = r.value ->> 1, result = r.value ->> 2, updated_at = ?1
+	afterFailures = `UPDATE tasks SET state = r.value ->> 1, result = r.value ->> 2, not_before = r.value ->> 3, updated_at = ?1
 		FROM jsonb_each(?2) AS r
 		WHERE tasks.id = r.value ->> 0
 		RETURNING tasks.suite_id, tasks.state`
@@ -404,9 +405,58 @@ func (s *Store) finishEnds(ctx context.Context, tx *sql.Tx, nodeID string, ends 
 	return scanMoves(rows, api.TaskRunning, counts)
 }
 
+// lostAttempts finds the successes in a finishEnds batch that finish an
+// attempt the node lost when it was declared offline, with the task as it
+// is now: Ready again, or Running its re-run elsewhere.
+const lostAttempts = `SELECT tasks.id, tasks.suite_id, tasks.state, tasks.node_id, tasks.attempt, r.value ->> 3
+	FROM jsonb_each(?1) AS r JOIN tasks ON tasks.id = r.value ->> 0
+	WHERE r.value ->> 2 = '` + api.TaskFinished + `'
+		AND tasks.reclaimed_from = ?2 AND tasks.reclaimed_attempt = r.value ->> 1
+		AND tasks.state IN ('` + api.TaskReady + `', '` + api.TaskRunning + `')`
+
+// finishLate applies the successes of lost attempts (first completion
+// wins) and returns the re-runs they supersede. Rare: a node cut off, not
+// dead, so it goes task by task.
+func finishLate(ctx context.Context, tx *sql.Tx, nodeID string, ends []byte, now int64, counts tally) ([]store.Superseded, int, error) {
+	rows, err := tx.QueryContext(ctx, lostAttempts, ends, nodeID)
+	if err != nil {
+		return nil, 0, classify(err)
+	}
+	type late struct {
+		id, suite, state, node, result string
+		attempt                        int
+	}
+	var found []late
+	for rows.Next() {
+		var l late
+		if err := rows.Scan(&l.id, &l.suite, &l.state, &l.node, &l.attempt, &l.result); err != nil {
+			rows.Close()
+			return nil, 0, classify(err)
+		}
+		found = append(found, l)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, classify(err)
+	}
+	var superseded []store.Superseded
+	for _, l := range found {
+		_, err := tx.ExecContext(ctx, `UPDATE tasks SET state = ?, result = ?, node_id = ?, reclaimed_from = '', updated_at = ? WHERE id = ?`,
+			api.TaskFinished, l.result, nodeID, now, l.id)
+		if err != nil {
+			return nil, 0, classify(err)
+		}
+		counts.move(l.suite, l.state, api.TaskFinished, 1)
+		if l.state == api.TaskRunning {
+			superseded = append(superseded, store.Superseded{TaskID: l.id, NodeID: l.node, Attempt: l.attempt})
+		}
+	}
+	return superseded, len(found), nil
+}
+
 // finishFailures applies failures, returns how many counted, and tallies
 // what they changed.
-func (s *Store) finishFailures(ctx context.Context, tx *sql.Tx, nodeID string, reports []store.Attempt, abort store.AbortPolicy, now int64, counts tally) (int, error) {
+func (s *Store) finishFailures(ctx context.Context, tx *sql.Tx, nodeID string, reports []store.Attempt, retry store.RetryPolicy, now int64, counts tally) (int, error) {
 	record, err := s.stmt(ctx, tx, recordFailure)
 	if err != nil {
 		return 0, err
@@ -435,12 +485,12 @@ func (s *Store) finishFailures(ctx context.Context, tx *sql.Tx, nodeID string, r
 	if len(held) == 0 {
 		return 0, nil
 	}
-	if abort != nil {
+	if retry != nil {
 		if err := addFailures(ctx, tx, held, 1); err != nil {
 			return 0, err
 		}
 	}
-	// [task ID, new state, result or null]
+	// [task ID, new state, result or null, not before]
 	next := append(make([]byte, 0, 64*len(held)), '[')
 	for i, t := range held {
 		if i > 0 {
@@ -450,7 +500,11 @@ func (s *Store) finishFailures(ctx context.Context, tx *sql.Tx, nodeID string, r
 		if err != nil {
 			return 0, err
 		}
-		if abort != nil && abort(t.Failures) {
+		giveUp, wait := false, time.Duration(0)
+		if retry != nil {
+			giveUp, wait = retry(t.Failures)
+		}
+		if giveUp {
 			next = append(next, `,"`+api.TaskFailed+`",`...)
 			if next, err = appendResult(next, heldBy[i].Result, nodeID, now); err != nil {
 				return 0, fmt.Errorf("task %s attempt %d: %w", t.ID, t.Attempt, err)
@@ -458,6 +512,7 @@ func (s *Store) finishFailures(ctx context.Context, tx *sql.Tx, nodeID string, r
 		} else {
 			next = append(next, `,"`+api.TaskReady+`",null`...)
 		}
+		next = strconv.AppendInt(append(next, ','), now+max(0, wait.Nanoseconds()), 10)
 		next = append(next, ']')
 	}
 	next = append(next, ']')
@@ -549,13 +604,36 @@ func (s *Store) ReclaimNode(ctx context.Context, nodeID string, keep ...string) 
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.moveTasks(ctx, api.TaskRunning, `UPDATE tasks SET state = '`+api.TaskReady+`', updated_at = ?
-		WHERE node_id = ? AND state = '`+api.TaskRunning+`'
-			AND id NOT IN (SELECT value FROM json_each(?))
+	n, err := s.moveTasks(ctx, api.TaskRunning, `UPDATE tasks SET state = '`+api.TaskReady+`', updated_at = ?1,
+			reclaimed_from = node_id, reclaimed_attempt = attempt
+		WHERE node_id = ?2 AND state = '`+api.TaskRunning+`'
+			AND id NOT IN (SELECT value FROM json_each(?3))
 		RETURNING suite_id, state`,
 		s.now().UnixNano(), nodeID, string(kept))
 	if err != nil {
 		return 0, fmt.Errorf("reclaim tasks of node %s: %w", nodeID, err)
+	}
+	return n, nil
+}
+
+// ReattachTasks gives a node back the Ready tasks among ids that were
+// reclaimed from it, at the attempt it runs.
+func (s *Store) ReattachTasks(ctx context.Context, nodeID string, ids []string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	idList, err := jsonArg(ids)
+	if err != nil {
+		return 0, fmt.Errorf("reattach %d tasks to node %s: %w", len(ids), nodeID, err)
+	}
+	n, err := s.moveTasks(ctx, api.TaskReady, `UPDATE tasks SET state = '`+api.TaskRunning+`', node_id = ?1,
+			reclaimed_from = '', updated_at = ?2
+		WHERE id IN (SELECT value FROM json_each(?3)) AND state = '`+api.TaskReady+`'
+			AND reclaimed_from = ?1 AND reclaimed_attempt = attempt
+		RETURNING suite_id, state`,
+		nodeID, s.now().UnixNano(), idList)
+	if err != nil {
+		return 0, fmt.Errorf("reattach %d tasks to node %s: %w", len(ids), nodeID, err)
 	}
 	return n, nil
 }
@@ -691,6 +769,7 @@ func scanTask(row scanner) (task, error) {
 			return task{}, fmt.Errorf("task %s result: %w", t.ID, err)
 		}
 	}
+	t.Task.Seq = t.seq
 	t.CreatedAt = fromNanos(created)
 	t.UpdatedAt = fromNanos(updated)
 	return t, nil

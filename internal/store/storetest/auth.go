@@ -73,7 +73,7 @@ func tokenIDs(tokens []store.Token) []string {
 }
 
 func testUsers(t *testing.T, s store.Store) {
-	if got, err := s.ListUsers(t.Context()); err != nil || got == nil || len(got) != 0 {
+	if got, err := s.ListUsers(t.Context(), store.Page{}); err != nil || got == nil || len(got) != 0 {
 		t.Errorf("ListUsers() on an empty store = %#v, %v, want empty, not nil", got, err)
 	}
 
@@ -93,7 +93,7 @@ func testUsers(t *testing.T, s store.Store) {
 		t.Errorf("GetUser(%q).CreatedAt = %v, want about now", "bob", gotBob.CreatedAt)
 	}
 
-	got, err := s.ListUsers(t.Context())
+	got, err := s.ListUsers(t.Context(), store.Page{})
 	if err != nil {
 		t.Fatalf("ListUsers() = %v, want nil", err)
 	}

@@ -117,7 +117,7 @@ func (c *churn) step() string {
 		if c.rng.IntN(10) == 0 {
 			reports = append(reports, succeeded(store.Task{ID: "ghost", Attempt: 1}))
 		}
-		abort := pick(c.rng, []store.AbortPolicy{nil, abortAfter(1), abortAfter(2)})
+		abort := pick(c.rng, []store.RetryPolicy{nil, abortAfter(1), abortAfter(2)})
 		if _, err := c.s.FinishAttempts(ctx, node, reports, abort); err != nil {
 			t.Fatalf("FinishAttempts(%s, %d reports) = %v, want nil", node, len(reports), err)
 		}

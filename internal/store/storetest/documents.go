@@ -10,7 +10,7 @@ import (
 
 func testDocuments(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	if got, err := s.ListDocuments(ctx, store.KindTemplate); err != nil || got == nil || len(got) != 0 {
+	if got, err := s.ListDocuments(ctx, store.KindTemplate, store.Page{}); err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("ListDocuments on an empty store = %#v, %v; want empty, not nil", got, err)
 	}
 	d, err := s.PutDocument(ctx, store.Document{Kind: store.KindTemplate, Name: "small", Body: []byte("name: small\n")})
@@ -30,7 +30,7 @@ func testDocuments(t *testing.T, s store.Store) {
 		t.Errorf("GetDocument = %+v, %v; want version 2", got, err)
 	}
 	s.PutDocument(ctx, store.Document{Kind: store.KindTemplate, Name: "alpha", Body: []byte("name: alpha\n")})
-	list, err := s.ListDocuments(ctx, store.KindTemplate)
+	list, err := s.ListDocuments(ctx, store.KindTemplate, store.Page{})
 	if err != nil || len(list) != 2 || list[0].Name != "alpha" || list[1].Name != "small" {
 		t.Errorf("ListDocuments = %v, %v; want alpha, small", list, err)
 	}

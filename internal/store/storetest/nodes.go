@@ -329,12 +329,13 @@ func testRecordHeartbeats(t *testing.T, s store.Store) {
 				id, n.Status, n.StatusReason, n.AgentState, n.LastHeartbeat, status, reason, state, at)
 		}
 	}
-	// An offline node keeps its status: a late batch must not revive it.
-	check := func(id string, at time.Time, state string) {
+	// An offline node keeps its status, and has no agent state: a late
+	// batch must not revive it, nor make it look busy.
+	check := func(id string, at time.Time) {
 		t.Helper()
-		checkStatus(id, at, state, api.StatusOffline, "shut down")
+		checkStatus(id, at, api.AgentShuttingDown, api.StatusOffline, "shut down")
 	}
-	check("a", t0.Add(time.Second), api.AgentExecuting)
+	check("a", t0.Add(time.Second))
 	// A suspect node is back online.
 	checkStatus("b", t0.Add(2*time.Second), api.AgentIdle, api.StatusOnline, "")
 	if diff := cmp.Diff(cBefore, mustGetNode(t, s, "c")); diff != "" {
@@ -346,12 +347,20 @@ func testRecordHeartbeats(t *testing.T, s store.Store) {
 	if err := s.RecordHeartbeats(t.Context(), []store.Heartbeat{{NodeID: "a", At: t0, AgentState: api.AgentCleanup}}); err != nil {
 		t.Fatalf("RecordHeartbeats(old) = %v, want nil", err)
 	}
-	check("a", t0.Add(time.Second), api.AgentExecuting)
+	check("a", t0.Add(time.Second))
 
 	if err := s.RecordHeartbeats(t.Context(), []store.Heartbeat{{NodeID: "a", At: t0.Add(time.Minute), AgentState: api.AgentCleanup}}); err != nil {
 		t.Fatalf("RecordHeartbeats(new) = %v, want nil", err)
 	}
-	check("a", t0.Add(time.Minute), api.AgentCleanup)
+	check("a", t0.Add(time.Minute))
+
+	// A node going offline forgets what its agent was doing.
+	if _, err := s.SetNodeStatus(t.Context(), "b", api.StatusOffline, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if n := mustGetNode(t, s, "b"); n.AgentState != "" || n.CurrentSuite != "" {
+		t.Errorf("GetNode(b) offline = agent state %q, suite %q; want none", n.AgentState, n.CurrentSuite)
+	}
 }
 
 func testRecordHeartbeatsLargeBatch(t *testing.T, s store.Store) {

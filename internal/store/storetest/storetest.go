@@ -16,6 +16,11 @@
 //   - nil lists and maps read back empty, never nil;
 //   - nodes list by name then ID, users by name, tokens oldest first then
 //     by ID;
+//   - every list pages by keyset (store.Page): a page starts after the
+//     cursor of the last row of the one before, whether or not that row
+//     still exists, so rows added or deleted between pages never make a row
+//     that was there all along repeat or go missing; a cursor of another
+//     shape is errdefs.ErrInvalid;
 //   - creation times the caller gives (RegisteredAt, CreatedAt) are kept;
 //     zero ones become now;
 //   - heartbeats and token touches never move a time backwards;
@@ -40,7 +45,7 @@
 //     AssignedNodes and Failures read back empty, never nil;
 //   - new tasks are Ready at attempt 0 whatever the caller set; task IDs
 //     are unique across suites;
-//   - ListTasks of an unknown suite or after an unknown task, and
+//   - ListTasks of an unknown suite, and
 //     ClaimTasks of an unknown suite, are errdefs.ErrNotFound; ClaimTasks
 //     with max <= 0 claims nothing; claimed and listed tasks are what
 //     GetTask returns, failures included;
@@ -146,12 +151,21 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"FinishFailed", testFinishFailed},
 		{"FinishStopped", testFinishStopped},
 		{"FinishInvalid", testFinishInvalid},
+		{"FinishLostAttemptWins", testFinishLostAttemptWins},
+		{"RetryWaits", testRetryWaits},
+		{"ReattachTasks", testReattachTasks},
 		{"ReturnTasks", testReturnTasks},
 		{"ReclaimNode", testReclaimNode},
 		{"ReclaimNodeKeeps", testReclaimNodeKeeps},
 		{"CancelTask", testCancelTask},
 		{"NodeCurrentSuite", testNodeCurrentSuite},
 		{"Stats", testStats},
+	}
+	for _, l := range pagedLists() {
+		tests = append(tests, struct {
+			name string
+			run  func(*testing.T, store.Store)
+		}{"Paging_" + l.name, func(t *testing.T, s store.Store) { walkPages(t, s, l) }})
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

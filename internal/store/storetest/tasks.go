@@ -61,12 +61,13 @@ func mustClaim(t *testing.T, s store.Store, suiteID, nodeID string, max int) []s
 }
 
 // mustFinish reports attempts from a node and checks how many counted.
-func mustFinish(t *testing.T, s store.Store, nodeID string, wantApplied int, abort store.AbortPolicy, reports ...store.Attempt) {
+func mustFinish(t *testing.T, s store.Store, nodeID string, wantApplied int, retry store.RetryPolicy, reports ...store.Attempt) store.Finished {
 	t.Helper()
-	n, err := s.FinishAttempts(t.Context(), nodeID, reports, abort)
-	if err != nil || n != wantApplied {
+	done, err := s.FinishAttempts(t.Context(), nodeID, reports, retry)
+	if n := done.Applied; err != nil || n != wantApplied {
 		t.Fatalf("FinishAttempts(%q, %d reports) = %d, %v, want %d, nil", nodeID, len(reports), n, err, wantApplied)
 	}
+	return done
 }
 
 func succeeded(tk store.Task) store.Attempt {
@@ -86,8 +87,8 @@ func stopped(tk store.Task) store.Attempt {
 }
 
 // abortAfter gives a task up once it has failed n times.
-func abortAfter(n int) store.AbortPolicy {
-	return func(failures []api.TaskFailure) bool { return len(failures) >= n }
+func abortAfter(n int) store.RetryPolicy {
+	return func(failures []api.TaskFailure) (bool, time.Duration) { return len(failures) >= n, 0 }
 }
 
 // task finds the task with id among tasks.
@@ -126,7 +127,7 @@ func testAddTasks(t *testing.T, s store.Store) {
 	for _, tk := range in {
 		got := mustGetTask(t, s, tk.ID)
 		want := store.Task{ID: tk.ID, SuiteID: "s1", Spec: tk.Spec, State: api.TaskReady, Failures: []api.TaskFailure{}}
-		if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(store.Task{}, "CreatedAt", "UpdatedAt"), cmpopts.EquateEmpty()); diff != "" {
+		if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(store.Task{}, "Seq", "CreatedAt", "UpdatedAt"), cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("GetTask(%q) mismatch (-want +got):\n%s", tk.ID, diff)
 		}
 		if got.Failures == nil {
@@ -210,6 +211,7 @@ func testListTasks(t *testing.T, s store.Store) {
 	if got, err := s.ListTasks(t.Context(), store.TaskFilter{SuiteID: "empty"}); err != nil || got == nil || len(got) != 0 {
 		t.Errorf("ListTasks(suite %q) = %#v, %v, want empty, not nil", "empty", got, err)
 	}
+	after := func(id string) string { return mustGetTask(t, s, id).Cursor() }
 	tests := []struct {
 		name   string
 		filter store.TaskFilter
@@ -221,11 +223,11 @@ func testListTasks(t *testing.T, s store.Store) {
 		{"states", store.TaskFilter{SuiteID: "s1", States: []string{api.TaskRunning, api.TaskReady}}, []string{"z", "y", "x", "w", "v"}},
 		{"node", store.TaskFilter{NodeID: "n1"}, []string{"y", "w"}},
 		{"node and state", store.TaskFilter{NodeID: "n1", States: []string{api.TaskRunning}}, []string{"y"}},
-		{"after", store.TaskFilter{SuiteID: "s1", AfterID: "y"}, []string{"x", "w", "v"}},
-		{"after across suites", store.TaskFilter{AfterID: "x"}, []string{"w", "v", "l"}},
-		{"limit", store.TaskFilter{SuiteID: "s1", Limit: 2}, []string{"z", "y"}},
-		{"after and limit", store.TaskFilter{SuiteID: "s1", AfterID: "y", Limit: 2}, []string{"x", "w"}},
-		{"after the last", store.TaskFilter{SuiteID: "s1", AfterID: "v"}, []string{}},
+		{"after", store.TaskFilter{SuiteID: "s1", Page: store.Page{After: after("y")}}, []string{"x", "w", "v"}},
+		{"after across suites", store.TaskFilter{Page: store.Page{After: after("x")}}, []string{"w", "v", "l"}},
+		{"limit", store.TaskFilter{SuiteID: "s1", Page: store.Page{Limit: 2}}, []string{"z", "y"}},
+		{"after and limit", store.TaskFilter{SuiteID: "s1", Page: store.Page{After: after("y"), Limit: 2}}, []string{"x", "w"}},
+		{"after the last", store.TaskFilter{SuiteID: "s1", Page: store.Page{After: after("v")}}, []string{}},
 		{"no such state", store.TaskFilter{States: []string{"Lost"}}, []string{}},
 	}
 	for _, tc := range tests {
@@ -243,9 +245,9 @@ func testListTasks(t *testing.T, s store.Store) {
 		})
 	}
 
-	// Paging with AfterID walks the whole list once.
+	// Paging with cursors walks the whole list once.
 	var paged []string
-	f := store.TaskFilter{Limit: 3}
+	f := store.TaskFilter{Page: store.Page{Limit: 3}}
 	for {
 		page, err := s.ListTasks(t.Context(), f)
 		if err != nil {
@@ -255,7 +257,7 @@ func testListTasks(t *testing.T, s store.Store) {
 			break
 		}
 		paged = append(paged, taskIDs(page)...)
-		f.AfterID = page[len(page)-1].ID
+		f.After = page[len(page)-1].Cursor()
 	}
 	if diff := cmp.Diff([]string{"z", "y", "m", "x", "w", "v", "l"}, paged); diff != "" {
 		t.Errorf("ListTasks() paged by 3 mismatch (-want +got):\n%s", diff)
@@ -275,10 +277,8 @@ func testListTasks(t *testing.T, s store.Store) {
 		t.Errorf("ListTasks() task w has %d failures, want 1", len(w.Failures))
 	}
 
-	for _, f := range []store.TaskFilter{{SuiteID: "ghost"}, {AfterID: "ghost"}} {
-		if _, err := s.ListTasks(t.Context(), f); !errors.Is(err, errdefs.ErrNotFound) {
-			t.Errorf("ListTasks(%+v) = %v, want %v", f, err, errdefs.ErrNotFound)
-		}
+	if _, err := s.ListTasks(t.Context(), store.TaskFilter{SuiteID: "ghost"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("ListTasks(suite ghost) = %v, want %v", err, errdefs.ErrNotFound)
 	}
 }
 
@@ -430,8 +430,8 @@ func testFinishSucceeded(t *testing.T, s store.Store) {
 		t.Errorf("GetSuite(%q).Counts = %+v, want 2 Finished", "s1", got)
 	}
 
-	if n, err := s.FinishAttempts(t.Context(), "n1", nil, nil); err != nil || n != 0 {
-		t.Errorf("FinishAttempts(no reports) = %d, %v, want 0, nil", n, err)
+	if done, err := s.FinishAttempts(t.Context(), "n1", nil, nil); err != nil || done.Applied != 0 {
+		t.Errorf("FinishAttempts(no reports) = %+v, %v, want 0 applied, nil", done, err)
 	}
 }
 
@@ -464,7 +464,7 @@ func testFinishFirstCommitWins(t *testing.T, s store.Store) {
 		{"a Ready task", "n1", succeeded(store.Task{ID: "s1-t2", Attempt: 0})},
 	} {
 		calls := 0
-		policy := func([]api.TaskFailure) bool { calls++; return true }
+		policy := func([]api.TaskFailure) (bool, time.Duration) { calls++; return true, 0 }
 		mustFinish(t, s, tc.node, 0, policy, tc.report)
 		unchanged("a report from "+tc.name, a)
 		if calls != 0 {
@@ -495,9 +495,9 @@ func testFinishFirstCommitWins(t *testing.T, s store.Store) {
 	stale := failed(b, "lost")
 	staleOnNew := succeeded(b)
 	// One batch: stale reports around the good one, and the good one twice.
-	n, err := s.FinishAttempts(t.Context(), "n2", []store.Attempt{staleOnNew, succeeded(b2), succeeded(b2)}, nil)
-	if err != nil || n != 1 {
-		t.Errorf("FinishAttempts(n2: stale, good, duplicate) = %d, %v, want 1, nil", n, err)
+	fin, err := s.FinishAttempts(t.Context(), "n2", []store.Attempt{staleOnNew, succeeded(b2), succeeded(b2)}, nil)
+	if done := fin; err != nil || done.Applied != 1 {
+		t.Errorf("FinishAttempts(n2: stale, good, duplicate) = %+v, %v, want 1 applied, nil", done, err)
 	}
 	mustFinish(t, s, "n1", 0, nil, stale)
 	if got := mustGetTask(t, s, b.ID); got.State != api.TaskFinished || len(got.Failures) != 0 || got.Result.NodeID != "n2" {
@@ -565,10 +565,10 @@ func testFinishLargeBatch(t *testing.T, s store.Store) {
 			want.Ready++
 		}
 	}
-	giveUpEvery8th := func(f []api.TaskFailure) bool {
+	giveUpEvery8th := func(f []api.TaskFailure) (bool, time.Duration) {
 		var i int
 		fmt.Sscan(f[len(f)-1].Reason, &i)
-		return i%8 == 2
+		return i%8 == 2, 0
 	}
 	mustFinish(t, s, "n1", n, giveUpEvery8th, reports...)
 	if got := mustGetSuite(t, s, "s1").Counts; got != want {
@@ -587,9 +587,9 @@ func testFinishFailed(t *testing.T, s store.Store) {
 	mustAddTasks(t, s, "s1", newTasks("s1", 2)...)
 
 	var seen [][]api.TaskFailure
-	policy := func(failures []api.TaskFailure) bool {
+	policy := func(failures []api.TaskFailure) (bool, time.Duration) {
 		seen = append(seen, failures)
-		return len(failures) >= 3
+		return len(failures) >= 3, 0
 	}
 	var want []api.TaskFailure
 	nodes := []string{"n1", "n2", "n3"}
@@ -680,7 +680,7 @@ func testFinishStopped(t *testing.T, s store.Store) {
 	mustAddTasks(t, s, "s1", newTasks("s1", 1)...)
 	tk := mustClaim(t, s, "s1", "n1", 1)[0]
 	calls := 0
-	mustFinish(t, s, "n1", 1, func([]api.TaskFailure) bool { calls++; return true }, stopped(tk))
+	mustFinish(t, s, "n1", 1, func([]api.TaskFailure) (bool, time.Duration) { calls++; return true, 0 }, stopped(tk))
 
 	got := mustGetTask(t, s, tk.ID)
 	want := tk
@@ -703,9 +703,9 @@ func testFinishInvalid(t *testing.T, s store.Store) {
 	tk := mustClaim(t, s, "s1", "n1", 1)[0]
 	bad := succeeded(tk)
 	bad.Outcome = "exploded"
-	n, err := s.FinishAttempts(t.Context(), "n1", []store.Attempt{succeeded(tk), bad}, nil)
-	if !errors.Is(err, errdefs.ErrInvalid) || n != 0 {
-		t.Errorf("FinishAttempts() with outcome %q = %d, %v, want 0, %v", bad.Outcome, n, err, errdefs.ErrInvalid)
+	done, err := s.FinishAttempts(t.Context(), "n1", []store.Attempt{succeeded(tk), bad}, nil)
+	if !errors.Is(err, errdefs.ErrInvalid) || done.Applied != 0 {
+		t.Errorf("FinishAttempts() with outcome %q = %+v, %v, want 0 applied, %v", bad.Outcome, done, err, errdefs.ErrInvalid)
 	}
 	if diff := cmp.Diff(tk, mustGetTask(t, s, tk.ID)); diff != "" {
 		t.Errorf("GetTask(%q) after a refused batch changed (-before +after):\n%s", tk.ID, diff)
@@ -789,10 +789,11 @@ func testReclaimNode(t *testing.T, s store.Store) {
 	if got := mustGetTask(t, s, n2.ID); got.NodeID != "n2" {
 		t.Errorf("GetTask(%q).NodeID = %q, want %q", n2.ID, got.NodeID, "n2")
 	}
-	// The lost node's late reports count for nothing.
-	mustFinish(t, s, "n1", 0, nil, succeeded(c[1]), failed(c[2], "late"))
-	if got := mustGetTask(t, s, c[2].ID); len(got.Failures) != 0 {
-		t.Errorf("GetTask(%q) has %d failures after a late report, want 0", c[2].ID, len(got.Failures))
+	// The lost node's late failure counts for nothing; its late success
+	// finishes the task (FinishLostAttemptWins).
+	mustFinish(t, s, "n1", 1, nil, succeeded(c[1]), failed(c[2], "late"))
+	if got := mustGetTask(t, s, c[2].ID); len(got.Failures) != 0 || got.State != api.TaskReady {
+		t.Errorf("GetTask(%q) = %s with %d failures after a late failure, want Ready with 0", c[2].ID, got.State, len(got.Failures))
 	}
 
 	for _, node := range []string{"n1", "ghost"} {
@@ -899,4 +900,108 @@ func testNodeCurrentSuite(t *testing.T, s store.Store) {
 		t.Fatalf("UpdateNode(%q) = %v", "n1", err)
 	}
 	check("after UpdateNode", "s4")
+}
+
+// A node declared offline may have been cut off, not dead: the attempt it
+// lost can still finish, and the first completion wins, whether the task
+// is Ready again or running its re-run elsewhere.
+func testFinishLostAttemptWins(t *testing.T, s store.Store) {
+	mustCreateSuite(t, s, newSuite("s1"))
+	mustAddTasks(t, s, "s1", newTasks("s1", 3)...)
+	lost := mustClaim(t, s, "s1", "n1", 3)
+	if n, err := s.ReclaimNode(t.Context(), "n1"); err != nil || n != 3 {
+		t.Fatalf("ReclaimNode(n1) = %d, %v, want 3, nil", n, err)
+	}
+	// t0 is re-run on n2; t1 waits in the queue; t2 is re-run and
+	// finishes there first.
+	rerun := mustClaim(t, s, "s1", "n2", 1)[0]
+	if rerun.ID != "s1-t0" || rerun.Attempt != 2 {
+		t.Fatalf("ClaimTasks(n2) = %s attempt %d, want s1-t0 attempt 2", rerun.ID, rerun.Attempt)
+	}
+	second := mustClaim(t, s, "s1", "n3", 2)
+	mustFinish(t, s, "n3", 1, nil, succeeded(task(second, "s1-t2")))
+	mustFinish(t, s, "n3", 1, nil, stopped(task(second, "s1-t1"))) // back to Ready
+
+	// A late failure does not count; late successes do, first wins.
+	mustFinish(t, s, "n1", 0, abortAfter(1), failed(task(lost, "s1-t1"), "late"))
+	done := mustFinish(t, s, "n1", 2, nil,
+		succeeded(task(lost, "s1-t0")), succeeded(task(lost, "s1-t1")), succeeded(task(lost, "s1-t2")))
+	want := []store.Superseded{{TaskID: "s1-t0", NodeID: "n2", Attempt: 2}}
+	if diff := cmp.Diff(want, done.Superseded); diff != "" {
+		t.Errorf("FinishAttempts(late successes).Superseded (-want +got):\n%s", diff)
+	}
+	for _, id := range []string{"s1-t0", "s1-t1"} {
+		got := mustGetTask(t, s, id)
+		if got.State != api.TaskFinished || got.Result == nil || got.Result.NodeID != "n1" || got.NodeID != "n1" {
+			t.Errorf("GetTask(%s) = %s, result %+v on %s; want Finished by n1", id, got.State, got.Result, got.NodeID)
+		}
+	}
+	if got := mustGetTask(t, s, "s1-t2"); got.Result == nil || got.Result.NodeID != "n3" {
+		t.Errorf("GetTask(s1-t2).Result = %+v, want n3's, which came first", got.Result)
+	}
+	// The superseded re-run's report, when it comes, counts for nothing.
+	mustFinish(t, s, "n2", 0, nil, succeeded(rerun))
+	if got := mustGetSuite(t, s, "s1").Counts; got != (api.TaskCounts{Finished: 3}) {
+		t.Errorf("GetSuite(s1).Counts = %+v, want 3 Finished", got)
+	}
+	// A lost attempt counts once: the same late success again does nothing.
+	mustFinish(t, s, "n1", 0, nil, succeeded(task(lost, "s1-t0")))
+}
+
+// A counted failure holds the task back for the pause the policy asks for.
+func testRetryWaits(t *testing.T, s store.Store) {
+	mustCreateSuite(t, s, newSuite("s1"))
+	mustAddTasks(t, s, "s1", newTasks("s1", 2)...)
+	both := mustClaim(t, s, "s1", "n1", 2)
+	var waits []int
+	policy := func(f []api.TaskFailure) (bool, time.Duration) {
+		waits = append(waits, len(f))
+		if f[len(f)-1].Reason == "slow" {
+			return false, time.Hour
+		}
+		return false, 0
+	}
+	mustFinish(t, s, "n1", 2, policy, failed(task(both, "s1-t0"), "slow"), failed(task(both, "s1-t1"), "fast"))
+	if len(waits) != 2 {
+		t.Fatalf("retry policy called %d times, want 2", len(waits))
+	}
+	got := mustClaim(t, s, "s1", "n1", 2)
+	if len(got) != 1 || got[0].ID != "s1-t1" {
+		t.Fatalf("ClaimTasks() = %v, want only s1-t1: s1-t0 waits an hour", taskIDs(got))
+	}
+	if c := mustGetSuite(t, s, "s1").Counts; c.Ready != 1 || c.Running != 1 {
+		t.Errorf("GetSuite(s1).Counts = %+v, want 1 Ready (waiting), 1 Running", c)
+	}
+}
+
+// An agent that comes back holding tasks taken from it gets them back,
+// unless they run elsewhere meanwhile.
+func testReattachTasks(t *testing.T, s store.Store) {
+	mustCreateSuite(t, s, newSuite("s1"))
+	mustAddTasks(t, s, "s1", newTasks("s1", 3)...)
+	held := mustClaim(t, s, "s1", "n1", 3)
+	if n, err := s.ReclaimNode(t.Context(), "n1"); err != nil || n != 3 {
+		t.Fatalf("ReclaimNode(n1) = %d, %v, want 3, nil", n, err)
+	}
+	elsewhere := mustClaim(t, s, "s1", "n2", 1)[0]
+	n, err := s.ReattachTasks(t.Context(), "n1", []string{"s1-t0", "s1-t1", "s1-t2", "ghost"})
+	if err != nil || n != 2 {
+		t.Fatalf("ReattachTasks(n1) = %d, %v, want 2 (one runs on n2), nil", n, err)
+	}
+	if n, err := s.ReattachTasks(t.Context(), "n3", []string{elsewhere.ID}); err != nil || n != 0 {
+		t.Errorf("ReattachTasks(n3, a task it never had) = %d, %v, want 0, nil", n, err)
+	}
+	for _, tk := range held {
+		if tk.ID == elsewhere.ID {
+			continue
+		}
+		got := mustGetTask(t, s, tk.ID)
+		if got.State != api.TaskRunning || got.NodeID != "n1" || got.Attempt != tk.Attempt {
+			t.Errorf("GetTask(%s) = %s on %s attempt %d, want Running on n1 attempt %d", tk.ID, got.State, got.NodeID, got.Attempt, tk.Attempt)
+		}
+		mustFinish(t, s, "n1", 1, nil, succeeded(tk))
+	}
+	if c := mustGetSuite(t, s, "s1").Counts; c != (api.TaskCounts{Running: 1, Finished: 2}) {
+		t.Errorf("GetSuite(s1).Counts = %+v, want 1 Running, 2 Finished", c)
+	}
 }

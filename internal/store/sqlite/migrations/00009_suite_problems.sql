@@ -16,5 +16,14 @@ CREATE TABLE suite_problems (
 );
 CREATE INDEX suite_problems_node ON suite_problems (node_id);
 
+-- One row that the health probe rewrites: a real write, so that /healthz
+-- fails when writes do (a full disk).
+CREATE TABLE health_probe (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    at  INTEGER NOT NULL,
+    pad BLOB    NOT NULL
+);
+
 -- +goose Down
+DROP TABLE health_probe;
 DROP TABLE suite_problems;
