@@ -57,6 +57,7 @@ func TestLayers(t *testing.T) {
 		{"internal/procenv", []string{"internal/server", "internal/store", "internal/agent"}},
 		// Linked into worker programs (package worker): nothing of the agent's.
 		{"internal/gocrash", []string{"internal/server", "internal/store", "internal/agent", "internal/workerpool"}},
+		{"internal/proctree", []string{"internal/server", "internal/store", "internal/agent", "internal/workerpool"}},
 	}
 	for _, r := range rules {
 		for _, d := range deps(t, r.pkg) {

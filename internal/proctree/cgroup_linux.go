@@ -1,0 +1,347 @@
+package proctree
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// cgroupRoot is the manager's own cgroup directory, nodemgr-PID, made
+// under the cgroup this process is in; its groups are g1, g2, ... in it.
+type cgroupRoot struct {
+	v1   bool
+	dir  string
+	home string // v1: the cgroup this process's threads are in
+}
+
+// Where cgroup hierarchies are mounted and where this process is in them.
+var (
+	mountInfoFile  = "/proc/self/mountinfo"
+	selfCgroupFile = "/proc/self/cgroup"
+)
+
+// v1Controllers are the v1 hierarchies a group may live in, best first:
+// both are harmless to be in, and the freezer could stop a fork race.
+var v1Controllers = []string{"pids", "freezer"}
+
+func newCgroup2Root() (*cgroupRoot, error) {
+	mnt, err := findMount(func(fstype, _ string) bool { return fstype == "cgroup2" })
+	if err != nil {
+		return nil, err
+	}
+	own, err := ownCgroup(func(controllers string, id string) bool { return id == "0" && controllers == "" })
+	if err != nil {
+		return nil, err
+	}
+	r := &cgroupRoot{}
+	if err := r.make(mnt.path(own)); err != nil {
+		return nil, err
+	}
+	// cgroup.kill (Linux 5.14) kills a whole group at once, with no race
+	// against a fork bomb.
+	if _, err := os.Stat(filepath.Join(r.dir, "cgroup.kill")); err != nil {
+		os.Remove(r.dir)
+		return nil, fmt.Errorf("no cgroup.kill (Linux 5.14 or later needed): %w", err)
+	}
+	return r, nil
+}
+
+func newCgroup1Root() (*cgroupRoot, error) {
+	var errs []error
+	for _, ctrl := range v1Controllers {
+		mnt, err := findMount(func(fstype, opts string) bool {
+			return fstype == "cgroup" && slices.Contains(strings.Split(opts, ","), ctrl)
+		})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		own, err := ownCgroup(func(controllers, _ string) bool { return slices.Contains(strings.Split(controllers, ","), ctrl) })
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		home := mnt.path(own)
+		r := &cgroupRoot{v1: true, home: home}
+		if err := r.make(home); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return r, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+// make creates the manager's directory under parent, after clearing out
+// what managers that died left there.
+func (r *cgroupRoot) make(parent string) error {
+	sweep(parent, r.v1)
+	r.dir = filepath.Join(parent, "nodemgr-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(r.dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("make a cgroup: %w", err)
+	}
+	return nil
+}
+
+// sweep kills the processes left in the groups of managers whose process
+// is gone, and removes their directories.
+func sweep(parent string, v1 bool) {
+	entries, _ := os.ReadDir(parent)
+	for _, e := range entries {
+		pidText, ok := strings.CutPrefix(e.Name(), "nodemgr-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || !e.IsDir() || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		dir := filepath.Join(parent, e.Name())
+		groups, _ := os.ReadDir(dir)
+		stale := &cgroupRoot{v1: v1, dir: dir}
+		for _, g := range groups {
+			if g.IsDir() {
+				gdir := filepath.Join(dir, g.Name())
+				if v1 {
+					stale.kill1(gdir)
+				} else {
+					stale.kill2(gdir)
+				}
+				os.Remove(gdir)
+			}
+		}
+		os.Remove(dir)
+	}
+}
+
+func (r *cgroupRoot) newGroup(g *Group, n, gen int) error {
+	g.dir = filepath.Join(r.dir, "g"+strconv.Itoa(n))
+	if gen > 0 {
+		g.dir += "." + strconv.Itoa(gen)
+	}
+	if err := os.Mkdir(g.dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("make a cgroup: %w", err)
+	}
+	if r.v1 {
+		return nil
+	}
+	fd, err := syscall.Open(g.dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		os.Remove(g.dir)
+		return &os.PathError{Op: "open", Path: g.dir, Err: err}
+	}
+	g.fd = fd
+	return nil
+}
+
+// forkInside forks with the calling thread in the v1 cgroup dir, so that
+// the child is born there: moving it in after the fork would race with
+// the forks of its own. A goroutine of its own locks the thread, so that
+// if the thread cannot be moved back, it is thrown away: a goroutine that
+// exits while locked to its thread takes the thread with it.
+func (r *cgroupRoot) forkInside(dir string, attr *syscall.ProcAttr, fork Forker) (int, error) {
+	type result struct {
+		pid int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		tid := []byte(strconv.Itoa(unix.Gettid()))
+		if err := writeFile(filepath.Join(dir, "tasks"), tid); err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: fmt.Errorf("join the task's cgroup: %w", err)}
+			return
+		}
+		pid, err := fork(attr)
+		if writeFile(filepath.Join(r.home, "tasks"), tid) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- result{pid, err}
+	}()
+	res := <-done
+	return res.pid, res.err
+}
+
+// kill2 kills a v2 group with cgroup.kill and waits until it is empty; it
+// says whether it had anything to kill.
+func (r *cgroupRoot) kill2(dir string) (bool, error) {
+	events := filepath.Join(dir, "cgroup.events")
+	if populated, err := isPopulated(events); err != nil || !populated {
+		return false, err
+	}
+	if err := writeFile(filepath.Join(dir, "cgroup.kill"), []byte("1")); err != nil {
+		return true, fmt.Errorf("kill cgroup %s: %w", dir, err)
+	}
+	return true, waitUntil(func() (bool, error) {
+		populated, err := isPopulated(events)
+		return !populated, err
+	}, "cgroup "+dir+" to empty")
+}
+
+// renew replaces a v2 group's directory with a fresh one. Some kernels
+// (6.18 here) SIGKILL every process cloned into a cgroup once cgroup.kill
+// was written to it (clone3 compares the kill count of the forking
+// process's cgroup with the target's), so a group that had to be killed
+// is not used again; one that emptied by itself is, at no cost.
+func (r *cgroupRoot) renew(g *Group) error {
+	if g.fd >= 0 {
+		syscall.Close(g.fd)
+		g.fd = -1
+	}
+	os.Remove(g.dir)
+	g.gen++
+	return r.newGroup(g, g.n, g.gen)
+}
+
+// kill1 kills the processes of a v1 group until none is left; a process
+// forked meanwhile is found on the next round.
+func (r *cgroupRoot) kill1(dir string) error {
+	procs := filepath.Join(dir, "cgroup.procs")
+	return waitUntil(func() (bool, error) {
+		pids, err := readProcs(procs)
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		return len(pids) == 0, err
+	}, "cgroup "+dir+" to empty")
+}
+
+// waitUntil polls done, at growing intervals, for at most killWait.
+func waitUntil(done func() (bool, error), what string) error {
+	deadline := time.Now().Add(killWait)
+	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		ok, err := done()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("gave up waiting %v for %s", killWait, what)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// isPopulated reads a v2 cgroup.events file: whether a process is in the
+// group or its descendants.
+func isPopulated(events string) (bool, error) {
+	b, err := os.ReadFile(events)
+	if err != nil {
+		return false, err
+	}
+	for line := range bytes.Lines(b) {
+		if v, ok := bytes.CutPrefix(line, []byte("populated ")); ok {
+			return bytes.TrimSpace(v)[0] != '0', nil
+		}
+	}
+	return false, fmt.Errorf("%s: no populated line", events)
+}
+
+// readProcs lists the processes in a cgroup.procs file, this one left out.
+func readProcs(file string) ([]int, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	self := os.Getpid()
+	var pids []int
+	for f := range bytes.FieldsSeq(b) {
+		if pid, err := strconv.Atoi(string(f)); err == nil && pid != self {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+func writeFile(name string, b []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// mount is a cgroup hierarchy's mount point and the hierarchy's path that
+// is mounted there.
+type mount struct{ point, root string }
+
+// path is where the hierarchy's cgroup at cg is in the file system.
+func (m mount) path(cg string) string {
+	if m.root != "/" {
+		cg = strings.TrimPrefix(cg, m.root)
+	}
+	return filepath.Join(m.point, cg)
+}
+
+// findMount finds the first mount that match says is the one, in
+// /proc/self/mountinfo ("36 35 0:30 / /sys/fs/cgroup/unified rw - cgroup2
+// cgroup2 rw,nsdelegate").
+func findMount(match func(fstype, superOpts string) bool) (mount, error) {
+	f, err := os.Open(mountInfoFile)
+	if err != nil {
+		return mount{}, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		before, after, ok := strings.Cut(sc.Text(), " - ")
+		fields, tail := strings.Fields(before), strings.Fields(after)
+		if !ok || len(fields) < 5 || len(tail) < 3 {
+			continue
+		}
+		if match(tail[0], tail[2]) {
+			return mount{point: unescapeMount(fields[4]), root: unescapeMount(fields[3])}, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return mount{}, err
+	}
+	return mount{}, errors.New("not mounted")
+}
+
+// unescapeMount undoes mountinfo's octal escapes of spaces and the like.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// ownCgroup finds this process's cgroup in the hierarchy match says is
+// the one, in /proc/self/cgroup ("0::/user.slice", "8:pids:/").
+func ownCgroup(match func(controllers, id string) bool) (string, error) {
+	b, err := os.ReadFile(selfCgroupFile)
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(string(b)) {
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) == 3 && match(parts[1], parts[0]) {
+			return parts[2], nil
+		}
+	}
+	return "", errors.New("this process is in no such cgroup")
+}
