@@ -26,6 +26,7 @@ const DeploymentFailed = "failed"
 // DeploymentList is the body of GET /v1/deployments.
 type DeploymentList struct {
 	Deployments []Deployment `json:"deployments"`
+	Next        string       `json:"next,omitempty"` // pass as ?after= for the next page; absent on the last
 }
 
 // ProvisionRequest is the body of POST /v1/deployments.

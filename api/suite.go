@@ -145,6 +145,7 @@ const (
 // SuiteList is the body of GET /v1/suites.
 type SuiteList struct {
 	Suites []Suite `json:"suites"`
+	Next   string  `json:"next,omitempty"` // pass as ?after= for the next page; absent on the last
 }
 
 // TaskSpec is one task as submitted.
@@ -183,6 +184,7 @@ type Task struct {
 // TaskList is the body of GET /v1/suites/{suite}/tasks.
 type TaskList struct {
 	Tasks []Task `json:"tasks"`
+	Next  string `json:"next,omitempty"` // pass as ?after= for the next page; absent on the last
 }
 
 // TaskResult is how an attempt ended.

@@ -19,6 +19,7 @@ type Document struct {
 // DocumentList is the body of GET /v1/templates and GET /v1/mappings.
 type DocumentList struct {
 	Items []Document `json:"items"`
+	Next  string     `json:"next,omitempty"` // pass as ?after= for the next page; absent on the last
 }
 
 // RenderStep is one change rendering made to Extra, and which layer made it.

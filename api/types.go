@@ -80,6 +80,7 @@ type GPU struct {
 // NodeList is the body of GET /v1/nodes.
 type NodeList struct {
 	Nodes []Node `json:"nodes"`
+	Next  string `json:"next,omitempty"` // pass as ?after= for the next page; absent on the last
 }
 
 // NodePatch changes a node's tags and labels (PATCH /v1/nodes/{id}).
@@ -168,11 +169,13 @@ type CreateTokenRequest struct {
 // TokenList is the body of GET /v1/tokens and GET /v1/join-tokens.
 type TokenList struct {
 	Tokens []Token `json:"tokens"`
+	Next   string  `json:"next,omitempty"` // pass as ?after= for the next page; absent on the last
 }
 
 // UserList is the body of GET /v1/users.
 type UserList struct {
 	Users []User `json:"users"`
+	Next  string `json:"next,omitempty"` // pass as ?after= for the next page; absent on the last
 }
 
 // Health is the body of GET /healthz.

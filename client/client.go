@@ -156,14 +156,23 @@ func (c *Client) Whoami(ctx context.Context) (api.User, error) {
 	return u, c.Do(ctx, http.MethodGet, "/v1/whoami", nil, &u)
 }
 
-// Nodes lists nodes, optionally only those with a status.
+// Nodes lists every node, optionally only those with a status, page
+// after page.
 func (c *Client) Nodes(ctx context.Context, status string) ([]api.Node, error) {
-	path := "/v1/nodes"
+	return All(ctx, func(ctx context.Context, p Page) ([]api.Node, string, error) {
+		l, err := c.NodesPage(ctx, status, p)
+		return l.Nodes, l.Next, err
+	})
+}
+
+// NodesPage lists one page of nodes, optionally only those with a status.
+func (c *Client) NodesPage(ctx context.Context, status string, p Page) (api.NodeList, error) {
+	q := url.Values{}
 	if status != "" {
-		path += "?status=" + url.QueryEscape(status)
+		q.Set("status", status)
 	}
 	var l api.NodeList
-	return l.Nodes, c.Do(ctx, http.MethodGet, path, nil, &l)
+	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/nodes", p.values(q)), nil, &l)
 }
 
 // Node returns one node by ID, name or unique ID prefix.
@@ -189,10 +198,18 @@ func (c *Client) ShutdownNode(ctx context.Context, ref, mode string) (api.Node, 
 	return n, c.Do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(ref)+"/shutdown", api.ShutdownRequest{Mode: mode}, &n)
 }
 
-// Users lists users (admins only).
+// Users lists every user (admins only).
 func (c *Client) Users(ctx context.Context) ([]api.User, error) {
+	return All(ctx, func(ctx context.Context, p Page) ([]api.User, string, error) {
+		l, err := c.UsersPage(ctx, p)
+		return l.Users, l.Next, err
+	})
+}
+
+// UsersPage lists one page of users (admins only).
+func (c *Client) UsersPage(ctx context.Context, p Page) (api.UserList, error) {
 	var l api.UserList
-	return l.Users, c.Do(ctx, http.MethodGet, "/v1/users", nil, &l)
+	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/users", p.values(nil)), nil, &l)
 }
 
 // CreateUser creates a user.
@@ -213,10 +230,18 @@ func (c *Client) SetRole(ctx context.Context, user, group, role string) (api.Use
 		map[string]string{"role": role}, &u)
 }
 
-// Tokens lists API tokens.
+// Tokens lists every API token the caller may see.
 func (c *Client) Tokens(ctx context.Context) ([]api.Token, error) {
+	return All(ctx, func(ctx context.Context, p Page) ([]api.Token, string, error) {
+		l, err := c.TokensPage(ctx, p)
+		return l.Tokens, l.Next, err
+	})
+}
+
+// TokensPage lists one page of API tokens.
+func (c *Client) TokensPage(ctx context.Context, p Page) (api.TokenList, error) {
 	var l api.TokenList
-	return l.Tokens, c.Do(ctx, http.MethodGet, "/v1/tokens", nil, &l)
+	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/tokens", p.values(nil)), nil, &l)
 }
 
 // CreateToken creates an API token; its Secret is set only in this answer.
@@ -238,10 +263,18 @@ func (c *Client) DeleteToken(ctx context.Context, id string) error {
 	return c.Do(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(id), nil, nil)
 }
 
-// JoinTokens lists join tokens.
+// JoinTokens lists every join token the caller may see.
 func (c *Client) JoinTokens(ctx context.Context) ([]api.Token, error) {
+	return All(ctx, func(ctx context.Context, p Page) ([]api.Token, string, error) {
+		l, err := c.JoinTokensPage(ctx, p)
+		return l.Tokens, l.Next, err
+	})
+}
+
+// JoinTokensPage lists one page of join tokens.
+func (c *Client) JoinTokensPage(ctx context.Context, p Page) (api.TokenList, error) {
 	var l api.TokenList
-	return l.Tokens, c.Do(ctx, http.MethodGet, "/v1/join-tokens", nil, &l)
+	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/join-tokens", p.values(nil)), nil, &l)
 }
 
 // CreateJoinToken creates a join token for agents.
@@ -261,14 +294,22 @@ func (c *Client) CreateSuite(ctx context.Context, spec api.SuiteSpec) (api.Suite
 	return s, c.Do(ctx, http.MethodPost, "/v1/suites", spec, &s)
 }
 
-// Suites lists suites, optionally in one state.
+// Suites lists every suite the caller may read, optionally in one state.
 func (c *Client) Suites(ctx context.Context, state string) ([]api.Suite, error) {
-	path := "/v1/suites"
+	return All(ctx, func(ctx context.Context, p Page) ([]api.Suite, string, error) {
+		l, err := c.SuitesPage(ctx, state, p)
+		return l.Suites, l.Next, err
+	})
+}
+
+// SuitesPage lists one page of suites, optionally in one state.
+func (c *Client) SuitesPage(ctx context.Context, state string, p Page) (api.SuiteList, error) {
+	q := url.Values{}
 	if state != "" {
-		path += "?state=" + url.QueryEscape(state)
+		q.Set("state", state)
 	}
 	var l api.SuiteList
-	return l.Suites, c.Do(ctx, http.MethodGet, path, nil, &l)
+	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/suites", p.values(q)), nil, &l)
 }
 
 // Suite returns a suite by ID or name.
@@ -323,24 +364,24 @@ func (c *Client) SubmitTasks(ctx context.Context, suite string, tasks []api.Task
 	}
 }
 
-// Tasks lists a suite's tasks: state filters, after and limit page.
-func (c *Client) Tasks(ctx context.Context, suite, state, after string, limit int) ([]api.Task, error) {
+// Tasks lists every task of a suite in the order they were submitted,
+// optionally only those in one state, page after page.
+func (c *Client) Tasks(ctx context.Context, suite, state string) ([]api.Task, error) {
+	return All(ctx, func(ctx context.Context, p Page) ([]api.Task, string, error) {
+		l, err := c.TasksPage(ctx, suite, state, p)
+		return l.Tasks, l.Next, err
+	})
+}
+
+// TasksPage lists one page of a suite's tasks, optionally only those in
+// one state.
+func (c *Client) TasksPage(ctx context.Context, suite, state string, p Page) (api.TaskList, error) {
 	q := url.Values{}
 	if state != "" {
 		q.Set("state", state)
 	}
-	if after != "" {
-		q.Set("after", after)
-	}
-	if limit > 0 {
-		q.Set("limit", fmt.Sprint(limit))
-	}
-	path := "/v1/suites/" + url.PathEscape(suite) + "/tasks"
-	if len(q) > 0 {
-		path += "?" + q.Encode()
-	}
 	var l api.TaskList
-	return l.Tasks, c.Do(ctx, http.MethodGet, path, nil, &l)
+	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/suites/"+url.PathEscape(suite)+"/tasks", p.values(q)), nil, &l)
 }
 
 // Task returns one task with its result and failures.
@@ -368,10 +409,18 @@ func (c *Client) Document(ctx context.Context, plural, name string) (api.Documen
 	return d, c.Do(ctx, http.MethodGet, "/v1/"+plural+"/"+url.PathEscape(name), nil, &d)
 }
 
-// Documents lists templates or mapping sets.
+// Documents lists every template ("templates") or mapping set ("mappings").
 func (c *Client) Documents(ctx context.Context, plural string) ([]api.Document, error) {
+	return All(ctx, func(ctx context.Context, p Page) ([]api.Document, string, error) {
+		l, err := c.DocumentsPage(ctx, plural, p)
+		return l.Items, l.Next, err
+	})
+}
+
+// DocumentsPage lists one page of templates or mapping sets.
+func (c *Client) DocumentsPage(ctx context.Context, plural string, p Page) (api.DocumentList, error) {
 	var l api.DocumentList
-	return l.Items, c.Do(ctx, http.MethodGet, "/v1/"+plural, nil, &l)
+	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/"+plural, p.values(nil)), nil, &l)
 }
 
 // DeleteDocument removes a template or mapping set.
@@ -392,14 +441,24 @@ func (c *Client) Provision(ctx context.Context, r api.ProvisionRequest) ([]api.D
 	return l.Deployments, c.Do(ctx, http.MethodPost, "/v1/deployments", r, &l)
 }
 
-// Deployments lists deployments, optionally in some states (comma-separated).
+// Deployments lists every deployment, optionally in some states
+// (comma-separated).
 func (c *Client) Deployments(ctx context.Context, states string) ([]api.Deployment, error) {
-	path := "/v1/deployments"
+	return All(ctx, func(ctx context.Context, p Page) ([]api.Deployment, string, error) {
+		l, err := c.DeploymentsPage(ctx, states, p)
+		return l.Deployments, l.Next, err
+	})
+}
+
+// DeploymentsPage lists one page of deployments, optionally in some
+// states (comma-separated).
+func (c *Client) DeploymentsPage(ctx context.Context, states string, p Page) (api.DeploymentList, error) {
+	q := url.Values{}
 	if states != "" {
-		path += "?state=" + url.QueryEscape(states)
+		q.Set("state", states)
 	}
 	var l api.DeploymentList
-	return l.Deployments, c.Do(ctx, http.MethodGet, path, nil, &l)
+	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/deployments", p.values(q)), nil, &l)
 }
 
 // Deployment returns one deployment by ID or live name.

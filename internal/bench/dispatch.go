@@ -334,13 +334,13 @@ func NoopWorker(ctx context.Context) error {
 
 // finishSpan is when the suite's first and last results were stored.
 func finishSpan(ctx context.Context, c *client.Client, suiteID string) (first, last time.Time, err error) {
-	after := ""
+	p := client.Page{Limit: client.MaxPageLimit}
 	for {
-		page, err := c.Tasks(ctx, suiteID, "", after, 10000)
+		page, err := c.TasksPage(ctx, suiteID, "", p)
 		if err != nil {
 			return first, last, err
 		}
-		for _, t := range page {
+		for _, t := range page.Tasks {
 			if t.Result == nil {
 				continue
 			}
@@ -351,9 +351,9 @@ func finishSpan(ctx context.Context, c *client.Client, suiteID string) (first, l
 				last = at
 			}
 		}
-		if len(page) < 10000 {
+		if page.Next == "" {
 			return first, last, nil
 		}
-		after = page[len(page)-1].ID
+		p.After = page.Next
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/agent"
 )
 
@@ -44,10 +46,11 @@ func roleString(g map[string]string) string {
 	return strings.Join(parts, ", ")
 }
 
-func printTokens(e *env, tokens []api.Token, asJSON bool) error {
+func printTokens(e *env, pf pageFlags, tokens []api.Token, next string, asJSON bool) error {
 	if asJSON {
-		return printJSON(e.stdout, api.TokenList{Tokens: tokens})
+		return printJSON(e.stdout, api.TokenList{Tokens: tokens, Next: next})
 	}
+	defer pf.moreHint(e, len(tokens), next)
 	now := time.Now()
 	t := newTable(e.stdout, "ID", "NAME", "USER", "CREATED", "EXPIRES", "LAST USED")
 	for _, tk := range tokens {
@@ -85,17 +88,23 @@ func newTokenCmd(e *env) *cobra.Command {
 	create.Flags().StringVar(&req.TTL, "ttl", "", "lifetime, e.g. 720h (default 90 days)")
 	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	var lsJSON bool
+	var pf pageFlags
 	ls := &cobra.Command{
 		Use: "ls", Short: "List API tokens", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tokens, err := clientFor(cmd, e).Tokens(cmd.Context())
+			c := clientFor(cmd, e)
+			tokens, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Token, string, error) {
+				l, err := c.TokensPage(ctx, p)
+				return l.Tokens, l.Next, err
+			})
 			if err != nil {
 				return err
 			}
-			return printTokens(e, tokens, lsJSON)
+			return printTokens(e, pf, tokens, next, lsJSON)
 		},
 	}
 	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
+	pf.add(ls, "all")
 	rm := &cobra.Command{
 		Use: "rm TOKEN_ID", Short: "Revoke an API token", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -151,17 +160,23 @@ func newJoinTokenCmd(e *env) *cobra.Command {
 	create.Flags().StringVar(&req.TTL, "ttl", "", "lifetime, e.g. 24h (default 24h)")
 	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	var lsJSON bool
+	var pf pageFlags
 	ls := &cobra.Command{
 		Use: "ls", Short: "List join tokens", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tokens, err := clientFor(cmd, e).JoinTokens(cmd.Context())
+			c := clientFor(cmd, e)
+			tokens, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Token, string, error) {
+				l, err := c.JoinTokensPage(ctx, p)
+				return l.Tokens, l.Next, err
+			})
 			if err != nil {
 				return err
 			}
-			return printTokens(e, tokens, lsJSON)
+			return printTokens(e, pf, tokens, next, lsJSON)
 		},
 	}
 	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
+	pf.add(ls, "all")
 	rm := &cobra.Command{
 		Use: "rm TOKEN_ID", Short: "Revoke a join token", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -200,16 +215,22 @@ func newUserCmd(e *env) *cobra.Command {
 	create.Flags().BoolVar(&admin, "admin", false, "make the user a superuser")
 	create.Flags().StringSliceVar(&groups, "group", nil, "GROUP=ROLE with ROLE Read, Write or Admin (repeatable)")
 	var lsJSON bool
+	var pf pageFlags
 	ls := &cobra.Command{
 		Use: "ls", Short: "List users", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			users, err := clientFor(cmd, e).Users(cmd.Context())
+			c := clientFor(cmd, e)
+			users, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.User, string, error) {
+				l, err := c.UsersPage(ctx, p)
+				return l.Users, l.Next, err
+			})
 			if err != nil {
 				return err
 			}
 			if lsJSON {
-				return printJSON(e.stdout, api.UserList{Users: users})
+				return printJSON(e.stdout, api.UserList{Users: users, Next: next})
 			}
+			defer pf.moreHint(e, len(users), next)
 			t := newTable(e.stdout, "NAME", "ADMIN", "GROUPS", "CREATED")
 			for _, u := range users {
 				t.row(u.Name, fmt.Sprint(u.Admin), orDash(roleString(u.Groups)), u.CreatedAt.Format(time.RFC3339))
@@ -218,6 +239,7 @@ func newUserCmd(e *env) *cobra.Command {
 		},
 	}
 	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
+	pf.add(ls, "all")
 	grant := &cobra.Command{
 		Use:   "grant USER GROUP ROLE",
 		Short: "Set a user's role (Read, Write, Admin) in a group; ROLE \"\" removes it",

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/agent"
 )
 
@@ -27,18 +29,24 @@ func newNodeCmd(e *env) *cobra.Command {
 func nodeLsCmd(e *env) *cobra.Command {
 	var asJSON bool
 	var status string
+	var pf pageFlags
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List nodes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nodes, err := clientFor(cmd, e).Nodes(cmd.Context(), status)
+			c := clientFor(cmd, e)
+			nodes, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Node, string, error) {
+				l, err := c.NodesPage(ctx, status, p)
+				return l.Nodes, l.Next, err
+			})
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return printJSON(e.stdout, api.NodeList{Nodes: nodes})
+				return printJSON(e.stdout, api.NodeList{Nodes: nodes, Next: next})
 			}
+			defer pf.moreHint(e, len(nodes), next)
 			now := time.Now()
 			t := newTable(e.stdout, "ID", "NAME", "STATUS", "STATE", "SUITE", "TAGS", "CORES", "MEMORY", "GPUS", "LAST HEARTBEAT")
 			for _, n := range nodes {
@@ -51,6 +59,7 @@ func nodeLsCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&status, "status", "", "only nodes with this status: online, suspect, offline")
+	pf.add(cmd, "all")
 	return cmd
 }
 

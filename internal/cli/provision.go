@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
 )
 
 func newProvisionCmd(e *env) *cobra.Command {
@@ -116,10 +118,15 @@ func printDeployments(e *env, deps []api.Deployment) {
 func newDeploymentCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "deployment", Short: "Machines made by providers"}
 	var all, lsJSON bool
+	var pf pageFlags
 	ls := &cobra.Command{
 		Use: "ls", Short: "List deployments (live ones; --all for terminated too)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			deps, err := clientFor(cmd, e).Deployments(cmd.Context(), "")
+			c := clientFor(cmd, e)
+			deps, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Deployment, string, error) {
+				l, err := c.DeploymentsPage(ctx, "", p)
+				return l.Deployments, l.Next, err
+			})
 			if err != nil {
 				return err
 			}
@@ -133,13 +140,16 @@ func newDeploymentCmd(e *env) *cobra.Command {
 				deps = live
 			}
 			if lsJSON {
-				return printJSON(e.stdout, api.DeploymentList{Deployments: deps})
+				return printJSON(e.stdout, api.DeploymentList{Deployments: deps, Next: next})
 			}
+			defer pf.moreHint(e, len(deps), next)
 			printDeployments(e, deps)
 			return nil
 		},
 	}
 	ls.Flags().BoolVar(&all, "all", false, "include terminated deployments")
+	// --all says which deployments, as it did before lists paged.
+	pf.add(ls, "all-pages")
 	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
 	var showJSON bool
 	show := &cobra.Command{

@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/agent"
 )
 
@@ -91,16 +92,22 @@ func suiteCreateCmd(e *env) *cobra.Command {
 func suiteLsCmd(e *env) *cobra.Command {
 	var asJSON bool
 	var state string
+	var pf pageFlags
 	cmd := &cobra.Command{
 		Use: "ls", Short: "List suites", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			suites, err := clientFor(cmd, e).Suites(cmd.Context(), state)
+			c := clientFor(cmd, e)
+			suites, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Suite, string, error) {
+				l, err := c.SuitesPage(ctx, state, p)
+				return l.Suites, l.Next, err
+			})
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return printJSON(e.stdout, api.SuiteList{Suites: suites})
+				return printJSON(e.stdout, api.SuiteList{Suites: suites, Next: next})
 			}
+			defer pf.moreHint(e, len(suites), next)
 			t := newTable(e.stdout, "ID", "NAME", "STATE", "PRIORITY", "GROUP", "TAGS", "WORKERS", "READY", "RUNNING", "FINISHED", "FAILED", "CANCELLED")
 			for _, s := range suites {
 				c := s.Counts
@@ -113,6 +120,7 @@ func suiteLsCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&state, "state", "", "only suites in this state: Open, Closed, Complete, Cancelled")
+	pf.add(cmd, "all")
 	return cmd
 }
 
@@ -396,8 +404,8 @@ func submitInBatches(ctx context.Context, c interface {
 }
 
 func taskLsCmd(e *env) *cobra.Command {
-	var suite, state, after string
-	var limit int
+	var suite, state string
+	var pf pageFlags
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use: "ls --suite SUITE", Short: "List a suite's tasks", Args: cobra.NoArgs,
@@ -405,13 +413,18 @@ func taskLsCmd(e *env) *cobra.Command {
 			if suite == "" {
 				return fmt.Errorf("--suite is required")
 			}
-			tasks, err := clientFor(cmd, e).Tasks(cmd.Context(), suite, state, after, limit)
+			c := clientFor(cmd, e)
+			tasks, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Task, string, error) {
+				l, err := c.TasksPage(ctx, suite, state, p)
+				return l.Tasks, l.Next, err
+			})
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return printJSON(e.stdout, api.TaskList{Tasks: tasks})
+				return printJSON(e.stdout, api.TaskList{Tasks: tasks, Next: next})
 			}
+			defer pf.moreHint(e, len(tasks), next)
 			t := newTable(e.stdout, "ID", "STATE", "ATTEMPTS", "EXIT", "NODE", "COMMAND")
 			for _, tk := range tasks {
 				exit := "-"
@@ -428,8 +441,7 @@ func taskLsCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&suite, "suite", "", "suite ID or name")
 	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state")
-	cmd.Flags().StringVar(&after, "after", "", "start after this task ID (paging)")
-	cmd.Flags().IntVar(&limit, "limit", 1000, "at most this many")
+	pf.add(cmd, "all")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

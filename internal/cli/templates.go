@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/mapping"
 	"github.com/nodemgr/nodemgr/internal/template"
 )
@@ -127,16 +129,22 @@ func docApplyCmd(e *env, k docKind) *cobra.Command {
 
 func docLsCmd(e *env, k docKind) *cobra.Command {
 	var asJSON bool
+	var pf pageFlags
 	cmd := &cobra.Command{
 		Use: "ls", Short: "List " + k.plural, Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			docs, err := clientFor(cmd, e).Documents(cmd.Context(), k.plural)
+			c := clientFor(cmd, e)
+			docs, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Document, string, error) {
+				l, err := c.DocumentsPage(ctx, k.plural, p)
+				return l.Items, l.Next, err
+			})
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return printJSON(e.stdout, api.DocumentList{Items: docs})
+				return printJSON(e.stdout, api.DocumentList{Items: docs, Next: next})
 			}
+			defer pf.moreHint(e, len(docs), next)
 			cols := []string{"NAME", "VERSION", "UPDATED", "SUMMARY"}
 			t := newTable(e.stdout, cols...)
 			for _, d := range docs {
@@ -146,6 +154,7 @@ func docLsCmd(e *env, k docKind) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	pf.add(cmd, "all")
 	return cmd
 }
 

@@ -46,22 +46,14 @@ func waitSuite(t *testing.T, s *server, suite, state string, timeout time.Durati
 	return su
 }
 
-// allTasks pages through a suite's tasks.
+// allTasks reads every page of a suite's tasks.
 func allTasks(t *testing.T, s *server, suite string) []api.Task {
 	t.Helper()
-	var out []api.Task
-	after := ""
-	for {
-		page, err := s.client().Tasks(context.Background(), suite, "", after, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, page...)
-		if len(page) < 1000 {
-			return out
-		}
-		after = page[len(page)-1].ID
+	out, err := s.client().Tasks(context.Background(), suite, "")
+	if err != nil {
+		t.Fatal(err)
 	}
+	return out
 }
 
 func sh(script string) api.TaskSpec { return api.TaskSpec{Argv: []string{"sh", "-c", script}} }
@@ -182,7 +174,7 @@ func TestKilledAgentsTasksFinishElsewhere(t *testing.T) {
 
 	v, _ := nodeByName(t, s, "victim")
 	waitFor(t, 60*time.Second, "the victim to be running tasks", func() (bool, string) {
-		running, _ := s.client().Tasks(context.Background(), "long", api.TaskRunning, "", 1000)
+		running, _ := s.client().Tasks(context.Background(), "long", api.TaskRunning)
 		for _, tk := range running {
 			if tk.NodeID == v.ID {
 				return true, ""

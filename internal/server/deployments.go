@@ -183,15 +183,23 @@ func (s *Server) resolveDeployment(ctx context.Context, ref string) (store.Deplo
 }
 
 func (s *Server) handleListDeployments(w http.ResponseWriter, r *http.Request) error {
-	f := store.DeploymentFilter{Provider: r.URL.Query().Get("provider")}
-	if st := r.URL.Query().Get("state"); st != "" {
+	q := r.URL.Query()
+	f := store.DeploymentFilter{Provider: q.Get("provider")}
+	if st := q.Get("state"); st != "" {
 		f.States = strings.Split(st, ",")
 	}
-	list, err := s.store.ListDeployments(r.Context(), f)
+	pg, err := readPage(q, "deployments", f.Provider, q.Get("state"))
 	if err != nil {
 		return err
 	}
-	out := api.DeploymentList{Deployments: make([]api.Deployment, 0, len(list))}
+	list, next, err := fillPage(pg, func(sp store.Page) ([]store.Deployment, error) {
+		f.Page = sp
+		return s.store.ListDeployments(r.Context(), f)
+	}, store.Deployment.Cursor, nil)
+	if err != nil {
+		return err
+	}
+	out := api.DeploymentList{Deployments: make([]api.Deployment, 0, len(list)), Next: next}
 	for _, d := range list {
 		out.Deployments = append(out.Deployments, apiDeployment(d))
 	}

@@ -68,6 +68,10 @@ func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return errdefs.Field("status", "must be online, suspect or offline, got %q", f.Status)
 	}
+	pg, err := readPage(r.URL.Query(), "nodes", f.Status)
+	if err != nil {
+		return err
+	}
 	if !p.Admin {
 		for g := range p.Groups {
 			f.Groups = append(f.Groups, g)
@@ -77,11 +81,14 @@ func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 	}
-	nodes, err := s.store.ListNodes(r.Context(), f)
+	nodes, next, err := fillPage(pg, func(sp store.Page) ([]store.Node, error) {
+		f.Page = sp
+		return s.store.ListNodes(r.Context(), f)
+	}, store.Node.Cursor, nil)
 	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}
-	out := api.NodeList{Nodes: make([]api.Node, 0, len(nodes))}
+	out := api.NodeList{Nodes: make([]api.Node, 0, len(nodes)), Next: next}
 	for _, n := range nodes {
 		out.Nodes = append(out.Nodes, s.apiNode(n))
 	}

@@ -247,7 +247,7 @@ func AdminTokenFile(dataDir string) string { return filepath.Join(dataDir, "admi
 // and whether it was created now; on later starts it returns the token read
 // back from the file if it is still there.
 func Bootstrap(ctx context.Context, st store.Store, dataDir string) (token string, created bool, err error) {
-	users, err := st.ListUsers(ctx)
+	users, err := st.ListUsers(ctx, store.Page{Limit: 1}) // is there any?
 	if err != nil {
 		return "", false, fmt.Errorf("bootstrap: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -118,15 +117,22 @@ func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error 
 		}
 		f.States = []string{st}
 	}
-	suites, err := s.store.ListSuites(r.Context(), f)
+	pg, err := readPage(r.URL.Query(), "suites", r.URL.Query().Get("state"))
+	if err != nil {
+		return err
+	}
+	suites, next, err := fillPage(pg, func(sp store.Page) ([]store.Suite, error) {
+		f.Page = sp
+		return s.store.ListSuites(r.Context(), f)
+	}, store.Suite.Cursor, func(su store.Suite) bool {
+		return su.Owner == p.User || p.Can(api.RoleRead, suiteGroups(su))
+	})
 	if err != nil {
 		return fmt.Errorf("list suites: %w", err)
 	}
-	out := api.SuiteList{Suites: []api.Suite{}}
+	out := api.SuiteList{Suites: make([]api.Suite, 0, len(suites)), Next: next}
 	for _, su := range suites {
-		if su.Owner == p.User || p.Can(api.RoleRead, suiteGroups(su)) {
-			out.Suites = append(out.Suites, apiSuite(su))
-		}
+		out.Suites = append(out.Suites, apiSuite(su))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -254,25 +260,25 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	f := store.TaskFilter{SuiteID: su.ID, AfterID: q.Get("after"), Limit: 1000}
+	f := store.TaskFilter{SuiteID: su.ID}
 	if st := q.Get("state"); st != "" {
 		if !slices.Contains([]string{api.TaskReady, api.TaskRunning, api.TaskFinished, api.TaskFailed, api.TaskCancelled}, st) {
 			return errdefs.Field("state", "must be Ready, Running, Finished, Failed or Cancelled, got %q", st)
 		}
 		f.States = []string{st}
 	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 10000 {
-			return errdefs.Field("limit", "must be between 1 and 10000, got %q", l)
-		}
-		f.Limit = n
+	pg, err := readPage(q, "tasks", su.ID, q.Get("state"))
+	if err != nil {
+		return err
 	}
-	tasks, err := s.store.ListTasks(r.Context(), f)
+	tasks, next, err := fillPage(pg, func(sp store.Page) ([]store.Task, error) {
+		f.Page = sp
+		return s.store.ListTasks(r.Context(), f)
+	}, store.Task.Cursor, nil)
 	if err != nil {
 		return fmt.Errorf("list tasks: %w", err)
 	}
-	out := api.TaskList{Tasks: make([]api.Task, 0, len(tasks))}
+	out := api.TaskList{Tasks: make([]api.Task, 0, len(tasks)), Next: next}
 	for _, t := range tasks {
 		out.Tasks = append(out.Tasks, apiTask(t))
 	}

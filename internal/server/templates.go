@@ -91,11 +91,17 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request, kind string
 }
 
 func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request, kind string) error {
-	docs, err := s.store.ListDocuments(r.Context(), kind)
+	pg, err := readPage(r.URL.Query(), "documents", kind)
 	if err != nil {
 		return err
 	}
-	out := api.DocumentList{Items: make([]api.Document, 0, len(docs))}
+	docs, next, err := fillPage(pg, func(sp store.Page) ([]store.Document, error) {
+		return s.store.ListDocuments(r.Context(), kind, sp)
+	}, store.Document.Cursor, nil)
+	if err != nil {
+		return err
+	}
+	out := api.DocumentList{Items: make([]api.Document, 0, len(docs)), Next: next}
 	for _, d := range docs {
 		out.Items = append(out.Items, apiDocument(d))
 	}
@@ -160,7 +166,7 @@ func (s *Server) Render(ctx context.Context, name, provider string) (api.Rendere
 	if err != nil {
 		return api.Rendered{}, fmt.Errorf("stored template %s no longer parses: %w", name, err)
 	}
-	sets, err := s.store.ListDocuments(ctx, store.KindMapping)
+	sets, err := s.store.ListDocuments(ctx, store.KindMapping, store.Page{})
 	if err != nil {
 		return api.Rendered{}, err
 	}

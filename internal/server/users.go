@@ -49,11 +49,17 @@ func (s *Server) handleListUsers(w http.ResponseWriter, r *http.Request) error {
 	if err := principalFrom(r.Context()).RequireAdmin("list users"); err != nil {
 		return err
 	}
-	users, err := s.store.ListUsers(r.Context())
+	pg, err := readPage(r.URL.Query(), "users")
+	if err != nil {
+		return err
+	}
+	users, next, err := fillPage(pg, func(sp store.Page) ([]store.User, error) {
+		return s.store.ListUsers(r.Context(), sp)
+	}, store.User.Cursor, nil)
 	if err != nil {
 		return fmt.Errorf("list users: %w", err)
 	}
-	out := api.UserList{Users: make([]api.User, 0, len(users))}
+	out := api.UserList{Users: make([]api.User, 0, len(users)), Next: next}
 	for _, u := range users {
 		out.Users = append(out.Users, apiUser(u))
 	}
@@ -346,11 +352,18 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, kind string)
 	if !p.Admin {
 		f.User = p.User // non-admins see their own
 	}
-	tokens, err := s.store.ListTokens(r.Context(), f)
+	pg, err := readPage(r.URL.Query(), "tokens", kind)
+	if err != nil {
+		return err
+	}
+	tokens, next, err := fillPage(pg, func(sp store.Page) ([]store.Token, error) {
+		f.Page = sp
+		return s.store.ListTokens(r.Context(), f)
+	}, store.Token.Cursor, nil)
 	if err != nil {
 		return fmt.Errorf("list tokens: %w", err)
 	}
-	out := api.TokenList{Tokens: make([]api.Token, 0, len(tokens))}
+	out := api.TokenList{Tokens: make([]api.Token, 0, len(tokens)), Next: next}
 	for _, t := range tokens {
 		out.Tokens = append(out.Tokens, apiToken(t))
 	}
