@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -120,7 +121,7 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	log.Info("preparing suite")
 	if err := r.prepare(ctx, su, workDir); err != nil {
 		log.Warn("prepare failed; leaving the suite", "err", err)
-		r.leave(parent, su.ID, "prepare-failed: "+err.Error())
+		r.leaveUnprepared(parent, ctx, su.ID, api.StagePrepare, err)
 		return
 	}
 
@@ -131,7 +132,7 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 		log.Warn("cannot start workers; leaving the suite", "err", err)
 		src.close(parent)
 		r.runHook(parent, su, workDir, "cleanup", su.Hooks.Cleanup)
-		r.leave(parent, su.ID, "prepare-failed: "+err.Error())
+		r.leaveUnprepared(parent, ctx, su.ID, api.StageWorkers, err)
 		return
 	}
 	r.mu.Lock()
@@ -253,7 +254,7 @@ func (r *runner) runHook(ctx context.Context, su api.Suite, workDir, name string
 	}
 	for _, res := range h.Resources {
 		if err := download(ctx, res.URL, filepath.Join(workDir, filepath.FromSlash(res.Path))); err != nil {
-			return fmt.Errorf("%s hook: %w", name, err)
+			return &hookError{name: name, command: h.Command, exit: -1, reason: err.Error(), cause: err}
 		}
 	}
 	logFile, err := os.Create(filepath.Join(workDir, name+".log"))
@@ -276,20 +277,95 @@ func (r *runner) runHook(ctx context.Context, su api.Suite, workDir, name string
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	fail := func(exit int, reason string, cause error) error {
+		return &hookError{name: name, command: h.Command, log: logFile.Name(), exit: exit, reason: reason, cause: cause}
+	}
 	select {
 	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return fail(ee.ExitCode(), ee.Error(), err)
+		}
 		if err != nil {
-			return fmt.Errorf("%s hook %v: %w (output in %s)", name, h.Command, err, logFile.Name())
+			return fail(-1, err.Error(), err)
 		}
 		return nil
 	case <-ctx.Done():
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("%s hook %v: timed out after %s (output in %s)", name, h.Command, time.Duration(h.Timeout), logFile.Name())
+			return fail(-1, fmt.Sprintf("timed out after %s", time.Duration(h.Timeout)), ctx.Err())
 		}
-		return fmt.Errorf("%s hook %v: %w", name, h.Command, ctx.Err())
+		return fail(-1, ctx.Err().Error(), ctx.Err())
 	}
+}
+
+// hookError is a hook command that failed: its exit code, why, and where
+// its output is, so the agent can tell the server more than one line.
+type hookError struct {
+	name, log string // log: "" when the command never ran
+	command   []string
+	exit      int // -1: it did not exit by itself
+	reason    string
+	cause     error
+}
+
+func (e *hookError) Error() string {
+	if e.log == "" { // it failed before the command ran
+		return fmt.Sprintf("%s hook %v: %s", e.name, e.command, e.reason)
+	}
+	return fmt.Sprintf("%s hook %v: %s (output in %s)", e.name, e.command, e.reason, e.log)
+}
+
+func (e *hookError) Unwrap() error { return e.cause }
+
+// problemOf turns a failure to take a suite up into what the server keeps
+// and shows: a hook's exit code, reason and the end of its output, or
+// for any other error (a download, the binding check, the worker pool)
+// its text with exit code -1.
+func problemOf(stage string, err error) api.SuiteProblem {
+	p := api.SuiteProblem{Stage: stage, ExitCode: -1, Reason: err.Error()}
+	var he *hookError
+	if errors.As(err, &he) {
+		p.ExitCode, p.Reason = he.exit, he.reason
+		p.OutputTail = outputTail(he.log, api.MaxProblemOutput, api.MaxProblemLines)
+	}
+	if len(p.Reason) > api.MaxProblemReason {
+		p.Reason = p.Reason[:api.MaxProblemReason]
+	}
+	return p
+}
+
+// outputTail is the last lines of the file at path, at most maxLines lines
+// and maxBytes bytes (a partial first line is dropped); "" if unreadable.
+func outputTail(path string, maxBytes int64, maxLines int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(0, st.Size()-maxBytes)
+	b, err := io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
+	if err != nil {
+		return ""
+	}
+	if off > 0 {
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	if n := len(lines); n > 0 && len(lines[n-1]) == 0 {
+		lines = lines[:n-1]
+	}
+	if len(lines) > maxLines {
+		lines = lines[len(lines)-maxLines:]
+	}
+	return string(bytes.Join(lines, nil))
 }
 
 // download fetches url into path with 3 tries (0 s, 1 s, 3 s apart); a
@@ -341,12 +417,29 @@ func downloadOnce(ctx context.Context, url, path string) error {
 	return os.Rename(tmp, path)
 }
 
+// leaveUnprepared leaves a suite the agent could not take up. A failure
+// of the suite's own (its hook, its binding) goes to the server with its
+// details; one because the suite was cancelled or the agent is stopping
+// while it prepared (ctx ended) is not the suite's fault and is no problem.
+func (r *runner) leaveUnprepared(parent, ctx context.Context, suiteID, stage string, err error) {
+	if ctx.Err() != nil {
+		r.leave(parent, suiteID, "cancelled while preparing")
+		return
+	}
+	p := problemOf(stage, err)
+	r.leaveWith(parent, api.SuiteLeave{SuiteID: suiteID, Reason: "prepare-failed: " + err.Error(), Problem: &p})
+}
+
 // leave tells the server the agent is done with the suite; it retries
 // until the server hears it or the agent stops.
 func (r *runner) leave(ctx context.Context, suiteID, reason string) {
+	r.leaveWith(ctx, api.SuiteLeave{SuiteID: suiteID, Reason: reason})
+}
+
+func (r *runner) leaveWith(ctx context.Context, msg api.SuiteLeave) {
 	for attempt := 0; attempt < 5; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := r.a.call(cctx, api.MethodSuiteLeave, api.SuiteLeave{SuiteID: suiteID, Reason: reason}, nil)
+		err := r.a.call(cctx, api.MethodSuiteLeave, msg, nil)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			return

@@ -81,6 +81,9 @@ func suiteCreateCmd(e *env) *cobra.Command {
 				return printJSON(e.stdout, s)
 			}
 			fmt.Fprintf(e.stdout, "created suite %s (%s); submit tasks with: nodemgr task submit --suite %s -- CMD ARGS...\n", s.Name, s.ID, s.Name)
+			if s.WaitingReason != "" {
+				fmt.Fprintf(e.stderr, "warning: no current node could run it: %s (it waits until one can)\n", s.WaitingReason)
+			}
 			return nil
 		},
 	}
@@ -164,11 +167,40 @@ func suiteShowCmd(e *env) *cobra.Command {
 			} {
 				t.row(r[0], r[1])
 			}
-			return t.flush()
+			if s.WaitingReason != "" {
+				t.row("Waiting", s.WaitingReason)
+			}
+			if err := t.flush(); err != nil {
+				return err
+			}
+			printProblems(e.stdout, s.Problems)
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// printProblems lists why nodes could not take the suite up, each with
+// the end of its hook's output indented under it.
+func printProblems(w io.Writer, problems []api.SuiteProblem) {
+	if len(problems) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nProblems (the latest per node):")
+	for _, p := range problems {
+		node := p.NodeID
+		if p.NodeName != "" && p.NodeName != p.NodeID {
+			node = p.NodeName + " (" + p.NodeID + ")"
+		}
+		fmt.Fprintf(w, "  node %s, %s failed at %s: %s (exit code %d)\n", node, p.Stage, p.At.Format(time.RFC3339), p.Reason, p.ExitCode)
+		for line := range strings.Lines(p.OutputTail) {
+			fmt.Fprintf(w, "      %s", line)
+			if !strings.HasSuffix(line, "\n") {
+				fmt.Fprintln(w)
+			}
+		}
+	}
 }
 
 func hookString(h *api.Hook) string {

@@ -3,9 +3,9 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -62,26 +62,17 @@ func (d *dispatcher) notePrepareFailed(suiteID, nodeID string) {
 	d.prepFailed[[2]string{suiteID, nodeID}] = time.Now()
 }
 
+func (d *dispatcher) clearPrepareFailed(suiteID, nodeID string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.prepFailed, [2]string{suiteID, nodeID})
+}
+
 func (d *dispatcher) prepareFailedRecently(suiteID, nodeID string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	at, ok := d.prepFailed[[2]string{suiteID, nodeID}]
 	return ok && time.Since(at) < prepareBackoff
-}
-
-// eligible reports whether a node may run a suite: explicitly assigned, or
-// (with no explicit assignment) its tags cover the suite's and the suite's
-// group may use it.
-func eligible(su store.Suite, n store.Node) bool {
-	if len(su.AssignedNodes) > 0 {
-		return slices.Contains(su.AssignedNodes, n.ID)
-	}
-	for _, t := range su.Spec.Tags {
-		if !slices.Contains(n.Tags, t) {
-			return false
-		}
-	}
-	return su.Spec.Group == "" || slices.Contains(n.Groups, su.Spec.Group)
 }
 
 // nextSuite picks the suite a node should run: the highest-priority
@@ -96,11 +87,8 @@ func (s *Server) nextSuite(ctx context.Context, nodeID string) (*store.Suite, er
 		return nil, err
 	}
 	for _, su := range suites {
-		if su.Counts.Ready == 0 || !eligible(su, n) || s.dispatch.prepareFailedRecently(su.ID, n.ID) {
-			continue
-		}
-		if validateCoresOn(su.Spec.WorkerSchedule.CPUBinding, n.Name, n.Hardware.Cores) != nil {
-			continue // its binding cannot work on this machine
+		if su.Counts.Ready == 0 || s.whyNot(su, n) != nil {
+			continue // the same test explains a waiting suite (why.go)
 		}
 		return &su, nil
 	}
@@ -220,8 +208,8 @@ func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (an
 	if err := httpapi.DecodeStrict(body, &req); err != nil {
 		return nil, err
 	}
-	if strings.HasPrefix(req.Reason, "prepare-failed") {
-		h.s.dispatch.notePrepareFailed(req.SuiteID, h.sess.nodeID)
+	if err := h.s.noteSuiteLeave(ctx, h.sess.nodeID, req); err != nil {
+		return nil, fmt.Errorf("note that node left suite %s: %w", req.SuiteID, err)
 	}
 	h.s.log.Info("agent left suite", "node", h.sess.nodeID, "suite", req.SuiteID, "reason", req.Reason)
 	return struct{}{}, nil

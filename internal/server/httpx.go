@@ -26,6 +26,7 @@ const (
 )
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	err = s.explainStorageFull(err)
 	if httpapi.WriteError(w, err) == http.StatusInternalServerError {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}

@@ -21,11 +21,6 @@ func withPrincipal(ctx context.Context, p auth.Principal) context.Context {
 	return context.WithValue(ctx, principalKey{}, p)
 }
 
-func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
-	httpapi.WriteJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.cfg.Version})
-	return nil
-}
-
 func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {
 	p := principalFrom(r.Context())
 	u, err := s.store.GetUser(r.Context(), p.User)

@@ -31,7 +31,7 @@ var wireTypes = map[string]any{
 	"RegisterRequest": api.RegisterRequest{}, "RegisterResponse": api.RegisterResponse{},
 	"HookResource": api.Resource{}, "Hook": api.Hook{}, "Hooks": api.Hooks{}, "CPUBinding": api.CPUBinding{},
 	"WorkerSchedule": api.WorkerSchedule{}, "SuiteSpec": api.SuiteSpec{}, "TaskCounts": api.TaskCounts{},
-	"Suite": api.Suite{}, "SuiteList": api.SuiteList{}, "AssignRequest": assignRequest{},
+	"Suite": api.Suite{}, "SuiteProblem": api.SuiteProblem{}, "SuiteList": api.SuiteList{}, "AssignRequest": assignRequest{},
 	"TaskSpec": api.TaskSpec{}, "SubmitTasks": api.SubmitTasks{}, "SubmitResult": api.SubmitResult{},
 	"TaskResult": api.TaskResult{}, "TaskFailure": api.TaskFailure{}, "Task": api.Task{}, "TaskList": api.TaskList{},
 	"Document": api.Document{}, "DocumentList": api.DocumentList{}, "RenderStep": api.RenderStep{},

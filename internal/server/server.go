@@ -129,6 +129,7 @@ type Server struct {
 	log       *slog.Logger
 	hub       *hub
 	dispatch  dispatcher
+	health    healthCheck
 	providers providers
 	executors executors
 	metrics   *metrics

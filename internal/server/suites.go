@@ -100,11 +100,18 @@ func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error
 	now := time.Now().UTC()
 	su := store.Suite{ID: auth.NewID("s-"), Spec: spec, State: api.SuiteOpen, Owner: p.User,
 		CreatedAt: now, UpdatedAt: now, LastTaskAt: now}
-	if err := s.store.CreateSuite(r.Context(), su); err != nil {
+	err := s.store.CreateSuite(r.Context(), su)
+	if err != nil {
 		return fmt.Errorf("create suite %s: %w", spec.Name, err)
 	}
 	s.log.Info("suite created", "suite", su.ID, "name", spec.Name, "owner", p.User)
-	httpapi.WriteJSON(w, http.StatusCreated, apiSuite(su))
+	out := apiSuite(su)
+	// Accepted even if no node could run it now (nodes may come later),
+	// but said at once rather than found out after a long wait.
+	if out.WaitingReason, err = s.creationWarning(r.Context(), su); err != nil {
+		s.log.Warn("explain new suite", "suite", su.ID, "err", err)
+	}
+	httpapi.WriteJSON(w, http.StatusCreated, out)
 	return nil
 }
 
@@ -143,7 +150,16 @@ func (s *Server) handleGetSuite(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, apiSuite(su))
+	out := apiSuite(su)
+	problems, err := s.store.SuiteProblems(r.Context(), su.ID, "")
+	if err != nil {
+		return fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
+	}
+	out.Problems = apiProblems(problems)
+	if out.WaitingReason, err = s.waitingReason(r.Context(), su); err != nil {
+		return fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
