@@ -61,5 +61,6 @@ func (f pageFlags) moreHint(e *env, shown int, next string) {
 	if next == "" {
 		return
 	}
-	fmt.Fprintf(e.stderr, "(showing %d; there are more: see the next page with --after %s, or every page with --%s)\n", shown, next, f.allName)
+	// The cursor stands between spaces, so that it copies cleanly.
+	fmt.Fprintf(e.stderr, "showing %d; there are more: --%s shows every page, --after %s the next\n", shown, f.allName, next)
 }
