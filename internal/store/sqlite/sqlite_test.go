@@ -642,6 +642,34 @@ func BenchmarkListTasksLarge(b *testing.B) {
 	}
 }
 
+// BenchmarkListTasksPage reads a page of 1,000 tasks of a 50,000-task
+// suite at its top and near its end: keyset paging seeks to the cursor, so
+// a deep page costs what the first does (an OFFSET would read every row
+// before it).
+func BenchmarkListTasksPage(b *testing.B) {
+	const n = 50_000
+	ctx := b.Context()
+	s := largeSuite(b, n)
+	all, err := s.ListTasks(ctx, store.TaskFilter{SuiteID: "s1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, at := range []int{0, n - 1001} {
+		after := ""
+		if at > 0 {
+			after = all[at].Cursor()
+		}
+		b.Run(fmt.Sprintf("after=%d", at), func(b *testing.B) {
+			for b.Loop() {
+				tasks, err := s.ListTasks(ctx, store.TaskFilter{SuiteID: "s1", Page: store.Page{After: after, Limit: 1000}})
+				if err != nil || len(tasks) != 1000 {
+					b.Fatalf("ListTasks = %d tasks, %v", len(tasks), err)
+				}
+			}
+		})
+	}
+}
+
 // TestFilesArePrivate: the database, its WAL and its shared memory are
 // 0600 whatever the umask, and a store file left readable by an earlier
 // version is tightened (with a warning) on open.
