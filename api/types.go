@@ -43,7 +43,7 @@ type Node struct {
 	Hardware      Hardware          `json:"hardware"`
 	Status        string            `json:"status"`
 	StatusReason  string            `json:"status_reason,omitempty"`
-	AgentState    string            `json:"agent_state"`
+	AgentState    string            `json:"agent_state,omitempty"` // none while offline
 	AgentVersion  string            `json:"agent_version"`
 	CurrentSuite  string            `json:"current_suite,omitempty"`
 	Connected     bool              `json:"connected"`

@@ -330,13 +330,28 @@ func (c *Client) CancelSuite(ctx context.Context, ref string) (api.Suite, error)
 	return s, c.Do(ctx, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/cancel", nil, &s)
 }
 
-// AssignSuite assigns a suite to nodes explicitly; none restores automatic assignment.
+// AssignSuite assigns a suite to these nodes only (nodes left out stop
+// taking its tasks); none restores automatic assignment.
 func (c *Client) AssignSuite(ctx context.Context, ref string, nodes []string) (api.Suite, error) {
+	return c.assignSuite(ctx, ref, nodes, false)
+}
+
+// AddSuiteNodes assigns a suite to these nodes as well as to those it is
+// assigned to already.
+func (c *Client) AddSuiteNodes(ctx context.Context, ref string, nodes []string) (api.Suite, error) {
+	return c.assignSuite(ctx, ref, nodes, true)
+}
+
+func (c *Client) assignSuite(ctx context.Context, ref string, nodes []string, add bool) (api.Suite, error) {
 	var s api.Suite
 	if nodes == nil {
 		nodes = []string{}
 	}
-	return s, c.Do(ctx, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/assign", map[string][]string{"nodes": nodes}, &s)
+	body := struct {
+		Nodes []string `json:"nodes"`
+		Add   bool     `json:"add,omitempty"`
+	}{nodes, add}
+	return s, c.Do(ctx, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/assign", body, &s)
 }
 
 // SubmitTasks adds tasks to a suite, all or none, and returns their IDs.

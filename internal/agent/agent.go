@@ -49,9 +49,13 @@ type Agent struct {
 	mu       sync.Mutex
 	st       state
 	agState  string
-	suiteID  string      // the suite being worked on
-	shutdown chan string // receives the shutdown mode once
+	suiteID  string        // the suite being worked on
+	shutdown chan string   // receives the shutdown mode once
+	stopReq  chan struct{} // closed when a shutdown is asked for
 	once     sync.Once
+	// sessionUp is set when a session got through hello: the connection
+	// works, so the reconnect backoff starts over.
+	sessionUp atomic.Bool
 
 	runner    *runner
 	wl        *workloads
@@ -65,6 +69,7 @@ type Agent struct {
 	// hears it with a heartbeat at once, not at the next tick.
 	workChanged chan struct{}
 	caPinned    atomic.Bool // the join token's CA was kept
+	saidGoodbye atomic.Bool // the server heard this agent leave
 }
 
 // New validates cfg, takes the data dir's lock and loads the agent's state.
@@ -86,7 +91,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: logger, lock: lock, agState: api.AgentIdle,
-		shutdown:  make(chan string, 1),
+		shutdown: make(chan string, 1), stopReq: make(chan struct{}),
 		connected: make(chan struct{}), stopCtx: context.Background(), workChanged: make(chan struct{}, 1)}
 	a.runner = newRunner(a)
 	if a.st, err = loadState(cfg.DataDir); err != nil {
@@ -186,11 +191,9 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	bo := &backoff.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
 	for {
-		start := time.Now()
 		err := a.connectOnce(ctx)
 		if mode, ok := a.shutdownRequested(); ok {
-			a.drain(mode) // if the connection broke mid-drain, finish it here
-			a.log.Info("agent stopped by the server", "mode", mode)
+			a.finishShutdown(ctx, mode)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -209,17 +212,58 @@ func (a *Agent) Run(ctx context.Context) error {
 		if errors.As(err, &fatal) {
 			return fatal.err
 		}
-		if time.Since(start) > 2*a.cfg.ReconnectMax {
-			bo.Reset() // the connection was healthy for a while
+		if a.sessionUp.Swap(false) {
+			// The server was there a moment ago (or it restarted): try
+			// again soon, not at the backoff of an outage long past.
+			bo.Reset()
 		}
 		d := bo.Next()
 		a.log.Warn("disconnected from server; reconnecting", "err", err, "in", d.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-a.stopReq: // connect now: the session drains and says goodbye
 		case <-time.After(d):
 		}
 	}
+}
+
+// goodbyeWait bounds the last connection attempt of an agent that was
+// asked to stop while disconnected.
+const goodbyeWait = 10 * time.Second
+
+// Shutdown stops the agent as `nodemgr node shutdown` does. Graceful stops
+// taking suites, returns the buffered tasks, lets the running ones finish
+// within ShutdownGrace, runs the cleanup hook and says goodbye; force
+// stops the running tasks at once (they go back to the queue, not counted
+// as failures) and still says goodbye, so the server requeues at once. A
+// force after a graceful one cuts the grace short. Run returns when done.
+func (a *Agent) Shutdown(mode string) {
+	first := false
+	a.once.Do(func() {
+		first = true
+		a.shutdown <- mode
+		close(a.stopReq)
+	})
+	if !first && mode == api.ShutdownForce {
+		a.log.Warn("stopping at once: running tasks are stopped and go back to the queue")
+		go a.runner.shutdown(api.ShutdownForce, 0)
+	}
+}
+
+// finishShutdown completes a shutdown once the session is gone: the work
+// is drained here, and if the agent could not say goodbye, one more short
+// session delivers the reports and the goodbye.
+func (a *Agent) finishShutdown(ctx context.Context, mode string) {
+	a.drain(mode)
+	if !a.saidGoodbye.Load() && ctx.Err() == nil {
+		gctx, cancel := context.WithTimeout(ctx, goodbyeWait)
+		if err := a.connectOnce(gctx); err != nil && !a.saidGoodbye.Load() {
+			a.log.Warn("could not say goodbye to the server; it will find out this node is gone by itself", "err", err)
+		}
+		cancel()
+	}
+	a.log.Info("agent stopped", "mode", mode)
 }
 
 // fatalError stops Run: retrying cannot help.
@@ -295,6 +339,7 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 	if interval <= 0 {
 		interval = 30 * time.Second
 	}
+	a.sessionUp.Store(true)
 	a.log.Info("connected", "server", a.cfg.Server, "node", welcome.NodeID, "heartbeat", interval)
 	a.setPeer(peer)
 	defer a.setPeer(nil)
@@ -391,15 +436,16 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 	}
 }
 
-// leave says goodbye and closes the connection. A graceful shutdown would
-// first let workloads finish within ShutdownGrace; a forced one does not wait.
+// leave says goodbye and closes the connection; the work is drained by then.
 func (a *Agent) leave(peer *proto.Peer, conn proto.Conn, mode string) {
 	a.setState(api.AgentShuttingDown)
-	a.log.Info("shutting down on the server's request", "mode", mode)
+	a.log.Info("saying goodbye to the server", "mode", mode)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := peer.Call(ctx, api.MethodGoodbye, api.Goodbye{Reason: mode}, nil); err != nil {
 		a.log.Warn("goodbye not delivered", "err", err)
+	} else {
+		a.saidGoodbye.Store(true)
 	}
 	conn.Close(proto.CloseNormal, "agent shut down ("+mode+")")
 }
@@ -604,7 +650,7 @@ func (a *Agent) HandleNotify(ctx context.Context, seq uint64, method string, bod
 		if err := json.Unmarshal(body, &req); err != nil {
 			return fmt.Errorf("notification %d: %w", seq, err)
 		}
-		defer a.once.Do(func() { a.shutdown <- req.Mode })
+		defer a.Shutdown(req.Mode)
 	case api.NotifySuiteCancelled:
 		var ref api.SuiteRef
 		if err := json.Unmarshal(body, &ref); err != nil {

@@ -166,6 +166,8 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 		reason = "cancelled"
 	case r.stopping != "":
 		reason = "shutdown (" + r.stopping + ")"
+	case src.yielded() != "":
+		reason = "moved on: " + src.yielded()
 	}
 	r.mu.Unlock()
 	if !force {

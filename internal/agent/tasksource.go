@@ -37,6 +37,7 @@ type taskSource struct {
 	suiteID string
 
 	mu      sync.Mutex
+	yield   string // why the server sent this node away from the suite
 	pending []api.TaskReport
 	since   time.Time // when the oldest pending report was queued, or before
 	kick    chan struct{}
@@ -57,13 +58,28 @@ func startTaskSource(call func(ctx context.Context, method string, req, resp any
 }
 
 // Fetch claims up to max tasks. done is true once the suite will give no
-// more: it ended, or it is closed with nothing left to claim.
+// more: it ended, or it is closed with nothing left to claim, or the
+// server sends this node elsewhere (yielded says why).
 func (s *taskSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, error) {
 	var resp api.TasksFetched
 	if err := s.call(ctx, api.MethodTasksFetch, api.TasksFetch{SuiteID: s.suiteID, Max: max}, &resp); err != nil {
 		return nil, false, err
 	}
+	if resp.Yield != "" {
+		s.mu.Lock()
+		s.yield = resp.Yield
+		s.mu.Unlock()
+		s.log.Info("leaving the suite when the tasks at hand are done", "why", resp.Yield)
+		return nil, true, nil
+	}
 	return resp.Tasks, resp.Done && len(resp.Tasks) == 0, nil
+}
+
+// yielded says why the server sent the node away from the suite, if it did.
+func (s *taskSource) yielded() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.yield
 }
 
 // Report queues one attempt's result.

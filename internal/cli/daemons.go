@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,6 +35,7 @@ type serverFlags struct {
 	heartbeatInterval, offlineAfter, confirmTimeout, credentialTTL time.Duration
 	maxTokenTTL                                                    time.Duration
 	suiteCloseAfter, driftInterval                                 time.Duration
+	reconnectGrace, retryBackoff, idleSuiteGrace                   time.Duration
 	dockerHost                                                     string
 	tlsCert, tlsKey                                                string
 	tlsAuto                                                        bool
@@ -46,6 +50,9 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", 30*time.Second, "how often agents send heartbeats")
 	fl.DurationVar(&f.offlineAfter, "offline-after", 2*time.Minute, "a node with no heartbeat for this long is checked, then marked offline")
 	fl.DurationVar(&f.confirmTimeout, "confirm-timeout", 10*time.Second, "how long the offline check waits for a ping answer or a reconnect")
+	fl.DurationVar(&f.reconnectGrace, "reconnect-grace", 10*time.Second, "an agent whose connection ended without a goodbye has this long to reconnect before its running tasks go back to the queue")
+	fl.DurationVar(&f.retryBackoff, "retry-backoff", time.Second, "pause before a failed task's first retry; it doubles with each failure, up to 1m")
+	fl.DurationVar(&f.idleSuiteGrace, "idle-suite-grace", 5*time.Second, "an agent with nothing to run in its suite for this long moves to another suite that has work")
 	fl.DurationVar(&f.credentialTTL, "credential-ttl", 30*24*time.Hour, "lifetime of node credentials (agents renew them)")
 	fl.DurationVar(&f.maxTokenTTL, "max-token-ttl", server.DefaultMaxTokenTTL, "the longest lifetime an API or join token may be given (rotate tokens before they expire)")
 	fl.DurationVar(&f.suiteCloseAfter, "suite-close-after", 180*time.Second, "an Open suite that gets no new task for this long is Closed")
@@ -60,7 +67,8 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 func (f *serverFlags) config() server.Config {
 	return server.Config{
 		Listen: f.listen, DataDir: f.dataDir, HeartbeatInterval: f.heartbeatInterval,
-		OfflineAfter: f.offlineAfter, ConfirmTimeout: f.confirmTimeout,
+		OfflineAfter: f.offlineAfter, ConfirmTimeout: f.confirmTimeout, ReconnectGrace: f.reconnectGrace,
+		RetryBackoff: f.retryBackoff, RetryBackoffMax: max(time.Minute, f.retryBackoff), IdleSuiteGrace: f.idleSuiteGrace,
 		CredentialTTL: f.credentialTTL, MaxTokenTTL: f.maxTokenTTL, SuiteCloseAfter: f.suiteCloseAfter, DriftInterval: f.driftInterval,
 		ProviderSettings: f.providerSettings(), Version: Version,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
@@ -310,11 +318,45 @@ Settings come from --config (YAML), then NODEMGR_* variables, then flags.`,
 			}
 			defer a.Close()
 			setAgentProcs(cfg.Procs, e.getenv)
-			return a.Run(cmd.Context())
+			ctx, cancel := context.WithCancel(context.WithoutCancel(cmd.Context()))
+			defer cancel()
+			stop := stopOnSignals(a, log, cancel)
+			defer stop()
+			return a.Run(ctx)
 		},
 	}
 	agentFlags(cmd)
 	return cmd
+}
+
+// stopOnSignals makes SIGTERM and SIGINT (systemctl stop, Ctrl-C) stop the
+// agent as `nodemgr node shutdown` does: the first gracefully, the second
+// at once (both say goodbye, so the server requeues at once), a third
+// without waiting for anything.
+func stopOnSignals(a *agent.Agent, log *slog.Logger, abort context.CancelFunc) (stop func()) {
+	sigs := make(chan os.Signal, 3)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	done := make(chan struct{})
+	go func() {
+		for n := 1; ; n++ {
+			select {
+			case <-done:
+				return
+			case sig := <-sigs:
+				switch n {
+				case 1:
+					log.Info("stopping gracefully: running tasks finish, buffered ones go back to the queue; send the signal again to stop at once", "signal", sig)
+					a.Shutdown(api.ShutdownGraceful)
+				case 2:
+					log.Warn("stopping at once; a third signal exits without saying goodbye", "signal", sig)
+					a.Shutdown(api.ShutdownForce)
+				default:
+					abort()
+				}
+			}
+		}
+	}()
+	return func() { signal.Stop(sigs); close(done) }
 }
 
 func newDevCmd(e *env) *cobra.Command {

@@ -237,16 +237,26 @@ func suiteStateCmd(e *env, verb, short string) *cobra.Command {
 }
 
 func suiteAssignCmd(e *env) *cobra.Command {
-	var auto bool
+	var auto, add bool
 	cmd := &cobra.Command{
 		Use:   "assign SUITE NODE... | SUITE --auto",
 		Short: "Run a suite on these nodes only (or --auto: any node whose tags match)",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Run a suite on these nodes only. The list replaces the suite's assignment:
+nodes left out finish the tasks they hold and take no more (--add keeps them).
+--auto goes back to assignment by tags and group.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if auto == (len(args) > 1) {
 				return fmt.Errorf("name nodes, or give --auto to go back to assignment by tags")
 			}
-			s, err := clientFor(cmd, e).AssignSuite(cmd.Context(), args[0], args[1:])
+			if auto && add {
+				return fmt.Errorf("--add needs nodes to add; --auto goes back to assignment by tags")
+			}
+			assign := clientFor(cmd, e).AssignSuite
+			if add {
+				assign = clientFor(cmd, e).AddSuiteNodes
+			}
+			s, err := assign(cmd.Context(), args[0], args[1:])
 			if err != nil {
 				return err
 			}
@@ -259,6 +269,7 @@ func suiteAssignCmd(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&auto, "auto", false, "assign by tags and group again")
+	cmd.Flags().BoolVar(&add, "add", false, "keep the nodes assigned already and add these")
 	return cmd
 }
 

@@ -47,9 +47,12 @@ func TestMain(m *testing.M) {
 
 // Short timings so the tests run in seconds, not minutes.
 const (
-	heartbeat    = 200 * time.Millisecond
-	offlineAfter = 1 * time.Second
-	confirmWait  = 500 * time.Millisecond
+	heartbeat      = 200 * time.Millisecond
+	offlineAfter   = 1 * time.Second
+	confirmWait    = 500 * time.Millisecond
+	reconnectGrace = 1 * time.Second
+	retryBackoff   = 100 * time.Millisecond
+	idleSuiteGrace = 1 * time.Second
 )
 
 // proc is a nodemgr process with its output captured.
@@ -164,7 +167,8 @@ func startServer(t *testing.T, extra ...string) *server {
 	}
 	s.args = append([]string{"server", "--listen", listen, "--data-dir", s.dataDir,
 		"--heartbeat-interval", heartbeat.String(), "--offline-after", offlineAfter.String(),
-		"--confirm-timeout", confirmWait.String()}, extra...)
+		"--confirm-timeout", confirmWait.String(), "--reconnect-grace", reconnectGrace.String(),
+		"--retry-backoff", retryBackoff.String(), "--idle-suite-grace", idleSuiteGrace.String()}, extra...)
 	s.restart(t)
 	b, err := os.ReadFile(filepath.Join(s.dataDir, "admin-token"))
 	if err != nil {

@@ -240,7 +240,13 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	ah.ctx = ctx
 	err = sess.peer.Run(ctx)
-	s.hub.remove(sess)
+	if s.hub.remove(sess) && ah.isHelloDone() && !ah.saidGoodbye.Load() {
+		// The server saw the connection end: the agent died, or the
+		// network between us did. Either way, start the clock now.
+		if life := s.lifeCtx(); life.Err() == nil {
+			s.connectionLost(life, t.NodeID)
+		}
+	}
 	var pe *proto.ProtocolError
 	switch {
 	case errors.As(err, &pe):
@@ -264,6 +270,9 @@ type agentHandler struct {
 	// compare-and-swap makes a second hello on the connection fail even
 	// while the first is still being handled.
 	helloState atomic.Int32
+	// saidGoodbye: the agent left on purpose; its connection's end is
+	// no news.
+	saidGoodbye atomic.Bool
 }
 
 func (h *agentHandler) HandleNotify(ctx context.Context, seq uint64, method string, body json.RawMessage) error {
@@ -301,6 +310,7 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		if err := httpapi.DecodeStrict(body, &g); err != nil {
 			return nil, err
 		}
+		h.saidGoodbye.Store(true)
 		h.s.hub.forgetBeat(h.sess.nodeID)
 		reason := "agent shut down"
 		if g.Reason != "" {
@@ -392,6 +402,13 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 	// Tasks the store says run here but the agent does not hold were lost
 	// with a previous agent process: back to the queue.
 	h.s.reclaim(ctx, n.ID, "agent reconnected without them", hello.Holding...)
+	// Tasks it holds that were taken from it while it was away (and have
+	// not started elsewhere) are its again: no need to run them twice.
+	if back, err := h.s.store.ReattachTasks(ctx, n.ID, hello.Holding); err != nil {
+		return api.Welcome{}, fmt.Errorf("hello: %w", err)
+	} else if back > 0 {
+		h.s.log.Info("agent came back holding tasks reclaimed from it; they are its again", "node", n.ID, "tasks", back)
+	}
 	h.sess.beat(now, hello.State, hello.SuiteID)
 	h.helloState.Store(helloDone)
 	h.s.hub.add(h.sess)

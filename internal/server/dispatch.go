@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -25,32 +24,13 @@ const maxFetch = 4096
 // offered that suite again.
 const prepareBackoff = 5 * time.Minute
 
-// hardwareSignals are crashes that point at the machine or the code, not
-// at resources: a task is given up after two of them.
-var hardwareSignals = []string{"SIGSEGV", "SIGILL", "SIGBUS", "SIGFPE"}
-
-// abortPolicy is the seed's rule: give a task up after 2 crashes by
-// SIGSEGV/SIGILL/SIGBUS/SIGFPE, or 3 failures of other kinds (SIGKILL, OOM,
-// SIGABRT, non-zero exit, timeout). SIGTERM/SIGINT never reach it: those
-// attempts are reported as stopped.
-func abortPolicy(failures []api.TaskFailure) bool {
-	hw, other := 0, 0
-	for _, f := range failures {
-		if slices.Contains(hardwareSignals, f.Signal) {
-			hw++
-		} else {
-			other++
-		}
-	}
-	return hw >= 2 || other >= 3
-}
-
 func jsonBody(v any) ([]byte, error) { return json.Marshal(v) }
 
 // dispatcher holds what the server remembers about suites between requests.
 type dispatcher struct {
 	mu         sync.Mutex
 	prepFailed map[[2]string]time.Time // (suite, node) → when
+	fetches    fetchWatch
 }
 
 func (d *dispatcher) notePrepareFailed(suiteID, nodeID string) {
@@ -211,6 +191,7 @@ func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (an
 	if err := h.s.noteSuiteLeave(ctx, h.sess.nodeID, req); err != nil {
 		return nil, fmt.Errorf("note that node left suite %s: %w", req.SuiteID, err)
 	}
+	h.s.dispatch.fetches.forget(req.SuiteID, h.sess.nodeID)
 	h.s.log.Info("agent left suite", "node", h.sess.nodeID, "suite", req.SuiteID, "reason", req.Reason)
 	return struct{}{}, nil
 }
@@ -223,9 +204,17 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	if req.Max < 0 || req.Max > maxFetch {
 		return nil, errdefs.Field("max", "must be between 0 and %d, got %d", maxFetch, req.Max)
 	}
+	if why, err := h.s.moveOn(ctx, req.SuiteID, h.sess.nodeID); err != nil {
+		return nil, err
+	} else if why != "" {
+		return api.TasksFetched{Tasks: []api.Task{}, Remaining: -1, Yield: why}, nil
+	}
 	claimed, err := h.s.store.ClaimTasks(ctx, req.SuiteID, h.sess.nodeID, req.Max)
 	if err != nil {
 		return nil, err
+	}
+	if req.Max > 0 {
+		h.s.dispatch.fetches.noteClaim(req.SuiteID, h.sess.nodeID, len(claimed))
 	}
 	h.s.metrics.tasksClaimed.Add(float64(len(claimed)))
 	out := api.TasksFetched{Tasks: make([]api.Task, len(claimed)), Remaining: -1}
@@ -267,13 +256,15 @@ func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (a
 		}
 		attempts = append(attempts, a)
 	}
-	applied, err := h.s.store.FinishAttempts(ctx, h.sess.nodeID, attempts, abortPolicy)
+	done, err := h.s.store.FinishAttempts(ctx, h.sess.nodeID, attempts, h.s.retryPolicy)
 	if err != nil {
 		return nil, err
 	}
+	applied := done.Applied
 	if applied > 0 {
 		h.s.metrics.tasksReported.Add(float64(applied))
 	}
+	h.s.stopSuperseded(ctx, done.Superseded)
 	for _, r := range req.Reports {
 		h.s.metrics.taskReports.WithLabelValues(r.Outcome).Inc()
 	}

@@ -119,13 +119,16 @@ func (h *hub) add(sess *session) {
 	}
 }
 
-// remove drops sess if it is still the node's session.
-func (h *hub) remove(sess *session) {
+// remove drops sess if it is still the node's session, and says whether it
+// was.
+func (h *hub) remove(sess *session) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.sessions[sess.nodeID] == sess {
 		delete(h.sessions, sess.nodeID)
+		return true
 	}
+	return false
 }
 
 // waitSession waits until the node has a session or ctx ends.

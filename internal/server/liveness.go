@@ -11,17 +11,54 @@ import (
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
-// livenessLoop finds nodes whose heartbeats are overdue, marks them suspect,
-// and confirms each one before declaring it offline: a connected agent is
-// pinged; a disconnected one is given ConfirmTimeout to come back. Only
-// then is it offline — a slow store or a busy agent does not cost a node.
+// liveness decides when a node is gone. Two things start a check:
+//
+//   - its heartbeats are overdue (OfflineAfter): a connected agent is
+//     pinged, a disconnected one gets ConfirmTimeout to come back;
+//   - its connection ended without a goodbye: the agent gets
+//     ReconnectGrace to come back (a crashed agent's tasks should not wait
+//     for the heartbeat timeout when the server saw the connection end).
+//
+// Only then is the node offline and its running tasks reclaimed. A slow
+// store or a busy agent does not cost a node, and neither does a server
+// restart: the server's start counts as every node's last heartbeat, so
+// agents backing off after the outage have OfflineAfter to reconnect.
+type liveness struct {
+	mu         sync.Mutex
+	confirming map[string]bool // node ID → a check runs
+	wg         sync.WaitGroup
+}
+
+// startCheck runs check for the node unless one runs already.
+func (l *liveness) startCheck(nodeID string, check func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.confirming == nil {
+		l.confirming = map[string]bool{}
+	}
+	if l.confirming[nodeID] {
+		return false
+	}
+	l.confirming[nodeID] = true
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		defer func() {
+			l.mu.Lock()
+			delete(l.confirming, nodeID)
+			l.mu.Unlock()
+		}()
+		check()
+	}()
+	return true
+}
+
+// livenessLoop finds nodes whose heartbeats are overdue and checks them.
 func (s *Server) livenessLoop(ctx context.Context) {
 	every := min(s.cfg.OfflineAfter/4, 5*time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var confirming sync.Map // node ID → struct{}
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer s.live.wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -30,6 +67,9 @@ func (s *Server) livenessLoop(ctx context.Context) {
 		}
 		now := time.Now()
 		cutoff := now.Add(-s.cfg.OfflineAfter)
+		if s.started.After(cutoff) {
+			continue // the server's start is everyone's last heartbeat
+		}
 		stale, err := s.store.StaleNodes(ctx, cutoff, api.StatusOnline, api.StatusSuspect)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -38,57 +78,74 @@ func (s *Server) livenessLoop(ctx context.Context) {
 			continue
 		}
 		for _, n := range stale {
-			if sess := s.hub.get(n.ID); sess != nil {
-				if sess.heartbeat().After(cutoff) {
-					continue // beat arrived; not flushed yet
+			if sess := s.hub.get(n.ID); sess != nil && sess.heartbeat().After(cutoff) {
+				continue // beat arrived; not flushed yet
+			}
+			since := n.LastHeartbeat
+			if s.started.After(since) {
+				since = s.started
+			}
+			reason := fmt.Sprintf("no heartbeat for %s; confirming", now.Sub(since).Round(time.Second))
+			s.live.startCheck(n.ID, func() {
+				if s.suspect(ctx, n, reason) {
+					s.confirm(ctx, n, s.cfg.ConfirmTimeout, fmt.Sprintf("no heartbeat since %s", since.Format(time.RFC3339)))
 				}
-			}
-			if _, busy := confirming.LoadOrStore(n.ID, struct{}{}); busy {
-				continue
-			}
-			if n.Status == api.StatusOnline {
-				reason := fmt.Sprintf("no heartbeat for %s; confirming", now.Sub(n.LastHeartbeat).Round(time.Second))
-				if changed, err := s.store.SetNodeStatus(ctx, n.ID, api.StatusSuspect, reason, api.StatusOnline); err != nil || !changed {
-					confirming.Delete(n.ID)
-					continue
-				}
-			}
-			wg.Add(1)
-			go func(n store.Node) {
-				defer wg.Done()
-				defer confirming.Delete(n.ID)
-				s.confirm(ctx, n)
-			}(n)
+			})
 		}
 	}
 }
 
-// confirm decides a suspect node's fate.
-func (s *Server) confirm(ctx context.Context, n store.Node) {
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.ConfirmTimeout)
+// connectionLost starts the check of a node whose connection ended without
+// a goodbye: it has ReconnectGrace to come back.
+func (s *Server) connectionLost(ctx context.Context, nodeID string) {
+	s.live.startCheck(nodeID, func() {
+		n, err := s.store.GetNode(ctx, nodeID)
+		if err != nil {
+			return // removed meanwhile
+		}
+		reason := fmt.Sprintf("connection lost; waiting %s for the agent to reconnect", s.cfg.ReconnectGrace)
+		if s.suspect(ctx, n, reason) {
+			s.confirm(ctx, n, s.cfg.ReconnectGrace, "connection lost at "+time.Now().UTC().Format(time.RFC3339))
+		}
+	})
+}
+
+// suspect marks an online node suspect and says whether to go on checking
+// it (it was online, or suspect already).
+func (s *Server) suspect(ctx context.Context, n store.Node, reason string) bool {
+	if n.Status == api.StatusSuspect {
+		return true
+	}
+	changed, err := s.store.SetNodeStatus(ctx, n.ID, api.StatusSuspect, reason, api.StatusOnline)
+	return err == nil && changed
+}
+
+// confirm decides a suspect node's fate: it waits up to wait for the node
+// to have a session, and a session it finds must answer a ping within
+// ConfirmTimeout. A node that does neither is offline.
+func (s *Server) confirm(ctx context.Context, n store.Node, wait time.Duration, why string) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var lastErr error
 	for {
-		sess := s.hub.waitSession(cctx, n.ID)
+		sess := s.hub.waitSession(wctx, n.ID)
 		if sess == nil {
 			break
 		}
-		err := sess.peer.Call(cctx, api.MethodPing, struct{}{}, nil)
-		if err == nil {
-			now := time.Now().UTC()
-			state, suite := sess.work()
-			sess.beat(now, state, suite)
-			s.hub.recordBeat(store.Heartbeat{NodeID: n.ID, At: now, AgentState: state, SuiteID: suite})
+		if err := s.ping(ctx, sess); err == nil {
 			if changed, _ := s.store.SetNodeStatus(ctx, n.ID, api.StatusOnline, "", api.StatusSuspect); changed {
 				s.metrics.confirmedAlive.Inc()
 				s.log.Info("suspect node answered; online", "node", n.ID, "name", n.Name)
 			}
 			return
+		} else {
+			lastErr = err
 		}
-		lastErr = err
-		sess.conn.Close(proto.CloseGoingAway, "did not answer the liveness check")
+		// Closing waits for the peer's answer, which an unreachable peer
+		// never sends: do not make the verdict wait for it.
 		s.hub.remove(sess)
-		if cctx.Err() != nil {
+		go sess.conn.Close(proto.CloseGoingAway, "did not answer the liveness check")
+		if wctx.Err() != nil {
 			break
 		}
 	}
@@ -96,7 +153,7 @@ func (s *Server) confirm(ctx context.Context, n store.Node) {
 		return // server shutting down: decide nothing
 	}
 	s.hub.forgetBeat(n.ID)
-	reason := fmt.Sprintf("no heartbeat since %s and not reachable within %s", n.LastHeartbeat.Format(time.RFC3339), s.cfg.ConfirmTimeout)
+	reason := fmt.Sprintf("%s; not back within %s", why, wait)
 	if lastErr != nil {
 		reason += fmt.Sprintf(" (ping: %v)", lastErr)
 	}
@@ -105,4 +162,19 @@ func (s *Server) confirm(ctx context.Context, n store.Node) {
 		s.log.Warn("node offline", "node", n.ID, "name", n.Name, "reason", reason)
 		s.reclaim(ctx, n.ID, "node offline")
 	}
+}
+
+// ping asks a session's agent to answer within ConfirmTimeout, and counts
+// an answer as a heartbeat.
+func (s *Server) ping(ctx context.Context, sess *session) error {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.ConfirmTimeout)
+	defer cancel()
+	if err := sess.peer.Call(pctx, api.MethodPing, struct{}{}, nil); err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	state, suite := sess.work()
+	sess.beat(now, state, suite)
+	s.hub.recordBeat(store.Heartbeat{NodeID: sess.nodeID, At: now, AgentState: state, SuiteID: suite})
+	return nil
 }

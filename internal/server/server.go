@@ -27,6 +27,17 @@ type Config struct {
 	HeartbeatInterval time.Duration // told to agents; default 30s
 	OfflineAfter      time.Duration // no heartbeat for this long → confirm, then offline; default 2m
 	ConfirmTimeout    time.Duration // how long confirmation may take; default 10s
+	// ReconnectGrace is how long an agent whose connection ended without
+	// a goodbye has to come back before its running tasks are reclaimed;
+	// default 10s. (An agent whose connection was healthy retries after
+	// about a second.)
+	ReconnectGrace time.Duration
+	// RetryBackoff is the pause before a task's first counted retry; it
+	// doubles with each failure up to RetryBackoffMax. Defaults 1s and 1m.
+	RetryBackoff, RetryBackoffMax time.Duration
+	// IdleSuiteGrace is how long an agent may find nothing to run in its
+	// suite before it is sent to another suite with work; default 5s.
+	IdleSuiteGrace    time.Duration
 	CredentialTTL     time.Duration // node credential lifetime; default 30 days
 	MaxTokenTTL       time.Duration // the longest lifetime a user may give an API or join token; default 365 days
 	MaxSubmitInFlight int64         // bytes of task batches the server receives at once; default 128 MiB
@@ -63,6 +74,18 @@ func (c *Config) setDefaults() {
 	}
 	if c.ConfirmTimeout == 0 {
 		c.ConfirmTimeout = 10 * time.Second
+	}
+	if c.ReconnectGrace == 0 {
+		c.ReconnectGrace = 10 * time.Second
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = time.Second
+	}
+	if c.RetryBackoffMax == 0 {
+		c.RetryBackoffMax = time.Minute
+	}
+	if c.IdleSuiteGrace == 0 {
+		c.IdleSuiteGrace = 5 * time.Second
 	}
 	if c.CredentialTTL == 0 {
 		c.CredentialTTL = 30 * 24 * time.Hour
@@ -109,6 +132,15 @@ func (c *Config) validate() error {
 	if c.ConfirmTimeout <= 0 {
 		return errdefs.Field("confirm_timeout", "must be positive, got %s", c.ConfirmTimeout)
 	}
+	if c.ReconnectGrace < 0 {
+		return errdefs.Field("reconnect_grace", "must be positive, got %s", c.ReconnectGrace)
+	}
+	if c.RetryBackoff < 0 || c.RetryBackoffMax < c.RetryBackoff {
+		return errdefs.Field("retry_backoff", "must be positive and at most retry_backoff_max (%s), got %s", c.RetryBackoffMax, c.RetryBackoff)
+	}
+	if c.IdleSuiteGrace < 0 {
+		return errdefs.Field("idle_suite_grace", "must be positive, got %s", c.IdleSuiteGrace)
+	}
 	if c.MaxSubmitInFlight < maxTaskBody {
 		return errdefs.Field("max_submit_in_flight", "must be at least one batch, %d bytes, got %d", maxTaskBody, c.MaxSubmitInFlight)
 	}
@@ -130,6 +162,9 @@ type Server struct {
 	hub       *hub
 	dispatch  dispatcher
 	health    healthCheck
+	live      liveness
+	started   time.Time       // when Serve began: every node's heartbeat as far as liveness goes
+	life      context.Context // ends when Serve returns; for work that outlives a request
 	providers providers
 	executors executors
 	metrics   *metrics
@@ -166,6 +201,15 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// lifeCtx is the context of the running server: Background when the
+// handler is served by something other than Serve (tests).
+func (s *Server) lifeCtx() context.Context {
+	if s.life == nil {
+		return context.Background()
+	}
+	return s.life
+}
+
 // Handler is the server's HTTP handler (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.handler }
 
@@ -194,6 +238,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	s.started, s.life = time.Now(), ctx
 	s.guard = newConnGuard(s.cfg.MaxUnauthConns, s.cfg.UnauthIdle)
 	// No ReadTimeout or WriteTimeout: copies, exec streams and agents'
 	// WebSockets run long. Slow or silent clients meet ReadHeaderTimeout,

@@ -201,6 +201,10 @@ func (s *Server) handleCancelSuite(w http.ResponseWriter, r *http.Request) error
 // AssignRequest is the body of POST /v1/suites/{suite}/assign.
 type assignRequest struct {
 	Nodes []string `json:"nodes"` // node IDs or names; empty: back to automatic assignment
+	// Add keeps the nodes assigned already: the suite runs on those and
+	// these. Without it the list replaces the assignment, and nodes left
+	// out stop taking the suite's tasks.
+	Add bool `json:"add,omitempty"`
 }
 
 func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error {
@@ -213,6 +217,12 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	ids := []string{}
+	if req.Add {
+		if len(req.Nodes) == 0 {
+			return errdefs.Field("nodes", "name the nodes to add")
+		}
+		ids = append(ids, su.AssignedNodes...)
+	}
 	for i, ref := range req.Nodes {
 		n, err := s.resolveNode(r.Context(), ref, api.RoleWrite)
 		if err != nil {
@@ -232,6 +242,7 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return fmt.Errorf("assign suite: %w", err)
 	}
+	s.dispatch.fetches.recheck(su.ID, "") // nodes left out take no more
 	s.suiteChanged(r.Context(), su.ID)
 	httpapi.WriteJSON(w, http.StatusOK, apiSuite(su))
 	return nil
