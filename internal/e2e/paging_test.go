@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -18,6 +19,14 @@ func tableIDs(out string) []string {
 		if i > 0 && line != "" {
 			ids = append(ids, strings.Fields(line)[0])
 		}
+	}
+	return ids
+}
+
+func taskIDsOf(tasks []api.Task) []string {
+	var ids []string
+	for _, tk := range tasks {
+		ids = append(ids, tk.ID)
 	}
 	return ids
 }
@@ -50,6 +59,11 @@ func TestTaskLsPagesPastAThousand(t *testing.T) {
 	out, stderr, code = s.run(t, "task", "ls", "--suite", "big", "--all")
 	if all := tableIDs(out); code != 0 || !slices.Equal(all, ids) || stderr != "" {
 		t.Errorf("task ls --all = %d rows (exit %d, stderr %q), want the 1500 tasks in order and no hint", len(all), code, stderr)
+	}
+
+	// The Go client's list methods read every page.
+	if all, err := s.client().Tasks(context.Background(), "big", ""); err != nil || !slices.Equal(taskIDsOf(all), ids) {
+		t.Errorf("client Tasks(big) = %d tasks, %v; want the 1500 in order", len(all), err)
 	}
 
 	out, _, code = s.run(t, "task", "ls", "--suite", "big", "--limit", "10", "--json")
