@@ -254,6 +254,11 @@ type TasksFetched struct {
 	// closed with no task ready or running anywhere (a running one may
 	// still fail and come back).
 	Done bool `json:"done"`
+	// Yield, when set, says why the node should leave the suite now: it
+	// is no longer the node's to run, or other suites need the node more.
+	// No tasks come with it; the node finishes what it holds and asks for
+	// its next suite.
+	Yield string `json:"yield,omitempty"`
 }
 
 // Outcomes of an attempt.
