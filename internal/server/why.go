@@ -56,11 +56,6 @@ func placement(su store.Suite, n store.Node) *misfit {
 	return nil
 }
 
-// eligible reports whether a node may run a suite: explicitly assigned, or
-// (with no explicit assignment) its tags cover the suite's and the suite's
-// group may use it.
-func eligible(su store.Suite, n store.Node) bool { return placement(su, n) == nil }
-
 // whyNot says why node n cannot take suite su up now, or nil when it can.
 func (s *Server) whyNot(su store.Suite, n store.Node) *misfit {
 	if m := placement(su, n); m != nil {
