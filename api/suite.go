@@ -150,12 +150,22 @@ type SuiteList struct {
 
 // TaskSpec is one task as submitted.
 type TaskSpec struct {
-	Argv     []string          `json:"argv"`
-	Env      map[string]string `json:"env,omitempty"`
-	Workdir  string            `json:"workdir,omitempty"`
-	Timeout  Duration          `json:"timeout,omitempty"`
-	Priority int               `json:"priority,omitempty"`
+	Argv    []string          `json:"argv"`
+	Env     map[string]string `json:"env,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	Timeout Duration          `json:"timeout,omitempty"`
+	// KillGrace is how long the task's processes have between SIGTERM and
+	// SIGKILL when it is stopped (timeout, cancel, the worker stopping);
+	// 0: DefaultKillGrace.
+	KillGrace Duration `json:"kill_grace,omitempty"`
+	Priority  int      `json:"priority,omitempty"`
 }
+
+// Bounds of TaskSpec.KillGrace.
+const (
+	DefaultKillGrace = 10 * time.Second
+	MaxKillGrace     = 10 * time.Minute
+)
 
 // SubmitTasks is the body of POST /v1/suites/{suite}/tasks.
 type SubmitTasks struct {

@@ -23,10 +23,13 @@ const outputDrainWait = 2 * time.Second
 
 // RunCommandWorker is the worker behind `nodemgr worker`: Run with
 // RunCommand as the handler. SIGTERM or SIGINT stop it: the running task's
-// processes are killed and the task is reported stopped.
+// processes get SIGTERM, and SIGKILL after the task's kill grace, and the
+// task is reported stopped.
 func RunCommandWorker(ctx context.Context) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	ownChildren() // every child of this process is a task's, or an orphan of one
+	defer closeTrees()
 	// RunCommand spends a task blocked in epoll_wait, holding a P (a
 	// thread's right to run Go code) but no CPU. With no P to spare, the
 	// runtime takes it back from the waiting thread after 20 µs and hands
@@ -41,11 +44,16 @@ func RunCommandWorker(ctx context.Context) error {
 // t.Workdir, and returns its exit code or the signal that killed
 // it (for a Go program that reports a fatal SIGSEGV, SIGBUS, SIGFPE or
 // SIGILL and exits 2, that signal, with the exit code), and the tails of
-// its output. The command runs in a process group of
-// its own; when ctx ends (timeout, cancel, stop) the whole group is killed
-// with SIGKILL, and so is whatever the command left running in it when it
-// exits. A program name without a slash is looked up in the worker's PATH;
-// what a lookup finds is remembered for a second.
+// its output.
+//
+// The command and everything it starts are tracked as one tree (package
+// proctree: a cgroup where the machine has them), so that a process that
+// left the command's process group (setsid, a double fork) is still
+// reached. When ctx ends (timeout, cancel, stop) the tree gets SIGTERM,
+// and SIGKILL t.KillGrace later (default api.DefaultKillGrace) if it has
+// not ended; when the command exits, whatever it left running is killed
+// at once. A program name without a slash is looked up in the worker's
+// PATH; what a lookup finds is remembered for a second.
 func RunCommand(ctx context.Context, t Task) Result {
 	if len(t.Argv) == 0 {
 		return Result{ExitCode: -1, Err: errors.New("task has no argv")}

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/proctree"
 )
 
 // A command task is started with fork+exec and watched through one epoll
@@ -37,6 +40,11 @@ func runCommand(ctx context.Context, t Task, env []string) Result {
 		return failed(err)
 	}
 	defer w.put()
+	if w.group == nil {
+		if w.group, err = newGroup(); err != nil {
+			return failed(err)
+		}
+	}
 	path, cached, err := programs.lookup(t.Argv[0])
 	if err != nil {
 		return failed(err)
@@ -51,8 +59,13 @@ func runCommand(ctx context.Context, t Task, env []string) Result {
 	if err != nil {
 		return failed(err)
 	}
-	stopKill := context.AfterFunc(ctx, run.killGroup)
-	ws := run.wait(stopKill)
+	grace := t.KillGrace
+	if grace <= 0 {
+		grace = api.DefaultKillGrace
+	}
+	stopTerm := context.AfterFunc(ctx, func() { run.terminate(grace) })
+	ws := run.wait(stopTerm)
+	run.finish()
 	res := Result{ExitCode: -1, Stdout: run.out[tagStdout].String(), Stderr: run.out[tagStderr].String()}
 	switch {
 	case run.waitErr != nil:
@@ -80,6 +93,62 @@ type watch struct {
 	// descriptors left behind (a descriptor stays registered while a
 	// process forked meanwhile still holds a copy of it).
 	gen int32
+	// group holds the task's processes, all of them; it is emptied at
+	// the end of each task and reused for the next.
+	group *proctree.Group
+}
+
+// trees is this process's manager of task process groups, made at the
+// first task: a cgroup per running task where the machine has cgroups,
+// else a walk of the process tree (package proctree).
+var trees struct {
+	sync.Mutex
+	m            *proctree.Manager
+	ownsChildren bool // set by RunCommandWorker: every child is a task's
+}
+
+func newGroup() (*proctree.Group, error) {
+	trees.Lock()
+	defer trees.Unlock()
+	if trees.m == nil {
+		mode, err := proctree.ModeFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		if trees.m, err = proctree.New(proctree.Options{Mode: mode, OwnsChildren: trees.ownsChildren}); err != nil {
+			return nil, err
+		}
+	}
+	g, err := trees.m.NewGroup()
+	if err != nil {
+		return nil, fmt.Errorf("make a group for the task's processes: %w", err)
+	}
+	return g, nil
+}
+
+// ownChildren says that every child of this process is a task's (or an
+// orphan of one), for the command worker: proctree may reap them.
+func ownChildren() {
+	trees.Lock()
+	trees.ownsChildren = true
+	trees.Unlock()
+}
+
+// closeTrees kills what the groups still hold and removes their cgroups.
+func closeTrees() error {
+	trees.Lock()
+	defer trees.Unlock()
+	if trees.m == nil {
+		return nil
+	}
+	err := trees.m.Close()
+	trees.m = nil
+	watches.Lock()
+	for _, w := range watches.free {
+		w.group = nil
+	}
+	watches.Unlock()
+	return err
 }
 
 var watches struct {
@@ -126,9 +195,11 @@ type running struct {
 	pipes [2]int // read ends of stdout and stderr; -1 once closed
 	out   [2]tailBuffer
 
-	mu      sync.Mutex
-	reaped  bool
-	waitErr error // the exit status could not be collected
+	mu       sync.Mutex
+	reaped   bool
+	finished bool        // the task is over: its group may hold the next one
+	killT    *time.Timer // SIGKILL for all, a grace after SIGTERM
+	waitErr  error       // the exit status could not be collected
 }
 
 // start starts the command with its output on two pipes, in a process
@@ -147,11 +218,11 @@ func (w *watch) start(path string, t Task, env []string) (*running, error) {
 		r.pipes[i], writeEnds[i] = p[0], p[1]
 	}
 	pidfd := -1
-	pid, err := syscall.ForkExec(path, t.Argv, &syscall.ProcAttr{
+	pid, err := w.group.Start(&syscall.ProcAttr{
 		Dir: t.Workdir, Env: env,
 		Files: []uintptr{uintptr(w.devNull), uintptr(writeEnds[0]), uintptr(writeEnds[1])},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, PidFD: &pidfd},
-	})
+	}, func(attr *syscall.ProcAttr) (int, error) { return syscall.ForkExec(path, t.Argv, attr) })
 	closeAll(writeEnds[:])
 	if err != nil {
 		r.closeFDs()
@@ -162,7 +233,6 @@ func (w *watch) start(path string, t Task, env []string) (*running, error) {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(tag), Pad: w.gen}
 		if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			// Cannot watch it: take it down rather than leave it unwatched.
-			r.killGroup()
 			r.reap()
 			r.closeFDs()
 			return nil, os.NewSyscallError("epoll_ctl", err)
@@ -183,10 +253,10 @@ func startError(dir string, err error) error {
 }
 
 // wait collects the command's output until it exits, then reaps it, kills
-// what it left running in its group, and drains its output for at most
-// outputDrainWait (only a process that left the group can still hold the
-// pipes then). stopKill ends the context's hold on the group first.
-func (r *running) wait(stopKill func() bool) syscall.WaitStatus {
+// what it left running (its whole tree, see reap), and drains its output
+// for at most outputDrainWait. stopTerm ends the context's hold on the
+// tree first.
+func (r *running) wait(stopTerm func() bool) syscall.WaitStatus {
 	var ws syscall.WaitStatus
 	exited := false
 	var drainBy time.Time
@@ -205,7 +275,7 @@ func (r *running) wait(stopKill func() bool) syscall.WaitStatus {
 		}
 		if err != nil { // cannot watch it any more: take it down
 			if !exited {
-				stopKill()
+				stopTerm()
 				ws, exited = r.reap(), true
 			}
 			break
@@ -218,7 +288,7 @@ func (r *running) wait(stopKill func() bool) syscall.WaitStatus {
 				if exited {
 					continue
 				}
-				stopKill()
+				stopTerm()
 				ws, exited = r.reap(), true
 				drainBy = time.Now().Add(outputDrainWait)
 				// A pidfd stays readable: stop watching it.
@@ -251,18 +321,50 @@ func (r *running) read(tag int) {
 	r.pipes[tag] = -1
 }
 
-// killGroup kills the command's process group, unless the command is
-// reaped already: its group id could then belong to someone else.
-func (r *running) killGroup() {
+// terminate asks the task's processes to stop, all of them: SIGTERM now
+// (its process group, and its tree for those that left the group), and
+// SIGKILL for the tree after grace. The command's process group is only
+// signalled until it is reaped: its id could then belong to someone else.
+func (r *running) terminate(grace time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.reaped {
-		unix.Kill(-r.pid, unix.SIGKILL)
+	if r.finished || r.reaped || r.killT != nil {
+		return // reaped: reap killed the rest already
+	}
+	unix.Kill(-r.pid, unix.SIGTERM)
+	if r.w.group != nil {
+		r.w.group.Signal(unix.SIGTERM)
+	}
+	r.killT = time.AfterFunc(grace, r.killAll)
+}
+
+// killAll kills the task's whole tree, at the end of its grace.
+func (r *running) killAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.finished || r.reaped {
+		return
+	}
+	unix.Kill(-r.pid, unix.SIGKILL)
+	if r.w.group != nil {
+		r.killTreeLocked()
+	}
+}
+
+// killTreeLocked kills every process of the task's tree and waits until
+// they are gone. A group that cannot be emptied is not used again.
+func (r *running) killTreeLocked() {
+	if err := r.w.group.Kill(); err != nil {
+		g := r.w.group
+		r.w.group = nil
+		go g.Close()
 	}
 }
 
 // reap kills what the exited command left in its group (while its zombie
-// still holds the group id) and collects its status.
+// still holds the group id), collects its status, and then kills what it
+// left anywhere in its tree: a process that left the group (setsid) would
+// otherwise outlive the task holding its output pipes.
 func (r *running) reap() syscall.WaitStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -279,7 +381,21 @@ func (r *running) reap() syscall.WaitStatus {
 		}
 	}
 	r.reaped = true
+	if r.w.group != nil {
+		r.killTreeLocked()
+	}
 	return ws
+}
+
+// finish ends the task's hold on its group: a grace timer still pending
+// must not kill the next task's processes.
+func (r *running) finish() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.finished = true
+	if r.killT != nil {
+		r.killT.Stop()
+	}
 }
 
 func (r *running) closeFDs() {

@@ -96,9 +96,10 @@ func TestCommandWorker(t *testing.T) {
 		{task("exit", 0, nil, "sh", "-c", "echo out; echo err >&2; exit 3"), api.OutcomeFailed, "exit status 3", 3, "", "out\n", "err\n"},
 		{task("segv", 0, nil, "sh", "-c", "kill -s SEGV $$"), api.OutcomeFailed, "killed by SIGSEGV", -1, "SIGSEGV", "", ""},
 		{task("term", 0, nil, "sh", "-c", "kill -s TERM $$"), api.OutcomeFailed, "killed by SIGTERM (not sent by nodemgr)", -1, "SIGTERM", "", ""},
-		{task("timeout", 300*time.Millisecond, nil, "sleep", "30"), api.OutcomeFailed, "timeout", -1, "SIGKILL", "", ""},
+		// A timed-out command gets SIGTERM first (SIGKILL only after its grace).
+		{task("timeout", 300*time.Millisecond, nil, "sleep", "30"), api.OutcomeFailed, "timeout", -1, "SIGTERM", "", ""},
 		{task("timeout-group", 300*time.Millisecond, nil, "sh", "-c", "sleep 30 & echo $! > "+pidFile+"; wait"),
-			api.OutcomeFailed, "timeout", -1, "SIGKILL", "", ""},
+			api.OutcomeFailed, "timeout", -1, "SIGTERM", "", ""},
 		{task("env", 0, map[string]string{"FOO": "bar"}, "sh", "-c", `echo "$FOO ${NODEMGR_WORKER_TOKEN:-no-token} $NODEMGR_SUITE_ID $NODEMGR_WORKER_COUNT"`),
 			api.OutcomeSucceeded, "", 0, "", "bar no-token suite-1 2\n", ""},
 		{task("missing", 0, nil, "/nonexistent/program"), api.OutcomeFailed, "start /nonexistent/program", -1, "", "", ""},
@@ -172,8 +173,8 @@ func TestCommandWorkerCancel(t *testing.T) {
 		t.Fatal(`Cancel("long") = false, want true`)
 	}
 	waitRun(t, errc)
-	if r, _ := src.ReportFor("long"); r.Outcome != api.OutcomeFailed || r.Reason != "cancelled" || r.Result.Signal != "SIGKILL" {
-		t.Errorf("report = %+v, want failed, cancelled, the command killed", r)
+	if r, _ := src.ReportFor("long"); r.Outcome != api.OutcomeFailed || r.Reason != "cancelled" || r.Result.Signal != "SIGTERM" {
+		t.Errorf("report = %+v, want failed, cancelled, the command stopped by SIGTERM", r)
 	}
 	if r, _ := src.ReportFor("next"); r.Outcome != api.OutcomeSucceeded {
 		t.Errorf("next: %+v, want succeeded", r)

@@ -13,31 +13,119 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodemgr/nodemgr/internal/proctree"
 )
 
-// A process that left the task's group (setsid) and kept its output open
-// holds RunCommand up to outputDrainWait, no longer; what the task wrote
-// is kept.
-func TestRunCommandLeftoverHoldsOutputAtMostDrainWait(t *testing.T) {
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	start := time.Now()
-	// The task ends only once the leftover runs in a session of its own,
-	// out of reach of the group kill.
-	r := RunCommand(context.Background(), Task{Argv: []string{"sh", "-c",
-		"echo before; setsid sh -c 'echo $$ > " + pidFile + "; exec sleep 30' & " +
-			"while [ ! -s " + pidFile + " ]; do sleep 0.01; done; echo after >&2"}})
-	took := time.Since(start)
-	if r.ExitCode != 0 || r.Err != nil || r.Stdout != "before\n" || r.Stderr != "after\n" {
-		t.Errorf("RunCommand = %+v, want exit 0 with its output", r)
+// treeModeEnv makes the test binary run TestRunCommandStopsTheWholeTree's
+// cases in the proctree mode NODEMGR_PROCTREE says: the mode is chosen
+// once per process.
+const treeModeEnv = "WORKER_TEST_TREE_MODE"
+
+// On timeout (and cancel, and stop) a task's processes get SIGTERM and its
+// grace, then SIGKILL, all of them: also those that left its process group
+// and hold its output pipes, which would otherwise hold the attempt up to
+// outputDrainWait and outlive it. Run in each of proctree's modes.
+func TestRunCommandStopsTheWholeTree(t *testing.T) {
+	if mode := os.Getenv(treeModeEnv); mode != "" {
+		stopsTheWholeTree(t, proctree.Mode(mode))
+		return
 	}
-	if took < outputDrainWait || took > outputDrainWait+5*time.Second {
-		t.Errorf("took %v, want about outputDrainWait (%v): the leftover holds the output", took, outputDrainWait)
+	for _, mode := range []proctree.Mode{proctree.Cgroup2, proctree.Cgroup1, proctree.Walk} {
+		t.Run(string(mode), func(t *testing.T) {
+			if mode != proctree.Walk { // walk works anywhere, and would make this process a subreaper
+				m, err := proctree.New(proctree.Options{Mode: mode})
+				if err != nil {
+					t.Skipf("no %s here: %v", mode, err)
+				}
+				m.Close()
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^TestRunCommandStopsTheWholeTree$", "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), treeModeEnv+"="+string(mode), proctree.EnvMode+"="+string(mode))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Errorf("in %s mode: %v\n%s", mode, err, out)
+			}
+		})
 	}
-	if b, err := os.ReadFile(pidFile); err == nil {
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
+}
+
+func stopsTheWholeTree(t *testing.T, mode proctree.Mode) {
+	dir := t.TempDir()
+	cases := []struct {
+		name    string
+		script  string // $P: a pid file for the process that left the group
+		timeout time.Duration
+		grace   time.Duration
+		// what the attempt should come to
+		code   int
+		signal string
+		stdout string
+		// how long it should take
+		atLeast, atMost time.Duration
+	}{
+		{name: "traps SIGTERM and exits cleanly within its grace",
+			script:  `trap 'sleep 0.3; echo cleaned; exit 0' TERM; echo started; sleep 30 & wait`,
+			timeout: 200 * time.Millisecond, grace: 5 * time.Second,
+			code: 0, stdout: "started\ncleaned\n", atLeast: 500 * time.Millisecond, atMost: 2 * time.Second},
+		{name: "ignores SIGTERM: SIGKILL after the grace",
+			script:  `trap '' TERM; echo started; sleep 30`,
+			timeout: 200 * time.Millisecond, grace: 700 * time.Millisecond,
+			code: -1, signal: "SIGKILL", stdout: "started\n", atLeast: 900 * time.Millisecond, atMost: 900*time.Millisecond + time.Second},
+		{name: "setsid grandchild ignoring SIGTERM holds the pipes",
+			script: `setsid sh -c 'trap "" TERM; echo $$ > $P; exec sleep 30' &
+				trap '' TERM; while [ ! -s $P ]; do sleep 0.01; done; echo started; sleep 30`,
+			timeout: 200 * time.Millisecond, grace: 700 * time.Millisecond,
+			code: -1, signal: "SIGKILL", stdout: "started\n", atLeast: 900 * time.Millisecond, atMost: 900*time.Millisecond + time.Second},
+		{name: "double fork out of the session, SIGTERM at the timeout",
+			script: `(setsid sh -c '(echo $$ > $P; exec sleep 30) &' &)
+				while [ ! -s $P ]; do sleep 0.01; done; echo started; sleep 30`,
+			timeout: 200 * time.Millisecond, grace: 5 * time.Second,
+			code: -1, signal: "SIGTERM", stdout: "started\n", atLeast: 200 * time.Millisecond, atMost: time.Second},
+		{name: "setsid leftover of a task that exits by itself",
+			script:  `setsid sh -c 'echo $$ > $P; exec sleep 30' & while [ ! -s $P ]; do sleep 0.01; done; echo done`,
+			timeout: time.Minute, grace: 5 * time.Second,
+			code: 0, stdout: "done\n", atMost: time.Second},
 	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pidFile := filepath.Join(dir, strconv.Itoa(i))
+			start := time.Now() // before the timeout's clock starts
+			ctx, cancel := context.WithTimeoutCause(context.Background(), tc.timeout, ErrTimeout)
+			defer cancel()
+			r := RunCommand(ctx, Task{Argv: []string{"sh", "-c", tc.script}, Env: map[string]string{"P": pidFile}, KillGrace: tc.grace})
+			took := time.Since(start)
+			if r.ExitCode != tc.code || r.Signal != tc.signal || r.Stdout != tc.stdout {
+				t.Errorf("RunCommand = %+v, want exit %d, signal %q, stdout %q", r, tc.code, tc.signal, tc.stdout)
+			}
+			if took < tc.atLeast || took > tc.atMost {
+				t.Errorf("took %v, want %v to %v (outputDrainWait is %v)", took, tc.atLeast, tc.atMost, outputDrainWait)
+			}
+			if b, err := os.ReadFile(pidFile); err == nil {
+				pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+				if processRuns(pid) {
+					t.Errorf("process %d that left the task's group still runs", pid)
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		})
+	}
+	trees.Lock()
+	got := trees.m.Mode()
+	trees.Unlock()
+	if got != mode {
+		t.Errorf("tasks ran in proctree mode %s, want %s", got, mode)
+	}
+}
+
+// processRuns says whether pid runs; a zombie does not.
+func processRuns(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	_, after, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(after, "Z")
 }
 
 // Output larger than a pipe holds, on both streams at once, comes out

@@ -65,6 +65,11 @@ type Task struct {
 	Workdir string        // relative to the worker's working directory; empty: that directory
 	Timeout time.Duration // 0: none
 	Attempt int           // attempts started so far, this one included
+	// KillGrace is how long the task has to stop after it is asked to
+	// (timeout, cancel, the worker stopping) before it is killed; 0: the
+	// default, api.DefaultKillGrace. A handler should return within it;
+	// RunCommand sends the command SIGTERM and SIGKILL after it.
+	KillGrace time.Duration
 }
 
 // Result is how a task ended. Stdout and Stderr are kept to their last
@@ -371,7 +376,7 @@ func (s *session) next(ctx context.Context) ([]*api.Task, error) {
 // runTask runs one task through h and reports it.
 func (s *session) runTask(ctx context.Context, h Handler, at *api.Task) error {
 	t := Task{ID: at.ID, SuiteID: at.SuiteID, Argv: at.Argv, Env: at.Env, Workdir: at.Workdir,
-		Timeout: time.Duration(at.Timeout), Attempt: at.Attempt}
+		Timeout: time.Duration(at.Timeout), Attempt: at.Attempt, KillGrace: time.Duration(at.KillGrace)}
 	// Taken before the deadline is set, so a task cut off by its timeout
 	// reports at least the timeout as its duration.
 	start := time.Now()

@@ -162,6 +162,10 @@ func validateTask(field string, t api.TaskSpec) error {
 	if t.Timeout < 0 || time.Duration(t.Timeout) > 7*24*time.Hour {
 		return errdefs.Field(field+".timeout", "must be between 0 (none) and 168h")
 	}
+	if t.KillGrace < 0 || time.Duration(t.KillGrace) > api.MaxKillGrace {
+		return errdefs.Field(field+".kill_grace", "must be between 0 (the default, %v) and %v, got %v",
+			api.DefaultKillGrace, api.MaxKillGrace, time.Duration(t.KillGrace))
+	}
 	if t.Priority < -1000 || t.Priority > 1000 {
 		return errdefs.Field(field+".priority", "must be between -1000 and 1000, got %d", t.Priority)
 	}

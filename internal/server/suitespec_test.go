@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
@@ -75,6 +76,20 @@ func TestValidateTask(t *testing.T) {
 	}
 	if err := validateTask("t", api.TaskSpec{Argv: []string{"true"}, Env: map[string]string{"A=B": "x"}}); err == nil {
 		t.Error("env name with = accepted")
+	}
+	graces := []struct {
+		grace time.Duration
+		ok    bool
+	}{{0, true}, {30 * time.Second, true}, {api.MaxKillGrace, true}, {-time.Second, false}, {api.MaxKillGrace + time.Second, false}}
+	for _, g := range graces {
+		err := validateTask("tasks[1]", api.TaskSpec{Argv: []string{"true"}, KillGrace: api.Duration(g.grace)})
+		var fe *errdefs.FieldError
+		switch {
+		case g.ok && err != nil:
+			t.Errorf("kill_grace %v: %v, want it accepted", g.grace, err)
+		case !g.ok && (!errors.As(err, &fe) || fe.Field != "tasks[1].kill_grace"):
+			t.Errorf("kill_grace %v: %v, want a field error on tasks[1].kill_grace", g.grace, err)
+		}
 	}
 }
 

@@ -51,8 +51,9 @@ type Config struct {
 	Logger *slog.Logger // nil: discard
 
 	// KillGrace is how long a worker asked to abandon its task (timeout,
-	// Cancel) or to stop at once (Stop(false)) has before it is killed;
-	// 0 means 2s.
+	// Cancel) or to stop at once (Stop(false)) has before it is killed, on
+	// top of the task's own kill_grace (api.DefaultKillGrace if unset),
+	// which its processes get between SIGTERM and SIGKILL; 0 means 2s.
 	KillGrace time.Duration
 	// StopGrace is how long an idle worker has between SIGTERM and SIGKILL
 	// when the pool winds down; 0 means 5s.

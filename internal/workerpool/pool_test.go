@@ -212,19 +212,26 @@ func TestProtocolViolation(t *testing.T) {
 
 func TestTimeout(t *testing.T) {
 	cases := []struct {
-		name     string
-		argv     []string
-		signal   string
-		respawns int
+		name      string
+		argv      []string
+		killGrace time.Duration // the task's
+		signal    string
+		respawns  int
 	}{
 		// The worker gives the task up when asked and carries on.
-		{"worker abandons the task", []string{"sleep", "30s"}, "", 0},
-		// The worker ignores the request and is killed.
-		{"worker is killed", []string{"hang", "30s"}, "SIGKILL", 1},
+		{"worker abandons the task", []string{"sleep", "30s"}, 0, "", 0},
+		// The worker ignores the request and is killed after the task's
+		// grace and KillGrace.
+		{"worker is killed", []string{"hang", "30s"}, 200 * time.Millisecond, "SIGKILL", 1},
+		// The worker takes longer than KillGrace, but not than the task's
+		// grace: its task's processes get that long to stop.
+		{"worker takes the task's grace", []string{"hang", "1s"}, 2 * time.Second, "", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			src := newSource(withTimeout(task("slow", tc.argv...), 200*time.Millisecond), task("next", "ok"))
+			slow := withTimeout(task("slow", tc.argv...), 200*time.Millisecond)
+			slow.KillGrace = api.Duration(tc.killGrace)
+			src := newSource(slow, task("next", "ok"))
 			cfg := config(t, "worker", 1, 0)
 			cfg.KillGrace = 300 * time.Millisecond
 			p := start(t, cfg, src)

@@ -339,13 +339,18 @@ func (p *Pool) requeueQueuedLocked(s *slot) {
 	s.queued = nil
 }
 
-// terminateLocked sends s's process SIGTERM, and SIGKILL after grace.
+// terminateLocked sends s's process SIGTERM, and SIGKILL after grace, or
+// after the grace of the task it runs (plus KillGrace) if that is longer:
+// a worker that stops gives its task's processes their grace first.
 func (p *Pool) terminateLocked(s *slot, grace time.Duration) {
 	if s.proc == nil || s.termT != nil {
 		return
 	}
 	if grace <= 0 {
 		grace = p.cfg.KillGrace
+	}
+	if s.job != nil {
+		grace = max(grace, p.abandonWait(s.job))
 	}
 	proc, gen := s.proc, s.gen
 	if err := terminate(proc); err != nil {
@@ -388,8 +393,8 @@ func (p *Pool) dropLocked(s *slot, why error) {
 
 // abandonLocked settles how a task s holds ends (reason) and asks the
 // worker to drop it. If it runs, the worker is killed unless it reports
-// within KillGrace; if it waits behind another, that clock starts when it
-// would run (promoteLocked).
+// within the task's kill grace plus KillGrace; if it waits behind
+// another, that clock starts when it would run (promoteLocked).
 func (p *Pool) abandonLocked(s *slot, j *job, reason string) {
 	j.verdict = reason
 	if s.conn != nil {
@@ -401,10 +406,21 @@ func (p *Pool) abandonLocked(s *slot, j *job, reason string) {
 	}
 }
 
-// killLaterLocked kills s's worker if it still runs j after KillGrace.
+// abandonWait is how long a worker asked to give up j has before it is
+// killed: the task's own kill grace (its processes get SIGTERM, then
+// SIGKILL after it), plus KillGrace for the worker to report.
+func (p *Pool) abandonWait(j *job) time.Duration {
+	grace := time.Duration(j.task.KillGrace)
+	if grace <= 0 {
+		grace = api.DefaultKillGrace
+	}
+	return grace + p.cfg.KillGrace
+}
+
+// killLaterLocked kills s's worker if it still runs j after abandonWait.
 func (p *Pool) killLaterLocked(s *slot, j *job, reason string) {
 	gen := s.gen
-	j.killT = time.AfterFunc(p.cfg.KillGrace, func() {
+	j.killT = time.AfterFunc(p.abandonWait(j), func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if s.gen == gen && s.job == j && s.proc != nil {
