@@ -211,12 +211,12 @@ func TestAgentSecondSignalStopsAtOnce(t *testing.T) {
 	}
 }
 
-// TestKilledAgentsTasksRequeueWithinTheReconnectGrace: with the default
+// TestKill9RequeuesAfterGrace: with the default
 // timers (heartbeat 30s, offline after 2m), the server sees the
 // connection of a SIGKILLed agent end and requeues its running tasks once
 // the reconnect grace (10s) is over, not after the heartbeat timeout.
 // NODEMGR_E2E_KILLS=10 repeats the kill and logs each time.
-func TestKilledAgentsTasksRequeueWithinTheReconnectGrace(t *testing.T) {
+func TestKill9RequeuesAfterGrace(t *testing.T) {
 	kills := 1
 	if v, err := strconv.Atoi(os.Getenv("NODEMGR_E2E_KILLS")); err == nil && v > 0 {
 		kills = v

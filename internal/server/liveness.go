@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/proto"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
@@ -99,15 +100,37 @@ func (s *Server) livenessLoop(ctx context.Context) {
 // a goodbye: it has ReconnectGrace to come back.
 func (s *Server) connectionLost(ctx context.Context, nodeID string) {
 	s.live.startCheck(nodeID, func() {
-		n, err := s.store.GetNode(ctx, nodeID)
+		n, err := s.getNodeRetrying(ctx, nodeID)
 		if err != nil {
-			return // removed meanwhile
+			if !errdefs.IsNotFound(err) && ctx.Err() == nil {
+				s.log.Error("check a node whose connection was lost; the heartbeat timeout will", "node", nodeID, "err", err)
+			}
+			return
 		}
 		reason := fmt.Sprintf("connection lost; waiting %s for the agent to reconnect", s.cfg.ReconnectGrace)
+		s.log.Info("agent connection lost; waiting for it to reconnect", "node", n.ID, "name", n.Name, "grace", s.cfg.ReconnectGrace)
 		if s.suspect(ctx, n, reason) {
 			s.confirm(ctx, n, s.cfg.ReconnectGrace, "connection lost at "+time.Now().UTC().Format(time.RFC3339))
 		}
 	})
+}
+
+// getNodeRetrying reads a node, trying again for a few seconds if the
+// store fails: a busy store must not cost a check.
+func (s *Server) getNodeRetrying(ctx context.Context, nodeID string) (store.Node, error) {
+	wait := 50 * time.Millisecond
+	for {
+		n, err := s.store.GetNode(ctx, nodeID)
+		if err == nil || errdefs.IsNotFound(err) || wait > 2*time.Second {
+			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return n, err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
 }
 
 // suspect marks an online node suspect and says whether to go on checking
@@ -117,6 +140,9 @@ func (s *Server) suspect(ctx context.Context, n store.Node, reason string) bool 
 		return true
 	}
 	changed, err := s.store.SetNodeStatus(ctx, n.ID, api.StatusSuspect, reason, api.StatusOnline)
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("mark node suspect; the next liveness round tries again", "node", n.ID, "err", err)
+	}
 	return err == nil && changed
 }
 
