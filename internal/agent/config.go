@@ -272,6 +272,9 @@ func (c *Config) validate() error {
 	if c.HeartbeatInterval < 0 {
 		return errdefs.Field("heartbeat_interval", "must not be negative")
 	}
+	if c.ShutdownGrace < 0 {
+		return errdefs.Field("shutdown_grace", "must not be negative, got %s", c.ShutdownGrace)
+	}
 	if c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin {
 		return errdefs.Field("reconnect_max", "must be at least reconnect_min (%s), got %s", c.ReconnectMin, c.ReconnectMax)
 	}

@@ -189,6 +189,7 @@ func agentFlags(cmd *cobra.Command) {
 	fl.Duration("heartbeat-interval", 0, "override the heartbeat interval the server asks for")
 	fl.Duration("reconnect-min", time.Second, "first reconnect delay")
 	fl.Duration("reconnect-max", 60*time.Second, "longest reconnect delay")
+	fl.Duration("shutdown-grace", 30*time.Second, "how long a graceful shutdown (node shutdown --graceful, SIGTERM) lets running tasks finish before stopping them")
 	fl.Bool("standalone", false, "run without a server: manage this node through its local API only")
 	fl.String("prefix", "", "where artifacts (software/) and services (runtime/) live ($NODEMGR_PREFIX; default the data dir)")
 	fl.StringSlice("depot", nil, "artifact depot group=URL, repeatable ($NODEMGR_DEPOTS)")
@@ -282,6 +283,7 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	dur("heartbeat-interval", &cfg.HeartbeatInterval)
 	dur("reconnect-min", &cfg.ReconnectMin)
 	dur("reconnect-max", &cfg.ReconnectMax)
+	dur("shutdown-grace", &cfg.ShutdownGrace)
 	cfg.Version = Version
 	return cfg, nil
 }
