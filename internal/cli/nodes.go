@@ -50,7 +50,7 @@ func nodeLsCmd(e *env) *cobra.Command {
 			now := time.Now()
 			t := newTable(e.stdout, "ID", "NAME", "STATUS", "STATE", "SUITE", "TAGS", "CORES", "MEMORY", "GPUS", "LAST HEARTBEAT")
 			for _, n := range nodes {
-				t.row(n.ID, n.Name, n.Status, n.AgentState, orDash(n.CurrentSuite), orDash(strings.Join(n.Tags, ",")),
+				t.row(n.ID, n.Name, n.Status, orDash(n.AgentState), orDash(n.CurrentSuite), orDash(strings.Join(n.Tags, ",")),
 					strconv.Itoa(n.Hardware.Cores), bytesIEC(n.Hardware.MemoryBytes),
 					strconv.Itoa(len(n.Hardware.GPUs)), ago(n.LastHeartbeat, now))
 			}
@@ -90,7 +90,7 @@ func printNode(e *env, n api.Node) {
 	t := newTable(e.stdout, "FIELD", "VALUE")
 	hw := n.Hardware
 	rows := [][2]string{
-		{"ID", n.ID}, {"Name", n.Name}, {"Status", status}, {"Agent state", n.AgentState},
+		{"ID", n.ID}, {"Name", n.Name}, {"Status", status}, {"Agent state", orDash(n.AgentState)},
 		{"Suite", orDash(n.CurrentSuite)},
 		{"Connected", strconv.FormatBool(n.Connected)}, {"Last heartbeat", ago(n.LastHeartbeat, now)},
 		{"Tags", orDash(strings.Join(n.Tags, ", "))}, {"Labels", orDash(labelString(n.Labels))},
