@@ -90,9 +90,10 @@ type Nodes interface {
 	// stores the result; fn may return an error to abort.
 	UpdateNode(ctx context.Context, id string, fn func(*Node) error) (Node, error)
 	// RecordHeartbeats sets last heartbeat and agent state for many nodes at
-	// once, and turns suspect nodes back online. An offline node stays
-	// offline: batches are written late, and a beat buffered before a node
-	// was declared offline (or said goodbye) must not revive it — only a new
+	// once, and turns suspect nodes back online if the beat came after the
+	// node became suspect. An offline node stays offline: batches are
+	// written late, and a beat buffered before a node was declared offline
+	// (or said goodbye, or became suspect) must not revive it — only a new
 	// hello does. Unknown IDs are ignored.
 	RecordHeartbeats(ctx context.Context, hbs []Heartbeat) error
 	// SetNodeStatus moves a node to status with a reason. If onlyIf is

@@ -178,13 +178,16 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 		return nil
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
+		// A beat older than a node's suspicion (batched beats arrive up to
+		// a flush late) must not clear it: the suspicion may be about the
+		// very connection that sent the beat.
 		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET
 				last_heartbeat = ?1,
 				agent_state = CASE WHEN status = ?6 THEN agent_state ELSE ?2 END,
 				current_suite = CASE WHEN status = ?6 THEN current_suite ELSE ?7 END,
-				status = CASE WHEN status = ?6 THEN status ELSE ?3 END,
-				status_reason = CASE WHEN status = ?6 THEN status_reason ELSE '' END,
-				updated_at = CASE WHEN status IN (?3, ?6) THEN updated_at ELSE ?4 END
+				status = CASE WHEN status = ?6 OR (status = ?8 AND ?1 < updated_at) THEN status ELSE ?3 END,
+				status_reason = CASE WHEN status = ?6 OR (status = ?8 AND ?1 < updated_at) THEN status_reason ELSE '' END,
+				updated_at = CASE WHEN status IN (?3, ?6) OR (status = ?8 AND ?1 < updated_at) THEN updated_at ELSE ?4 END
 			WHERE id = ?5 AND (last_heartbeat IS NULL OR last_heartbeat <= ?1)`)
 		if err != nil {
 			return err
@@ -193,7 +196,7 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 		now := s.now()
 		for _, hb := range hbs {
 			at := orNow(hb.At, now)
-			if _, err := stmt.ExecContext(ctx, at.UnixNano(), hb.AgentState, api.StatusOnline, now.UnixNano(), hb.NodeID, api.StatusOffline, hb.SuiteID); err != nil {
+			if _, err := stmt.ExecContext(ctx, at.UnixNano(), hb.AgentState, api.StatusOnline, now.UnixNano(), hb.NodeID, api.StatusOffline, hb.SuiteID, api.StatusSuspect); err != nil {
 				return classify(err)
 			}
 		}

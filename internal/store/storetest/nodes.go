@@ -308,6 +308,8 @@ func testRecordHeartbeats(t *testing.T, s store.Store) {
 		mustCreateNode(t, s, n)
 	}
 	cBefore := mustGetNode(t, s, "c")
+	// b's beat comes after it became suspect.
+	bAt := mustGetNode(t, s, "b").UpdatedAt.Add(2 * time.Second)
 
 	if err := s.RecordHeartbeats(t.Context(), nil); err != nil {
 		t.Errorf("RecordHeartbeats(nil) = %v, want nil", err)
@@ -315,7 +317,7 @@ func testRecordHeartbeats(t *testing.T, s store.Store) {
 	batch := []store.Heartbeat{
 		{NodeID: "a", At: t0.Add(time.Second), AgentState: api.AgentExecuting},
 		{NodeID: "ghost", At: t0, AgentState: api.AgentIdle},
-		{NodeID: "b", At: t0.Add(2 * time.Second), AgentState: api.AgentIdle},
+		{NodeID: "b", At: bAt, AgentState: api.AgentIdle},
 	}
 	if err := s.RecordHeartbeats(t.Context(), batch); err != nil {
 		t.Fatalf("RecordHeartbeats(%d with an unknown ID) = %v, want nil", len(batch), err)
@@ -337,7 +339,7 @@ func testRecordHeartbeats(t *testing.T, s store.Store) {
 	}
 	check("a", t0.Add(time.Second))
 	// A suspect node is back online.
-	checkStatus("b", t0.Add(2*time.Second), api.AgentIdle, api.StatusOnline, "")
+	checkStatus("b", bAt, api.AgentIdle, api.StatusOnline, "")
 	if diff := cmp.Diff(cBefore, mustGetNode(t, s, "c")); diff != "" {
 		t.Errorf("GetNode(%q) changed without a heartbeat (-before +after):\n%s", "c", diff)
 	}
@@ -353,6 +355,26 @@ func testRecordHeartbeats(t *testing.T, s store.Store) {
 		t.Fatalf("RecordHeartbeats(new) = %v, want nil", err)
 	}
 	check("a", t0.Add(time.Minute))
+
+	// A beat from before a node became suspect (a batch written late)
+	// leaves it suspect; a later one brings it back.
+	mustCreateNode(t, s, store.Node{ID: "d", Name: "d", MachineID: "m-d", DataDir: "/d", Status: api.StatusOnline})
+	if _, err := s.SetNodeStatus(t.Context(), "d", api.StatusSuspect, "connection lost"); err != nil {
+		t.Fatal(err)
+	}
+	suspectAt := mustGetNode(t, s, "d").UpdatedAt
+	if err := s.RecordHeartbeats(t.Context(), []store.Heartbeat{{NodeID: "d", At: suspectAt.Add(-time.Millisecond), AgentState: api.AgentIdle}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := mustGetNode(t, s, "d"); n.Status != api.StatusSuspect || n.StatusReason != "connection lost" {
+		t.Errorf("GetNode(d) after a beat older than its suspicion = %s (%q), want still suspect", n.Status, n.StatusReason)
+	}
+	if err := s.RecordHeartbeats(t.Context(), []store.Heartbeat{{NodeID: "d", At: suspectAt.Add(time.Second), AgentState: api.AgentIdle}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := mustGetNode(t, s, "d"); n.Status != api.StatusOnline {
+		t.Errorf("GetNode(d) after a beat newer than its suspicion = %s, want online", n.Status)
+	}
 
 	// A node going offline forgets what its agent was doing.
 	if _, err := s.SetNodeStatus(t.Context(), "b", api.StatusOffline, "gone"); err != nil {
