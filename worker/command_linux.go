@@ -40,7 +40,7 @@ func runCommand(ctx context.Context, t Task, env []string) Result {
 		return failed(err)
 	}
 	defer w.put()
-	if w.group == nil {
+	if w.group == nil && !treesOff {
 		if w.group, err = newGroup(); err != nil {
 			return failed(err)
 		}
@@ -125,6 +125,10 @@ func newGroup() (*proctree.Group, error) {
 	}
 	return g, nil
 }
+
+// treesOff runs tasks without a group, as before groups were: the
+// benchmark's baseline.
+var treesOff bool
 
 // ownChildren says that every child of this process is a task's (or an
 // orphan of one), for the command worker: proctree may reap them.
@@ -218,11 +222,19 @@ func (w *watch) start(path string, t Task, env []string) (*running, error) {
 		r.pipes[i], writeEnds[i] = p[0], p[1]
 	}
 	pidfd := -1
-	pid, err := w.group.Start(&syscall.ProcAttr{
+	attr := &syscall.ProcAttr{
 		Dir: t.Workdir, Env: env,
 		Files: []uintptr{uintptr(w.devNull), uintptr(writeEnds[0]), uintptr(writeEnds[1])},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, PidFD: &pidfd},
-	}, func(attr *syscall.ProcAttr) (int, error) { return syscall.ForkExec(path, t.Argv, attr) })
+	}
+	fork := func(attr *syscall.ProcAttr) (int, error) { return syscall.ForkExec(path, t.Argv, attr) }
+	var pid int
+	var err error
+	if w.group != nil {
+		pid, err = w.group.Start(attr, fork)
+	} else {
+		pid, err = fork(attr)
+	}
 	closeAll(writeEnds[:])
 	if err != nil {
 		r.closeFDs()

@@ -6,10 +6,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodemgr/nodemgr/internal/proctree"
 )
 
 // BenchmarkRunCommandTrue compares the command worker's way of running a
-// task with a bare exec of the same program, in the same run. cpu/op is
+// task with a bare exec of the same program, in the same run: RunCommand
+// as it runs tasks here (its process tree tracked as proctree's Auto mode
+// chooses), RunCommand/none without a tree (as before trees were), and
+// RunCommand/MODE in each of proctree's modes this machine has. cpu/op is
 // the CPU of this process and of the commands it ran.
 func BenchmarkRunCommandTrue(b *testing.B) {
 	b.Run("exec", func(b *testing.B) {
@@ -19,13 +24,42 @@ func BenchmarkRunCommandTrue(b *testing.B) {
 			}
 		})
 	})
-	b.Run("RunCommand", func(b *testing.B) {
+	runTrue := func(b *testing.B) {
 		benchCPU(b, func() {
 			if r := RunCommand(context.Background(), Task{Argv: []string{"true"}}); r.ExitCode != 0 || r.Err != nil {
 				b.Fatal(r)
 			}
 		})
+	}
+	b.Run("RunCommand", runTrue)
+	// Walk last: it makes this process a child subreaper for good.
+	for _, mode := range []proctree.Mode{"none", proctree.Cgroup2, proctree.Cgroup1, proctree.Walk} {
+		b.Run("RunCommand/"+string(mode), func(b *testing.B) {
+			useTrees(b, mode)
+			runTrue(b)
+		})
+	}
+}
+
+// useTrees makes RunCommand track tasks in mode ("none": not at all) until
+// the benchmark ends.
+func useTrees(b *testing.B, mode proctree.Mode) {
+	closeTrees()
+	b.Cleanup(func() {
+		closeTrees()
+		treesOff = false
 	})
+	if mode == "none" {
+		treesOff = true
+		return
+	}
+	m, err := proctree.New(proctree.Options{Mode: mode})
+	if err != nil {
+		b.Skipf("no %s here: %v", mode, err)
+	}
+	trees.Lock()
+	trees.m = m
+	trees.Unlock()
 }
 
 func benchCPU(b *testing.B, f func()) {

@@ -180,12 +180,15 @@ func run(ctx context.Context, h Handler, extraProcs int) error {
 				out = append([]workerproto.Frame{*s.pending}, out...)
 				s.pending = nil
 			}
+			// Cancels noted so far were about tasks reported by now. Not
+			// after the write: a cancel of a task the answer brings may
+			// come first.
+			s.mu.Lock()
+			clear(s.cancelled)
+			s.mu.Unlock()
 			if err := c.Write(out...); err != nil {
 				return fmt.Errorf("worker: fetch: %w", err)
 			}
-			s.mu.Lock()
-			clear(s.cancelled) // they were about tasks reported by now
-			s.mu.Unlock()
 			ts, err := s.next(ctx)
 			if err != nil || ts == nil {
 				return err

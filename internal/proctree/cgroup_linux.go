@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -113,7 +114,7 @@ func sweep(parent string, v1 bool) {
 				if v1 {
 					stale.kill1(gdir)
 				} else {
-					stale.kill2(gdir)
+					stale.kill2(gdir, nil)
 				}
 				os.Remove(gdir)
 			}
@@ -139,6 +140,11 @@ func (r *cgroupRoot) newGroup(g *Group, n, gen int) error {
 		return &os.PathError{Op: "open", Path: g.dir, Err: err}
 	}
 	g.fd = fd
+	if g.events, err = os.Open(filepath.Join(g.dir, "cgroup.events")); err != nil {
+		g.closeFiles()
+		os.Remove(g.dir)
+		return err
+	}
 	return nil
 }
 
@@ -172,8 +178,24 @@ func (r *cgroupRoot) forkInside(dir string, attr *syscall.ProcAttr, fork Forker)
 }
 
 // kill2 kills a v2 group with cgroup.kill and waits until it is empty; it
-// says whether it had anything to kill.
-func (r *cgroupRoot) kill2(dir string) (bool, error) {
+// says whether it had anything to kill. events, if not nil, is the
+// group's cgroup.events, open: one pread tells an empty group, the usual
+// case, at a third of the cost of opening it.
+func (r *cgroupRoot) kill2(dir string, events *os.File) (bool, error) {
+	if events != nil {
+		var buf [128]byte
+		n, err := events.ReadAt(buf[:], 0)
+		if n > 0 && bytes.Contains(buf[:n], []byte("populated 0\n")) {
+			return false, nil
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return false, err
+		}
+	}
+	return r.killPopulated2(dir)
+}
+
+func (r *cgroupRoot) killPopulated2(dir string) (bool, error) {
 	events := filepath.Join(dir, "cgroup.events")
 	if populated, err := isPopulated(events); err != nil || !populated {
 		return false, err
@@ -193,10 +215,7 @@ func (r *cgroupRoot) kill2(dir string) (bool, error) {
 // process's cgroup with the target's), so a group that had to be killed
 // is not used again; one that emptied by itself is, at no cost.
 func (r *cgroupRoot) renew(g *Group) error {
-	if g.fd >= 0 {
-		syscall.Close(g.fd)
-		g.fd = -1
-	}
+	g.closeFiles()
 	os.Remove(g.dir)
 	g.gen++
 	return r.newGroup(g, g.n, g.gen)

@@ -143,11 +143,12 @@ type Group struct {
 	mark string // Walk: the value of EnvGroup in its processes
 
 	mu     sync.Mutex
-	dir    string // Cgroup2, Cgroup1: the group's cgroup
-	fd     int    // Cgroup2: dir, open for CLONE_INTO_CGROUP
-	gen    int    // Cgroup2: directories used up (renew)
-	burnt  bool   // Cgroup2: cgroup.kill was used on dir
-	leader int    // the last process Start started
+	dir    string   // Cgroup2, Cgroup1: the group's cgroup
+	fd     int      // Cgroup2: dir, open for CLONE_INTO_CGROUP
+	events *os.File // Cgroup2: dir's cgroup.events, open
+	gen    int      // Cgroup2: directories used up (renew)
+	burnt  bool     // Cgroup2: cgroup.kill was used on dir
+	leader int      // the last process Start started
 	closed bool
 }
 
@@ -211,11 +212,11 @@ func (g *Group) Signal(sig syscall.Signal) (int, error) {
 // next task. An empty group costs one read.
 func (g *Group) Kill() error {
 	g.mu.Lock()
-	dir := g.dir
+	dir, events := g.dir, g.events
 	g.mu.Unlock()
 	switch g.m.mode {
 	case Cgroup2:
-		killed, err := g.m.cg.kill2(dir)
+		killed, err := g.m.cg.kill2(dir, events)
 		if killed {
 			g.mu.Lock()
 			g.burnt = true
@@ -251,10 +252,7 @@ func (g *Group) Close() error {
 	g.mu.Unlock()
 	err := g.Kill()
 	g.mu.Lock()
-	if g.fd >= 0 {
-		syscall.Close(g.fd)
-		g.fd = -1
-	}
+	g.closeFiles()
 	if g.dir != "" {
 		if rerr := os.Remove(g.dir); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			err = errors.Join(err, rerr)
@@ -265,4 +263,16 @@ func (g *Group) Close() error {
 	delete(g.m.groups, g)
 	g.m.mu.Unlock()
 	return err
+}
+
+// closeFiles closes what a Cgroup2 group keeps open.
+func (g *Group) closeFiles() {
+	if g.fd >= 0 {
+		syscall.Close(g.fd)
+		g.fd = -1
+	}
+	if g.events != nil {
+		g.events.Close()
+		g.events = nil
+	}
 }
