@@ -77,6 +77,13 @@ type ContainerCommand struct {
 	Worker  []string     `json:"worker,omitempty" yaml:"worker"`
 }
 
+// ContainerList is the body of GET /v1/containers: one page, and where the
+// next starts.
+type ContainerList struct {
+	Containers []Container `json:"containers"`
+	Next       string      `json:"next,omitempty"` // pass as ?after= for the next page; absent on the last
+}
+
 // Container is a job and its live status on a node.
 type Container struct {
 	Job         ContainerJob `json:"job"`

@@ -203,6 +203,15 @@ func (c *Client) DeployContainer(ctx context.Context, node string, job api.Conta
 // Containers lists containers: live ones, or all with all; on one node
 // when node is not "" (server only).
 func (c *Client) Containers(ctx context.Context, node string, all bool) ([]api.Container, error) {
+	return All(ctx, func(ctx context.Context, p Page) ([]api.Container, string, error) {
+		l, err := c.ContainersPage(ctx, node, all, p)
+		return l.Containers, l.Next, err
+	})
+}
+
+// ContainersPage lists one page of container jobs. An agent's local API
+// answers them all in one page.
+func (c *Client) ContainersPage(ctx context.Context, node string, all bool, p Page) (api.ContainerList, error) {
 	q := url.Values{}
 	if node != "" {
 		q.Set("node", node)
@@ -210,12 +219,8 @@ func (c *Client) Containers(ctx context.Context, node string, all bool) ([]api.C
 	if all {
 		q.Set("all", "true")
 	}
-	path := "/v1/containers"
-	if len(q) > 0 {
-		path += "?" + q.Encode()
-	}
-	var out []api.Container
-	return out, c.Do(ctx, http.MethodGet, path, nil, &out)
+	var l api.ContainerList
+	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/containers", p.values(q)), nil, &l)
 }
 
 // Container returns one container job.

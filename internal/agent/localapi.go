@@ -414,8 +414,10 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 	return b, nil
 }
 
+// handleListContainers answers the server's list shape in one page: one
+// machine's jobs are few.
 func (a *Agent) handleListContainers(w http.ResponseWriter, r *http.Request) error {
-	httpapi.WriteJSON(w, http.StatusOK, a.wl.containers.List())
+	httpapi.WriteJSON(w, http.StatusOK, api.ContainerList{Containers: a.wl.containers.List()})
 	return nil
 }
 

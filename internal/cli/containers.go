@@ -105,6 +105,7 @@ func containerDeployCmd(e *env) *cobra.Command {
 
 func containerLsCmd(e *env) *cobra.Command {
 	var all, asJSON bool
+	var pf pageFlags
 	cmd := &cobra.Command{
 		Use:   "ls [NODE]",
 		Short: "List container jobs (live ones; --all includes finished and undeployed)",
@@ -118,7 +119,10 @@ func containerLsCmd(e *env) *cobra.Command {
 				}
 				node = args[0]
 			}
-			cs, err := c.Containers(cmd.Context(), node, all)
+			cs, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Container, string, error) {
+				l, err := c.ContainersPage(ctx, node, all, p)
+				return l.Containers, l.Next, err
+			})
 			if err != nil {
 				return err
 			}
@@ -126,8 +130,9 @@ func containerLsCmd(e *env) *cobra.Command {
 				cs = liveOnly(cs)
 			}
 			if asJSON {
-				return printJSON(e.stdout, cs)
+				return printJSON(e.stdout, api.ContainerList{Containers: cs, Next: next})
 			}
+			defer pf.moreHint(e, len(cs), next)
 			t := newTable(e.stdout, "ID", "NAME", "NODE", "IMAGE", "STATUS", "PORTS", "CPU", "MEMORY", "AGE")
 			now := time.Now()
 			for _, ct := range cs {
@@ -140,6 +145,7 @@ func containerLsCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "include finished and undeployed jobs")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	pf.add(cmd, "all-pages")
 	return cmd
 }
 

@@ -272,24 +272,28 @@ func (s *Server) handleListContainers(w http.ResponseWriter, r *http.Request) er
 		}
 		f.NodeID = n.ID
 	}
-	all, err := s.store.ListContainers(r.Context(), f)
+	pg, err := readPage(q, "containers", f.NodeID, strconv.FormatBool(f.Live))
 	if err != nil {
 		return err
 	}
-	out := []api.Container{}
 	readable := map[string]bool{}
-	for _, c := range all {
+	mayRead := func(c api.Container) bool {
 		ok, seen := readable[c.Node]
 		if !seen {
 			_, err := s.resolveNode(r.Context(), c.Node, api.RoleRead)
 			ok = err == nil
 			readable[c.Node] = ok
 		}
-		if ok {
-			out = append(out, c)
-		}
+		return ok
 	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
+	cs, next, err := fillPage(pg, func(sp store.Page) ([]api.Container, error) {
+		f.Page = sp
+		return s.store.ListContainers(r.Context(), f)
+	}, store.ContainerCursor, mayRead)
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, api.ContainerList{Containers: cs, Next: next})
 	return nil
 }
 

@@ -92,6 +92,15 @@ func TestListsPage(t *testing.T) {
 		ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/join-tokens", api.CreateTokenRequest{Name: name}, nil)
 		ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites", api.SuiteSpec{Name: "s" + name, Priority: i % 3, WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}, nil)
 	}
+	for _, node := range []string{"n1", "n2"} {
+		id, _ := ts.nodeNamed(t, node)
+		for i := range 3 {
+			c := api.Container{Job: api.ContainerJob{ID: fmt.Sprintf("%s-c%d", node, i), Image: "x"}, Status: api.ContainerRunning}
+			if err := ts.store.PutContainers(t.Context(), id, []api.Container{c}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	tests := []struct {
 		path  string
 		items func(raw json.RawMessage) ([]string, string)
@@ -105,10 +114,13 @@ func TestListsPage(t *testing.T) {
 		}), 8},
 		{"/v1/join-tokens?limit=4", decodeList(func(l api.TokenList) ([]string, string) {
 			return names(l.Tokens, func(tk api.Token) string { return tk.ID }), l.Next
-		}), 7},
+		}), 9}, // and the two nodes'
 		{"/v1/suites?limit=3", decodeList(func(l api.SuiteList) ([]string, string) {
 			return names(l.Suites, func(su api.Suite) string { return su.ID }), l.Next
 		}), 7},
+		{"/v1/containers?limit=4", decodeList(func(l api.ContainerList) ([]string, string) {
+			return names(l.Containers, func(c api.Container) string { return c.Job.ID }), l.Next
+		}), 6},
 	}
 	for _, tc := range tests {
 		t.Run(tc.path, func(t *testing.T) {
