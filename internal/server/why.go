@@ -94,7 +94,7 @@ func (s *Server) diagnose(ctx context.Context, su store.Suite, new bool) (string
 		return "", fmt.Errorf("list nodes to explain suite %s: %w", su.Spec.Name, err)
 	}
 	if len(nodes) == 0 {
-		return "no node is registered yet: start an agent with a join token (nodemgr token create --kind join)", nil
+		return "no node is registered yet: start an agent with a join token (nodemgr join-token create)", nil
 	}
 	var online, placedOffline, placed, fit []store.Node
 	for _, n := range nodes {
