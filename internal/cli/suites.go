@@ -329,7 +329,7 @@ func newTaskCmd(e *env) *cobra.Command {
 func taskSubmitCmd(e *env) *cobra.Command {
 	var suite, file, workdir string
 	var envs []string
-	var timeout time.Duration
+	var timeout, killGrace time.Duration
 	var priority int
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -337,7 +337,7 @@ func taskSubmitCmd(e *env) *cobra.Command {
 		Short: "Submit one task, or many from a file",
 		Long: `Submit one task (the command after --) or many from a file: one JSON task
 per line ({"argv": [...], "env": {...}, "workdir": "...", "timeout": "30s",
-"priority": 0}), or a YAML list of such tasks. Files are sent in batches of
+"kill_grace": "10s", "priority": 0}), or a YAML list of such tasks. Files are sent in batches of
 10,000; each batch is stored all or none.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if suite == "" {
@@ -357,7 +357,8 @@ per line ({"argv": [...], "env": {...}, "workdir": "...", "timeout": "30s",
 				if err != nil {
 					return err
 				}
-				tasks = []api.TaskSpec{{Argv: args, Env: env, Workdir: workdir, Timeout: api.Duration(timeout), Priority: priority}}
+				tasks = []api.TaskSpec{{Argv: args, Env: env, Workdir: workdir, Timeout: api.Duration(timeout),
+					KillGrace: api.Duration(killGrace), Priority: priority}}
 			default:
 				return fmt.Errorf("give the task's command after --, e.g. nodemgr task submit --suite %s -- echo hello", suite)
 			}
@@ -380,7 +381,8 @@ per line ({"argv": [...], "env": {...}, "workdir": "...", "timeout": "30s",
 	cmd.Flags().StringVarP(&file, "file", "f", "", "tasks file: JSON lines or a YAML list (- for standard input)")
 	cmd.Flags().StringSliceVar(&envs, "env", nil, "KEY=VALUE for the task's environment (repeatable)")
 	cmd.Flags().StringVar(&workdir, "workdir", "", "working directory on the node")
-	cmd.Flags().DurationVar(&timeout, "timeout", 0, "kill the task after this long (0: no limit)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "stop the task after this long (0: no limit)")
+	cmd.Flags().DurationVar(&killGrace, "kill-grace", 0, "when the task is stopped (timeout, cancel, shutdown), how long its processes have between SIGTERM and SIGKILL (0: 10s, at most 10m)")
 	cmd.Flags().IntVar(&priority, "priority", 0, "higher runs first within the suite")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the IDs as JSON")
 	return cmd
