@@ -18,6 +18,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/container"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/httpapi"
+	"github.com/nodemgr/nodemgr/internal/service"
 )
 
 // Every workload on the node holds an allocation in the node's books
@@ -35,7 +36,8 @@ func (w *workloads) initCapacity(ctx context.Context, cfg Config, hw api.Hardwar
 	path := filepath.Join(cfg.DataDir, "capacity.json")
 	_, serr := os.Stat(path)
 	firstStart := errors.Is(serr, fs.ErrNotExist) // later, an offboarded node stays so
-	l, err := capacity.New(capacity.Config{StatePath: path, Hardware: hw, DataDir: cfg.DataDir})
+	l, err := capacity.New(capacity.Config{StatePath: path, Hardware: hw, DataDir: cfg.DataDir,
+		Ports: commitmentPorts{w.ports}})
 	if err != nil {
 		return err
 	}
@@ -138,6 +140,66 @@ func (w *workloads) startService(ctx context.Context, spec api.ServiceSpec) (api
 	return svc, err
 }
 
+// restartService books a service that holds nothing (it was stopped,
+// drained, or it exited or failed), then restarts it: a restart is a start
+// and must fit in the books like one.
+func (w *workloads) restartService(ctx context.Context, coord string) (api.Service, error) {
+	cur, err := w.services.Get(coord)
+	if err != nil {
+		return api.Service{}, fmt.Errorf("restart service %s: %w", coord, err)
+	}
+	fresh := !w.booked(api.AllocationService, coord)
+	if fresh {
+		if err := w.book(api.AllocationService, coord, api.Resources{MemoryMB: cur.Spec.ExpectedMemoryMB}, ""); err != nil {
+			return api.Service{}, fmt.Errorf("restart service %s: %w", coord, err)
+		}
+	}
+	svc, err := w.services.Restart(ctx, coord)
+	if err != nil && fresh && !service.Active(svc.State) {
+		w.unbook(api.AllocationService, coord)
+	}
+	return svc, err
+}
+
+// servicesChanged keeps the books in step with the services, then
+// republishes the presence; the supervisor calls it after every change.
+func (w *workloads) servicesChanged() {
+	w.syncServiceBooks()
+	w.poke()
+}
+
+// syncServiceBooks makes the books hold every service that runs or is
+// about to (starting, restarting, draining, stopping) and none that
+// stopped, exited or failed. It is level-triggered: whichever path changed
+// a service (a user's stop or restart, the supervisor's own restarts, an
+// adoption after an agent restart), the books follow its state. A service
+// that runs but no longer fits (the share was lowered meanwhile) is kept
+// running and logged: the books must not lose what holds the machine.
+func (w *workloads) syncServiceBooks() {
+	l, err := w.books()
+	if err != nil {
+		return // not open yet: reconcileBooks syncs once it is
+	}
+	w.bookMu.Lock()
+	defer w.bookMu.Unlock()
+	for _, s := range w.services.Summaries() {
+		_, gerr := l.Get(allocationID(api.AllocationService, s.Coordinate))
+		booked := gerr == nil
+		switch {
+		case service.Active(s.State) && !booked:
+			spec, err := w.services.Get(s.Coordinate)
+			if err != nil {
+				continue // removed meanwhile
+			}
+			if err := w.book(api.AllocationService, s.Coordinate, api.Resources{MemoryMB: spec.Spec.ExpectedMemoryMB}, ""); err != nil {
+				w.log.Warn("a running service could not be booked; it keeps running outside the books", "coordinate", s.Coordinate, "err", err)
+			}
+		case !service.Active(s.State) && booked:
+			w.unbook(api.AllocationService, s.Coordinate)
+		}
+	}
+}
+
 // allocationView is an allocation with what its workload says of itself
 // now: state and ports.
 func (w *workloads) allocationView(a api.Allocation) api.Allocation {
@@ -163,7 +225,8 @@ func (w *workloads) allocationView(a api.Allocation) api.Allocation {
 }
 
 // reconcileBooks gives back the allocations of workloads that ended while
-// the agent was away (a container that exited, a service removed).
+// the agent was away (a container that exited, a service removed), and
+// books the services that run (see syncServiceBooks).
 func (w *workloads) reconcileBooks() {
 	l, err := w.books()
 	if err != nil {
@@ -176,13 +239,14 @@ func (w *workloads) reconcileBooks() {
 				w.unbook(a.Kind, a.Name)
 			}
 		case api.AllocationService:
-			if s, err := w.services.Get(a.Name); err != nil || s.State == api.ServiceStopped {
-				w.unbook(a.Kind, a.Name)
+			if _, err := w.services.Get(a.Name); err != nil {
+				w.unbook(a.Kind, a.Name) // removed while the agent was away
 			}
 		case api.AllocationPool:
 			w.unbook(a.Kind, a.Name) // a pool never outlives its agent
 		}
 	}
+	w.syncServiceBooks()
 }
 
 func (a *Agent) handleResources(w http.ResponseWriter, r *http.Request) error {
@@ -292,7 +356,7 @@ func (a *Agent) handleAllocationAction(w http.ResponseWriter, r *http.Request) e
 			_, err = a.wl.services.Stop(r.Context(), al.Name)
 			a.wl.unbook(al.Kind, al.Name)
 		} else {
-			_, err = a.wl.services.Restart(r.Context(), al.Name)
+			_, err = a.wl.restartService(r.Context(), al.Name)
 		}
 	case api.AllocationPool:
 		if action == "restart" {

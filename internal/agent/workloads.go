@@ -33,6 +33,7 @@ type workloads struct {
 
 	capMu    sync.Mutex
 	capacity *capacity.Ledger // nil until the hardware is known (initCapacity)
+	bookMu   sync.Mutex       // one syncServiceBooks at a time
 
 	// reports holds container changes not yet sent to the server, by job
 	// id; reported wakes the session to send them (capacity 1).
@@ -74,7 +75,7 @@ func newWorkloads(cfg Config, scope string, log *slog.Logger) (*workloads, error
 		Artifacts: artifactTrees{w.artifacts},
 		Ports:     servicePorts{w.ports},
 		Logger:    log.With("subsystem", "service"),
-		OnChange:  w.poke,
+		OnChange:  w.servicesChanged,
 	})
 	if err != nil {
 		return nil, err
@@ -268,6 +269,33 @@ func (p servicePorts) Allocate(owner string, port int) (int, error) {
 }
 
 func (p servicePorts) Release(owner string) { p.a.ReleaseOwner(owner) }
+
+// commitmentPorts takes the ports commitments name from the node's
+// allocator (capacity.PortLocker), so that no service or container can
+// bind them meanwhile.
+type commitmentPorts struct{ a *portalloc.Allocator }
+
+func (p commitmentPorts) Lock(owner string, ports []int) error {
+	var want []int
+	for _, port := range ports {
+		if o, ok := p.a.Owner(port); !ok || o != owner {
+			want = append(want, port)
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	_, err := p.a.Allocate(owner, portalloc.Request{Ports: want})
+	return err
+}
+
+func (p commitmentPorts) Unlock(owner string, quarantine bool) {
+	if quarantine {
+		p.a.ReleaseOwner(owner)
+	} else {
+		p.a.HandOver(owner)
+	}
+}
 
 func (p servicePorts) Holds(owner string, port int) bool {
 	o, ok := p.a.Owner(port)

@@ -21,6 +21,7 @@ func (l *Ledger) expire() int {
 	for id, c := range l.commitments {
 		if !now.Before(c.ExpiresAt) {
 			l.removeCommitment(id)
+			l.unlockPorts(c, true) // clients told of the port may still knock
 			n++
 		}
 	}

@@ -40,7 +40,25 @@ type Config struct {
 	// ReadMachineFree). It is called without the ledger locked. Tests
 	// inject one.
 	MachineFree func() (api.Resources, error)
+	// Ports, if set, is the node's port allocator, kept in step with the
+	// commitments: the ports a commitment names are taken from it for as
+	// long as the commitment lasts, so nothing else can bind them.
+	Ports PortLocker
 }
+
+// PortLocker takes ports from the node's port allocator for commitments.
+type PortLocker interface {
+	// Lock takes ports for owner, all or none. Ports owner holds already
+	// count as taken; a port out of the range, held by another owner,
+	// resting in quarantine or used by another process is refused.
+	Lock(owner string, ports []int) error
+	// Unlock gives back what owner holds: into quarantine, or at once
+	// when the ports are handed on to the workload the commitment was for.
+	Unlock(owner string, quarantine bool)
+}
+
+// commitmentOwner is a commitment's name in the port allocator.
+func commitmentOwner(id string) string { return "commitment:" + id }
 
 // Ledger is a node's resource books. It is safe for concurrent use.
 type Ledger struct {
@@ -48,6 +66,7 @@ type Ledger struct {
 	hw          api.Hardware
 	now         func() time.Time
 	machineFree func() (api.Resources, error)
+	portLock    PortLocker // nil: commitments' ports are only in the books
 
 	// mu guards everything below, and the state file: it is written with
 	// mu held, so the file changes in the same order as the books. The
@@ -84,6 +103,7 @@ func New(cfg Config) (*Ledger, error) {
 		hw:          cfg.Hardware,
 		now:         cfg.Now,
 		machineFree: cfg.MachineFree,
+		portLock:    cfg.Ports,
 		allocations: make(map[string]api.Allocation),
 		commitments: make(map[string]api.Commitment),
 		ports:       make(map[int]holder),
@@ -107,7 +127,24 @@ func New(cfg Config) (*Ledger, error) {
 		return l, err
 	}
 	l.restore(st)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire() // those that ended while the agent was away give their ports back
+	l.relockPorts()
 	return l, nil
+}
+
+// relockPorts takes the ports of the live commitments again, in case the
+// port allocator's own file lost them. l.mu is held.
+func (l *Ledger) relockPorts() {
+	if l.portLock == nil {
+		return
+	}
+	for _, c := range l.commitments {
+		if len(c.Ports) > 0 {
+			_ = l.portLock.Lock(commitmentOwner(c.ID), c.Ports) // held already, or taken since: the books still hold them
+		}
+	}
 }
 
 // machineDir is the directory whose free space is the machine's free disk.
@@ -265,9 +302,15 @@ func (l *Ledger) Commit(owner string, r api.Resources, ports []int, ttl time.Dur
 	}
 	c.ID = l.unusedID("c-")
 	c.ExpiresAt = l.now().Add(ttl)
+	if l.portLock != nil && len(c.Ports) > 0 {
+		if err := l.portLock.Lock(commitmentOwner(c.ID), c.Ports); err != nil {
+			return api.Commitment{}, fmt.Errorf("commit for %s: %w", owner, err)
+		}
+	}
 	l.addCommitment(c)
 	if err := l.save(); err != nil {
 		l.removeCommitment(c.ID)
+		l.unlockPorts(c, false)
 		return api.Commitment{}, fmt.Errorf("commit for %s: %w", owner, err)
 	}
 	l.notify()
@@ -288,8 +331,17 @@ func (l *Ledger) Release(commitmentID string) error {
 		l.addCommitment(c)
 		return fmt.Errorf("release commitment %s: %w", c.ID, err)
 	}
+	l.unlockPorts(c, true)
 	l.notify()
 	return nil
+}
+
+// unlockPorts gives a commitment's ports back to the port allocator. l.mu
+// is held.
+func (l *Ledger) unlockPorts(c api.Commitment, quarantine bool) {
+	if l.portLock != nil && len(c.Ports) > 0 {
+		l.portLock.Unlock(commitmentOwner(c.ID), quarantine)
+	}
 }
 
 // Allocate records a workload's hold on resources and ports, all or
@@ -361,6 +413,8 @@ func (l *Ledger) Allocate(a api.Allocation, fromCommitment string) (api.Allocati
 		}
 		return api.Allocation{}, fmt.Errorf("%s: %w", op, err)
 	}
+	// The workload the commitment was for takes its ports next.
+	l.unlockPorts(from, false)
 	l.notify()
 	return cloneAllocation(a), nil
 }

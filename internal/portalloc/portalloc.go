@@ -396,6 +396,31 @@ func (a *Allocator) ReleaseOwner(owner string) []int {
 	return ports
 }
 
+// HandOver gives back every port owner holds without quarantine, and
+// returns them, sorted: for a hold that its successor takes next (a
+// commitment's ports, taken by the workload it was for). Quarantine would
+// keep them from exactly that successor.
+func (a *Allocator) HandOver(owner string) []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var ports []int
+	for p, o := range a.held {
+		if o == owner {
+			ports = append(ports, p)
+		}
+	}
+	if len(ports) == 0 {
+		return nil
+	}
+	sort.Ints(ports)
+	for _, p := range ports {
+		delete(a.held, p)
+		a.addAvail(p)
+	}
+	_ = a.save() // as ReleaseOwner: after a crash the ports come back held, never twice
+	return ports
+}
+
 // Held returns every held port and its owner.
 func (a *Allocator) Held() map[int]string {
 	a.mu.Lock()
