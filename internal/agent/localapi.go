@@ -361,7 +361,7 @@ func (a *Agent) handleServiceAction(w http.ResponseWriter, r *http.Request) erro
 		svc, err = a.wl.services.Drain(r.Context(), coord)
 		a.wl.unbook(api.AllocationService, coord)
 	case "restart":
-		svc, err = a.wl.services.Restart(r.Context(), coord)
+		svc, err = a.wl.restartService(r.Context(), coord)
 	default:
 		return errdefs.NotFound("no service action %q: use stop, drain or restart", action)
 	}

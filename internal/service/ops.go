@@ -17,6 +17,10 @@ import (
 // process stuck in the kernel (uninterruptible I/O) takes longer.
 const killWait = 10 * time.Second
 
+// Active reports whether a service in state is, or is about to be,
+// running: such a service holds its allocation in the node's books.
+func Active(state string) bool { return active(state) }
+
 // active reports whether a service in state is, or is about to be, running.
 func active(state string) bool {
 	switch state {
