@@ -48,7 +48,9 @@ func startServiceBooks(t *testing.T, dataDir, tree string) *serviceBooks {
 	}
 	l, err := capacity.New(capacity.Config{StatePath: filepath.Join(dataDir, "capacity.json"),
 		Hardware: api.Hardware{Cores: 4, MemoryBytes: 8 << 30, DiskBytes: 100 << 30}, DataDir: dataDir,
-		MachineFree: func() (api.Resources, error) { return api.Resources{CPUs: 4, MemoryMB: 8 << 10, DiskMB: 100 << 10}, nil }})
+		MachineFree: func() (api.Resources, error) {
+			return api.Resources{CPUs: 4, MemoryMB: 8 << 10, DiskMB: 100 << 10}, nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
