@@ -270,7 +270,7 @@ func (m *Manager) deploy(ctx context.Context, j *job) (api.Container, error) {
 		return fail(err)
 	}
 
-	insp, err := m.inspectSettled(ctx, id, spec.MemoryMB > 0)
+	insp, oom, err := m.inspectSettled(ctx, id, spec.MemoryMB > 0)
 	if err != nil {
 		// It started; the reconcile loop will look again.
 		m.log.Warn("inspect started container", "job", spec.ID, "err", err)
@@ -279,7 +279,7 @@ func (m *Manager) deploy(ctx context.Context, j *job) (api.Container, error) {
 			c.StartedAt = ptr(now())
 		}), nil
 	}
-	o := observe(insp, false, spec.MemoryMB > 0)
+	o := observe(insp, false, oom)
 	if o.status == api.ContainerCreating {
 		o.status = api.ContainerRunning // started, not yet seen running
 	}

@@ -482,3 +482,43 @@ func TestFollowOutput(t *testing.T) {
 		t.Errorf("ReadLog with a bad cursor = %v, want an invalid-input error naming after", err)
 	}
 }
+
+// A memory-limited job's container killed while no agent ran (docker
+// kill) ended by SIGKILL, not for want of memory: only the engine's
+// verdict makes it OOM. An OOM kill while the agent is away stays OOM.
+func TestKilledWhileAwayIsNotOOM(t *testing.T) {
+	e := setup(t)
+	ctx := ctxFor(t)
+	a, stopA := e.manager(nil, nil)
+	sleeper := e.job("sleeper", "sleep", "300")
+	sleeper.MemoryMB = 32
+	cSleeper, err := a.Deploy(ctx, sleeper)
+	if err != nil {
+		t.Fatalf("Deploy sleeper: %v", err)
+	}
+	hog := e.job("hog", "sh", "-c", `sleep 1; x=$(head -c 200000000 /dev/zero | tr '\0' a); echo survived`)
+	hog.MemoryMB = 8
+	cHog, err := a.Deploy(ctx, hog)
+	if err != nil {
+		t.Fatalf("Deploy hog: %v", err)
+	}
+	stopA()
+
+	if _, err := e.engine.ContainerKill(ctx, cSleeper.ContainerID, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		t.Fatalf("docker kill: %v", err)
+	}
+	waitFor(t, "the hog to be OOM-killed", func() bool {
+		res, err := e.engine.ContainerInspect(ctx, cHog.ContainerID, client.ContainerInspectOptions{})
+		return err == nil && !res.Container.State.Running
+	})
+
+	b, _ := e.manager(nil, nil)
+	s := waitStatus(t, b, sleeper.ID, api.ContainerFailed)
+	if s.ExitCode == nil || *s.ExitCode != 137 || !strings.Contains(s.Reason, "SIGKILL") || strings.Contains(s.Reason, "memory") {
+		t.Errorf("killed sleeper = %+v, want FAILED, exit code 137, a reason that names SIGKILL and not memory", s)
+	}
+	h := waitStatus(t, b, hog.ID, api.ContainerDead)
+	if h.Reason != "out of memory" {
+		t.Errorf("hog reason = %q, want %q", h.Reason, "out of memory")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -17,6 +18,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/dockerengine"
@@ -176,30 +178,66 @@ const oomSettle = 2 * time.Second
 
 // inspectSettled is inspect, but gives a memory-limited job's container
 // that was killed with no OOM recorded up to oomSettle for the verdict.
-func (m *Manager) inspectSettled(ctx context.Context, id string, memoryLimited bool) (container.InspectResponse, error) {
-	insp, err := m.inspect(ctx, id)
+// oom says whether the engine called it an out-of-memory kill: in the
+// container's state, or by an oom event in its event log (a SIGKILL
+// alone is no verdict: docker kill, or a kill while the agent was down,
+// sends one too).
+func (m *Manager) inspectSettled(ctx context.Context, id string, memoryLimited bool) (insp container.InspectResponse, oom bool, err error) {
+	insp, err = m.inspect(ctx, id)
 	if err != nil || !memoryLimited {
-		return insp, err
+		return insp, err == nil && insp.State.OOMKilled, err
 	}
 	deadline := time.Now().Add(oomSettle)
 	for killedWithoutOOM(insp) && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
-			return insp, nil
+			return insp, insp.State.OOMKilled, nil
 		case <-time.After(100 * time.Millisecond):
 		}
 		next, err := m.inspect(ctx, id)
 		if err != nil {
-			return insp, nil // what we saw stands
+			break // what we saw stands
 		}
 		insp = next
 	}
-	return insp, nil
+	if killedWithoutOOM(insp) {
+		return insp, m.oomEventSeen(ctx, id, insp.State.StartedAt), nil
+	}
+	return insp, insp.State.OOMKilled, nil
 }
 
 func killedWithoutOOM(insp container.InspectResponse) bool {
 	st := insp.State
 	return st.Status == container.StateExited && st.ExitCode == 128+9 && !st.OOMKilled
+}
+
+// oomEventSeen reports whether the engine's event log holds an oom event
+// for the container since it started: the engine's word where its state
+// lost the verdict. A log that cannot be read says no.
+func (m *Manager) oomEventSeen(ctx context.Context, id, startedAt string) bool {
+	since := engineTime(startedAt)
+	if since == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	f := client.Filters{}
+	f.Add("type", "container")
+	f.Add("container", id)
+	f.Add("event", "oom")
+	res := m.engine.Events(ctx, client.EventsListOptions{
+		Since:   strconv.FormatInt(since.Add(-time.Second).Unix(), 10),
+		Until:   strconv.FormatInt(time.Now().Add(time.Second).Unix(), 10),
+		Filters: f,
+	})
+	for {
+		select {
+		case <-res.Messages:
+			return true
+		case <-res.Err:
+			return false // the log's end (io.EOF), or no log
+		}
+	}
 }
 
 // stopAndRemove stops the container, giving it the stop grace to exit on
@@ -364,9 +402,9 @@ type observation struct {
 }
 
 // observe maps the container's engine state onto a job status. gone says
-// the container no longer exists; memoryLimited that the job has a memory
-// limit.
-func observe(insp container.InspectResponse, gone, memoryLimited bool) observation {
+// the container no longer exists; oom that the engine called its end an
+// out-of-memory kill (see inspectSettled).
+func observe(insp container.InspectResponse, gone, oom bool) observation {
 	if gone {
 		return observation{status: api.ContainerDead, reason: "container disappeared"}
 	}
@@ -391,24 +429,35 @@ func observe(insp container.InspectResponse, gone, memoryLimited bool) observati
 		code := st.ExitCode
 		o.exitCode = &code
 		switch {
-		case st.OOMKilled:
+		case oom || st.OOMKilled:
 			o.status, o.reason = api.ContainerDead, "out of memory"
-		case memoryLimited && code == 128+9:
-			// The engine can lose the kernel's OOM notice for good (its
-			// shim may exit before reading it; seen with docker 20.10 on
-			// cgroup v1), and nodemgr stops containers itself by another
-			// path: a memory-limited one SIGKILLed is the OOM killer's.
-			o.status, o.reason = api.ContainerDead, "killed by SIGKILL: out of memory, most likely (the engine recorded no verdict)"
 		case code == 0:
 			o.status = api.ContainerCompleted
 		default:
-			o.status, o.reason = api.ContainerFailed, fmt.Sprintf("exit code %d", code)
+			// A SIGKILL with no OOM verdict is someone's kill (docker
+			// kill, a kill while the agent was away): say so, not OOM.
+			o.status, o.reason = api.ContainerFailed, exitReason(code)
 			if st.Error != "" {
 				o.reason += ": " + st.Error
 			}
 		}
 	}
 	return o
+}
+
+// exitReason says how a container ended: its exit code and, for a code
+// above 128 (the shell's and the engine's way to say "killed by signal
+// code-128"), the signal.
+func exitReason(code int) string {
+	r := fmt.Sprintf("exit code %d", code)
+	if code > 128 && code < 128+65 {
+		if name := unix.SignalName(syscall.Signal(code - 128)); name != "" {
+			r += ": killed by " + name
+		} else {
+			r += fmt.Sprintf(": killed by signal %d", code-128)
+		}
+	}
+	return r
 }
 
 // engineTime parses the engine's timestamps, where the zero time means

@@ -186,13 +186,13 @@ func (m *Manager) reconcileOne(ctx context.Context, j *job) {
 		m.abandon(ctx, j)
 		return
 	}
-	insp, err := m.inspectSettled(ctx, c.ContainerID, c.Job.MemoryMB > 0)
+	insp, oom, err := m.inspectSettled(ctx, c.ContainerID, c.Job.MemoryMB > 0)
 	gone := errdefs.IsNotFound(err)
 	if err != nil && !gone {
 		m.log.Debug("reconcile container job", "job", c.Job.ID, "err", err)
 		return
 	}
-	o := observe(insp, gone, c.Job.MemoryMB > 0)
+	o := observe(insp, gone, oom)
 	switch {
 	case o.status == c.Status && (o.startedAt == nil || c.StartedAt != nil):
 		return // nothing new
