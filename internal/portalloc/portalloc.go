@@ -197,8 +197,8 @@ func (a *Allocator) grant(owner string, req Request) ([]int, error) {
 		}
 	}
 	if free := len(a.avail) - a.countAvail(req.Ports); req.Count > free {
-		return nil, fmt.Errorf("want %d random ports, but only %d of the %d ports in %d-%d are free (%d held, %d in quarantine): %w",
-			req.Count, free, a.max-a.min+1, a.min, a.max, len(a.held), len(a.resting), errdefs.ErrUnavailable)
+		return nil, fmt.Errorf("want %s, but only %d of the %d ports in %d-%d are free (%d held, %d in quarantine); free some (nodemgr allocation ls NODE) or widen port_range: %w",
+			randomPorts(req.Count), free, a.max-a.min+1, a.min, a.max, len(a.held), len(a.resting), errdefs.ErrUnavailable)
 	}
 	for i, p := range req.Ports {
 		if !a.probe(p) {
@@ -219,8 +219,8 @@ func (a *Allocator) grant(owner string, req Request) ([]int, error) {
 		// pick probed every candidate, so the count of busy ports is exact.
 		busy := len(a.avail) - len(picked)
 		a.ungrant(req.Ports, reclaimed)
-		return nil, fmt.Errorf("want %d random ports, but only %d of the %d ports in %d-%d are free (%d held, %d in quarantine, %d in use by other processes): %w",
-			req.Count, len(picked), a.max-a.min+1, a.min, a.max, len(a.held), len(a.resting), busy, errdefs.ErrUnavailable)
+		return nil, fmt.Errorf("want %s, but only %d of the %d ports in %d-%d are free (%d held, %d in quarantine, %d in use by other processes); free some (nodemgr allocation ls NODE) or widen port_range: %w",
+			randomPorts(req.Count), len(picked), a.max-a.min+1, a.min, a.max, len(a.held), len(a.resting), busy, errdefs.ErrUnavailable)
 	}
 	granted := append(slices.Clone(req.Ports), picked...)
 	for _, p := range picked {
@@ -543,4 +543,12 @@ func (q *restQueue) Pop() any {
 	e := old[len(old)-1]
 	*q = old[:len(old)-1]
 	return e
+}
+
+// randomPorts says "1 random port" or "n random ports".
+func randomPorts(n int) string {
+	if n == 1 {
+		return "1 random port"
+	}
+	return fmt.Sprintf("%d random ports", n)
 }

@@ -251,8 +251,11 @@ func TestAllocateGrants(t *testing.T) {
 	if want := []int{20000, 20001, 20002, 20003, 20004, 20005, 20006, 20007, 20008, 20009}; !slices.Equal(all, want) {
 		t.Errorf("granted %v, want the whole range once", all)
 	}
-	if _, err := a.Allocate("svc3", Request{Count: 1}); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "only 0") {
-		t.Errorf("Allocate on a full range = %v, want unavailable saying only 0 are free", err)
+	if _, err := a.Allocate("svc3", Request{Count: 1}); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "want 1 random port, but only 0") {
+		t.Errorf("Allocate on a full range = %v, want unavailable saying 1 random port (singular) and only 0 are free", err)
+	}
+	if _, err := a.Allocate("svc3", Request{Count: 2}); !strings.Contains(err.Error(), "want 2 random ports,") {
+		t.Errorf("Allocate(2) on a full range = %v, want it to say 2 random ports", err)
 	}
 }
 
