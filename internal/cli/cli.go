@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3".
@@ -67,14 +68,21 @@ type exitError struct{ code int }
 
 func (e *exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
+// namesField reports whether msg already names field as one of its
+// ": "-separated segments ("onboard: share: must be ..."), so describe
+// does not say it twice.
+func namesField(msg, field string) bool {
+	return strings.HasPrefix(msg, field) || strings.Contains(msg, ": "+field+": ")
+}
+
 // describe adds what to do next to errors from the server.
 func describe(err error) string {
 	var ce *client.Error
 	if !errors.As(err, &ce) {
-		return err.Error()
+		return errdefs.Message(err)
 	}
-	msg := ce.Message
-	if ce.Field != "" && !strings.HasPrefix(msg, ce.Field) {
+	msg := errdefs.Message(err)
+	if ce.Field != "" && !namesField(msg, ce.Field) {
 		msg = ce.Field + ": " + msg
 	}
 	switch ce.Code {

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
+	"strings"
 	"syscall"
 )
 
@@ -67,14 +69,57 @@ func (e *tooLarge) As(target any) bool {
 	return false
 }
 
-// NotFound returns an ErrNotFound saying what was not found.
+// NotFound returns an ErrNotFound saying what was not found. format names
+// the thing ("node %q"), optionally followed by a hint after " (" or "; ";
+// the message says "not found" after the name: `node "x" not found (see
+// nodemgr node ls)`. A format that already says so in words of its own
+// ("no service %s on this node", "artifact %s is not installed") is kept
+// as written. The class travels beside the text, not as a ": not found"
+// suffix, so nothing has to strip it before a person reads it.
 func NotFound(format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrNotFound)
+	return Class(errors.New(notFoundText(format, args)), ErrNotFound)
 }
 
-// Conflict returns an ErrConflict with a message.
+// Conflict returns an ErrConflict with a message. The message is the whole
+// text: the class travels beside it, not as a ": conflict" suffix.
 func Conflict(format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrConflict)
+	return Class(errors.New(fmt.Sprintf(format, args...)), ErrConflict)
+}
+
+// saysAbsent matches a format that already tells of the absence.
+var saysAbsent = regexp.MustCompile(`(?i)\b(not|no|unknown|gone)\b`)
+
+// notFoundText puts "not found" after the name in format (before its
+// hint), unless format already says it. The check reads the format, not
+// the arguments, so a node named "no-gpu" changes nothing.
+func notFoundText(format string, args []any) string {
+	if saysAbsent.MatchString(format) {
+		return fmt.Sprintf(format, args...)
+	}
+	cut := len(format)
+	for _, sep := range []string{" (", "; "} {
+		if i := strings.Index(format, sep); i >= 0 && i < cut {
+			cut = i
+		}
+	}
+	n := min(countVerbs(format[:cut]), len(args))
+	return fmt.Sprintf(format[:cut], args[:n]...) + " not found" + fmt.Sprintf(format[cut:], args[n:]...)
+}
+
+// countVerbs counts the arguments a format string consumes (%% takes none).
+func countVerbs(format string) int {
+	n := 0
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' {
+			continue
+		}
+		if i+1 < len(format) && format[i+1] == '%' {
+			i++
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 // Code returns the stable, machine-readable code of err's class, as used in

@@ -82,3 +82,41 @@ func TestStorageFull(t *testing.T) {
 		t.Errorf("Code(ErrUnavailable) = %q, want unavailable", Code(ErrUnavailable))
 	}
 }
+
+// TestMessagesSayWhatIsWrong: the text a person reads says "not found"
+// for a missing thing, keeps the hint after it, drops a bare class suffix,
+// and says a prefix repeated by a caller once.
+func TestMessagesSayWhatIsWrong(t *testing.T) {
+	tests := []struct {
+		name  string
+		err   error
+		class error
+		want  string
+	}{
+		{"name and hint", NotFound("node %q (see nodemgr node ls)", "nosuch"), ErrNotFound, `node "nosuch" not found (see nodemgr node ls)`},
+		{"name only", NotFound("task %q", "t1"), ErrNotFound, `task "t1" not found`},
+		{"hint after semicolon", NotFound("container %s; deploy it first", "c1"), ErrNotFound, `container c1 not found; deploy it first`},
+		{"several names", NotFound("%s token %q (see %s)", "API", "tk", "nodemgr token ls"), ErrNotFound, `API token "tk" not found (see nodemgr token ls)`},
+		{"already says no", NotFound("no service %s on this node; list them", "a.b.c.d"), ErrNotFound, `no service a.b.c.d on this node; list them`},
+		{"already says not", NotFound("artifact %s is not installed", "g:a:1"), ErrNotFound, `artifact g:a:1 is not installed`},
+		{"argument is not the format", NotFound("node %q", "no-gpu"), ErrNotFound, `node "no-gpu" not found`},
+		{"wrapped", fmt.Errorf("get suite: %w", NotFound("suite %q", "s")), ErrNotFound, `get suite: suite "s" not found`},
+		{"raw sentinel keeps its meaning", fmt.Errorf("container c1: %w", ErrNotFound), ErrNotFound, `container c1 not found`},
+		{"conflict has no suffix", Conflict("node %s is connected", "n1"), ErrConflict, `node n1 is connected`},
+		{"conflict sentinel suffix dropped", fmt.Errorf("node vm is offline: %w", ErrConflict), ErrConflict, `node vm is offline`},
+		{"repeated prefix", fmt.Errorf("hibernate x: %w", fmt.Errorf("hibernate x: container is exited: %w", ErrConflict)), ErrConflict, `hibernate x: container is exited`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Message(tc.err); got != tc.want {
+				t.Errorf("Message(%v) = %q, want %q", tc.err, got, tc.want)
+			}
+			if !errors.Is(tc.err, tc.class) {
+				t.Errorf("errors.Is(%v, %v) = false, want true", tc.err, tc.class)
+			}
+			if back := FromAPI(ToAPI(tc.err)); !errors.Is(back, tc.class) || back.Error() != tc.want {
+				t.Errorf("FromAPI(ToAPI(%v)) = %q (class kept: %v), want %q", tc.err, back, errors.Is(back, tc.class), tc.want)
+			}
+		})
+	}
+}
