@@ -36,7 +36,7 @@ var (
 // both are harmless to be in, and the freezer could stop a fork race.
 var v1Controllers = []string{"pids", "freezer"}
 
-func newCgroup2Root() (*cgroupRoot, error) {
+func newCgroup2Root(persistent string) (*cgroupRoot, error) {
 	mnt, err := findMount(func(fstype, _ string) bool { return fstype == "cgroup2" })
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func newCgroup2Root() (*cgroupRoot, error) {
 		return nil, err
 	}
 	r := &cgroupRoot{}
-	if err := r.make(mnt.path(own)); err != nil {
+	if err := r.make(mnt.path(own), persistent); err != nil {
 		return nil, err
 	}
 	// cgroup.kill (Linux 5.14) kills a whole group at once, with no race
@@ -58,7 +58,7 @@ func newCgroup2Root() (*cgroupRoot, error) {
 	return r, nil
 }
 
-func newCgroup1Root() (*cgroupRoot, error) {
+func newCgroup1Root(persistent string) (*cgroupRoot, error) {
 	var errs []error
 	for _, ctrl := range v1Controllers {
 		mnt, err := findMount(func(fstype, opts string) bool {
@@ -75,7 +75,7 @@ func newCgroup1Root() (*cgroupRoot, error) {
 		}
 		home := mnt.path(own)
 		r := &cgroupRoot{v1: true, home: home}
-		if err := r.make(home); err != nil {
+		if err := r.make(home, persistent); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -85,10 +85,14 @@ func newCgroup1Root() (*cgroupRoot, error) {
 }
 
 // make creates the manager's directory under parent, after clearing out
-// what managers that died left there.
-func (r *cgroupRoot) make(parent string) error {
+// what managers that died left there: nodemgr-PID, or nodemgr-<persistent>
+// for a Persistent manager (kept, not swept).
+func (r *cgroupRoot) make(parent, persistent string) error {
 	sweep(parent, r.v1)
 	r.dir = filepath.Join(parent, "nodemgr-"+strconv.Itoa(os.Getpid()))
+	if persistent != "" {
+		r.dir = filepath.Join(parent, "nodemgr-"+persistent)
+	}
 	if err := os.Mkdir(r.dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("make a cgroup: %w", err)
 	}
@@ -124,10 +128,17 @@ func sweep(parent string, v1 bool) {
 }
 
 func (r *cgroupRoot) newGroup(g *Group, n, gen int) error {
-	g.dir = filepath.Join(r.dir, "g"+strconv.Itoa(n))
+	dir := filepath.Join(r.dir, "g"+strconv.Itoa(n))
 	if gen > 0 {
-		g.dir += "." + strconv.Itoa(gen)
+		dir += "." + strconv.Itoa(gen)
 	}
+	return r.openGroup(g, filepath.Base(dir))
+}
+
+// openGroup makes (or finds) the group's directory name and, in v2, opens
+// it.
+func (r *cgroupRoot) openGroup(g *Group, name string) error {
+	g.dir = filepath.Join(r.dir, name)
 	if err := os.Mkdir(g.dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("make a cgroup: %w", err)
 	}
@@ -214,7 +225,20 @@ func (r *cgroupRoot) killPopulated2(dir string) (bool, error) {
 // was written to it (clone3 compares the kill count of the forking
 // process's cgroup with the target's), so a group that had to be killed
 // is not used again; one that emptied by itself is, at no cost.
+//
+// A named group (Open) keeps its name: its directory is removed and made
+// again, unless a process still runs in it, which keeps it as it is.
 func (r *cgroupRoot) renew(g *Group) error {
+	if g.name != "" {
+		if populated, err := isPopulated(filepath.Join(g.dir, "cgroup.events")); err != nil || populated {
+			return err
+		}
+		g.closeFiles()
+		if err := os.Remove(g.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("renew cgroup %s: %w", g.dir, err)
+		}
+		return r.openGroup(g, g.name)
+	}
 	g.closeFiles()
 	os.Remove(g.dir)
 	g.gen++

@@ -47,14 +47,17 @@ func New(opts Options) (*Manager, error) {
 func (m *Manager) setUp(mode Mode) error {
 	switch mode {
 	case Cgroup2:
-		cg, err := newCgroup2Root()
+		cg, err := newCgroup2Root(m.opts.Persistent)
 		m.cg = cg
 		return err
 	case Cgroup1:
-		cg, err := newCgroup1Root()
+		cg, err := newCgroup1Root(m.opts.Persistent)
 		m.cg = cg
 		return err
 	case Walk:
+		if m.opts.Persistent != "" {
+			return nil // groups are found by their mark (see Options)
+		}
 		// Orphans come to this process instead of init, where a walk
 		// finds them.
 		if err := setChildSubreaper(); err != nil {
@@ -96,8 +99,31 @@ func (m *Manager) NewGroup() (*Group, error) {
 	return g, nil
 }
 
+// Open opens the group named name of a Persistent manager, made if it
+// does not exist yet, with the processes an earlier manager left in it.
+// name must be a plain file name.
+func (m *Manager) Open(name string) (*Group, error) {
+	if m.opts.Persistent == "" || name == "" || name != filepath.Base(name) || name[0] == '.' {
+		return nil, fmt.Errorf("proctree: open group %q: needs a Persistent manager and a plain name", name)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	m.n++
+	g := &Group{m: m, n: m.n, name: name, fd: -1, mark: m.opts.Persistent + "/" + name}
+	if m.cg != nil {
+		if err := m.cg.openGroup(g, name); err != nil {
+			return nil, err
+		}
+	}
+	m.groups[g] = true
+	return g, nil
+}
+
 // Close kills what the groups still hold, closes them, and removes the
-// manager's cgroup directory.
+// manager's cgroup directory. A Persistent manager's directory is kept.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -114,7 +140,7 @@ func (m *Manager) Close() error {
 	for _, g := range groups {
 		errs = append(errs, g.Close())
 	}
-	if m.cg != nil {
+	if m.cg != nil && m.opts.Persistent == "" {
 		if err := os.Remove(m.cg.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
@@ -140,6 +166,7 @@ func (m *Manager) isLeader(pid int) bool {
 type Group struct {
 	m    *Manager
 	n    int    // its number in the manager
+	name string // a Persistent manager's group: its name (Open)
 	mark string // Walk: the value of EnvGroup in its processes
 
 	mu     sync.Mutex
@@ -167,7 +194,9 @@ func (g *Group) Start(attr *syscall.ProcAttr, fork Forker) (int, error) {
 	if g.closed {
 		return 0, ErrClosed
 	}
-	if g.burnt {
+	if g.burnt || (g.name != "" && g.m.mode == Cgroup2) {
+		// A named group may have been killed by an earlier manager:
+		// it is made afresh unless something still runs in it.
 		if err := g.m.cg.renew(g); err != nil {
 			return 0, err
 		}
@@ -239,6 +268,29 @@ func (g *Group) members() ([]int, error) {
 		return readProcs(filepath.Join(dir, "cgroup.procs"))
 	}
 	return g.walkMembers(), nil
+}
+
+// Release forgets a Persistent manager's group without killing what it
+// holds, for the next manager to Open.
+func (g *Group) Release() {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return
+	}
+	g.closed = true
+	g.closeFiles()
+	g.mu.Unlock()
+	g.m.mu.Lock()
+	delete(g.m.groups, g)
+	g.m.mu.Unlock()
+}
+
+// Dir is the group's cgroup directory ("" in Walk mode).
+func (g *Group) Dir() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.dir
 }
 
 // Close kills what the group holds and removes it.

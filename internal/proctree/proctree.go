@@ -74,6 +74,17 @@ type Options struct {
 	// they were. Leave it false in a process that starts children of its
 	// own (os/exec), or their Wait would lose their status.
 	OwnsChildren bool
+	// Persistent makes a manager whose groups outlive its process, for
+	// supervised services that the next agent adopts: its cgroup
+	// directory is nodemgr-<Persistent> (not nodemgr-PID, which a later
+	// manager would sweep), its groups are named and found again by name
+	// (Open), and Release lets a group go without killing it. In Walk
+	// mode such a manager does not become a subreaper (the next one
+	// could not be the parent of orphans): a group's processes are those
+	// anywhere in /proc whose environment carries the group's mark, and
+	// their descendants, so a descendant that clears its environment and
+	// leaves the session is lost. Persistent must be a plain file name.
+	Persistent string
 }
 
 // ModeFromEnv is Options.Mode as EnvMode says.

@@ -323,3 +323,73 @@ func BenchmarkKillEmpty(b *testing.B) {
 		})
 	}
 }
+
+// A Persistent manager's named group outlives the manager: a later manager
+// (the next agent) opens it by name and kills what the first one started,
+// a setsid'd descendant of a leader that died included; and the group takes
+// a process again after that kill.
+func TestPersistentGroupOutlivesManager(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			persistent := "test-" + strconv.Itoa(os.Getpid()) + "-" + string(mode)
+			first := persistentManager(t, mode, persistent)
+			g, err := first.Open("svc.a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			escaped := filepath.Join(dir, "escaped")
+			leader := start(t, g, `setsid sh -c 'echo $$ > `+escaped+`; exec sleep 30' & exec sleep 30`)
+			pid := readPID(t, escaped)
+			syscall.Kill(leader, syscall.SIGKILL) // the service's main process dies
+			var ws syscall.WaitStatus
+			syscall.Wait4(leader, &ws, 0, nil) // and its supervisor reaps it
+			g.Release()
+			if !alive(pid) {
+				t.Fatalf("Release killed the group's process %d; want it left running", pid)
+			}
+
+			second := persistentManager(t, mode, persistent)
+			g2, err := second.Open("svc.a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := g2.Signal(0); n != 1 {
+				t.Errorf("the reopened group holds %d processes, want the escaped one", n)
+			}
+			if err := g2.Kill(); err != nil {
+				t.Fatalf("Kill: %v", err)
+			}
+			waitGone(t, pid, 2*time.Second)
+
+			again := filepath.Join(dir, "again")
+			start(t, g2, `echo $$ > `+again+`; exec sleep 30`)
+			againPID := readPID(t, again)
+			if n, _ := g2.Signal(0); n != 1 {
+				t.Errorf("after a kill the group takes a new process: holds %d, want 1", n)
+			}
+			if err := g2.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			waitGone(t, againPID, 2*time.Second)
+		})
+	}
+}
+
+func persistentManager(t *testing.T, mode Mode, name string) *Manager {
+	t.Helper()
+	m, err := New(Options{Mode: mode, Persistent: name})
+	if err != nil {
+		if os.Getenv("NODEMGR_REQUIRE_PROCTREE") != "" {
+			t.Fatalf("New(%s): %v", mode, err)
+		}
+		t.Skipf("New(%s): %v", mode, err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		if d := m.Dir(); d != "" {
+			os.Remove(d)
+		}
+	})
+	return m
+}

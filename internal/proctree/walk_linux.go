@@ -34,9 +34,25 @@ func (g *Group) walkMembers() []int {
 			visit(c)
 		}
 	}
-	for _, c := range children(os.Getpid()) {
+	roots := children(os.Getpid())
+	if g.name != "" {
+		roots = allPIDs() // a Persistent group's processes are anyone's children
+	}
+	for _, c := range roots {
 		if hasMark(c, g.mark) {
 			visit(c)
+		}
+	}
+	return out
+}
+
+// allPIDs lists every process in /proc.
+func allPIDs() []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
 		}
 	}
 	return out
