@@ -96,13 +96,16 @@ func (c TaskCounts) Total() int { return c.Ready + c.Running + c.Finished + c.Fa
 type Suite struct {
 	ID string `json:"id"`
 	SuiteSpec
-	State         string     `json:"state"`
-	Owner         string     `json:"owner"`
-	AssignedNodes []string   `json:"assigned_nodes"` // explicit assignment; empty: automatic by tags
-	Counts        TaskCounts `json:"counts"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
-	LastTaskAt    time.Time  `json:"last_task_at"`
+	State         string   `json:"state"`
+	Owner         string   `json:"owner"`
+	AssignedNodes []string `json:"assigned_nodes"` // explicit assignment; empty: automatic by tags
+	// StoppedNodes are nodes where the suite's pool was stopped by hand;
+	// it is not offered to them until assigned to them again.
+	StoppedNodes []string   `json:"stopped_nodes,omitempty"`
+	Counts       TaskCounts `json:"counts"`
+	CreatedAt    time.Time  `json:"created_at"`
+	UpdatedAt    time.Time  `json:"updated_at"`
+	LastTaskAt   time.Time  `json:"last_task_at"`
 	// WaitingReason says, in one line, why a suite with Ready tasks is not
 	// running anywhere ("no online node has tags [gpu]"); empty when some
 	// node runs or could run it. Only GET /v1/suites/{suite} and suite
@@ -245,6 +248,10 @@ type SuiteLeave struct {
 	// Problem details a prepare failure; absent otherwise, and from agents
 	// older than it.
 	Problem *SuiteProblem `json:"problem,omitempty"`
+	// Stopped says the suite's pool was stopped by hand on this node
+	// (allocation stop): it is not to be offered to the node again until
+	// it is assigned to it again.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // TasksFetch asks for up to Max tasks of a suite.

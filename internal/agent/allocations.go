@@ -362,7 +362,7 @@ func (a *Agent) handleAllocationAction(w http.ResponseWriter, r *http.Request) e
 		if action == "restart" {
 			return errdefs.Conflict("a worker pool cannot be restarted on its own; it runs while its suite has tasks for this node")
 		}
-		a.runner.cancelSuite(al.Name)
+		err = a.stopPool(r.Context(), al.Name)
 	}
 	if err != nil {
 		return err
@@ -375,6 +375,27 @@ func (a *Agent) handleAllocationAction(w http.ResponseWriter, r *http.Request) e
 	}
 	httpapi.WriteJSON(w, http.StatusOK, a.wl.allocationView(al))
 	return nil
+}
+
+// poolStopWait bounds how long allocation stop waits for a pool to end:
+// its tasks get their kill grace (10 s by default) and then some.
+const poolStopWait = 30 * time.Second
+
+// stopPool stops a suite's pool on this node for good (stopSuiteHere) and
+// waits until the suite is left, so that the answer says stopped.
+func (a *Agent) stopPool(ctx context.Context, suiteID string) error {
+	left := a.runner.stopSuiteHere(suiteID)
+	if left == nil {
+		return errdefs.Conflict("suite %s does not run on this node any more", suiteID)
+	}
+	select {
+	case <-left:
+		return nil
+	case <-time.After(poolStopWait):
+		return fmt.Errorf("the pool of suite %s is still stopping after %s; check again with nodemgr allocation ls NODE: %w", suiteID, poolStopWait, errdefs.ErrUnavailable)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // restartContainer deletes a job's container and, for a restart, deploys

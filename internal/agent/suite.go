@@ -45,6 +45,10 @@ type suiteRun struct {
 	src       *taskSource
 	cancel    context.CancelFunc
 	cancelled bool
+	// stoppedHere: the pool was stopped by hand on this node (allocation
+	// stop); the server keeps the suite off the node.
+	stoppedHere bool
+	left        chan struct{} // closed once the suite is left
 }
 
 func newRunner(a *Agent) *runner {
@@ -104,7 +108,7 @@ func (r *runner) next(ctx context.Context) (*api.Suite, error) {
 func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	run := &suiteRun{suite: su, cancel: cancel}
+	run := &suiteRun{suite: su, cancel: cancel, left: make(chan struct{})}
 	r.mu.Lock()
 	r.run = run
 	r.mu.Unlock()
@@ -112,6 +116,7 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 		r.mu.Lock()
 		r.run = nil
 		r.mu.Unlock()
+		close(run.left)
 		r.a.setWork(api.AgentIdle, "")
 	}()
 	log := r.a.log.With("suite", su.ID, "name", su.Name)
@@ -161,7 +166,10 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	reason := "complete"
 	r.mu.Lock()
 	force := r.stopping == api.ShutdownForce
+	stoppedHere := run.stoppedHere
 	switch {
+	case stoppedHere:
+		reason = "stopped on this node by hand (allocation stop)"
 	case run.cancelled:
 		reason = "cancelled"
 	case r.stopping != "":
@@ -176,7 +184,7 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 			log.Warn("cleanup hook failed", "err", err)
 		}
 	}
-	r.leave(parent, su.ID, reason)
+	r.leaveWith(parent, api.SuiteLeave{SuiteID: su.ID, Reason: reason, Stopped: stoppedHere})
 	log.Info("left suite", "reason", reason)
 }
 
@@ -425,6 +433,13 @@ func downloadOnce(ctx context.Context, url, path string) error {
 // while it prepared (ctx ended) is not the suite's fault and is no problem.
 func (r *runner) leaveUnprepared(parent, ctx context.Context, suiteID, stage string, err error) {
 	if ctx.Err() != nil {
+		r.mu.Lock()
+		stoppedHere := r.run != nil && r.run.stoppedHere
+		r.mu.Unlock()
+		if stoppedHere {
+			r.leaveWith(parent, api.SuiteLeave{SuiteID: suiteID, Reason: "stopped on this node by hand (allocation stop)", Stopped: true})
+			return
+		}
 		r.leave(parent, suiteID, "cancelled while preparing")
 		return
 	}
@@ -448,6 +463,26 @@ func (r *runner) leaveWith(ctx context.Context, msg api.SuiteLeave) {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// stopSuiteHere stops the suite's pool on this node for good: running
+// tasks are stopped (they go back to the queue, not counted as failures),
+// buffered ones are returned, and the server is told to keep the suite
+// off this node until it is assigned here again. The channel closes once
+// the suite is left; nil if the suite does not run here.
+func (r *runner) stopSuiteHere(suiteID string) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.run == nil || r.run.suite.ID != suiteID {
+		return nil
+	}
+	r.run.stoppedHere = true
+	if r.run.pool != nil {
+		r.run.pool.Stop(false)
+	} else {
+		r.run.cancel() // still preparing
+	}
+	return r.run.left
 }
 
 // cancelSuite stops the suite at once if it is the one running.

@@ -159,3 +159,56 @@ func TestFrozenAgentIsOfflineWithoutWaitingForTheClose(t *testing.T) {
 		t.Errorf("after the freeze: %+v, want all 6 finished", su.Counts)
 	}
 }
+
+// TestAllocationStopPoolIsForGood: allocation stop pool:SUITE stops the
+// suite on that node and keeps it off (its tasks go back to the queue,
+// uncounted) until the suite is assigned there again.
+func TestAllocationStopPoolIsForGood(t *testing.T) {
+	s := startServer(t)
+	startAgent(t, s, "stopper")
+	waitStatus(t, s, "stopper", api.StatusOnline, 20*time.Second)
+	n, _ := nodeByName(t, s, "stopper")
+	su := createSuite(t, s, api.SuiteSpec{Name: "halted", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(2)}})
+	submit(t, s, "halted", slices.Repeat([]api.TaskSpec{sh("sleep 30")}, 6))
+	s.client().CloseSuite(context.Background(), "halted")
+	waitFor(t, 30*time.Second, "two tasks running on stopper", func() (bool, string) {
+		return len(runningOn(t, s, "halted", n.ID)) >= 2, ""
+	})
+
+	out, stderr, code := s.run(t, "allocation", "stop", "stopper", "pool:"+su.ID)
+	if code != 0 {
+		t.Fatalf("allocation stop pool: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "stopped") {
+		t.Errorf("allocation stop said %q, want it stopped", out)
+	}
+	// Not taken up again: the suite waits, with a reason, and its tasks
+	// are back in the queue with no failure counted.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if got := runningOn(t, s, "halted", n.ID); len(got) > 0 {
+			t.Fatalf("task %s runs on stopper again after its pool was stopped", got[0].ID)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	got, err := s.client().Suite(context.Background(), "halted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Counts.Ready != 6 || !slices.Contains(got.StoppedNodes, n.ID) || !strings.Contains(got.WaitingReason, "stopped by hand") {
+		t.Errorf("after allocation stop: counts %+v, stopped nodes %v, waiting %q; want 6 Ready, stopper stopped, a reason saying so",
+			got.Counts, got.StoppedNodes, got.WaitingReason)
+	}
+	for _, tk := range allTasks(t, s, "halted") {
+		if len(tk.Failures) > 0 {
+			t.Errorf("task %s has failures %+v after its pool was stopped by hand", tk.ID, tk.Failures)
+		}
+	}
+
+	if _, stderr, code := s.run(t, "suite", "assign", "halted", "stopper"); code != 0 {
+		t.Fatalf("suite assign halted stopper: exit %d: %s", code, stderr)
+	}
+	waitFor(t, 30*time.Second, "the suite running on stopper again", func() (bool, string) {
+		return len(runningOn(t, s, "halted", n.ID)) > 0, ""
+	})
+}

@@ -16,7 +16,7 @@ import (
 
 func apiSuite(s store.Suite) api.Suite {
 	out := api.Suite{ID: s.ID, SuiteSpec: s.Spec, State: s.State, Owner: s.Owner,
-		AssignedNodes: s.AssignedNodes, Counts: s.Counts,
+		AssignedNodes: s.AssignedNodes, StoppedNodes: s.StoppedNodes, Counts: s.Counts,
 		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, LastTaskAt: s.LastTaskAt}
 	if out.AssignedNodes == nil {
 		out.AssignedNodes = []string{}
@@ -199,6 +199,25 @@ func (s *Server) handleCancelSuite(w http.ResponseWriter, r *http.Request) error
 }
 
 // AssignRequest is the body of POST /v1/suites/{suite}/assign.
+// stopSuiteOn keeps a suite off a node where its pool was stopped by hand,
+// until it is assigned there again.
+func (s *Server) stopSuiteOn(ctx context.Context, suiteID, nodeID string) error {
+	_, err := s.store.UpdateSuite(ctx, suiteID, func(su *store.Suite) error {
+		if !slices.Contains(su.StoppedNodes, nodeID) {
+			su.StoppedNodes = append(su.StoppedNodes, nodeID)
+		}
+		return nil
+	})
+	if errdefs.IsNotFound(err) {
+		return nil // the suite is gone
+	}
+	if err != nil {
+		return fmt.Errorf("keep suite %s off node %s: %w", suiteID, nodeID, err)
+	}
+	s.log.Info("suite stopped by hand on a node; it is not offered there until assigned again", "suite", suiteID, "node", nodeID)
+	return nil
+}
+
 type assignRequest struct {
 	Nodes []string `json:"nodes"` // node IDs or names; empty: back to automatic assignment
 	// Add keeps the nodes assigned already: the suite runs on those and
@@ -237,6 +256,11 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 	}
 	su, err = s.store.UpdateSuite(r.Context(), su.ID, func(su *store.Suite) error {
 		su.AssignedNodes = ids
+		// Assigning a node brings back a suite stopped there by hand;
+		// going back to automatic assignment brings it back everywhere.
+		su.StoppedNodes = slices.DeleteFunc(su.StoppedNodes, func(id string) bool {
+			return len(req.Nodes) == 0 || slices.Contains(ids, id)
+		})
 		return nil
 	})
 	if err != nil {

@@ -24,6 +24,7 @@ const (
 	misfitGroup               // the node is not in the suite's group
 	misfitCores               // the suite's cpu_binding names cores the node does not have
 	misfitPrepare             // the node failed to prepare the suite a short while ago
+	misfitStopped             // the suite's pool was stopped on the node by hand
 )
 
 // misfit is why one node cannot take a suite up now.
@@ -35,6 +36,9 @@ type misfit struct {
 // placement says whether a suite may go to a node at all, by its explicit
 // assignment, or else by its tags and group; nil when it may.
 func placement(su store.Suite, n store.Node) *misfit {
+	if slices.Contains(su.StoppedNodes, n.ID) {
+		return &misfit{kind: misfitStopped}
+	}
 	if len(su.AssignedNodes) > 0 {
 		if slices.Contains(su.AssignedNodes, n.ID) {
 			return nil
@@ -135,6 +139,8 @@ func (s *Server) diagnose(ctx context.Context, su store.Suite, new bool) (string
 func noPlacement(su store.Suite, offline []store.Node) string {
 	var why string
 	switch spec := su.Spec; {
+	case len(su.StoppedNodes) > 0 && len(su.AssignedNodes) == 0 && len(spec.Tags) == 0 && spec.Group == "":
+		why = "it was stopped by hand on every online node"
 	case len(su.AssignedNodes) > 0:
 		why = fmt.Sprintf("none of its assigned nodes [%s] is online", strings.Join(su.AssignedNodes, ","))
 	case len(spec.Tags) > 0 && spec.Group != "":
@@ -146,6 +152,9 @@ func noPlacement(su store.Suite, offline []store.Node) string {
 	}
 	if len(offline) > 0 {
 		why += fmt.Sprintf(" (offline ones that would: %s)", nodeNames(offline, 3))
+	}
+	if len(su.StoppedNodes) > 0 {
+		why += fmt.Sprintf("; stopped by hand on %s (suite assign %s NODE brings it back there)", strings.Join(su.StoppedNodes, ","), su.Spec.Name)
 	}
 	return why
 }
@@ -237,6 +246,9 @@ func nodeLabel(name, id string) string {
 // failure becomes the suite's problem on that node (and the dispatcher
 // backs off); leaving after the suite ran clears an older problem.
 func (s *Server) noteSuiteLeave(ctx context.Context, nodeID string, req api.SuiteLeave) error {
+	if req.Stopped {
+		return s.stopSuiteOn(ctx, req.SuiteID, nodeID)
+	}
 	p := req.Problem
 	if p == nil && strings.HasPrefix(req.Reason, "prepare-failed") {
 		// An agent from before problems: all it gave is one line.

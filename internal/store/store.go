@@ -191,10 +191,13 @@ type Suite struct {
 	State         string        // api.Suite*
 	Owner         string
 	AssignedNodes []string // explicit assignment; empty means automatic
-	Counts        api.TaskCounts
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	LastTaskAt    time.Time // last time tasks were added (for closing idle suites)
+	// StoppedNodes are nodes where the suite's pool was stopped by hand
+	// (allocation stop): it is not offered to them until assigned again.
+	StoppedNodes []string
+	Counts       api.TaskCounts
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	LastTaskAt   time.Time // last time tasks were added (for closing idle suites)
 }
 
 // SuiteFilter narrows ListSuites. Zero values match everything.

@@ -15,7 +15,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
-const suiteColumns = `id, spec, state, owner, assigned_nodes, created_at, updated_at, last_task_at`
+const suiteColumns = `id, spec, state, owner, assigned_nodes, stopped_nodes, created_at, updated_at, last_task_at`
 
 // suiteSelect reads suiteColumns and the suite's counts.
 const suiteSelect = `SELECT ` + suiteColumns + `, ready, running, finished, failed, cancelled
@@ -50,7 +50,7 @@ func (s *Store) CreateSuite(ctx context.Context, su store.Suite) error {
 			}
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO suites (`+suiteColumns+`, name, group_name, priority)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, append([]any{su.ID}, args...)...)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, append([]any{su.ID}, args...)...)
 		if isUnique(err) {
 			return errdefs.Conflict("suite id %s or name %s is taken", su.ID, su.Spec.Name)
 		}
@@ -211,7 +211,7 @@ func (s *Store) UpdateSuite(ctx context.Context, id string, fn func(*store.Suite
 			}
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE suites SET
-				spec = ?, state = ?, owner = ?, assigned_nodes = ?, created_at = ?, updated_at = ?,
+				spec = ?, state = ?, owner = ?, assigned_nodes = ?, stopped_nodes = ?, created_at = ?, updated_at = ?,
 				last_task_at = ?, name = ?, group_name = ?, priority = ?
 			WHERE id = ?`, append(args, id)...)
 		if isUnique(err) {
@@ -319,8 +319,12 @@ func suiteArgs(su store.Suite) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	stopped, err := jsonArg(su.StoppedNodes)
+	if err != nil {
+		return nil, err
+	}
 	return []any{
-		string(spec), su.State, su.Owner, assigned,
+		string(spec), su.State, su.Owner, assigned, stopped,
 		su.CreatedAt.UnixNano(), su.UpdatedAt.UnixNano(), timeArg(su.LastTaskAt),
 		su.Spec.Name, su.Spec.Group, su.Spec.Priority,
 	}, nil
@@ -339,11 +343,12 @@ func scanSuite(row scanner) (store.Suite, error) {
 	var (
 		su               store.Suite
 		spec, assigned   string
+		stopped          string
 		created, updated int64
 		lastTask         sql.NullInt64
 	)
 	c := &su.Counts
-	err := row.Scan(&su.ID, &spec, &su.State, &su.Owner, &assigned, &created, &updated, &lastTask,
+	err := row.Scan(&su.ID, &spec, &su.State, &su.Owner, &assigned, &stopped, &created, &updated, &lastTask,
 		&c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Suite{}, errdefs.ErrNotFound
@@ -356,6 +361,12 @@ func scanSuite(row scanner) (store.Suite, error) {
 	}
 	if su.AssignedNodes, err = stringsOf(assigned); err != nil {
 		return store.Suite{}, fmt.Errorf("suite %s assigned nodes: %w", su.ID, err)
+	}
+	if su.StoppedNodes, err = stringsOf(stopped); err != nil {
+		return store.Suite{}, fmt.Errorf("suite %s stopped nodes: %w", su.ID, err)
+	}
+	if len(su.StoppedNodes) == 0 {
+		su.StoppedNodes = nil // rare; nil reads as none
 	}
 	su.CreatedAt = fromNanos(created)
 	su.UpdatedAt = fromNanos(updated)

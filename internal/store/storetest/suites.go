@@ -280,6 +280,7 @@ func testUpdateSuite(t *testing.T, s store.Store) {
 	got, err := s.UpdateSuite(t.Context(), "s1", func(su *store.Suite) error {
 		su.State = api.SuiteClosed
 		su.AssignedNodes = []string{"n2", "n1"}
+		su.StoppedNodes = []string{"n3"}
 		su.Spec.Priority = 3
 		su.Spec.Description = "closed by hand"
 		su.Counts.Ready = 99 // computed: dropped
@@ -291,6 +292,7 @@ func testUpdateSuite(t *testing.T, s store.Store) {
 	want := before
 	want.State = api.SuiteClosed
 	want.AssignedNodes = []string{"n2", "n1"}
+	want.StoppedNodes = []string{"n3"}
 	want.Spec.Priority = 3
 	want.Spec.Description = "closed by hand"
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(store.Suite{}, "UpdatedAt")); diff != "" {
