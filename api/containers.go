@@ -86,11 +86,14 @@ type ContainerList struct {
 
 // Container is a job and its live status on a node.
 type Container struct {
-	Job         ContainerJob `json:"job"`
-	Node        string       `json:"node,omitempty"`
-	Status      string       `json:"status"`
-	ContainerID string       `json:"container_id,omitempty"` // the engine's ID
-	ExitCode    *int         `json:"exit_code,omitempty"`
+	Job  ContainerJob `json:"job"`
+	Node string       `json:"node,omitempty"` // the node's ID
+	// NodeName is the node's name, as the server knows it now; the agent's
+	// local API leaves it out.
+	NodeName    string `json:"node_name,omitempty"`
+	Status      string `json:"status"`
+	ContainerID string `json:"container_id,omitempty"` // the engine's ID
+	ExitCode    *int   `json:"exit_code,omitempty"`
 	// Reason says why the job is FAILED or DEAD, e.g. "exit code 3" or
 	// "out of memory".
 	Reason     string          `json:"reason,omitempty"`

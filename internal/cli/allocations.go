@@ -30,7 +30,7 @@ func printResources(e *env, res api.NodeResources) {
 		fmt.Fprintf(e.stdout, "Onboarded %d%% of %g cores (score %.0f MiB/s SHA-256 per core), %d MiB memory, %d MiB disk, %d GPUs, since %s\n\n",
 			res.SharePercent, reg.CPUs, reg.CPUScore, reg.MemoryMB, reg.DiskMB, reg.GPUs, res.OnboardedAt.Format(time.RFC3339))
 	}
-	t := newTable(e.stdout, "", "CPUS", "MEMORY MB", "DISK MB", "GPUS")
+	t := newTable(e.stdout, "", "CPUS", "MEMORY MiB", "DISK MiB", "GPUS")
 	row := func(name string, r api.Resources) {
 		t.row(name, strconv.FormatFloat(r.CPUs, 'f', -1, 64), strconv.FormatInt(r.MemoryMB, 10), strconv.FormatInt(r.DiskMB, 10), strconv.Itoa(r.GPUs))
 	}
@@ -54,7 +54,7 @@ func printResources(e *env, res api.NodeResources) {
 }
 
 func printAllocations(e *env, as []api.Allocation) {
-	t := newTable(e.stdout, "ID", "KIND", "NAME", "STATE", "CPUS", "MEMORY MB", "GPUS", "PORTS", "AGE")
+	t := newTable(e.stdout, "ID", "KIND", "NAME", "STATE", "CPUS", "MEMORY MiB", "GPUS", "PORTS", "AGE")
 	now := time.Now()
 	for _, a := range as {
 		created := a.CreatedAt

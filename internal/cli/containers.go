@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
@@ -133,20 +135,45 @@ func containerLsCmd(e *env) *cobra.Command {
 				return printJSON(e.stdout, api.ContainerList{Containers: cs, Next: next})
 			}
 			defer pf.moreHint(e, len(cs), next)
-			t := newTable(e.stdout, "ID", "NAME", "NODE", "IMAGE", "STATUS", "PORTS", "CPU", "MEMORY", "AGE")
-			now := time.Now()
-			for _, ct := range cs {
-				created := ct.CreatedAt
-				t.row(ct.Job.ID, ct.Job.Name, orDash(ct.Node), ct.Job.Image, statusText(ct), portsText(ct.Ports),
-					cpuText(ct), memText(ct), ago(&created, now))
-			}
-			return t.flush()
+			return printContainers(e, cs, time.Now())
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "include finished and undeployed jobs")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	pf.add(cmd, "all-pages")
 	return cmd
+}
+
+// printContainers is container ls's table: node names, and a reason cut
+// to fit (container show and --json give it whole).
+func printContainers(e *env, cs []api.Container, now time.Time) error {
+	t := newTable(e.stdout, "ID", "NAME", "NODE", "IMAGE", "STATUS", "PORTS", "CPU", "MEMORY", "AGE")
+	for _, ct := range cs {
+		created := ct.CreatedAt
+		t.row(ct.Job.ID, ct.Job.Name, nodeText(ct), ct.Job.Image, clip(statusText(ct), maxStatusWidth), portsText(ct.Ports),
+			cpuText(ct), memText(ct), ago(&created, now))
+	}
+	return t.flush()
+}
+
+// maxStatusWidth bounds the STATUS column: a long FAILED reason (an
+// engine error) would stretch the table past any screen.
+const maxStatusWidth = 60
+
+// clip cuts s to at most n characters, the last one an ellipsis when it
+// cut; it cuts between characters, never inside one.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// nodeText names a container's node: its name, else its ID (the agent's
+// local API knows no names).
+func nodeText(c api.Container) string {
+	return orDash(cmp.Or(c.NodeName, c.Node))
 }
 
 func liveOnly(cs []api.Container) []api.Container {
@@ -252,7 +279,7 @@ func containerMoveCmd(e *env, verb string) *cobra.Command {
 				return printJSON(e.stdout, cs)
 			}
 			for _, ct := range cs {
-				fmt.Fprintf(e.stdout, "%s on %s: %s\n", ct.Job.ID, ct.Node, statusText(ct))
+				fmt.Fprintf(e.stdout, "%s on %s: %s\n", ct.Job.ID, nodeText(ct), statusText(ct))
 			}
 			return nil
 		},
@@ -289,7 +316,7 @@ func containerSendCmd(e *env) *cobra.Command {
 func printContainer(e *env, c api.Container) {
 	t := newTable(e.stdout, "FIELD", "VALUE")
 	rows := [][2]string{
-		{"ID", c.Job.ID}, {"Name", c.Job.Name}, {"Node", orDash(c.Node)}, {"Image", c.Job.Image},
+		{"ID", c.Job.ID}, {"Name", c.Job.Name}, {"Node", nodeShowText(c)}, {"Image", c.Job.Image},
 		{"Status", statusText(c)}, {"Container", orDash(c.ContainerID)},
 		{"Command", orDash(strings.Join(c.Job.Command, " "))}, {"Ports", portsText(c.Ports)},
 		{"CPU", cpuText(c)}, {"Memory", memText(c)}, {"Created", c.CreatedAt.Format(time.RFC3339)},
@@ -298,6 +325,14 @@ func printContainer(e *env, c api.Container) {
 		t.row(r[0], r[1])
 	}
 	t.flush()
+}
+
+// nodeShowText is the node's name and ID, for container show.
+func nodeShowText(c api.Container) string {
+	if c.NodeName != "" && c.NodeName != c.Node {
+		return c.NodeName + " (" + c.Node + ")"
+	}
+	return nodeText(c)
 }
 
 func statusText(c api.Container) string {

@@ -82,6 +82,7 @@ func (s *Server) deployOn(ctx context.Context, n store.Node, job api.ContainerJo
 	if err := s.store.PutContainers(ctx, n.ID, []api.Container{c}); err != nil {
 		return c, err
 	}
+	c.NodeName = n.Name
 	return c, nil
 }
 
@@ -95,6 +96,7 @@ func (s *Server) deleteOn(ctx context.Context, n store.Node, id string) (api.Con
 	if err := s.store.PutContainers(ctx, n.ID, []api.Container{c}); err != nil {
 		return c, err
 	}
+	c.NodeName = n.Name
 	return c, nil
 }
 
@@ -113,6 +115,7 @@ func (s *Server) findLive(ctx context.Context, id, role string) (api.Container, 
 		}
 		return api.Container{}, store.Node{}, err
 	}
+	c.NodeName = n.Name
 	return c, n, nil
 }
 
@@ -276,15 +279,17 @@ func (s *Server) handleListContainers(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	readable := map[string]bool{}
+	// Node IDs the caller may read, with their names; absent: not yet asked.
+	readable := map[string]*store.Node{}
 	mayRead := func(c api.Container) bool {
-		ok, seen := readable[c.Node]
+		n, seen := readable[c.Node]
 		if !seen {
-			_, err := s.resolveNode(r.Context(), c.Node, api.RoleRead)
-			ok = err == nil
-			readable[c.Node] = ok
+			if got, err := s.resolveNode(r.Context(), c.Node, api.RoleRead); err == nil {
+				n = &got
+			}
+			readable[c.Node] = n
 		}
-		return ok
+		return n != nil
 	}
 	cs, next, err := fillPage(pg, func(sp store.Page) ([]api.Container, error) {
 		f.Page = sp
@@ -292,6 +297,11 @@ func (s *Server) handleListContainers(w http.ResponseWriter, r *http.Request) er
 	}, store.ContainerCursor, mayRead)
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
+	}
+	for i := range cs {
+		if n := readable[cs[i].Node]; n != nil {
+			cs[i].NodeName = n.Name
+		}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, api.ContainerList{Containers: cs, Next: next})
 	return nil
