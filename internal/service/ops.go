@@ -112,7 +112,7 @@ func (s *Supervisor) bringUp(ctx context.Context, sv *svc, spec api.ServiceSpec,
 	if err != nil {
 		return nil, 0, err
 	}
-	p, err := s.launch(sv.coord, spec, tree, port)
+	p, err := s.launch(sv, spec, tree, port)
 	if err != nil {
 		s.releasePort(sv.coord)
 		return nil, 0, err
@@ -189,6 +189,9 @@ func (s *Supervisor) stop(sv *svc, reason string, keepPort bool) error {
 	s.cancelRestart(sv)
 	p := sv.proc
 	if p == nil {
+		s.mu.Unlock()
+		s.killTree(sv, 0) // what a run that died left behind
+		s.mu.Lock()
 		changed := sv.rec.State != api.ServiceStopped
 		if changed {
 			sv.rec.State, sv.rec.Reason = api.ServiceStopped, reason
@@ -215,6 +218,7 @@ func (s *Supervisor) stop(sv *svc, reason string, keepPort bool) error {
 	s.notify()
 
 	p.signal(syscall.SIGTERM)
+	s.termTree(sv)
 	if !waitDone(p, grace) {
 		s.log.Info("service ignored SIGTERM; killing it", "coordinate", sv.coord.String(), "pid", p.pid, "grace", grace)
 		p.signal(syscall.SIGKILL)
@@ -222,8 +226,9 @@ func (s *Supervisor) stop(sv *svc, reason string, keepPort bool) error {
 			return fmt.Errorf("process %d did not die after SIGKILL; it is stuck in the kernel, look at /proc/%d/stack and try again: %w", p.pid, p.pid, errdefs.ErrUnavailable)
 		}
 	}
-	// The leader is gone; helpers it left in its group go with it.
-	signalGroup(p.pid, syscall.SIGKILL)
+	// The leader is gone; helpers it left go with it, also those that
+	// left its process group.
+	s.killTree(sv, p.pid)
 
 	now := time.Now()
 	s.mu.Lock()
@@ -437,6 +442,11 @@ func (s *Supervisor) remove(coordinate string, purge bool) error {
 	sv.wmu.Unlock()
 	s.releasePort(sv.coord)
 	s.notify()
+	if sv.grp != nil {
+		if err := sv.grp.Close(); err != nil {
+			s.log.Warn("remove the service's process tree group", "coordinate", coordinate, "err", err)
+		}
+	}
 
 	if purge {
 		dir := sv.coord.RuntimeDir(s.cfg.Prefix)

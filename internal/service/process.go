@@ -61,7 +61,8 @@ func logFile(runtimeDir string) string { return filepath.Join(runtimeDir, "logs"
 // launch starts one run of a service. Its stdout and stderr go straight to
 // the log file, opened O_APPEND: no pipe passes through the agent, so the
 // service neither dies of SIGPIPE nor blocks when the agent is gone.
-func (s *Supervisor) launch(coord Coordinate, spec api.ServiceSpec, tree string, port int) (*process, error) {
+func (s *Supervisor) launch(sv *svc, spec api.ServiceSpec, tree string, port int) (*process, error) {
+	coord := sv.coord
 	runtimeDir := coord.RuntimeDir(s.cfg.Prefix)
 	prog, err := resolveProgram(tree, "command[0]", spec.Command[0])
 	if err != nil {
@@ -84,7 +85,7 @@ func (s *Supervisor) launch(coord Coordinate, spec api.ServiceSpec, tree string,
 		Stderr: log,
 	}
 	detach(cmd)
-	if err := cmd.Start(); err != nil {
+	if err := s.startIn(sv, cmd); err != nil {
 		return nil, fmt.Errorf("start process: %w", err)
 	}
 	// Read the start time before anything can reap the child, so the

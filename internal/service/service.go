@@ -17,6 +17,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/procenv"
+	"github.com/nodemgr/nodemgr/internal/proctree"
 )
 
 // Artifacts finds installed artifacts; the agent adapts its artifact store.
@@ -76,6 +77,7 @@ type Supervisor struct {
 	log     *slog.Logger
 	http    *http.Client
 	baseEnv []string
+	procs   *proctree.Manager // nil: process groups only (see tree.go)
 
 	started   atomic.Bool
 	ready     chan struct{} // closed once Run has re-adopted the recorded services
@@ -107,10 +109,11 @@ type svc struct {
 
 	// Guarded by Supervisor.mu.
 	rec     record
-	onDisk  bool        // its record exists; false while a first Start is under way
-	proc    *process    // the live process, nil when none
-	timer   *time.Timer // a pending restart
-	gen     uint64      // bumped when a pending restart is cancelled
+	onDisk  bool            // its record exists; false while a first Start is under way
+	proc    *process        // the live process, nil when none
+	grp     *proctree.Group // its process tree, opened on first use
+	timer   *time.Timer     // a pending restart
+	gen     uint64          // bumped when a pending restart is cancelled
 	removed bool
 }
 
@@ -163,6 +166,12 @@ func New(cfg Config) (*Supervisor, error) {
 	s.runCtx, s.cancelRun = context.WithCancel(context.Background())
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("service supervisor: %w", err)
+	}
+	procs, err := newTracker(cfg.StateDir)
+	if err != nil {
+		s.log.Warn("cannot track services' process trees; a helper that leaves a service's process group outlives it (set NODEMGR_PROCTREE to a mode that works here)", "err", err)
+	} else {
+		s.procs = procs
 	}
 	recs, bad, err := loadRecords(cfg.StateDir)
 	if err != nil {
@@ -222,6 +231,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.cancelRun()
 	wg.Wait()
 	s.bg.Wait()
+	s.releaseGroups()
 	return nil
 }
 

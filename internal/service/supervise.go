@@ -29,6 +29,12 @@ func (s *Supervisor) watch(sv *svc, p *process) {
 // exits are left for the next supervisor to find, as they would be if the
 // agent had died.
 func (s *Supervisor) exited(sv *svc, p *process) {
+	if !s.stillRuns(sv, p) {
+		return
+	}
+	// Whatever the run left (helpers that left its process group) goes
+	// before anything is decided: a restart must find its port free.
+	s.killTree(sv, p.pid)
 	s.mu.Lock()
 	if s.closed || sv.proc != p || sv.rec.State != api.ServiceRunning {
 		s.mu.Unlock()
@@ -48,6 +54,14 @@ func (s *Supervisor) exited(sv *svc, p *process) {
 	s.saveLogged(sv)
 	s.notify()
 	s.log.Info("service exited", "coordinate", sv.coord.String(), "pid", p.pid, "exit", p.status, "state", state, "reason", reason)
+}
+
+// stillRuns reports whether p is sv's running process and the supervisor
+// still reacts to its exit.
+func (s *Supervisor) stillRuns(sv *svc, p *process) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed && sv.proc == p && sv.rec.State == api.ServiceRunning
 }
 
 // decide applies the restart policy to a run that lasted ran and ended as
@@ -137,7 +151,7 @@ func (s *Supervisor) relaunch(sv *svc) {
 	}
 	var p *process
 	if err == nil {
-		p, err = s.launch(sv.coord, spec, tree, port)
+		p, err = s.launch(sv, spec, tree, port)
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -231,6 +245,9 @@ func (s *Supervisor) adoptOne(sv *svc) (finishStop bool) {
 			s.log.Info("adopted running service", "coordinate", c, "pid", p.pid, "port", port)
 			return stopping
 		}
+		s.mu.Unlock()
+		s.killTree(sv, 0) // what it left while no agent watched
+		s.mu.Lock()
 		now := time.Now()
 		r.PID, r.StartTime = 0, 0
 		r.LastExit, r.LastExitAt = exitedAway, &now
