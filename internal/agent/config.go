@@ -1,12 +1,9 @@
 package agent
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -15,11 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/portalloc"
+	"github.com/nodemgr/nodemgr/internal/template/yamlfield"
 	"github.com/nodemgr/nodemgr/internal/validate"
 )
 
@@ -90,18 +86,18 @@ type Config struct {
 	openSecretFiles []string
 }
 
-// LoadConfigFile reads a YAML config file. Unknown keys are errors that name
-// the line, so typos do not pass silently.
+// LoadConfigFile reads a YAML config file strictly: an unknown key, a wrong
+// type or a duration without a unit is an error at FILE:LINE:COL that names
+// the key (and the nearest known one for a typo), so mistakes do not pass
+// silently.
 func LoadConfigFile(path string) (Config, error) {
 	var c Config
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return c, fmt.Errorf("read agent config: %w", err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return c, fmt.Errorf("agent config %s: %w", path, errdefs.Field("config", "%v", err))
+	if err := yamlfield.Unmarshal(b, path, &c); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }

@@ -39,10 +39,27 @@ heartbeat_interval: 5s
 	}
 }
 
-func TestLoadConfigFileRejectsUnknownKeys(t *testing.T) {
-	_, err := LoadConfigFile(writeFile(t, "server: http://x:1\ntgas: [gpu]\n"))
-	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "tgas") || !strings.Contains(err.Error(), "line 2") {
-		t.Errorf("LoadConfigFile with a typo = %v; want an invalid error naming tgas on line 2", err)
+// TestLoadConfigFileErrors: a bad config file is refused at FILE:LINE:COL
+// with the key and what is wrong, never a Go type.
+func TestLoadConfigFileErrors(t *testing.T) {
+	tests := []struct{ name, yaml, want string }{
+		{"typo", "server: http://x:1\ntgas: [gpu]\n", "2:1: tgas: unknown field; did you mean tags?"},
+		{"duration without unit", "heartbeat_interval: 30\n", "1:21: heartbeat_interval: must be a duration with a unit, such as 30s, 5m or 1h30m; got the whole number 30"},
+		{"bad duration", "reconnect_max: a minute\n", `1:16: reconnect_max: must be a duration with a unit, such as 30s, 5m or 1h30m; got the text "a minute"`},
+		{"wrong type", "tags: gpu\n", `1:7: tags: must be a list, got the text "gpu"`},
+		{"number as bool", "standalone: 1\n", "1:13: standalone: must be true or false, got the whole number 1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeFile(t, tc.yaml)
+			_, err := LoadConfigFile(path)
+			if want := path + ":" + tc.want; err == nil || err.Error() != want {
+				t.Errorf("LoadConfigFile(%q) = %v, want %s", tc.yaml, err, want)
+			}
+			if !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("LoadConfigFile(%q) = %v, not ErrInvalid", tc.yaml, err)
+			}
+		})
 	}
 }
 

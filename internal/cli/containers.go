@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
@@ -42,20 +40,6 @@ A job file:
 		containerDeleteCmd(e), containerMoveCmd(e, api.ContainerMove), containerMoveCmd(e, api.ContainerReplicate),
 		containerSendCmd(e))
 	return cmd
-}
-
-// loadYAML reads a YAML (or JSON) file strictly into v.
-func loadYAML(path string, v any) error {
-	b, err := readFileOrStdin(path)
-	if err != nil {
-		return err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
 }
 
 // containerClient is the server's client, or the local agent's with

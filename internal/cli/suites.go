@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,11 +13,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/agent"
+	"github.com/nodemgr/nodemgr/internal/template/yamlfield"
 )
 
 func newSuiteCmd(e *env) *cobra.Command {
@@ -415,10 +414,8 @@ func loadTasks(path string) ([]api.TaskSpec, error) {
 		return tasks, sc.Err()
 	}
 	var tasks []api.TaskSpec
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&tasks); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := yamlfield.UnmarshalLimit(b, path, maxTaskFile, &tasks); err != nil {
+		return nil, err
 	}
 	return tasks, nil
 }

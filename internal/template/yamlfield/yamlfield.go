@@ -92,15 +92,21 @@ type Doc struct {
 
 	at    map[string]*yaml.Node
 	nodes int
+	// maxNodes caps nodes for Decode; 0 is maxValueNodes.
+	maxNodes int
 }
 
 var syntaxRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // Load parses data as exactly one YAML document.
 func Load(data []byte, source string) (*Doc, error) {
+	return load(data, source, MaxSize)
+}
+
+func load(data []byte, source string, limit int) (*Doc, error) {
 	d := &Doc{Source: source, at: map[string]*yaml.Node{}}
-	if len(data) > MaxSize {
-		return nil, &Error{Source: source, Reason: fmt.Sprintf("file is %d bytes; the limit is %d", len(data), MaxSize)}
+	if len(data) > limit {
+		return nil, &Error{Source: source, Reason: fmt.Sprintf("file is %d bytes; the limit is %d", len(data), limit)}
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
