@@ -43,14 +43,21 @@ func Main(args []string) int {
 	defer stop()
 	e := &env{stdin: os.Stdin, stdout: &safeWriter{w: os.Stdout}, stderr: &safeWriter{w: os.Stderr},
 		rawStdout: os.Stdout, rawStderr: os.Stderr, getenv: os.Getenv}
-	root := newRoot(e)
-	root.SetArgs(args)
-	root.SetOut(e.stdout)
-	root.SetErr(e.stderr)
 	if path := os.Getenv("NODEMGR_CPUPROFILE"); path != "" {
 		stopProfile := startCPUProfile(path)
 		defer stopProfile()
 	}
+	return run(ctx, e, args)
+}
+
+// run runs one command line with e's streams and returns the exit code:
+// 0, the command's own (exitError), exitUsage for a command line that
+// cannot run, else 1.
+func run(ctx context.Context, e *env, args []string) int {
+	root := newRoot(e)
+	root.SetArgs(args)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
@@ -60,6 +67,10 @@ func Main(args []string) int {
 		return ee.code
 	}
 	fmt.Fprintln(e.stderr, "error:", describe(err))
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
 	return 1
 }
 
@@ -131,6 +142,7 @@ NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.`,
 		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
 		newWhoamiCmd(e), newBenchCmd(e),
 	)
+	strictUsage(root)
 	return root
 }
 

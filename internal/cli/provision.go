@@ -196,9 +196,13 @@ func newLifecycleCmd(e *env) *cobra.Command {
 		Long: `Control a deployment through its provider's own API. States follow EC2:
 pending, running, stopping, stopped, shutting-down, terminated, hibernated.
 A verb the provider cannot do is refused before anything is touched.`}
+	// Other tools' words for the verbs, so a typo or habit gets a
+	// suggestion ("suspend" is Vagrant's hibernate).
+	aliases := map[string][]string{"start": {"resume", "unpause"}, "hibernate": {"suspend", "pause"}, "reboot": {"restart"}}
 	for _, verb := range []string{"start", "stop", "hibernate", "reboot", "terminate"} {
 		cmd.AddCommand(&cobra.Command{
 			Use: verb + " DEPLOYMENT", Short: strings.ToUpper(verb[:1]) + verb[1:] + " a machine", Args: cobra.ExactArgs(1),
+			SuggestFor: aliases[verb],
 			RunE: func(cmd *cobra.Command, args []string) error {
 				d, err := clientFor(cmd, e).Lifecycle(cmd.Context(), args[0], verb)
 				if err != nil {
