@@ -10,7 +10,12 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
+
+// maxProvisionCount is the most machines one provision request makes (the
+// server's limit).
+const maxProvisionCount = 100
 
 func newProvisionCmd(e *env) *cobra.Command {
 	var req api.ProvisionRequest
@@ -24,6 +29,11 @@ parallel, and tracks them as deployments. This command shows their progress
 until every one is running or failed (--no-wait returns at once).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The API reads an absent count, which is 0 on the wire, as
+			// one machine; a count the user typed must mean what it says.
+			if req.Count < 1 || req.Count > maxProvisionCount {
+				return &usageError{errdefs.Field("count", "must be between 1 and %d, got %d", maxProvisionCount, req.Count)}
+			}
 			c := clientFor(cmd, e)
 			deps, err := c.Provision(cmd.Context(), req)
 			if err != nil {
@@ -56,7 +66,7 @@ until every one is running or failed (--no-wait returns at once).`,
 	}
 	cmd.Flags().StringVar(&req.Template, "template", "", "template name (nodemgr template ls)")
 	cmd.Flags().StringVar(&req.Provider, "provider", "", "provider: local, docker")
-	cmd.Flags().IntVar(&req.Count, "count", 1, "how many machines (1-100)")
+	cmd.Flags().IntVar(&req.Count, "count", 1, fmt.Sprintf("how many machines (1-%d)", maxProvisionCount))
 	cmd.Flags().StringVar(&req.Name, "name", "", "machine name, or prefix with --count (default: the template's name)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the server has accepted the request")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

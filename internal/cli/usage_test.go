@@ -77,3 +77,16 @@ func TestEveryParentRefusesUnknownSubcommands(t *testing.T) {
 		}
 	}
 }
+
+// TestProvisionCountIsChecked: --count 0 used to make one machine (0 is
+// "absent" on the wire); any count outside 1..100 is refused before the
+// server is asked.
+func TestProvisionCountIsChecked(t *testing.T) {
+	for _, count := range []string{"0", "-1", "101"} {
+		code, _, stderr := runArgs(t, "provision", "--template", "t", "--provider", "local", "--count", count, "--addr", "http://127.0.0.1:1")
+		want := "error: count: must be between 1 and 100, got " + count
+		if code != exitUsage || strings.TrimSpace(stderr) != want {
+			t.Errorf("provision --count %s = exit %d, %q; want exit 2, %q", count, code, stderr, want)
+		}
+	}
+}
