@@ -65,9 +65,16 @@ func (c *Client) Artifact(ctx context.Context, node, id string) (api.Artifact, e
 	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/artifacts/"+url.PathEscape(id)), nil, &out)
 }
 
-// RemoveArtifact uninstalls id from node.
+// RemoveArtifact uninstalls id from node; it is refused while a service
+// (running or stopped) uses it.
 func (c *Client) RemoveArtifact(ctx context.Context, node, id string) error {
 	return c.Do(ctx, http.MethodDelete, nodePath(node, "/artifacts/"+url.PathEscape(id)), nil, nil)
+}
+
+// ForceRemoveArtifact uninstalls id from node even while services use it;
+// they cannot start again until it is installed again.
+func (c *Client) ForceRemoveArtifact(ctx context.Context, node, id string) error {
+	return c.Do(ctx, http.MethodDelete, nodePath(node, "/artifacts/"+url.PathEscape(id)+"?force=true"), nil, nil)
 }
 
 // Services lists node's services with their live status.

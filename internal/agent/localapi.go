@@ -299,7 +299,16 @@ func (a *Agent) handleRemoveArtifact(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	if err := a.wl.artifacts.Remove(id); err != nil {
+	force, err := boolQuery(r, "force")
+	if err != nil {
+		return err
+	}
+	if force {
+		_, err = a.wl.artifacts.ForceRemove(id)
+	} else {
+		err = a.wl.artifacts.Remove(id)
+	}
+	if err != nil {
 		return err
 	}
 	a.wl.artifactsChanged()

@@ -400,35 +400,49 @@ func readDirs(dir string) ([]string, error) {
 }
 
 // Remove uninstalls id. It refuses with errdefs.ErrConflict while
-// Options.UsedBy names users of id, and returns errdefs.ErrNotFound if id is
+// Options.UsedBy names users of id (see ForceRemove), and returns errdefs.ErrNotFound if id is
 // not installed. The tree leaves its place with one rename before it is
 // deleted, so a crash never leaves a half-deleted install behind.
 func (s *Store) Remove(id ID) error {
+	_, err := s.remove(id, false)
+	return err
+}
+
+// ForceRemove uninstalls id even while Options.UsedBy names users, and
+// returns them: they cannot start again until id is installed again.
+func (s *Store) ForceRemove(id ID) (broken []string, err error) {
+	return s.remove(id, true)
+}
+
+func (s *Store) remove(id ID, force bool) (users []string, err error) {
 	if err := id.Validate(); err != nil {
-		return fmt.Errorf("remove artifact: %w", err)
+		return nil, fmt.Errorf("remove artifact: %w", err)
 	}
 	unlock, err := s.lock(context.Background(), id)
 	if err != nil {
-		return fmt.Errorf("remove artifact %s: %w", id, err)
+		return nil, fmt.Errorf("remove artifact %s: %w", id, err)
 	}
 	defer unlock()
 
 	_, ok, err := s.read(id)
 	if err != nil {
-		return fmt.Errorf("remove artifact %s: %w", id, err)
+		return nil, fmt.Errorf("remove artifact %s: %w", id, err)
 	}
 	if !ok {
-		return fmt.Errorf("remove artifact %s: not installed: %w", id, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("remove artifact %s: not installed: %w", id, errdefs.ErrNotFound)
 	}
 	if s.usedBy != nil {
-		if users := s.usedBy(id); len(users) > 0 {
-			return fmt.Errorf("remove artifact %s: in use by %s; stop and remove those first (`nodemgr service stop`, `nodemgr service rm`): %w",
-				id, strings.Join(users, ", "), errdefs.ErrConflict)
-		}
+		users = s.usedBy(id)
+	}
+	if len(users) > 0 && !force {
+		return nil, fmt.Errorf("remove artifact %s: in use by service %s (a stopped service is restarted from it too); "+
+			"remove each first with `nodemgr service stop NODE COORDINATE` and `nodemgr service rm NODE COORDINATE`, "+
+			"or remove it anyway with `nodemgr artifact rm --force`, which leaves them unable to start: %w",
+			id, strings.Join(users, ", "), errdefs.ErrConflict)
 	}
 	trash, err := os.MkdirTemp(s.tmp, "remove-")
 	if err != nil {
-		return fmt.Errorf("remove artifact %s: %w", id, err)
+		return nil, fmt.Errorf("remove artifact %s: %w", id, err)
 	}
 	final := s.Path(id)
 	s.tree.Lock()
@@ -450,10 +464,14 @@ func (s *Store) Remove(id ID) error {
 		s.log.Warn("artifact: delete removed tree", "dir", trash, "err", rerr)
 	}
 	if err != nil {
-		return fmt.Errorf("remove artifact %s: %w", id, err)
+		return nil, fmt.Errorf("remove artifact %s: %w", id, err)
 	}
-	s.log.Info("artifact removed", "id", id.String())
-	return nil
+	if len(users) > 0 {
+		s.log.Warn("artifact removed by force while services use it; they cannot start until it is installed again", "id", id.String(), "services", users)
+	} else {
+		s.log.Info("artifact removed", "id", id.String())
+	}
+	return users, nil
 }
 
 // lock takes id's lock, waiting until it is free or ctx is done.

@@ -616,6 +616,24 @@ func TestRemoveInUse(t *testing.T) {
 	}
 }
 
+// ForceRemove removes an artifact in use and names the services it breaks.
+func TestForceRemoveInUse(t *testing.T) {
+	s, depot, _ := setup(t, artifact.Options{UsedBy: func(artifact.ID) []string { return []string{"1.svc.ops.prod"} }})
+	id := mustID(t, "com.example:svc:1.0")
+	depot.Publish(id, ".zip", artifacttest.Zip(t, sample...))
+	inst, err := s.Install(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken, err := s.ForceRemove(id)
+	if err != nil || !slices.Equal(broken, []string{"1.svc.ops.prod"}) {
+		t.Fatalf("ForceRemove(%s) = %q, %v; want it removed, breaking 1.svc.ops.prod", id, broken, err)
+	}
+	if _, err := os.Stat(inst.Path); !os.IsNotExist(err) {
+		t.Errorf("ForceRemove left the tree: %v", err)
+	}
+}
+
 func TestConcurrentInstallsDownloadOnce(t *testing.T) {
 	s, depot, _ := setup(t, artifact.Options{})
 	id := mustID(t, "com.example:popular:1.0")

@@ -178,22 +178,41 @@ func artifactShowCmd(e *env) *cobra.Command {
 }
 
 func artifactRmCmd(e *env) *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	cmd := &cobra.Command{
 		Use:   "rm NODE GROUP:ARTIFACT:VERSION",
-		Short: "Remove an artifact (refused while a service uses it)",
+		Short: "Remove an artifact (refused while a service, running or stopped, uses it; --force removes anyway)",
 		Args:  nodeArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, node, name, err := nodeTargetOne(cmd, e, args, "artifact as group:artifact:version")
 			if err != nil {
 				return err
 			}
-			if err := c.RemoveArtifact(cmd.Context(), node, name); err != nil {
+			if !force {
+				if err := c.RemoveArtifact(cmd.Context(), node, name); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "%s removed from %s\n", name, where(node))
+				return nil
+			}
+			// Who uses it is asked first, to say what the removal breaks.
+			var users []string
+			if a, err := c.Artifact(cmd.Context(), node, name); err == nil {
+				users = a.UsedBy
+			}
+			if err := c.ForceRemoveArtifact(cmd.Context(), node, name); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "%s removed from %s\n", name, where(node))
+			if len(users) > 0 {
+				fmt.Fprintf(e.stderr, "warning: services %s use %s and cannot start again until it is installed again (`nodemgr artifact install %s %s`)\n",
+					strings.Join(users, ", "), name, node, name)
+			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "remove even while services use it; they cannot start again until it is reinstalled")
+	return cmd
 }
 
 func newServiceCmd(e *env) *cobra.Command {

@@ -468,14 +468,14 @@ func (s *Supervisor) Summaries() []api.ServiceSummary {
 }
 
 // UsedBy returns the coordinates of the services that need artifact id:
-// every one but those stopped on request, since an exited or failed
-// service may be restarted as it is.
+// every one with a record, stopped ones too, since any of them may be
+// restarted as it is.
 func (s *Supervisor) UsedBy(id string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
 	for c, sv := range s.svcs {
-		if sv.rec.State != "" && sv.rec.State != api.ServiceStopped && sv.rec.Spec.Artifact == id {
+		if sv.rec.State != "" && sv.rec.Spec.Artifact == id {
 			out = append(out, c)
 		}
 	}

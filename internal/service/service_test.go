@@ -744,7 +744,8 @@ func TestUsedBy(t *testing.T) {
 	if _, err := s.Stop(context.Background(), "c.used.u.c"); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := s.UsedBy(artID), []string{"a.used.u.c", "b.used.u.c"}; !slices.Equal(got, want) {
+	// A stopped service is restarted from the artifact: it uses it too.
+	if got, want := s.UsedBy(artID), []string{"a.used.u.c", "b.used.u.c", "c.used.u.c"}; !slices.Equal(got, want) {
 		t.Errorf("UsedBy(%s) = %q, want %q", artID, got, want)
 	}
 	if got := s.UsedBy("com.example:other:1.0"); len(got) != 0 {
