@@ -91,7 +91,15 @@ type NodeResources struct {
 	Usage            *MachineUsage `json:"usage,omitempty"` // derived from MachineFree
 	Commitments      []Commitment  `json:"commitments"`
 	Allocations      []Allocation  `json:"allocations"`
+	// AsOf is set when the server answers from its copy of the books
+	// because the agent is not connected: when the agent reported them.
+	AsOf *time.Time `json:"as_of,omitempty"`
 }
+
+// MethodResourcesReport (agent → server request, body NodeResources)
+// gives the server a copy of the node's books, which it shows while the
+// agent is not connected.
+const MethodResourcesReport = "resources.report"
 
 // MachineUsage is how busy the whole machine is, by all its processes.
 type MachineUsage struct {

@@ -360,6 +360,27 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 		published = p.UpdatedAt
 	}
 	publish()
+	var books booksReport
+	// publishBooks gives the server a copy of the books when they changed,
+	// so that it can show them while this agent is away.
+	publishBooks := func() {
+		res, err := a.wl.resources()
+		if err != nil {
+			return // not onboarded yet, or still starting
+		}
+		key, due := books.due(res, time.Now())
+		if !due {
+			return
+		}
+		bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := peer.Call(bctx, api.MethodResourcesReport, res, nil); err != nil {
+			a.log.Debug("report the books", "err", err)
+			return
+		}
+		books.sent, books.sentAt = key, time.Now()
+	}
+	publishBooks()
 	// beat sends a heartbeat with the agent's state; a failed one ends the
 	// session.
 	beat := func() error {
@@ -417,8 +438,10 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 			return nil
 		case <-a.wl.changed:
 			publish()
+			publishBooks()
 		case <-a.wl.reported:
 			report(false)
+			publishBooks()
 		case <-a.workChanged:
 			// Preparing, Executing, Cleanup, Idle: node ls shows it now.
 			tick.Reset(interval)
@@ -429,6 +452,7 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 			tick.Reset(interval)
 			a.maybeRenew(ctx, peer)
 			publish() // catches what changed without a poke
+			publishBooks()
 			if err := beat(); err != nil {
 				return err
 			}

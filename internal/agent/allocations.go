@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -105,6 +108,12 @@ func (w *workloads) booked(kind, name string) bool {
 func (w *workloads) deployContainer(ctx context.Context, job api.ContainerJob) (api.Container, error) {
 	if err := container.Validate(job); err != nil {
 		return api.Container{}, err
+	}
+	// What is booked is what the engine enforces: a job without limits
+	// gets the node's defaults as real limits, or is refused.
+	job, err := container.ApplyDefaults(job, w.containerDefaults)
+	if err != nil {
+		return api.Container{}, fmt.Errorf("deploy container %s: %w", cmp.Or(job.ID, job.Name), err)
 	}
 	if job.ID == "" {
 		job.ID = container.NewJobID()
@@ -250,19 +259,49 @@ func (w *workloads) reconcileBooks() {
 }
 
 func (a *Agent) handleResources(w http.ResponseWriter, r *http.Request) error {
-	l, err := a.wl.books()
+	res, err := a.wl.resources()
 	if err != nil {
 		return err
-	}
-	res, err := l.Resources()
-	if err != nil {
-		return err
-	}
-	for i, al := range res.Allocations {
-		res.Allocations[i] = a.wl.allocationView(al)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, res)
 	return nil
+}
+
+// resources is the node's books now, each allocation with its workload's
+// state and ports.
+func (w *workloads) resources() (api.NodeResources, error) {
+	l, err := w.books()
+	if err != nil {
+		return api.NodeResources{}, err
+	}
+	res, err := l.Resources()
+	if err != nil {
+		return api.NodeResources{}, err
+	}
+	for i, al := range res.Allocations {
+		res.Allocations[i] = w.allocationView(al)
+	}
+	return res, nil
+}
+
+// booksReport decides whether the server's copy of the books needs this
+// report: when what is booked changed (the machine's free memory and load
+// change all the time and do not count), or every booksRefresh.
+type booksReport struct {
+	sent   []byte // the books part of the last report the server took
+	sentAt time.Time
+}
+
+const booksRefresh = 5 * time.Minute
+
+// due returns the books to report now, or false.
+func (b *booksReport) due(res api.NodeResources, now time.Time) ([]byte, bool) {
+	res.MachineFree, res.MachineFreeError, res.Usage = nil, "", nil
+	key, err := json.Marshal(res)
+	if err != nil {
+		return nil, false
+	}
+	return key, !bytes.Equal(key, b.sent) || now.Sub(b.sentAt) >= booksRefresh
 }
 
 func (a *Agent) handleOnboard(w http.ResponseWriter, r *http.Request) error {

@@ -23,6 +23,10 @@ func nodeResourcesCmd(e *env) *cobra.Command {
 }
 
 func printResources(e *env, res api.NodeResources) {
+	if res.AsOf != nil {
+		fmt.Fprintf(e.stdout, "The agent is not connected: these are the books it last reported, %s (at %s).\n\n",
+			ago(res.AsOf, time.Now()), res.AsOf.Format(time.RFC3339))
+	}
 	if !res.Onboarded {
 		fmt.Fprintln(e.stdout, "Not onboarded: the node offers nothing to containers and services (nodemgr node onboard NODE --share 50).")
 	} else {

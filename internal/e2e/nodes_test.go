@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -226,4 +227,37 @@ func TestTagsAndLabelsReachTheAgentEvenWhileItIsDown(t *testing.T) {
 		json.Unmarshal(b, &st)
 		return slices.Contains(st.Tags, "queued") && st.Labels["rack"] == "7" && st.LastSeq == 2, string(b)
 	})
+}
+
+// TestResourcesWhileTheAgentIsAway: the server keeps a copy of each node's
+// books, so `node resources` answers, with the books' age, while the agent
+// is not connected.
+func TestResourcesWhileTheAgentIsAway(t *testing.T) {
+	s := startServer(t)
+	a := startAgent(t, s, "away")
+	waitStatus(t, s, "away", api.StatusOnline, 20*time.Second)
+	var live api.NodeResources
+	waitFor(t, 30*time.Second, "the node's books", func() (bool, string) {
+		var err error
+		live, err = s.client().Resources(context.Background(), "away")
+		return err == nil && live.Onboarded, fmt.Sprint(err)
+	})
+	if live.AsOf != nil {
+		t.Errorf("live books have as_of %v, want none", live.AsOf)
+	}
+	a.signal(syscall.SIGKILL)
+	a.wait(10 * time.Second)
+	waitStatus(t, s, "away", api.StatusOffline, 20*time.Second)
+
+	out, stderr, code := s.run(t, "node", "resources", "away")
+	if code != 0 {
+		t.Fatalf("node resources of a node whose agent is away: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "not connected") || !strings.Contains(out, "last reported") || !strings.Contains(out, "offered") {
+		t.Errorf("node resources while away said:\n%s\nwant the last books, marked as the agent's last report", out)
+	}
+	kept, err := s.client().Resources(context.Background(), "away")
+	if err != nil || kept.AsOf == nil || kept.Offered != live.Offered {
+		t.Errorf("Resources while away = offered %+v as of %v (%v), want the live books %+v with their age", kept.Offered, kept.AsOf, err, live.Offered)
+	}
 }

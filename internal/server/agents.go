@@ -325,6 +325,8 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		return h.s.issueCredential(ctx, h.sess.nodeID)
 	case api.MethodPresence:
 		return h.presence(body)
+	case api.MethodResourcesReport:
+		return h.resourcesReport(ctx, body)
 	case api.MethodContainersReport:
 		return h.containersReport(ctx, body)
 	case api.MethodSuiteNext:

@@ -39,7 +39,7 @@ func (s *Server) workloadRoutes() []route {
 		{"DELETE", "/v1/nodes/{node}/services/{coordinate}", authUser, quick},
 		{"POST", "/v1/nodes/{node}/services/{coordinate}/{action}", authUser, long},
 		{"GET", "/v1/nodes/{node}/services/{coordinate}/logs", authUser, quick},
-		{"GET", "/v1/nodes/{node}/resources", authUser, quick},
+		{"GET", "/v1/nodes/{node}/resources", authUser, s.handleNodeResources},
 		{"POST", "/v1/nodes/{node}/onboard", authUser, quick},
 		{"POST", "/v1/nodes/{node}/offboard", authUser, quick},
 		{"POST", "/v1/nodes/{node}/commitments", authUser, quick},
@@ -139,4 +139,75 @@ func (h *agentHandler) presence(body []byte) (any, error) {
 	}
 	h.sess.presence.Store(&p)
 	return struct{}{}, nil
+}
+
+// The server keeps a copy of each node's books (the agent reports them
+// when they change, and every live answer refreshes it), so that `node
+// resources` still answers, with the books' age, while the agent is away.
+const booksKind = "node-resources"
+
+func (h *agentHandler) resourcesReport(ctx context.Context, body []byte) (any, error) {
+	var nr api.NodeResources
+	if err := httpapi.DecodeStrict(body, &nr); err != nil {
+		return nil, err
+	}
+	nr.AsOf = nil
+	if err := h.s.keepBooks(ctx, h.sess.nodeID, nr); err != nil {
+		return nil, err
+	}
+	return struct{}{}, nil
+}
+
+// keepBooks stores a node's books as the server's copy.
+func (s *Server) keepBooks(ctx context.Context, nodeID string, nr api.NodeResources) error {
+	b, err := json.Marshal(nr)
+	if err != nil {
+		return err
+	}
+	if _, err := s.store.PutDocument(ctx, store.Document{Kind: booksKind, Name: nodeID, Body: b}); err != nil {
+		return fmt.Errorf("keep the books of node %s: %w", nodeID, err)
+	}
+	return nil
+}
+
+// handleNodeResources answers the agent's books live, or, while the agent
+// is not connected, the server's copy with its age in as_of.
+func (s *Server) handleNodeResources(w http.ResponseWriter, r *http.Request) error {
+	n, err := s.resolveNode(r.Context(), r.PathValue("node"), api.RoleRead)
+	if err != nil {
+		return err
+	}
+	if s.hub.get(n.ID) == nil {
+		if d, derr := s.store.GetDocument(r.Context(), booksKind, n.ID); derr == nil {
+			var nr api.NodeResources
+			if err := json.Unmarshal(d.Body, &nr); err == nil {
+				asOf := d.UpdatedAt
+				nr.AsOf = &asOf
+				httpapi.WriteJSON(w, http.StatusOK, nr)
+				return nil
+			}
+		}
+	}
+	req, err := localRequest(r)
+	if err != nil {
+		return err
+	}
+	resp, err := s.callLocal(r.Context(), n, req, forwardTimeout)
+	if err != nil {
+		return err
+	}
+	if resp.Status == http.StatusOK {
+		var nr api.NodeResources
+		if json.Unmarshal(resp.Body, &nr) == nil {
+			if err := s.keepBooks(r.Context(), n.ID, nr); err != nil {
+				s.log.Warn("keep a node's books", "node", n.ID, "err", err)
+			}
+		}
+	}
+	if resp.ContentType != "" {
+		w.Header().Set("Content-Type", resp.ContentType)
+	}
+	w.WriteHeader(resp.Status)
+	w.Write(resp.Body)
+	return nil
 }
