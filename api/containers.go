@@ -46,10 +46,11 @@ type ContainerJob struct {
 	Command []string          `json:"command,omitempty" yaml:"command"`
 	Env     map[string]string `json:"env,omitempty" yaml:"env"`
 	// CPUs limits the container's CPU time, in cores (0.5 is half a core);
-	// 0 is no limit.
+	// 0 takes the node's default (the agent's container_defaults): the
+	// node books what the engine enforces.
 	CPUs float64 `json:"cpus,omitempty" yaml:"cpus"`
-	// MemoryMB limits the container's memory (swap included); 0 is no
-	// limit, else at least 6 (the engine's minimum).
+	// MemoryMB limits the container's memory (swap included), at least 6
+	// (the engine's minimum); 0 takes the node's default.
 	MemoryMB int64             `json:"memory_mb,omitempty" yaml:"memory_mb"`
 	Ports    []ContainerPort   `json:"ports,omitempty" yaml:"ports"`
 	Labels   map[string]string `json:"labels,omitempty" yaml:"labels"`

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/container"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/portalloc"
 	"github.com/nodemgr/nodemgr/internal/template/yamlfield"
@@ -69,6 +70,11 @@ type Config struct {
 	// ContainerUsageInterval is how often running containers' CPU and
 	// memory are sampled and reported (default 10s).
 	ContainerUsageInterval time.Duration `yaml:"container_usage_interval"`
+	// ContainerDefaults are the cpus and memory_mb a container job gets
+	// when it names none, booked and enforced by the engine alike; unset:
+	// 0.5 cores and 256 MiB. A limit set to 0 here has no default: a job
+	// must give it.
+	ContainerDefaults *container.Defaults `yaml:"container_defaults"`
 	// OnboardShare is the share (10-90 %) of the machine a node offers to
 	// containers and services when it first starts; default 90, negative
 	// leaves it to `nodemgr node onboard`.
@@ -314,6 +320,11 @@ func (c *Config) validateWorkloads() error {
 	}
 	if c.ContainerUsageInterval < 0 || (c.ContainerUsageInterval > 0 && c.ContainerUsageInterval < 100*time.Millisecond) {
 		return errdefs.Field("container_usage_interval", "must be at least 100ms, got %s", c.ContainerUsageInterval)
+	}
+	if c.ContainerDefaults != nil {
+		if err := c.ContainerDefaults.Check("container_defaults"); err != nil {
+			return err
+		}
 	}
 	if c.Procs < 0 {
 		return errdefs.Field("procs", "must not be negative, got %d", c.Procs)

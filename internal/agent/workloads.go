@@ -30,6 +30,8 @@ type workloads struct {
 	ports      *portalloc.Allocator
 	services   *service.Supervisor
 	containers *container.Manager
+	// containerDefaults are the limits of a container job that names none.
+	containerDefaults container.Defaults
 
 	capMu    sync.Mutex
 	capacity *capacity.Ledger // nil until the hardware is known (initCapacity)
@@ -53,7 +55,8 @@ type workloads struct {
 // containers on an engine other agents may share.
 func newWorkloads(cfg Config, scope string, log *slog.Logger) (*workloads, error) {
 	w := &workloads{log: log, changed: make(chan struct{}, 1),
-		reports: map[string]api.Container{}, reported: make(chan struct{}, 1)}
+		reports: map[string]api.Container{}, reported: make(chan struct{}, 1),
+		containerDefaults: cfg.containerDefaults()}
 	lo, hi, err := cfg.portRange()
 	if err != nil {
 		return nil, err
@@ -111,6 +114,15 @@ func (w *workloads) run(ctx context.Context) error {
 	err := w.services.Run(ctx)
 	wg.Wait()
 	return errors.Join(err, cerr)
+}
+
+// containerDefaults are the configured container defaults, or the
+// built-in ones.
+func (c Config) containerDefaults() container.Defaults {
+	if c.ContainerDefaults != nil {
+		return *c.ContainerDefaults
+	}
+	return container.Defaults{CPUs: container.DefaultCPUs, MemoryMB: container.DefaultMemoryMB}
 }
 
 // containerChanged queues a container's change for the server.

@@ -96,15 +96,15 @@ func validateLimits(job api.ContainerJob) error {
 	case math.IsNaN(c) || math.IsInf(c, 0) || c < 0:
 		return errdefs.Field("cpus", "%v is not a non-negative number of cores", c)
 	case c > 0 && c < 0.01:
-		return errdefs.Field("cpus", "%v is below the engine's minimum of 0.01 cores; use 0 for no limit", c)
+		return errdefs.Field("cpus", "%v is below the engine's minimum of 0.01 cores; leave it out for the node's default", c)
 	case c > 1<<20:
 		return errdefs.Field("cpus", "%v cores is out of range", c)
 	}
 	switch m := job.MemoryMB; {
 	case m < 0:
-		return errdefs.Field("memory_mb", "%d is negative; use 0 for no limit", m)
+		return errdefs.Field("memory_mb", "%d is negative; leave it out for the node's default", m)
 	case m > 0 && m < minMemoryMB:
-		return errdefs.Field("memory_mb", "%d MiB is below the engine's minimum of %d MiB; use 0 for no limit", m, minMemoryMB)
+		return errdefs.Field("memory_mb", "%d MiB is below the engine's minimum of %d MiB; leave it out for the node's default", m, minMemoryMB)
 	case m > math.MaxInt64>>20:
 		return errdefs.Field("memory_mb", "%d MiB is out of range", m)
 	}
