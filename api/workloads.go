@@ -54,6 +54,22 @@ type ServiceSpec struct {
 	// (default 10s).
 	StopGrace Duration `json:"stop_grace,omitempty" yaml:"stop_grace"`
 	Logs      LogSpec  `json:"logs" yaml:"logs"`
+	// User runs the service as this user of the node (its uid, gid and
+	// supplementary groups); empty runs it as the agent's user. The
+	// runtime dir is given to it; the software tree stays root's and
+	// read-only.
+	User string `json:"user,omitempty" yaml:"user"`
+	// Limits are enforced with cgroups; nil: none.
+	Limits *ServiceLimits `json:"limits,omitempty" yaml:"limits"`
+}
+
+// ServiceLimits caps what a service's processes, all of them, may use:
+// over MemoryMB the kernel's OOM killer kills one of them (the supervisor
+// records the OOM kill), and their CPU time is throttled to CPUs cores.
+// Zero is no limit.
+type ServiceLimits struct {
+	MemoryMB int64   `json:"memory_mb,omitempty" yaml:"memory_mb"`
+	CPUs     float64 `json:"cpus,omitempty" yaml:"cpus"`
 }
 
 // ServiceFile is one file put into a runtime dir before the service starts:

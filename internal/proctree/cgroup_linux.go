@@ -388,3 +388,28 @@ func ownCgroup(match func(controllers, id string) bool) (string, error) {
 	}
 	return "", errors.New("this process is in no such cgroup")
 }
+
+// OwnCgroupDir is where this process's cgroup is in the file system: in
+// the v1 hierarchy with controller, or in the v2 hierarchy for "". A
+// supervisor puts its limit groups (memory, cpu) under it.
+func OwnCgroupDir(controller string) (string, error) {
+	if controller == "" {
+		mnt, err := findMount(func(fstype, _ string) bool { return fstype == "cgroup2" })
+		if err != nil {
+			return "", err
+		}
+		own, err := ownCgroup(func(controllers, id string) bool { return id == "0" && controllers == "" })
+		return mnt.path(own), err
+	}
+	mnt, err := findMount(func(fstype, opts string) bool {
+		return fstype == "cgroup" && slices.Contains(strings.Split(opts, ","), controller)
+	})
+	if err != nil {
+		return "", fmt.Errorf("cgroup v1 %s: %w", controller, err)
+	}
+	own, err := ownCgroup(func(controllers, _ string) bool { return slices.Contains(strings.Split(controllers, ","), controller) })
+	if err != nil {
+		return "", fmt.Errorf("cgroup v1 %s: %w", controller, err)
+	}
+	return mnt.path(own), nil
+}

@@ -27,3 +27,6 @@ func (g *Group) Start(*syscall.ProcAttr, Forker) (int, error) { return 0, errors
 func (g *Group) Signal(syscall.Signal) (int, error)           { return 0, errors.ErrUnsupported }
 func (g *Group) Kill() error                                  { return errors.ErrUnsupported }
 func (g *Group) Close() error                                 { return nil }
+
+// OwnCgroupDir returns errors.ErrUnsupported off Linux.
+func OwnCgroupDir(string) (string, error) { return "", errors.ErrUnsupported }

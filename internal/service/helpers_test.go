@@ -73,6 +73,14 @@ func main() {
 			}
 		}()
 	}
+	if mb := os.Getenv("SVC_ALLOC_MB"); mb != "" {
+		n, _ := strconv.Atoi(mb)
+		b := make([]byte, n<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1 // touch every page, so it is resident
+		}
+		fmt.Printf("svc allocated %d MiB\n", n)
+	}
 	if code := os.Getenv("SVC_EXIT"); code != "" {
 		n, _ := strconv.Atoi(code)
 		os.Exit(n)

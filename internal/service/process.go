@@ -68,6 +68,10 @@ func (s *Supervisor) launch(sv *svc, spec api.ServiceSpec, tree string, port int
 	if err != nil {
 		return nil, err
 	}
+	cred, err := credential(spec.User)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(filepath.Join(runtimeDir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
@@ -76,6 +80,13 @@ func (s *Supervisor) launch(sv *svc, spec api.ServiceSpec, tree string, port int
 		return nil, err
 	}
 	defer log.Close() // the child has its own copy
+	if err := giveRuntimeDir(runtimeDir, spec, cred); err != nil {
+		return nil, err
+	}
+	rl, err := s.prepareLimits(sv, spec.Limits)
+	if err != nil {
+		return nil, err
+	}
 	cmd := &exec.Cmd{
 		Path:   prog,
 		Args:   append([]string{prog}, serviceArgs(spec)...),
@@ -85,8 +96,14 @@ func (s *Supervisor) launch(sv *svc, spec api.ServiceSpec, tree string, port int
 		Stderr: log,
 	}
 	detach(cmd)
-	if err := s.startIn(sv, cmd); err != nil {
+	setCredential(cmd, cred)
+	if err := s.startIn(sv, cmd, rl); err != nil {
 		return nil, fmt.Errorf("start process: %w", err)
+	}
+	if err := s.afterStart(sv, rl); err != nil {
+		signalGroup(cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		return nil, fmt.Errorf("set the limits: %w", err)
 	}
 	// Read the start time before anything can reap the child, so the
 	// pid surely is still ours.
@@ -103,6 +120,10 @@ func (s *Supervisor) launch(sv *svc, spec api.ServiceSpec, tree string, port int
 	go func() {
 		err := cmd.Wait()
 		p.status, p.success = describeExit(cmd.ProcessState, err)
+		if rl.oomKilled() {
+			p.status += fmt.Sprintf(" (OOM: killed by the kernel over its limits.memory_mb of %d)", rl.runMB)
+			p.success = false
+		}
 		close(p.done)
 	}()
 	return p, nil

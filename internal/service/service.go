@@ -73,11 +73,12 @@ type Config struct {
 
 // Supervisor runs the services of one node and keeps them running.
 type Supervisor struct {
-	cfg     Config
-	log     *slog.Logger
-	http    *http.Client
-	baseEnv []string
-	procs   *proctree.Manager // nil: process groups only (see tree.go)
+	cfg      Config
+	log      *slog.Logger
+	http     *http.Client
+	baseEnv  []string
+	procs    *proctree.Manager // nil: process groups only (see tree.go)
+	treeName string            // of its process tree and limit groups
 
 	started   atomic.Bool
 	ready     chan struct{} // closed once Run has re-adopted the recorded services
@@ -167,7 +168,8 @@ func New(cfg Config) (*Supervisor, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("service supervisor: %w", err)
 	}
-	procs, err := newTracker(cfg.StateDir)
+	s.treeName = treeName(cfg.StateDir)
+	procs, err := newTracker(s.treeName)
 	if err != nil {
 		s.log.Warn("cannot track services' process trees; a helper that leaves a service's process group outlives it (set NODEMGR_PROCTREE to a mode that works here)", "err", err)
 	} else {

@@ -116,6 +116,12 @@ func Validate(spec api.ServiceSpec) error {
 	if spec.ExpectedMemoryMB < 0 {
 		return errdefs.Field("expected_memory_mb", "must not be negative")
 	}
+	if err := validateLimits(spec.Limits); err != nil {
+		return err
+	}
+	if spec.User != "" && !userRE.MatchString(spec.User) {
+		return errdefs.Field("user", "%q is not a user name (letters, digits, '.', '_' and '-', at most 32) or a numeric uid", spec.User)
+	}
 	if err := validateFiles(spec.Files); err != nil {
 		return err
 	}
@@ -193,6 +199,24 @@ func parseMode(s string) (uint32, error) {
 		return 0, fmt.Errorf("%q must be octal permissions from 0000 to 0777, e.g. \"0644\"", s)
 	}
 	return uint32(m), nil
+}
+
+var userRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,31}$`)
+
+// minMemoryMB is the least memory limit: below it a service barely starts.
+const minMemoryMB = 4
+
+func validateLimits(l *api.ServiceLimits) error {
+	if l == nil {
+		return nil
+	}
+	if l.MemoryMB < 0 || (l.MemoryMB > 0 && l.MemoryMB < minMemoryMB) {
+		return errdefs.Field("limits.memory_mb", "%d: use at least %d (MB), or 0 for no limit", l.MemoryMB, minMemoryMB)
+	}
+	if l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01) || l.CPUs != l.CPUs {
+		return errdefs.Field("limits.cpus", "%v: use at least 0.01 (cores), or 0 for no limit", l.CPUs)
+	}
+	return nil
 }
 
 func validateRestart(r api.RestartPolicy) error {

@@ -25,17 +25,24 @@ import (
 
 // newTracker makes the supervisor's process tree manager, or nil where no
 // mode works here (then a service's process group is all that is killed).
-func newTracker(stateDir string) (*proctree.Manager, error) {
+func newTracker(name string) (*proctree.Manager, error) {
 	mode, err := proctree.ModeFromEnv()
 	if err != nil {
 		return nil, err
 	}
+	return proctree.New(proctree.Options{Mode: mode, Persistent: name})
+}
+
+// treeName names a supervisor's groups (process trees and limits) after
+// its state dir, so the next agent over the same dir finds them, and two
+// agents on one machine do not share them.
+func treeName(stateDir string) string {
 	abs, err := filepath.Abs(stateDir)
 	if err != nil {
-		return nil, err
+		abs = stateDir
 	}
 	sum := sha256.Sum256([]byte(abs))
-	return proctree.New(proctree.Options{Mode: mode, Persistent: "svc-" + hex.EncodeToString(sum[:6])})
+	return "svc-" + hex.EncodeToString(sum[:6])
 }
 
 // group returns the process tree group of sv, opened on first use; nil
@@ -57,16 +64,16 @@ func (s *Supervisor) group(sv *svc) *proctree.Group {
 	return sv.grp
 }
 
-// startIn starts cmd in sv's group.
-func (s *Supervisor) startIn(sv *svc, cmd *exec.Cmd) error {
+// startIn starts cmd in sv's group, and in the run's limit groups.
+func (s *Supervisor) startIn(sv *svc, cmd *exec.Cmd, rl *runLimits) error {
 	g := s.group(sv)
 	if g == nil {
-		return cmd.Start()
+		return forkIn(rl, cmd.Start)
 	}
 	attr := &syscall.ProcAttr{Env: cmd.Env, Sys: cmd.SysProcAttr}
 	_, err := g.Start(attr, func(a *syscall.ProcAttr) (int, error) {
 		cmd.SysProcAttr, cmd.Env = a.Sys, a.Env
-		if err := cmd.Start(); err != nil {
+		if err := forkIn(rl, cmd.Start); err != nil {
 			return 0, err
 		}
 		return cmd.Process.Pid, nil

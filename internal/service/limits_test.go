@@ -1,0 +1,159 @@
+//go:build linux
+
+package service
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+)
+
+// needRoot skips a test that needs root (cgroups, another user), or fails
+// it where CI says the machine has what it needs.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("NODEMGR_REQUIRE_DOCKER") != "" {
+		t.Fatal("this test needs root (cgroups, running as another user); NODEMGR_REQUIRE_DOCKER is set")
+	}
+	t.Skip("needs root: cgroups and running as another user")
+}
+
+// Item 8 of issue 13: a memory limit is enforced, and an OOM kill is
+// recorded as such.
+func TestMemoryLimitOOM(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	s, _ := h.supervisor()
+	spec := h.spec("a.oom.u.c")
+	spec.Env = map[string]string{"SVC_ALLOC_MB": "200"}
+	spec.Limits = &api.ServiceLimits{MemoryMB: 64}
+	spec.Restart.Policy = api.RestartNever
+	mustStart(t, s, spec)
+	v := waitState(t, s, "a.oom.u.c", api.ServiceExited)
+	if !strings.Contains(v.LastExit, "signal: killed") || !strings.Contains(v.LastExit, "OOM") {
+		t.Errorf("last exit %q, want killed and marked OOM", v.LastExit)
+	}
+	if strings.Contains(logOf(t, s, "a.oom.u.c"), "svc allocated") {
+		t.Errorf("the service allocated 200 MiB under a 64 MiB limit")
+	}
+}
+
+const spinMain = "#!/bin/sh\nwhile :; do :; done\n"
+
+// A CPU limit throttles a busy loop to about its quota.
+func TestCPULimit(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	os.WriteFile(filepath.Join(h.tree, "bin", "spin"), []byte(spinMain), 0o755)
+	s, _ := h.supervisor()
+	spec := h.spec("a.spin.u.c")
+	spec.Command = []string{"bin/spin"}
+	spec.Port = -1
+	spec.Limits = &api.ServiceLimits{CPUs: 0.2}
+	v := mustStart(t, s, spec)
+	t.Cleanup(func() { s.Stop(context.Background(), "a.spin.u.c") })
+	time.Sleep(200 * time.Millisecond) // past the start
+	before, t0 := cpuTicks(t, v.PID), time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	used := float64(cpuTicks(t, v.PID)-before) / 100 // USER_HZ
+	share := used / time.Since(t0).Seconds()
+	t.Logf("busy loop limited to 0.2 CPUs used %.3f CPUs", share)
+	if share > 0.35 {
+		t.Errorf("a busy loop limited to 0.2 CPUs used %.2f CPUs", share)
+	}
+}
+
+// cpuTicks is utime+stime of pid, in clock ticks.
+func cpuTicks(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + st
+}
+
+const writerMain = `#!/bin/sh
+if touch "$NODEMGR_SOFTWARE_DIR/planted" 2>/dev/null; then echo wrote-software; else echo software-read-only; fi
+touch "$NODEMGR_RUNTIME_DIR/state" && echo wrote-runtime
+echo "uid=$(id -u)"
+exec sleep 300
+`
+
+// A service run as nobody cannot write into its software tree (read-only
+// and root's, as an install leaves it), but can into its runtime dir.
+func TestRunAsNobody(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	os.WriteFile(filepath.Join(h.tree, "bin", "writer"), []byte(writerMain), 0o555)
+	// As artifact.Store installs: dirs 0555, files 0444/0555, root's.
+	os.Chmod(filepath.Join(h.tree, "bin"), 0o555)
+	os.Chmod(h.tree, 0o555)
+	for d := filepath.Dir(h.tree); d != "/"; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o005 != 0o005 {
+			os.Chmod(d, fi.Mode().Perm()|0o005) // t.TempDir's are 0700
+		}
+	}
+	s, _ := h.supervisor()
+	spec := h.spec("a.writer.u.c")
+	spec.Command = []string{"bin/writer"}
+	spec.Port = -1
+	spec.User = "nobody"
+	mustStart(t, s, spec)
+	t.Cleanup(func() { s.Stop(context.Background(), "a.writer.u.c") })
+	waitFor(t, 10*time.Second, "the writer's report", func() error {
+		if !strings.Contains(logOf(t, s, "a.writer.u.c"), "uid=") {
+			return os.ErrNotExist
+		}
+		return nil
+	})
+	log := logOf(t, s, "a.writer.u.c")
+	if !strings.Contains(log, "software-read-only") || !strings.Contains(log, "wrote-runtime") || !strings.Contains(log, "uid=65534") {
+		t.Errorf("service as nobody reported:\n%s\nwant uid 65534, its software tree read-only, its runtime dir writable", log)
+	}
+	if _, err := os.Stat(filepath.Join(h.tree, "planted")); err == nil {
+		t.Errorf("a service run as nobody wrote into its software tree")
+	}
+}
+
+// A user the node lacks, and limits out of range, are field errors.
+func TestUserAndLimitsRefused(t *testing.T) {
+	h := newHarness(t)
+	s, _ := h.supervisor()
+	tests := []struct {
+		name  string
+		mod   func(*api.ServiceSpec)
+		field string
+	}{
+		{"unknown user", func(sp *api.ServiceSpec) { sp.User = "no-such-user-xyz" }, "user"},
+		{"bad user name", func(sp *api.ServiceSpec) { sp.User = "a b" }, "user"},
+		{"negative memory", func(sp *api.ServiceSpec) { sp.Limits = &api.ServiceLimits{MemoryMB: -1} }, "limits.memory_mb"},
+		{"tiny memory", func(sp *api.ServiceSpec) { sp.Limits = &api.ServiceLimits{MemoryMB: 1} }, "limits.memory_mb"},
+		{"negative cpus", func(sp *api.ServiceSpec) { sp.Limits = &api.ServiceLimits{CPUs: -0.5} }, "limits.cpus"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := h.spec("a.refused.u.c")
+			tc.mod(&spec)
+			_, err := s.Start(context.Background(), spec)
+			var fe *errdefs.FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field {
+				t.Errorf("Start(%s) = %v, want a field error on %s", tc.name, err, tc.field)
+			}
+		})
+	}
+}
