@@ -156,6 +156,11 @@ func testExecCp(t *testing.T, s *server, node, remote string) {
 		// The engine also says why on stdout.
 		{name: "missing program", args: []string{"no-such-program-e2e"}, wantCode: 255, wantErrContains: "no-such-program-e2e", anyStdout: true},
 		{name: "timeout", args: []string{"--timeout", "300ms", "--", "sleep", "10"}, wantCode: 255, wantErrContains: "timed out"},
+		// Programs that cannot start are 255 too, as the help promises,
+		// never a code a command could have exited with.
+		{name: "not executable", args: []string{"/etc/hostname"}, wantCode: 255, wantErrContains: "/etc/hostname", anyStdout: true},
+		{name: "a directory", args: []string{"/"}, wantCode: 255, wantErrContains: "exec /", anyStdout: true},
+		{name: "missing workdir", args: []string{"--workdir", "/no-such-dir-e2e", "--", "true"}, wantCode: 255, wantErrContains: "no-such-dir-e2e", anyStdout: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"exec", node}, tc.args...)

@@ -22,10 +22,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
@@ -74,6 +76,9 @@ func (l *Local) Exec(ctx context.Context, d provision.Deployment, cmd execute.Co
 		ctx, cancel = context.WithTimeout(ctx, cmd.Timeout)
 		defer cancel()
 	}
+	if err := checkDir(cmd.Dir); err != nil {
+		return -1, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
+	}
 	c := exec.CommandContext(ctx, cmd.Argv[0], cmd.Argv[1:]...)
 	c.Env = append(hostEnv(), cmd.Env...)
 	c.Dir = cmd.Dir
@@ -118,10 +123,32 @@ func (l *Local) CopyFrom(ctx context.Context, d provision.Deployment, src, dst s
 
 // classify classes an error from the local system.
 func classify(err error) error {
-	if errors.Is(err, exec.ErrNotFound) {
+	switch {
+	case errors.Is(err, exec.ErrNotFound):
 		return errdefs.Class(err, errdefs.ErrNotFound)
+	case errors.Is(err, syscall.ENOEXEC):
+		return errdefs.Class(fmt.Errorf("%w (not a program or script this machine can run)", err), errdefs.ErrInvalid)
 	}
 	return errdefs.FromOS(err)
+}
+
+// checkDir refuses a working directory that is not there before the start
+// does: the kernel's chdir failure reads as if the program were missing
+// ("fork/exec /usr/bin/true: no such file or directory").
+func checkDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return errdefs.Class(errdefs.Field("workdir", "%s does not exist on the machine; create it first or choose another", dir), errdefs.ErrNotFound)
+	case err != nil:
+		return errdefs.FromOS(fmt.Errorf("workdir: %w", err))
+	case !fi.IsDir():
+		return errdefs.Field("workdir", "%s is not a directory", dir)
+	}
+	return nil
 }
 
 var _ execute.Executor = (*Local)(nil)

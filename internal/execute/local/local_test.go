@@ -110,3 +110,34 @@ func TestExecHidesNodemgrSettings(t *testing.T) {
 		t.Errorf("Exec(env) printed %q, want PATH and no NODEMGR_ variable", stdout.String())
 	}
 }
+
+// TestExecCannotStart: a program that cannot start is an error (exec's
+// 255), with a class and a message that names the real cause, never an
+// exit code a command could have returned.
+func TestExecCannotStart(t *testing.T) {
+	e, d := host(t)
+	dir := t.TempDir()
+	tests := []struct {
+		name  string
+		cmd   execute.Command
+		class error
+		want  string
+	}{
+		{"missing workdir", execute.Command{Argv: []string{"true"}, Dir: dir + "/nope"}, errdefs.ErrNotFound,
+			"exec true: workdir: " + dir + "/nope does not exist on the machine; create it first or choose another"},
+		{"workdir is a file", execute.Command{Argv: []string{"true"}, Dir: "/etc/hostname"}, errdefs.ErrInvalid,
+			"exec true: workdir: /etc/hostname is not a directory"},
+		{"not a program", execute.Command{Argv: []string{"/etc/hostname"}}, errdefs.ErrInvalid, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, err := e.Exec(context.Background(), d, tc.cmd)
+			if code != -1 || !errors.Is(err, tc.class) {
+				t.Fatalf("Exec(%q in %q) = %d, %v; want -1 and class %v", tc.cmd.Argv, tc.cmd.Dir, code, err, tc.class)
+			}
+			if tc.want != "" && errdefs.Message(err) != tc.want {
+				t.Errorf("Exec(%q in %q) = %q, want %q", tc.cmd.Argv, tc.cmd.Dir, errdefs.Message(err), tc.want)
+			}
+		})
+	}
+}
