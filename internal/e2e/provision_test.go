@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	nmclient "github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
 )
 
@@ -84,6 +86,26 @@ overrides:
 		if code != 0 || !strings.Contains(out, step.want) {
 			t.Errorf("lifecycle %s: exit %d: %s%s; want %s", step.verb, code, out, errOut, step.want)
 		}
+	}
+	// A stopped machine does not reboot (EC2's IncorrectInstanceState):
+	// the API answers 409 and the machine stays stopped.
+	if _, errOut, code := s.run(t, "lifecycle", "stop", d.Name); code != 0 {
+		t.Fatalf("lifecycle stop: exit %d: %s", code, errOut)
+	}
+	_, errOut, code = s.run(t, "lifecycle", "reboot", d.Name)
+	wantErr := "error: reboot " + d.Name + ": it is stopped, and only a running machine reboots; start it with `nodemgr lifecycle start " + d.Name + "`\n"
+	if code != 1 || errOut != wantErr {
+		t.Errorf("lifecycle reboot of a stopped machine: exit %d, %q; want exit 1, %q", code, errOut, wantErr)
+	}
+	var ce *nmclient.Error
+	if _, err := s.client().Lifecycle(ctx, d.Name, "reboot"); !errors.As(err, &ce) || ce.Status != 409 {
+		t.Errorf("POST reboot of a stopped machine = %v; want a 409", err)
+	}
+	if cur, _ := s.client().Deployment(ctx, d.ID); cur.State != "stopped" {
+		t.Errorf("after a refused reboot the machine is %s, want stopped", cur.State)
+	}
+	if _, errOut, code := s.run(t, "lifecycle", "start", d.Name); code != 0 {
+		t.Fatalf("lifecycle start: exit %d: %s", code, errOut)
 	}
 
 	// Removed behind nodemgr's back: recorded as drifted, not forgotten.

@@ -113,9 +113,26 @@ func Do(ctx context.Context, p Provider, verb string, d Deployment) error {
 	case VerbHibernate:
 		return lc.Hibernate(ctx, d)
 	case VerbReboot:
+		if err := rebootable(ctx, lc, d); err != nil {
+			return err
+		}
 		return lc.Reboot(ctx, d)
 	}
 	return lc.Terminate(ctx, d)
+}
+
+// rebootable refuses to reboot a stopped machine, as EC2 does
+// (IncorrectInstanceState): a reboot that starts it would hide that it was
+// stopped, and starting is a verb of its own.
+func rebootable(ctx context.Context, lc Lifecycle, d Deployment) error {
+	st, err := lc.State(ctx, d)
+	if err != nil {
+		return fmt.Errorf("reboot %s: %w", d.Name, err)
+	}
+	if st == StateStopped {
+		return errdefs.Conflict("reboot %s: it is stopped, and only a running machine reboots; start it with `nodemgr lifecycle start %s`", d.Name, d.Name)
+	}
+	return nil
 }
 
 // Factory makes a provider from its settings.

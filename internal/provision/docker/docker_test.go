@@ -147,8 +147,7 @@ func TestLifecycle(t *testing.T) {
 		{provision.VerbHibernate, provision.StateHibernated},
 		{provision.VerbReboot, provision.StateRunning}, // from paused
 		{provision.VerbHibernate, provision.StateHibernated},
-		{provision.VerbStop, provision.StateStopped},   // from paused
-		{provision.VerbReboot, provision.StateRunning}, // starts a stopped one
+		{provision.VerbStop, provision.StateStopped}, // from paused
 		{provision.VerbTerminate, provision.StateTerminated},
 		{provision.VerbTerminate, provision.StateTerminated}, // gone already: no error
 	}
@@ -180,6 +179,15 @@ func TestLifecycleRefused(t *testing.T) {
 	}
 	if err := d.Hibernate(ctx, dep); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("Hibernate(stopped) = %v, want a conflict", err)
+	}
+	// EC2 refuses to reboot a stopped instance (IncorrectInstanceState):
+	// so do we, and the machine stays stopped.
+	want := "reboot " + dep.Name + ": it is stopped, and only a running machine reboots; start it with `nodemgr lifecycle start " + dep.Name + "`"
+	if err := provision.Do(ctx, d, provision.VerbReboot, dep); !errors.Is(err, errdefs.ErrConflict) || errdefs.Message(err) != want {
+		t.Errorf("Do(reboot) of a stopped machine = %v, want a conflict %q", err, want)
+	}
+	if st, err := d.State(ctx, dep); err != nil || st != provision.StateStopped {
+		t.Errorf("State after a refused reboot = %q, %v, want stopped", st, err)
 	}
 	if err := provision.Do(ctx, d, "suspend", dep); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf(`Do("suspend") = %v, want invalid`, err)

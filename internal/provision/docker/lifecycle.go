@@ -103,7 +103,8 @@ func (d *Docker) settle(ctx context.Context, dep provision.Deployment, want cont
 	}
 }
 
-// Reboot restarts the container, starting it if it was stopped.
+// Reboot restarts a running or paused container (provision.Do refuses a
+// stopped one, as EC2 does).
 func (d *Docker) Reboot(ctx context.Context, dep provision.Deployment) error {
 	id, err := resourceID(dep)
 	if err != nil {
