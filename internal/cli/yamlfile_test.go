@@ -16,8 +16,8 @@ func TestSpecFileErrors(t *testing.T) {
 		name, yaml, want string
 		load             func(path string) error
 	}{
-		{"service unknown key", "coordinate: a.b.c.d\nuser: bob\n",
-			"2:1: user: unknown field; want one of coordinate, artifact, command, options, env, port, expected_memory_mb, files, restart, drain, stop_grace, logs",
+		{"service unknown key", "coordinate: a.b.c.d\nexpected_mem_mb: 5\n",
+			"2:1: expected_mem_mb: unknown field; did you mean expected_memory_mb?",
 			func(p string) error { _, err := LoadServiceFile(p); return err }},
 		{"service duration", "coordinate: a.b.c.d\ndrain:\n  timeout: 30\n",
 			"3:12: drain.timeout: must be a duration with a unit, such as 30s, 5m or 1h30m; got the whole number 30",

@@ -29,8 +29,8 @@ func TestUnmarshalErrors(t *testing.T) {
 		yaml string
 		want string
 	}{
-		{"service unknown key", &api.ServiceSpec{}, "coordinate: a.b.c.d\nuser: bob\n",
-			"svc.yaml:2:1: user: unknown field; want one of coordinate, artifact, command, options, env, port, expected_memory_mb, files, restart, drain, stop_grace, logs"},
+		{"service unknown key", &api.ServiceSpec{}, "coordinate: a.b.c.d\ncomand: [x]\n",
+			"svc.yaml:2:1: comand: unknown field; did you mean command?"},
 		{"service typo", &api.ServiceSpec{}, "coordinate: a.b.c.d\nartefact: g:a:1\n",
 			"svc.yaml:2:1: artefact: unknown field; did you mean artifact?"},
 		{"service nested typo", &api.ServiceSpec{}, "restart:\n  polcy: always\n",
