@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/proctree"
 )
 
 // svcMain is the service the tests run: it answers HTTP on $PORT with who
@@ -298,6 +299,36 @@ func (h *harness) cleanup() {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
+	}
+	removeCgroups(treeName(h.stateDir))
+}
+
+// removeCgroups kills what is left in the harness's process tree and limit
+// groups and removes them, so tests leave no cgroups behind.
+func removeCgroups(name string) {
+	for _, ctrl := range []string{"", "memory", "cpu", "pids", "freezer"} {
+		home, err := proctree.OwnCgroupDir(ctrl)
+		if err != nil {
+			continue
+		}
+		dir := filepath.Join(home, "nodemgr-"+name)
+		groups, _ := os.ReadDir(dir)
+		for _, g := range groups {
+			if !g.IsDir() {
+				continue
+			}
+			gdir := filepath.Join(dir, g.Name())
+			if ctrl == "" {
+				os.WriteFile(filepath.Join(gdir, "cgroup.kill"), []byte("1"), 0)
+			}
+			for range 100 {
+				if os.Remove(gdir) == nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		os.Remove(dir)
 	}
 }
 
