@@ -268,3 +268,13 @@ func setCredential(cmd *exec.Cmd, c *syscall.Credential) {
 		cmd.SysProcAttr.Credential = c
 	}
 }
+
+// removeLimits removes a forgotten service's v1 limit groups (its v2 ones
+// are its tree group, which Remove closes).
+func (s *Supervisor) removeLimits(c Coordinate) {
+	for _, ctrl := range []string{"memory", "cpu"} {
+		if home, err := proctree.OwnCgroupDir(ctrl); err == nil {
+			os.Remove(filepath.Join(home, "nodemgr-"+s.treeName, c.String()))
+		}
+	}
+}

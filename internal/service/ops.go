@@ -447,6 +447,7 @@ func (s *Supervisor) remove(coordinate string, purge bool) error {
 			s.log.Warn("remove the service's process tree group", "coordinate", coordinate, "err", err)
 		}
 	}
+	s.removeLimits(sv.coord)
 
 	if purge {
 		dir := sv.coord.RuntimeDir(s.cfg.Prefix)
