@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -188,10 +189,9 @@ func New(cfg Config, src Source) (*Pool, error) {
 			return nil, fmt.Errorf("worker pool: %w", errors.Join(errdefs.ErrInvalid, err))
 		}
 	}
-	sock := filepath.Join(dir, "w-"+randHex(4)+".sock")
-	if len(sock) > 107 {
-		return nil, fmt.Errorf("worker pool: %w", errdefs.Field("dir",
-			"socket path %s is %d bytes, more than a unix socket allows (107): use a shorter directory", sock, len(sock)))
+	sock, err := socketPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("worker pool: %w", err)
 	}
 	if cfg.KillGrace <= 0 {
 		cfg.KillGrace = defaultKillGrace
@@ -542,4 +542,45 @@ func (p *Pool) Holding() []string {
 		}
 	}
 	return ids
+}
+
+// maxSocketPath is the longest path a unix socket may have (sun_path).
+const maxSocketPath = 107
+
+// socketPath is where the pool's socket goes: in dir, or, when dir's path
+// is too long for a unix socket (a deep data dir), in a private directory
+// of this user's under the system's temp dir. Either way only this user may
+// connect, and a worker must still show its token.
+func socketPath(dir string) (string, error) {
+	name := "w-" + randHex(6) + ".sock"
+	if sock := filepath.Join(dir, name); len(sock) <= maxSocketPath {
+		return sock, nil
+	}
+	short := filepath.Join(os.TempDir(), fmt.Sprintf("nodemgr-%d", os.Getuid()))
+	if err := privateDir(short); err != nil {
+		return "", fmt.Errorf("%s is too long for a unix socket, and the short fallback: %w", dir, err)
+	}
+	sock := filepath.Join(short, name)
+	if len(sock) > maxSocketPath {
+		return "", errdefs.Field("dir", "socket path %s is %d bytes, more than a unix socket allows (%d), and so is %s: set TMPDIR to a shorter directory",
+			filepath.Join(dir, name), len(filepath.Join(dir, name)), maxSocketPath, sock)
+	}
+	return sock, nil
+}
+
+// privateDir makes dir, or checks the one there: a directory (not a link)
+// of this user's that no one else may enter, so that no one else can put
+// a socket in our way.
+func privateDir(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() || fi.Mode().Perm() != 0o700 || !ownedByMe(fi) {
+		return fmt.Errorf("%s is not a private directory of this user's (mode %v): remove it, or set TMPDIR elsewhere", dir, fi.Mode())
+	}
+	return nil
 }

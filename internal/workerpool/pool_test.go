@@ -632,3 +632,31 @@ func TestWorkerChildHoldsStderr(t *testing.T) {
 		t.Errorf("took %v, want the child's hold on stderr cut short (%v)", d, stderrDrainWait)
 	}
 }
+
+// A work dir too deep for a unix socket path (107 bytes) still runs its
+// pool: the socket goes to a private directory under TMPDIR.
+func TestDeepWorkDir(t *testing.T) {
+	cfg := config(t, "worker", 1, 0)
+	cfg.Dir = filepath.Join(cfg.Dir, strings.Repeat("d", 60), strings.Repeat("e", 60))
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource(task("t1", "ok"))
+	p := start(t, cfg, src)
+	if len(p.sock) > maxSocketPath || strings.HasPrefix(p.sock, cfg.Dir) {
+		t.Errorf("socket %s (%d bytes): want it outside the deep dir, within %d bytes", p.sock, len(p.sock), maxSocketPath)
+	}
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("Run in a deep work dir = %v, want nil", err)
+	}
+	if r, ok := src.ReportFor("t1"); !ok || r.Outcome != api.OutcomeSucceeded {
+		t.Errorf("report = %+v, %v; want t1 succeeded", r, ok)
+	}
+	// Someone else's (or an open) directory in the fallback's place is refused.
+	open := filepath.Join(t.TempDir(), "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777)
+	if err := privateDir(open); err == nil {
+		t.Errorf("privateDir(%s, mode 0777) = nil, want it refused", open)
+	}
+}

@@ -3,6 +3,7 @@
 package workerpool
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
 	"syscall"
@@ -35,4 +36,10 @@ func exitInfo(st *os.ProcessState) (code int, signal string) {
 		return -1, unix.SignalName(ws.Signal())
 	}
 	return st.ExitCode(), ""
+}
+
+// ownedByMe reports whether this process's user owns the file.
+func ownedByMe(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Getuid()
 }
