@@ -31,8 +31,9 @@ const (
 	ContainerUndeployed = "UNDEPLOYED" // deleted
 )
 
-// ContainerJob describes a container to run once on a node (the seed's
-// "job"). It runs until its command exits; nothing restarts it.
+// ContainerJob describes a container to run on a node (the seed's "job").
+// It runs until its command exits, and again only as its Restart policy
+// says.
 type ContainerJob struct {
 	// ID names the job on the node; empty lets the server (or the agent,
 	// when it is deployed locally) assign a short unique one.
@@ -57,6 +58,54 @@ type ContainerJob struct {
 	// Commitment names resources locked on the node beforehand (nodemgr
 	// node commit); the job's allocation is made from them.
 	Commitment string `json:"commitment,omitempty" yaml:"commitment"`
+	// Restart says whether the agent starts the job's container again
+	// when it exits; by default it runs once.
+	Restart ContainerRestart `json:"restart,omitzero" yaml:"restart"`
+	// StopTimeout is how long a stop (delete, move, allocation stop) lets
+	// the container exit on SIGTERM before SIGKILL; 0: the agent's
+	// default (10s). At most 1h.
+	StopTimeout Duration `json:"stop_timeout,omitempty" yaml:"stop_timeout"`
+	// Volumes mounts named volumes, or directories of the job's runtime
+	// dir, into the container.
+	Volumes []ContainerVolume `json:"volumes,omitempty" yaml:"volumes"`
+	// PullPolicy says when the node's engine pulls the image: never (the
+	// default: it must be on the node), if-not-present, or always.
+	PullPolicy string `json:"pull_policy,omitempty" yaml:"pull_policy"`
+}
+
+// Container restart policies, as services have them.
+const (
+	ContainerRestartNever     = "never"      // run once (default)
+	ContainerRestartOnFailure = "on-failure" // again after a non-zero exit or an OOM kill
+	ContainerRestartAlways    = "always"     // again after any exit
+)
+
+// ContainerRestart is a container job's restart policy. The agent, not
+// the engine, restarts the container, so that the job's status, its
+// restarts and the node's books stay right.
+type ContainerRestart struct {
+	Policy string `json:"policy,omitempty" yaml:"policy"` // never (default), on-failure, always
+	// MaxRetries bounds the restarts; once spent, the job keeps the status
+	// of its last exit. 0: 3 for on-failure, no bound for always.
+	MaxRetries int `json:"max_retries,omitempty" yaml:"max_retries"`
+}
+
+// Image pull policies.
+const (
+	PullNever        = "never"
+	PullIfNotPresent = "if-not-present"
+	PullAlways       = "always"
+)
+
+// ContainerVolume mounts Source at Target in the container. Source is a
+// named volume (a-z, 0-9, '_', '.', '-'; the engine makes it, and it
+// outlives the job), or a path: a relative one ("./data", "data/x") is
+// inside the job's runtime dir on the node, an absolute one must be
+// inside it too. Host paths outside the runtime dir are refused.
+type ContainerVolume struct {
+	Source   string `json:"source" yaml:"source"`
+	Target   string `json:"target" yaml:"target"` // an absolute path in the container
+	ReadOnly bool   `json:"read_only,omitempty" yaml:"read_only"`
 }
 
 // ContainerPort publishes a container port on the node.
@@ -103,6 +152,12 @@ type Container struct {
 	StartedAt  *time.Time      `json:"started_at,omitempty"`
 	FinishedAt *time.Time      `json:"finished_at,omitempty"`
 	Usage      *ContainerUsage `json:"usage,omitempty"` // the latest sample, while it runs
+	// Restarts counts the times the agent started the container again
+	// (the job's restart policy).
+	Restarts int `json:"restarts,omitempty"`
+	// RuntimeDir is the job's directory on the node that relative volume
+	// sources are in; set when the job has such a volume.
+	RuntimeDir string `json:"runtime_dir,omitempty"`
 }
 
 // ContainerUsage is one sample of what a running container uses.

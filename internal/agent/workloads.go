@@ -93,9 +93,11 @@ func newWorkloads(cfg Config, scope string, log *slog.Logger) (*workloads, error
 		Ports:         containerPorts{w.ports},
 		HostIP:        cfg.ContainerHostIP,
 		UsageInterval: cfg.ContainerUsageInterval,
-		Scope:         scope,
-		Logger:        log.With("subsystem", "container"),
-		OnChange:      w.containerChanged,
+		// A job's path volumes live in <prefix>/containers/<job id>.
+		RuntimeDir: filepath.Join(cfg.Prefix, "containers"),
+		Scope:      scope,
+		Logger:     log.With("subsystem", "container"),
+		OnChange:   w.containerChanged,
 	})
 	if err != nil {
 		return nil, err

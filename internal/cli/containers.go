@@ -33,7 +33,15 @@ A job file:
   memory_mb: 128
   env: {MODE: prod}
   ports: [{container: 80}]  # host 0 or absent: a port from the node's allocator
-  commitment: ""            # optional: allocate from resources locked with nodemgr node commit`,
+  commitment: ""            # optional: allocate from resources locked with nodemgr node commit
+  restart: {policy: on-failure, max_retries: 3}   # never (default), on-failure, always
+  stop_timeout: 30s         # SIGTERM, then SIGKILL after this (default 10s)
+  volumes: [{source: cache, target: /cache}, {source: ./data, target: /data}]
+  pull_policy: never        # default: the image must be on the node; if-not-present, always
+
+cpus and memory_mb left out take the node's container_defaults. A volume is a
+named volume or a path in the job's runtime dir on the node; host paths
+outside it are refused.`,
 	}
 	workloadFlags(cmd)
 	cmd.AddCommand(containerDeployCmd(e), containerLsCmd(e), containerShowCmd(e), containerLogsCmd(e),
@@ -303,7 +311,8 @@ func printContainer(e *env, c api.Container) {
 		{"ID", c.Job.ID}, {"Name", c.Job.Name}, {"Node", nodeShowText(c)}, {"Image", c.Job.Image},
 		{"Status", statusText(c)}, {"Container", orDash(c.ContainerID)},
 		{"Command", orDash(strings.Join(c.Job.Command, " "))}, {"Ports", portsText(c.Ports)},
-		{"CPU", cpuText(c)}, {"Memory", memText(c)}, {"Created", c.CreatedAt.Format(time.RFC3339)},
+		{"CPU", cpuText(c)}, {"Memory", memText(c)}, {"Restart", restartText(c)}, {"Volumes", volumesText(c.Job.Volumes)},
+		{"Created", c.CreatedAt.Format(time.RFC3339)},
 	}
 	for _, r := range rows {
 		t.row(r[0], r[1])
@@ -317,6 +326,27 @@ func nodeShowText(c api.Container) string {
 		return c.NodeName + " (" + c.Node + ")"
 	}
 	return nodeText(c)
+}
+
+// restartText is the job's restart policy and how often it restarted.
+func restartText(c api.Container) string {
+	p := cmp.Or(c.Job.Restart.Policy, api.ContainerRestartNever)
+	if c.Job.Restart.MaxRetries > 0 {
+		p += fmt.Sprintf(" (at most %d)", c.Job.Restart.MaxRetries)
+	}
+	return fmt.Sprintf("%s, %d restarts", p, c.Restarts)
+}
+
+func volumesText(vols []api.ContainerVolume) string {
+	var parts []string
+	for _, v := range vols {
+		s := v.Source + ":" + v.Target
+		if v.ReadOnly {
+			s += ":ro"
+		}
+		parts = append(parts, s)
+	}
+	return orDash(strings.Join(parts, ", "))
 }
 
 func statusText(c api.Container) string {

@@ -80,8 +80,12 @@ type Config struct {
 	// (default 5s).
 	ReconcileInterval time.Duration
 	// StopGrace is how long Delete lets a container exit on SIGTERM
-	// before it is killed (default 10s; rounded up to whole seconds).
+	// before it is killed (default 10s; rounded up to whole seconds); a
+	// job's stop_timeout overrides it.
 	StopGrace time.Duration
+	// RuntimeDir holds one directory per job (RuntimeDir/<job id>), where
+	// its path volumes live. Empty: only named volumes.
+	RuntimeDir string
 }
 
 // Manager runs container jobs on one node. It is safe for concurrent use.
@@ -97,8 +101,12 @@ type Manager struct {
 	usageEvery     time.Duration
 	reconcileEvery time.Duration
 	stopGrace      int // seconds
+	runtimeDir     string
 
 	running atomic.Bool // Run was called
+	// nudge asks Run's reconcile loop to look at a job; set by Run, with
+	// mu held.
+	nudge chan<- string
 
 	mu         sync.Mutex
 	jobs       map[string]*job
@@ -136,6 +144,7 @@ func New(cfg Config) (*Manager, error) {
 		reconcileEvery: cmp.Or(cfg.ReconcileInterval, DefaultReconcileInterval),
 		stopGrace:      int(math.Ceil(cmp.Or(cfg.StopGrace, DefaultStopGrace).Seconds())),
 		jobs:           map[string]*job{},
+		runtimeDir:     cfg.RuntimeDir,
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -177,6 +186,9 @@ func (m *Manager) Deploy(ctx context.Context, spec api.ContainerJob) (api.Contai
 		return api.Container{}, fmt.Errorf("deploy container %s: %w", cmp.Or(spec.ID, spec.Name), err)
 	}
 	spec = normalize(spec)
+	if _, err := m.mounts(spec); err != nil {
+		return api.Container{}, fmt.Errorf("deploy container %s: %w", spec.ID, err)
+	}
 	if m.ports == nil {
 		for i, p := range spec.Ports {
 			if p.Host == 0 {
@@ -251,8 +263,15 @@ func (m *Manager) deploy(ctx context.Context, j *job) (api.Container, error) {
 		return c, err
 	}
 
-	if err := m.ensureImage(ctx, spec.Image); err != nil {
+	if err := m.ensureImage(ctx, spec.Image, spec.PullPolicy); err != nil {
 		return fail(err)
+	}
+	mounts, _ := m.mounts(spec) // checked by Deploy
+	if err := m.makeBindDirs(spec.ID, mounts); err != nil {
+		return fail(err)
+	}
+	if slices.ContainsFunc(spec.Volumes, func(v api.ContainerVolume) bool { return isPath(v.Source) }) {
+		m.set(j, func(c *api.Container) { c.RuntimeDir = m.jobRuntimeDir(spec.ID) })
 	}
 	ports, err := m.allocatePorts(spec.ID, spec.Ports)
 	if err != nil {
@@ -261,7 +280,7 @@ func (m *Manager) deploy(ctx context.Context, j *job) (api.Container, error) {
 	m.set(j, func(c *api.Container) { c.Ports = ports })
 
 	created = true
-	id, err := m.create(ctx, m.createOptions(spec, ports))
+	id, err := m.create(ctx, m.createOptions(spec, ports, mounts))
 	if err != nil {
 		return fail(err)
 	}
@@ -283,7 +302,7 @@ func (m *Manager) deploy(ctx context.Context, j *job) (api.Container, error) {
 	if o.status == api.ContainerCreating {
 		o.status = api.ContainerRunning // started, not yet seen running
 	}
-	return m.apply(j, o), nil
+	return m.settle(ctx, j, o, false), nil
 }
 
 // Delete stops (SIGTERM, then SIGKILL after StopGrace) and removes the job's
@@ -310,7 +329,7 @@ func (m *Manager) delete(ctx context.Context, j *job) (api.Container, error) {
 	}
 	var err error
 	if c.ContainerID != "" {
-		err = m.stopAndRemove(ctx, c.ContainerID)
+		err = m.stopAndRemove(ctx, c.ContainerID, m.stopTimeout(c.Job))
 	} else {
 		err = m.removeJobContainers(ctx, c.Job.ID)
 	}
@@ -596,6 +615,7 @@ func clone(c api.Container) api.Container {
 	c.Job.Env = maps.Clone(c.Job.Env)
 	c.Job.Labels = maps.Clone(c.Job.Labels)
 	c.Job.Ports = slices.Clone(c.Job.Ports)
+	c.Job.Volumes = slices.Clone(c.Job.Volumes)
 	c.Ports = slices.Clone(c.Ports)
 	c.ExitCode = clonePtr(c.ExitCode)
 	c.StartedAt = clonePtr(c.StartedAt)

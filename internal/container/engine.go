@@ -16,6 +16,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
@@ -47,16 +48,21 @@ const (
 	callTimeout    = 15 * time.Second
 )
 
-// ensureImage makes sure the engine has the image: there is no registry
-// nodemgr can count on, so a missing one is pulled once and, failing that,
-// the user is told how to put it on the node.
-func (m *Manager) ensureImage(ctx context.Context, ref string) error {
-	_, err := m.engine.ImageInspect(ctx, ref)
-	if err == nil {
-		return nil
-	}
-	if !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("inspect image %q: %w", ref, dockerengine.Classify(err))
+// ensureImage makes sure the engine has the image, as the job's pull
+// policy says: never (there is no registry nodemgr can count on: the
+// image must be on the node), if-not-present or always (pull).
+func (m *Manager) ensureImage(ctx context.Context, ref, policy string) error {
+	if policy != api.PullAlways {
+		_, err := m.engine.ImageInspect(ctx, ref)
+		if err == nil {
+			return nil
+		}
+		if !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("inspect image %q: %w", ref, dockerengine.Classify(err))
+		}
+		if policy != api.PullIfNotPresent {
+			return errdefs.NotFound("image %q is not on this node and the job's pull_policy is never: put it on the node first, e.g. with docker load -i image.tar or docker import, or set pull_policy: if-not-present to pull it, then deploy again", ref)
+		}
 	}
 	resp, err := m.engine.ImagePull(ctx, ref, client.ImagePullOptions{})
 	if err == nil {
@@ -64,9 +70,18 @@ func (m *Manager) ensureImage(ctx context.Context, ref string) error {
 		resp.Close()
 	}
 	if err != nil {
-		return errdefs.NotFound("image %q is not on this node and pulling it failed (%v); put it on the node first, e.g. with docker load -i image.tar or docker import, then deploy again", ref, err)
+		return errdefs.NotFound("pull image %q (pull_policy %s): %v; put it on the node with docker load -i image.tar or docker import and use pull_policy: never, then deploy again", ref, policy, err)
 	}
 	return nil
+}
+
+// stopTimeout is the job's stop timeout in whole seconds, or the
+// manager's.
+func (m *Manager) stopTimeout(job api.ContainerJob) int {
+	if d := time.Duration(job.StopTimeout); d > 0 {
+		return int(math.Ceil(d.Seconds()))
+	}
+	return m.stopGrace
 }
 
 // containerName is the engine's name for a job's container: readable in
@@ -90,7 +105,7 @@ func (m *Manager) scoped(f client.Filters) client.Filters {
 
 // createOptions turns a normalized job, with its host ports resolved,
 // into the engine's create request.
-func (m *Manager) createOptions(job api.ContainerJob, ports []api.ContainerPort) client.ContainerCreateOptions {
+func (m *Manager) createOptions(job api.ContainerJob, ports []api.ContainerPort, mounts []mount.Mount) client.ContainerCreateOptions {
 	labels := maps.Clone(job.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -126,7 +141,9 @@ func (m *Manager) createOptions(job api.ContainerJob, ports []api.ContainerPort)
 		},
 		HostConfig: &container.HostConfig{
 			PortBindings: bindings,
-			// The job runs once: its exit is its result.
+			Mounts:       mounts,
+			// The agent restarts the job by its policy (watch.go): the
+			// engine restarting it would hide exits from the job's status.
 			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 			Resources: container.Resources{
 				NanoCPUs: int64(math.Round(job.CPUs * 1e9)),
@@ -240,10 +257,10 @@ func (m *Manager) oomEventSeen(ctx context.Context, id, startedAt string) bool {
 	}
 }
 
-// stopAndRemove stops the container, giving it the stop grace to exit on
-// SIGTERM, then removes it. One that is gone already is no error.
-func (m *Manager) stopAndRemove(ctx context.Context, id string) error {
-	grace := m.stopGrace
+// stopAndRemove stops the container, giving it grace seconds to exit on
+// SIGTERM before SIGKILL, then removes it. One that is gone already is no
+// error.
+func (m *Manager) stopAndRemove(ctx context.Context, id string, grace int) error {
 	_, err := m.engine.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &grace})
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		m.log.Warn("stop container; removing it by force", "container", shortID(id), "err", err)

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/distribution/reference"
 
@@ -69,6 +72,12 @@ func Validate(job api.ContainerJob) error {
 		case strings.ContainsRune(job.Env[k], 0):
 			return errdefs.Field("env."+k, "the value must not contain NUL")
 		}
+	}
+	if err := validateLifecycle(job); err != nil {
+		return err
+	}
+	if err := validateVolumes(job.Volumes); err != nil {
+		return err
 	}
 	for _, k := range slices.Sorted(maps.Keys(job.Labels)) {
 		switch k {
@@ -145,6 +154,80 @@ func validatePorts(ports []api.ContainerPort) error {
 	return nil
 }
 
+// maxStopTimeout bounds a job's stop timeout: a delete waits that long.
+const maxStopTimeout = time.Hour
+
+// validateLifecycle checks the restart policy, stop timeout and pull
+// policy.
+func validateLifecycle(job api.ContainerJob) error {
+	switch job.Restart.Policy {
+	case "", api.ContainerRestartNever, api.ContainerRestartOnFailure, api.ContainerRestartAlways:
+	default:
+		return errdefs.Field("restart.policy", "%q is not a restart policy: use never, on-failure or always", job.Restart.Policy)
+	}
+	switch r := job.Restart.MaxRetries; {
+	case r < 0 || r > 1000:
+		return errdefs.Field("restart.max_retries", "%d is out of range: use 1-1000, or 0 for the default", r)
+	case r > 0 && (job.Restart.Policy == "" || job.Restart.Policy == api.ContainerRestartNever):
+		return errdefs.Field("restart.max_retries", "the job is never restarted: set restart.policy to on-failure or always, or leave max_retries out")
+	}
+	if d := time.Duration(job.StopTimeout); d < 0 || d > maxStopTimeout {
+		return errdefs.Field("stop_timeout", "%s is out of range: use 1s-1h, or leave it out for the node's default", d)
+	} else if d > 0 && d < time.Second {
+		return errdefs.Field("stop_timeout", "%s is below the engine's resolution of 1s", d)
+	}
+	switch job.PullPolicy {
+	case "", api.PullNever, api.PullIfNotPresent, api.PullAlways:
+	default:
+		return errdefs.Field("pull_policy", "%q is not a pull policy: use never (the image must be on the node), if-not-present or always", job.PullPolicy)
+	}
+	return nil
+}
+
+// volumeName is what a named volume's source looks like: the engine's
+// rule for volume names.
+var volumeName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+
+// validateVolumes checks each volume's form; whether an absolute source
+// is inside the job's runtime dir is the manager's to check (it knows the
+// dir).
+func validateVolumes(vols []api.ContainerVolume) error {
+	targets := map[string]int{}
+	for i, v := range vols {
+		field := fmt.Sprintf("volumes[%d]", i)
+		switch {
+		case v.Source == "":
+			return errdefs.Field(field+".source", "a volume needs a source: a volume name, or a path in the job's runtime dir")
+		case strings.ContainsRune(v.Source, 0) || strings.Contains(v.Source, ":"):
+			return errdefs.Field(field+".source", "%q must not contain ':' or NUL", v.Source)
+		case !isPath(v.Source) && !volumeName.MatchString(v.Source):
+			return errdefs.Field(field+".source", "%q is neither a volume name (letters, digits, '_', '.', '-') nor a path", v.Source)
+		case isPath(v.Source) && !filepath.IsAbs(v.Source) && !filepath.IsLocal(v.Source):
+			return errdefs.Field(field+".source", "%q leaves the job's runtime dir; use a path inside it", v.Source)
+		}
+		switch {
+		case !strings.HasPrefix(v.Target, "/"):
+			return errdefs.Field(field+".target", "%q must be an absolute path in the container", v.Target)
+		case strings.ContainsAny(v.Target, ":\x00"):
+			return errdefs.Field(field+".target", "%q must not contain ':' or NUL", v.Target)
+		case path.Clean(v.Target) == "/":
+			return errdefs.Field(field+".target", "cannot mount over the container's root; choose a directory")
+		}
+		t := path.Clean(v.Target)
+		if j, dup := targets[t]; dup {
+			return errdefs.Field(field+".target", "%s is mounted twice (also volumes[%d])", t, j)
+		}
+		targets[t] = i
+	}
+	return nil
+}
+
+// isPath says whether a volume source is a path (it has a '/' or starts
+// with '.') rather than a volume name.
+func isPath(source string) bool {
+	return strings.ContainsRune(source, '/') || strings.HasPrefix(source, ".")
+}
+
 func protocol(p api.ContainerPort) string {
 	if p.Protocol == "" {
 		return "tcp"
@@ -166,6 +249,13 @@ func normalize(job api.ContainerJob) api.ContainerJob {
 	for i := range job.Ports {
 		job.Ports[i].Protocol = protocol(job.Ports[i])
 	}
+	if job.Restart.Policy == "" {
+		job.Restart.Policy = api.ContainerRestartNever
+	}
+	if job.PullPolicy == "" {
+		job.PullPolicy = api.PullNever
+	}
+	job.Volumes = slices.Clone(job.Volumes)
 	job.Command = slices.Clone(job.Command)
 	job.Env = maps.Clone(job.Env)
 	job.Labels = maps.Clone(job.Labels)

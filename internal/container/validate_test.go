@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/container"
@@ -58,6 +59,27 @@ func TestValidate(t *testing.T) {
 		{"env value with NUL", func(j *api.ContainerJob) { j.Env = map[string]string{"A": "x\x00"} }, "env.A", "NUL"},
 		{"reserved label", func(j *api.ContainerJob) { j.Labels = map[string]string{"nodemgr.job": "x"} }, "labels.nodemgr.job", "set by nodemgr"},
 		{"empty label key", func(j *api.ContainerJob) { j.Labels = map[string]string{"": "x"} }, "labels", "empty"},
+		{"lifecycle fields", func(j *api.ContainerJob) {
+			j.Restart = api.ContainerRestart{Policy: "on-failure", MaxRetries: 5}
+			j.StopTimeout = api.Duration(30 * time.Second)
+			j.PullPolicy = "if-not-present"
+			j.Volumes = []api.ContainerVolume{{Source: "cache", Target: "/cache"}, {Source: "./data", Target: "/data", ReadOnly: true}, {Source: "/abs/checked/by/the/manager", Target: "/x"}}
+		}, "", ""},
+		{"bad restart policy", func(j *api.ContainerJob) { j.Restart.Policy = "sometimes" }, "restart.policy", "never, on-failure or always"},
+		{"negative retries", func(j *api.ContainerJob) { j.Restart = api.ContainerRestart{Policy: "always", MaxRetries: -1} }, "restart.max_retries", "out of range"},
+		{"retries but never", func(j *api.ContainerJob) { j.Restart.MaxRetries = 2 }, "restart.max_retries", "never restarted"},
+		{"negative stop timeout", func(j *api.ContainerJob) { j.StopTimeout = api.Duration(-time.Second) }, "stop_timeout", "out of range"},
+		{"huge stop timeout", func(j *api.ContainerJob) { j.StopTimeout = api.Duration(2 * time.Hour) }, "stop_timeout", "1s-1h"},
+		{"sub-second stop timeout", func(j *api.ContainerJob) { j.StopTimeout = api.Duration(time.Millisecond) }, "stop_timeout", "resolution"},
+		{"bad pull policy", func(j *api.ContainerJob) { j.PullPolicy = "sometimes" }, "pull_policy", "never"},
+		{"volume without source", func(j *api.ContainerJob) { j.Volumes = []api.ContainerVolume{{Target: "/x"}} }, "volumes[0].source", "needs a source"},
+		{"volume leaving the runtime dir", func(j *api.ContainerJob) { j.Volumes = []api.ContainerVolume{{Source: "../etc", Target: "/x"}} }, "volumes[0].source", "leaves the job's runtime dir"},
+		{"volume with a colon", func(j *api.ContainerJob) { j.Volumes = []api.ContainerVolume{{Source: "a:b", Target: "/x"}} }, "volumes[0].source", "':'"},
+		{"relative target", func(j *api.ContainerJob) { j.Volumes = []api.ContainerVolume{{Source: "v", Target: "x"}} }, "volumes[0].target", "absolute"},
+		{"root target", func(j *api.ContainerJob) { j.Volumes = []api.ContainerVolume{{Source: "v", Target: "/"}} }, "volumes[0].target", "root"},
+		{"target twice", func(j *api.ContainerJob) {
+			j.Volumes = []api.ContainerVolume{{Source: "v", Target: "/x"}, {Source: "w", Target: "/x/"}}
+		}, "volumes[1].target", "twice"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

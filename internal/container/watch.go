@@ -1,8 +1,10 @@
 package container
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -31,6 +33,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.adopt(ctx)
 	nudge := make(chan string, 64)
+	m.mu.Lock()
+	m.nudge = nudge
+	m.mu.Unlock()
 	var wg sync.WaitGroup
 	wg.Go(func() { m.watchEvents(ctx, nudge) })
 	wg.Go(func() { m.reconcileLoop(ctx, nudge) })
@@ -199,8 +204,91 @@ func (m *Manager) reconcileOne(ctx context.Context, j *job) {
 	case o.status == api.ContainerCreating:
 		return // created but never started: not ours to start
 	}
-	after := m.apply(j, o)
+	after := m.settle(ctx, j, o, gone)
 	m.log.Info("container job changed", "job", c.Job.ID, "status", after.Status, "reason", after.Reason)
+}
+
+// Restart backoff: the wait before the n-th restart is restartDelay·2^n,
+// at most restartDelayMax, from the container's exit.
+const (
+	restartDelay    = time.Second
+	restartDelayMax = 30 * time.Second
+)
+
+// defaultOnFailureRetries is on-failure's bound when the job sets none.
+const defaultOnFailureRetries = 3
+
+// settle records what the engine says of j's container, unless the job's
+// restart policy wants the ended container started again: then the job
+// stays RUNNING and the container is started once its backoff is over
+// (a nudge comes back for it). j.op is held.
+func (m *Manager) settle(ctx context.Context, j *job, o observation, gone bool) api.Container {
+	c := m.snapshot(j)
+	if gone || !api.ContainerFinal(o.status) || !restartWanted(c, o) {
+		return m.apply(j, o)
+	}
+	wait := min(restartDelay<<min(c.Restarts, 10), restartDelayMax)
+	if o.finishedAt != nil {
+		wait -= time.Since(*o.finishedAt)
+	}
+	if wait > 0 {
+		m.nudgeLater(c.Job.ID, wait)
+		if c.Status == api.ContainerRunning {
+			return c
+		}
+		return m.set(j, func(c *api.Container) {
+			c.Status = api.ContainerRunning
+			c.StartedAt = cmp.Or(o.startedAt, ptr(now()))
+		})
+	}
+	if err := m.start(ctx, c.ContainerID); err != nil {
+		o.reason += fmt.Sprintf(" (a restart failed: %v)", err)
+		return m.apply(j, o)
+	}
+	m.log.Info("restarted container job by its policy", "job", c.Job.ID, "after", cmp.Or(o.reason, "exit code 0"), "restarts", c.Restarts+1)
+	return m.set(j, func(c *api.Container) {
+		c.Status = api.ContainerRunning
+		c.Restarts++
+		c.StartedAt = ptr(now())
+		c.ExitCode = o.exitCode
+		c.Reason = "restarted after " + cmp.Or(o.reason, "exit code 0")
+	})
+}
+
+// restartWanted says whether the job's policy starts its container again
+// after it ended as o says, restarts it had so far counted.
+func restartWanted(c api.Container, o observation) bool {
+	r := c.Job.Restart
+	limit := r.MaxRetries
+	switch r.Policy {
+	case api.ContainerRestartAlways:
+	case api.ContainerRestartOnFailure:
+		if o.status == api.ContainerCompleted {
+			return false
+		}
+		if limit == 0 {
+			limit = defaultOnFailureRetries
+		}
+	default:
+		return false
+	}
+	return limit == 0 || c.Restarts < limit
+}
+
+// nudgeLater asks Run's reconcile to look at the job after d.
+func (m *Manager) nudgeLater(id string, d time.Duration) {
+	m.mu.Lock()
+	nudge := m.nudge
+	m.mu.Unlock()
+	if nudge == nil {
+		return // Run is not running: the next one reconciles all jobs
+	}
+	time.AfterFunc(d, func() {
+		select {
+		case nudge <- id:
+		default: // full: a reconcile of all is coming anyway
+		}
+	})
 }
 
 // abandon gives up a job whose deploy never finished.

@@ -22,6 +22,7 @@ var wireTypes = map[string]any{
 	"Allocation": api.Allocation{}, "MachineUsage": api.MachineUsage{}, "NodeResources": api.NodeResources{},
 	"ContainerPort": api.ContainerPort{}, "ContainerJob": api.ContainerJob{}, "ContainerCommand": api.ContainerCommand{},
 	"ContainerUsage": api.ContainerUsage{}, "Container": api.Container{},
+	"ContainerRestart": api.ContainerRestart{}, "ContainerVolume": api.ContainerVolume{},
 	"Artifact": api.Artifact{}, "ArtifactInstall": api.ArtifactInstall{},
 	"ServiceFile": api.ServiceFile{}, "RestartPolicy": api.RestartPolicy{}, "DrainSpec": api.DrainSpec{},
 	"LogSpec": api.LogSpec{}, "ServiceSpec": api.ServiceSpec{}, "Service": api.Service{},
