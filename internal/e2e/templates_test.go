@@ -77,6 +77,16 @@ func TestTemplatesAndMappingsFromTheSeed(t *testing.T) {
 	if code == 0 {
 		t.Errorf("apply of a bad template exited 0: %s", errOut)
 	}
+	// A key the docker provider does not read is a typo, not ignored.
+	typo := filepath.Join(dir, "typo.yaml")
+	os.WriteFile(typo, []byte("name: typo\nimage: x\noverrides:\n  docker:\n    netwrok_mode: host\n"), 0o600)
+	_, errOut, code = s.run(t, "template", "validate", typo)
+	if code == 0 || !strings.Contains(errOut, "overrides.docker.netwrok_mode") || !strings.Contains(errOut, "did you mean network_mode") {
+		t.Errorf("validate of overrides.docker.netwrok_mode: exit %d, %q; want the field and a suggestion", code, errOut)
+	}
+	if _, errOut, code = s.run(t, "template", "apply", "-f", typo); code == 0 {
+		t.Errorf("apply of a template with an unknown docker key exited 0: %s", errOut)
+	}
 	loop := filepath.Join(dir, "loop.yaml")
 	os.WriteFile(loop, []byte(`mapping:
   - match: {image: a}

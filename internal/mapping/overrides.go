@@ -6,8 +6,10 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/template/yamlfield"
 )
 
 // All is the overrides key that applies to every provider.
@@ -37,6 +39,48 @@ var (
 	sizeKeys = []string{"cpu", "memoryMB", "diskMB"}
 )
 
+// declared holds the Extra keys each provider reads, as the providers
+// declare them (DeclareKeys, from their packages' init). A provider that
+// declared nothing yet is not checked: its keys are unknown, not none.
+var declared = struct {
+	sync.Mutex
+	keys map[string][]string
+}{keys: map[string][]string{}}
+
+// DeclareKeys records the Extra keys provider reads, beyond the template
+// fields (name, image, user, cpu, memoryMB, diskMB), which every provider
+// block may set. Overrides for that provider may then name only these:
+// a misspelt key (netwrok_mode) is an error with a suggestion, not
+// silently ignored.
+func DeclareKeys(provider string, keys ...string) {
+	declared.Lock()
+	defer declared.Unlock()
+	declared.keys[provider] = append(slices.Clone(keys), append(textKeys, sizeKeys...)...)
+	slices.Sort(declared.keys[provider])
+}
+
+// providerKeys returns the keys provider declared, and whether it did.
+func providerKeys(provider string) ([]string, bool) {
+	declared.Lock()
+	defer declared.Unlock()
+	k, ok := declared.keys[provider]
+	return k, ok
+}
+
+// checkKey refuses a key a provider block names that the provider does
+// not read. The all block may hold any key: some provider may read it.
+func checkKey(field, provider, key string) error {
+	known, ok := providerKeys(provider)
+	if provider == All || !ok || slices.Contains(known, key) {
+		return nil
+	}
+	hint := "it reads " + strings.Join(known, ", ")
+	if s := yamlfield.Suggest(key, known); s != "" {
+		hint = fmt.Sprintf("did you mean %s?", s)
+	}
+	return errdefs.Field(field, "the %s provider reads no key %q (%s); put keys meant for every provider under all", provider, key, hint)
+}
+
 // ValidateOverrides checks an overrides block, {all|<provider>: {key:
 // value}}, as found in templates and mapping rules: provider names must be
 // known, keys non-empty, and the template fields keep their types (text for
@@ -51,6 +95,9 @@ func ValidateOverrides(field string, o map[string]map[string]any) error {
 		for _, k := range sortedKeys(o[p]) {
 			if k == "" {
 				return errdefs.Field(pf, "keys must not be empty")
+			}
+			if err := checkKey(pf+"."+k, p, k); err != nil {
+				return err
 			}
 			if err := checkValue(pf+"."+k, k, o[p][k]); err != nil {
 				return err

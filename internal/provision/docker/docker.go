@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/dockerengine"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/mapping"
 	"github.com/nodemgr/nodemgr/internal/provision"
 )
 
@@ -43,6 +44,7 @@ func init() {
 	provision.Register("docker", func(settings map[string]string) (provision.Provider, error) {
 		return New(settings)
 	})
+	mapping.DeclareKeys("docker", extraKeys...)
 }
 
 // engine is the part of the Engine API client the provider uses.

@@ -26,6 +26,10 @@ const (
 	pullMissing = "missing"
 )
 
+// extraKeys are the Extra keys parseExtra reads (beyond the template
+// fields): overrides.docker may name only these.
+var extraKeys = []string{"hostname", "network_mode", "env", "command", "entrypoint", "labels", "privileged", "pull"}
+
 // config is what Provision takes from a spec's Extra.
 type config struct {
 	image       string

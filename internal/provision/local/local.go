@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/mapping"
 	"github.com/nodemgr/nodemgr/internal/provision"
 )
 
@@ -35,6 +36,7 @@ func init() {
 	provision.Register("local", func(settings map[string]string) (provision.Provider, error) {
 		return New(settings)
 	})
+	mapping.DeclareKeys("local") // the host is what it is: nothing to set
 }
 
 // Local hands out the host it runs on.
