@@ -74,12 +74,19 @@ func toProvision(d store.Deployment) provision.Deployment {
 }
 
 func (s *Server) handleProvision(w http.ResponseWriter, r *http.Request) error {
-	var req api.ProvisionRequest
-	if err := decodeJSON(r, &req); err != nil {
+	// Count is read apart so that an explicit 0 is refused, not taken
+	// for "one": only a request without count means one machine.
+	var body struct {
+		api.ProvisionRequest
+		Count *int `json:"count,omitempty"`
+	}
+	if err := decodeJSON(r, &body); err != nil {
 		return err
 	}
-	if req.Count == 0 {
-		req.Count = 1
+	req := body.ProvisionRequest
+	req.Count = 1
+	if body.Count != nil {
+		req.Count = *body.Count
 	}
 	if req.Count < 1 || req.Count > 100 {
 		return errdefs.Field("count", "must be between 1 and 100, got %d", req.Count)
