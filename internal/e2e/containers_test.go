@@ -195,6 +195,12 @@ labels: %s
 	if !strings.Contains(out, "web1") || strings.Contains(out, copies[0].Job.ID) || strings.Contains(out, "fail1") {
 		t.Errorf("container ls (live):\n%s", out)
 	}
+	// web1 was moved to ct-two above: ls names that node, not its id.
+	if ct, err := c.Container(ctx, "web1"); err != nil || ct.NodeName != "ct-two" || ct.Node == "" {
+		t.Errorf("GET container web1 = %+v, %v; want it on the node named ct-two", ct, err)
+	} else if !strings.Contains(out, " ct-two ") || strings.Contains(out, ct.Node) {
+		t.Errorf("container ls names the node by its id %s, want its name ct-two:\n%s", ct.Node, out)
+	}
 	if out, stderr, code := s.run(t, "container", "delete", "web1"); code != 0 || strings.Count(out, "UNDEPLOYED") != 1 {
 		t.Fatalf("container delete: exit %d\n%s%s", code, out, stderr)
 	}
