@@ -415,8 +415,8 @@ func TestBadSuitesAndTasksAreRefused(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "suite.yaml")
 	os.WriteFile(bad, []byte("name: x\nworker_schedule:\n  worker_count: 1\n  wrokers: 2\n"), 0o600)
 	_, errOut, code := s.run(t, "suite", "create", "-f", bad)
-	if code == 0 || !strings.Contains(errOut, "line 4") || !strings.Contains(errOut, "wrokers") {
-		t.Errorf("suite create with a typo: exit %d, stderr %q; want the line and the key", code, errOut)
+	if code == 0 || !strings.Contains(errOut, "suite.yaml:4:3") || !strings.Contains(errOut, "worker_schedule.wrokers") {
+		t.Errorf("suite create with a typo: exit %d, stderr %q; want FILE:LINE:COL and the key's path", code, errOut)
 	}
 }
 

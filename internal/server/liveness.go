@@ -27,7 +27,17 @@ import (
 type liveness struct {
 	mu         sync.Mutex
 	confirming map[string]bool // node ID → a check runs
+	closed     bool            // the server stops: no new checks
 	wg         sync.WaitGroup
+}
+
+// close refuses new checks and waits for those running. Add and Wait of
+// wg must not overlap, so closed is set under mu, where checks are added.
+func (l *liveness) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.wg.Wait()
 }
 
 // startCheck runs check for the node unless one runs already.
@@ -37,7 +47,7 @@ func (l *liveness) startCheck(nodeID string, check func()) bool {
 	if l.confirming == nil {
 		l.confirming = map[string]bool{}
 	}
-	if l.confirming[nodeID] {
+	if l.confirming[nodeID] || l.closed {
 		return false
 	}
 	l.confirming[nodeID] = true
@@ -59,7 +69,7 @@ func (s *Server) livenessLoop(ctx context.Context) {
 	every := min(s.cfg.OfflineAfter/4, 5*time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
-	defer s.live.wg.Wait()
+	defer s.live.close()
 	for {
 		select {
 		case <-ctx.Done():
