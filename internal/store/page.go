@@ -39,6 +39,12 @@ func (d Document) Cursor() string { return cursor(d.Name) }
 // Cursor is d's place in ListDeployments: CreatedAt, then ID.
 func (d Deployment) Cursor() string { return cursor(d.CreatedAt.UnixNano(), d.ID) }
 
+// Cursor is m's place in ListPoolMachines: CreatedAt, then ID.
+func (m PoolMachine) Cursor() string { return cursor(m.CreatedAt.UnixNano(), m.ID) }
+
+// PoolEventCursor is e's place in PoolEvents: its ID.
+func PoolEventCursor(e api.PoolEvent) string { return cursor(e.ID) }
+
 // Cursor is u's place in ListUsers: the name.
 func (u User) Cursor() string { return cursor(u.Name) }
 

@@ -25,6 +25,7 @@ type Store interface {
 	Documents
 	Deployments
 	Containers
+	Pools
 	Stats
 	Close() error
 }
@@ -137,18 +138,21 @@ type User struct {
 
 // Token is a stored credential: only the SHA-256 of its secret is kept.
 type Token struct {
-	ID        string
-	Kind      string // api.Token*
-	Name      string
-	Hash      []byte // sha256 of the secret
-	User      string // api tokens
-	NodeID    string // node credentials
-	Groups    []string
-	MaxUses   int // join tokens; 0 = unlimited
-	Uses      int
-	ExpiresAt time.Time // zero: never
-	CreatedAt time.Time
-	LastUsed  time.Time // zero: never
+	ID     string
+	Kind   string // api.Token*
+	Name   string
+	Hash   []byte // sha256 of the secret
+	User   string // api tokens
+	NodeID string // node credentials
+	Groups []string
+	// DeploymentID binds a join token to a deployment's machine: the node
+	// it creates is that deployment's (the orchestrator's bootstrap).
+	DeploymentID string
+	MaxUses      int // join tokens; 0 = unlimited
+	Uses         int
+	ExpiresAt    time.Time // zero: never
+	CreatedAt    time.Time
+	LastUsed     time.Time // zero: never
 }
 
 // TokenFilter narrows ListTokens.
@@ -383,14 +387,18 @@ type Deployment struct {
 	Executors   []string
 	Extra       map[string]any
 	Labels      map[string]string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// NodeID is the node whose agent registered from this machine, with a
+	// join token bound to the deployment.
+	NodeID    string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // DeploymentFilter narrows ListDeployments. Zero values match everything.
 type DeploymentFilter struct {
 	Provider string
 	States   []string
+	NodeID   string
 	Page
 }
 
@@ -400,6 +408,9 @@ type Deployments interface {
 	// per provider among deployments that are not terminated or failed
 	// (errdefs.ErrConflict).
 	CreateDeployment(ctx context.Context, d Deployment) error
+	// LinkDeploymentNode records that nodeID's agent runs on the
+	// deployment's machine.
+	LinkDeploymentNode(ctx context.Context, deploymentID, nodeID string) error
 	GetDeployment(ctx context.Context, id string) (Deployment, error)
 	// ListDeployments lists deployments, oldest first.
 	ListDeployments(ctx context.Context, f DeploymentFilter) ([]Deployment, error)
@@ -430,4 +441,62 @@ type Containers interface {
 	FindContainer(ctx context.Context, id string) ([]api.Container, error)
 	// DeleteContainer forgets a node's report of job id.
 	DeleteContainer(ctx context.Context, nodeID, id string) error
+}
+
+// KindPool is the document kind of a pool's spec.
+const KindPool = "pool"
+
+// PoolMachine is one machine of a pool, from the intent to make it to its
+// end. It is stored before the provider is called, so a server that stops
+// at any point finds what it was doing.
+type PoolMachine struct {
+	ID           string
+	Pool         string
+	Template     string
+	Provider     string
+	State        string // api.Machine*
+	StateReason  string
+	DeploymentID string
+	NodeID       string
+	CPUs         float64 // the machine's size, as its template gives it
+	MemoryMB     int64
+	CreatedAt    time.Time
+	LaunchedAt   time.Time // the provider gave the machine; zero before
+	ReadyAt      time.Time // its agent registered; zero before
+	BusyAt       time.Time // work last seen on its node
+	UpdatedAt    time.Time
+}
+
+// Live reports whether the machine exists or is on its way.
+func (m PoolMachine) Live() bool {
+	return m.State != api.MachineGone && m.State != api.MachineFailed
+}
+
+// PoolMachineFilter narrows ListPoolMachines. Zero values match everything.
+type PoolMachineFilter struct {
+	Pool string
+	Live bool // leave out gone and failed machines
+	Page
+}
+
+// Pools keeps the orchestrator's machines and decisions. The pools' specs
+// are documents of KindPool.
+type Pools interface {
+	// CreatePoolMachine stores a machine and the deployment it will be,
+	// in one transaction: the intent is stored before the provider call.
+	CreatePoolMachine(ctx context.Context, m PoolMachine, d Deployment) error
+	GetPoolMachine(ctx context.Context, id string) (PoolMachine, error)
+	// ListPoolMachines lists machines oldest first.
+	ListPoolMachines(ctx context.Context, f PoolMachineFilter) ([]PoolMachine, error)
+	// UpdatePoolMachine applies fn inside one transaction.
+	UpdatePoolMachine(ctx context.Context, id string, fn func(*PoolMachine) error) (PoolMachine, error)
+	// DeletePoolMachines forgets a pool's machines that are gone or
+	// failed and ended before cutoff (a zero cutoff: all of them).
+	DeletePoolMachines(ctx context.Context, pool string, cutoff time.Time) error
+	// AddPoolEvent appends a decision; its ID and a zero At are set.
+	AddPoolEvent(ctx context.Context, e api.PoolEvent) (api.PoolEvent, error)
+	// PoolEvents lists a pool's events oldest first.
+	PoolEvents(ctx context.Context, pool string, p Page) ([]api.PoolEvent, error)
+	// DeletePoolEvents forgets a pool's events.
+	DeletePoolEvents(ctx context.Context, pool string) error
 }

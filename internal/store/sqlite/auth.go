@@ -167,7 +167,7 @@ func (s *Store) DeleteUser(ctx context.Context, name string) error {
 }
 
 const tokenColumns = `id, kind, name, hash, user_name, node_id, group_names,
-	max_uses, uses, expires_at, created_at, last_used`
+	max_uses, uses, expires_at, created_at, last_used, deployment_id`
 
 // CreateToken stores a token. The user or node it names must exist.
 func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
@@ -225,9 +225,9 @@ func insertToken(ctx context.Context, tx *sql.Tx, t store.Token, now time.Time) 
 		return err
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO tokens (`+tokenColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		t.ID, t.Kind, t.Name, t.Hash, nullString(t.User), nullString(t.NodeID), groups,
-		t.MaxUses, t.Uses, timeArg(t.ExpiresAt), orNow(t.CreatedAt, now).UnixNano(), timeArg(t.LastUsed))
+		t.MaxUses, t.Uses, timeArg(t.ExpiresAt), orNow(t.CreatedAt, now).UnixNano(), timeArg(t.LastUsed), t.DeploymentID)
 	if isUnique(err) {
 		return errdefs.Conflict("token id or hash is taken")
 	}
@@ -367,7 +367,7 @@ func scanToken(row scanner) (store.Token, error) {
 		expires, created, lastUsed sql.NullInt64
 	)
 	err := row.Scan(&t.ID, &t.Kind, &t.Name, &t.Hash, &user, &nodeID, &groups,
-		&t.MaxUses, &t.Uses, &expires, &created, &lastUsed)
+		&t.MaxUses, &t.Uses, &expires, &created, &lastUsed, &t.DeploymentID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Token{}, errdefs.ErrNotFound
 	}

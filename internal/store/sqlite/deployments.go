@@ -13,7 +13,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
-const deploymentColumns = `id, provider, resource_id, name, template, state, state_reason, address, executors, extra, labels, created_at, updated_at`
+const deploymentColumns = `id, provider, resource_id, name, template, state, state_reason, address, executors, extra, labels, node_id, created_at, updated_at`
 
 // CreateDeployment stores a new deployment.
 func (s *Store) CreateDeployment(ctx context.Context, d store.Deployment) error {
@@ -36,9 +36,9 @@ func insertDeployment(ctx context.Context, tx *sql.Tx, d store.Deployment) error
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO deployments (`+deploymentColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO deployments (`+deploymentColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		d.ID, d.Provider, d.ResourceID, d.Name, d.Template, d.State, d.StateReason, d.Address,
-		executors, extra, labels, d.CreatedAt.UnixNano(), d.UpdatedAt.UnixNano())
+		executors, extra, labels, d.NodeID, d.CreatedAt.UnixNano(), d.UpdatedAt.UnixNano())
 	if isUnique(err) {
 		return errdefs.Conflict("a live %s deployment is already named %s", d.Provider, d.Name)
 	}
@@ -84,6 +84,10 @@ func (s *Store) ListDeployments(ctx context.Context, f store.DeploymentFilter) (
 		for _, st := range f.States {
 			args = append(args, st)
 		}
+	}
+	if f.NodeID != "" {
+		q += ` AND node_id = ?`
+		args = append(args, f.NodeID)
 	}
 	if f.After != "" {
 		var created int64
@@ -138,6 +142,22 @@ func (s *Store) UpdateDeployment(ctx context.Context, id string, fn func(*store.
 	return d, nil
 }
 
+// LinkDeploymentNode records the node whose agent runs on the machine.
+func (s *Store) LinkDeploymentNode(ctx context.Context, deploymentID, nodeID string) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE deployments SET node_id = ?, updated_at = ? WHERE id = ?`,
+			nodeID, s.now().UnixNano(), deploymentID)
+		if err != nil {
+			return classify(err)
+		}
+		return mustAffect(res)
+	})
+	if err != nil {
+		return fmt.Errorf("link deployment %s to node %s: %w", deploymentID, nodeID, err)
+	}
+	return nil
+}
+
 // DeleteDeployment forgets a deployment.
 func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -161,7 +181,7 @@ func scanDeployment(row scanner) (store.Deployment, error) {
 	var executors, extra, labels string
 	var created, updated int64
 	err := row.Scan(&d.ID, &d.Provider, &d.ResourceID, &d.Name, &d.Template, &d.State, &d.StateReason,
-		&d.Address, &executors, &extra, &labels, &created, &updated)
+		&d.Address, &executors, &extra, &labels, &d.NodeID, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, errdefs.ErrNotFound
 	}

@@ -111,6 +111,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 
 		{"Documents", testDocuments},
 		{"Deployments", testDeployments},
+		{"PoolMachines", testPoolMachines},
+		{"PoolEvents", testPoolEvents},
+		{"BoundJoinToken", testBoundJoinToken},
 		{"Containers", testContainers},
 
 		{"Users", testUsers},
