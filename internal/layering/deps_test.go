@@ -68,6 +68,17 @@ func TestLayers(t *testing.T) {
 			}
 		}
 	}
+	// The scheduler is pure logic: of nodemgr it imports errdefs only (and
+	// so what errdefs imports), never a store, a provider or the server.
+	allowed := map[string]bool{module + "internal/schedule": true}
+	for _, d := range deps(t, "internal/errdefs") {
+		allowed[d] = true
+	}
+	for _, d := range deps(t, "internal/schedule") {
+		if strings.HasPrefix(d, module) && !allowed[d] {
+			t.Errorf("internal/schedule depends on %s; it may use only internal/errdefs of nodemgr", d)
+		}
+	}
 	// The wire types are for everyone: standard library only.
 	for _, d := range deps(t, "api") {
 		if strings.Contains(d, ".") && d != module+"api" {
