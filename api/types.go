@@ -57,15 +57,16 @@ type Node struct {
 
 // Hardware describes a node's machine as its agent measured it.
 type Hardware struct {
-	Hostname    string `json:"hostname"`
-	OS          string `json:"os"`
-	Arch        string `json:"arch"`
-	Kernel      string `json:"kernel,omitempty"`
-	CPUModel    string `json:"cpu_model,omitempty"`
-	Cores       int    `json:"cores"`
-	MemoryBytes uint64 `json:"memory_bytes"`
-	DiskBytes   uint64 `json:"disk_bytes"` // size of the filesystem holding the agent's data dir
-	GPUs        []GPU  `json:"gpus"`
+	Hostname    string  `json:"hostname"`
+	OS          string  `json:"os"`
+	Arch        string  `json:"arch"`
+	Kernel      string  `json:"kernel,omitempty"`
+	CPUModel    string  `json:"cpu_model,omitempty"`
+	Cores       int     `json:"cores"`
+	CPULimit    float64 `json:"cpu_limit,omitempty"` // CPUs' worth of time a cgroup quota allows, where less than Cores (1.5 with 2 cores)
+	MemoryBytes uint64  `json:"memory_bytes"`        // the cgroup's limit, where that is less than the host's memory
+	DiskBytes   uint64  `json:"disk_bytes"`          // size of the filesystem holding the agent's data dir
+	GPUs        []GPU   `json:"gpus"`
 }
 
 // GPU is one accelerator found on a node.

@@ -3,6 +3,11 @@
 // reports the result (an api.Hardware) when it registers, so that the
 // server can show and place work by what each node has.
 //
+// Inside a container or any cgroup with limits, CPUs and memory are what
+// the cgroup allows, not what the host has: ReadLimits reads those limits
+// (cgroup v1 and v2), and Detect applies them. internal/capacity reads
+// them too, to tell how much of the limited memory is still free.
+//
 // It also gives the machine a stable identity (MachineID), which lets the
 // server recognise a node that re-registers after a reinstall of the agent.
 package hw
@@ -23,7 +28,10 @@ import (
 )
 
 // Detect measures this machine. dataDir is the agent's data dir; DiskBytes
-// is the size of the filesystem that holds it.
+// is the size of the filesystem that holds it. Cores and MemoryBytes are
+// narrowed to this process's cgroup limits (see Limits): Cores is the
+// least of the affinity mask, the cpuset and the CPU quota rounded up;
+// CPULimit is the quota itself where it allows less than Cores.
 //
 // Detect returns all it could measure even when some probe fails; a
 // non-nil error then says which probes failed, for the caller to log. In
@@ -61,6 +69,12 @@ func Detect(ctx context.Context, dataDir string) (api.Hardware, error) {
 
 	hw.MemoryBytes, err = memoryBytes()
 	probe("memory", err)
+
+	// A container's cgroup may allow less CPU time and memory than the
+	// host has; the node offers only what it may use.
+	limits, err := cgroupLimits()
+	probe("cgroup limits", err)
+	limits.apply(&hw)
 
 	hw.DiskBytes, err = diskBytes(dataDir)
 	probe("disk", err)

@@ -32,6 +32,8 @@ func cpuCount() (int, error) {
 	return set.Count(), nil
 }
 
+func cgroupLimits() (Limits, error) { return readLimits(os.DirFS("/")) }
+
 func memoryBytes() (uint64, error) {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -40,6 +41,28 @@ func TestDetect(t *testing.T) {
 	}
 	if hw.GPUs == nil || len(hw.GPUs) != 0 {
 		t.Errorf("GPUs = %#v, want empty non-nil", hw.GPUs)
+	}
+}
+
+// TestDetectExpect checks Detect against what the environment says it
+// should find, for runs in a container with known limits:
+//
+//	docker run --cpus 1 --memory 96m -e NODEMGR_HW_EXPECT_CORES=1 \
+//		-e NODEMGR_HW_EXPECT_MEMORY=100663296 IMAGE hw.test -test.run TestDetectExpect -test.v
+func TestDetectExpect(t *testing.T) {
+	cores, memory := os.Getenv("NODEMGR_HW_EXPECT_CORES"), os.Getenv("NODEMGR_HW_EXPECT_MEMORY")
+	if cores == "" && memory == "" {
+		t.Skip("set NODEMGR_HW_EXPECT_CORES and/or NODEMGR_HW_EXPECT_MEMORY to check Detect against them")
+	}
+	limits, err := ReadLimits()
+	t.Logf("ReadLimits() = %+v, %v", limits, err)
+	hw, err := Detect(context.Background(), t.TempDir())
+	t.Logf("Detect() = %+v, %v", hw, err)
+	if cores != "" && strconv.Itoa(hw.Cores) != cores {
+		t.Errorf("Detect().Cores = %d, want %s", hw.Cores, cores)
+	}
+	if memory != "" && strconv.FormatUint(hw.MemoryBytes, 10) != memory {
+		t.Errorf("Detect().MemoryBytes = %d, want %s", hw.MemoryBytes, memory)
 	}
 }
 
