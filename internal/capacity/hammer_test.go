@@ -345,7 +345,7 @@ func BenchmarkAllocateFree(b *testing.B) {
 		{"memory", func(*testing.B) Config { return Config{Hardware: hw, MachineFree: roomy} }},
 		{"memory+proc", func(*testing.B) Config {
 			return Config{Hardware: hw, MachineFree: func() (api.Resources, error) {
-				r, err := ReadMachineFree(".", 1)
+				r, err := ReadMachineFree(".")
 				r.MemoryMB, r.DiskMB = 1<<40, 1<<40 // measured, but let everything fit
 				return r, err
 			}}

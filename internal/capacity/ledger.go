@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -36,8 +35,8 @@ type Config struct {
 	// Now tells the time; nil means time.Now. Tests inject a clock.
 	Now func() time.Time
 	// MachineFree measures what the machine really has free now. Nil reads
-	// /proc/meminfo, /proc/loadavg and statfs(DataDir) (see
-	// ReadMachineFree). It is called without the ledger locked. Tests
+	// /proc/meminfo, /proc/loadavg, statfs(DataDir) and the cgroup's limits
+	// (see ReadMachineFree). It is called without the ledger locked. Tests
 	// inject one.
 	MachineFree func() (api.Resources, error)
 	// Ports, if set, is the node's port allocator, kept in step with the
@@ -113,11 +112,8 @@ func New(cfg Config) (*Ledger, error) {
 		l.now = time.Now
 	}
 	if l.machineFree == nil {
-		dir, cores := machineDir(cfg), cfg.Hardware.Cores
-		if cores <= 0 {
-			cores = runtime.NumCPU()
-		}
-		l.machineFree = func() (api.Resources, error) { return ReadMachineFree(dir, cores) }
+		dir := machineDir(cfg)
+		l.machineFree = func() (api.Resources, error) { return ReadMachineFree(dir) }
 	}
 	if l.path == "" {
 		return l, nil
@@ -215,11 +211,20 @@ func registered(hw api.Hardware) (api.Capability, error) {
 			"check the agent's log for the probe's error and restart it: %w", hw.Cores, hw.MemoryBytes, errdefs.ErrUnavailable)
 	}
 	return api.Capability{Resources: api.Resources{
-		CPUs:     float64(hw.Cores),
+		CPUs:     cpus(hw),
 		MemoryMB: int64(hw.MemoryBytes >> 20),
 		DiskMB:   int64(hw.DiskBytes >> 20),
 		GPUs:     len(hw.GPUs),
 	}}, nil
+}
+
+// cpus is how many CPUs the machine has to offer: its cores, or a
+// cgroup's CPU quota where that allows less.
+func cpus(hw api.Hardware) float64 {
+	if hw.CPULimit > 0 && hw.CPULimit < float64(hw.Cores) {
+		return hw.CPULimit
+	}
+	return float64(hw.Cores)
 }
 
 // offer is reg × share %, rounded down: CPUs to hundredths, the rest to
@@ -597,8 +602,8 @@ func usage(hw api.Hardware, free api.Resources) *api.MachineUsage {
 		MemoryUsedMB: max(int64(hw.MemoryBytes>>20)-free.MemoryMB, 0),
 		DiskUsedMB:   max(int64(hw.DiskBytes>>20)-free.DiskMB, 0),
 	}
-	if hw.Cores > 0 {
-		busy := 100 * (float64(hw.Cores) - free.CPUs) / float64(hw.Cores)
+	if n := cpus(hw); n > 0 {
+		busy := 100 * (n - free.CPUs) / n
 		u.CPUPercent = math.Round(min(max(busy, 0), 100)*10) / 10
 	}
 	return u

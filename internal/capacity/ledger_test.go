@@ -113,6 +113,10 @@ func TestOffered(t *testing.T) {
 			api.Resources{CPUs: 8, MemoryMB: 7629, DiskMB: 238418}},
 		{"odd cores at 15 %", api.Hardware{Cores: 7, MemoryBytes: 1 << 30}, 15,
 			api.Resources{CPUs: 1.05, MemoryMB: 153}},
+		{"cgroup quota below the cores", api.Hardware{Cores: 2, CPULimit: 1.5, MemoryBytes: 96 << 20}, 50,
+			api.Resources{CPUs: 0.75, MemoryMB: 48}},
+		{"cgroup quota of a third", api.Hardware{Cores: 1, CPULimit: 1.0 / 3, MemoryBytes: 1 << 30}, 90,
+			api.Resources{CPUs: 0.29, MemoryMB: 921}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newTest(t, Config{Hardware: tc.hw})
@@ -123,7 +127,11 @@ func TestOffered(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got.Offered); diff != "" {
 				t.Errorf("Onboard(%d).Offered (-want +got):\n%s", tc.share, diff)
 			}
-			if !got.Onboarded || got.SharePercent != tc.share || got.Registered.CPUScore != 123.4 || got.Registered.CPUs != float64(tc.hw.Cores) {
+			wantCPUs := float64(tc.hw.Cores)
+			if tc.hw.CPULimit > 0 {
+				wantCPUs = tc.hw.CPULimit
+			}
+			if !got.Onboarded || got.SharePercent != tc.share || got.Registered.CPUScore != 123.4 || got.Registered.CPUs != wantCPUs {
 				t.Errorf("Onboard(%d) = %+v", tc.share, got)
 			}
 		})
@@ -550,6 +558,29 @@ func TestResources(t *testing.T) {
 	l = onboarded(t, Config{MachineFree: func() (api.Resources, error) { return api.Resources{}, errors.New("statfs /data: gone") }})
 	if nr, err := l.Resources(); err != nil || nr.MachineFree != nil || nr.MachineFreeError != "statfs /data: gone" {
 		t.Errorf("Resources with a failing probe = %+v, %v; want MachineFreeError", nr, err)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hw   api.Hardware
+		free api.Resources
+		want api.MachineUsage
+	}{
+		{"host", api.Hardware{Cores: 4, MemoryBytes: 8 << 30, DiskBytes: 10 << 30},
+			api.Resources{CPUs: 3, MemoryMB: 6 << 10, DiskMB: 9 << 10},
+			api.MachineUsage{CPUPercent: 25, MemoryUsedMB: 2 << 10, DiskUsedMB: 1 << 10}},
+		{"cgroup quota", api.Hardware{Cores: 2, CPULimit: 1.5, MemoryBytes: 96 << 20},
+			api.Resources{CPUs: 1.5, MemoryMB: 56},
+			api.MachineUsage{CPUPercent: 0, MemoryUsedMB: 40}},
+		{"cgroup quota half used", api.Hardware{Cores: 2, CPULimit: 1.5, MemoryBytes: 96 << 20},
+			api.Resources{CPUs: 0.75},
+			api.MachineUsage{CPUPercent: 50, MemoryUsedMB: 96}},
+	} {
+		if got := usage(tc.hw, tc.free); *got != tc.want {
+			t.Errorf("%s: usage(%+v, %+v) = %+v, want %+v", tc.name, tc.hw, tc.free, *got, tc.want)
+		}
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/nodemgr/nodemgr/internal/hw"
 )
 
 // parseMemAvailable returns MemAvailable from /proc/meminfo content, in
@@ -45,8 +47,24 @@ func parseLoadAvg(b []byte) (float64, error) {
 	return load, nil
 }
 
-// idleCPUs estimates the idle cores: cores minus load, rounded down to
-// hundredths, never negative.
-func idleCPUs(cores int, load float64) float64 {
-	return max(math.Floor((float64(cores)-load)*100)/100, 0)
+// freeMemory is what both MemAvailable and the cgroup's memory limits
+// leave free.
+func freeMemory(avail uint64, l hw.Limits) uint64 {
+	if l.MemoryBytes > 0 {
+		return min(avail, l.MemoryFreeBytes)
+	}
+	return avail
+}
+
+// idleCPUs estimates the idle cores: cores minus load, no more than the
+// cgroup limits allow, rounded down to hundredths, never negative.
+func idleCPUs(cores int, load float64, l hw.Limits) float64 {
+	idle := float64(cores) - load
+	if l.CPUs > 0 {
+		idle = min(idle, l.CPUs)
+	}
+	if l.CPUSet > 0 {
+		idle = min(idle, float64(l.CPUSet))
+	}
+	return max(math.Floor(idle*100)/100, 0)
 }

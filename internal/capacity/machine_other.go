@@ -10,6 +10,6 @@ import (
 
 // ReadMachineFree is implemented on Linux only; elsewhere the books alone
 // decide what fits.
-func ReadMachineFree(dir string, cores int) (api.Resources, error) {
+func ReadMachineFree(dir string) (api.Resources, error) {
 	return api.Resources{}, errors.ErrUnsupported
 }
