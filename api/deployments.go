@@ -15,8 +15,11 @@ type Deployment struct {
 	Executors   []string          `json:"executors"`
 	Extra       map[string]any    `json:"extra"`
 	Labels      map[string]string `json:"labels"`
-	CreatedAt   time.Time         `json:"created_at"`
-	UpdatedAt   time.Time         `json:"updated_at"`
+	// Node is the node whose agent registered from this machine (a pool
+	// machine's, bootstrapped by the orchestrator).
+	Node      string    `json:"node,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // DeploymentFailed is the state of a deployment whose provisioning failed

@@ -50,7 +50,10 @@ type Node struct {
 	LastHeartbeat *time.Time        `json:"last_heartbeat,omitempty"`
 	// Presence is what the agent publishes about itself while it is
 	// connected: services, artifacts, where its local API listens.
-	Presence     *Presence `json:"presence,omitempty"`
+	Presence *Presence `json:"presence,omitempty"`
+	// Deployment is the machine the node runs on when nodemgr made it
+	// (a pool's), in GET /v1/nodes/{node} only.
+	Deployment   string    `json:"deployment,omitempty"`
 	RegisteredAt time.Time `json:"registered_at"`
 	UpdatedAt    time.Time `json:"updated_at"`
 }

@@ -145,6 +145,14 @@ func (s *Server) joinNode(ctx context.Context, jt store.Token, req api.RegisterR
 	if err != nil {
 		return store.Node{}, fmt.Errorf("register node: %w", err)
 	}
+	if jt.DeploymentID != "" {
+		// The orchestrator made this token for one machine: its node is
+		// that deployment's.
+		if err := s.store.LinkDeploymentNode(ctx, jt.DeploymentID, n.ID); err != nil {
+			return store.Node{}, fmt.Errorf("register node: %w", err)
+		}
+		s.wakeOrchestrator()
+	}
 	return n, nil
 }
 

@@ -64,7 +64,7 @@ func (p *providers) close() error {
 func apiDeployment(d store.Deployment) api.Deployment {
 	return api.Deployment{ID: d.ID, Provider: d.Provider, ResourceID: d.ResourceID, Name: d.Name, Template: d.Template,
 		State: d.State, StateReason: d.StateReason, Address: d.Address, Executors: d.Executors, Extra: d.Extra,
-		Labels: d.Labels, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}
+		Labels: d.Labels, Node: d.NodeID, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}
 }
 
 func toProvision(d store.Deployment) provision.Deployment {
@@ -251,6 +251,13 @@ func (s *Server) handleDestroyDeployment(w http.ResponseWriter, r *http.Request)
 	})
 	if err != nil {
 		return err
+	}
+	if d.NodeID != "" {
+		// Its agent went with the machine: no two-minute ghost online.
+		if err := s.forgetNode(r.Context(), d.NodeID, "its machine "+d.Name+" was destroyed"); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+		s.wakeOrchestrator()
 	}
 	httpapi.WriteJSON(w, http.StatusOK, apiDeployment(d))
 	return nil

@@ -78,6 +78,7 @@ func (s *Server) nextSuite(ctx context.Context, nodeID string) (*store.Suite, er
 // suiteChanged wakes the agents that might now have work for the suite:
 // idle ones, and those already running it and waiting for tasks.
 func (s *Server) suiteChanged(ctx context.Context, suiteID string) {
+	s.wakeOrchestrator() // new tasks may be demand for a pool
 	for _, sess := range s.hub.all() {
 		state, suite := sess.work()
 		if state != api.AgentIdle && suite != suiteID {

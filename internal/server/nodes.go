@@ -157,7 +157,11 @@ func (s *Server) handleGetNode(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, s.apiNode(n))
+	out := s.apiNode(n)
+	if ds, err := s.store.ListDeployments(r.Context(), store.DeploymentFilter{NodeID: n.ID, Page: store.Page{Limit: 1}}); err == nil && len(ds) > 0 {
+		out.Deployment = ds[0].ID
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -78,6 +78,13 @@ func (s *Server) coreRoutes() []route {
 		{"GET", "/v1/deployments/{deployment}", authAdmin, s.handleGetDeployment},
 		{"DELETE", "/v1/deployments/{deployment}", authAdmin, s.handleDestroyDeployment},
 		{"POST", "/v1/deployments/{deployment}/lifecycle/{verb}", authAdmin, s.handleLifecycle},
+
+		{"GET", "/v1/pools", authAdmin, s.handleListPools},
+		{"GET", "/v1/pools/{pool}", authAdmin, s.handleGetPool},
+		{"PUT", "/v1/pools/{pool}", authAdmin, s.handlePutPool},
+		{"DELETE", "/v1/pools/{pool}", authAdmin, s.handleDeletePool},
+		{"GET", "/v1/pools/{pool}/events", authAdmin, s.handlePoolEvents},
+		{"POST", "/v1/schedule/explain", authAdmin, s.handleScheduleExplain},
 		{"POST", "/v1/deployments/{deployment}/exec", authAdmin, s.handleExec},
 		{"PUT", "/v1/deployments/{deployment}/files", authAdmin, s.handleCopyTo},
 		{"GET", "/v1/deployments/{deployment}/files", authAdmin, s.handleCopyFrom},

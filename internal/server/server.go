@@ -16,6 +16,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/atomicfile"
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
@@ -48,6 +49,14 @@ type Config struct {
 	SuiteCloseAfter   time.Duration // an Open suite with no new task this long is Closed; default 180s
 	SuiteTick         time.Duration // how often suites are closed and completed; default 1s
 	DriftInterval     time.Duration // how often deployments are compared with their providers; default 30s
+	// AgentServerURL is the server's URL as pool machines reach it;
+	// default the URL it listens on.
+	AgentServerURL string
+	// AgentBinaries are static nodemgr binaries the orchestrator delivers
+	// onto pool machines, one per architecture; default this executable.
+	AgentBinaries []string
+	// Orchestrator tunes the pools' loop (tick, drain timeout, backoff).
+	Orchestrator orchestrate.Config
 	// ProviderSettings configures providers by name (e.g. docker: host).
 	ProviderSettings map[string]map[string]string
 	Version          string
@@ -167,6 +176,7 @@ type Server struct {
 	life      context.Context // ends when Serve returns; for work that outlives a request
 	providers providers
 	executors executors
+	orch      *orchestrate.Orchestrator // nil until Serve
 	metrics   *metrics
 	handler   http.Handler
 
@@ -197,6 +207,9 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	s.submitBudget = newByteBudget(cfg.MaxSubmitInFlight)
 	s.metrics = newMetrics(s)
 	s.hub = newHub(s)
+	if err := s.newOrchestrator(); err != nil {
+		return nil, err
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -253,8 +266,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	s.orch.SetServerURL(s.agentServerURL())
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(6)
+	go func() { defer wg.Done(); s.orch.Run(ctx) }()
 	go func() { defer wg.Done(); s.guard.reap(ctx) }()
 	go func() { defer wg.Done(); s.hub.flushLoop(ctx) }()
 	go func() { defer wg.Done(); s.livenessLoop(ctx) }()

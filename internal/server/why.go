@@ -80,7 +80,13 @@ func (s *Server) waitingReason(ctx context.Context, su store.Suite) (string, err
 	if su.Counts.Ready == 0 || (su.State != api.SuiteOpen && su.State != api.SuiteClosed) {
 		return "", nil
 	}
-	return s.diagnose(ctx, su, false)
+	why, err := s.diagnose(ctx, su, false)
+	if why != "" && s.orch != nil {
+		if pools := s.orch.ForSuite(su.Spec.Name); pools != "" {
+			why += "; " + pools
+		}
+	}
+	return why, err
 }
 
 // creationWarning says why no node could run a new suite, or "": it is

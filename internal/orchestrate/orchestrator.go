@@ -1,0 +1,677 @@
+package orchestrate
+
+import (
+	"context"
+	"encoding/json"
+
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/execute"
+	"github.com/nodemgr/nodemgr/internal/provision"
+	"github.com/nodemgr/nodemgr/internal/store"
+)
+
+// Labels every pool machine's provider resource carries, so that nodemgr
+// finds it again whatever happened to its store row.
+const (
+	LabelOwner        = "nodemgr.owner"         // the coordinator's owner ID
+	LabelPool         = "nodemgr.pool"          // the pool's name
+	LabelMachine      = "nodemgr.machine"       // the pool machine's ID
+	LabelDeploymentID = "nodemgr.deployment-id" // the deployment's ID
+)
+
+// Cluster is what the orchestrator needs from the server.
+type Cluster interface {
+	Provider(name string) (provision.Provider, error)
+	// Executor picks the executor a deployment's capabilities allow.
+	Executor(d provision.Deployment) (execute.Executor, error)
+	// Render renders a template for a provider (template fields,
+	// overrides, mappings): the Extra the provider gets.
+	Render(ctx context.Context, template, provider string) (map[string]any, error)
+	// Demands lists the suites with Ready tasks.
+	Demands(ctx context.Context) ([]Demand, error)
+	// NodeState says whether a node's agent is connected, and whether it
+	// has work: a suite, a service or a container.
+	NodeState(ctx context.Context, nodeID string) (connected, busy bool, err error)
+	// DrainNode asks a node's agent for a graceful shutdown.
+	DrainNode(ctx context.Context, nodeID string) error
+	// ForgetNode returns a node's running tasks and removes the node.
+	ForgetNode(ctx context.Context, nodeID, reason string) error
+	// JoinToken makes a single-use join token bound to a deployment,
+	// putting its node into groups, valid for ttl.
+	JoinToken(ctx context.Context, deploymentID string, groups []string, ttl time.Duration) (string, error)
+}
+
+// Finder is a provider that lists the resources it made by their labels;
+// the orchestrator uses it to destroy what no stored machine accounts for.
+type Finder interface {
+	Find(ctx context.Context, labels map[string]string) ([]provision.Deployment, error)
+}
+
+// Config configures the orchestrator. Zero values take the defaults.
+type Config struct {
+	// Owner is this coordinator's ID: resources labelled with another
+	// owner are never touched.
+	Owner string
+	// Bootstrap says how agents are delivered onto machines.
+	Bootstrap BootstrapConfig
+	// Tick is the longest time between two rounds; events wake it sooner.
+	// Default 1s.
+	Tick time.Duration
+	// DrainTimeout is how long a draining machine's agent has to say
+	// goodbye before the machine is destroyed anyway; default 2m.
+	DrainTimeout time.Duration
+	// BackoffMin and BackoffMax bound a failing candidate's pause, which
+	// doubles with each failure in a row; defaults 10s and 5m.
+	BackoffMin, BackoffMax time.Duration
+	// SweepInterval is how often providers are asked for resources that
+	// no machine accounts for; default 30s.
+	SweepInterval time.Duration
+	// Keep is how long ended machines stay listed; default 24h.
+	Keep time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Tick == 0 {
+		c.Tick = time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 2 * time.Minute
+	}
+	if c.BackoffMin == 0 {
+		c.BackoffMin = 10 * time.Second
+	}
+	if c.BackoffMax < c.BackoffMin {
+		c.BackoffMax = max(5*time.Minute, c.BackoffMin)
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = 30 * time.Second
+	}
+	if c.Keep == 0 {
+		c.Keep = 24 * time.Hour
+	}
+}
+
+// Orchestrator keeps the pools sized to demand.
+type Orchestrator struct {
+	cfg     Config
+	store   store.Store
+	cluster Cluster
+	log     *slog.Logger
+	wake    chan struct{}
+
+	mu       sync.Mutex
+	inflight map[string]bool // machines a goroutine works on now
+	backoff  map[candidateKey]*backoffState
+	status   map[string]PoolStatus // per pool, from the last round
+	said     map[string]string     // per pool and kind, the last event message (no repeats)
+	lastSwep time.Time
+	wg       sync.WaitGroup
+}
+
+type candidateKey struct{ template, provider string }
+
+type backoffState struct {
+	failures int
+	until    time.Time
+	reason   string
+}
+
+// PoolStatus is what the last round found for a pool.
+type PoolStatus struct {
+	Desired int
+	Demand  string
+	Waiting string
+	// Suites are the suites the pool is starting machines for.
+	Suites []string
+	// Starting counts its machines on their way.
+	Starting int
+}
+
+// New makes an orchestrator; Run starts it.
+func New(cfg Config, st store.Store, cluster Cluster, log *slog.Logger) *Orchestrator {
+	cfg.setDefaults()
+	return &Orchestrator{cfg: cfg, store: st, cluster: cluster, log: log, wake: make(chan struct{}, 1),
+		inflight: map[string]bool{}, backoff: map[candidateKey]*backoffState{}, status: map[string]PoolStatus{},
+		said: map[string]string{}}
+}
+
+// SetServerURL sets the URL agents are told to reach the server on, once
+// the server listens; it takes effect for the next bootstrap.
+func (o *Orchestrator) SetServerURL(u string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.cfg.Bootstrap.ServerURL = u
+}
+
+// Wake asks for a round soon: demand or a node changed.
+func (o *Orchestrator) Wake() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles until ctx ends, then waits for the launches under way
+// to stop (they see ctx end too).
+func (o *Orchestrator) Run(ctx context.Context) error {
+	defer o.wg.Wait()
+	t := time.NewTicker(o.cfg.Tick)
+	defer t.Stop()
+	for {
+		if err := o.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			o.log.Warn("orchestrator round failed; retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-o.wake:
+		}
+	}
+}
+
+// Status is a pool's status from the last round.
+func (o *Orchestrator) Status(pool string) PoolStatus {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.status[pool]
+}
+
+// ForSuite says in one line which pools are starting machines for a
+// suite, or "".
+func (o *Orchestrator) ForSuite(suite string) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var parts []string
+	names := make([]string, 0, len(o.status))
+	for name := range o.status {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		st := o.status[name]
+		for _, s := range st.Suites {
+			if s != suite {
+				continue
+			}
+			switch {
+			case st.Starting > 0:
+				parts = append(parts, fmt.Sprintf("pool %s is starting %d machine%s", name, st.Starting, plural(st.Starting)))
+			case st.Waiting != "":
+				parts = append(parts, fmt.Sprintf("pool %s: %s", name, st.Waiting))
+			}
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// LoadPools reads every pool's spec.
+func LoadPools(ctx context.Context, st store.Store) ([]api.PoolSpec, error) {
+	docs, err := st.ListDocuments(ctx, store.KindPool, store.Page{})
+	if err != nil {
+		return nil, fmt.Errorf("list pools: %w", err)
+	}
+	out := make([]api.PoolSpec, 0, len(docs))
+	for _, d := range docs {
+		spec, err := DecodeSpec(d.Body)
+		if err != nil {
+			return nil, fmt.Errorf("pool %s: %w", d.Name, err)
+		}
+		out = append(out, spec)
+	}
+	return out, nil
+}
+
+// DecodeSpec reads a stored pool spec.
+func DecodeSpec(b []byte) (api.PoolSpec, error) {
+	var spec api.PoolSpec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return spec, fmt.Errorf("decode pool spec: %w", err)
+	}
+	return spec, nil
+}
+
+// Reconcile runs one round: advance every machine a step, then start what
+// demand asks for.
+func (o *Orchestrator) Reconcile(ctx context.Context) error {
+	specs, err := LoadPools(ctx, o.store)
+	if err != nil {
+		return err
+	}
+	machines, err := o.store.ListPoolMachines(ctx, store.PoolMachineFilter{Live: true})
+	if err != nil {
+		return err
+	}
+	bySpec := map[string]api.PoolSpec{}
+	for _, s := range specs {
+		bySpec[s.Name] = s
+	}
+	live := map[string][]store.PoolMachine{}
+	for _, m := range machines {
+		live[m.Pool] = append(live[m.Pool], m)
+	}
+	for pool, ms := range live {
+		spec, ok := bySpec[pool]
+		o.stepMachines(ctx, spec, ok, ms)
+	}
+	if len(specs) > 0 {
+		if err := o.scaleUp(ctx, specs, live); err != nil {
+			return err
+		}
+	}
+	o.sweep(ctx, specs)
+	return nil
+}
+
+// stepMachines advances a pool's machines that no goroutine works on.
+// exists is false for a pool that was removed: its machines all go.
+func (o *Orchestrator) stepMachines(ctx context.Context, spec api.PoolSpec, exists bool, ms []store.PoolMachine) {
+	now := time.Now()
+	ready := 0
+	for _, m := range ms {
+		if m.State == api.MachineReady {
+			ready++
+		}
+	}
+	for _, m := range ms {
+		if o.busyWith(m.ID) {
+			continue
+		}
+		switch m.State {
+		case api.MachineRequested, api.MachineProvisioning:
+			// Nothing works on it: the server stopped while launching it.
+			o.goWork(m.ID, func(ctx context.Context) {
+				o.fail(ctx, m, "the server stopped while launching it", false)
+			})
+		case api.MachineBootstrapping:
+			o.stepBootstrapping(ctx, spec, m, now)
+		case api.MachineReady:
+			if o.stepReady(ctx, spec, exists, m, now, ready) {
+				ready--
+			}
+		case api.MachineDraining:
+			o.stepDraining(ctx, m, now)
+		case api.MachineTerminating:
+			o.goWork(m.ID, func(ctx context.Context) { o.terminate(ctx, m, m.StateReason) })
+		}
+	}
+}
+
+// stepBootstrapping makes a machine ready once its agent registered, or
+// replaces it when the agent did not within the bootstrap timeout.
+func (o *Orchestrator) stepBootstrapping(ctx context.Context, spec api.PoolSpec, m store.PoolMachine, now time.Time) {
+	d, err := o.store.GetDeployment(ctx, m.DeploymentID)
+	if err != nil {
+		return
+	}
+	if d.NodeID != "" {
+		readyAt := now
+		m, err = o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error {
+			cur.State, cur.StateReason, cur.NodeID, cur.ReadyAt, cur.BusyAt = api.MachineReady, "", d.NodeID, readyAt, readyAt
+			return nil
+		})
+		if err != nil {
+			return
+		}
+		o.succeeded(m)
+		o.event(ctx, m.Pool, m.ID, "ready", fmt.Sprintf("machine %s is ready: node %s registered %s after the request (%s on %s)",
+			m.ID, d.NodeID, readyAt.Sub(m.CreatedAt).Round(time.Millisecond), m.Template, m.Provider))
+		return
+	}
+	timeout := time.Duration(spec.BootstrapTimeout)
+	if timeout == 0 {
+		timeout = DefaultBootstrapTimeout
+	}
+	if m.LaunchedAt.IsZero() || now.Sub(m.LaunchedAt) < timeout {
+		return
+	}
+	o.goWork(m.ID, func(ctx context.Context) {
+		why := fmt.Sprintf("its agent did not register within the bootstrap timeout (%s)", timeout)
+		if tail := o.agentLog(ctx, d); tail != "" {
+			why += "; its log ends: " + tail
+		}
+		o.fail(ctx, m, why, true)
+	})
+}
+
+// stepReady keeps a ready machine's idle clock and drains it once it has
+// been idle for the pool's idle timeout. It reports whether it drained.
+func (o *Orchestrator) stepReady(ctx context.Context, spec api.PoolSpec, exists bool, m store.PoolMachine, now time.Time, ready int) bool {
+	d, err := o.store.GetDeployment(ctx, m.DeploymentID)
+	if err == nil && (d.State == provision.StateTerminated || d.State == api.DeploymentFailed) {
+		o.goWork(m.ID, func(ctx context.Context) { o.terminate(ctx, m, "its machine was "+d.State+": "+d.StateReason) })
+		return true
+	}
+	connected, busy, err := o.cluster.NodeState(ctx, m.NodeID)
+	if errdefs.IsNotFound(err) {
+		o.goWork(m.ID, func(ctx context.Context) { o.terminate(ctx, m, "its node was removed") })
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	if busy {
+		// Write the clock only now and then: a busy machine would
+		// otherwise cost a write every round.
+		if now.Sub(m.BusyAt) > time.Second {
+			o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error { cur.BusyAt = now; return nil })
+		}
+		return false
+	}
+	var why string
+	switch {
+	case !exists:
+		why = "its pool was removed"
+	case ready <= spec.Min:
+		return false
+	case now.Sub(m.ReadyAt) < time.Duration(spec.MinAge):
+		return false
+	case now.Sub(m.BusyAt) < time.Duration(spec.IdleTimeout):
+		return false
+	default:
+		why = fmt.Sprintf("idle for %s (idle_timeout %s)", now.Sub(m.BusyAt).Round(time.Second), time.Duration(spec.IdleTimeout))
+	}
+	m, err = o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error {
+		cur.State, cur.StateReason = api.MachineDraining, why
+		return nil
+	})
+	if err != nil {
+		return false
+	}
+	o.event(ctx, m.Pool, m.ID, "scale-down", fmt.Sprintf("draining machine %s (node %s): %s", m.ID, m.NodeID, why))
+	if connected {
+		if err := o.cluster.DrainNode(ctx, m.NodeID); err != nil {
+			o.log.Warn("drain pool node", "machine", m.ID, "node", m.NodeID, "err", err)
+		}
+	}
+	return true
+}
+
+// stepDraining destroys a draining machine once its agent said goodbye,
+// or the drain timeout passed.
+func (o *Orchestrator) stepDraining(ctx context.Context, m store.PoolMachine, now time.Time) {
+	connected, _, err := o.cluster.NodeState(ctx, m.NodeID)
+	if err != nil && !errdefs.IsNotFound(err) {
+		return
+	}
+	if connected && now.Sub(m.UpdatedAt) < o.cfg.DrainTimeout {
+		return
+	}
+	why := m.StateReason
+	if connected {
+		why += fmt.Sprintf("; its agent did not stop within %s", o.cfg.DrainTimeout)
+	}
+	m, err = o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error {
+		cur.State, cur.StateReason = api.MachineTerminating, why
+		return nil
+	})
+	if err != nil {
+		return
+	}
+	o.goWork(m.ID, func(ctx context.Context) { o.terminate(ctx, m, why) })
+}
+
+// terminate destroys a machine, forgets its node, and marks it gone.
+func (o *Orchestrator) terminate(ctx context.Context, m store.PoolMachine, why string) {
+	if err := o.destroy(ctx, m.DeploymentID, "terminated by pool "+m.Pool+": "+why); err != nil {
+		o.event(ctx, m.Pool, m.ID, "error", fmt.Sprintf("destroying machine %s failed (retrying): %s", m.ID, errdefs.Message(err)))
+		return
+	}
+	if m.NodeID != "" {
+		if err := o.cluster.ForgetNode(ctx, m.NodeID, "its machine was destroyed"); err != nil && !errdefs.IsNotFound(err) {
+			o.log.Warn("forget a pool machine's node", "machine", m.ID, "node", m.NodeID, "err", err)
+			return
+		}
+	}
+	if _, err := o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error {
+		cur.State, cur.StateReason = api.MachineGone, why
+		return nil
+	}); err != nil {
+		return
+	}
+	o.event(ctx, m.Pool, m.ID, "gone", fmt.Sprintf("machine %s is gone: %s", m.ID, why))
+}
+
+// fail destroys what a failed launch made and marks the machine failed;
+// counted failures make its candidate back off.
+func (o *Orchestrator) fail(ctx context.Context, m store.PoolMachine, why string, counted bool) {
+	if err := o.destroy(ctx, m.DeploymentID, "pool "+m.Pool+": "+why); err != nil {
+		o.event(ctx, m.Pool, m.ID, "error", fmt.Sprintf("destroying failed machine %s failed (retrying): %s", m.ID, errdefs.Message(err)))
+		return
+	}
+	if m.NodeID != "" {
+		o.cluster.ForgetNode(ctx, m.NodeID, "its machine failed")
+	}
+	if _, err := o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error {
+		cur.State, cur.StateReason = api.MachineFailed, why
+		return nil
+	}); err != nil {
+		return
+	}
+	msg := fmt.Sprintf("machine %s (%s on %s) failed: %s", m.ID, m.Template, m.Provider, why)
+	if counted {
+		until := o.failed(m, why)
+		msg += fmt.Sprintf("; %s on %s backs off until %s", m.Template, m.Provider, until.Format(time.TimeOnly))
+	}
+	o.event(ctx, m.Pool, m.ID, "failed", msg)
+	o.Wake() // a replacement, maybe from the next candidate
+}
+
+// destroy removes a deployment's machine (found by its resource ID, or by
+// its labels when the launch was cut off before the ID was stored) and
+// records it terminated. A deployment already gone is fine.
+func (o *Orchestrator) destroy(ctx context.Context, deploymentID, why string) error {
+	d, err := o.store.GetDeployment(ctx, deploymentID)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if d.State == provision.StateTerminated {
+		return nil
+	}
+	pr, err := o.cluster.Provider(d.Provider)
+	if err != nil {
+		return err
+	}
+	targets := []provision.Deployment{toProvision(d)}
+	if d.ResourceID == "" {
+		targets = nil
+		if f, ok := pr.(Finder); ok {
+			found, err := f.Find(ctx, map[string]string{LabelDeploymentID: d.ID})
+			if err != nil {
+				return err
+			}
+			targets = found
+		}
+	}
+	for _, t := range targets {
+		if err := pr.Destroy(ctx, t); err != nil {
+			return fmt.Errorf("destroy %s: %w", d.Name, err)
+		}
+	}
+	state := provision.StateTerminated
+	if d.State == api.DeploymentFailed {
+		state = api.DeploymentFailed
+	}
+	_, err = o.store.UpdateDeployment(ctx, d.ID, func(cur *store.Deployment) error {
+		cur.State, cur.StateReason = state, why
+		return nil
+	})
+	return err
+}
+
+func toProvision(d store.Deployment) provision.Deployment {
+	return provision.Deployment{ID: d.ID, Provider: d.Provider, ResourceID: d.ResourceID, Name: d.Name,
+		Template: d.Template, State: d.State, Address: d.Address, Executors: d.Executors, Extra: d.Extra,
+		Labels: d.Labels, CreatedAt: d.CreatedAt}
+}
+
+// goWork runs fn for a machine on its own goroutine, unless one already
+// works on it.
+func (o *Orchestrator) goWork(id string, fn func(ctx context.Context)) bool {
+	o.mu.Lock()
+	if o.inflight[id] {
+		o.mu.Unlock()
+		return false
+	}
+	o.inflight[id] = true
+	o.mu.Unlock()
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		defer func() {
+			o.mu.Lock()
+			delete(o.inflight, id)
+			o.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		fn(ctx)
+	}()
+	return true
+}
+
+func (o *Orchestrator) busyWith(id string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.inflight[id]
+}
+
+// failed counts a failure of a machine's candidate and returns when it may
+// be tried again.
+func (o *Orchestrator) failed(m store.PoolMachine, why string) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	k := candidateKey{m.Template, m.Provider}
+	b := o.backoff[k]
+	if b == nil {
+		b = &backoffState{}
+		o.backoff[k] = b
+	}
+	b.failures++
+	wait := o.cfg.BackoffMin
+	for i := 1; i < b.failures && wait < o.cfg.BackoffMax; i++ {
+		wait *= 2
+	}
+	b.until, b.reason = time.Now().Add(min(wait, o.cfg.BackoffMax)), why
+	return b.until
+}
+
+// succeeded clears a candidate's backoff: a machine of it became ready.
+func (o *Orchestrator) succeeded(m store.PoolMachine) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.backoff, candidateKey{m.Template, m.Provider})
+}
+
+// Record records an event of a pool that is no machine's: the pool was
+// applied or removed.
+func (o *Orchestrator) Record(ctx context.Context, pool, kind, msg string) {
+	o.event(ctx, pool, "", kind, msg)
+}
+
+// event records a pool decision and logs it. A "waiting" event that says
+// what the last one of its pool said is not repeated.
+func (o *Orchestrator) event(ctx context.Context, pool, machine, kind, msg string) {
+	if kind == "waiting" {
+		o.mu.Lock()
+		same := o.said[pool] == msg
+		o.said[pool] = msg
+		o.mu.Unlock()
+		if same {
+			return
+		}
+	}
+	o.log.Info("pool "+kind, "pool", pool, "machine", machine, "msg", msg)
+	if _, err := o.store.AddPoolEvent(ctx, api.PoolEvent{Pool: pool, Machine: machine, Kind: kind, Message: msg}); err != nil {
+		o.log.Warn("record pool event", "pool", pool, "err", err)
+	}
+}
+
+// sweep destroys provider resources of this owner that no live
+// deployment accounts for: what a crash between a provider's answer and
+// the store's write would otherwise leak. It runs every SweepInterval.
+func (o *Orchestrator) sweep(ctx context.Context, specs []api.PoolSpec) {
+	o.mu.Lock()
+	due := time.Since(o.lastSwep) >= o.cfg.SweepInterval
+	if due {
+		o.lastSwep = time.Now()
+	}
+	o.mu.Unlock()
+	if !due || o.cfg.Owner == "" {
+		return
+	}
+	providers := map[string]bool{}
+	for _, s := range specs {
+		for _, c := range Candidates(s) {
+			providers[c.Provider] = true
+		}
+	}
+	machines, err := o.store.ListPoolMachines(ctx, store.PoolMachineFilter{Live: true})
+	if err != nil {
+		return
+	}
+	for _, m := range machines {
+		providers[m.Provider] = true
+	}
+	for name := range providers {
+		pr, err := o.cluster.Provider(name)
+		if err != nil {
+			continue
+		}
+		f, ok := pr.(Finder)
+		if !ok {
+			continue
+		}
+		found, err := f.Find(ctx, map[string]string{LabelOwner: o.cfg.Owner})
+		if err != nil {
+			o.log.Warn("sweep: list a provider's machines", "provider", name, "err", err)
+			continue
+		}
+		for _, r := range found {
+			o.sweepOne(ctx, pr, r)
+		}
+	}
+}
+
+func (o *Orchestrator) sweepOne(ctx context.Context, pr provision.Provider, r provision.Deployment) {
+	id := r.Labels[LabelDeploymentID]
+	d, err := o.store.GetDeployment(ctx, id)
+	if err == nil && d.State != provision.StateTerminated && d.State != api.DeploymentFailed {
+		return // accounted for
+	}
+	if err != nil && !errdefs.IsNotFound(err) {
+		return
+	}
+	if o.busyWith(r.Labels[LabelMachine]) {
+		return // its launch is still recording it
+	}
+	pool := r.Labels[LabelPool]
+	if err := pr.Destroy(ctx, r); err != nil {
+		o.log.Warn("sweep: destroy a leaked machine", "provider", pr.Name(), "resource", r.ResourceID, "err", err)
+		return
+	}
+	o.event(ctx, pool, r.Labels[LabelMachine], "swept",
+		fmt.Sprintf("destroyed %s resource %.12s that no live machine accounts for (deployment %s)", pr.Name(), r.ResourceID, id))
+}
+
+// newID makes a machine ID.
+func newID() string { return auth.NewID("pm-") }
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

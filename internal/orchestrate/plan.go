@@ -1,0 +1,187 @@
+package orchestrate
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/store"
+)
+
+// Demand is a suite with Ready tasks, as the server sees it.
+type Demand struct {
+	SuiteID     string
+	Suite       string // its name
+	Priority    int
+	Ready       int      // tasks waiting to run
+	WorkerCount int      // its workers per node
+	Tags        []string // a node needs all of them
+	Group       string   // "" or the group whose nodes may run it
+	Cores       int      // cores its cpu_binding needs a node to have; 0 any
+	// Serving counts online nodes that run it now or may take it up at
+	// once (connected, eligible and free).
+	Serving int
+}
+
+// Wants is how many nodes the suite asks for: one per worker_count Ready
+// tasks, rounded up.
+func (d Demand) Wants() int {
+	wc := max(d.WorkerCount, 1)
+	return (d.Ready + wc - 1) / wc
+}
+
+// serves reports whether a pool's agents may run the suite: they carry its
+// tags, are in its group, and have its cores (when the pool's machines
+// have a known size).
+func serves(spec api.PoolSpec, cpus float64, d Demand) bool {
+	for _, t := range d.Tags {
+		if !slices.Contains(spec.Tags, t) {
+			return false
+		}
+	}
+	if d.Group != "" && !slices.Contains(spec.Groups, d.Group) {
+		return false
+	}
+	return d.Cores == 0 || cpus == 0 || float64(d.Cores) <= cpus
+}
+
+// poolView is what the planner knows of one pool.
+type poolView struct {
+	spec     api.PoolSpec
+	live     []store.PoolMachine // not gone or failed
+	cpus     float64             // size of the machine it would make next (its best candidate); 0 unknown
+	memoryMB int64
+}
+
+// onTheWay counts machines being made: requested, provisioning or
+// bootstrapping. They are capacity already coming.
+func (p poolView) onTheWay() int {
+	n := 0
+	for _, m := range p.live {
+		switch m.State {
+		case api.MachineRequested, api.MachineProvisioning, api.MachineBootstrapping:
+			n++
+		}
+	}
+	return n
+}
+
+// counted are the machines that count against max and the limits: every
+// live one but those being drained or terminated.
+func (p poolView) counted() []store.PoolMachine {
+	var out []store.PoolMachine
+	for _, m := range p.live {
+		if m.State != api.MachineDraining && m.State != api.MachineTerminating {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// room is how many more machines of the next size the pool may have, and
+// if none, which limit stops it.
+func (p poolView) room() (int, string) {
+	counted := p.counted()
+	n := p.spec.Max - len(counted)
+	limit := fmt.Sprintf("at max %d machines", p.spec.Max)
+	var cpus float64
+	var mem int64
+	for _, m := range counted {
+		cpus += m.CPUs
+		mem += m.MemoryMB
+	}
+	if p.spec.MaxCPUs > 0 && p.cpus > 0 {
+		if byCPU := int((p.spec.MaxCPUs - cpus + 1e-9) / p.cpus); byCPU < n {
+			n, limit = byCPU, fmt.Sprintf("at its CPU limit (%g of max_cpus %g used; a machine has %g)", cpus, p.spec.MaxCPUs, p.cpus)
+		}
+	}
+	if p.spec.MaxMemoryMB > 0 && p.memoryMB > 0 {
+		if byMem := int((p.spec.MaxMemoryMB - mem) / p.memoryMB); byMem < n {
+			n, limit = byMem, fmt.Sprintf("at its memory limit (%d of max_memory_mb %d MiB used; a machine has %d MiB)", mem, p.spec.MaxMemoryMB, p.memoryMB)
+		}
+	}
+	if n < 0 {
+		n = 0
+	}
+	return n, limit
+}
+
+// plan is what one reconcile round decides for a pool.
+type plan struct {
+	add     int      // machines to start now (before max_launching)
+	demand  []string // which suites asked, for events and pool show
+	wanted  int      // machines demand asks of this pool beyond what is on the way
+	limited string   // the limit that cut add short, if one did
+	serving map[string]bool
+}
+
+// planPools shares the demand out among the pools. Suites go in priority
+// order; each first uses machines already on their way in pools that
+// serve it (so nothing is counted twice), then asks those pools for more,
+// in name order, up to each pool's room. A pool below min asks for the
+// difference whatever the demand.
+func planPools(pools []poolView, demands []Demand) map[string]*plan {
+	sort.SliceStable(demands, func(i, j int) bool { return demands[i].Priority > demands[j].Priority })
+	sort.Slice(pools, func(i, j int) bool { return pools[i].spec.Name < pools[j].spec.Name })
+	plans := map[string]*plan{}
+	onway := map[string]int{}
+	room := map[string]int{}
+	limit := map[string]string{}
+	for _, p := range pools {
+		plans[p.spec.Name] = &plan{serving: map[string]bool{}}
+		onway[p.spec.Name] = p.onTheWay()
+		room[p.spec.Name], limit[p.spec.Name] = p.room()
+		// min first: machines below it are wanted whatever the demand.
+		if short := p.spec.Min - len(p.counted()); short > 0 {
+			n := min(short, room[p.spec.Name])
+			plans[p.spec.Name].add += n
+			room[p.spec.Name] -= n
+			plans[p.spec.Name].demand = append(plans[p.spec.Name].demand, fmt.Sprintf("min %d", p.spec.Min))
+		}
+	}
+	for _, d := range demands {
+		need := d.Wants() - d.Serving
+		if need <= 0 {
+			continue
+		}
+		var servers []poolView
+		for _, p := range pools {
+			if serves(p.spec, p.cpus, d) {
+				servers = append(servers, p)
+			}
+		}
+		for _, p := range servers {
+			pl := plans[p.spec.Name]
+			pl.serving[d.Suite] = true
+			pl.demand = append(pl.demand, fmt.Sprintf("suite %s: %d ready, %d per node, %d serving", d.Suite, d.Ready, max(d.WorkerCount, 1), d.Serving))
+			take := min(need, onway[p.spec.Name])
+			onway[p.spec.Name] -= take
+			need -= take
+		}
+		for _, p := range servers {
+			if need <= 0 {
+				break
+			}
+			pl := plans[p.spec.Name]
+			pl.wanted += need
+			n := min(need, room[p.spec.Name])
+			if n < need && pl.limited == "" {
+				pl.limited = limit[p.spec.Name]
+			}
+			pl.add += n
+			room[p.spec.Name] -= n
+			need -= n
+		}
+	}
+	return plans
+}
+
+// demandLine is a plan's demand in one line.
+func (pl *plan) demandLine() string {
+	if len(pl.demand) == 0 {
+		return "no demand"
+	}
+	return strings.Join(pl.demand, "; ")
+}
