@@ -21,6 +21,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/datadir"
 
 	// Providers register themselves with provision.
+	"github.com/nodemgr/nodemgr/internal/orchestrate"
 	_ "github.com/nodemgr/nodemgr/internal/provision/docker"
 	_ "github.com/nodemgr/nodemgr/internal/provision/local"
 	"github.com/nodemgr/nodemgr/internal/server"
@@ -40,6 +41,9 @@ type serverFlags struct {
 	tlsCert, tlsKey                                                string
 	tlsAuto                                                        bool
 	tlsSANs                                                        []string
+	agentServerURL                                                 string
+	agentBinaries                                                  []string
+	poolBackoff, poolTick, poolSweep, poolDrainTimeout             time.Duration
 }
 
 func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
@@ -62,6 +66,12 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	fl.BoolVar(&f.tlsAuto, "tls-auto", false, "serve HTTPS with the server's own CA even on loopback (it does so on any other address when no --tls-cert is given)")
 	fl.StringSliceVar(&f.tlsSANs, "tls-san", nil, "extra name or address for the server's own certificate, e.g. one behind NAT (repeatable)")
+	fl.StringVar(&f.agentServerURL, "agent-server-url", "", "the server's URL as pool machines reach it (default the URL it listens on)")
+	fl.StringSliceVar(&f.agentBinaries, "agent-binary", nil, "static nodemgr binary to deliver onto pool machines, one per architecture (repeatable; default this binary, if static: build with CGO_ENABLED=0)")
+	fl.DurationVar(&f.poolBackoff, "pool-backoff", 10*time.Second, "a pool candidate whose machine failed to launch or bootstrap waits this long before it is tried again; doubles with each failure in a row, up to 5m")
+	fl.DurationVar(&f.poolTick, "pool-tick", time.Second, "the longest time between two rounds of the pools' loop (demand wakes it sooner)")
+	fl.DurationVar(&f.poolSweep, "pool-sweep", 30*time.Second, "how often providers are asked for machines of this server that no pool machine accounts for (they are destroyed)")
+	fl.DurationVar(&f.poolDrainTimeout, "pool-drain-timeout", 2*time.Minute, "how long a pool machine being scaled down has to stop its agent before it is destroyed anyway")
 }
 
 func (f *serverFlags) config() server.Config {
@@ -72,6 +82,8 @@ func (f *serverFlags) config() server.Config {
 		CredentialTTL: f.credentialTTL, MaxTokenTTL: f.maxTokenTTL, SuiteCloseAfter: f.suiteCloseAfter, DriftInterval: f.driftInterval,
 		ProviderSettings: f.providerSettings(), Version: Version,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
+		AgentServerURL: f.agentServerURL, AgentBinaries: f.agentBinaries,
+		Orchestrator: orchestrate.Config{Tick: f.poolTick, BackoffMin: f.poolBackoff, SweepInterval: f.poolSweep, DrainTimeout: f.poolDrainTimeout},
 	}
 }
 

@@ -1,0 +1,55 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// ApplyPool creates or replaces a pool.
+func (c *Client) ApplyPool(ctx context.Context, spec api.PoolSpec) (api.Pool, error) {
+	var p api.Pool
+	return p, c.Do(ctx, http.MethodPut, "/v1/pools/"+url.PathEscape(spec.Name), spec, &p)
+}
+
+// Pools lists every pool.
+func (c *Client) Pools(ctx context.Context) ([]api.Pool, error) {
+	return All(ctx, func(ctx context.Context, p Page) ([]api.Pool, string, error) {
+		var l api.PoolList
+		err := c.Do(ctx, http.MethodGet, withQuery("/v1/pools", p.values(url.Values{})), nil, &l)
+		return l.Pools, l.Next, err
+	})
+}
+
+// Pool returns a pool with its machines.
+func (c *Client) Pool(ctx context.Context, name string) (api.PoolDetail, error) {
+	var p api.PoolDetail
+	return p, c.Do(ctx, http.MethodGet, "/v1/pools/"+url.PathEscape(name), nil, &p)
+}
+
+// DeletePool removes a pool; its machines are drained and destroyed.
+func (c *Client) DeletePool(ctx context.Context, name string) error {
+	return c.Do(ctx, http.MethodDelete, "/v1/pools/"+url.PathEscape(name), nil, nil)
+}
+
+// PoolEvents lists a pool's decisions, oldest first.
+func (c *Client) PoolEvents(ctx context.Context, name string) ([]api.PoolEvent, error) {
+	return All(ctx, func(ctx context.Context, p Page) ([]api.PoolEvent, string, error) {
+		l, err := c.PoolEventsPage(ctx, name, p)
+		return l.Events, l.Next, err
+	})
+}
+
+// PoolEventsPage lists one page of a pool's decisions.
+func (c *Client) PoolEventsPage(ctx context.Context, name string, p Page) (api.PoolEventList, error) {
+	var l api.PoolEventList
+	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/pools/"+url.PathEscape(name)+"/events", p.values(url.Values{})), nil, &l)
+}
+
+// ExplainSchedule ranks every pool's candidates for a request.
+func (c *Client) ExplainSchedule(ctx context.Context, req api.ScheduleRequest) (api.ScheduleExplanation, error) {
+	var e api.ScheduleExplanation
+	return e, c.Do(ctx, http.MethodPost, "/v1/schedule/explain", req, &e)
+}
