@@ -191,8 +191,12 @@ if command -v uname >/dev/null 2>&1; then
 fi
 chmod 0700 "$dir"
 chmod 0600 "$dir/agent.yaml"
+# Fail now, with the reason, if the binary cannot run here at all.
+"$dir/nodemgr" --version >/dev/null
 mkdir -p ` + AgentDataDir + `
-nohup sh -c 'while :; do "$0/nodemgr" agent --config "$0/agent.yaml" && exit 0; echo "nodemgr agent exited $?; restarting in 1s"; sleep 1; done' "$dir" >>"$dir/agent.log" 2>&1 </dev/null &
+# No nohup in minimal images: the loop ignores SIGHUP itself, and
+# without a terminal there is none to send it anyway.
+sh -c 'trap "" HUP; while :; do "$0/nodemgr" agent --config "$0/agent.yaml" && exit 0; echo "nodemgr agent exited $?; restarting in 1s"; sleep 1; done' "$dir" >>"$dir/agent.log" 2>&1 </dev/null &
 `
 }
 

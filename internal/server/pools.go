@@ -72,8 +72,10 @@ func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
 		}
 		d := orchestrate.Demand{SuiteID: su.ID, Suite: su.Spec.Name, Priority: su.Spec.Priority, Ready: su.Counts.Ready,
 			WorkerCount: su.Spec.WorkerSchedule.WorkerCount, Tags: su.Spec.Tags, Group: su.Spec.Group}
-		for _, core := range su.Spec.WorkerSchedule.CPUBinding.Cores {
-			d.Cores = max(d.Cores, core+1)
+		if b := su.Spec.WorkerSchedule.CPUBinding; b != nil {
+			for _, core := range b.Cores {
+				d.Cores = max(d.Cores, core+1)
+			}
 		}
 		for _, n := range nodes {
 			sess := s.hub.get(n.ID)
