@@ -133,7 +133,14 @@ func (o *Orchestrator) scaleUp(ctx context.Context, specs []api.PoolSpec, live m
 	views := make([]poolView, 0, len(specs))
 	cands := map[string][]candidateInfo{}
 	for _, spec := range specs {
-		v := poolView{spec: spec, live: live[spec.Name]}
+		v := poolView{spec: spec, live: live[spec.Name], connected: map[string]bool{}}
+		for _, m := range v.live {
+			if m.State == api.MachineReady {
+				if ns, err := o.cluster.NodeState(ctx, m.NodeID); err == nil && ns.Connected {
+					v.connected[m.NodeID] = true
+				}
+			}
+		}
 		cands[spec.Name] = o.candidates(ctx, spec, v.live)
 		req := schedule.Request{Policy: spec.Policy}
 		if best, ok, _ := schedule.Choose(req, schedulable(cands[spec.Name]), nil, time.Now()); ok {
@@ -155,7 +162,7 @@ func (o *Orchestrator) scaleUp(ctx context.Context, specs []api.PoolSpec, live m
 // scalePool starts what the plan asks of one pool and records its status.
 func (o *Orchestrator) scalePool(ctx context.Context, v poolView, pl *plan, cands []candidateInfo) {
 	spec := v.spec
-	onway := v.onTheWay()
+	onway := v.launching()
 	start := min(pl.add, max(0, spec.MaxLaunching-onway))
 	var waiting []string
 	if pl.add > start {

@@ -38,9 +38,10 @@ type Cluster interface {
 	Render(ctx context.Context, template, provider string) (map[string]any, error)
 	// Demands lists the suites with Ready tasks.
 	Demands(ctx context.Context) ([]Demand, error)
-	// NodeState says whether a node's agent is connected, and whether it
-	// has work: a suite, a service or a container.
-	NodeState(ctx context.Context, nodeID string) (connected, busy bool, err error)
+	// NodeState says whether a node's agent is connected, whether it has
+	// work (a suite, a service or a container) and when it last had a
+	// suite; an unknown node is errdefs.ErrNotFound.
+	NodeState(ctx context.Context, nodeID string) (NodeState, error)
 	// DrainNode asks a node's agent for a graceful shutdown.
 	DrainNode(ctx context.Context, nodeID string) error
 	// ForgetNode returns a node's running tasks and removes the node.
@@ -48,6 +49,13 @@ type Cluster interface {
 	// JoinToken makes a single-use join token bound to a deployment,
 	// putting its node into groups, valid for ttl.
 	JoinToken(ctx context.Context, deploymentID string, groups []string, ttl time.Duration) (string, error)
+}
+
+// NodeState is what the server knows of a node's agent now.
+type NodeState struct {
+	Connected bool
+	Busy      bool      // a suite, a service or a container
+	LastWork  time.Time // when it last had a suite, even one shorter than a round
 }
 
 // Finder is a provider that lists the resources it made by their labels;
@@ -351,7 +359,7 @@ func (o *Orchestrator) stepReady(ctx context.Context, spec api.PoolSpec, exists 
 		o.goWork(m.ID, func(ctx context.Context) { o.terminate(ctx, m, "its machine was "+d.State+": "+d.StateReason) })
 		return true
 	}
-	connected, busy, err := o.cluster.NodeState(ctx, m.NodeID)
+	ns, err := o.cluster.NodeState(ctx, m.NodeID)
 	if errdefs.IsNotFound(err) {
 		o.goWork(m.ID, func(ctx context.Context) { o.terminate(ctx, m, "its node was removed") })
 		return true
@@ -359,14 +367,22 @@ func (o *Orchestrator) stepReady(ctx context.Context, spec api.PoolSpec, exists 
 	if err != nil {
 		return false
 	}
-	if busy {
-		// Write the clock only now and then: a busy machine would
-		// otherwise cost a write every round.
-		if now.Sub(m.BusyAt) > time.Second {
-			o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error { cur.BusyAt = now; return nil })
-		}
+	busyAt := m.BusyAt
+	if ns.Busy {
+		busyAt = now
+	} else if ns.LastWork.After(busyAt) {
+		busyAt = ns.LastWork
+	}
+	// Write the clock only now and then: a busy machine would otherwise
+	// cost a write every round.
+	if busyAt.Sub(m.BusyAt) > time.Second {
+		m.BusyAt = busyAt
+		o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error { cur.BusyAt = busyAt; return nil })
+	}
+	if ns.Busy {
 		return false
 	}
+	connected := ns.Connected
 	var why string
 	switch {
 	case !exists:
@@ -399,10 +415,11 @@ func (o *Orchestrator) stepReady(ctx context.Context, spec api.PoolSpec, exists 
 // stepDraining destroys a draining machine once its agent said goodbye,
 // or the drain timeout passed.
 func (o *Orchestrator) stepDraining(ctx context.Context, m store.PoolMachine, now time.Time) {
-	connected, _, err := o.cluster.NodeState(ctx, m.NodeID)
+	ns, err := o.cluster.NodeState(ctx, m.NodeID)
 	if err != nil && !errdefs.IsNotFound(err) {
 		return
 	}
+	connected := ns.Connected
 	if connected && now.Sub(m.UpdatedAt) < o.cfg.DrainTimeout {
 		return
 	}

@@ -53,15 +53,31 @@ type poolView struct {
 	live     []store.PoolMachine // not gone or failed
 	cpus     float64             // size of the machine it would make next (its best candidate); 0 unknown
 	memoryMB int64
+	// connected are the nodes of its ready machines whose agent is
+	// connected.
+	connected map[string]bool
 }
 
-// onTheWay counts machines being made: requested, provisioning or
-// bootstrapping. They are capacity already coming.
-func (p poolView) onTheWay() int {
+// launching counts machines being made: requested, provisioning or
+// bootstrapping (what max_launching caps).
+func (p poolView) launching() int {
 	n := 0
 	for _, m := range p.live {
 		switch m.State {
 		case api.MachineRequested, api.MachineProvisioning, api.MachineBootstrapping:
+			n++
+		}
+	}
+	return n
+}
+
+// onTheWay is the capacity already coming: machines being made, and ready
+// ones whose agent has not connected yet (the demand does not count them
+// as serving).
+func (p poolView) onTheWay() int {
+	n := p.launching()
+	for _, m := range p.live {
+		if m.State == api.MachineReady && !p.connected[m.NodeID] {
 			n++
 		}
 	}

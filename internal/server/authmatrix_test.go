@@ -69,6 +69,12 @@ var routeNeeds = map[string]need{
 	"POST /v1/deployments/{deployment}/exec":               needAdmin,
 	"PUT /v1/deployments/{deployment}/files":               needAdmin,
 	"GET /v1/deployments/{deployment}/files":               needAdmin,
+	"GET /v1/pools":                                        needAdmin,
+	"GET /v1/pools/{pool}":                                 needAdmin,
+	"PUT /v1/pools/{pool}":                                 needAdmin,
+	"DELETE /v1/pools/{pool}":                              needAdmin,
+	"GET /v1/pools/{pool}/events":                          needAdmin,
+	"POST /v1/schedule/explain":                            needAdmin,
 	"GET /v1/users":                                        needAdmin,
 	"POST /v1/users":                                       needAdmin,
 	"DELETE /v1/users/{user}":                              needAdmin,
@@ -119,6 +125,8 @@ var routeBodies = map[string]any{
 	"POST /v1/tokens":                     api.CreateTokenRequest{},
 	"POST /v1/join-tokens":                api.CreateTokenRequest{Groups: []string{"a"}},
 	"POST /v1/agent/register":             api.RegisterRequest{MachineID: "machine-n1", DataDir: "/var/lib/nodemgr", Name: "n1"},
+	"PUT /v1/pools/{pool}":                api.PoolSpec{Template: "t1", Provider: "local", Max: 1},
+	"POST /v1/schedule/explain":           api.ScheduleRequest{CPUs: 1},
 	"POST /v1/containers": api.ContainerCommand{Command: api.ContainerDeploy, Worker: []string{"n1"},
 		Job: api.ContainerJob{Name: "web", Image: "busybox"}},
 }
@@ -197,7 +205,7 @@ func (f *matrixFixture) path(pattern string) string {
 	r := strings.NewReplacer(
 		"{node}", f.nodeName, "{suite}", f.suite, "{task}", f.task, "{user}", "victim", "{group}", "a",
 		"{name}", "t1", "{deployment}", "d-none", "{verb}", "start", "{id}", "x1",
-		"{coordinate}", "i.s.u.c", "{action}", "stop",
+		"{coordinate}", "i.s.u.c", "{action}", "stop", "{pool}", "p1",
 	)
 	token := f.tokenID
 	if strings.HasPrefix(pattern, "/v1/join-tokens/") {

@@ -180,6 +180,7 @@ func (h *agentHandler) suiteNext(ctx context.Context) (any, error) {
 	if err != nil || su == nil {
 		return api.SuiteNext{}, err
 	}
+	h.sess.worked(time.Now())
 	out := apiSuite(*su)
 	return api.SuiteNext{Suite: &out}, nil
 }
@@ -189,6 +190,7 @@ func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (an
 	if err := httpapi.DecodeStrict(body, &req); err != nil {
 		return nil, err
 	}
+	h.sess.worked(time.Now())
 	if err := h.s.noteSuiteLeave(ctx, h.sess.nodeID, req); err != nil {
 		return nil, fmt.Errorf("note that node left suite %s: %w", req.SuiteID, err)
 	}

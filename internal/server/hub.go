@@ -43,6 +43,10 @@ type session struct {
 	kick   chan struct{} // wakes the notification sender; capacity 1
 
 	lastBeat atomic.Int64 // unix nanos
+	// lastWork is when the agent last had work (a suite handed to it, one
+	// it reported working on or left), unix nanos: the pools' idle clock,
+	// which a suite shorter than a round must reset too.
+	lastWork atomic.Int64
 	doing    atomic.Pointer[work]
 	presence atomic.Pointer[api.Presence] // nil until the agent publishes one
 }
@@ -57,6 +61,20 @@ func newSession(nodeID string, conn proto.Conn) *session {
 func (s *session) beat(at time.Time, state, suite string) {
 	s.lastBeat.Store(at.UnixNano())
 	s.doing.Store(&work{state, suite})
+	if suite != "" && state != api.AgentIdle {
+		s.worked(at)
+	}
+}
+
+// worked records that the agent had work at t.
+func (s *session) worked(t time.Time) {
+	n := t.UnixNano()
+	for {
+		old := s.lastWork.Load()
+		if old >= n || s.lastWork.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // heartbeat returns the last heartbeat this connection saw.

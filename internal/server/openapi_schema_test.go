@@ -40,7 +40,9 @@ var wireTypes = map[string]any{
 	"ProvisionRequest": api.ProvisionRequest{}, "ExecRequest": api.ExecRequest{}, "ExecEvent": api.ExecEvent{},
 	"User": api.User{}, "UserList": api.UserList{}, "CreateUserRequest": api.CreateUserRequest{},
 	"MembershipRequest": membershipRequest{}, "Token": api.Token{}, "TokenList": api.TokenList{},
-	"CreateTokenRequest": api.CreateTokenRequest{},
+	"CreateTokenRequest": api.CreateTokenRequest{}, "PoolCandidate": api.PoolCandidate{}, "PoolSpec": api.PoolSpec{}, "Pool": api.Pool{}, "PoolDetail": api.PoolDetail{},
+	"PoolMachine": api.PoolMachine{}, "PoolList": api.PoolList{}, "PoolEvent": api.PoolEvent{}, "PoolEventList": api.PoolEventList{},
+	"ScheduleRequest": api.ScheduleRequest{}, "ScheduleVerdict": api.ScheduleVerdict{}, "ScheduleExplanation": api.ScheduleExplanation{},
 }
 
 // TestOpenAPISchemasMatchWireTypes keeps each schema true to its Go type:

@@ -61,6 +61,7 @@ func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
 	}
 	var nodes []store.Node
 	var out []orchestrate.Demand
+	claimed := map[string]bool{}
 	for _, su := range suites {
 		if su.Counts.Ready == 0 || len(su.AssignedNodes) > 0 {
 			continue
@@ -87,7 +88,10 @@ func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
 			case state == api.AgentShuttingDown:
 			case cur == su.ID:
 				d.Serving++
-			case s.whyNot(su, n) == nil && !s.busy(n.ID):
+			case !claimed[n.ID] && s.whyNot(su, n) == nil && !s.busy(n.ID):
+				// A free node takes one suite up: the first, by
+				// priority, that it may run.
+				claimed[n.ID] = true
 				d.Serving++
 			}
 		}
@@ -96,34 +100,42 @@ func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
 	return out, nil
 }
 
-// NodeState says whether a node is connected and has work: a suite, a
-// service or a container in its books, or a live container report.
-func (c cluster) NodeState(ctx context.Context, nodeID string) (connected, busy bool, err error) {
+// NodeState says whether a node is connected, whether it has work (a
+// suite, a service or a container in its books, or a live container
+// report), and when it last had a suite.
+func (c cluster) NodeState(ctx context.Context, nodeID string) (orchestrate.NodeState, error) {
 	s := c.s
+	var st orchestrate.NodeState
 	if _, err := s.store.GetNode(ctx, nodeID); err != nil {
-		return false, false, err
+		return st, err
 	}
 	sess := s.hub.get(nodeID)
 	if sess == nil {
-		return false, false, nil
+		return st, nil
+	}
+	st.Connected = true
+	if n := sess.lastWork.Load(); n != 0 {
+		st.LastWork = time.Unix(0, n)
 	}
 	if state, cur := sess.work(); cur != "" && state != api.AgentIdle {
-		return true, true, nil
+		st.Busy = true
+		return st, nil
 	}
 	if cs, err := s.store.ListContainers(ctx, store.ContainerFilter{NodeID: nodeID, Live: true, Page: store.Page{Limit: 1}}); err == nil && len(cs) > 0 {
-		return true, true, nil
+		st.Busy = true
+		return st, nil
 	}
 	if doc, err := s.store.GetDocument(ctx, booksKind, nodeID); err == nil {
 		var nr api.NodeResources
 		if json.Unmarshal(doc.Body, &nr) == nil {
 			for _, a := range nr.Allocations {
 				if a.Kind != api.AllocationPool {
-					return true, true, nil
+					st.Busy = true
 				}
 			}
 		}
 	}
-	return true, false, nil
+	return st, nil
 }
 
 func (c cluster) DrainNode(ctx context.Context, nodeID string) error {
