@@ -17,10 +17,15 @@ func (c *Client) ApplyPool(ctx context.Context, spec api.PoolSpec) (api.Pool, er
 // Pools lists every pool.
 func (c *Client) Pools(ctx context.Context) ([]api.Pool, error) {
 	return All(ctx, func(ctx context.Context, p Page) ([]api.Pool, string, error) {
-		var l api.PoolList
-		err := c.Do(ctx, http.MethodGet, withQuery("/v1/pools", p.values(url.Values{})), nil, &l)
+		l, err := c.PoolsPage(ctx, p)
 		return l.Pools, l.Next, err
 	})
+}
+
+// PoolsPage lists one page of pools, by name.
+func (c *Client) PoolsPage(ctx context.Context, p Page) (api.PoolList, error) {
+	var l api.PoolList
+	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/pools", p.values(url.Values{})), nil, &l)
 }
 
 // Pool returns a pool with its machines.

@@ -101,6 +101,14 @@ func printNode(e *env, n api.Node) {
 		{"Memory", bytesIEC(hw.MemoryBytes)}, {"Disk", bytesIEC(hw.DiskBytes)},
 		{"Registered", n.RegisteredAt.Format(time.RFC3339)},
 	}
+	if hw.CPULimit > 0 {
+		// After the CPU row: a quota short of the cores bounds them.
+		i := slices.IndexFunc(rows, func(r [2]string) bool { return r[0] == "CPU" })
+		rows = slices.Insert(rows, i+1, [2]string{"CPU limit", fmt.Sprintf("%s CPUs (cgroup quota)", strconv.FormatFloat(hw.CPULimit, 'g', -1, 64))})
+	}
+	if n.Deployment != "" {
+		rows = append(rows, [2]string{"Deployment", n.Deployment + " (a pool's machine; nodemgr deployment show " + n.Deployment + ")"})
+	}
 	for _, r := range rows {
 		t.row(r[0], r[1])
 	}

@@ -125,6 +125,24 @@ func printDeployments(e *env, deps []api.Deployment) {
 	t.flush()
 }
 
+// printDeployment is deployment show: one machine, and the node its agent
+// registered as when it has one.
+func printDeployment(e *env, d api.Deployment) {
+	t := newTable(e.stdout, "FIELD", "VALUE")
+	rows := [][2]string{{"ID", d.ID}, {"Name", d.Name}, {"Provider", d.Provider}, {"State", d.State},
+		{"Reason", orDash(d.StateReason)}, {"Template", d.Template}, {"Resource", orDash(d.ResourceID)},
+		{"Address", orDash(d.Address)}, {"Executors", orDash(strings.Join(d.Executors, ", "))},
+		{"Labels", orDash(labelString(d.Labels))}}
+	if d.Node != "" {
+		rows = append(rows, [2]string{"Node", d.Node + " (nodemgr node show " + d.Node + ")"})
+	}
+	rows = append(rows, [2]string{"Created", d.CreatedAt.Format(time.RFC3339)})
+	for _, r := range rows {
+		t.row(r[0], r[1])
+	}
+	t.flush()
+}
+
 func newDeploymentCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "deployment", Short: "Machines made by providers"}
 	var all, lsJSON bool
@@ -169,18 +187,7 @@ func newDeploymentCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if showJSON {
-				return printJSON(e.stdout, d)
-			}
-			t := newTable(e.stdout, "FIELD", "VALUE")
-			for _, r := range [][2]string{{"ID", d.ID}, {"Name", d.Name}, {"Provider", d.Provider}, {"State", d.State},
-				{"Reason", orDash(d.StateReason)}, {"Template", d.Template}, {"Resource", orDash(d.ResourceID)},
-				{"Address", orDash(d.Address)}, {"Executors", orDash(strings.Join(d.Executors, ", "))},
-				{"Labels", orDash(labelString(d.Labels))}, {"Created", d.CreatedAt.Format(time.RFC3339)}} {
-				t.row(r[0], r[1])
-			}
-			t.flush()
-			return nil
+			return output(e, showJSON, d, printDeployment)
 		},
 	}
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON (with the rendered Extra map)")
