@@ -16,6 +16,9 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/orchestrate"
+	"github.com/nodemgr/nodemgr/internal/provision"
+	dockerprov "github.com/nodemgr/nodemgr/internal/provision/docker"
 	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
 )
 
@@ -415,4 +418,55 @@ func TestPoolServerKilledMidScaleUp(t *testing.T) {
 		left := p.containers(name)
 		return live == 0 && len(left) == 0, fmt.Sprintf("machines %v, containers %d; events:\n%s", d.Machines, len(left), describeEvents(p.events(name)))
 	})
+}
+
+// TestPoolSweepsLeakedMachines: a machine of this server's that no stored
+// machine accounts for (what a crash between the provider's answer and the
+// store's write leaves) is destroyed by the sweep, and the event says so;
+// another owner's machine is left alone.
+func TestPoolSweepsLeakedMachines(t *testing.T) {
+	p := startPoolServer(t)
+	p.template("pool-sweep", "")
+	name := "sweep-" + strings.ToLower(dockertest.Name(t)[:6])
+	p.apply(api.PoolSpec{Name: name, Template: "pool-sweep", Provider: "docker", Min: 1, Max: 1})
+	d := p.waitMachines(name, api.MachineReady, 1, 60*time.Second)
+	dep, err := p.client().Deployment(context.Background(), d.MachineList[0].Deployment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := dep.Labels[orchestrate.LabelOwner]
+	if owner == "" {
+		t.Fatalf("pool machine's deployment has no owner label: %v", dep.Labels)
+	}
+	pr, err := dockerprov.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	stray := func(machine, owner string) provision.Deployment {
+		made, err := pr.Provision(context.Background(), provision.Spec{Name: name + "-" + machine, Template: "pool-sweep",
+			Extra: map[string]any{"image": p.image},
+			Labels: map[string]string{orchestrate.LabelOwner: owner, orchestrate.LabelPool: name,
+				orchestrate.LabelMachine: machine, orchestrate.LabelDeploymentID: "d-" + machine}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pr.Destroy(context.Background(), made) })
+		return made
+	}
+	leaked := stray("leaked", owner)
+	foreign := stray("foreign", "c-someoneelse")
+	waitFor(t, 30*time.Second, "the leaked container swept", func() (bool, string) {
+		st, err := pr.State(context.Background(), leaked)
+		return err == nil && st == provision.StateTerminated, st
+	})
+	if swept := eventsOf(p.events(name), "swept"); len(swept) != 1 || !strings.Contains(swept[0].Message, "d-leaked") {
+		t.Errorf("swept events %v, want one naming d-leaked", swept)
+	}
+	if st, err := pr.State(context.Background(), foreign); err != nil || st != provision.StateRunning {
+		t.Errorf("another owner's container is %s (%v), want running: not ours to sweep", st, err)
+	}
+	if d := p.pool(name); d.Machines[api.MachineReady] != 1 {
+		t.Errorf("the pool's own machine: %v, want 1 ready: the sweep must not touch it", d.Machines)
+	}
 }
