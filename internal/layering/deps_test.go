@@ -51,6 +51,9 @@ func TestLayers(t *testing.T) {
 		{"internal/service", []string{"internal/server", "internal/store", "internal/agent", "internal/portalloc"}},
 		{"internal/container", []string{"internal/server", "internal/store", "internal/agent", "internal/portalloc"}},
 		{"internal/capacity", []string{"internal/server", "internal/store", "internal/agent"}},
+		// The orchestrator sees the server only through its Cluster
+		// interface, and runs no agent code.
+		{"internal/orchestrate", []string{"internal/server", "internal/agent", "net/http", "internal/cli"}},
 		{"internal/httpapi", []string{"internal/server", "internal/store", "internal/agent"}},
 		// Shared by the server, the agent and the client: none of them.
 		{"internal/tlsca", []string{"internal/server", "internal/store", "internal/agent", "client"}},
