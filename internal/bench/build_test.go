@@ -28,6 +28,8 @@ func nodemgrBinary(t *testing.T) string {
 		}
 		builtBin = filepath.Join(dir, "nodemgr")
 		build := exec.Command("go", "build", "-o", builtBin, "github.com/nodemgr/nodemgr/cmd/nodemgr")
+		// Static, so the pool bench can deliver it into busybox machines.
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stderr = os.Stderr
 		buildErr = build.Run()
 	})

@@ -25,3 +25,20 @@ func TestRunProvisionSmall(t *testing.T) {
 		t.Errorf("implausible result %+v", r)
 	}
 }
+
+// TestRunPoolSmall runs the pool cold-path harness for two rounds on the
+// real engine.
+func TestRunPoolSmall(t *testing.T) {
+	eng := dockertest.Client(t)
+	image := dockertest.EnsureImage(t, eng)
+	bin := nodemgrBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r, err := RunPool(ctx, PoolConfig{Binary: bin, Image: image, Runs: 2}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ColdP50 <= 0 || r.ByHandP50 <= 0 || r.ColdP90 < r.ColdP50 || r.ByHandP90 < r.ByHandP50 {
+		t.Errorf("implausible result %+v", r)
+	}
+}

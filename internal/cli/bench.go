@@ -14,7 +14,7 @@ import (
 
 func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load harnesses that measure nodemgr on this machine"}
-	cmd.AddCommand(benchAgentsCmd(e), benchDispatchCmd(e), benchProvisionCmd(e), &cobra.Command{
+	cmd.AddCommand(benchAgentsCmd(e), benchDispatchCmd(e), benchProvisionCmd(e), benchPoolCmd(e), &cobra.Command{
 		Use: "noop-worker", Hidden: true, Short: "A worker whose tasks do nothing (used by bench dispatch)",
 		RunE: func(cmd *cobra.Command, _ []string) error { return bench.NoopWorker(cmd.Context()) },
 	})
@@ -207,6 +207,48 @@ starting as many containers at once. The image must be on the engine already.`,
 	cmd.Flags().StringVar(&cfg.Image, "image", "nodemgr-test/busybox:latest", "image on the engine")
 	cmd.Flags().IntVar(&cfg.Runs, "runs", 20, "rounds per side")
 	cmd.Flags().IntVar(&cfg.Parallel, "parallel", 20, "machines provisioned at once")
+	cmd.Flags().StringVar(&cfg.DockerHost, "docker-host", "", "Docker engine (default $DOCKER_HOST or the local socket)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func benchPoolCmd(e *env) *cobra.Command {
+	cfg := bench.PoolConfig{}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "pool",
+		Short: "Time a pool's cold path: suite create to a task's result on a machine made for it",
+		Long: `Start a server process with a docker pool at 0 machines and, round by
+round, create a suite the pool serves, submit one task and wait for its
+result: the machine is made, the agent delivered and registered, the task
+run. Interleaved with the same steps by hand: docker run of the same image,
+the agent binary copied in and started with a join token, until its node is
+online. Each round starts with no machine. The image must be on the engine,
+and the agent binary static (CGO_ENABLED=0 go build).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Binary, err = os.Executable(); err != nil {
+				return err
+			}
+			r, err := bench.RunPool(cmd.Context(), cfg, e.stderr)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, r)
+			}
+			ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+			ratio := func(a, b time.Duration) string { return fmt.Sprintf("%.2f", float64(a)/float64(b)) }
+			t := newTable(e.stdout, "WHAT", "POOL COLD PATH", "BY HAND", "RATIO")
+			t.row(fmt.Sprintf("p50 of %d rounds", r.Runs), ms(r.ColdP50), ms(r.ByHandP50), ratio(r.ColdP50, r.ByHandP50))
+			t.row(fmt.Sprintf("p90 of %d rounds", r.Runs), ms(r.ColdP90), ms(r.ByHandP90), ratio(r.ColdP90, r.ByHandP90))
+			return t.flush()
+		},
+	}
+	cmd.Flags().StringVar(&cfg.Image, "image", "nodemgr-test/busybox:latest", "image on the engine")
+	cmd.Flags().StringVar(&cfg.AgentBinary, "agent-binary", "", "static nodemgr binary to deliver (default this one)")
+	cmd.Flags().IntVar(&cfg.Runs, "runs", 10, "rounds per side")
 	cmd.Flags().StringVar(&cfg.DockerHost, "docker-host", "", "Docker engine (default $DOCKER_HOST or the local socket)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd

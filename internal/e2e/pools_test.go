@@ -470,3 +470,62 @@ func TestPoolSweepsLeakedMachines(t *testing.T) {
 		t.Errorf("the pool's own machine: %v, want 1 ready: the sweep must not touch it", d.Machines)
 	}
 }
+
+// TestPoolMachineDestroyedByHand: destroying a pool machine's deployment
+// by hand removes its node at once (no node left "online" for minutes),
+// and the pool replaces the machine to keep its min.
+func TestPoolMachineDestroyedByHand(t *testing.T) {
+	p := startPoolServer(t)
+	p.template("pool-byhand", "")
+	name := "byhand-" + strings.ToLower(dockertest.Name(t)[:6])
+	p.apply(api.PoolSpec{Name: name, Template: "pool-byhand", Provider: "docker", Min: 1, Max: 1})
+	d := p.waitMachines(name, api.MachineReady, 1, 60*time.Second)
+	first := d.MachineList[0]
+	if _, err := p.client().DestroyDeployment(context.Background(), first.Deployment); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.client().Node(context.Background(), first.Node); err == nil {
+		t.Errorf("node %s of a destroyed deployment is still listed right after the destroy", first.Node)
+	}
+	waitFor(t, 60*time.Second, "a replacement machine ready", func() (bool, string) {
+		d := p.pool(name)
+		for _, m := range d.MachineList {
+			if m.ID != first.ID && m.State == api.MachineReady {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%v; events:\n%s", d.Machines, describeEvents(p.events(name)))
+	})
+	for _, m := range p.pool(name).MachineList {
+		if m.ID == first.ID && m.State != api.MachineGone {
+			t.Errorf("the destroyed machine is %s, want gone", m.State)
+		}
+	}
+}
+
+// TestPoolSaysWhyASuiteWaits: while a pool cannot make machines, the
+// suite waiting for them says which pool and why, and schedule explain
+// says why its candidate is out.
+func TestPoolSaysWhyASuiteWaits(t *testing.T) {
+	p := startPoolServer(t, "--pool-backoff", "1m")
+	p.template("pool-missing", "nodemgr-test/no-such-image:2")
+	name := "why-" + strings.ToLower(dockertest.Name(t)[:6])
+	p.apply(api.PoolSpec{Name: name, Template: "pool-missing", Provider: "docker", Tags: []string{"why"}, Max: 2})
+	createSuite(t, p.server, api.SuiteSpec{Name: "waits", Tags: []string{"why"},
+		WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, TaskPrefetchCount: prefetch(0)}})
+	submit(t, p.server, "waits", []api.TaskSpec{sh("true")})
+	waitFor(t, 30*time.Second, "the suite to name the pool that cannot make its machines", func() (bool, string) {
+		su, err := p.client().Suite(context.Background(), "waits")
+		return err == nil && strings.Contains(su.WaitingReason, "pool "+name) && strings.Contains(su.WaitingReason, "backing off"), su.WaitingReason
+	})
+	ex, err := p.client().ExplainSchedule(context.Background(), api.ScheduleRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ex.Candidates) != 1 || ex.Candidates[0].Feasible || !strings.Contains(strings.Join(ex.Candidates[0].Reasons, " "), "backing off") {
+		t.Errorf("schedule explain = %+v, want the pool's one candidate infeasible, backing off", ex)
+	}
+	if ex, err := p.client().ExplainSchedule(context.Background(), api.ScheduleRequest{Policy: "random"}); err == nil {
+		t.Errorf("schedule explain with policy random = %+v, want a field error", ex)
+	}
+}

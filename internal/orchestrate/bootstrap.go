@@ -72,14 +72,14 @@ func CheckBinary(path string) (Binary, error) {
 // bound to the deployment, and a start script, copied in one tree, then
 // one command that checks the machine's arch and starts the agent in the
 // background, restarting it if it crashes until it stops cleanly.
-func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store.Deployment) error {
+func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store.Deployment) (copied, started time.Duration, err error) {
 	ex, err := o.cluster.Executor(toProvision(d))
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	bin, err := o.pickBinary(ctx, ex, d)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	ttl := time.Duration(spec.BootstrapTimeout)
 	if ttl == 0 {
@@ -87,29 +87,32 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 	}
 	token, err := o.cluster.JoinToken(ctx, d.ID, spec.Groups, ttl)
 	if err != nil {
-		return fmt.Errorf("join token: %w", err)
+		return 0, 0, fmt.Errorf("join token: %w", err)
 	}
 	stage, err := os.MkdirTemp(o.cfg.Bootstrap.StageDir, "nodemgr-bootstrap-")
 	if err != nil {
-		return fmt.Errorf("stage the agent's files: %w", err)
+		return 0, 0, fmt.Errorf("stage the agent's files: %w", err)
 	}
 	defer os.RemoveAll(stage)
 	if err := stageFiles(stage, bin, o.agentConfig(spec, d, token)); err != nil {
-		return err
+		return 0, 0, err
 	}
+	t0 := time.Now()
 	if err := ex.CopyTo(ctx, toProvision(d), stage, AgentDir); err != nil {
-		return fmt.Errorf("copy the agent to the machine: %w", err)
+		return 0, 0, fmt.Errorf("copy the agent to the machine: %w", err)
 	}
+	copied = time.Since(t0)
 	var out bytes.Buffer
 	code, err := ex.Exec(ctx, toProvision(d), execute.Command{Argv: []string{"/bin/sh", AgentDir + "/start.sh"},
 		Stdout: &out, Stderr: &out, Timeout: execTimeout})
+	started = time.Since(t0) - copied
 	if err != nil {
-		return fmt.Errorf("start the agent: %w", err)
+		return copied, started, fmt.Errorf("start the agent: %w", err)
 	}
 	if code != 0 {
-		return fmt.Errorf("start the agent: %s/start.sh exited %d: %s", AgentDir, code, strings.TrimSpace(lastBytes(out.String(), 500)))
+		return copied, started, fmt.Errorf("start the agent: %s/start.sh exited %d: %s", AgentDir, code, strings.TrimSpace(lastBytes(out.String(), 500)))
 	}
-	return nil
+	return copied, started, nil
 }
 
 // pickBinary chooses the binary for the machine's architecture. With one

@@ -302,10 +302,13 @@ func (o *Orchestrator) provisionAndBootstrap(ctx context.Context, spec api.PoolS
 	}
 	o.event(ctx, m.Pool, m.ID, "launched", fmt.Sprintf("machine %s launched in %s (%s %.12s); bootstrapping its agent",
 		m.ID, time.Since(start).Round(time.Millisecond), d.Provider, d.ResourceID))
-	if err := o.bootstrap(ctx, spec, d); err != nil {
+	copied, started, err := o.bootstrap(ctx, spec, d)
+	if err != nil {
 		o.fail(ctx, m, "bootstrap: "+errdefs.Message(err), true)
 		return
 	}
+	o.event(ctx, m.Pool, m.ID, "bootstrapped", fmt.Sprintf("agent delivered to machine %s (copy %s, start %s); waiting for it to register",
+		m.ID, copied.Round(time.Millisecond), started.Round(time.Millisecond)))
 	o.Wake()
 }
 
