@@ -418,6 +418,7 @@ func TestPoolServerKilledMidScaleUp(t *testing.T) {
 		left := p.containers(name)
 		return live == 0 && len(left) == 0, fmt.Sprintf("machines %v, containers %d; events:\n%s", d.Machines, len(left), describeEvents(p.events(name)))
 	})
+	t.Logf("events across the kill:\n%s", describeEvents(p.events(name)))
 }
 
 // TestPoolSweepsLeakedMachines: a machine of this server's that no stored
