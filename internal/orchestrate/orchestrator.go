@@ -117,6 +117,7 @@ type Orchestrator struct {
 	wake    chan struct{}
 
 	mu       sync.Mutex
+	runCtx   context.Context // Run's; launches end with it
 	inflight map[string]bool // machines a goroutine works on now
 	backoff  map[candidateKey]*backoffState
 	status   map[string]PoolStatus // per pool, from the last round
@@ -171,6 +172,9 @@ func (o *Orchestrator) Wake() {
 // Run reconciles until ctx ends, then waits for the launches under way
 // to stop (they see ctx end too).
 func (o *Orchestrator) Run(ctx context.Context) error {
+	o.mu.Lock()
+	o.runCtx = ctx
+	o.mu.Unlock()
 	defer o.wg.Wait()
 	t := time.NewTicker(o.cfg.Tick)
 	defer t.Stop()
@@ -543,7 +547,11 @@ func (o *Orchestrator) goWork(id string, fn func(ctx context.Context)) bool {
 		return false
 	}
 	o.inflight[id] = true
+	parent := o.runCtx
 	o.mu.Unlock()
+	if parent == nil {
+		parent = context.Background()
+	}
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
@@ -552,7 +560,10 @@ func (o *Orchestrator) goWork(id string, fn func(ctx context.Context)) bool {
 			delete(o.inflight, id)
 			o.mu.Unlock()
 		}()
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		// A server that stops cuts launches off: the provider cleans up
+		// what it was making, and the next start fails the machine and
+		// destroys whatever its labels find.
+		ctx, cancel := context.WithTimeout(parent, 15*time.Minute)
 		defer cancel()
 		fn(ctx)
 	}()
@@ -626,7 +637,16 @@ func (o *Orchestrator) sweep(ctx context.Context, specs []api.PoolSpec) {
 		o.lastSwep = time.Now()
 	}
 	o.mu.Unlock()
-	if !due || o.cfg.Owner == "" {
+	if !due {
+		return
+	}
+	// Ended machines are listed for Keep, then forgotten.
+	for _, s := range specs {
+		if err := o.store.DeletePoolMachines(ctx, s.Name, time.Now().Add(-o.cfg.Keep)); err != nil {
+			o.log.Warn("forget ended pool machines", "pool", s.Name, "err", err)
+		}
+	}
+	if o.cfg.Owner == "" {
 		return
 	}
 	providers := map[string]bool{}

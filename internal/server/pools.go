@@ -192,7 +192,12 @@ func (s *Server) agentServerURL() string {
 	if s.cfg.AgentServerURL != "" {
 		return s.cfg.AgentServerURL
 	}
-	return s.URL()
+	select {
+	case <-s.ready:
+		return s.URL()
+	default:
+		return "" // not listening yet (a handler served without Serve)
+	}
 }
 
 // newOrchestrator makes the orchestrator; Serve tells it the server's URL
