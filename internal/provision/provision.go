@@ -92,8 +92,31 @@ type Lifecycle interface {
 	State(ctx context.Context, d Deployment) (string, error)
 }
 
+// VerbChecker is the optional capability of a Lifecycle whose verbs depend
+// on how each machine was made: an EC2 one-time spot instance cannot be
+// stopped, and only one launched with hibernation enabled can hibernate.
+// Do asks it after Verbs and before anything is touched.
+type VerbChecker interface {
+	// CheckVerb returns nil if d can do verb (one of Verbs()), else an
+	// errdefs.ErrInvalid for the field "verb" that names the rule. It
+	// looks at d alone (its Extra), never at the provider's API.
+	CheckVerb(d Deployment, verb string) error
+}
+
+// StateReasoner is the optional capability of a Lifecycle that says why a
+// machine is in its state, in words a person can act on: an EC2 spot
+// instance that AWS took back, a launch that failed for want of capacity.
+// The server stores the reason beside the state.
+type StateReasoner interface {
+	// StateReason is State with the reason for it; the reason is empty
+	// when there is nothing to say (a machine running, or stopped by
+	// nodemgr).
+	StateReason(ctx context.Context, d Deployment) (state, reason string, err error)
+}
+
 // Do performs a lifecycle verb on a deployment, refusing, before anything is
-// touched, a verb the provider cannot do.
+// touched, a verb the provider cannot do (Verbs) or this machine cannot
+// (VerbChecker).
 func Do(ctx context.Context, p Provider, verb string, d Deployment) error {
 	lc, ok := p.(Lifecycle)
 	if !ok {
@@ -104,6 +127,11 @@ func Do(ctx context.Context, p Provider, verb string, d Deployment) error {
 	}
 	if !slices.Contains(lc.Verbs(), verb) {
 		return errdefs.Field("verb", "provider %s cannot %s a machine; it can %v", p.Name(), verb, lc.Verbs())
+	}
+	if vc, ok := p.(VerbChecker); ok {
+		if err := vc.CheckVerb(d, verb); err != nil {
+			return err
+		}
 	}
 	switch verb {
 	case VerbStart:

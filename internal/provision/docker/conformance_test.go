@@ -1,0 +1,43 @@
+package docker_test
+
+import (
+	"testing"
+
+	"github.com/nodemgr/nodemgr/internal/provision"
+	"github.com/nodemgr/nodemgr/internal/provision/docker"
+	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/provision/provisiontest"
+)
+
+func TestConformance(t *testing.T) {
+	provisiontest.Run(t, func(t *testing.T) provisiontest.Target {
+		c := dockertest.Client(t)
+		img := dockertest.EnsureImage(t, c)
+		d, err := docker.New(nil)
+		if err != nil {
+			t.Fatalf("docker.New: %v", err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return provisiontest.Target{
+			Provider: d,
+			Spec:     provision.Spec{Extra: map[string]any{"image": img}, Labels: dockertest.Labels(t, c)},
+			Invalid: []provisiontest.Invalid{
+				{Extra: map[string]any{"image": 42}, Field: "extra.image"},
+				{Extra: map[string]any{"cpu": "lots"}, Field: "extra.cpu"},
+				{Extra: map[string]any{"privileged": true}, Field: "extra.privileged"},
+				{Extra: map[string]any{"env": []any{"=x"}}, Field: "extra.env[0]"},
+			},
+			Failures: []provisiontest.Failure{
+				{Name: "exits at once", Extra: map[string]any{"command": "exit 3"}},
+				{Name: "no such program", Extra: map[string]any{"entrypoint": []any{"/no/such/program"}}},
+			},
+			Leftovers: func(t *testing.T, labels map[string]string) []string {
+				var out []string
+				for _, s := range dockertest.Containers(t, c, labels) {
+					out = append(out, s.ID[:12]+" "+s.State)
+				}
+				return out
+			},
+		}
+	})
+}
