@@ -73,7 +73,7 @@ func CheckBinary(path string) (Binary, error) {
 // one command that checks the machine's arch and starts the agent in the
 // background, restarting it if it crashes until it stops cleanly.
 func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store.Deployment) (copied, started time.Duration, err error) {
-	ex, err := o.cluster.Executor(toProvision(d))
+	ex, err := o.cluster.Executor(d.Machine())
 	if err != nil {
 		return 0, 0, err
 	}
@@ -98,12 +98,12 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 		return 0, 0, err
 	}
 	t0 := time.Now()
-	if err := ex.CopyTo(ctx, toProvision(d), stage, AgentDir); err != nil {
+	if err := ex.CopyTo(ctx, d.Machine(), stage, AgentDir); err != nil {
 		return 0, 0, fmt.Errorf("copy the agent to the machine: %w", err)
 	}
 	copied = time.Since(t0)
 	var out bytes.Buffer
-	code, err := ex.Exec(ctx, toProvision(d), execute.Command{Argv: []string{"/bin/sh", AgentDir + "/start.sh"},
+	code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: []string{"/bin/sh", AgentDir + "/start.sh"},
 		Stdout: &out, Stderr: &out, Timeout: execTimeout})
 	started = time.Since(t0) - copied
 	if err != nil {
@@ -134,7 +134,7 @@ func (o *Orchestrator) pickBinary(ctx context.Context, ex execute.Executor, d st
 		return bins[0], nil
 	}
 	var out bytes.Buffer
-	code, err := ex.Exec(ctx, toProvision(d), execute.Command{Argv: []string{"uname", "-m"}, Stdout: &out, Timeout: execTimeout})
+	code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: []string{"uname", "-m"}, Stdout: &out, Timeout: execTimeout})
 	if err != nil || code != 0 {
 		return Binary{}, fmt.Errorf("ask the machine its architecture (uname -m): exit %d, %v", code, err)
 	}
@@ -239,14 +239,14 @@ func linkOrCopy(src, dst string) error {
 
 // agentLog is the end of a machine's agent log, for a failure's reason.
 func (o *Orchestrator) agentLog(ctx context.Context, d store.Deployment) string {
-	ex, err := o.cluster.Executor(toProvision(d))
+	ex, err := o.cluster.Executor(d.Machine())
 	if err != nil {
 		return ""
 	}
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if code, err := ex.Exec(ctx, toProvision(d), execute.Command{Argv: []string{"tail", "-n", "5", AgentDir + "/agent.log"},
+	if code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: []string{"tail", "-n", "5", AgentDir + "/agent.log"},
 		Stdout: &out, Timeout: 5 * time.Second}); err != nil || code != 0 {
 		return ""
 	}

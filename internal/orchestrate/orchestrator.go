@@ -505,7 +505,7 @@ func (o *Orchestrator) destroy(ctx context.Context, deploymentID, why string) er
 	if err != nil {
 		return err
 	}
-	targets := []provision.Deployment{toProvision(d)}
+	targets := []provision.Deployment{d.Machine()}
 	if d.ResourceID == "" {
 		targets = nil
 		if f, ok := pr.(Finder); ok {
@@ -530,12 +530,6 @@ func (o *Orchestrator) destroy(ctx context.Context, deploymentID, why string) er
 		return nil
 	})
 	return err
-}
-
-func toProvision(d store.Deployment) provision.Deployment {
-	return provision.Deployment{ID: d.ID, Provider: d.Provider, ResourceID: d.ResourceID, Name: d.Name,
-		Template: d.Template, State: d.State, Address: d.Address, Executors: d.Executors, Extra: d.Extra,
-		Labels: d.Labels, CreatedAt: d.CreatedAt}
 }
 
 // goWork runs fn for a machine on its own goroutine, unless one already

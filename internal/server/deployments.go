@@ -67,12 +67,6 @@ func apiDeployment(d store.Deployment) api.Deployment {
 		Labels: d.Labels, Node: d.NodeID, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}
 }
 
-func toProvision(d store.Deployment) provision.Deployment {
-	return provision.Deployment{ID: d.ID, Provider: d.Provider, ResourceID: d.ResourceID, Name: d.Name,
-		Template: d.Template, State: d.State, Address: d.Address, Executors: d.Executors, Extra: d.Extra,
-		Labels: d.Labels, CreatedAt: d.CreatedAt}
-}
-
 func (s *Server) handleProvision(w http.ResponseWriter, r *http.Request) error {
 	// Count is read apart so that an explicit 0 is refused, not taken
 	// for "one": only a request without count means one machine.
@@ -241,7 +235,7 @@ func (s *Server) handleDestroyDeployment(w http.ResponseWriter, r *http.Request)
 		if err != nil {
 			return err
 		}
-		if err := pr.Destroy(r.Context(), toProvision(d)); err != nil {
+		if err := pr.Destroy(r.Context(), d.Machine()); err != nil {
 			return fmt.Errorf("destroy %s: %w", d.Name, err)
 		}
 	}
@@ -284,10 +278,10 @@ func (s *Server) handleLifecycle(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := provision.Do(r.Context(), pr, verb, toProvision(d)); err != nil {
+	if err := provision.Do(r.Context(), pr, verb, d.Machine()); err != nil {
 		return fmt.Errorf("%s %s: %w", verb, d.Name, err)
 	}
-	state, err := pr.(provision.Lifecycle).State(r.Context(), toProvision(d))
+	state, err := pr.(provision.Lifecycle).State(r.Context(), d.Machine())
 	if err != nil {
 		return err
 	}
@@ -353,7 +347,7 @@ func (s *Server) checkDrift(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		state, err := lc.State(ctx, toProvision(d))
+		state, err := lc.State(ctx, d.Machine())
 		if err != nil || state == d.State {
 			continue
 		}

@@ -108,7 +108,7 @@ func (s *Server) execTarget(ctx context.Context, ref string) (provision.Deployme
 	case provision.StateTerminated:
 		return provision.Deployment{}, nil, errdefs.Conflict("deployment %s is terminated; there is no machine to reach", d.Name)
 	}
-	pd := toProvision(d)
+	pd := d.Machine()
 	for _, c := range d.Executors {
 		name, ok := executorByCapability[c]
 		if !ok {

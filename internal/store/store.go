@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/provision"
 )
 
 // Store is the coordinator's state. Implementations are safe for concurrent use.
@@ -392,6 +393,13 @@ type Deployment struct {
 	NodeID    string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// Machine is the deployment as its provider and executors see it.
+func (d Deployment) Machine() provision.Deployment {
+	return provision.Deployment{ID: d.ID, Provider: d.Provider, ResourceID: d.ResourceID, Name: d.Name,
+		Template: d.Template, State: d.State, Address: d.Address, Executors: d.Executors, Extra: d.Extra,
+		Labels: d.Labels, CreatedAt: d.CreatedAt}
 }
 
 // DeploymentFilter narrows ListDeployments. Zero values match everything.
