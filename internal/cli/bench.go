@@ -195,13 +195,11 @@ starting as many containers at once. The image must be on the engine already.`,
 			if asJSON {
 				return printJSON(e.stdout, r)
 			}
-			ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-			ratio := func(a, b time.Duration) string { return fmt.Sprintf("%.2f", float64(a)/float64(b)) }
-			t := newTable(e.stdout, "WHAT", "NODEMGR", "DOCKER RUN --RM", "RATIO")
-			t.row(fmt.Sprintf("p50 of %d rounds", r.Runs), ms(r.NodemgrP50), ms(r.EngineP50), ratio(r.NodemgrP50, r.EngineP50))
-			t.row(fmt.Sprintf("p90 of %d rounds", r.Runs), ms(r.NodemgrP90), ms(r.EngineP90), ratio(r.NodemgrP90, r.EngineP90))
-			t.row(fmt.Sprintf("%d at once, until running", r.Parallel), ms(r.NodemgrBatch), ms(r.EngineBatch), ratio(r.NodemgrBatch, r.EngineBatch))
-			return t.flush()
+			return printRatios(e, "NODEMGR", "DOCKER RUN --RM", []ratioRow{
+				{fmt.Sprintf("p50 of %d rounds", r.Runs), r.NodemgrP50, r.EngineP50},
+				{fmt.Sprintf("p90 of %d rounds", r.Runs), r.NodemgrP90, r.EngineP90},
+				{fmt.Sprintf("%d at once, until running", r.Parallel), r.NodemgrBatch, r.EngineBatch},
+			})
 		},
 	}
 	cmd.Flags().StringVar(&cfg.Image, "image", "nodemgr-test/busybox:latest", "image on the engine")
@@ -238,12 +236,10 @@ and the agent binary static (CGO_ENABLED=0 go build).`,
 			if asJSON {
 				return printJSON(e.stdout, r)
 			}
-			ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-			ratio := func(a, b time.Duration) string { return fmt.Sprintf("%.2f", float64(a)/float64(b)) }
-			t := newTable(e.stdout, "WHAT", "POOL COLD PATH", "BY HAND", "RATIO")
-			t.row(fmt.Sprintf("p50 of %d rounds", r.Runs), ms(r.ColdP50), ms(r.ByHandP50), ratio(r.ColdP50, r.ByHandP50))
-			t.row(fmt.Sprintf("p90 of %d rounds", r.Runs), ms(r.ColdP90), ms(r.ByHandP90), ratio(r.ColdP90, r.ByHandP90))
-			return t.flush()
+			return printRatios(e, "POOL COLD PATH", "BY HAND", []ratioRow{
+				{fmt.Sprintf("p50 of %d rounds", r.Runs), r.ColdP50, r.ByHandP50},
+				{fmt.Sprintf("p90 of %d rounds", r.Runs), r.ColdP90, r.ByHandP90},
+			})
 		},
 	}
 	cmd.Flags().StringVar(&cfg.Image, "image", "nodemgr-test/busybox:latest", "image on the engine")
@@ -252,4 +248,20 @@ and the agent binary static (CGO_ENABLED=0 go build).`,
 	cmd.Flags().StringVar(&cfg.DockerHost, "docker-host", "", "Docker engine (default $DOCKER_HOST or the local socket)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// ratioRow is a time of nodemgr's beside its baseline's.
+type ratioRow struct {
+	what         string
+	ours, theirs time.Duration
+}
+
+// printRatios prints times beside their baselines and the ratio of each.
+func printRatios(e *env, ours, theirs string, rows []ratioRow) error {
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	t := newTable(e.stdout, "WHAT", ours, theirs, "RATIO")
+	for _, r := range rows {
+		t.row(r.what, ms(r.ours), ms(r.theirs), fmt.Sprintf("%.2f", float64(r.ours)/float64(r.theirs)))
+	}
+	return t.flush()
 }
