@@ -301,7 +301,7 @@ func (o *Orchestrator) stepMachines(ctx context.Context, spec api.PoolSpec, exis
 		switch m.State {
 		case api.MachineRequested, api.MachineProvisioning:
 			// Nothing works on it: the server stopped while launching it.
-			o.goWork(m.ID, func(ctx context.Context) {
+			o.goStep(m, func(ctx context.Context, m store.PoolMachine) {
 				o.fail(ctx, m, "the server stopped while launching it", false)
 			})
 		case api.MachineBootstrapping:
@@ -313,7 +313,7 @@ func (o *Orchestrator) stepMachines(ctx context.Context, spec api.PoolSpec, exis
 		case api.MachineDraining:
 			o.stepDraining(ctx, m, now)
 		case api.MachineTerminating:
-			o.goWork(m.ID, func(ctx context.Context) { o.terminate(ctx, m, m.StateReason) })
+			o.goStep(m, func(ctx context.Context, m store.PoolMachine) { o.terminate(ctx, m, m.StateReason) })
 		}
 	}
 }
@@ -346,7 +346,7 @@ func (o *Orchestrator) stepBootstrapping(ctx context.Context, spec api.PoolSpec,
 	if m.LaunchedAt.IsZero() || now.Sub(m.LaunchedAt) < timeout {
 		return
 	}
-	o.goWork(m.ID, func(ctx context.Context) {
+	o.goStep(m, func(ctx context.Context, m store.PoolMachine) {
 		why := fmt.Sprintf("its agent did not register within the bootstrap timeout (%s)", timeout)
 		if tail := o.agentLog(ctx, d); tail != "" {
 			why += "; its log ends: " + tail
@@ -360,12 +360,12 @@ func (o *Orchestrator) stepBootstrapping(ctx context.Context, spec api.PoolSpec,
 func (o *Orchestrator) stepReady(ctx context.Context, spec api.PoolSpec, exists bool, m store.PoolMachine, now time.Time, ready int) bool {
 	d, err := o.store.GetDeployment(ctx, m.DeploymentID)
 	if err == nil && (d.State == provision.StateTerminated || d.State == api.DeploymentFailed) {
-		o.goWork(m.ID, func(ctx context.Context) { o.terminate(ctx, m, "its machine was "+d.State+": "+d.StateReason) })
+		o.goStep(m, func(ctx context.Context, m store.PoolMachine) { o.terminate(ctx, m, "its machine was "+d.State+": "+d.StateReason) })
 		return true
 	}
 	ns, err := o.cluster.NodeState(ctx, m.NodeID)
 	if errdefs.IsNotFound(err) {
-		o.goWork(m.ID, func(ctx context.Context) { o.terminate(ctx, m, "its node was removed") })
+		o.goStep(m, func(ctx context.Context, m store.PoolMachine) { o.terminate(ctx, m, "its node was removed") })
 		return true
 	}
 	if err != nil {
@@ -438,7 +438,7 @@ func (o *Orchestrator) stepDraining(ctx context.Context, m store.PoolMachine, no
 	if err != nil {
 		return
 	}
-	o.goWork(m.ID, func(ctx context.Context) { o.terminate(ctx, m, why) })
+	o.goStep(m, func(ctx context.Context, m store.PoolMachine) { o.terminate(ctx, m, why) })
 }
 
 // terminate destroys a machine, forgets its node, and marks it gone.
@@ -562,6 +562,20 @@ func (o *Orchestrator) goWork(id string, fn func(ctx context.Context)) bool {
 		fn(ctx)
 	}()
 	return true
+}
+
+// goStep runs a step for a machine on its own goroutine, as goWork does,
+// but only if the machine is still as the step read it: a launch that
+// ended after this round listed the machines has moved it on, and the
+// next round decides afresh.
+func (o *Orchestrator) goStep(read store.PoolMachine, fn func(ctx context.Context, m store.PoolMachine)) {
+	o.goWork(read.ID, func(ctx context.Context) {
+		m, err := o.store.GetPoolMachine(ctx, read.ID)
+		if err != nil || m.State != read.State || !m.UpdatedAt.Equal(read.UpdatedAt) {
+			return
+		}
+		fn(ctx, m)
+	})
 }
 
 func (o *Orchestrator) busyWith(id string) bool {
