@@ -3,6 +3,7 @@ package orchestrate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	"fmt"
 	"log/slog"
@@ -83,7 +84,7 @@ type Config struct {
 	// SweepInterval is how often providers are asked for resources that
 	// no machine accounts for; default 30s.
 	SweepInterval time.Duration
-	// Keep is how long ended machines stay listed; default 24h.
+	// Keep is how long ended machines and events stay listed; default 24h.
 	Keep time.Duration
 }
 
@@ -360,7 +361,9 @@ func (o *Orchestrator) stepBootstrapping(ctx context.Context, spec api.PoolSpec,
 func (o *Orchestrator) stepReady(ctx context.Context, spec api.PoolSpec, exists bool, m store.PoolMachine, now time.Time, ready int) bool {
 	d, err := o.store.GetDeployment(ctx, m.DeploymentID)
 	if err == nil && (d.State == provision.StateTerminated || d.State == api.DeploymentFailed) {
-		o.goStep(m, func(ctx context.Context, m store.PoolMachine) { o.terminate(ctx, m, "its machine was "+d.State+": "+d.StateReason) })
+		o.goStep(m, func(ctx context.Context, m store.PoolMachine) {
+			o.terminate(ctx, m, "its machine was "+d.State+": "+d.StateReason)
+		})
 		return true
 	}
 	ns, err := o.cluster.NodeState(ctx, m.NodeID)
@@ -648,10 +651,12 @@ func (o *Orchestrator) sweep(ctx context.Context, specs []api.PoolSpec) {
 	if !due {
 		return
 	}
-	// Ended machines are listed for Keep, then forgotten.
+	// Ended machines and events are kept for Keep, then forgotten.
+	cutoff := time.Now().Add(-o.cfg.Keep)
 	for _, s := range specs {
-		if err := o.store.DeletePoolMachines(ctx, s.Name, time.Now().Add(-o.cfg.Keep)); err != nil {
-			o.log.Warn("forget ended pool machines", "pool", s.Name, "err", err)
+		err := errors.Join(o.store.DeletePoolMachines(ctx, s.Name, cutoff), o.store.DeletePoolEvents(ctx, s.Name, cutoff))
+		if err != nil {
+			o.log.Warn("forget a pool's old machines and events", "pool", s.Name, "err", err)
 		}
 	}
 	if o.cfg.Owner == "" {

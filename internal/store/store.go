@@ -505,6 +505,7 @@ type Pools interface {
 	AddPoolEvent(ctx context.Context, e api.PoolEvent) (api.PoolEvent, error)
 	// PoolEvents lists a pool's events oldest first.
 	PoolEvents(ctx context.Context, pool string, p Page) ([]api.PoolEvent, error)
-	// DeletePoolEvents forgets a pool's events.
-	DeletePoolEvents(ctx context.Context, pool string) error
+	// DeletePoolEvents forgets a pool's events from before cutoff (a zero
+	// cutoff: all of them).
+	DeletePoolEvents(ctx context.Context, pool string, cutoff time.Time) error
 }

@@ -184,10 +184,14 @@ func (s *Store) PoolEvents(ctx context.Context, pool string, p store.Page) ([]ap
 	return out, rows.Err()
 }
 
-// DeletePoolEvents forgets a pool's events.
-func (s *Store) DeletePoolEvents(ctx context.Context, pool string) error {
+// DeletePoolEvents forgets a pool's events from before cutoff.
+func (s *Store) DeletePoolEvents(ctx context.Context, pool string, cutoff time.Time) error {
+	before := int64(1<<63 - 1)
+	if !cutoff.IsZero() {
+		before = cutoff.UnixNano()
+	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM pool_events WHERE pool = ?`, pool)
+		_, err := tx.ExecContext(ctx, `DELETE FROM pool_events WHERE pool = ? AND at < ?`, pool, before)
 		return classify(err)
 	})
 	if err != nil {

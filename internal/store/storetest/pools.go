@@ -94,7 +94,14 @@ func testPoolEvents(t *testing.T, s store.Store) {
 	if len(rest) != 1 || rest[0].ID != ids[2] {
 		t.Errorf("PoolEvents after %d = %+v, want the third", page[1].ID, rest)
 	}
-	if err := s.DeletePoolEvents(ctx, "p"); err != nil {
+	// A cutoff keeps what came at or after it.
+	if err := s.DeletePoolEvents(ctx, "p", page[1].At); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := s.PoolEvents(ctx, "p", store.Page{}); len(left) != 2 || left[0].ID != ids[1] {
+		t.Errorf("PoolEvents after deleting those before the second = %+v, want the last two", left)
+	}
+	if err := s.DeletePoolEvents(ctx, "p", time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if left, _ := s.PoolEvents(ctx, "p", store.Page{}); len(left) != 0 {
