@@ -64,8 +64,9 @@ const (
 )
 
 // Finder is the optional capability of listing the machines a provider
-// made by their labels (the orchestrator's leak sweep uses it). It lists
-// machines that are not gone: a terminated one may be left out.
+// made by their labels (the orchestrator's leak sweep uses it). The suite
+// looks only at machines that are not gone: terminated ones, and ones
+// shutting down, may be listed or not.
 type Finder interface {
 	Find(ctx context.Context, labels map[string]string) ([]provision.Deployment, error)
 }
@@ -222,7 +223,7 @@ func (s *suite) cleanup(t *testing.T) {
 		return
 	}
 	for _, d := range left {
-		if d.State == provision.StateTerminated {
+		if gone(d.State) {
 			continue
 		}
 		t.Errorf("cleanup: %s (%s) was left behind, %s", d.Name, d.ResourceID, d.State)
@@ -232,8 +233,8 @@ func (s *suite) cleanup(t *testing.T) {
 	}
 }
 
-// find returns what Find lists for labels, less terminated machines;
-// ok is false when the provider has no Find.
+// find returns what Find lists for labels, less machines that are gone
+// or shutting down; ok is false when the provider has no Find.
 func (s *suite) find(t *testing.T, labels map[string]string) (found []provision.Deployment, ok bool) {
 	t.Helper()
 	f, ok := s.Provider.(Finder)
@@ -245,15 +246,22 @@ func (s *suite) find(t *testing.T, labels map[string]string) (found []provision.
 		t.Fatalf("Find(%v) = %v", labels, err)
 	}
 	for _, d := range all {
-		if d.State != provision.StateTerminated {
+		if !gone(d.State) {
 			found = append(found, d)
 		}
 	}
 	return found, true
 }
 
+// gone reports whether a machine in state st is gone or on its way: a
+// terminate or destroy need not wait for the end.
+func gone(st string) bool {
+	return st == provision.StateTerminated || st == provision.StateShuttingDown
+}
+
 // checkNothingLeft fails the test if anything carrying labels is still
-// there, by the target's Leftovers and by Find.
+// there (shutting down counts as gone), by the target's Leftovers and by
+// Find.
 func (s *suite) checkNothingLeft(t *testing.T, labels map[string]string, after string) {
 	t.Helper()
 	if s.Leftovers != nil {
