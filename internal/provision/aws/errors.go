@@ -1,0 +1,76 @@
+package aws
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/aws/smithy-go"
+
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+)
+
+// ec2Error is an error EC2 answered: its code and message, without the
+// SDK's transport preamble, in one of nodemgr's classes.
+type ec2Error struct {
+	code, msg string
+	err       error // the SDK's error
+	class     error
+}
+
+func (e *ec2Error) Error() string   { return e.code + ": " + e.msg }
+func (e *ec2Error) Unwrap() []error { return []error{e.err, e.class} }
+
+// Codes of EC2 errors that mean: no capacity (or quota) for this request
+// now. Retrying at once does not help; another type, zone or time does.
+var capacityCodes = []string{
+	"InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientReservedInstanceCapacity",
+	"InsufficientCapacity", "InsufficientFreeAddressesInSubnet", "InstanceLimitExceeded",
+	"VcpuLimitExceeded", "MaxSpotInstanceCountExceeded", "SpotMaxPriceTooLow",
+}
+
+// errorCode returns the EC2 error code in err, if EC2 answered with one.
+func errorCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+// classify gives an SDK error its class: what EC2 says is missing is not
+// found, what it refuses as malformed is invalid, a wrong state is a
+// conflict, no capacity or an unreachable endpoint unavailable, and a
+// refused credential permission. A cancelled or timed-out context is kept
+// as it is.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae smithy.APIError
+	if !errors.As(err, &ae) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		// No answer from EC2: the endpoint is down or unreachable.
+		return errdefs.Class(err, errdefs.ErrUnavailable)
+	}
+	code := ae.ErrorCode()
+	class := errdefs.ErrInvalid
+	switch {
+	case strings.HasSuffix(code, ".NotFound"), code == "InvalidAMIID.Unavailable":
+		class = errdefs.ErrNotFound
+	case strings.HasPrefix(code, "IncorrectInstanceState"), code == "IncorrectState",
+		code == "IdempotentParameterMismatch", strings.HasPrefix(code, "OperationNotPermitted"):
+		class = errdefs.ErrConflict
+	case slices.Contains(capacityCodes, code), code == "RequestLimitExceeded", code == "Unavailable",
+		code == "ServiceUnavailable", code == "InternalError", code == "InternalFailure",
+		ae.ErrorFault() == smithy.FaultServer:
+		class = errdefs.ErrUnavailable
+	case code == "UnauthorizedOperation", code == "AuthFailure", code == "Blocked", code == "OptInRequired",
+		code == "PendingVerification", strings.HasPrefix(code, "InvalidClientTokenId"), code == "SignatureDoesNotMatch":
+		class = errdefs.ErrPermission
+	}
+	return &ec2Error{code: code, msg: ae.ErrorMessage(), err: err, class: class}
+}

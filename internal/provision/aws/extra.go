@@ -1,0 +1,367 @@
+package aws
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+)
+
+// extraKeys are the Extra keys parseExtra reads (beyond the template
+// fields): overrides.aws may name only these.
+var extraKeys = []string{
+	"ami", "image_type", "ami_lookup", "instance_type", "subnet", "security_groups",
+	"key_name", "user_data", "spot", "max_price", "hibernation", "tags",
+}
+
+// Architectures ami_lookup and the instance type table know.
+const (
+	archX86 = "x86_64"
+	archARM = "arm64"
+)
+
+// maxUserData is EC2's limit on user data before base64 encoding.
+const maxUserData = 16 << 10
+
+// config is what Provision takes from a spec's Extra.
+type config struct {
+	ami          string     // an AMI ID, when no lookup is asked for
+	amiField     string     // the Extra key ami came from, for messages
+	lookup       *amiLookup // finds the AMI instead of ami
+	instanceType string     // empty: chosen from cpu and memoryMB
+	cpu          float64
+	memoryMB     float64
+	subnet       string
+	groupIDs     []string // security groups by ID
+	groupNames   []string // security groups by name (default VPC)
+	keyName      string
+	userData     string // as given; base64-encoded when sent
+	spot         bool
+	maxPrice     string
+	hibernation  bool
+	tags         map[string]string
+}
+
+// amiLookup asks DescribeImages for the newest AMI of a name.
+type amiLookup struct {
+	name  string // a pattern with * and ?
+	owner string
+	arch  string
+}
+
+var (
+	amiID        = regexp.MustCompile(`^ami-[0-9a-f]{8,17}$`)
+	instanceType = regexp.MustCompile(`^[a-z][a-z0-9-]*\.[a-z0-9-]+$`)
+	price        = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+)
+
+// parseExtra reads the keys the aws provider understands; keys meant for
+// other providers, or for nodemgr itself, are ignored.
+func parseExtra(extra map[string]any) (config, error) {
+	var c config
+	var err error
+
+	if t, err := str(extra, "image_type"); err != nil {
+		return c, err
+	} else if t != "" && t != "ami" {
+		return c, errdefs.Field("extra.image_type", "%q is not an image type the aws provider takes; only \"ami\"", t)
+	}
+	if c.lookup, err = parseLookup(extra); err != nil {
+		return c, err
+	}
+	if c.ami, err = str(extra, "ami"); err != nil {
+		return c, err
+	}
+	c.amiField = "extra.ami"
+	if c.ami != "" && !amiID.MatchString(c.ami) {
+		return c, errdefs.Field("extra.ami", "%q is not an AMI ID (ami- and 8 or 17 hex digits)", c.ami)
+	}
+	if c.ami == "" {
+		image, err := str(extra, "image")
+		if err != nil {
+			return c, err
+		}
+		switch {
+		case amiID.MatchString(image):
+			c.ami, c.amiField = image, "extra.image"
+		case c.lookup == nil && image != "":
+			return c, errdefs.Field("extra.image", "%q is not an AMI ID; the aws provider needs extra.ami (ami-...), or extra.ami_lookup {name, owner, architecture} (a mapping can turn a generic image name into either)", image)
+		}
+	}
+	if c.lookup == nil && c.ami == "" {
+		return c, errdefs.Field("extra.ami", "the aws provider needs an AMI: set extra.ami (ami-...), or extra.ami_lookup {name, owner, architecture}")
+	}
+
+	if c.instanceType, err = str(extra, "instance_type"); err != nil {
+		return c, err
+	}
+	if c.instanceType != "" && !instanceType.MatchString(c.instanceType) {
+		return c, errdefs.Field("extra.instance_type", "%q is not an EC2 instance type such as t3.micro", c.instanceType)
+	}
+	for _, k := range []string{"cpu", "memoryMB"} {
+		n, _, err := number(extra, k)
+		if err != nil {
+			return c, err
+		}
+		if n < 0 {
+			return c, errdefs.Field("extra."+k, "%v is negative", n)
+		}
+		if k == "cpu" {
+			c.cpu = n
+		} else {
+			c.memoryMB = n
+		}
+	}
+
+	if c.subnet, err = str(extra, "subnet"); err != nil {
+		return c, err
+	}
+	if c.subnet != "" && !strings.HasPrefix(c.subnet, "subnet-") {
+		return c, errdefs.Field("extra.subnet", "%q is not a subnet ID (subnet-...)", c.subnet)
+	}
+	if v, ok := extra["security_groups"]; ok && v != nil {
+		var groups []string
+		if s, isStr := v.(string); isStr {
+			groups = []string{s}
+		} else if groups, err = stringList("security_groups", v); err != nil {
+			return c, err
+		}
+		for i, g := range groups {
+			switch {
+			case g == "":
+				return c, errdefs.Field(fmt.Sprintf("extra.security_groups[%d]", i), "is empty")
+			case strings.HasPrefix(g, "sg-"):
+				c.groupIDs = append(c.groupIDs, g)
+			default:
+				c.groupNames = append(c.groupNames, g)
+			}
+		}
+	}
+	if c.keyName, err = str(extra, "key_name"); err != nil {
+		return c, err
+	}
+	if c.userData, err = str(extra, "user_data"); err != nil {
+		return c, err
+	}
+	if len(c.userData) > maxUserData {
+		return c, errdefs.TooLarge("extra.user_data", "is %d bytes; EC2 takes %d at most", len(c.userData), maxUserData)
+	}
+
+	if c.spot, err = boolean(extra, "spot"); err != nil {
+		return c, err
+	}
+	if c.maxPrice, err = parsePrice(extra); err != nil {
+		return c, err
+	}
+	if c.maxPrice != "" && !c.spot {
+		return c, errdefs.Field("extra.max_price", "applies to spot instances only; set extra.spot to true, or remove max_price")
+	}
+	if c.hibernation, err = boolean(extra, "hibernation"); err != nil {
+		return c, err
+	}
+	if c.hibernation && c.spot {
+		return c, errdefs.Field("extra.hibernation", "a one-time spot instance cannot hibernate (EC2 hibernates spot instances only of persistent requests); drop spot or hibernation")
+	}
+
+	if c.tags, err = stringMap(extra, "tags"); err != nil {
+		return c, err
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.tags)) {
+		switch {
+		case k == "" || len(k) > 128:
+			return c, errdefs.Field("extra.tags", "tag key %q must be 1 to 128 characters", k)
+		case strings.HasPrefix(strings.ToLower(k), "aws:"):
+			return c, errdefs.Field("extra.tags."+k, "keys starting with aws: are AWS's own")
+		case len(c.tags[k]) > 256:
+			return c, errdefs.Field("extra.tags."+k, "the value is %d characters; EC2 takes 256 at most", len(c.tags[k]))
+		}
+	}
+	return c, nil
+}
+
+func parseLookup(extra map[string]any) (*amiLookup, error) {
+	v, ok := extra["ami_lookup"]
+	if !ok || v == nil {
+		return nil, nil
+	}
+	m, err := stringMap(extra, "ami_lookup")
+	if err != nil {
+		return nil, err
+	}
+	l := &amiLookup{name: m["name"], owner: m["owner"], arch: m["architecture"]}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if k != "name" && k != "owner" && k != "architecture" {
+			return nil, errdefs.Field("extra.ami_lookup."+k, "unknown key; ami_lookup takes name, owner and architecture")
+		}
+	}
+	if l.name == "" {
+		return nil, errdefs.Field("extra.ami_lookup.name", "is required: the AMI name to look for, * and ? as wildcards (ubuntu/images/hvm-ssd*/ubuntu-noble-24.04-amd64-server-*)")
+	}
+	if l.owner == "" {
+		return nil, errdefs.Field("extra.ami_lookup.owner", "is required (amazon, self, or an account ID such as Canonical's 099720109477): anyone can publish an AMI of any name")
+	}
+	switch l.arch {
+	case "":
+		l.arch = archX86
+	case archX86, archARM:
+	default:
+		return nil, errdefs.Field("extra.ami_lookup.architecture", "%q is not %s or %s", l.arch, archX86, archARM)
+	}
+	return l, nil
+}
+
+func parsePrice(extra map[string]any) (string, error) {
+	v, ok := extra["max_price"]
+	if !ok || v == nil {
+		return "", nil
+	}
+	var s string
+	if t, isStr := v.(string); isStr {
+		s = strings.TrimSpace(t)
+	} else {
+		f, _, err := number(extra, "max_price")
+		if err != nil {
+			return "", err
+		}
+		s = strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	if f, err := strconv.ParseFloat(s, 64); !price.MatchString(s) || err != nil || f <= 0 {
+		return "", errdefs.Field("extra.max_price", "%q is not a positive price in USD per hour, such as 0.05", s)
+	}
+	return s, nil
+}
+
+// spotOf and hibernationOf read a deployment's Extra leniently: it was
+// checked when the machine was made.
+func spotOf(extra map[string]any) bool        { b, _ := extra["spot"].(bool); return b }
+func hibernationOf(extra map[string]any) bool { b, _ := extra["hibernation"].(bool); return b }
+
+func str(extra map[string]any, key string) (string, error) {
+	switch v := extra[key].(type) {
+	case nil:
+		return "", nil
+	case string:
+		return v, nil
+	default:
+		return "", errdefs.Field("extra."+key, "want a string, got %s", typeName(v))
+	}
+}
+
+func boolean(extra map[string]any, key string) (bool, error) {
+	switch v := extra[key].(type) {
+	case nil:
+		return false, nil
+	case bool:
+		return v, nil
+	default:
+		return false, errdefs.Field("extra."+key, "want true or false, got %s", typeName(v))
+	}
+}
+
+// number reads a number however it arrived: as a Go number from YAML, a
+// float64 or json.Number from JSON, or a numeric string.
+func number(extra map[string]any, key string) (float64, bool, error) {
+	v, ok := extra[key]
+	if !ok || v == nil {
+		return 0, false, nil
+	}
+	var f float64
+	switch n := v.(type) {
+	case int:
+		f = float64(n)
+	case int8, int16, int32, int64:
+		f = float64(reflect.ValueOf(n).Int())
+	case uint, uint8, uint16, uint32, uint64:
+		f = float64(reflect.ValueOf(n).Uint())
+	case float32:
+		f = float64(n)
+	case float64:
+		f = n
+	case json.Number:
+		var err error
+		if f, err = n.Float64(); err != nil {
+			return 0, false, errdefs.Field("extra."+key, "%q is not a number", n)
+		}
+	case string:
+		var err error
+		if f, err = strconv.ParseFloat(strings.TrimSpace(n), 64); err != nil {
+			return 0, false, errdefs.Field("extra."+key, "%q is not a number", n)
+		}
+	default:
+		return 0, false, errdefs.Field("extra."+key, "want a number, got %s", typeName(v))
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false, errdefs.Field("extra."+key, "%v is not a number", f)
+	}
+	return f, true, nil
+}
+
+// stringList reads a list of strings: []string, or []any holding strings
+// (as YAML and JSON decode them).
+func stringList(key string, v any) ([]string, error) {
+	switch l := v.(type) {
+	case []string:
+		return slices.Clone(l), nil
+	case []any:
+		out := make([]string, len(l))
+		for i, e := range l {
+			s, ok := e.(string)
+			if !ok {
+				return nil, errdefs.Field(fmt.Sprintf("extra.%s[%d]", key, i), "want a string, got %s", typeName(e))
+			}
+			out[i] = s
+		}
+		return out, nil
+	}
+	return nil, errdefs.Field("extra."+key, "want a list of strings, got %s", typeName(v))
+}
+
+// stringMap reads a map of strings; scalar values are formatted.
+func stringMap(extra map[string]any, key string) (map[string]string, error) {
+	switch m := extra[key].(type) {
+	case nil:
+		return nil, nil
+	case map[string]string:
+		return maps.Clone(m), nil
+	case map[string]any:
+		out := make(map[string]string, len(m))
+		for k, v := range m {
+			switch s := v.(type) {
+			case string:
+				out[k] = s
+			case bool, int, int64, float64, json.Number:
+				out[k] = fmt.Sprint(s)
+			default:
+				return nil, errdefs.Field("extra."+key+"."+k, "want a string, got %s", typeName(v))
+			}
+		}
+		return out, nil
+	default:
+		return nil, errdefs.Field("extra."+key, "want a map of strings, got %s", typeName(m))
+	}
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "nothing"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64, json.Number:
+		return "a number"
+	case []any, []string:
+		return "a list"
+	case map[string]any, map[string]string:
+		return "a map"
+	}
+	return fmt.Sprintf("%T", v)
+}
