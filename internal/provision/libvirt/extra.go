@@ -25,6 +25,8 @@ var extraKeys = []string{
 	"network", "network_mode", "ssh_port",
 	"user_data", "ssh_authorized_keys", "hostname",
 	"console_log",
+	// Not read here: the deployment carries them to the ssh executor.
+	"ssh_user", "ssh_identity_file", "ssh_jump_host",
 }
 
 // Boot sources (image_type).

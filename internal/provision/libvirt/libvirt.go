@@ -37,7 +37,8 @@ const (
 )
 
 // Capabilities of a libvirt deployment: its Address is host:port of the
-// guest's SSH server, and the ssh user is the template's user (Extra["user"]).
+// guest's SSH server, and Extra["ssh_user"] is the template's user (the
+// ssh executor logs in as it).
 const (
 	CapExec  = "exec:ssh"
 	CapSFTP  = "copy:sftp"
@@ -434,6 +435,14 @@ func (p *Libvirt) provision(ctx context.Context, c client, name string, cfg conf
 		Extra:      maps.Clone(spec.Extra),
 		Labels:     labels,
 		CreatedAt:  created,
+	}
+	// The ssh executor logs in as ssh_user: the template's user unless
+	// the template says otherwise.
+	if _, set := dep.Extra["ssh_user"]; !set && cfg.user != "" {
+		if dep.Extra == nil {
+			dep.Extra = map[string]any{}
+		}
+		dep.Extra["ssh_user"] = cfg.user
 	}
 	if p.readyTimeout > 0 {
 		addr, err := p.waitReady(ctx, c, dom, inst, spec2.mac, cfg.consoleLog)
