@@ -2,8 +2,8 @@ package libvirt
 
 import (
 	"encoding/xml"
-	"fmt"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
