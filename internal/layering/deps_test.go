@@ -43,6 +43,7 @@ func TestLayers(t *testing.T) {
 		{"worker", []string{"internal/server", "internal/agent", "internal/store", "internal/workerpool"}},
 		{"internal/workerpool", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/provision/docker", []string{"internal/server", "internal/store", "internal/agent"}},
+		{"internal/provision/libvirt", []string{"internal/server", "internal/store", "internal/agent", "internal/orchestrate"}},
 		{"internal/execute/dockerexec", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/execute/local", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/template", []string{"internal/server", "internal/store", "internal/agent"}},
