@@ -22,6 +22,7 @@ import (
 
 	// Providers register themselves with provision.
 	"github.com/nodemgr/nodemgr/internal/orchestrate"
+	_ "github.com/nodemgr/nodemgr/internal/provision/aws"
 	_ "github.com/nodemgr/nodemgr/internal/provision/docker"
 	_ "github.com/nodemgr/nodemgr/internal/provision/libvirt"
 	_ "github.com/nodemgr/nodemgr/internal/provision/local"

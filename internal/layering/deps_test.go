@@ -44,6 +44,7 @@ func TestLayers(t *testing.T) {
 		{"internal/workerpool", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/provision/docker", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/provision/libvirt", []string{"internal/server", "internal/store", "internal/agent", "internal/orchestrate"}},
+		{"internal/provision/aws", []string{"internal/server", "internal/store", "internal/agent", "internal/orchestrate"}},
 		{"internal/execute/dockerexec", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/execute/local", []string{"internal/server", "internal/store", "internal/agent"}},
 		{"internal/template", []string{"internal/server", "internal/store", "internal/agent"}},

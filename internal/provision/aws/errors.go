@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
@@ -66,11 +67,20 @@ func classify(err error) error {
 		class = errdefs.ErrConflict
 	case slices.Contains(capacityCodes, code), code == "RequestLimitExceeded", code == "Unavailable",
 		code == "ServiceUnavailable", code == "InternalError", code == "InternalFailure",
-		ae.ErrorFault() == smithy.FaultServer:
+		ae.ErrorFault() == smithy.FaultServer, httpStatus(err) >= 500:
 		class = errdefs.ErrUnavailable
 	case code == "UnauthorizedOperation", code == "AuthFailure", code == "Blocked", code == "OptInRequired",
 		code == "PendingVerification", strings.HasPrefix(code, "InvalidClientTokenId"), code == "SignatureDoesNotMatch":
 		class = errdefs.ErrPermission
 	}
 	return &ec2Error{code: code, msg: ae.ErrorMessage(), err: err, class: class}
+}
+
+// httpStatus is the HTTP status of EC2's answer, 0 if there was none.
+func httpStatus(err error) int {
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		return re.HTTPStatusCode()
+	}
+	return 0
 }
