@@ -212,6 +212,11 @@ func (a *AWS) Provision(ctx context.Context, spec provision.Spec) (provision.Dep
 
 	id := awssdk.ToString(inst.InstanceId)
 	dep, err := a.awaitRunning(ctx, id)
+	if errors.Is(err, errStopped) {
+		// EC2 answered a repeated token with an instance launched
+		// earlier and stopped since: someone else's decision to undo.
+		return provision.Deployment{}, fmt.Errorf("provision %s: %w", name, err)
+	}
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
@@ -227,6 +232,12 @@ func (a *AWS) Provision(ctx context.Context, spec provision.Spec) (provision.Dep
 	}
 	dep.Extra["ami"] = dep.image
 	dep.Extra["instance_type"] = dep.instanceType
+	if ud, ok := dep.Extra["user_data"].(string); ok && ud != "" {
+		// The bootstrap may hold a secret, and a deployment's Extra is
+		// stored and shown: keep only what identifies it.
+		sum := sha256.Sum256([]byte(ud))
+		dep.Extra["user_data"] = fmt.Sprintf("(%d bytes, sha256 %x)", len(ud), sum[:8])
+	}
 	if chosen != "" {
 		dep.Extra["chosen"] = chosen
 	}
@@ -450,6 +461,9 @@ type awaited struct {
 	image, instanceType string
 }
 
+// errStopped is a launch whose instance is stopped: Provision leaves it.
+var errStopped = errdefs.Class(errors.New("stopped"), errdefs.ErrConflict)
+
 // awaitRunning polls the instance until it runs, and fails if it ends
 // instead, or does not run within the wait timeout.
 func (a *AWS) awaitRunning(ctx context.Context, id string) (awaited, error) {
@@ -469,7 +483,8 @@ func (a *AWS) awaitRunning(ctx context.Context, id string) (awaited, error) {
 			case types.InstanceStateNameShuttingDown, types.InstanceStateNameTerminated:
 				return awaited{}, errdefs.Class(fmt.Errorf("instance %s ended while launching: %s", id, reasonOf(inst)), errdefs.ErrUnavailable)
 			case types.InstanceStateNameStopping, types.InstanceStateNameStopped:
-				return awaited{}, errdefs.Conflict("instance %s was stopped while launching: %s", id, reasonOf(inst))
+				return awaited{}, fmt.Errorf("instance %s, launched earlier for this deployment, is %s (%s); start it, or destroy it and provision again: %w",
+					id, stateOf(inst), reasonOf(inst), errStopped)
 			}
 		}
 		select {

@@ -39,7 +39,8 @@
 //	key_name         an EC2 key pair for ssh
 //	user_data        a script or cloud-config run at first boot (the agent's
 //	                 bootstrap), as text: the provider base64-encodes it;
-//	                 16 KiB at most
+//	                 16 KiB at most. The deployment's Extra keeps only its
+//	                 size and hash, since it may hold a secret
 //	spot             true: a one-time spot instance, terminated (never
 //	                 stopped) when AWS takes it back
 //	max_price        the most to pay per hour for spot, in USD; default the
@@ -63,7 +64,8 @@
 // adopts a pending or running instance that carries the same deployment
 // tags. Provision returns once EC2 reports the instance running; if it
 // fails, times out or is cancelled after the launch, the instance is
-// terminated before Provision returns. Capacity errors
+// terminated before Provision returns (one launched earlier for the same
+// deployment and stopped since is left as it is, and named). Capacity errors
 // (InsufficientInstanceCapacity) are errdefs.ErrUnavailable and say what
 // to change; they are not retried by the SDK, since retrying at once does
 // not help.

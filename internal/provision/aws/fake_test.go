@@ -97,6 +97,9 @@ func TestProvisionWaitsForRunning(t *testing.T) {
 	if inst.UserData != "#cloud-config\nruncmd: [echo hi]\n" {
 		t.Errorf("user data %q", inst.UserData)
 	}
+	if ud, _ := d.Extra["user_data"].(string); !strings.HasPrefix(ud, "(32 bytes, sha256 ") {
+		t.Errorf("Extra user_data = %q, want its size and hash only: it may hold a secret", ud)
+	}
 	if inst.Tags["Name"] != "slow" || inst.Tags["nodemgr.deployment"] != "slow" {
 		t.Errorf("tags %v, want Name and nodemgr.deployment slow", inst.Tags)
 	}
@@ -262,5 +265,27 @@ func TestVerbRules(t *testing.T) {
 		if st, err := p.State(ctxFor(t), d); err != nil || st != provision.StateRunning {
 			t.Errorf("State(%s) = %s, %v, want running", d.Name, st, err)
 		}
+	}
+}
+
+// TestProvisionAgainAfterStop: EC2 answers a repeated ClientToken with the
+// instance it launched for it, even one stopped since; Provision says so
+// and leaves it stopped rather than terminating someone's machine.
+func TestProvisionAgainAfterStop(t *testing.T) {
+	p, srv := fakeProvider(t)
+	spec := provision.Spec{Name: "again", Labels: map[string]string{"nodemgr.deployment-id": "dep-again"}, Extra: map[string]any{"ami": ec2test.ImageAL2023, "instance_type": "t3.micro"}}
+	d, err := p.Provision(ctxFor(t), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(ctxFor(t), d); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Provision(ctxFor(t), spec)
+	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), d.ResourceID) || !strings.Contains(err.Error(), "is stopped") {
+		t.Errorf("Provision again = %v, want a conflict naming the stopped instance %s", err, d.ResourceID)
+	}
+	if insts := srv.Instances(); len(insts) != 1 || insts[0].State != "stopped" {
+		t.Errorf("instances = %+v, want the one, still stopped", insts)
 	}
 }
