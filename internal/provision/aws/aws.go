@@ -179,10 +179,11 @@ func (a *AWS) Provision(ctx context.Context, spec provision.Spec) (provision.Dep
 	tags[TagName] = name
 	tags[TagDeployment] = name
 	tags[TagTemplate] = spec.Template
+	key := launchKeyOf(name, spec.Labels)
+	tags[key.tag] = key.value
 	if len(tags) > 50 {
 		return provision.Deployment{}, errdefs.Field("extra.tags", "the instance would carry %d tags (extra.tags, the spec's labels and nodemgr's own); EC2 takes 50", len(tags))
 	}
-	key := launchKeyOf(name, spec.Labels)
 
 	var chosen string
 	inst, err := a.launched(ctx, key)
@@ -244,14 +245,22 @@ func (a *AWS) Provision(ctx context.Context, spec provision.Spec) (provision.Dep
 	return dep.Deployment, nil
 }
 
-// launchKey identifies a launch: the deployment's ID when the spec has
-// one (the orchestrator's label), else the machine name.
+// launchKey identifies a launch, and the tag that finds its instance:
+// the deployment's ID when the spec has one, else the machine name.
 type launchKey struct {
 	tag, value string
 }
 
+// launchKeyOf finds the deployment's ID in the orchestrator's label
+// (nodemgr.deployment-id) or the server's (nodemgr.deployment, which the
+// resource then carries as nodemgr.deployment-id, since its own
+// nodemgr.deployment tag is the machine name). Names are not unique on
+// EC2: without an ID, two launches of one name are one machine.
 func launchKeyOf(name string, labels map[string]string) launchKey {
 	if id := labels[labelDeploymentID]; id != "" {
+		return launchKey{labelDeploymentID, id}
+	}
+	if id := labels[TagDeployment]; id != "" && id != name {
 		return launchKey{labelDeploymentID, id}
 	}
 	return launchKey{TagDeployment, name}

@@ -59,10 +59,11 @@
 // out, so the orchestrator's leak sweep finds what its owner label marks.
 //
 // A launch is idempotent: RunInstances gets a ClientToken derived from the
-// deployment's ID (the nodemgr.deployment-id label, else the machine name),
-// so EC2 never makes two instances for a retried call, and Provision first
-// adopts a pending or running instance that carries the same deployment
-// tags. Provision returns once EC2 reports the instance running; if it
+// deployment's ID (the nodemgr.deployment-id label, or the server's
+// nodemgr.deployment label, else the machine name), so EC2 never makes two
+// instances for a retried call, and Provision first adopts a pending or
+// running instance tagged with the same ID. The ID is on the instance as
+// nodemgr.deployment-id. Provision returns once EC2 reports the instance running; if it
 // fails, times out or is cancelled after the launch, the instance is
 // terminated before Provision returns (one launched earlier for the same
 // deployment and stopped since is left as it is, and named). Capacity errors

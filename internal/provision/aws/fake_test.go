@@ -289,3 +289,25 @@ func TestProvisionAgainAfterStop(t *testing.T) {
 		t.Errorf("instances = %+v, want the one, still stopped", insts)
 	}
 }
+
+// TestServerDeploymentsOfOneName: the server labels each deployment with
+// its ID under nodemgr.deployment; two deployments of one name are two
+// instances, and a retry of one is still one.
+func TestServerDeploymentsOfOneName(t *testing.T) {
+	p, srv := fakeProvider(t)
+	extra := map[string]any{"ami": ec2test.ImageAL2023, "instance_type": "t3.micro"}
+	made := map[string]bool{}
+	for _, id := range []string{"d-1", "d-2", "d-1"} {
+		d, err := p.Provision(ctxFor(t), provision.Spec{Name: "web", Extra: extra, Labels: map[string]string{"nodemgr.deployment": id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		made[d.ResourceID] = true
+		if d.Name != "web" || d.Labels["nodemgr.deployment-id"] != id {
+			t.Errorf("deployment %s: Name %q, Labels %v; want web, and nodemgr.deployment-id %s", id, d.Name, d.Labels, id)
+		}
+	}
+	if len(made) != 2 || len(live(srv, nil)) != 2 {
+		t.Errorf("made %v, the fake holds %v; want two instances", made, live(srv, nil))
+	}
+}
