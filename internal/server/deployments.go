@@ -281,12 +281,12 @@ func (s *Server) handleLifecycle(w http.ResponseWriter, r *http.Request) error {
 	if err := provision.Do(r.Context(), pr, verb, d.Machine()); err != nil {
 		return fmt.Errorf("%s %s: %w", verb, d.Name, err)
 	}
-	state, err := pr.(provision.Lifecycle).State(r.Context(), d.Machine())
+	state, reason, err := observedState(r.Context(), pr.(provision.Lifecycle), d.Machine())
 	if err != nil {
 		return err
 	}
 	d, err = s.store.UpdateDeployment(r.Context(), d.ID, func(cur *store.Deployment) error {
-		cur.State, cur.StateReason = state, ""
+		cur.State, cur.StateReason = state, reason
 		return nil
 	})
 	if err != nil {
@@ -330,6 +330,16 @@ func (s *Server) failInterrupted(ctx context.Context) {
 	}
 }
 
+// observedState asks a provider for a machine's state, and the reason for
+// it where the provider can say (provision.StateReasoner).
+func observedState(ctx context.Context, lc provision.Lifecycle, d provision.Deployment) (state, reason string, err error) {
+	if sr, ok := lc.(provision.StateReasoner); ok {
+		return sr.StateReason(ctx, d)
+	}
+	state, err = lc.State(ctx, d)
+	return state, "", err
+}
+
 func (s *Server) checkDrift(ctx context.Context) {
 	list, err := s.store.ListDeployments(ctx, store.DeploymentFilter{})
 	if err != nil {
@@ -347,13 +357,17 @@ func (s *Server) checkDrift(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		state, err := lc.State(ctx, d.Machine())
+		state, reason, err := observedState(ctx, lc, d.Machine())
 		if err != nil || state == d.State {
 			continue
 		}
-		reason := "changed outside nodemgr (was " + d.State + ")"
-		if state == provision.StateTerminated {
+		switch {
+		case reason != "":
+			// The provider knows why (a spot instance taken back).
+		case state == provision.StateTerminated:
 			reason = "removed outside nodemgr: drifted"
+		default:
+			reason = "changed outside nodemgr (was " + d.State + ")"
 		}
 		s.store.UpdateDeployment(ctx, d.ID, func(cur *store.Deployment) error {
 			cur.State, cur.StateReason = state, reason
