@@ -79,5 +79,6 @@
 // hibernate (managed save); reboot (the guest's own, reset after
 // stop_timeout); terminate (as Destroy: power off, the volumes, then
 // undefine with its managed save image and NVRAM). States map onto EC2's
-// (see State). Not yet: downloading known distributions' images.
+// (see State); StateReason adds libvirt's reason where a person can act
+// on it (a crashed guest, a disk error that paused it). Not yet: downloading known distributions' images.
 package libvirt

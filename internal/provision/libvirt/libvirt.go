@@ -360,8 +360,8 @@ func (p *Libvirt) provision(ctx context.Context, c client, name string, cfg conf
 	} else {
 		inst.Network = cfg.network
 	}
-	spec2 := domainSpec{name: name, uuid: uuid, domainType: domainType, cfg: cfg, disks: lo.disks, instance: inst, mac: newMAC()}
-	dx := domainXML(spec2)
+	ds := domainSpec{name: name, uuid: uuid, domainType: domainType, cfg: cfg, disks: lo.disks, instance: inst, mac: newMAC()}
+	dx := domainXML(ds)
 
 	dom, err := define(c, dx)
 	if err != nil {
@@ -430,7 +430,7 @@ func (p *Libvirt) provision(ctx context.Context, c client, name string, cfg conf
 		Name:       name,
 		Template:   spec.Template,
 		State:      provision.StateRunning,
-		Address:    addressOf(c, dom, inst, spec2.mac),
+		Address:    addressOf(c, dom, inst, ds.mac),
 		Executors:  []string{CapExec, CapSFTP, CapRsync},
 		Extra:      maps.Clone(spec.Extra),
 		Labels:     labels,
@@ -445,7 +445,7 @@ func (p *Libvirt) provision(ctx context.Context, c client, name string, cfg conf
 		dep.Extra["ssh_user"] = cfg.user
 	}
 	if p.readyTimeout > 0 {
-		addr, err := p.waitReady(ctx, c, dom, inst, spec2.mac, cfg.consoleLog)
+		addr, err := p.waitReady(ctx, c, dom, inst, ds.mac, cfg.consoleLog)
 		if err != nil {
 			return fail(err)
 		}
@@ -716,7 +716,8 @@ func (p *Libvirt) lookup(ctx context.Context, dep provision.Deployment) (client,
 }
 
 var (
-	_ provision.Provider  = (*Libvirt)(nil)
-	_ provision.Lifecycle = (*Libvirt)(nil)
-	_ client              = (*golibvirt.Libvirt)(nil)
+	_ provision.Provider      = (*Libvirt)(nil)
+	_ provision.Lifecycle     = (*Libvirt)(nil)
+	_ provision.StateReasoner = (*Libvirt)(nil)
+	_ client                  = (*golibvirt.Libvirt)(nil)
 )

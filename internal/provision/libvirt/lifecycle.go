@@ -226,35 +226,90 @@ func (p *Libvirt) State(ctx context.Context, dep provision.Deployment) (string, 
 	return st, nil
 }
 
+// StateReason is State with what libvirt says about why, where a person
+// can act on it: a guest that crashed, a disk error that paused it, a
+// start that failed. The reason is empty otherwise.
+func (p *Libvirt) StateReason(ctx context.Context, dep provision.Deployment) (string, string, error) {
+	c, dom, err := p.lookup(ctx, dep)
+	if errdefs.IsNotFound(err) {
+		return provision.StateTerminated, "", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("state of %s: %w", dep.Name, err)
+	}
+	st, why, err := stateReasonOf(c, dom)
+	if isCode(err, golibvirt.ErrNoDomain) {
+		return provision.StateTerminated, "", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("state of %s: %w", dep.Name, err)
+	}
+	return st, why, nil
+}
+
 func stateOf(c client, dom golibvirt.Domain) (string, error) {
+	st, _, err := stateReasonOf(c, dom)
+	return st, err
+}
+
+func stateReasonOf(c client, dom golibvirt.Domain) (string, string, error) {
 	st, reason, err := c.DomainGetState(dom, 0)
 	if err != nil {
-		return "", classify(err)
+		return "", "", classify(err)
 	}
-	switch golibvirt.DomainState(st) {
+	saved := false
+	if s := golibvirt.DomainState(st); s == golibvirt.DomainShutoff || s == golibvirt.DomainCrashed {
+		n, err := c.DomainHasManagedSaveImage(dom, 0)
+		if err != nil {
+			return "", "", classify(err)
+		}
+		saved = n == 1
+	}
+	state, why := stateFor(golibvirt.DomainState(st), reason, saved)
+	return state, why, nil
+}
+
+// stateFor maps a domain's state and libvirt's reason for it (and whether
+// it has a managed save image) onto EC2's states, with a reason worth
+// telling a person, if any.
+func stateFor(st golibvirt.DomainState, reason int32, saved bool) (string, string) {
+	switch st {
 	case golibvirt.DomainRunning, golibvirt.DomainBlocked:
-		return provision.StateRunning, nil
+		return provision.StateRunning, ""
 	case golibvirt.DomainShutdown:
-		return provision.StateStopping, nil
+		return provision.StateStopping, ""
 	case golibvirt.DomainPaused:
 		switch golibvirt.DomainPausedReason(reason) {
 		case golibvirt.DomainPausedStartingUp:
-			return provision.StatePending, nil
+			return provision.StatePending, ""
 		case golibvirt.DomainPausedSave:
-			return provision.StateStopping, nil
+			return provision.StateStopping, ""
+		case golibvirt.DomainPausedIoerror:
+			return provision.StateHibernated, "paused by a disk I/O error (is its storage pool full?); start resumes it"
+		case golibvirt.DomainPausedWatchdog:
+			return provision.StateHibernated, "paused by its watchdog"
+		case golibvirt.DomainPausedCrashed:
+			return provision.StateHibernated, "the guest crashed (kernel panic); it is paused"
 		}
-		return provision.StateHibernated, nil
+		return provision.StateHibernated, ""
 	case golibvirt.DomainPmsuspended:
-		return provision.StateHibernated, nil
+		return provision.StateHibernated, "the guest suspended itself; start wakes it"
 	case golibvirt.DomainShutoff, golibvirt.DomainCrashed:
-		saved, err := c.DomainHasManagedSaveImage(dom, 0)
-		if err != nil {
-			return "", classify(err)
+		if saved {
+			return provision.StateHibernated, ""
 		}
-		if saved == 1 {
-			return provision.StateHibernated, nil
+		if st == golibvirt.DomainCrashed {
+			return provision.StateStopped, "the guest crashed"
 		}
-		return provision.StateStopped, nil
+		switch golibvirt.DomainShutoffReason(reason) {
+		case golibvirt.DomainShutoffCrashed:
+			return provision.StateStopped, "the guest crashed"
+		case golibvirt.DomainShutoffFailed:
+			return provision.StateStopped, "libvirt failed to start it"
+		case golibvirt.DomainShutoffDaemon:
+			return provision.StateStopped, "libvirtd stopped it"
+		}
+		return provision.StateStopped, ""
 	}
-	return provision.StatePending, nil
+	return provision.StatePending, ""
 }
