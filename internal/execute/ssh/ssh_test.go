@@ -1,0 +1,436 @@
+package ssh_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	xssh "golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/execute"
+	"github.com/nodemgr/nodemgr/internal/execute/executetest"
+	"github.com/nodemgr/nodemgr/internal/execute/ssh"
+	"github.com/nodemgr/nodemgr/internal/execute/ssh/sshtest"
+	"github.com/nodemgr/nodemgr/internal/provision"
+)
+
+func TestMain(m *testing.M) { os.Exit(sshtest.Main(m)) }
+
+// node returns an executor with settings (over the server's own) and a
+// deployment of the test server.
+func node(t testing.TB, settings map[string]string) (*ssh.SSH, provision.Deployment, *sshtest.Server) {
+	t.Helper()
+	srv := sshtest.Shared(t)
+	s := srv.Settings()
+	for k, v := range settings {
+		s[k] = v
+	}
+	e, err := ssh.New(s)
+	if err != nil {
+		t.Fatalf("ssh.New: %v", err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e, srv.Deployment("node", ssh.Capability), srv
+}
+
+func TestConformance(t *testing.T) {
+	executetest.Run(t, func(t *testing.T) executetest.Target {
+		e, d, srv := node(t, nil)
+		return executetest.Target{Executor: e, Deployment: d, User: srv.User, Env: sshtest.EnvVar}
+	})
+}
+
+// exec runs argv and returns its exit code and stdout, failing t if it
+// cannot run.
+func run(t *testing.T, e execute.Executor, d provision.Deployment, argv ...string) (int, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code, err := e.Exec(ctx, d, execute.Command{Argv: argv, Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		t.Fatalf("Exec(%q) = %v (stderr %q)", argv, err, stderr.String())
+	}
+	return code, stdout.String()
+}
+
+// TestQuote checks that a POSIX shell splits Join's line back into the
+// arguments given, here and on the machine.
+func TestQuote(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string // Quote of args[0], when set
+	}{
+		{name: "plain", args: []string{"abc-1.2_x/y:z@h,+%"}, want: "abc-1.2_x/y:z@h,+%"},
+		{name: "empty", args: []string{""}, want: "''"},
+		{name: "space", args: []string{"a b"}, want: "'a b'"},
+		{name: "single quote", args: []string{"it's"}, want: `'it'\''s'`},
+		{name: "only quotes", args: []string{"''"}},
+		{name: "double quote", args: []string{`say "hi"`}},
+		{name: "dollar", args: []string{"$HOME ${PATH} $(id) $((1+1))"}},
+		{name: "backtick", args: []string{"`id`"}},
+		{name: "backslash", args: []string{`a\b\\c\`}},
+		{name: "newlines", args: []string{"line1\nline2\n", "\n"}},
+		{name: "tab and CR", args: []string{"a\tb\rc"}},
+		{name: "glob", args: []string{"*", "?", "[a-z]", "{a,b}"}},
+		{name: "tilde and hash", args: []string{"~", "~root", "#x", "a#b"}},
+		{name: "operators", args: []string{";", "&&", "|", ">", "<", "&", "(", ")", "!"}},
+		{name: "assignment", args: []string{"A=1", "=x"}},
+		{name: "dash", args: []string{"-n", "--", "-e"}},
+		{name: "unicode", args: []string{"héllo wörld ✓"}},
+		{name: "several empty", args: []string{"", "", "x", ""}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.want != "" {
+				if got := ssh.Quote(tc.args[0]); got != tc.want {
+					t.Errorf("Quote(%q) = %s, want %s", tc.args[0], got, tc.want)
+				}
+			}
+			line := "printf '%s\\0' " + ssh.Join(tc.args)
+			out, err := exec.Command("/bin/sh", "-c", line).Output()
+			if err != nil {
+				t.Fatalf("sh -c %q: %v", line, err)
+			}
+			if got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00"); !equal(got, tc.args) {
+				t.Errorf("sh split Join(%q) = %q", tc.args, got)
+			}
+		})
+	}
+	// And through the login shell and wrapper on the machine.
+	e, d, _ := node(t, nil)
+	var all []string
+	for _, tc := range tests {
+		all = append(all, tc.args...)
+	}
+	argv := append([]string{"sh", "-c", `printf '%s\0' "$@"`, "sh"}, all...)
+	code, out := run(t, e, d, argv...)
+	if got := strings.Split(strings.TrimSuffix(out, "\x00"), "\x00"); code != 0 || !equal(got, all) {
+		t.Errorf("Exec(printf %q) = %d, %q", all, code, got)
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestEnvAndDirQuoted checks that Env values and Dir are taken as they
+// are, whatever they hold.
+func TestEnvAndDirQuoted(t *testing.T) {
+	e, d, _ := node(t, nil)
+	_, dir := run(t, e, d, "mktemp", "-d")
+	dir = strings.TrimSpace(dir)
+	odd := dir + "/a dir 'with' $x and\nnewline"
+	run(t, e, d, "mkdir", "-p", odd)
+	t.Cleanup(func() { run(t, e, d, "rm", "-rf", dir) })
+	var stdout bytes.Buffer
+	val := "it's $HOME `id` \"q\"\nline2"
+	code, err := e.Exec(context.Background(), d, execute.Command{Argv: []string{"sh", "-c", `printf '%s|%s' "$V" "$(pwd)"`},
+		Env: []string{"V=" + val}, Dir: odd, Stdout: &stdout})
+	if err != nil || code != 0 {
+		t.Fatalf("Exec = %d, %v", code, err)
+	}
+	if want := val + "|" + odd; stdout.String() != want {
+		t.Errorf("Exec printed %q, want %q", stdout.String(), want)
+	}
+	// PATH in Env is the one the program is looked up in.
+	bin := dir + "/bin"
+	run(t, e, d, "sh", "-c", `mkdir -p "$1" && printf '#!/bin/sh\necho found\n' > "$1/nodemgr-only-here" && chmod +x "$1/nodemgr-only-here"`, "sh", bin)
+	stdout.Reset()
+	code, err = e.Exec(context.Background(), d, execute.Command{Argv: []string{"nodemgr-only-here"}, Env: []string{"PATH=" + bin + ":/usr/bin:/bin"}, Stdout: &stdout})
+	if err != nil || code != 0 || stdout.String() != "found\n" {
+		t.Errorf("Exec with PATH set = %d, %v, %q; want 0, nil, found", code, err, stdout.String())
+	}
+}
+
+// TestBackgroundOutput checks that output a background process holds
+// open after the command exits is waited for briefly, not until it ends.
+func TestBackgroundOutput(t *testing.T) {
+	e, d, _ := node(t, nil)
+	start := time.Now()
+	code, out := run(t, e, d, "sh", "-c", "echo started; sleep 6 & echo done")
+	if code != 0 || out != "started\ndone\n" {
+		t.Errorf("Exec = %d, %q; want 0, started done", code, out)
+	}
+	if el := time.Since(start); el > 4*time.Second {
+		t.Errorf("Exec returned after %v, want about 2s", el)
+	}
+}
+
+func TestHostKeys(t *testing.T) {
+	srv := sshtest.Shared(t)
+	dir := t.TempDir()
+	// A known_hosts line for the server's address with another key.
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := xssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mismatch := filepath.Join(dir, "mismatch")
+	line := knownhosts.Line([]string{knownhosts.Normalize(srv.Addr)}, other)
+	if err := os.WriteFile(mismatch, []byte("# some comment\n"+line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		knownHosts string
+		acceptNew  bool
+		want       []string // in the error
+	}{
+		{"mismatch", mismatch, false, []string{"does not match known_hosts " + mismatch + ":2", "ssh-keygen -R"}},
+		{"mismatch even when accepting new keys", mismatch, true, []string{"does not match known_hosts " + mismatch + ":2"}},
+		{"unknown host", empty, false, []string{"is not in known_hosts " + empty, "accept_new_host_keys"}},
+		{"no known_hosts file", filepath.Join(dir, "none"), false, []string{"is not in known_hosts " + filepath.Join(dir, "none")}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e, d, _ := node(t, map[string]string{"known_hosts": tc.knownHosts, "accept_new_host_keys": strconv.FormatBool(tc.acceptNew)})
+			code, err := e.Exec(context.Background(), d, execute.Command{Argv: []string{"true"}})
+			if code != -1 || !errors.Is(err, errdefs.ErrPermission) {
+				t.Fatalf("Exec = %d, %v; want -1 and permission denied", code, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Exec error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestTrustOnFirstUse checks that accept_new_host_keys adds an unknown
+// host's key to known_hosts, which then serves without the setting.
+func TestTrustOnFirstUse(t *testing.T) {
+	srv := sshtest.Shared(t)
+	kh := filepath.Join(t.TempDir(), "new", "known_hosts")
+	e, d, _ := node(t, map[string]string{"known_hosts": kh, "accept_new_host_keys": "true"})
+	if code, _ := run(t, e, d, "true"); code != 0 {
+		t.Fatalf("Exec(true) = %d", code)
+	}
+	b, err := os.ReadFile(kh)
+	if err != nil {
+		t.Fatalf("known_hosts after the first connection: %v", err)
+	}
+	if want := srv.KnownHostsLine(srv.Addr) + "\n"; string(b) != want {
+		t.Errorf("known_hosts = %q, want %q", b, want)
+	}
+	e2, d2, _ := node(t, map[string]string{"known_hosts": kh})
+	if code, _ := run(t, e2, d2, "true"); code != 0 {
+		t.Fatalf("Exec(true) with the key learnt = %d", code)
+	}
+	if b2, _ := os.ReadFile(kh); !bytes.Equal(b, b2) {
+		t.Errorf("known_hosts changed on the second connection: %q", b2)
+	}
+}
+
+// TestJumpHost connects to the server through itself.
+func TestJumpHost(t *testing.T) {
+	srv := sshtest.Shared(t)
+	p := newProxy(t, srv.Addr)
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	// The target is reached at its own address from the jump host.
+	if err := os.WriteFile(kh, []byte(srv.KnownHostsLine(srv.Addr)+"\n"+srv.KnownHostsLine(p.addr)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		settings map[string]string
+		extra    map[string]any
+	}{
+		{"setting", map[string]string{"jump_host": srv.User + "@" + p.addr}, nil},
+		{"extra", nil, map[string]any{"ssh_jump_host": p.addr}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := p.accepted.Load()
+			s := map[string]string{"known_hosts": kh}
+			for k, v := range tc.settings {
+				s[k] = v
+			}
+			e, d, _ := node(t, s)
+			d.Extra = tc.extra
+			if code, out := run(t, e, d, "echo", "through"); code != 0 || out != "through\n" {
+				t.Errorf("Exec through %s = %d, %q", p.addr, code, out)
+			}
+			if n := p.accepted.Load() - before; n != 1 {
+				t.Errorf("the jump host took %d connections, want 1", n)
+			}
+		})
+	}
+}
+
+// TestExtraWins checks that the deployment's Extra wins over the settings.
+func TestExtraWins(t *testing.T) {
+	srv := sshtest.Shared(t)
+	host, port, _ := net.SplitHostPort(srv.Addr)
+	missing := filepath.Join(t.TempDir(), "missing")
+	if _, err := ssh.New(map[string]string{"identity_file": missing}); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("ssh.New(identity_file %s) = %v, want invalid naming it", missing, err)
+	}
+	e, d, _ := node(t, map[string]string{"port": "1", "user": "nobody-at-all"})
+	d.Address = host
+	d.Extra = map[string]any{"ssh_port": port, "ssh_user": srv.User, "ssh_identity_file": srv.Identity}
+	if code, _ := run(t, e, d, "true"); code != 0 {
+		t.Errorf("Exec(true) = %d", code)
+	}
+	d.Extra["ssh_port"] = float64(mustAtoi(t, port)) // as JSON has it
+	if code, _ := run(t, e, d, "true"); code != 0 {
+		t.Errorf("Exec(true) with a numeric port = %d", code)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestConnectionReuse checks that many commands, one after another and
+// at once, share one TCP connection, and that a broken one is replaced.
+func TestConnectionReuse(t *testing.T) {
+	srv := sshtest.Shared(t)
+	p := newProxy(t, srv.Addr)
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(kh, []byte(srv.KnownHostsLine(p.addr)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e, d, _ := node(t, map[string]string{"known_hosts": kh})
+	d.Address = p.addr
+	for i := range 20 {
+		if code, out := run(t, e, d, "echo", strconv.Itoa(i)); code != 0 || out != strconv.Itoa(i)+"\n" {
+			t.Fatalf("Exec(echo %d) = %d, %q", i, code, out)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			if code, out := run(t, e, d, "sh", "-c", "sleep 0.2; echo $0", strconv.Itoa(i)); code != 0 || out != strconv.Itoa(i)+"\n" {
+				t.Errorf("Exec(echo %d) at once = %d, %q", i, code, out)
+			}
+		})
+	}
+	wg.Wait()
+	if n := p.accepted.Load(); n != 1 {
+		t.Errorf("28 commands made %d connections, want 1", n)
+	}
+	// More at once than one connection carries: a second one.
+	for i := range 12 {
+		wg.Go(func() {
+			if code, _ := run(t, e, d, "sleep", "0.5"); code != 0 {
+				t.Errorf("Exec(sleep) %d = %d", i, code)
+			}
+		})
+	}
+	wg.Wait()
+	if n := p.accepted.Load(); n != 2 {
+		t.Errorf("after 12 commands at once: %d connections, want 2", n)
+	}
+	p.breakAll()
+	if code, _ := run(t, e, d, "true"); code != 0 {
+		t.Errorf("Exec(true) after the connections broke = %d", code)
+	}
+	if n := p.accepted.Load(); n != 3 {
+		t.Errorf("after the connections broke: %d connections in all, want 3", n)
+	}
+}
+
+// TestCutOffPrompt checks that a command cut off reports the cut, and
+// that nothing is written to its streams after Exec returns.
+func TestCutOffPrompt(t *testing.T) {
+	e, d, _ := node(t, nil)
+	var out bytes.Buffer
+	start := time.Now()
+	code, err := e.Exec(context.Background(), d, execute.Command{Argv: []string{"sh", "-c", "while :; do echo x; sleep 0.01; done"}, Stdout: &out, Timeout: 500 * time.Millisecond})
+	if code != -1 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Exec = %d, %v; want -1, deadline exceeded", code, err)
+	}
+	if el := time.Since(start); el > 4*time.Second {
+		t.Errorf("Exec returned after %v", el)
+	}
+	n := out.Len()
+	time.Sleep(200 * time.Millisecond)
+	if out.Len() != n || n == 0 {
+		t.Errorf("stdout had %d bytes at the cut-off, %d after", n, out.Len())
+	}
+}
+
+// proxy forwards TCP connections to an address and counts them.
+type proxy struct {
+	addr     string
+	accepted atomic.Int64
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func newProxy(t *testing.T, to string) *proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{addr: l.Addr().String()}
+	t.Cleanup(func() { l.Close(); p.breakAll() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.accepted.Add(1)
+			u, err := net.Dial("tcp", to)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go func() { io.Copy(u, c); u.Close() }()
+			go func() { io.Copy(c, u); c.Close() }()
+		}
+	}()
+	return p
+}
+
+// breakAll cuts every connection through the proxy.
+func (p *proxy) breakAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
