@@ -105,6 +105,7 @@ type client interface {
 	StorageVolDelete(vol golibvirt.StorageVol, flags golibvirt.StorageVolDeleteFlags) error
 	NetworkLookupByName(name string) (golibvirt.Network, error)
 	NetworkGetXMLDesc(net golibvirt.Network, flags uint32) (string, error)
+	NetworkIsActive(net golibvirt.Network) (int32, error)
 }
 
 // Libvirt provisions virtual machines through one libvirt daemon.
@@ -467,13 +468,18 @@ func define(c client, dx DomainXML) (golibvirt.Domain, error) {
 	return dom, nil
 }
 
-// checkNetwork refuses a libvirt network that does not exist.
+// checkNetwork refuses a libvirt network that does not exist or is not
+// active, before anything is made.
 func checkNetwork(c client, name string) error {
-	if _, err := c.NetworkLookupByName(name); err != nil {
+	n, err := c.NetworkLookupByName(name)
+	if err != nil {
 		if isCode(err, golibvirt.ErrNoNetwork) {
 			return errdefs.NotFound("libvirt network %q (see virsh net-list --all)", name)
 		}
 		return fmt.Errorf("network %s: %w", name, classify(err))
+	}
+	if active, err := c.NetworkIsActive(n); err == nil && active == 0 {
+		return errdefs.Conflict("libvirt network %s is not active (virsh net-start %s)", name, name)
 	}
 	return nil
 }

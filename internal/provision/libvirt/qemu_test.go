@@ -3,10 +3,12 @@ package libvirt_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/provision"
 	"github.com/nodemgr/nodemgr/internal/provision/libvirt"
 	"github.com/nodemgr/nodemgr/internal/provision/libvirt/libvirttest"
@@ -81,8 +83,18 @@ func TestQEMUStorage(t *testing.T) {
 		})
 	}
 
-	// A domain QEMU cannot start (no such kernel) leaves nothing.
+	// A network that is not active is refused before anything is made.
 	name := libvirttest.Name(t)
+	_, err = p.Provision(ctx, provision.Spec{Name: name, Extra: map[string]any{"base_image": base, "network": h.InactiveNetwork(t)}})
+	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "is not active") {
+		t.Errorf("Provision on an inactive network = %v, want a conflict saying so", err)
+	}
+	if left := libvirttest.Domains(t, h.Conn, map[string]string{libvirt.LabelDeployment: name}); len(left) != 0 {
+		t.Errorf("a refused Provision left %v", left)
+	}
+
+	// A domain QEMU cannot start (no such kernel) leaves nothing.
+	name = libvirttest.Name(t)
 	_, err = p.Provision(ctx, provision.Spec{Name: name, Extra: map[string]any{"kernel": "/nonexistent/vmlinuz", "diskMB": 64}})
 	if err == nil || !strings.Contains(err.Error(), "start domain") {
 		t.Errorf("Provision with a missing kernel = %v, want the start refused", err)

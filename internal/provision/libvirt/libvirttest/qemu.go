@@ -78,3 +78,22 @@ func QEMU(t testing.TB) *Host {
 func (h *Host) Settings() map[string]string {
 	return map[string]string{"uri": h.URI, "pool": h.Pool, "domain_type": "qemu"}
 }
+
+// InactiveNetwork defines an isolated network that is never started and
+// undefines it when the test ends; it returns its name.
+func (h *Host) InactiveNetwork(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 4)
+	rand.Read(b)
+	name := "nodemgr-test-" + hex.EncodeToString(b)
+	doc, err := xml.Marshal(libvirt.NetworkXML{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := h.Conn.NetworkDefineXML(string(doc))
+	if err != nil {
+		t.Fatalf("define network %s: %v", name, err)
+	}
+	t.Cleanup(func() { h.Conn.NetworkUndefine(n) })
+	return name
+}
