@@ -119,7 +119,7 @@ func (e *SSH) CopyFrom(ctx context.Context, d provision.Deployment, src, dst str
 	if err := execute.Check(e, d); err != nil {
 		return err
 	}
-	srcPath, err := remoteSource(src)
+	srcPath, err := RemoteSource(src)
 	if err != nil {
 		return err
 	}
@@ -166,9 +166,9 @@ func (e *SSH) CopyFrom(ctx context.Context, d provision.Deployment, src, dst str
 	return nil
 }
 
-// remoteSource checks and cleans the path of what is copied from a
+// RemoteSource checks and cleans the path of what is copied from a
 // machine.
-func remoteSource(src string) (string, error) {
+func RemoteSource(src string) (string, error) {
 	if src == "" {
 		return "", errdefs.Field("src", "is empty; name the path on the machine")
 	}
