@@ -5,15 +5,16 @@ import (
 	"context"
 	"crypto/md5"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/nodemgr/nodemgr/internal/execute"
+	sshexec "github.com/nodemgr/nodemgr/internal/execute/ssh"
 	"github.com/nodemgr/nodemgr/internal/provision"
 	"github.com/nodemgr/nodemgr/internal/provision/libvirt"
 	"github.com/nodemgr/nodemgr/internal/provision/libvirt/libvirttest"
@@ -21,12 +22,11 @@ import (
 
 // A real guest under QEMU's emulation (TCG): a Debian kernel booted
 // directly with an initramfs that runs sshd, on user-mode networking. It
-// is provisioned (ready when sshd's banner comes), reached over SSH with
-// its user data on the NoCloud seed, then stopped, started, rebooted,
-// hibernated, restored and terminated.
-//
-// The commands and the file copy go through golang.org/x/crypto/ssh here:
-// the ssh executor (internal/execute/ssh) was not in the tree yet.
+// is provisioned (ready when sshd's banner comes), reached through the ssh
+// executor as the deployment says (Address, ssh_user; the guest's host
+// key checked against known_hosts), with its user data on the NoCloud
+// seed; a file is copied there and back; then it is stopped, started,
+// hibernated, restored, rebooted and terminated.
 func TestGuestOverTCG(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a VM")
@@ -68,20 +68,57 @@ func TestGuestOverTCG(t *testing.T) {
 		t.Errorf("Address %q, ssh_user %v; want 127.0.0.1:<port> and %s", dep.Address, dep.Extra["ssh_user"], g.User)
 	}
 
-	c := dial(t, ctx, dep.Address, g)
-	if out := run(t, c, "uname -m; cat /mnt/seed/user-data; cat /mnt/seed/meta-data"); !strings.Contains(out, "x86_64\n"+userData) ||
+	ex := executor(t, g, dep.Address)
+	sh := func(cmd string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code, err := ex.Exec(ctx, dep, execute.Command{Argv: []string{"sh", "-c", cmd}, Stdout: &out, Stderr: &errb, Timeout: time.Minute})
+		if err != nil || code != 0 {
+			t.Fatalf("exec %q = %d, %v: %s", cmd, code, err, errb.Bytes())
+		}
+		return out.String()
+	}
+	// waitSSH waits for the guest's sshd after a start, through the executor.
+	waitSSH := func(after string) {
+		t.Helper()
+		start := time.Now()
+		for {
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			code, err := ex.Exec(actx, dep, execute.Command{Argv: []string{"true"}})
+			cancel()
+			if err == nil && code == 0 {
+				t.Logf("exec over ssh %s after %s", after, time.Since(start).Round(time.Millisecond))
+				return
+			}
+			if time.Since(start) > 2*time.Minute {
+				t.Fatalf("no ssh %s: %d, %v", after, code, err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+
+	if out := sh("uname -m; cat /mnt/seed/user-data; cat /mnt/seed/meta-data"); !strings.Contains(out, "x86_64\n"+userData) ||
 		!strings.Contains(out, "instance-id: "+dep.ResourceID) || !strings.Contains(out, "local-hostname: "+name) {
 		t.Errorf("guest says %q, want x86_64, the user data and the meta-data (instance %s) from the NoCloud seed", out, dep.ResourceID)
 	}
 	// A file there and back.
+	local := t.TempDir()
 	payload := bytes.Repeat([]byte("nodemgr\x00\xff"), 10000)
-	if out := runIn(t, c, "cat > /tmp/payload && md5sum /tmp/payload", payload); !strings.Contains(out, fmt.Sprintf("%x", md5sum(payload))) {
-		t.Errorf("copied file's md5sum on the guest = %q, want %x", out, md5sum(payload))
+	if err := os.WriteFile(filepath.Join(local, "payload"), payload, 0o640); err != nil {
+		t.Fatal(err)
 	}
-	if out := run(t, c, "cat /tmp/payload"); out != string(payload) {
-		t.Errorf("the file read back differs (%d bytes, want %d)", len(out), len(payload))
+	if err := ex.CopyTo(ctx, dep, filepath.Join(local, "payload"), "/tmp/in/payload"); err != nil {
+		t.Fatalf("CopyTo: %v", err)
 	}
-	c.Close()
+	if out := sh("md5sum /tmp/in/payload"); !strings.HasPrefix(out, fmt.Sprintf("%x ", md5sum(payload))) {
+		t.Errorf("md5sum of the copied file on the guest = %q, want %x", out, md5sum(payload))
+	}
+	if err := ex.CopyFrom(ctx, dep, "/tmp/in/payload", filepath.Join(local, "back")); err != nil {
+		t.Fatalf("CopyFrom: %v", err)
+	}
+	if back, err := os.ReadFile(filepath.Join(local, "back")); err != nil || !bytes.Equal(back, payload) {
+		t.Errorf("the file copied back differs (%d bytes, %v; want %d)", len(back), err, len(payload))
+	}
 
 	step := func(verb, want string) time.Duration {
 		t.Helper()
@@ -102,96 +139,51 @@ func TestGuestOverTCG(t *testing.T) {
 		t.Errorf("stop took %s: the guest did not answer the power button, it was powered off", took)
 	}
 	step(provision.VerbStart, provision.StateRunning)
-	c = dial(t, ctx, dep.Address, g)
-	if again := run(t, c, "cat /run/booted; test -e /tmp/payload || echo fresh"); !strings.HasSuffix(again, "fresh\n") {
-		t.Errorf("after stop and start, the guest kept its tmpfs (%q): it did not boot afresh", again)
+	waitSSH("after stop and start")
+	if out := sh("test -e /tmp/in/payload && echo kept || echo fresh"); out != "fresh\n" {
+		t.Errorf("after stop and start, the guest's tmpfs says %q, want fresh: it did not boot afresh", out)
 	}
-	run(t, c, "echo kept > /tmp/marker")
-	c.Close()
+	sh("echo kept > /tmp/marker")
 
 	if took := step(provision.VerbHibernate, provision.StateHibernated); took > time.Minute {
 		t.Errorf("hibernate took %s", took)
 	}
 	step(provision.VerbStart, provision.StateRunning)
-	c = dial(t, ctx, dep.Address, g)
-	if out := run(t, c, "cat /tmp/marker"); out != "kept\n" {
+	waitSSH("after hibernate and start")
+	if out := sh("cat /tmp/marker"); out != "kept\n" {
 		t.Errorf("after hibernate and start, /tmp/marker = %q, want its memory restored (kept)", out)
 	}
-	before := run(t, c, "cat /run/booted")
-	c.Close()
 
 	step(provision.VerbReboot, provision.StateRunning)
-	c = dial(t, ctx, dep.Address, g)
-	if out := run(t, c, "test -e /tmp/marker && echo still || echo gone"); out != "gone\n" {
-		t.Errorf("after reboot, /tmp/marker is %q, want gone (a fresh boot; booted %q, then %q)", out, before, run(t, c, "cat /run/booted"))
+	waitSSH("after reboot")
+	if out := sh("test -e /tmp/marker && echo kept || echo gone"); out != "gone\n" {
+		t.Errorf("after reboot, /tmp/marker is %q, want gone: a fresh boot", out)
 	}
-	c.Close()
 
 	step(provision.VerbTerminate, provision.StateTerminated)
-	for _, v := range []string{name + "-cidata.iso"} {
-		if libvirttest.VolumeExists(t, h.Conn, h.Pool, v) {
-			t.Errorf("terminate left volume %s", v)
-		}
+	if libvirttest.VolumeExists(t, h.Conn, h.Pool, name+"-cidata.iso") {
+		t.Errorf("terminate left the seed volume")
 	}
 }
 
-// dial connects to the guest's sshd, retrying while it boots.
-func dial(t *testing.T, ctx context.Context, addr string, g libvirttest.Guest) *ssh.Client {
+// executor is an ssh executor that logs in with the guest's key and knows
+// its host key at addr, and no other.
+func executor(t *testing.T, g libvirttest.Guest, addr string) *sshexec.SSH {
 	t.Helper()
-	start := time.Now()
-	for {
-		c, err := dialOnce(addr, g)
-		if err == nil {
-			t.Logf("ssh to %s after %s", addr, time.Since(start).Round(time.Millisecond))
-			return c
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("ssh to %s: %v", addr, err)
-		case <-time.After(500 * time.Millisecond):
-		}
-		if time.Since(start) > 2*time.Minute {
-			t.Fatalf("ssh to %s: %v", addr, err)
-		}
+	dir := t.TempDir()
+	key, known := filepath.Join(dir, "id_ed25519"), filepath.Join(dir, "known_hosts")
+	if err := os.WriteFile(key, g.Key, 0o600); err != nil {
+		t.Fatal(err)
 	}
-}
-
-// dialOnce connects with a deadline on the handshake too: QEMU's user-mode
-// networking accepts a connection while the guest is still booting and
-// holds it until its own connect to the guest gives up.
-func dialOnce(addr string, g libvirttest.Guest) (*ssh.Client, error) {
-	conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	if err := os.WriteFile(known, []byte(knownhosts.Line([]string{knownhosts.Normalize(addr)}, g.HostKey)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := sshexec.New(map[string]string{"identity_file": key, "known_hosts": known, "connect_timeout": "5s"})
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	conn.SetDeadline(time.Now().Add(3 * time.Second))
-	cc, chans, reqs, err := ssh.NewClientConn(conn, addr, g.ClientConfig())
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	conn.SetDeadline(time.Time{})
-	return ssh.NewClient(cc, chans, reqs), nil
-}
-
-func run(t *testing.T, c *ssh.Client, cmd string) string { t.Helper(); return runIn(t, c, cmd, nil) }
-
-func runIn(t *testing.T, c *ssh.Client, cmd string, stdin []byte) string {
-	t.Helper()
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatalf("ssh session: %v", err)
-	}
-	defer s.Close()
-	if stdin != nil {
-		s.Stdin = bytes.NewReader(stdin)
-	}
-	var out, errb bytes.Buffer
-	s.Stdout, s.Stderr = &out, &errb
-	if err := s.Run(cmd); err != nil {
-		t.Fatalf("ssh %q: %v: %s", cmd, err, errb.Bytes())
-	}
-	return out.String()
+	t.Cleanup(func() { ex.Close() })
+	return ex
 }
 
 func tail(s string, n int) string {

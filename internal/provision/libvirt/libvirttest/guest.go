@@ -35,6 +35,7 @@ type Guest struct {
 	Cmdline string
 	User    string     // root
 	Signer  ssh.Signer // authorized for User
+	Key     []byte     // Signer's private key, PEM (OpenSSH format)
 	HostKey ssh.PublicKey
 }
 
@@ -84,6 +85,10 @@ func NewGuest(t testing.TB, dir string) Guest {
 	if err != nil {
 		t.Fatal(err)
 	}
+	userPEM, err := ssh.MarshalPrivateKey(userPriv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	img, err := initramfs(k.modules, pem.EncodeToMemory(hostPEM), ssh.MarshalAuthorizedKey(userSigner.PublicKey()))
 	if err != nil {
@@ -95,6 +100,7 @@ func NewGuest(t testing.TB, dir string) Guest {
 		Cmdline: "console=ttyS0 panic=-1 rdinit=/init",
 		User:    "root",
 		Signer:  userSigner,
+		Key:     pem.EncodeToMemory(userPEM),
 		HostKey: hostSigner.PublicKey(),
 	}
 	kb, err := os.ReadFile(k.vmlinuz)
