@@ -53,7 +53,11 @@
 //	machine        QEMU machine type; default libvirt's (virt on aarch64)
 //	domain_type    qemu or kvm, overriding the setting
 //	console_log    host path the serial console is logged to
-//	user           the SSH user executors log in as (the template's user)
+//	user           the template's user: the deployment's ssh_user, unless
+//	               the template sets ssh_user itself
+//	ssh_user, ssh_identity_file, ssh_jump_host
+//	               not read here: the deployment carries them to the ssh
+//	               executor (ssh_port, above, is its port too)
 //
 // A known key holding the wrong type or value is refused as
 // errdefs.Field("extra.<key>", ...). The keys are declared to package
@@ -72,7 +76,7 @@
 // returns once the guest's SSH server sends its "SSH-2.0-" banner (a TCP
 // connect proves nothing: user-mode networking accepts before the guest
 // listens). Deployments offer exec:ssh, copy:sftp and copy:rsync, with
-// Address host:port and the user in Extra["user"].
+// Address host:port and the user in Extra["ssh_user"].
 //
 // Lifecycle: start (also restores a hibernated machine and resumes a
 // paused one); stop (ACPI shutdown, powered off after stop_timeout);
