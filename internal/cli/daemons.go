@@ -40,6 +40,9 @@ type serverFlags struct {
 	suiteCloseAfter, driftInterval                                 time.Duration
 	reconnectGrace, retryBackoff, idleSuiteGrace                   time.Duration
 	dockerHost                                                     string
+	awsRegion, awsEndpoint, awsProfile                             string
+	libvirtURI, libvirtPool, libvirtDomainType                     string
+	libvirtStopTimeout, libvirtReadyTimeout                        string
 	tlsCert, tlsKey                                                string
 	tlsAuto                                                        bool
 	tlsSANs                                                        []string
@@ -64,6 +67,14 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.suiteCloseAfter, "suite-close-after", 180*time.Second, "an Open suite that gets no new task for this long is Closed")
 	fl.DurationVar(&f.driftInterval, "drift-interval", 30*time.Second, "how often provisioned machines are compared with what their providers report")
 	fl.StringVar(&f.dockerHost, "docker-host", "", "Docker engine for the docker provider (default $DOCKER_HOST or the local socket)")
+	fl.StringVar(&f.awsRegion, "aws-region", "", "AWS region for the aws provider (default the standard AWS environment: $AWS_REGION, the shared config)")
+	fl.StringVar(&f.awsEndpoint, "aws-endpoint", "", "EC2 endpoint URL for the aws provider, e.g. an emulator's (default AWS's own)")
+	fl.StringVar(&f.awsProfile, "aws-profile", "", "shared-config profile the aws provider takes its credentials from (default $AWS_PROFILE or default)")
+	fl.StringVar(&f.libvirtURI, "libvirt-uri", "", "libvirtd connection for the libvirt provider: qemu:///system (default), qemu+ssh://host/system, test:///default")
+	fl.StringVar(&f.libvirtPool, "libvirt-pool", "", "libvirt storage pool the machines' volumes go in (default: default)")
+	fl.StringVar(&f.libvirtDomainType, "libvirt-domain-type", "", "libvirt domain type: qemu (TCG, the default) or kvm")
+	fl.StringVar(&f.libvirtStopTimeout, "libvirt-stop-timeout", "", "how long a libvirt machine has to power off after the ACPI button before it is forced (default 30s)")
+	fl.StringVar(&f.libvirtReadyTimeout, "libvirt-ready-timeout", "", "how long provisioning waits for a libvirt machine's ssh banner (default 5m; 0 does not wait)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	fl.BoolVar(&f.tlsAuto, "tls-auto", false, "serve HTTPS with the server's own CA even on loopback (it does so on any other address when no --tls-cert is given)")
@@ -91,9 +102,24 @@ func (f *serverFlags) config() server.Config {
 
 func (f *serverFlags) providerSettings() map[string]map[string]string {
 	settings := map[string]map[string]string{}
-	if f.dockerHost != "" {
-		settings["docker"] = map[string]string{"host": f.dockerHost}
+	set := func(provider, key, value string) {
+		if value == "" {
+			return
+		}
+		if settings[provider] == nil {
+			settings[provider] = map[string]string{}
+		}
+		settings[provider][key] = value
 	}
+	set("docker", "host", f.dockerHost)
+	set("aws", "region", f.awsRegion)
+	set("aws", "endpoint", f.awsEndpoint)
+	set("aws", "profile", f.awsProfile)
+	set("libvirt", "uri", f.libvirtURI)
+	set("libvirt", "pool", f.libvirtPool)
+	set("libvirt", "domain_type", f.libvirtDomainType)
+	set("libvirt", "stop_timeout", f.libvirtStopTimeout)
+	set("libvirt", "ready_timeout", f.libvirtReadyTimeout)
 	return settings
 }
 
