@@ -36,6 +36,13 @@ func (e *SSH) Exec(ctx context.Context, d provision.Deployment, cmd execute.Comm
 	if err := execute.Check(e, d); err != nil {
 		return -1, err
 	}
+	return e.Run(ctx, d, cmd)
+}
+
+// Run is Exec without the capability check, for the executors that reach
+// machines through this one (sftp, rsync) once they have checked their
+// own capability.
+func (e *SSH) Run(ctx context.Context, d provision.Deployment, cmd execute.Command) (int, error) {
 	if len(cmd.Argv) == 0 {
 		return -1, errdefs.Field("argv", "is empty")
 	}

@@ -6,7 +6,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -14,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,10 +255,10 @@ func TestTrustOnFirstUse(t *testing.T) {
 // TestJumpHost connects to the server through itself.
 func TestJumpHost(t *testing.T) {
 	srv := sshtest.Shared(t)
-	p := newProxy(t, srv.Addr)
+	p := sshtest.NewProxy(t, srv.Addr)
 	kh := filepath.Join(t.TempDir(), "known_hosts")
 	// The target is reached at its own address from the jump host.
-	if err := os.WriteFile(kh, []byte(srv.KnownHostsLine(srv.Addr)+"\n"+srv.KnownHostsLine(p.addr)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(kh, []byte(srv.KnownHostsLine(srv.Addr)+"\n"+srv.KnownHostsLine(p.Addr)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -268,12 +266,12 @@ func TestJumpHost(t *testing.T) {
 		settings map[string]string
 		extra    map[string]any
 	}{
-		{"setting", map[string]string{"jump_host": srv.User + "@" + p.addr}, nil},
-		{"extra", nil, map[string]any{"ssh_jump_host": p.addr}},
+		{"setting", map[string]string{"jump_host": srv.User + "@" + p.Addr}, nil},
+		{"extra", nil, map[string]any{"ssh_jump_host": p.Addr}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			before := p.accepted.Load()
+			before := p.Accepted()
 			s := map[string]string{"known_hosts": kh}
 			for k, v := range tc.settings {
 				s[k] = v
@@ -281,9 +279,9 @@ func TestJumpHost(t *testing.T) {
 			e, d, _ := node(t, s)
 			d.Extra = tc.extra
 			if code, out := run(t, e, d, "echo", "through"); code != 0 || out != "through\n" {
-				t.Errorf("Exec through %s = %d, %q", p.addr, code, out)
+				t.Errorf("Exec through %s = %d, %q", p.Addr, code, out)
 			}
-			if n := p.accepted.Load() - before; n != 1 {
+			if n := p.Accepted() - before; n != 1 {
 				t.Errorf("the jump host took %d connections, want 1", n)
 			}
 		})
@@ -322,13 +320,13 @@ func mustAtoi(t *testing.T, s string) int {
 // at once, share one TCP connection, and that a broken one is replaced.
 func TestConnectionReuse(t *testing.T) {
 	srv := sshtest.Shared(t)
-	p := newProxy(t, srv.Addr)
+	p := sshtest.NewProxy(t, srv.Addr)
 	kh := filepath.Join(t.TempDir(), "known_hosts")
-	if err := os.WriteFile(kh, []byte(srv.KnownHostsLine(p.addr)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(kh, []byte(srv.KnownHostsLine(p.Addr)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e, d, _ := node(t, map[string]string{"known_hosts": kh})
-	d.Address = p.addr
+	d.Address = p.Addr
 	for i := range 20 {
 		if code, out := run(t, e, d, "echo", strconv.Itoa(i)); code != 0 || out != strconv.Itoa(i)+"\n" {
 			t.Fatalf("Exec(echo %d) = %d, %q", i, code, out)
@@ -343,7 +341,7 @@ func TestConnectionReuse(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := p.accepted.Load(); n != 1 {
+	if n := p.Accepted(); n != 1 {
 		t.Errorf("28 commands made %d connections, want 1", n)
 	}
 	// More at once than one connection carries: a second one.
@@ -355,14 +353,14 @@ func TestConnectionReuse(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := p.accepted.Load(); n != 2 {
+	if n := p.Accepted(); n != 2 {
 		t.Errorf("after 12 commands at once: %d connections, want 2", n)
 	}
-	p.breakAll()
+	p.Break()
 	if code, _ := run(t, e, d, "true"); code != 0 {
 		t.Errorf("Exec(true) after the connections broke = %d", code)
 	}
-	if n := p.accepted.Load(); n != 3 {
+	if n := p.Accepted(); n != 3 {
 		t.Errorf("after the connections broke: %d connections in all, want 3", n)
 	}
 }
@@ -385,52 +383,4 @@ func TestCutOffPrompt(t *testing.T) {
 	if out.Len() != n || n == 0 {
 		t.Errorf("stdout had %d bytes at the cut-off, %d after", n, out.Len())
 	}
-}
-
-// proxy forwards TCP connections to an address and counts them.
-type proxy struct {
-	addr     string
-	accepted atomic.Int64
-	mu       sync.Mutex
-	conns    []net.Conn
-}
-
-func newProxy(t *testing.T, to string) *proxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{addr: l.Addr().String()}
-	t.Cleanup(func() { l.Close(); p.breakAll() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.accepted.Add(1)
-			u, err := net.Dial("tcp", to)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			go func() { io.Copy(u, c); u.Close() }()
-			go func() { io.Copy(c, u); c.Close() }()
-		}
-	}()
-	return p
-}
-
-// breakAll cuts every connection through the proxy.
-func (p *proxy) breakAll() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
 }
