@@ -7,6 +7,10 @@ type ExecRequest struct {
 	Dir     string   `json:"dir,omitempty"`     // working directory on the node; "" for its default
 	Timeout string   `json:"timeout,omitempty"` // Go duration; "" for none
 	Stdin   []byte   `json:"stdin,omitempty"`   // base64 in JSON; at most 16 MiB
+	// Via names the executor (local, docker, ssh, sftp, rsync); the
+	// deployment must carry its capability. "" for the first exec:
+	// capability the deployment carries.
+	Via string `json:"via,omitempty"`
 }
 
 // ExecEvent is one line of the NDJSON stream that answers an exec: a

@@ -547,8 +547,15 @@ func (c *Client) Exec(ctx context.Context, ref string, req api.ExecRequest, stdo
 // CopyTo copies the local file or tree src to dst, an absolute path on
 // the deployment: dst names the copy itself, or, ending in "/", the
 // directory to copy into. Modes, modification times and symbolic links
-// are kept.
+// are kept. The deployment's default executor copies (see CopyToVia).
 func (c *Client) CopyTo(ctx context.Context, ref, src, dst string) error {
+	return c.CopyToVia(ctx, ref, "", src, dst)
+}
+
+// CopyToVia is CopyTo with the executor named by via (local, docker, ssh,
+// sftp, rsync), which the deployment must offer; "" for its first copy:
+// capability, else its first executor.
+func (c *Client) CopyToVia(ctx context.Context, ref, via, src, dst string) error {
 	abs, err := filepath.Abs(src)
 	if err != nil {
 		return err
@@ -567,7 +574,7 @@ func (c *Client) CopyTo(ctx context.Context, ref, src, dst string) error {
 		pw.CloseWithError(err)
 		written <- err
 	}()
-	path := "/v1/deployments/" + url.PathEscape(ref) + "/files?path=" + url.QueryEscape(dst)
+	path := "/v1/deployments/" + url.PathEscape(ref) + "/files?" + copyQuery(dst, via)
 	req, err := c.request(ctx, http.MethodPut, path, "application/x-tar", pr)
 	var resp *http.Response
 	if err == nil {
@@ -596,9 +603,15 @@ var errCopyEnded = errors.New("copy ended")
 // deployment, to the local path dst: dst names the copy itself, or, ending
 // in a separator (or being "." or ".."), the directory to copy into. Modes,
 // modification times and symbolic links are kept; nothing is written
-// outside the copy, whatever the archive says.
+// outside the copy, whatever the archive says. The deployment's default
+// executor copies (see CopyFromVia).
 func (c *Client) CopyFrom(ctx context.Context, ref, src, dst string) error {
-	req, err := c.request(ctx, http.MethodGet, "/v1/deployments/"+url.PathEscape(ref)+"/files?path="+url.QueryEscape(src), "", nil)
+	return c.CopyFromVia(ctx, ref, "", src, dst)
+}
+
+// CopyFromVia is CopyFrom with the executor named by via, as CopyToVia.
+func (c *Client) CopyFromVia(ctx context.Context, ref, via, src, dst string) error {
+	req, err := c.request(ctx, http.MethodGet, "/v1/deployments/"+url.PathEscape(ref)+"/files?"+copyQuery(src, via), "", nil)
 	if err != nil {
 		return err
 	}
@@ -611,6 +624,16 @@ func (c *Client) CopyFrom(ctx context.Context, ref, src, dst string) error {
 		return fmt.Errorf("copy %s:%s to %s: %w", ref, src, dst, err)
 	}
 	return nil
+}
+
+// copyQuery is the query of a file copy: the path on the machine and
+// the executor, if one is named.
+func copyQuery(path, via string) string {
+	q := url.Values{"path": {path}}
+	if via != "" {
+		q.Set("via", via)
+	}
+	return q.Encode()
 }
 
 // request makes a request to the server with the client's token.

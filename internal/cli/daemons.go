@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,6 +50,9 @@ type serverFlags struct {
 	agentServerURL                                                 string
 	agentBinaries                                                  []string
 	poolBackoff, poolTick, poolSweep, poolDrainTimeout             time.Duration
+	sshUser, sshKnownHosts, sshJumpHost                            string
+	sshIdentityFiles                                               []string
+	sshAcceptNewHostKeys                                           bool
 }
 
 func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
@@ -84,6 +88,11 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.poolBackoff, "pool-backoff", 10*time.Second, "a pool candidate whose machine failed to launch or bootstrap waits this long before it is tried again; doubles with each failure in a row, up to 5m")
 	fl.DurationVar(&f.poolTick, "pool-tick", time.Second, "the longest time between two rounds of the pools' loop (demand wakes it sooner)")
 	fl.DurationVar(&f.poolSweep, "pool-sweep", 30*time.Second, "how often providers are asked for machines of this server that no pool machine accounts for (they are destroyed)")
+	fl.StringVar(&f.sshUser, "ssh-user", "", "user the ssh, sftp and rsync executors log in as (default this process's user; a deployment's ssh_user wins)")
+	fl.StringSliceVar(&f.sshIdentityFiles, "ssh-identity-file", nil, "private key the ssh executors log in with (repeatable; default ~/.ssh/id_ed25519, id_ecdsa, id_rsa, and the agent at $SSH_AUTH_SOCK)")
+	fl.StringVar(&f.sshKnownHosts, "ssh-known-hosts", "", "known_hosts file the ssh executors check host keys against (default ~/.ssh/known_hosts)")
+	fl.BoolVar(&f.sshAcceptNewHostKeys, "ssh-accept-new-host-keys", false, "trust a host's first key and add it to --ssh-known-hosts (a changed key is still refused)")
+	fl.StringVar(&f.sshJumpHost, "ssh-jump-host", "", "[user@]host[:port] the ssh executors connect through (a deployment's ssh_jump_host wins)")
 	fl.DurationVar(&f.poolDrainTimeout, "pool-drain-timeout", 2*time.Minute, "how long a pool machine being scaled down has to stop its agent before it is destroyed anyway")
 }
 
@@ -93,7 +102,7 @@ func (f *serverFlags) config() server.Config {
 		OfflineAfter: f.offlineAfter, ConfirmTimeout: f.confirmTimeout, ReconnectGrace: f.reconnectGrace,
 		RetryBackoff: f.retryBackoff, RetryBackoffMax: max(time.Minute, f.retryBackoff), IdleSuiteGrace: f.idleSuiteGrace,
 		CredentialTTL: f.credentialTTL, MaxTokenTTL: f.maxTokenTTL, SuiteCloseAfter: f.suiteCloseAfter, DriftInterval: f.driftInterval,
-		ProviderSettings: f.providerSettings(), Version: Version,
+		ProviderSettings: f.providerSettings(), ExecutorSettings: f.executorSettings(), Version: Version,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
 		AgentServerURL: f.agentServerURL, AgentBinaries: f.agentBinaries,
 		Orchestrator: orchestrate.Config{Tick: f.poolTick, BackoffMin: f.poolBackoff, SweepInterval: f.poolSweep, DrainTimeout: f.poolDrainTimeout},
@@ -121,6 +130,25 @@ func (f *serverFlags) providerSettings() map[string]map[string]string {
 	set("libvirt", "stop_timeout", f.libvirtStopTimeout)
 	set("libvirt", "ready_timeout", f.libvirtReadyTimeout)
 	return settings
+}
+
+// executorSettings are the ssh executor's settings, which sftp and rsync
+// share.
+func (f *serverFlags) executorSettings() map[string]map[string]string {
+	s := map[string]string{}
+	for k, v := range map[string]string{"user": f.sshUser, "identity_file": strings.Join(f.sshIdentityFiles, ","),
+		"known_hosts": f.sshKnownHosts, "jump_host": f.sshJumpHost} {
+		if v != "" {
+			s[k] = v
+		}
+	}
+	if f.sshAcceptNewHostKeys {
+		s["accept_new_host_keys"] = "true"
+	}
+	if len(s) == 0 {
+		return nil
+	}
+	return map[string]map[string]string{"ssh": s}
 }
 
 // openStore opens the SQLite store in the data dir.

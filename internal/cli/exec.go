@@ -22,11 +22,11 @@ const execFailed = 255
 
 func newExecCmd(e *env) *cobra.Command {
 	var env []string
-	var dir string
+	var dir, via string
 	var timeout time.Duration
 	var noStdin bool
 	cmd := &cobra.Command{
-		Use:   "exec NODE [--env K=V]... [--workdir DIR] [--timeout 30s] -- CMD ARGS...",
+		Use:   "exec NODE [--env K=V]... [--workdir DIR] [--timeout 30s] [--via EXECUTOR] -- CMD ARGS...",
 		Short: "Run a command on a provisioned machine, streaming its output",
 		Long: `Run a command on a provisioned machine (a deployment, by ID or live name).
 Its stdout and stderr arrive on this command's stdout and stderr as they are
@@ -37,17 +37,20 @@ an executor, a program that is not there, a timeout.
 Standard input, when it is not a terminal, is read to its end (at most
 16 MiB) and given to the command; --no-stdin gives none.
 
-The machine must carry an executor capability: exec:local (local provider)
-or exec:docker (docker provider); see nodemgr deployment show. Only admins
-may run commands.
+The machine must carry an executor capability: exec:local (local provider),
+exec:docker (docker provider) or exec:ssh (machines reached over SSH); see
+nodemgr deployment show. The first exec: capability it lists is used;
+--via picks another it offers (local, docker, ssh; sftp and rsync run
+commands through ssh). Only admins may run commands.
 
 Examples:
   nodemgr exec web-1 -- uname -a
   nodemgr exec web-1 --env DEBUG=1 --workdir /srv --timeout 5m -- ./check.sh
+  nodemgr exec vm-1 --via ssh -- systemctl is-active nodemgr
   tar c data | nodemgr exec web-1 -- tar x -C /srv`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			code, err := runExec(cmd, e, args, api.ExecRequest{Env: env, Dir: dir}, timeout, noStdin)
+			code, err := runExec(cmd, e, args, api.ExecRequest{Env: env, Dir: dir, Via: via}, timeout, noStdin)
 			if err != nil {
 				fmt.Fprintln(e.stderr, "error:", describe(err))
 				return &exitError{code: execFailed}
@@ -62,6 +65,7 @@ Examples:
 	cmd.Flags().StringVar(&dir, "workdir", "", "working directory on the machine (default: the machine's)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "kill the command after this long (0: no limit)")
 	cmd.Flags().BoolVar(&noStdin, "no-stdin", false, "give the command no standard input")
+	cmd.Flags().StringVar(&via, "via", "", "executor to run it with: local, docker, ssh, sftp or rsync (default: the machine's first exec: capability)")
 	return cmd
 }
 
@@ -114,8 +118,9 @@ func readStdin(r io.Reader) ([]byte, error) {
 }
 
 func newCpCmd(e *env) *cobra.Command {
-	return &cobra.Command{
-		Use:   "cp SRC NODE:DST | NODE:SRC DST",
+	var via string
+	cmd := &cobra.Command{
+		Use:   "cp [--via EXECUTOR] SRC NODE:DST | NODE:SRC DST",
 		Short: "Copy files and trees to and from a provisioned machine",
 		Long: `Copy a file or a directory tree to or from a provisioned machine (a
 deployment, by ID or live name). Exactly one side names the machine, as
@@ -130,10 +135,15 @@ directories are made. Modes, modification times and symbolic links (as
 links) are kept; on the machine the copy belongs to its user. Only admins
 may copy.
 
+The machine's first copy: capability picks the executor (copy:sftp,
+copy:rsync), else its first executor (exec:local, exec:docker and exec:ssh
+copy too); --via picks another it offers. rsync sends only what changed.
+
 Examples:
   nodemgr cp ./build web-1:/srv/build       # the tree ./build becomes /srv/build
   nodemgr cp agent.conf web-1:/etc/agent/   # makes /etc/agent/agent.conf
-  nodemgr cp web-1:/var/log/app .           # makes ./app`,
+  nodemgr cp web-1:/var/log/app .           # makes ./app
+  nodemgr cp --via rsync ./site vm-1:/srv/site`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			srcNode, src, srcRemote := splitNodePath(args[0])
@@ -147,11 +157,13 @@ Examples:
 			case srcNode == "" && srcRemote, dstNode == "" && dstRemote:
 				return fmt.Errorf("%s: NODE is empty; write NODE:PATH, or ./PATH for a local path", strings.Join(args, " "))
 			case dstRemote:
-				return c.CopyTo(cmd.Context(), dstNode, src, dst)
+				return c.CopyToVia(cmd.Context(), dstNode, via, src, dst)
 			}
-			return c.CopyFrom(cmd.Context(), srcNode, src, dst)
+			return c.CopyFromVia(cmd.Context(), srcNode, via, src, dst)
 		},
 	}
+	cmd.Flags().StringVar(&via, "via", "", "executor to copy with: local, docker, ssh, sftp or rsync (default: the machine's first copy: capability, else its first executor)")
+	return cmd
 }
 
 // splitNodePath splits NODE:PATH. A path starting with /, ./ or ../, or

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,9 @@ import (
 	"github.com/nodemgr/nodemgr/internal/execute"
 	"github.com/nodemgr/nodemgr/internal/execute/dockerexec"
 	localexec "github.com/nodemgr/nodemgr/internal/execute/local"
+	rsyncexec "github.com/nodemgr/nodemgr/internal/execute/rsync"
+	sftpexec "github.com/nodemgr/nodemgr/internal/execute/sftp"
+	sshexec "github.com/nodemgr/nodemgr/internal/execute/ssh"
 	"github.com/nodemgr/nodemgr/internal/provision"
 )
 
@@ -41,14 +45,56 @@ const (
 var executorByCapability = map[string]string{
 	localexec.Capability:  "local",
 	dockerexec.Capability: "docker",
+	sshexec.Capability:    "ssh",
+	sftpexec.Capability:   "sftp",
+	rsyncexec.Capability:  "rsync",
+}
+
+// executorNames are the executors nodemgr has, as the API names them.
+var executorNames = []string{"local", "docker", "ssh", "sftp", "rsync"}
+
+// capabilityOf is the capability a deployment must carry for the
+// executor name.
+func capabilityOf(name string) (string, bool) {
+	for c, n := range executorByCapability {
+		if n == name {
+			return c, true
+		}
+	}
+	return "", false
 }
 
 // executors makes each executor once: the docker one with the docker
 // provider's host setting, so that it reaches the engine the containers
-// were made on.
+// were made on; ssh with the executor settings, and sftp and rsync over
+// ssh's connections.
 type executors struct {
+	settings map[string]map[string]string // Config.ExecutorSettings
+
 	mu   sync.Mutex
 	made map[string]execute.Executor
+}
+
+// checkExecutorSettings refuses settings for an executor that takes none,
+// and ssh settings ssh.New would refuse, before the server starts.
+func checkExecutorSettings(settings map[string]map[string]string) error {
+	for name, s := range settings {
+		switch name {
+		case "ssh":
+			e, err := sshexec.New(s)
+			if err != nil {
+				return err
+			}
+			e.Close()
+		case "sftp", "rsync":
+			if len(s) > 0 {
+				return errdefs.Field("executor_settings."+name, "the %s executor takes the ssh executor's settings; set them under ssh", name)
+			}
+		default:
+			return errdefs.Field("executor_settings."+name, "no executor %q takes settings (ssh does: user, port, identity_file, known_hosts, accept_new_host_keys, jump_host, connect_timeout)", name)
+		}
+	}
+	return nil
 }
 
 // close closes the executors that hold connections.
@@ -68,6 +114,10 @@ func (x *executors) close() error {
 func (x *executors) get(name string, settings map[string]map[string]string) (execute.Executor, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	return x.getLocked(name, settings)
+}
+
+func (x *executors) getLocked(name string, settings map[string]map[string]string) (execute.Executor, error) {
 	if e := x.made[name]; e != nil {
 		return e, nil
 	}
@@ -85,6 +135,24 @@ func (x *executors) get(name string, settings map[string]map[string]string) (exe
 			return nil, err
 		}
 		e = d
+	case "ssh":
+		s, err := sshexec.New(x.settings["ssh"])
+		if err != nil {
+			return nil, err
+		}
+		e = s
+	case "sftp", "rsync":
+		// One set of connections per machine, whichever executor uses
+		// it.
+		s, err := x.getLocked("ssh", settings)
+		if err != nil {
+			return nil, err
+		}
+		if name == "sftp" {
+			e = sftpexec.NewWith(s.(*sshexec.SSH))
+		} else if e, err = rsyncexec.NewWith(s.(*sshexec.SSH)); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, errdefs.NotFound("executor %q", name)
 	}
@@ -95,9 +163,64 @@ func (x *executors) get(name string, settings map[string]map[string]string) (exe
 	return e, nil
 }
 
-// execTarget resolves a deployment and picks the executor whose capability
-// it carries.
-func (s *Server) execTarget(ctx context.Context, ref string) (provision.Deployment, execute.Executor, error) {
+// pickExecutor names the executor for a command (copy false) or a copy
+// on a deployment carrying capabilities: via when given, which it must
+// carry; else, in the deployment's order, the first exec: capability for
+// a command and the first copy: capability for a copy, falling back to
+// the first executor it carries (local and docker copy too; sftp and
+// rsync run commands through ssh).
+func pickExecutor(name string, capabilities []string, via string, copy bool) (string, error) {
+	if via != "" {
+		c, ok := capabilityOf(via)
+		if !ok {
+			return "", errdefs.Field("via", "no executor %q; nodemgr has %s", via, strings.Join(executorNames, ", "))
+		}
+		if !slices.Contains(capabilities, c) {
+			return "", errdefs.Field("via", "deployment %s does not offer the %s executor (%s); it offers %s", name, via, c, offered(capabilities))
+		}
+		return via, nil
+	}
+	prefix := "exec:"
+	if copy {
+		prefix = "copy:"
+	}
+	first := ""
+	for _, c := range capabilities {
+		n, ok := executorByCapability[c]
+		if !ok {
+			continue
+		}
+		if strings.HasPrefix(c, prefix) {
+			return n, nil
+		}
+		if first == "" {
+			first = n
+		}
+	}
+	if first == "" {
+		return "", errdefs.ErrNotFound
+	}
+	return first, nil
+}
+
+// offered lists the executors capabilities name: "ssh (exec:ssh), sftp
+// (copy:sftp)", or none.
+func offered(capabilities []string) string {
+	var out []string
+	for _, c := range capabilities {
+		if n, ok := executorByCapability[c]; ok {
+			out = append(out, n+" ("+c+")")
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+// execTarget resolves a deployment and picks its executor: the one via
+// names, or the default for a command or a copy (see pickExecutor).
+func (s *Server) execTarget(ctx context.Context, ref, via string, copy bool) (provision.Deployment, execute.Executor, error) {
 	d, err := s.resolveDeployment(ctx, ref)
 	if err != nil {
 		return provision.Deployment{}, nil, err
@@ -109,16 +232,16 @@ func (s *Server) execTarget(ctx context.Context, ref string) (provision.Deployme
 		return provision.Deployment{}, nil, errdefs.Conflict("deployment %s is terminated; there is no machine to reach", d.Name)
 	}
 	pd := d.Machine()
-	for _, c := range d.Executors {
-		name, ok := executorByCapability[c]
-		if !ok {
-			continue
-		}
+	name, err := pickExecutor(d.Name, d.Executors, via, copy)
+	switch {
+	case err == nil:
 		e, err := s.executors.get(name, s.cfg.ProviderSettings)
 		if err != nil {
 			return pd, nil, err
 		}
 		return pd, e, execute.Check(e, pd)
+	case !errors.Is(err, errdefs.ErrNotFound):
+		return pd, nil, err
 	}
 	has := "none"
 	if len(d.Executors) > 0 {
@@ -128,8 +251,19 @@ func (s *Server) execTarget(ctx context.Context, ref string) (provision.Deployme
 	if d.State == api.DeploymentFailed {
 		why = "; it failed to provision: " + d.StateReason
 	}
-	return pd, nil, fmt.Errorf("deployment %s (provider %s, %s) carries no executor capability (it has %s); commands and copies need %s or %s%s: %w",
-		d.Name, d.Provider, d.State, has, localexec.Capability, dockerexec.Capability, why, errdefs.ErrInvalid)
+	return pd, nil, fmt.Errorf("deployment %s (provider %s, %s) carries no executor capability (it has %s); commands and copies need one of %s, %s, %s, %s or %s%s: %w",
+		d.Name, d.Provider, d.State, has, localexec.Capability, dockerexec.Capability, sshexec.Capability, sftpexec.Capability, rsyncexec.Capability, why, errdefs.ErrInvalid)
+}
+
+// viaParam checks the executor a request names, if any.
+func viaParam(via string) error {
+	if via == "" {
+		return nil
+	}
+	if _, ok := capabilityOf(via); !ok {
+		return errdefs.Field("via", "no executor %q; nodemgr has %s", via, strings.Join(executorNames, ", "))
+	}
+	return nil
 }
 
 // handleExec runs a command on a deployment and streams its output as
@@ -163,10 +297,13 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Stdin) > maxExecStdin {
 		return errdefs.Field("stdin", "larger than %d MiB; copy the data to the node with nodemgr cp and redirect from the file", maxExecStdin>>20)
 	}
+	if err := viaParam(req.Via); err != nil {
+		return err
+	}
 	if err := principalFrom(r.Context()).RequireAdmin("run commands on machines"); err != nil {
 		return err
 	}
-	d, e, err := s.execTarget(r.Context(), r.PathValue("deployment"))
+	d, e, err := s.execTarget(r.Context(), r.PathValue("deployment"), req.Via, false)
 	if err != nil {
 		return err
 	}
@@ -259,10 +396,14 @@ func (s *Server) handleCopyTo(w http.ResponseWriter, r *http.Request) error {
 	if err := nodePath(dst); err != nil {
 		return err
 	}
+	via := r.URL.Query().Get("via")
+	if err := viaParam(via); err != nil {
+		return err
+	}
 	if err := principalFrom(r.Context()).RequireAdmin("copy files to machines"); err != nil {
 		return err
 	}
-	d, e, err := s.execTarget(r.Context(), r.PathValue("deployment"))
+	d, e, err := s.execTarget(r.Context(), r.PathValue("deployment"), via, true)
 	if err != nil {
 		return err
 	}
@@ -298,10 +439,14 @@ func (s *Server) handleCopyFrom(w http.ResponseWriter, r *http.Request) error {
 	if name == "/" {
 		return errdefs.Field("path", "cannot copy the node's root directory; name a directory under it")
 	}
+	via := r.URL.Query().Get("via")
+	if err := viaParam(via); err != nil {
+		return err
+	}
 	if err := principalFrom(r.Context()).RequireAdmin("copy files from machines"); err != nil {
 		return err
 	}
-	d, e, err := s.execTarget(r.Context(), r.PathValue("deployment"))
+	d, e, err := s.execTarget(r.Context(), r.PathValue("deployment"), via, true)
 	if err != nil {
 		return err
 	}

@@ -59,6 +59,11 @@ type Config struct {
 	Orchestrator orchestrate.Config
 	// ProviderSettings configures providers by name (e.g. docker: host).
 	ProviderSettings map[string]map[string]string
+	// ExecutorSettings configures executors by name: ssh (user, port,
+	// identity_file, known_hosts, accept_new_host_keys, jump_host,
+	// connect_timeout; see package ssh), whose settings and connections
+	// the sftp and rsync executors share.
+	ExecutorSettings map[string]map[string]string
 	Version          string
 
 	// TLSCert and TLSKey are PEM files of a certificate to serve HTTPS
@@ -198,8 +203,11 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("server config: %w", err)
 	}
+	if err := checkExecutorSettings(cfg.ExecutorSettings); err != nil {
+		return nil, fmt.Errorf("server config: %w", err)
+	}
 	s := &Server{cfg: cfg, store: st, log: logger, ready: make(chan struct{}),
-		providers: providers{settings: cfg.ProviderSettings}}
+		providers: providers{settings: cfg.ProviderSettings}, executors: executors{settings: cfg.ExecutorSettings}}
 	var err error
 	if s.tls, err = setupTLS(cfg); err != nil {
 		return nil, fmt.Errorf("server TLS: %w", err)
