@@ -2,7 +2,8 @@
 // system's sshd, started once per test binary on 127.0.0.1 as the user
 // the tests run as, with throwaway host and client keys, a known_hosts
 // file and its own configuration in a temporary directory. Nothing of the
-// system's ssh configuration is read or touched.
+// system's ssh configuration is read or touched, and sessions get an
+// empty HOME, so the user's shell start-up files do not run.
 //
 // A package's tests use it as
 //
@@ -159,6 +160,11 @@ func start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Sessions get an empty home, so that the user's own shell start-up
+	// files (~/.bashrc) stay out of the tests and their timings.
+	if err := os.Mkdir(filepath.Join(dir, "home"), 0o700); err != nil {
+		return nil, err
+	}
 	auth := filepath.Join(dir, "authorized_keys")
 	if err := os.WriteFile(auth, ssh.MarshalAuthorizedKey(clientKey), 0o600); err != nil {
 		return nil, err
@@ -206,9 +212,9 @@ AllowTcpForwarding yes
 MaxSessions 64
 MaxStartups 64
 Subsystem sftp internal-sftp
-SetEnv %s
+SetEnv %s HOME=%s
 LogLevel ERROR
-`, s.Addr, filepath.Join(s.Dir, "host_ed25519"), auth, s.User, EnvVar)
+`, s.Addr, filepath.Join(s.Dir, "host_ed25519"), auth, s.User, EnvVar, filepath.Join(s.Dir, "home"))
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		return err
 	}
