@@ -22,6 +22,11 @@ const (
 	sessionsPerConn = 10
 	// idleClose is how long a connection with no channel open is kept.
 	idleClose = 5 * time.Minute
+	// keepAlive is how often a kept connection is checked; one that does
+	// not answer within keepAliveWait is closed, so that a connection a
+	// NAT or a reboot cut silently is dialed again, not waited on.
+	keepAlive     = 30 * time.Second
+	keepAliveWait = 15 * time.Second
 )
 
 // conn is one SSH connection in the pool.
@@ -166,10 +171,44 @@ func (p *pool) broken(c *conn) {
 	c.close()
 }
 
-// watch drops c from the pool when its connection ends.
+// watch drops c from the pool when its connection ends, and ends a
+// connection that stops answering.
 func (p *pool) watch(c *conn) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(keepAlive)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if !alive(c.client, keepAliveWait) {
+					c.close()
+					return
+				}
+			}
+		}
+	}()
 	c.client.Wait()
+	close(done)
 	p.broken(c)
+}
+
+// alive reports whether the server answers a keepalive request within
+// wait.
+func alive(c *ssh.Client, wait time.Duration) bool {
+	answered := make(chan error, 1)
+	go func() {
+		_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		return err == nil
+	case <-time.After(wait):
+		return false
+	}
 }
 
 func (p *pool) dropLocked(c *conn) {

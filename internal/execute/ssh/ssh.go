@@ -140,7 +140,10 @@ func (e *SSH) channel(ctx context.Context, t Target) (ssh.Channel, <-chan *ssh.R
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		ch, reqs, err := openChannel(ctx, c.client)
+		// A connection that does not answer in time is taken for dead.
+		octx, cancel := context.WithTimeout(ctx, t.ConnectTimeout)
+		ch, reqs, err := openChannel(octx, c.client)
+		cancel()
 		if err == nil {
 			return ch, reqs, func() { e.pool.release(c) }, nil
 		}

@@ -265,9 +265,11 @@ func TestJumpHost(t *testing.T) {
 		name     string
 		settings map[string]string
 		extra    map[string]any
+		viaProxy bool
 	}{
-		{"setting", map[string]string{"jump_host": srv.User + "@" + p.Addr}, nil},
-		{"extra", nil, map[string]any{"ssh_jump_host": p.Addr}},
+		{"setting", map[string]string{"jump_host": srv.User + "@" + p.Addr}, nil, true},
+		{"extra", nil, map[string]any{"ssh_jump_host": p.Addr}, true},
+		{"itself", map[string]string{"jump_host": srv.Addr}, nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -281,8 +283,8 @@ func TestJumpHost(t *testing.T) {
 			if code, out := run(t, e, d, "echo", "through"); code != 0 || out != "through\n" {
 				t.Errorf("Exec through %s = %d, %q", p.Addr, code, out)
 			}
-			if n := p.Accepted() - before; n != 1 {
-				t.Errorf("the jump host took %d connections, want 1", n)
+			if n, want := p.Accepted()-before, map[bool]int64{true: 1}[tc.viaProxy]; n != want {
+				t.Errorf("the proxy took %d connections, want %d", n, want)
 			}
 		})
 	}
