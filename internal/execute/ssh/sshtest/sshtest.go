@@ -11,8 +11,10 @@
 //
 //	func TestX(t *testing.T) { srv := sshtest.Shared(t); ... }
 //
-// When sshd (or a tool named to Need) is missing, the test is skipped,
-// unless NODEMGR_REQUIRE_SSH=1, as CI sets, in which case it fails.
+// When sshd (or a tool named to Need) is missing, or sshd will not let
+// the user in (sshd without PAM refuses an account whose password is
+// locked), the test is skipped, unless NODEMGR_REQUIRE_SSH=1, as CI sets,
+// in which case it fails.
 package sshtest
 
 import (
@@ -21,6 +23,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -88,6 +91,10 @@ func Shared(t testing.TB) *Server {
 			return
 		}
 		shared, initErr = start()
+		var refused *loginRefused
+		if errors.As(initErr, &refused) {
+			missing, initErr = refused.Error(), nil
+		}
 	})
 	if missing != "" {
 		unavailable(t, "%s", missing)
@@ -179,10 +186,53 @@ func start() (*Server, error) {
 	// The free port found may be taken before sshd binds it: try again.
 	for range 3 {
 		if err = s.run(auth); err == nil {
-			return s, nil
+			break
 		}
 	}
-	return nil, err
+	if err != nil {
+		return nil, err
+	}
+	if err := s.login(); err != nil {
+		s.stop()
+		return nil, &loginRefused{user: s.User, err: err, log: s.log.String()}
+	}
+	return s, nil
+}
+
+// loginRefused is a server that runs but will not let the user in: sshd
+// without PAM refuses an account whose password is locked, for one.
+type loginRefused struct {
+	user string
+	err  error
+	log  string
+}
+
+func (e *loginRefused) Error() string {
+	return fmt.Sprintf("sshd runs but refuses %s (%v): %s", e.user, e.err, strings.TrimSpace(e.log))
+}
+
+// login checks that the user gets in and can run a command.
+func (s *Server) login() error {
+	b, err := os.ReadFile(s.Identity)
+	if err != nil {
+		return err
+	}
+	key, err := ssh.ParsePrivateKey(b)
+	if err != nil {
+		return err
+	}
+	c, err := ssh.Dial("tcp", s.Addr, &ssh.ClientConfig{User: s.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(key)},
+		HostKeyCallback: ssh.FixedHostKey(s.HostKey), Timeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	sess, err := c.NewSession()
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	return sess.Run("true")
 }
 
 func (s *Server) run(auth string) error {
@@ -213,7 +263,7 @@ MaxSessions 64
 MaxStartups 64
 Subsystem sftp internal-sftp
 SetEnv %s HOME=%s
-LogLevel ERROR
+LogLevel INFO
 `, s.Addr, filepath.Join(s.Dir, "host_ed25519"), auth, s.User, EnvVar, filepath.Join(s.Dir, "home"))
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		return err
