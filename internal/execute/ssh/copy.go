@@ -182,7 +182,7 @@ func RemoteSource(src string) (string, error) {
 // script runs a shell script with args on t, with the streams given.
 func (e *SSH) script(ctx context.Context, t Target, script string, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	argv := append([]string{"sh", "-c", script, "sh"}, args...)
-	line, err := CommandLine(argv, nil, "")
+	line, err := commandLine(argv, nil, "")
 	if err != nil {
 		return -1, err
 	}

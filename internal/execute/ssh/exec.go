@@ -46,7 +46,7 @@ func (e *SSH) Run(ctx context.Context, d provision.Deployment, cmd execute.Comma
 	if len(cmd.Argv) == 0 {
 		return -1, errdefs.Field("argv", "is empty")
 	}
-	line, err := CommandLine(cmd.Argv, cmd.Env, cmd.Dir)
+	line, err := commandLine(cmd.Argv, cmd.Env, cmd.Dir)
 	if err != nil {
 		return -1, err
 	}
@@ -66,10 +66,10 @@ func (e *SSH) Run(ctx context.Context, d provision.Deployment, cmd execute.Comma
 	return code, nil
 }
 
-// CommandLine is what the executor asks sshd to run for argv with env
+// commandLine is what the executor asks sshd to run for argv with env
 // (KEY=VALUE) added, in dir: a line for the login shell that has /bin/sh
 // run the wrapper, which writes its marker and then execs argv.
-func CommandLine(argv, env []string, dir string) (string, error) {
+func commandLine(argv, env []string, dir string) (string, error) {
 	if len(argv) == 0 {
 		return "", errdefs.Field("argv", "is empty")
 	}
