@@ -1,16 +1,14 @@
 package docker
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
-	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/provision"
 )
 
 // keepAlive is the default command: it keeps a container with no real
@@ -128,75 +126,6 @@ func parseExtra(extra map[string]any) (config, error) {
 	return c, nil
 }
 
-func str(extra map[string]any, key string) (string, error) {
-	switch v := extra[key].(type) {
-	case nil:
-		return "", nil
-	case string:
-		return v, nil
-	default:
-		return "", errdefs.Field("extra."+key, "want a string, got %s", typeName(v))
-	}
-}
-
-// number reads a number however it arrived: as a Go number from YAML, a
-// float64 or json.Number from JSON, or a numeric string.
-func number(extra map[string]any, key string) (float64, bool, error) {
-	v, ok := extra[key]
-	if !ok || v == nil {
-		return 0, false, nil
-	}
-	var f float64
-	switch n := v.(type) {
-	case int:
-		f = float64(n)
-	case int8, int16, int32, int64:
-		f = float64(reflect.ValueOf(n).Int())
-	case uint, uint8, uint16, uint32, uint64:
-		f = float64(reflect.ValueOf(n).Uint())
-	case float32:
-		f = float64(n)
-	case float64:
-		f = n
-	case json.Number:
-		var err error
-		if f, err = n.Float64(); err != nil {
-			return 0, false, errdefs.Field("extra."+key, "%q is not a number", n)
-		}
-	case string:
-		var err error
-		if f, err = strconv.ParseFloat(strings.TrimSpace(n), 64); err != nil {
-			return 0, false, errdefs.Field("extra."+key, "%q is not a number", n)
-		}
-	default:
-		return 0, false, errdefs.Field("extra."+key, "want a number, got %s", typeName(v))
-	}
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, false, errdefs.Field("extra."+key, "%v is not a number", f)
-	}
-	return f, true, nil
-}
-
-// stringList reads a list of strings: []string, or []any holding strings
-// (as YAML and JSON decode them).
-func stringList(key string, v any) ([]string, error) {
-	switch l := v.(type) {
-	case []string:
-		return slices.Clone(l), nil
-	case []any:
-		out := make([]string, len(l))
-		for i, e := range l {
-			s, ok := e.(string)
-			if !ok {
-				return nil, errdefs.Field(fmt.Sprintf("extra.%s[%d]", key, i), "want a string, got %s", typeName(e))
-			}
-			out[i] = s
-		}
-		return out, nil
-	}
-	return nil, errdefs.Field("extra."+key, "want a list of strings, got %s", typeName(v))
-}
-
 // command reads an argv: a list is used as is; a string is a shell
 // command line for "command" (Docker's shell form) and a single program
 // for "entrypoint".
@@ -257,45 +186,11 @@ func env(extra map[string]any, key string) ([]string, error) {
 	return out, nil
 }
 
-// stringMap reads a map of strings; scalar values are formatted.
-func stringMap(extra map[string]any, key string) (map[string]string, error) {
-	switch m := extra[key].(type) {
-	case nil:
-		return nil, nil
-	case map[string]string:
-		return maps.Clone(m), nil
-	case map[string]any:
-		out := make(map[string]string, len(m))
-		for k, v := range m {
-			switch s := v.(type) {
-			case string:
-				out[k] = s
-			case bool, int, int64, float64, json.Number:
-				out[k] = fmt.Sprint(s)
-			default:
-				return nil, errdefs.Field("extra."+key+"."+k, "want a string, got %s", typeName(v))
-			}
-		}
-		return out, nil
-	default:
-		return nil, errdefs.Field("extra."+key, "want a map of strings, got %s", typeName(m))
-	}
-}
-
-func typeName(v any) string {
-	switch v.(type) {
-	case nil:
-		return "nothing"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64, json.Number:
-		return "a number"
-	case []any, []string:
-		return "a list"
-	case map[string]any, map[string]string:
-		return "a map"
-	}
-	return fmt.Sprintf("%T", v)
-}
+// The shared readers of Extra, under the names this file uses.
+var (
+	str        = provision.ExtraString
+	number     = provision.ExtraNumber
+	stringList = provision.ExtraStrings
+	stringMap  = provision.ExtraStringMap
+	typeName   = provision.TypeName
+)

@@ -1,18 +1,15 @@
 package libvirt
 
 import (
-	"encoding/json"
-	"fmt"
 	"math"
 	"path"
-	"reflect"
 	"runtime"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/provision"
 )
 
 // extraKeys are the Extra keys parseExtra reads beyond the template fields
@@ -301,14 +298,8 @@ func validHostname(h string) bool {
 }
 
 func str(extra map[string]any, key string) (string, error) {
-	switch v := extra[key].(type) {
-	case nil:
-		return "", nil
-	case string:
-		return strings.TrimSpace(v), nil
-	default:
-		return "", errdefs.Field("extra."+key, "want a string, got %s", typeName(v))
-	}
+	v, err := provision.ExtraString(extra, key)
+	return strings.TrimSpace(v), err
 }
 
 // whole reads a whole number within [lo, hi].
@@ -323,81 +314,21 @@ func whole(extra map[string]any, key string, lo, hi float64) (float64, bool, err
 	return n, true, nil
 }
 
-// number reads a number however it arrived: as a Go number from YAML, a
-// float64 or json.Number from JSON, or a numeric string.
-func number(extra map[string]any, key string) (float64, bool, error) {
-	v, ok := extra[key]
-	if !ok || v == nil {
-		return 0, false, nil
-	}
-	var f float64
-	switch n := v.(type) {
-	case int, int8, int16, int32, int64:
-		f = float64(reflect.ValueOf(n).Int())
-	case uint, uint8, uint16, uint32, uint64:
-		f = float64(reflect.ValueOf(n).Uint())
-	case float32:
-		f = float64(n)
-	case float64:
-		f = n
-	case json.Number:
-		var err error
-		if f, err = n.Float64(); err != nil {
-			return 0, false, errdefs.Field("extra."+key, "%q is not a number", n)
-		}
-	case string:
-		var err error
-		if f, err = strconv.ParseFloat(strings.TrimSpace(n), 64); err != nil {
-			return 0, false, errdefs.Field("extra."+key, "%q is not a number", n)
-		}
-	default:
-		return 0, false, errdefs.Field("extra."+key, "want a number, got %s", typeName(v))
-	}
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, false, errdefs.Field("extra."+key, "%v is not a number", f)
-	}
-	return f, true, nil
-}
-
 // stringList reads a list of strings ([]string, or []any of strings, as
 // YAML and JSON decode them); a single string is a list of one.
 func stringList(extra map[string]any, key string) ([]string, error) {
-	switch l := extra[key].(type) {
+	switch v := extra[key].(type) {
 	case nil:
 		return nil, nil
 	case string:
-		return []string{l}, nil
-	case []string:
-		return l, nil
-	case []any:
-		out := make([]string, len(l))
-		for i, e := range l {
-			s, ok := e.(string)
-			if !ok {
-				return nil, errdefs.Field(fmt.Sprintf("extra.%s[%d]", key, i), "want a string, got %s", typeName(e))
-			}
-			out[i] = s
-		}
-		return out, nil
+		return []string{v}, nil
 	default:
-		return nil, errdefs.Field("extra."+key, "want a list of strings, got %s", typeName(l))
+		return provision.ExtraStrings(key, v)
 	}
 }
 
-func typeName(v any) string {
-	switch v.(type) {
-	case nil:
-		return "nothing"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64, json.Number:
-		return "a number"
-	case []any, []string:
-		return "a list"
-	case map[string]any, map[string]string:
-		return "a map"
-	}
-	return fmt.Sprintf("%T", v)
-}
+// The shared readers of Extra, under the names this file uses.
+var (
+	number   = provision.ExtraNumber
+	typeName = provision.TypeName
+)
