@@ -32,18 +32,19 @@ var _ orchestrate.Cluster = cluster{}
 
 func (c cluster) Provider(name string) (provision.Provider, error) { return c.s.providers.get(name) }
 
+// Executor is the deployment's executor for commands (exec:docker,
+// exec:ssh, exec:local), which copies too: the agent goes in through it.
 func (c cluster) Executor(d provision.Deployment) (execute.Executor, error) {
-	for _, capability := range d.Executors {
-		if name, ok := executorByCapability[capability]; ok {
-			e, err := c.s.executors.get(name, c.s.cfg.ProviderSettings)
-			if err != nil {
-				return nil, err
-			}
-			return e, execute.Check(e, d)
-		}
+	name, err := pickExecutor(d.Name, d.Executors, "", false)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s (provider %s) offers no executor nodemgr can bootstrap an agent through (it offers %s): %w",
+			d.Name, d.Provider, offered(d.Executors), errdefs.ErrInvalid)
 	}
-	return nil, fmt.Errorf("machine %s (provider %s) offers no executor nodemgr can bootstrap an agent through (it has %v): %w",
-		d.Name, d.Provider, d.Executors, errdefs.ErrInvalid)
+	e, err := c.s.executors.get(name, c.s.cfg.ProviderSettings)
+	if err != nil {
+		return nil, err
+	}
+	return e, execute.Check(e, d)
 }
 
 func (c cluster) Render(ctx context.Context, template, provider string) (map[string]any, error) {
