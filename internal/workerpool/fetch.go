@@ -14,6 +14,10 @@ import (
 // together they never ask for more than the buffer holds.
 const fetchers = 2
 
+// fetchDrainWait bounds how long a graceful end waits for a fetch already
+// on its way to come back with what the server claimed for it.
+const fetchDrainWait = 10 * time.Second
+
 // fetchLoop keeps the buffer filled from the source: with Prefetch n, it
 // tops the buffer up to n whenever it falls to n/2; with Prefetch 0 it
 // fetches one task for each worker waiting (in one call when several wait). A fetch that finds nothing is

@@ -292,7 +292,20 @@ func (p *Pool) Run(ctx context.Context) error {
 		}
 	}
 
-	// Wind down. Fetch first, so that nothing new arrives.
+	// Wind down. Fetch first, so that nothing new arrives. A graceful end
+	// lets a fetch on its way finish: the server may have claimed tasks
+	// for it already, and cancelling it would leave them Running here
+	// with nobody to run or return them. What it brings goes straight
+	// back (addLocked, now that the pool stops). The fetchers leave by
+	// themselves once the pool stops; a forced end does not wait.
+	if mode == stopGraceful {
+		fetched := make(chan struct{})
+		go func() { p.bgWG.Wait(); close(fetched) }()
+		select {
+		case <-fetched:
+		case <-time.After(fetchDrainWait):
+		}
+	}
 	fcancel()
 	p.bgWG.Wait()
 	exited := make(chan struct{})

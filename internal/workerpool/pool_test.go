@@ -8,12 +8,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/workerpool/workerpooltest"
 )
 
 // batchMaxForTest is the most tasks a worker (package worker) takes in
@@ -653,5 +655,59 @@ func TestDeepWorkDir(t *testing.T) {
 	os.Chmod(open, 0o777)
 	if err := privateDir(open); err == nil {
 		t.Errorf("privateDir(%s, mode 0777) = nil, want it refused", open)
+	}
+}
+
+// slowSource is a source whose first Fetch is slow to answer, as a round
+// trip to a busy server is: the server has claimed the tasks the moment
+// the call reached it, whether or not the caller waits for the answer.
+type slowSource struct {
+	*workerpooltest.Source
+	calls   atomic.Int32
+	entered chan struct{}
+	answer  chan struct{}
+	lost    atomic.Int32 // claimed tasks whose answer nobody waited for
+}
+
+func (s *slowSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, error) {
+	if s.calls.Add(1) != 1 {
+		return nil, false, nil
+	}
+	close(s.entered)
+	tasks, _, _ := s.Source.Fetch(context.Background(), max) // claimed now
+	select {
+	case <-s.answer:
+		return tasks, false, nil
+	case <-ctx.Done():
+		s.lost.Add(int32(len(tasks)))
+		return nil, false, ctx.Err()
+	}
+}
+
+// A graceful stop while a fetch is on its way waits for its answer and
+// gives its tasks back, instead of cancelling it: the server has claimed
+// them, and nobody would run or return them.
+func TestGracefulStopReturnsAFetchOnItsWay(t *testing.T) {
+	base := newSource(tasks("t", 3, "true")...)
+	base.SetOpen(true)
+	src := &slowSource{Source: base, entered: make(chan struct{}), answer: make(chan struct{})}
+	p := start(t, config(t, "worker", 1, 4), src)
+	select {
+	case <-src.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the pool never fetched")
+	}
+	p.Stop(true)
+	time.AfterFunc(200*time.Millisecond, func() { close(src.answer) })
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if n := src.lost.Load(); n != 0 {
+		t.Errorf("%d claimed tasks were lost: the fetch on its way was cancelled", n)
+	}
+	rec := src.Record()
+	slices.Sort(rec.Returned)
+	if want := []string{"t-000", "t-001", "t-002"}; !slices.Equal(rec.Returned, want) {
+		t.Errorf("returned %v, want the fetch's tasks %v", rec.Returned, want)
 	}
 }
