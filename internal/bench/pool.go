@@ -84,7 +84,15 @@ func RunPool(ctx context.Context, cfg PoolConfig, progress io.Writer) (PoolResul
 		Max: 1, IdleTimeout: api.Duration(300 * time.Millisecond), MinAge: api.Duration(100 * time.Millisecond)}); err != nil {
 		return PoolResult{}, err
 	}
-	defer c.DeletePool(context.WithoutCancel(ctx), "bench")
+	defer func() {
+		// Leave no machine behind: the pool's last one goes before the
+		// server does.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if c.DeletePool(cctx, "bench") == nil {
+			waitMachinesGone(cctx, c, "bench")
+		}
+	}()
 
 	res := PoolResult{Runs: cfg.Runs}
 	var cold, byHand []time.Duration
@@ -215,6 +223,29 @@ func byHandRound(ctx context.Context, c *nmclient.Client, eng *client.Client, ex
 func waitOffline(ctx context.Context, c *nmclient.Client, id string) {
 	for range 200 {
 		if n, err := c.Node(ctx, id); err != nil || n.Status != api.StatusOnline {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitMachinesGone waits until a removed pool's machines are all gone.
+func waitMachinesGone(ctx context.Context, c *nmclient.Client, pool string) {
+	for ctx.Err() == nil {
+		live := 0
+		evs, err := c.PoolEvents(ctx, pool)
+		if err != nil {
+			return
+		}
+		for _, e := range evs {
+			switch e.Kind {
+			case "scale-up":
+				live++
+			case "gone", "failed":
+				live--
+			}
+		}
+		if live <= 0 {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
