@@ -382,44 +382,29 @@ func (ew *eventWriter) print(evs []api.PoolEvent) error {
 func followEvents(ctx context.Context, e *env, p client.Page, read func(context.Context, client.Page) ([]api.PoolEvent, string, error)) error {
 	w := newEventWriter(e.stdout)
 	var last int64
-	waiting := false
-	for {
+	return follow(ctx, e, eventsPoll, func() (bool, error) {
 		evs, next, err := read(ctx, p)
-		switch {
-		case ctx.Err() != nil:
-			return nil // interrupted: following ends there
-		case err != nil && isUnavailable(err):
-			if !waiting {
-				fmt.Fprintf(e.stderr, "(waiting: %v)\n", err)
-				waiting = true
-			}
-		case err != nil:
-			return err
-		default:
-			waiting = false
-			var fresh []api.PoolEvent
-			for _, ev := range evs {
-				if ev.ID > last {
-					fresh = append(fresh, ev)
-					last = ev.ID
-				}
-			}
-			if len(fresh) > 0 || !w.header {
-				if err := w.print(fresh); err != nil {
-					return err
-				}
-			}
-			if next != "" && next != p.After {
-				p.After = next
-				continue // the next page is there now
+		if err != nil {
+			return false, err
+		}
+		var fresh []api.PoolEvent
+		for _, ev := range evs {
+			if ev.ID > last {
+				fresh = append(fresh, ev)
+				last = ev.ID
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(eventsPoll):
+		if len(fresh) > 0 || !w.header {
+			if err := w.print(fresh); err != nil {
+				return false, err
+			}
 		}
-	}
+		if next != "" && next != p.After {
+			p.After = next
+			return true, nil // the next page is there now
+		}
+		return false, nil
+	})
 }
 
 func newScheduleCmd(e *env) *cobra.Command {

@@ -367,9 +367,26 @@ func followLog(ctx context.Context, e *env, cursor string, read func(ctx context
 	if cursor == "" {
 		return errors.New("the node's agent gives no log cursor (" + api.HeaderLogCursor + "), so its logs cannot be followed; upgrade the agent, or drop --follow")
 	}
+	return follow(ctx, e, followPoll, func() (bool, error) {
+		b, next, err := read(ctx, cursor)
+		if err != nil {
+			return false, err
+		}
+		if _, err := e.rawOut().Write(b); err != nil {
+			return false, err
+		}
+		cursor = next
+		return len(b) > 0, nil // there may be more right away
+	})
+}
+
+// follow calls step every poll until ctx ends, at once again while step
+// says more is there. A server or node that cannot be reached is waited
+// for (and said once); any other error ends it. An interrupt is no error.
+func follow(ctx context.Context, e *env, poll time.Duration, step func() (more bool, err error)) error {
 	waiting := false
 	for {
-		b, next, err := read(ctx, cursor)
+		more, err := step()
 		switch {
 		case ctx.Err() != nil:
 			return nil // interrupted: following ends there
@@ -382,18 +399,14 @@ func followLog(ctx context.Context, e *env, cursor string, read func(ctx context
 			return err
 		default:
 			waiting = false
-			if _, err := e.rawOut().Write(b); err != nil {
-				return err
-			}
-			cursor = next
-			if len(b) > 0 {
-				continue // there may be more right away
+			if more {
+				continue
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(followPoll):
+		case <-time.After(poll):
 		}
 	}
 }
