@@ -19,8 +19,11 @@ const (
 	BindShared     = "Shared"     // every worker on all the cores
 )
 
-// Task states.
+// Task states. A task with dependencies is Pending until they all
+// finished, then Ready; it is Cancelled, with the reason, when one of them
+// fails or is cancelled.
 const (
+	TaskPending   = "Pending"
 	TaskReady     = "Ready"
 	TaskRunning   = "Running"
 	TaskFinished  = "Finished"
@@ -38,6 +41,23 @@ type SuiteSpec struct {
 	Priority       int               `json:"priority,omitempty" yaml:"priority"`
 	WorkerSchedule WorkerSchedule    `json:"worker_schedule" yaml:"worker_schedule"`
 	Hooks          Hooks             `json:"hooks,omitempty" yaml:"hooks"`
+	// Retry is the suite's retry policy; a task may override its fields.
+	Retry *RetryPolicy `json:"retry,omitempty" yaml:"retry"`
+}
+
+// RetryPolicy says when a failed task runs again. Unset fields keep the
+// seed's rules: give up after 2 crashes by SIGSEGV/SIGILL/SIGBUS/SIGFPE or
+// 3 failures of other kinds, with the server's backoff between attempts.
+type RetryPolicy struct {
+	// MaxAttempts caps the attempts that may fail (1: never retried);
+	// 0 keeps the seed's rule.
+	MaxAttempts int `json:"max_attempts,omitempty" yaml:"max_attempts"`
+	// FinalExitCodes are exit codes retrying cannot fix (a compiler's
+	// syntax error): the task fails at the first of them.
+	FinalExitCodes []int `json:"final_exit_codes,omitempty" yaml:"final_exit_codes"`
+	// Backoff is the pause before the second attempt, doubled for each
+	// further failure up to the server's maximum; 0 is the server's default.
+	Backoff Duration `json:"backoff,omitempty" yaml:"backoff"`
 }
 
 // WorkerSchedule says how an agent runs the suite's workers.
@@ -82,6 +102,7 @@ type Resource struct {
 
 // TaskCounts counts a suite's tasks by state.
 type TaskCounts struct {
+	Pending   int `json:"pending"`
 	Ready     int `json:"ready"`
 	Running   int `json:"running"`
 	Finished  int `json:"finished"`
@@ -90,7 +111,9 @@ type TaskCounts struct {
 }
 
 // Total is the number of tasks.
-func (c TaskCounts) Total() int { return c.Ready + c.Running + c.Finished + c.Failed + c.Cancelled }
+func (c TaskCounts) Total() int {
+	return c.Pending + c.Ready + c.Running + c.Finished + c.Failed + c.Cancelled
+}
 
 // Suite is a stored suite.
 type Suite struct {
@@ -162,6 +185,44 @@ type TaskSpec struct {
 	// 0: DefaultKillGrace.
 	KillGrace Duration `json:"kill_grace,omitempty"`
 	Priority  int      `json:"priority,omitempty"`
+	// Name, when set, is unique in the suite: other tasks name it in
+	// After and InputFrom, and task ls finds it.
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Inputs are files staged into the task's sandbox at their relative
+	// paths, uploaded to the server's blob store first. A task with inputs
+	// or outputs runs in a fresh sandbox directory per attempt, and its
+	// Workdir is relative to it.
+	Inputs []TaskFile `json:"inputs,omitempty"`
+	// Outputs are globs, relative to the sandbox, of the files uploaded
+	// after the attempt.
+	Outputs []string `json:"outputs,omitempty"`
+	// After names tasks (by ID or name) that must finish first.
+	After []string `json:"after,omitempty"`
+	// InputFrom takes outputs of tasks in After as inputs.
+	InputFrom []InputFrom `json:"input_from,omitempty"`
+	// Retry overrides the suite's retry policy field by field.
+	Retry *RetryPolicy `json:"retry,omitempty"`
+}
+
+// TaskFile is a file in a task's sandbox: an input to stage, or an output
+// that came back.
+type TaskFile struct {
+	Path   string `json:"path"`             // relative, slash-separated
+	Digest string `json:"digest,omitempty"` // sha256:<hex> of its content
+	Size   int64  `json:"size"`
+	Mode   uint32 `json:"mode,omitempty"` // permission bits; 0: 0644
+	// Error says why an input cannot be staged (its dependency produced
+	// no such output); the attempt fails with it.
+	Error string `json:"error,omitempty"`
+}
+
+// InputFrom takes one output (Path) or all outputs (Path "") of a task
+// named in After; As renames a single file in this task's sandbox.
+type InputFrom struct {
+	Task string `json:"task"`
+	Path string `json:"path,omitempty"`
+	As   string `json:"as,omitempty"`
 }
 
 // Bounds of TaskSpec.KillGrace.
@@ -185,7 +246,10 @@ type Task struct {
 	ID      string `json:"id"`
 	SuiteID string `json:"suite_id"`
 	TaskSpec
-	State     string        `json:"state"`
+	State string `json:"state"`
+	// Reason says why a task was cancelled by nodemgr ("dependency
+	// k-x (compile-lapi) failed").
+	Reason    string        `json:"reason,omitempty"`
 	Attempt   int           `json:"attempt"` // attempts started so far
 	NodeID    string        `json:"node_id,omitempty"`
 	Result    *TaskResult   `json:"result,omitempty"`
@@ -202,11 +266,16 @@ type TaskList struct {
 
 // TaskResult is how an attempt ended.
 type TaskResult struct {
-	ExitCode   int       `json:"exit_code"`        // -1 when killed by a signal
-	Signal     string    `json:"signal,omitempty"` // e.g. SIGSEGV
-	Stdout     string    `json:"stdout,omitempty"` // tail, capped
-	Stderr     string    `json:"stderr,omitempty"` // tail, capped
-	DurationMS int64     `json:"duration_ms"`
+	ExitCode   int    `json:"exit_code"`        // -1 when killed by a signal
+	Signal     string `json:"signal,omitempty"` // e.g. SIGSEGV
+	Stdout     string `json:"stdout,omitempty"` // tail, capped
+	Stderr     string `json:"stderr,omitempty"` // tail, capped
+	DurationMS int64  `json:"duration_ms"`
+	// Outputs are the files the attempt produced that matched the task's
+	// output globs, stored in the blob store.
+	Outputs []TaskFile `json:"outputs,omitempty"`
+	// Missing are output globs that matched nothing.
+	Missing    []string  `json:"missing,omitempty"`
 	NodeID     string    `json:"node_id"`
 	FinishedAt time.Time `json:"finished_at"`
 }

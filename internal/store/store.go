@@ -260,6 +260,11 @@ type Task struct {
 	SuiteID   string
 	Spec      api.TaskSpec
 	State     string // api.Task*
+	// After are the IDs of the tasks this one waits for (Spec.After with
+	// names resolved), in the same suite; the store keeps it Pending until
+	// they all finished, and cancels it when one fails or is cancelled.
+	After     []string
+	Reason    string // why nodemgr cancelled it, if it did
 	Attempt   int    // attempts started
 	NodeID    string // node of the current or last attempt
 	Result    *api.TaskResult
@@ -273,6 +278,8 @@ type TaskFilter struct {
 	SuiteID string
 	States  []string
 	NodeID  string
+	Name    string            // only the task of this name
+	Labels  map[string]string // only tasks carrying all these labels
 	Page
 }
 
@@ -286,9 +293,10 @@ type Attempt struct {
 }
 
 // RetryPolicy decides what happens to a task that just failed again: it
-// sees all its failures so far, the new one last, and says whether to give
+// sees its suite's retry policy and the task's own (either may be nil),
+// and all its failures so far, the new one last, and says whether to give
 // the task up, or else how long it waits before its next attempt.
-type RetryPolicy func(failures []api.TaskFailure) (giveUp bool, wait time.Duration)
+type RetryPolicy func(suite, task *api.RetryPolicy, failures []api.TaskFailure) (giveUp bool, wait time.Duration)
 
 // Finished is what FinishAttempts did.
 type Finished struct {
@@ -296,6 +304,9 @@ type Finished struct {
 	// Superseded are attempts still running elsewhere of tasks that a late
 	// report just finished: the nodes running them should stop.
 	Superseded []Superseded
+	// Released are the suites in which tasks became Ready because their
+	// last dependency finished: their nodes have work again.
+	Released []string
 }
 
 // Superseded names an attempt of a task running on a node.
@@ -309,7 +320,11 @@ type Superseded struct {
 // first commit wins).
 type Tasks interface {
 	// AddTasks adds tasks to an Open suite, all or none (errdefs.ErrConflict
-	// if the suite is not Open, ErrNotFound if it does not exist).
+	// if the suite is not Open or a name is taken in it, ErrNotFound if it
+	// does not exist). A task with After is Pending until those tasks (in
+	// this batch or already stored, in the same suite) finished; one whose
+	// dependency already failed or was cancelled is stored Cancelled. The
+	// caller refuses cycles.
 	AddTasks(ctx context.Context, suiteID string, tasks []Task) error
 	GetTask(ctx context.Context, id string) (Task, error)
 	// ListTasks lists tasks in the order they were added.
@@ -327,7 +342,9 @@ type Tasks interface {
 	// Running elsewhere (then Superseded names the other attempt). Succeeded
 	// → Finished with the result; Failed → the failure is recorded, then
 	// Failed if retry says to give up, or Ready again after the pause retry
-	// asks for; Stopped → Ready, nothing recorded.
+	// asks for; Stopped → Ready, nothing recorded. A task that finished
+	// releases its dependents (Released names their suites); one that
+	// failed for good cancels them, with the reason.
 	FinishAttempts(ctx context.Context, nodeID string, reports []Attempt, retry RetryPolicy) (Finished, error)
 	// ReturnTasks moves the node's Running tasks among ids back to Ready and
 	// takes back the attempt count they were claimed with.
@@ -341,8 +358,9 @@ type Tasks interface {
 	// node and that are Ready still back to Running on it, at the attempt
 	// it was running: its agent came back holding them.
 	ReattachTasks(ctx context.Context, nodeID string, ids []string) (int, error)
-	// CancelTask moves a Ready or Running task to Cancelled and returns it
-	// as it was before (so the caller knows which node to tell).
+	// CancelTask moves a Pending, Ready or Running task to Cancelled, with
+	// its dependents, and returns it as it was before (so the caller knows
+	// which node to tell).
 	CancelTask(ctx context.Context, id string) (Task, error)
 }
 

@@ -41,6 +41,8 @@ func (t tally) move(suiteID, from, to string, n int) {
 // written, so an unknown one is a bug.
 func countOf(c *api.TaskCounts, state string) *int {
 	switch state {
+	case api.TaskPending:
+		return &c.Pending
 	case api.TaskReady:
 		return &c.Ready
 	case api.TaskRunning:
@@ -55,7 +57,7 @@ func countOf(c *api.TaskCounts, state string) *int {
 	panic(fmt.Sprintf("sqlite: task state %q has no count", state))
 }
 
-const addCounts = `UPDATE suite_counts SET ready = ready + ?, running = running + ?,
+const addCounts = `UPDATE suite_counts SET pending = pending + ?, ready = ready + ?, running = running + ?,
 	finished = finished + ?, failed = failed + ?, cancelled = cancelled + ?
 	WHERE suite_id = ?`
 
@@ -74,7 +76,7 @@ func (t tally) apply(ctx context.Context, s *Store, tx *sql.Tx) error {
 		if *c == (api.TaskCounts{}) {
 			continue
 		}
-		res, err := stmt.ExecContext(ctx, c.Ready, c.Running, c.Finished, c.Failed, c.Cancelled, id)
+		res, err := stmt.ExecContext(ctx, c.Pending, c.Ready, c.Running, c.Finished, c.Failed, c.Cancelled, id)
 		if err != nil {
 			return fmt.Errorf("count tasks of suite %s: %w", id, classify(err))
 		}

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -40,6 +41,10 @@ type Store struct {
 	// modernc takes tens of microseconds to prepare one, about as long as
 	// a small claim takes to run.
 	wstmts, rstmts map[string]*sql.Stmt
+
+	// deps says whether any task ever waited for another; until one does,
+	// ending a task looks for no dependents (see deps.go).
+	deps atomic.Bool
 }
 
 // hotWrites and hotReads are the queries that Open prepares.
@@ -95,6 +100,11 @@ func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error)
 	s := &Store{w: w, r: r, now: time.Now}
 	if s.wstmts, err = prepare(ctx, w, hotWrites); err == nil {
 		s.rstmts, err = prepare(ctx, r, hotReads)
+	}
+	if err == nil {
+		var any bool
+		err = r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM task_deps)`).Scan(&any)
+		s.deps.Store(any)
 	}
 	if err != nil {
 		s.Close()

@@ -573,7 +573,7 @@ func largeSuite(b *testing.B, n int) *Store {
 		}
 		reports = append(reports, r)
 	}
-	giveUp := func([]api.TaskFailure) (bool, time.Duration) { return true, 0 }
+	giveUp := func(_, _ *api.RetryPolicy, _ []api.TaskFailure) (bool, time.Duration) { return true, 0 }
 	if _, err := s.FinishAttempts(ctx, "n1", reports, giveUp); err != nil {
 		b.Fatal(err)
 	}

@@ -24,9 +24,9 @@ func (s *Store) CountSuites(ctx context.Context) (map[string]int, api.TaskCounts
 		return nil, api.TaskCounts{}, fmt.Errorf("count suites: %w", err)
 	}
 	var c api.TaskCounts
-	err = s.r.QueryRowContext(ctx, `SELECT coalesce(sum(ready), 0), coalesce(sum(running), 0),
+	err = s.r.QueryRowContext(ctx, `SELECT coalesce(sum(pending), 0), coalesce(sum(ready), 0), coalesce(sum(running), 0),
 		coalesce(sum(finished), 0), coalesce(sum(failed), 0), coalesce(sum(cancelled), 0) FROM suite_counts`).
-		Scan(&c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled)
+		Scan(&c.Pending, &c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled)
 	if err != nil {
 		return nil, api.TaskCounts{}, fmt.Errorf("count tasks: %w", classify(err))
 	}

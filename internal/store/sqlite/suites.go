@@ -18,7 +18,7 @@ import (
 const suiteColumns = `id, spec, state, owner, assigned_nodes, stopped_nodes, created_at, updated_at, last_task_at`
 
 // suiteSelect reads suiteColumns and the suite's counts.
-const suiteSelect = `SELECT ` + suiteColumns + `, ready, running, finished, failed, cancelled
+const suiteSelect = `SELECT ` + suiteColumns + `, pending, ready, running, finished, failed, cancelled
 	FROM suites JOIN suite_counts ON suite_counts.suite_id = suites.id`
 
 // suiteOrder is how suites list: highest priority first, then oldest.
@@ -232,9 +232,16 @@ func (s *Store) UpdateSuite(ctx context.Context, id string, fn func(*store.Suite
 				WHERE suite_id = ? AND state = '`+api.TaskRunning+`'`, now.UnixNano(), id); err != nil {
 				return classify(err)
 			}
-			// Every Ready and Running task of the suite is Cancelled now.
+			// Pending tasks have no index of their own: they walk
+			// tasks_suite, once, when a suite is cancelled.
+			if _, err := tx.ExecContext(ctx, `UPDATE tasks SET state = '`+api.TaskCancelled+`', updated_at = ?,
+				reason = 'the suite was cancelled'
+				WHERE suite_id = ? AND state = '`+api.TaskPending+`'`, now.UnixNano(), id); err != nil {
+				return classify(err)
+			}
+			// Every Pending, Ready and Running task of the suite is Cancelled now.
 			if _, err := tx.ExecContext(ctx, `UPDATE suite_counts
-				SET cancelled = cancelled + ready + running, ready = 0, running = 0
+				SET cancelled = cancelled + pending + ready + running, pending = 0, ready = 0, running = 0
 				WHERE suite_id = ?`, id); err != nil {
 				return classify(err)
 			}
@@ -268,7 +275,7 @@ func (s *Store) CloseIdleSuites(ctx context.Context, cutoff time.Time) ([]string
 // and returns their IDs in order.
 func (s *Store) CompleteSuites(ctx context.Context) ([]string, error) {
 	ids, err := s.moveSuites(ctx, `UPDATE suites SET state = ?1, updated_at = ?2
-		WHERE state = ?3 AND id IN (SELECT suite_id FROM suite_counts WHERE ready = 0 AND running = 0)
+		WHERE state = ?3 AND id IN (SELECT suite_id FROM suite_counts WHERE pending = 0 AND ready = 0 AND running = 0)
 		RETURNING id`,
 		api.SuiteComplete, s.now().UnixNano(), api.SuiteClosed)
 	if err != nil {
@@ -349,7 +356,7 @@ func scanSuite(row scanner) (store.Suite, error) {
 	)
 	c := &su.Counts
 	err := row.Scan(&su.ID, &spec, &su.State, &su.Owner, &assigned, &stopped, &created, &updated, &lastTask,
-		&c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled)
+		&c.Pending, &c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Suite{}, errdefs.ErrNotFound
 	}

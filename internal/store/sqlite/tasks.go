@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
-const taskColumns = `seq, id, suite_id, spec, state, attempt, node_id, result, created_at, updated_at`
+const taskColumns = `seq, id, suite_id, spec, state, attempt, node_id, result, created_at, updated_at, reason`
 
 // task is a stored task with its place in insertion order.
 type task struct {
@@ -26,7 +27,8 @@ type task struct {
 }
 
 // AddTasks adds tasks to an Open suite in one transaction: all or none. New
-// tasks are Ready whatever their State says; a zero CreatedAt means now.
+// tasks are Ready, or Pending when they wait for others, whatever their
+// State says; a zero CreatedAt means now.
 func (s *Store) AddTasks(ctx context.Context, suiteID string, tasks []store.Task) error {
 	for i, t := range tasks {
 		if t.ID == "" {
@@ -49,33 +51,46 @@ func (s *Store) AddTasks(ctx context.Context, suiteID string, tasks []store.Task
 			return nil
 		}
 		stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks
-				(id, suite_id, spec, priority, state, attempt, node_id, result, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, 0, '', NULL, ?, ?)`)
+				(id, suite_id, spec, priority, state, attempt, node_id, result, created_at, updated_at, name, waiting)
+			VALUES (?, ?, ?, ?, ?, 0, '', NULL, ?, ?, ?, ?)`)
 		if err != nil {
 			return classify(err)
 		}
 		defer stmt.Close()
 		now := s.now()
-		for _, t := range tasks {
+		counts := tally{}
+		for i := range tasks {
+			t := &tasks[i]
+			slices.Sort(t.After)
+			t.After = slices.Compact(t.After)
+			state := api.TaskReady
+			if len(t.After) > 0 {
+				state = api.TaskPending
+			}
 			spec, err := json.Marshal(t.Spec)
 			if err != nil {
 				return fmt.Errorf("task %s spec: %w", t.ID, err)
 			}
-			_, err = stmt.ExecContext(ctx, t.ID, suiteID, string(spec), t.Spec.Priority, api.TaskReady,
-				orNow(t.CreatedAt, now).UnixNano(), now.UnixNano())
+			_, err = stmt.ExecContext(ctx, t.ID, suiteID, string(spec), t.Spec.Priority, state,
+				orNow(t.CreatedAt, now).UnixNano(), now.UnixNano(), t.Spec.Name, len(t.After))
 			if isUnique(err) {
+				if t.Spec.Name != "" {
+					return errdefs.Conflict("task id %s or name %q is taken in the suite", t.ID, t.Spec.Name)
+				}
 				return errdefs.Conflict("task id %s is taken", t.ID)
 			}
 			if err != nil {
 				return classify(err)
 			}
+			counts.move(suiteID, "", state, 1)
+		}
+		if err := s.addDeps(ctx, tx, suiteID, tasks, counts); err != nil {
+			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE suites SET last_task_at = ? WHERE id = ?`, now.UnixNano(), suiteID)
 		if err != nil {
 			return classify(err)
 		}
-		counts := tally{}
-		counts.move(suiteID, "", api.TaskReady, len(tasks))
 		return counts.apply(ctx, s, tx)
 	})
 	if err != nil {
@@ -105,6 +120,9 @@ func getTask(ctx context.Context, q querier, id string) (store.Task, error) {
 	}
 	tasks := []task{t}
 	if err := addFailures(ctx, q, tasks, 1); err != nil {
+		return store.Task{}, err
+	}
+	if err := readAfter(ctx, q, tasks); err != nil {
 		return store.Task{}, err
 	}
 	return tasks[0].Task, nil
@@ -158,6 +176,14 @@ func (s *Store) listTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 		where = append(where, `node_id = ?`)
 		args = append(args, f.NodeID)
 	}
+	if f.Name != "" {
+		where = append(where, `name = ?`)
+		args = append(args, f.Name)
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.Labels)) {
+		where = append(where, `spec -> '$.labels' ->> ? = ?`)
+		args = append(args, k, f.Labels[k])
+	}
 	if f.After != "" {
 		var after int64
 		if err := store.DecodeCursor(f.After, &after); err != nil {
@@ -182,6 +208,9 @@ func (s *Store) listTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 		return nil, err
 	}
 	if err := addFailures(ctx, tx, tasks, 1); err != nil {
+		return nil, err
+	}
+	if err := readAfter(ctx, tx, tasks); err != nil {
 		return nil, err
 	}
 	out := make([]store.Task, len(tasks))
@@ -295,26 +324,32 @@ func (s *Store) FinishAttempts(ctx context.Context, nodeID string, reports []sto
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		out = store.Finished{}
 		counts := tally{}
+		var fin endings
 		if ends != nil {
-			n, err := s.finishEnds(ctx, tx, nodeID, ends, now, counts)
+			n, err := s.finishEnds(ctx, tx, nodeID, ends, now, counts, &fin)
 			if err != nil {
 				return err
 			}
 			out.Applied += n
 			if n < successes { // some may be late: a lost attempt finishing
-				if out.Superseded, n, err = finishLate(ctx, tx, nodeID, ends, now, counts); err != nil {
+				if out.Superseded, n, err = finishLate(ctx, tx, nodeID, ends, now, counts, &fin); err != nil {
 					return err
 				}
 				out.Applied += n
 			}
 		}
 		if len(failures) > 0 {
-			n, err := s.finishFailures(ctx, tx, nodeID, failures, retry, now, counts)
+			n, err := s.finishFailures(ctx, tx, nodeID, failures, retry, now, counts, &fin)
 			if err != nil {
 				return err
 			}
 			out.Applied += n
 		}
+		released, err := s.settleDeps(ctx, tx, fin.done, fin.failed, counts)
+		if err != nil {
+			return err
+		}
+		out.Released = released
 		return counts.apply(ctx, s, tx)
 	})
 	if err != nil {
@@ -377,7 +412,7 @@ const (
 		FROM jsonb_each(?2) AS r
 		WHERE tasks.id = r.value ->> 0 AND tasks.attempt = r.value ->> 1
 			AND +tasks.state = '` + api.TaskRunning + `' AND +tasks.node_id = ?3
-		RETURNING tasks.suite_id, tasks.state`
+		RETURNING tasks.suite_id, tasks.state, tasks.id`
 	// The failure row goes in only if the attempt holds the task.
 	recordFailure = `INSERT INTO task_failures
 			(task_id, attempt, node_id, exit_code, signal, reason, stdout, stderr, at)
@@ -388,12 +423,12 @@ const (
 	afterFailures = `UPDATE tasks SET state = r.value ->> 1, result = r.value ->> 2, not_before = r.value ->> 3, updated_at = ?1
 		FROM jsonb_each(?2) AS r
 		WHERE tasks.id = r.value ->> 0
-		RETURNING tasks.suite_id, tasks.state`
+		RETURNING tasks.suite_id, tasks.state, tasks.id`
 )
 
 // finishEnds applies successes and stops, a JSON array from splitReports,
 // and returns how many counted.
-func (s *Store) finishEnds(ctx context.Context, tx *sql.Tx, nodeID string, ends []byte, now int64, counts tally) (int, error) {
+func (s *Store) finishEnds(ctx context.Context, tx *sql.Tx, nodeID string, ends []byte, now int64, counts tally, fin *endings) (int, error) {
 	stmt, err := s.stmt(ctx, tx, finishEnds)
 	if err != nil {
 		return 0, err
@@ -402,7 +437,7 @@ func (s *Store) finishEnds(ctx context.Context, tx *sql.Tx, nodeID string, ends 
 	if err != nil {
 		return 0, classify(err)
 	}
-	return scanMoves(rows, api.TaskRunning, counts)
+	return scanEnds(rows, api.TaskRunning, counts, fin)
 }
 
 // lostAttempts finds the successes in a finishEnds batch that finish an
@@ -417,7 +452,7 @@ const lostAttempts = `SELECT tasks.id, tasks.suite_id, tasks.state, tasks.node_i
 // finishLate applies the successes of lost attempts (first completion
 // wins) and returns the re-runs they supersede. Rare: a node cut off, not
 // dead, so it goes task by task.
-func finishLate(ctx context.Context, tx *sql.Tx, nodeID string, ends []byte, now int64, counts tally) ([]store.Superseded, int, error) {
+func finishLate(ctx context.Context, tx *sql.Tx, nodeID string, ends []byte, now int64, counts tally, fin *endings) ([]store.Superseded, int, error) {
 	rows, err := tx.QueryContext(ctx, lostAttempts, ends, nodeID)
 	if err != nil {
 		return nil, 0, classify(err)
@@ -447,6 +482,7 @@ func finishLate(ctx context.Context, tx *sql.Tx, nodeID string, ends []byte, now
 			return nil, 0, classify(err)
 		}
 		counts.move(l.suite, l.state, api.TaskFinished, 1)
+		fin.add(l.id, l.suite, api.TaskFinished)
 		if l.state == api.TaskRunning {
 			superseded = append(superseded, store.Superseded{TaskID: l.id, NodeID: l.node, Attempt: l.attempt})
 		}
@@ -456,7 +492,7 @@ func finishLate(ctx context.Context, tx *sql.Tx, nodeID string, ends []byte, now
 
 // finishFailures applies failures, returns how many counted, and tallies
 // what they changed.
-func (s *Store) finishFailures(ctx context.Context, tx *sql.Tx, nodeID string, reports []store.Attempt, retry store.RetryPolicy, now int64, counts tally) (int, error) {
+func (s *Store) finishFailures(ctx context.Context, tx *sql.Tx, nodeID string, reports []store.Attempt, retry store.RetryPolicy, now int64, counts tally, fin *endings) (int, error) {
 	record, err := s.stmt(ctx, tx, recordFailure)
 	if err != nil {
 		return 0, err
@@ -485,8 +521,12 @@ func (s *Store) finishFailures(ctx context.Context, tx *sql.Tx, nodeID string, r
 	if len(held) == 0 {
 		return 0, nil
 	}
+	var policies map[string][2]*api.RetryPolicy
 	if retry != nil {
 		if err := addFailures(ctx, tx, held, 1); err != nil {
+			return 0, err
+		}
+		if policies, err = retryPolicies(ctx, tx, held); err != nil {
 			return 0, err
 		}
 	}
@@ -502,7 +542,8 @@ func (s *Store) finishFailures(ctx context.Context, tx *sql.Tx, nodeID string, r
 		}
 		giveUp, wait := false, time.Duration(0)
 		if retry != nil {
-			giveUp, wait = retry(t.Failures)
+			p := policies[t.ID]
+			giveUp, wait = retry(p[0], p[1], t.Failures)
 		}
 		if giveUp {
 			next = append(next, `,"`+api.TaskFailed+`",`...)
@@ -524,7 +565,78 @@ func (s *Store) finishFailures(ctx context.Context, tx *sql.Tx, nodeID string, r
 	if err != nil {
 		return 0, classify(err)
 	}
-	return scanMoves(rows, api.TaskRunning, counts)
+	return scanEnds(rows, api.TaskRunning, counts, fin)
+}
+
+// retryPolicies reads the retry policies of the suites and of the tasks,
+// by task ID: [suite's, task's], either nil.
+func retryPolicies(ctx context.Context, tx *sql.Tx, held []task) (map[string][2]*api.RetryPolicy, error) {
+	ids := make([]string, len(held))
+	for i, t := range held {
+		ids[i] = t.ID
+	}
+	list, err := jsonArg(ids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT tasks.id, suites.spec -> '$.retry', tasks.spec -> '$.retry'
+		FROM tasks JOIN suites ON suites.id = tasks.suite_id
+		WHERE tasks.id IN (SELECT value FROM json_each(?))`, list)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	out := map[string][2]*api.RetryPolicy{}
+	for rows.Next() {
+		var id string
+		var js [2]sql.NullString
+		if err := rows.Scan(&id, &js[0], &js[1]); err != nil {
+			return nil, classify(err)
+		}
+		var p [2]*api.RetryPolicy
+		for i, j := range js {
+			if j.Valid && j.String != "" && j.String != "null" {
+				p[i] = new(api.RetryPolicy)
+				if err := json.Unmarshal([]byte(j.String), p[i]); err != nil {
+					return nil, fmt.Errorf("task %s retry policy: %w", id, err)
+				}
+			}
+		}
+		out[id] = p
+	}
+	return out, classify(rows.Err())
+}
+
+// endings collects the tasks a transaction brought to an end, for their
+// dependents.
+type endings struct {
+	done, failed []ended
+}
+
+func (e *endings) add(id, suite, state string) {
+	switch state {
+	case api.TaskFinished:
+		e.done = append(e.done, ended{id, suite, state})
+	case api.TaskFailed, api.TaskCancelled:
+		e.failed = append(e.failed, ended{id, suite, state})
+	}
+}
+
+// scanEnds is scanMoves for rows of (suite_id, state, id), which also
+// notes the tasks that ended.
+func scanEnds(rows *sql.Rows, from string, counts tally, fin *endings) (int, error) {
+	defer rows.Close()
+	n := 0
+	var suite, state, id string
+	for rows.Next() {
+		if err := rows.Scan(&suite, &state, &id); err != nil {
+			return 0, classify(err)
+		}
+		counts.move(suite, from, state, 1)
+		fin.add(id, suite, state)
+		n++
+	}
+	return n, classify(rows.Err())
 }
 
 // scanMoves reads the (suite_id, state) rows that an UPDATE ... RETURNING
@@ -658,8 +770,9 @@ func (s *Store) moveTasks(ctx context.Context, from, query string, args ...any) 
 	return n, err
 }
 
-// CancelTask cancels a Ready or Running task and returns it as it was; any
-// other state is errdefs.ErrConflict.
+// CancelTask cancels a Pending, Ready or Running task, and the tasks that
+// wait for it, and returns it as it was; any other state is
+// errdefs.ErrConflict.
 func (s *Store) CancelTask(ctx context.Context, id string) (store.Task, error) {
 	var before store.Task
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -667,16 +780,19 @@ func (s *Store) CancelTask(ctx context.Context, id string) (store.Task, error) {
 		if before, err = getTask(ctx, tx, id); err != nil {
 			return err
 		}
-		if before.State != api.TaskReady && before.State != api.TaskRunning {
+		if !slices.Contains([]string{api.TaskPending, api.TaskReady, api.TaskRunning}, before.State) {
 			return errdefs.Conflict("task is %s", before.State)
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE tasks SET state = ?, updated_at = ? WHERE id = ?`,
+		_, err = tx.ExecContext(ctx, `UPDATE tasks SET state = ?, reason = 'cancelled by hand', updated_at = ? WHERE id = ?`,
 			api.TaskCancelled, s.now().UnixNano(), id)
 		if err != nil {
 			return classify(err)
 		}
 		counts := tally{}
 		counts.move(before.SuiteID, before.State, api.TaskCancelled, 1)
+		if _, err := s.settleDeps(ctx, tx, nil, []ended{{id, before.SuiteID, api.TaskCancelled}}, counts); err != nil {
+			return err
+		}
 		return counts.apply(ctx, s, tx)
 	})
 	if err != nil {
@@ -753,7 +869,7 @@ func scanTask(row scanner) (task, error) {
 		result           sql.NullString
 		created, updated int64
 	)
-	err := row.Scan(&t.seq, &t.ID, &t.SuiteID, &spec, &t.State, &t.Attempt, &t.NodeID, &result, &created, &updated)
+	err := row.Scan(&t.seq, &t.ID, &t.SuiteID, &spec, &t.State, &t.Attempt, &t.NodeID, &result, &created, &updated, &t.Reason)
 	if errors.Is(err, sql.ErrNoRows) {
 		return task{}, errdefs.ErrNotFound
 	}

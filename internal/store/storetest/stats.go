@@ -36,7 +36,7 @@ func testStats(t *testing.T, s store.Store) {
 		t.Fatalf("ClaimTasks(s1, a, 3) = %d tasks, %v; want 3, nil", len(claimed), err)
 	}
 	done := store.Attempt{TaskID: claimed[0].ID, Attempt: claimed[0].Attempt, Outcome: api.OutcomeSucceeded}
-	if _, err := s.FinishAttempts(ctx, "a", []store.Attempt{done}, func([]api.TaskFailure) (bool, time.Duration) { return true, 0 }); err != nil {
+	if _, err := s.FinishAttempts(ctx, "a", []store.Attempt{done}, func(_, _ *api.RetryPolicy, _ []api.TaskFailure) (bool, time.Duration) { return true, 0 }); err != nil {
 		t.Fatalf("FinishAttempts() = %v", err)
 	}
 	if _, err := s.CancelTask(ctx, claimed[1].ID); err != nil {

@@ -143,6 +143,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SuiteProblemErrors", testSuiteProblemErrors},
 
 		{"AddTasks", testAddTasks},
+		{"Dependencies", testDependencies},
+		{"DependencyFailure", testDependencyFailure},
+		{"DependencyCancel", testDependencyCancel},
+		{"TaskNames", testTaskNames},
+		{"RetryPoliciesReachTheStore", testRetryPoliciesReachTheStore},
 		{"AddTasksErrors", testAddTasksErrors},
 		{"ListTasks", testListTasks},
 		{"ClaimTasksOrder", testClaimTasksOrder},

@@ -88,7 +88,7 @@ func stopped(tk store.Task) store.Attempt {
 
 // abortAfter gives a task up once it has failed n times.
 func abortAfter(n int) store.RetryPolicy {
-	return func(failures []api.TaskFailure) (bool, time.Duration) { return len(failures) >= n, 0 }
+	return func(_, _ *api.RetryPolicy, failures []api.TaskFailure) (bool, time.Duration) { return len(failures) >= n, 0 }
 }
 
 // task finds the task with id among tasks.
@@ -464,7 +464,7 @@ func testFinishFirstCommitWins(t *testing.T, s store.Store) {
 		{"a Ready task", "n1", succeeded(store.Task{ID: "s1-t2", Attempt: 0})},
 	} {
 		calls := 0
-		policy := func([]api.TaskFailure) (bool, time.Duration) { calls++; return true, 0 }
+		policy := func(_, _ *api.RetryPolicy, _ []api.TaskFailure) (bool, time.Duration) { calls++; return true, 0 }
 		mustFinish(t, s, tc.node, 0, policy, tc.report)
 		unchanged("a report from "+tc.name, a)
 		if calls != 0 {
@@ -565,7 +565,7 @@ func testFinishLargeBatch(t *testing.T, s store.Store) {
 			want.Ready++
 		}
 	}
-	giveUpEvery8th := func(f []api.TaskFailure) (bool, time.Duration) {
+	giveUpEvery8th := func(_, _ *api.RetryPolicy, f []api.TaskFailure) (bool, time.Duration) {
 		var i int
 		fmt.Sscan(f[len(f)-1].Reason, &i)
 		return i%8 == 2, 0
@@ -587,7 +587,7 @@ func testFinishFailed(t *testing.T, s store.Store) {
 	mustAddTasks(t, s, "s1", newTasks("s1", 2)...)
 
 	var seen [][]api.TaskFailure
-	policy := func(failures []api.TaskFailure) (bool, time.Duration) {
+	policy := func(_, _ *api.RetryPolicy, failures []api.TaskFailure) (bool, time.Duration) {
 		seen = append(seen, failures)
 		return len(failures) >= 3, 0
 	}
@@ -680,7 +680,7 @@ func testFinishStopped(t *testing.T, s store.Store) {
 	mustAddTasks(t, s, "s1", newTasks("s1", 1)...)
 	tk := mustClaim(t, s, "s1", "n1", 1)[0]
 	calls := 0
-	mustFinish(t, s, "n1", 1, func([]api.TaskFailure) (bool, time.Duration) { calls++; return true, 0 }, stopped(tk))
+	mustFinish(t, s, "n1", 1, func(_, _ *api.RetryPolicy, _ []api.TaskFailure) (bool, time.Duration) { calls++; return true, 0 }, stopped(tk))
 
 	got := mustGetTask(t, s, tk.ID)
 	want := tk
@@ -954,7 +954,7 @@ func testRetryWaits(t *testing.T, s store.Store) {
 	mustAddTasks(t, s, "s1", newTasks("s1", 2)...)
 	both := mustClaim(t, s, "s1", "n1", 2)
 	var waits []int
-	policy := func(f []api.TaskFailure) (bool, time.Duration) {
+	policy := func(_, _ *api.RetryPolicy, f []api.TaskFailure) (bool, time.Duration) {
 		waits = append(waits, len(f))
 		if f[len(f)-1].Reason == "slow" {
 			return false, time.Hour
