@@ -30,14 +30,48 @@ func abortPolicy(failures []api.TaskFailure) bool {
 	return hw >= 2 || other >= 3
 }
 
-// retryPolicy gives a task up by abortPolicy, or else holds its next
-// attempt back RetryBackoff, doubled for each failure before this one, at
-// most RetryBackoffMax: a task that fails at once must not spin.
-func (s *Server) retryPolicy(failures []api.TaskFailure) (bool, time.Duration) {
-	if abortPolicy(failures) {
+// retryPolicy applies the task's retry policy over its suite's: it gives
+// the task up at a final exit code, after max_attempts failures, or (with
+// no max_attempts) by abortPolicy; or else holds its next attempt back by
+// the backoff (RetryBackoff unless the policy sets one), doubled for each
+// failure before this one, at most RetryBackoffMax: a task that fails at
+// once must not spin.
+func (s *Server) retryPolicy(suite, task *api.RetryPolicy, failures []api.TaskFailure) (bool, time.Duration) {
+	p := mergeRetry(suite, task)
+	last := failures[len(failures)-1]
+	switch {
+	case last.Signal == "" && last.ExitCode >= 0 && slices.Contains(p.FinalExitCodes, last.ExitCode):
+		return true, 0
+	case p.MaxAttempts > 0 && len(failures) >= p.MaxAttempts:
+		return true, 0
+	case p.MaxAttempts == 0 && abortPolicy(failures):
 		return true, 0
 	}
-	return false, retryWait(len(failures), s.cfg.RetryBackoff, s.cfg.RetryBackoffMax)
+	base := s.cfg.RetryBackoff
+	if p.Backoff > 0 {
+		base = time.Duration(p.Backoff)
+	}
+	return false, retryWait(len(failures), base, max(base, s.cfg.RetryBackoffMax))
+}
+
+// mergeRetry is the suite's policy with the task's fields laid over it.
+func mergeRetry(suite, task *api.RetryPolicy) api.RetryPolicy {
+	var p api.RetryPolicy
+	for _, q := range []*api.RetryPolicy{suite, task} {
+		if q == nil {
+			continue
+		}
+		if q.MaxAttempts != 0 {
+			p.MaxAttempts = q.MaxAttempts
+		}
+		if q.FinalExitCodes != nil {
+			p.FinalExitCodes = q.FinalExitCodes
+		}
+		if q.Backoff != 0 {
+			p.Backoff = q.Backoff
+		}
+	}
+	return p
 }
 
 // retryWait is the pause after the nth failure (n ≥ 1).

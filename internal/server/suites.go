@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -25,7 +26,7 @@ func apiSuite(s store.Suite) api.Suite {
 }
 
 func apiTask(t store.Task) api.Task {
-	out := api.Task{ID: t.ID, SuiteID: t.SuiteID, TaskSpec: t.Spec, State: t.State, Attempt: t.Attempt,
+	out := api.Task{ID: t.ID, SuiteID: t.SuiteID, TaskSpec: t.Spec, State: t.State, Reason: t.Reason, Attempt: t.Attempt,
 		NodeID: t.NodeID, Result: t.Result, Failures: t.Failures, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
 	if out.Failures == nil {
 		out.Failures = []api.TaskFailure{}
@@ -297,6 +298,9 @@ func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error
 		ids[i] = auth.NewID("k-")
 		tasks[i] = store.Task{ID: ids[i], SuiteID: su.ID, Spec: spec, State: api.TaskReady, CreatedAt: now, UpdatedAt: now}
 	}
+	if err := s.resolveAfter(r.Context(), su.ID, tasks); err != nil {
+		return fmt.Errorf("submit tasks to suite %s: %w", su.Spec.Name, err)
+	}
 	if err := s.store.AddTasks(r.Context(), su.ID, tasks); err != nil {
 		return fmt.Errorf("submit tasks to suite %s: %w", su.Spec.Name, err)
 	}
@@ -313,12 +317,23 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f := store.TaskFilter{SuiteID: su.ID}
 	if st := q.Get("state"); st != "" {
-		if !slices.Contains([]string{api.TaskReady, api.TaskRunning, api.TaskFinished, api.TaskFailed, api.TaskCancelled}, st) {
-			return errdefs.Field("state", "must be Ready, Running, Finished, Failed or Cancelled, got %q", st)
+		if !slices.Contains([]string{api.TaskPending, api.TaskReady, api.TaskRunning, api.TaskFinished, api.TaskFailed, api.TaskCancelled}, st) {
+			return errdefs.Field("state", "must be Pending, Ready, Running, Finished, Failed or Cancelled, got %q", st)
 		}
 		f.States = []string{st}
 	}
-	pg, err := readPage(q, "tasks", su.ID, q.Get("state"))
+	f.Name = q.Get("name")
+	for _, l := range q["label"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return errdefs.Field("label", "must be key=value, got %q", l)
+		}
+		if f.Labels == nil {
+			f.Labels = map[string]string{}
+		}
+		f.Labels[k] = v
+	}
+	pg, err := readPage(q, "tasks", su.ID, q.Get("state"), f.Name, strings.Join(q["label"], ","))
 	if err != nil {
 		return err
 	}

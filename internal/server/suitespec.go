@@ -47,8 +47,10 @@ func validateSuite(s *api.SuiteSpec) error {
 		return errdefs.Field("priority", "must be between -1000 and 1000, got %d", s.Priority)
 	}
 	ws := &s.WorkerSchedule
-	if ws.WorkerCount < minWorkers || ws.WorkerCount > maxWorkers {
-		return errdefs.Field("worker_schedule.worker_count", "must be between %d and %d, got %d", minWorkers, maxWorkers, ws.WorkerCount)
+	// 0 (or no worker_schedule at all) is one worker per CPU of the node
+	// that takes the suite up, decided there.
+	if ws.WorkerCount != 0 && (ws.WorkerCount < minWorkers || ws.WorkerCount > maxWorkers) {
+		return errdefs.Field("worker_schedule.worker_count", "must be between %d and %d, or 0 for one per CPU of the node, got %d", minWorkers, maxWorkers, ws.WorkerCount)
 	}
 	if ws.TaskPrefetchCount == nil {
 		n := defaultPrefetch
@@ -70,7 +72,29 @@ func validateSuite(s *api.SuiteSpec) error {
 	if err := validateHook("hooks.prepare", s.Hooks.Prepare); err != nil {
 		return err
 	}
+	if err := validateRetry("retry", s.Retry); err != nil {
+		return err
+	}
 	return validateHook("hooks.cleanup", s.Hooks.Cleanup)
+}
+
+// validateRetry checks a retry policy (nil is the default one).
+func validateRetry(field string, p *api.RetryPolicy) error {
+	if p == nil {
+		return nil
+	}
+	if p.MaxAttempts < 0 || p.MaxAttempts > 100 {
+		return errdefs.Field(field+".max_attempts", "must be between 1 and 100, or 0 for the default rules, got %d", p.MaxAttempts)
+	}
+	for i, c := range p.FinalExitCodes {
+		if c < 1 || c > 255 {
+			return errdefs.Field(fmt.Sprintf("%s.final_exit_codes[%d]", field, i), "must be an exit code between 1 and 255, got %d", c)
+		}
+	}
+	if p.Backoff < 0 || time.Duration(p.Backoff) > time.Hour {
+		return errdefs.Field(field+".backoff", "must be between 0 (the server's default) and 1h, got %v", time.Duration(p.Backoff))
+	}
+	return nil
 }
 
 func validateBinding(b *api.CPUBinding, workers int) error {
@@ -169,5 +193,16 @@ func validateTask(field string, t api.TaskSpec) error {
 	if t.Priority < -1000 || t.Priority > 1000 {
 		return errdefs.Field(field+".priority", "must be between -1000 and 1000, got %d", t.Priority)
 	}
-	return nil
+	if t.Name != "" {
+		if err := validate.Name(field+".name", t.Name); err != nil {
+			return err
+		}
+	}
+	if err := validate.Labels(field+".labels", t.Labels); err != nil {
+		return err
+	}
+	if err := validateRetry(field+".retry", t.Retry); err != nil {
+		return err
+	}
+	return validateTaskFiles(field, t)
 }

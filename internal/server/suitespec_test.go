@@ -20,7 +20,7 @@ func TestValidateSuiteNamesTheField(t *testing.T) {
 		field string // "" = valid
 	}{
 		{"minimal", func(*api.SuiteSpec) {}, ""},
-		{"no workers", func(s *api.SuiteSpec) { s.WorkerSchedule.WorkerCount = 0 }, "worker_schedule.worker_count"},
+		{"negative workers", func(s *api.SuiteSpec) { s.WorkerSchedule.WorkerCount = -1 }, "worker_schedule.worker_count"},
 		{"too many workers", func(s *api.SuiteSpec) { s.WorkerSchedule.WorkerCount = 300 }, "worker_schedule.worker_count"},
 		{"unknown strategy", func(s *api.SuiteSpec) {
 			s.WorkerSchedule.CPUBinding = &api.CPUBinding{Cores: []int{0}, Strategy: "Greedy"}
