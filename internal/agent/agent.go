@@ -42,6 +42,8 @@ type Agent struct {
 	log  *slog.Logger
 	lock *lockfile.Lock
 	http *http.Client
+	// blobs moves task files between the server and sandboxes.
+	blobs *blobClient
 
 	machineID string
 	hardware  api.Hardware
@@ -108,6 +110,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		lock.Release()
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
+	a.blobs = newBlobClient(a.cfg.Server, a.credential, a.http, a.cfg.DataDir)
 	for _, f := range cfg.openSecretFiles {
 		logger.Warn("a file holding a secret is readable by other users; chmod 600 it", "file", f)
 	}
@@ -654,6 +657,12 @@ func (a *Agent) HandleRequest(ctx context.Context, method string, body json.RawM
 	case api.MethodWake:
 		a.runner.poke()
 		return struct{}{}, nil
+	case api.MethodTasksGiveback:
+		var req api.TasksGiveback
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, errdefs.Field("body", "%v", err)
+		}
+		return a.runner.giveBack(req), nil
 	case api.MethodLocalAPI:
 		var req api.LocalRequest
 		if err := json.Unmarshal(body, &req); err != nil {

@@ -134,7 +134,8 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 
 	r.a.setWork(api.AgentExecuting, su.ID)
 	src := newTaskSource(r.a, su.ID)
-	pool, err := workerpool.New(r.poolConfig(su, workDir), src)
+	files := newFilesSource(src, r.a.blobs, workDir, r.a.stopCtx.Done(), log)
+	pool, err := workerpool.New(r.poolConfig(su, workDir), files)
 	if err != nil {
 		log.Warn("cannot start workers; leaving the suite", "err", err)
 		src.close(parent)
@@ -159,6 +160,7 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	if err := pool.Run(ctx); err != nil && ctx.Err() == nil {
 		log.Warn("worker pool ended with an error", "err", err)
 	}
+	files.drain()     // outputs uploaded, reports handed on
 	src.close(parent) // every report reaches the server before we leave
 	st := pool.Stats()
 	log.Info("workers stopped", "reported", st.Reported, "respawns", st.Respawns, "dropped", st.Dropped,

@@ -22,7 +22,7 @@ import (
 
 func newSuiteCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "suite", Short: "Create, watch and control task suites"}
-	cmd.AddCommand(suiteCreateCmd(e), suiteLsCmd(e), suiteShowCmd(e), suiteWatchCmd(e),
+	cmd.AddCommand(suiteCreateCmd(e), suiteLsCmd(e), suiteShowCmd(e), suiteWatchCmd(e), suiteWaitCmd(e), suiteFetchCmd(e),
 		suiteStateCmd(e, "close", "Take no more tasks; the suite completes when its last task ends"),
 		suiteStateCmd(e, "cancel", "Cancel the suite and its unfinished tasks"),
 		suiteAssignCmd(e))
@@ -277,7 +277,7 @@ func suiteWatchCmd(e *env) *cobra.Command {
 	var every time.Duration
 	cmd := &cobra.Command{
 		Use:   "watch SUITE",
-		Short: "Show a suite's progress live until it completes",
+		Short: "Show a suite's progress live until it completes; fail if a task failed",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := clientFor(cmd, e)
@@ -290,7 +290,7 @@ func suiteWatchCmd(e *env) *cobra.Command {
 				redraw(e.rawOut(), progressLine(s, time.Since(start)))
 				if s.State == api.SuiteComplete || s.State == api.SuiteCancelled {
 					fmt.Fprintln(e.stdout)
-					return nil
+					return suiteOutcome(s)
 				}
 				select {
 				case <-cmd.Context().Done():
@@ -315,29 +315,49 @@ func progressLine(s api.Suite, elapsed time.Duration) string {
 		filled = done * width / total
 	}
 	bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
-	return fmt.Sprintf("%s %s %d/%d  ready %d  running %d  finished %d  failed %d  cancelled %d  %s  %s ",
-		s.Name, bar, done, total, c.Ready, c.Running, c.Finished, c.Failed, c.Cancelled, s.State, elapsed.Round(time.Second))
+	pending := ""
+	if c.Pending > 0 {
+		pending = fmt.Sprintf("pending %d  ", c.Pending)
+	}
+	return fmt.Sprintf("%s %s %d/%d  %sready %d  running %d  finished %d  failed %d  cancelled %d  %s  %s ",
+		s.Name, bar, done, total, pending, c.Ready, c.Running, c.Finished, c.Failed, c.Cancelled, s.State, elapsed.Round(time.Second))
 }
 
 func newTaskCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Submit, inspect and cancel tasks"}
-	cmd.AddCommand(taskSubmitCmd(e), taskLsCmd(e), taskShowCmd(e), taskCancelCmd(e))
+	cmd.AddCommand(taskSubmitCmd(e), taskLsCmd(e), taskShowCmd(e), taskGetCmd(e), taskCancelCmd(e))
 	return cmd
 }
 
 func taskSubmitCmd(e *env) *cobra.Command {
-	var suite, file, workdir string
-	var envs []string
-	var timeout, killGrace time.Duration
-	var priority int
+	var suite, file, workdir, name string
+	var envs, labels, inputs, outputs, after, inputFrom []string
+	var timeout, killGrace, backoff time.Duration
+	var priority, maxAttempts int
+	var finalCodes []int
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "submit --suite SUITE [flags] -- CMD ARGS... | --suite SUITE -f tasks.jsonl",
 		Short: "Submit one task, or many from a file",
 		Long: `Submit one task (the command after --) or many from a file: one JSON task
 per line ({"argv": [...], "env": {...}, "workdir": "...", "timeout": "30s",
-"kill_grace": "10s", "priority": 0}), or a YAML list of such tasks. Files are sent in batches of
-10,000; each batch is stored all or none.`,
+"kill_grace": "10s", "priority": 0, "name": "...", "labels": {...},
+"inputs": [{"path": "src/a.c"}], "outputs": ["*.o"], "after": ["other-task"],
+"input_from": [{"task": "other-task", "path": "a.o"}], "retry": {"max_attempts": 1}}),
+or a YAML list of such tasks. Files are sent in batches of 10,000; each batch
+is stored all or none.
+
+Input files (--input, or "inputs" entries with a path and no digest) are paths
+relative to the current directory, which are also their paths in the task's
+sandbox; each distinct file is uploaded once to the server's blob store.
+A task with files runs in a fresh sandbox directory per attempt; --workdir is
+relative to it. Outputs (--output GLOB) come back with nodemgr task get and
+nodemgr suite fetch.
+
+  nodemgr task submit --suite build --name lapi --input src/lapi.c \
+      --input 'src/*.h' --output src/lapi.o --final-exit-code 1 -- gcc -c src/lapi.c -o src/lapi.o
+  nodemgr task submit --suite build --after lapi --input-from lapi \
+      --output lua -- gcc -o lua src/lapi.o`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if suite == "" {
 				return fmt.Errorf("--suite is required")
@@ -351,13 +371,39 @@ per line ({"argv": [...], "env": {...}, "workdir": "...", "timeout": "30s",
 				if tasks, err = loadTasks(file); err != nil {
 					return err
 				}
+				up := newUploader(clientFor(cmd, e), e)
+				if err := up.fill(cmd.Context(), tasks); err != nil {
+					return err
+				}
+				up.report()
 			case len(args) > 0:
 				env, err := agent.ParseLabels("--env", envs)
 				if err != nil {
 					return err
 				}
-				tasks = []api.TaskSpec{{Argv: args, Env: env, Workdir: workdir, Timeout: api.Duration(timeout),
-					KillGrace: api.Duration(killGrace), Priority: priority}}
+				lbl, err := agent.ParseLabels("--label", labels)
+				if err != nil {
+					return err
+				}
+				t := api.TaskSpec{Argv: args, Env: env, Workdir: workdir, Timeout: api.Duration(timeout),
+					KillGrace: api.Duration(killGrace), Priority: priority, Name: name, Labels: lbl,
+					Outputs: outputs, After: after}
+				for _, f := range inputFrom {
+					in, err := parseInputFrom(f)
+					if err != nil {
+						return err
+					}
+					t.InputFrom = append(t.InputFrom, in)
+				}
+				if maxAttempts != 0 || finalCodes != nil || backoff != 0 {
+					t.Retry = &api.RetryPolicy{MaxAttempts: maxAttempts, FinalExitCodes: finalCodes, Backoff: api.Duration(backoff)}
+				}
+				up := newUploader(clientFor(cmd, e), e)
+				if t.Inputs, err = up.expand(cmd.Context(), inputs); err != nil {
+					return err
+				}
+				up.report()
+				tasks = []api.TaskSpec{t}
 			default:
 				return fmt.Errorf("give the task's command after --, e.g. nodemgr task submit --suite %s -- echo hello", suite)
 			}
@@ -383,6 +429,15 @@ per line ({"argv": [...], "env": {...}, "workdir": "...", "timeout": "30s",
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "stop the task after this long (0: no limit)")
 	cmd.Flags().DurationVar(&killGrace, "kill-grace", 0, "when the task is stopped (timeout, cancel, shutdown), how long its processes have between SIGTERM and SIGKILL (0: 10s, at most 10m)")
 	cmd.Flags().IntVar(&priority, "priority", 0, "higher runs first within the suite")
+	cmd.Flags().StringVar(&name, "name", "", "a name unique in the suite, for --after, --input-from and task ls --name")
+	cmd.Flags().StringSliceVar(&labels, "label", nil, "KEY=VALUE label (repeatable)")
+	cmd.Flags().StringArrayVar(&inputs, "input", nil, "file, directory or glob to stage into the task's sandbox, relative to here (repeatable)")
+	cmd.Flags().StringArrayVar(&outputs, "output", nil, "glob, relative to the sandbox, of files to bring back (repeatable)")
+	cmd.Flags().StringArrayVar(&after, "after", nil, "run after this task (ID or name) finished; cancelled if it fails (repeatable)")
+	cmd.Flags().StringArrayVar(&inputFrom, "input-from", nil, "TASK (all its outputs), TASK:PATH or TASK:PATH=AS as inputs; TASK must be in --after (repeatable)")
+	cmd.Flags().IntVar(&maxAttempts, "max-attempts", 0, "give the task up after this many failed attempts (0: the suite's policy, else the seed's rules)")
+	cmd.Flags().IntSliceVar(&finalCodes, "final-exit-code", nil, "exit codes that retrying cannot fix: fail at once (repeatable)")
+	cmd.Flags().DurationVar(&backoff, "retry-backoff", 0, "pause before the second attempt, doubled after each failure (0: the server's)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the IDs as JSON")
 	return cmd
 }
@@ -446,7 +501,8 @@ func submitInBatches(ctx context.Context, c interface {
 }
 
 func taskLsCmd(e *env) *cobra.Command {
-	var suite, state string
+	var suite, state, name string
+	var labels []string
 	var pf pageFlags
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -455,9 +511,14 @@ func taskLsCmd(e *env) *cobra.Command {
 			if suite == "" {
 				return fmt.Errorf("--suite is required")
 			}
+			lbl, err := agent.ParseLabels("--label", labels)
+			if err != nil {
+				return err
+			}
 			c := clientFor(cmd, e)
+			f := client.TaskFilter{State: state, Name: name, Labels: lbl}
 			tasks, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Task, string, error) {
-				l, err := c.TasksPage(ctx, suite, state, p)
+				l, err := c.TasksFiltered(ctx, suite, f, p)
 				return l.Tasks, l.Next, err
 			})
 			if err != nil {
@@ -467,7 +528,7 @@ func taskLsCmd(e *env) *cobra.Command {
 				return printJSON(e.stdout, api.TaskList{Tasks: tasks, Next: next})
 			}
 			defer pf.moreHint(e, len(tasks), next)
-			t := newTable(e.stdout, "ID", "STATE", "ATTEMPTS", "EXIT", "NODE", "COMMAND")
+			t := newTable(e.stdout, "ID", "NAME", "STATE", "ATTEMPTS", "EXIT", "NODE", "COMMAND")
 			for _, tk := range tasks {
 				exit := "-"
 				if r := tk.Result; r != nil {
@@ -476,13 +537,15 @@ func taskLsCmd(e *env) *cobra.Command {
 						exit = r.Signal
 					}
 				}
-				t.row(tk.ID, tk.State, strconv.Itoa(tk.Attempt), exit, orDash(tk.NodeID), truncate(strings.Join(tk.Argv, " "), 60))
+				t.row(tk.ID, orDash(tk.Name), tk.State, strconv.Itoa(tk.Attempt), exit, orDash(tk.NodeID), truncate(strings.Join(tk.Argv, " "), 60))
 			}
 			return t.flush()
 		},
 	}
 	cmd.Flags().StringVar(&suite, "suite", "", "suite ID or name")
-	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state")
+	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state (Pending, Ready, Running, Finished, Failed, Cancelled)")
+	cmd.Flags().StringVar(&name, "name", "", "only the task of this name")
+	cmd.Flags().StringSliceVar(&labels, "label", nil, "only tasks with this KEY=VALUE label (repeatable)")
 	pf.add(cmd, "all")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -514,12 +577,37 @@ func taskShowCmd(e *env) *cobra.Command {
 func printTask(e *env, tk api.Task) {
 	w := e.stdout
 	fmt.Fprintf(w, "Task      %s (suite %s)\nState     %s after %d attempt(s)\nCommand   %s\n", tk.ID, tk.SuiteID, tk.State, tk.Attempt, strings.Join(tk.Argv, " "))
+	if tk.Name != "" {
+		fmt.Fprintf(w, "Name      %s\n", tk.Name)
+	}
+	if tk.Reason != "" {
+		fmt.Fprintf(w, "Reason    %s\n", tk.Reason)
+	}
+	if len(tk.After) > 0 {
+		fmt.Fprintf(w, "After     %s\n", strings.Join(tk.After, ", "))
+	}
+	if len(tk.Inputs) > 0 {
+		var size int64
+		for _, in := range tk.Inputs {
+			size += in.Size
+		}
+		fmt.Fprintf(w, "Inputs    %d files (%s)\n", len(tk.Inputs), sizeString(size))
+	}
+	if len(tk.Outputs) > 0 {
+		fmt.Fprintf(w, "Outputs   %s\n", strings.Join(tk.Outputs, " "))
+	}
 	if r := tk.Result; r != nil {
 		outcome := fmt.Sprintf("exit %d", r.ExitCode)
 		if r.Signal != "" {
 			outcome = "killed by " + r.Signal
 		}
 		fmt.Fprintf(w, "Result    %s in %s on node %s\n", outcome, time.Duration(r.DurationMS)*time.Millisecond, r.NodeID)
+		for _, o := range r.Outputs {
+			fmt.Fprintf(w, "  output  %s  %s  %s\n", o.Path, sizeString(o.Size), o.Digest)
+		}
+		if len(r.Missing) > 0 {
+			fmt.Fprintf(w, "  missing %s (matched no file)\n", strings.Join(r.Missing, " "))
+		}
 		printTail(w, "stdout", r.Stdout)
 		printTail(w, "stderr", r.Stderr)
 	}
@@ -545,7 +633,7 @@ func printTail(w io.Writer, name, s string) {
 
 func taskCancelCmd(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use: "cancel TASK", Short: "Cancel a Ready or Running task", Args: cobra.ExactArgs(1),
+		Use: "cancel TASK", Short: "Cancel a Pending, Ready or Running task, and the tasks that wait for it", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tk, err := clientFor(cmd, e).CancelTask(cmd.Context(), args[0])
 			if err != nil {

@@ -61,6 +61,10 @@ func (s *Server) coreRoutes() []route {
 		{"GET", "/v1/suites/{suite}/tasks", authUser, s.handleListTasks},
 		{"POST", "/v1/suites/{suite}/tasks", authUser, s.handleSubmitTasks},
 		{"GET", "/v1/tasks/{task}", authUser, s.handleGetTask},
+		{"GET", "/v1/tasks/{task}/outputs/{path...}", authUser, s.handleGetTaskOutput},
+		{"HEAD", "/v1/blobs/{digest}", authSelf, s.handleHeadBlob},
+		{"PUT", "/v1/blobs/{digest}", authSelf, s.handlePutBlob},
+		{"GET", "/v1/blobs/{digest}", authSelf, s.handleGetBlob},
 		{"POST", "/v1/tasks/{task}/cancel", authUser, s.handleCancelTask},
 
 		{"GET", "/v1/templates", authAdmin, s.handleListTemplates},
@@ -181,7 +185,7 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt route) er
 }
 
 func streamsBody(rt route) bool {
-	return rt.Path == "/v1/agent/connect" || rt.Path == "/v1/deployments/{deployment}/files"
+	return rt.Path == "/v1/agent/connect" || rt.Path == "/v1/deployments/{deployment}/files" || rt.Path == "/v1/blobs/{digest}"
 }
 
 // statusWriter remembers the status code for metrics. It passes Hijack

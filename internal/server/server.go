@@ -15,6 +15,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/atomicfile"
 	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/blob"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/store"
@@ -74,9 +75,24 @@ type Config struct {
 	TLSCert, TLSKey string
 	TLSAuto         bool
 	TLSSANs         []string
+
+	// Blobs stores task input and output files; nil: a directory blobs
+	// in DataDir. An S3-compatible store lets several replicas share them.
+	Blobs blob.Store
+	// BlobMaxSize caps one task file; 0: 1 GiB.
+	BlobMaxSize int64
+	// BlobRetention is how long a task file no task refers to is kept;
+	// 0: 24h.
+	BlobRetention time.Duration
 }
 
 func (c *Config) setDefaults() {
+	if c.BlobMaxSize == 0 {
+		c.BlobMaxSize = defaultBlobMaxSize
+	}
+	if c.BlobRetention == 0 {
+		c.BlobRetention = defaultBlobRetention
+	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:7070"
 	}
@@ -193,6 +209,7 @@ type Server struct {
 
 	// submitBudget caps the bytes of task batches received at once.
 	submitBudget *byteBudget
+	blobs        blob.Store
 	// guard bounds unauthenticated connections; nil until Serve.
 	guard *connGuard
 }
@@ -213,6 +230,9 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("server TLS: %w", err)
 	}
 	s.submitBudget = newByteBudget(cfg.MaxSubmitInFlight)
+	if s.blobs, err = openBlobs(cfg); err != nil {
+		return nil, fmt.Errorf("server config: %w", err)
+	}
 	s.metrics = newMetrics(s)
 	s.hub = newHub(s)
 	if err := s.newOrchestrator(); err != nil {
@@ -282,6 +302,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	go func() { defer wg.Done(); s.hub.flushLoop(ctx) }()
 	go func() { defer wg.Done(); s.livenessLoop(ctx) }()
 	go func() { defer wg.Done(); s.suiteLoop(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.blobLoop(ctx) }()
 	go func() { defer wg.Done(); s.driftLoop(ctx) }()
 
 	errc := make(chan error, 1)

@@ -358,6 +358,9 @@ type Tasks interface {
 	// node and that are Ready still back to Running on it, at the attempt
 	// it was running: its agent came back holding them.
 	ReattachTasks(ctx context.Context, nodeID string, ids []string) (int, error)
+	// BlobsInUse lists the digests of the files that tasks name as inputs
+	// or hold as outputs, for the blob store's collection.
+	BlobsInUse(ctx context.Context) (map[string]bool, error)
 	// CancelTask moves a Pending, Ready or Running task to Cancelled, with
 	// its dependents, and returns it as it was before (so the caller knows
 	// which node to tell).

@@ -1,0 +1,127 @@
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// TaskFilter narrows TasksPage beyond the state.
+type TaskFilter struct {
+	State  string
+	Name   string            // the task of this name
+	Labels map[string]string // tasks carrying all these labels
+}
+
+// TasksFiltered lists a page of a suite's tasks that match f.
+func (c *Client) TasksFiltered(ctx context.Context, suite string, f TaskFilter, p Page) (api.TaskList, error) {
+	q := url.Values{}
+	if f.State != "" {
+		q.Set("state", f.State)
+	}
+	if f.Name != "" {
+		q.Set("name", f.Name)
+	}
+	for k, v := range f.Labels {
+		q.Add("label", k+"="+v)
+	}
+	var l api.TaskList
+	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/suites/"+url.PathEscape(suite)+"/tasks", p.values(q)), nil, &l)
+}
+
+// HashFile is the digest ("sha256:<hex>") and size of a local file.
+func HashFile(path string) (digest string, size int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// HasBlob says whether the server's blob store holds the digest.
+func (c *Client) HasBlob(ctx context.Context, digest string) (bool, error) {
+	req, err := c.request(ctx, http.MethodHead, "/v1/blobs/"+url.PathEscape(digest), "", nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return false, c.unreachable(req.Method, req.URL.RequestURI(), err)
+	}
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return true, nil
+	case resp.StatusCode == http.StatusNotFound:
+		return false, nil
+	}
+	return false, answerError(req.Method, req.URL.RequestURI(), resp)
+}
+
+// UploadFile puts a local file into the server's blob store, unless it is
+// there already, and returns it as a task input at rel (a slash path in
+// the task's sandbox). uploaded says whether its bytes were sent.
+func (c *Client) UploadFile(ctx context.Context, path, rel string) (in api.TaskFile, uploaded bool, err error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return api.TaskFile{}, false, err
+	}
+	if !st.Mode().IsRegular() {
+		return api.TaskFile{}, false, fmt.Errorf("input %s is not a regular file", path)
+	}
+	digest, size, err := HashFile(path)
+	if err != nil {
+		return api.TaskFile{}, false, err
+	}
+	in = api.TaskFile{Path: rel, Digest: digest, Size: size, Mode: uint32(st.Mode().Perm())}
+	if ok, err := c.HasBlob(ctx, digest); err != nil || ok {
+		return in, false, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return api.TaskFile{}, false, err
+	}
+	defer f.Close()
+	req, err := c.request(ctx, http.MethodPut, "/v1/blobs/"+url.PathEscape(digest), "application/octet-stream", f)
+	if err != nil {
+		return api.TaskFile{}, false, err
+	}
+	req.ContentLength = size
+	resp, err := c.streamDo(req)
+	if err != nil {
+		return api.TaskFile{}, false, fmt.Errorf("upload %s: %w", path, err)
+	}
+	resp.Body.Close()
+	return in, true, nil
+}
+
+// TaskOutput opens one output file of a task's result.
+func (c *Client) TaskOutput(ctx context.Context, task, path string) (io.ReadCloser, int64, error) {
+	parts := strings.Split(path, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	req, err := c.request(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(task)+"/outputs/"+strings.Join(parts, "/"), "", nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := c.streamDo(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.Body, resp.ContentLength, nil
+}

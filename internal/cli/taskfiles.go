@@ -1,0 +1,403 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
+)
+
+// uploader sends a submit's input files to the server's blob store, each
+// distinct file once, and remembers what it sent.
+type uploader struct {
+	c     *client.Client
+	e     *env
+	done  map[string]api.TaskFile // local path → input
+	sent  int
+	had   int
+	bytes int64
+}
+
+func newUploader(c *client.Client, e *env) *uploader {
+	return &uploader{c: c, e: e, done: map[string]api.TaskFile{}}
+}
+
+// expand turns --input arguments (paths or globs relative to the current
+// directory; a directory stands for the files below it) into inputs.
+func (u *uploader) expand(ctx context.Context, patterns []string) ([]api.TaskFile, error) {
+	var out []api.TaskFile
+	seen := map[string]bool{}
+	for _, p := range patterns {
+		if err := localRelative("--input", p); err != nil {
+			return nil, err
+		}
+		matches, err := filepath.Glob(p)
+		if err != nil {
+			return nil, fmt.Errorf("--input %q: %w", p, err)
+		}
+		if len(matches) == 0 {
+			return nil, fmt.Errorf("--input %q matches no file here (%s); paths are relative to the current directory", p, mustGetwd())
+		}
+		for _, m := range matches {
+			err := filepath.WalkDir(m, func(f string, d os.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
+				}
+				rel := filepath.ToSlash(filepath.Clean(f))
+				if seen[rel] {
+					return nil
+				}
+				seen[rel] = true
+				in, err := u.file(ctx, rel)
+				out = append(out, in)
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// fill uploads the inputs of tasks read from a file that name a local
+// path without a digest.
+func (u *uploader) fill(ctx context.Context, tasks []api.TaskSpec) error {
+	for i := range tasks {
+		for j, in := range tasks[i].Inputs {
+			if in.Digest != "" {
+				continue
+			}
+			field := fmt.Sprintf("task %d: inputs[%d]", i+1, j)
+			if err := localRelative(field, in.Path); err != nil {
+				return err
+			}
+			got, err := u.file(ctx, in.Path)
+			if err != nil {
+				return fmt.Errorf("%s: %w", field, err)
+			}
+			if in.Mode != 0 {
+				got.Mode = in.Mode
+			}
+			tasks[i].Inputs[j] = got
+		}
+	}
+	return nil
+}
+
+// file uploads one local file (a slash path relative to the current
+// directory) unless this submit or the server has it already.
+func (u *uploader) file(ctx context.Context, rel string) (api.TaskFile, error) {
+	if in, ok := u.done[rel]; ok {
+		return in, nil
+	}
+	in, sent, err := u.c.UploadFile(ctx, filepath.FromSlash(rel), rel)
+	if err != nil {
+		return api.TaskFile{}, err
+	}
+	if sent {
+		u.sent++
+		u.bytes += in.Size
+	} else {
+		u.had++
+	}
+	u.done[rel] = in
+	if n := u.sent + u.had; n%50 == 0 {
+		redraw(u.e.rawErr(), fmt.Sprintf("input files: %d checked, %d uploaded (%s)", n, u.sent, sizeString(u.bytes)))
+	}
+	return in, nil
+}
+
+// report says what went up, when anything was looked at.
+func (u *uploader) report() {
+	if n := u.sent + u.had; n > 0 {
+		redraw(u.e.rawErr(), fmt.Sprintf("input files: %d uploaded (%s), %d already on the server", u.sent, sizeString(u.bytes), u.had))
+		fmt.Fprintln(u.e.stderr)
+	}
+}
+
+// localRelative refuses input paths that leave the current directory:
+// they are also the files' paths in the task's sandbox.
+func localRelative(field, p string) error {
+	clean := path.Clean(filepath.ToSlash(p))
+	if filepath.IsAbs(p) || clean == ".." || strings.HasPrefix(clean, "../") {
+		return fmt.Errorf("%s %q: give a path relative to the current directory and inside it (it is the file's path in the task's sandbox too); cd to the project's root first", field, p)
+	}
+	return nil
+}
+
+func mustGetwd() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "?"
+	}
+	return wd
+}
+
+// parseInputFrom reads TASK[:PATH[=AS]].
+func parseInputFrom(s string) (api.InputFrom, error) {
+	task, rest, _ := strings.Cut(s, ":")
+	if task == "" {
+		return api.InputFrom{}, fmt.Errorf("--input-from %q: give TASK, TASK:PATH or TASK:PATH=AS", s)
+	}
+	p, as, _ := strings.Cut(rest, "=")
+	return api.InputFrom{Task: task, Path: p, As: as}, nil
+}
+
+// sizeString prints a byte count for people.
+func sizeString(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// fetcher downloads task outputs into a directory, with progress.
+type fetcher struct {
+	c     *client.Client
+	e     *env
+	dest  string
+	files int
+	bytes int64
+	total int64
+	where map[string]string // path → digest written there
+	start time.Time
+}
+
+func newFetcher(c *client.Client, e *env, dest string, total int64) *fetcher {
+	return &fetcher{c: c, e: e, dest: dest, total: total, where: map[string]string{}, start: time.Now()}
+}
+
+// task downloads the outputs of one task's result.
+func (f *fetcher) task(ctx context.Context, tk api.Task) error {
+	if tk.Result == nil {
+		return nil
+	}
+	for _, out := range tk.Result.Outputs {
+		if d, ok := f.where[out.Path]; ok {
+			if d != out.Digest {
+				fmt.Fprintf(f.e.stderr, "warning: %s comes from several tasks with different content; task %s's copy wins\n", out.Path, tk.ID)
+			} else {
+				continue
+			}
+		}
+		if err := f.file(ctx, tk.ID, out); err != nil {
+			return fmt.Errorf("task %s output %s: %w", tk.ID, out.Path, err)
+		}
+		f.where[out.Path] = out.Digest
+	}
+	return nil
+}
+
+func (f *fetcher) file(ctx context.Context, task string, out api.TaskFile) error {
+	if err := localRelative("output", out.Path); err != nil {
+		return err
+	}
+	dst := filepath.Join(f.dest, filepath.FromSlash(out.Path))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	rc, _, err := f.c.TaskOutput(ctx, task, out.Path)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	mode := os.FileMode(out.Mode)
+	if mode == 0 {
+		mode = 0o644
+	}
+	tmp := dst + ".nodemgr-part"
+	w, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(w, &progressReader{r: rc, f: f})
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n != out.Size {
+		err = fmt.Errorf("got %d bytes, want %d", n, out.Size)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	f.files++
+	return os.Rename(tmp, dst)
+}
+
+// progressReader counts bytes and redraws the progress line now and then.
+type progressReader struct {
+	r    io.Reader
+	f    *fetcher
+	last time.Time
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.f.bytes += int64(n)
+	if time.Since(p.last) > 200*time.Millisecond && p.f.total > 1<<20 {
+		p.last = time.Now()
+		redraw(p.f.e.rawErr(), fmt.Sprintf("fetched %s of %s", sizeString(p.f.bytes), sizeString(p.f.total)))
+	}
+	return n, err
+}
+
+func (f *fetcher) done() {
+	if f.total > 1<<20 {
+		fmt.Fprintln(f.e.stderr)
+	}
+	fmt.Fprintf(f.e.stdout, "fetched %d files (%s) into %s in %s\n", f.files, sizeString(f.bytes), f.dest, time.Since(f.start).Round(time.Millisecond))
+}
+
+func outputsSize(tasks ...api.Task) int64 {
+	var n int64
+	for _, tk := range tasks {
+		if tk.Result != nil {
+			for _, o := range tk.Result.Outputs {
+				n += o.Size
+			}
+		}
+	}
+	return n
+}
+
+func taskGetCmd(e *env) *cobra.Command {
+	var dest string
+	cmd := &cobra.Command{
+		Use:   "get TASK [--dest DIR]",
+		Short: "Download a task's output files",
+		Long: `Download the output files of a task's result into DIR (default: the current
+directory), at their paths relative to the task's sandbox.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := clientFor(cmd, e)
+			tk, err := c.Task(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if tk.Result == nil || len(tk.Result.Outputs) == 0 {
+				return fmt.Errorf("task %s has no output files (it is %s); a task lists its outputs with --output GLOB at submit", tk.ID, tk.State)
+			}
+			f := newFetcher(c, e, dest, outputsSize(tk))
+			if err := f.task(cmd.Context(), tk); err != nil {
+				return err
+			}
+			f.done()
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dest, "dest", ".", "directory to write the files into")
+	return cmd
+}
+
+func suiteFetchCmd(e *env) *cobra.Command {
+	var dest string
+	cmd := &cobra.Command{
+		Use:   "fetch SUITE [--dest DIR]",
+		Short: "Download the output files of a suite's finished tasks",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := clientFor(cmd, e)
+			var tasks []api.Task
+			for p := (client.Page{Limit: 1000}); ; {
+				l, err := c.TasksFiltered(cmd.Context(), args[0], client.TaskFilter{State: api.TaskFinished}, p)
+				if err != nil {
+					return err
+				}
+				tasks = append(tasks, l.Tasks...)
+				if l.Next == "" {
+					break
+				}
+				p.After = l.Next
+			}
+			sort.SliceStable(tasks, func(i, j int) bool { return tasks[i].CreatedAt.Before(tasks[j].CreatedAt) })
+			f := newFetcher(c, e, dest, outputsSize(tasks...))
+			for _, tk := range tasks {
+				if err := f.task(cmd.Context(), tk); err != nil {
+					return err
+				}
+			}
+			f.done()
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dest, "dest", ".", "directory to write the files into")
+	return cmd
+}
+
+// suiteOutcome is nil when no task of the suite failed or was cancelled
+// and the suite was not cancelled; otherwise an error that says what to
+// look at, so that scripts can run `nodemgr suite wait S && next-step`.
+func suiteOutcome(s api.Suite) error {
+	c := s.Counts
+	switch {
+	case s.State == api.SuiteCancelled:
+		return fmt.Errorf("suite %s was cancelled (%d finished, %d failed, %d cancelled)", s.Name, c.Finished, c.Failed, c.Cancelled)
+	case c.Failed > 0 || c.Cancelled > 0:
+		return fmt.Errorf("suite %s: %d task(s) failed, %d cancelled, %d finished; see nodemgr task ls --suite %s --state Failed",
+			s.Name, c.Failed, c.Cancelled, c.Finished, s.Name)
+	}
+	return nil
+}
+
+// settled says whether every task submitted so far has ended.
+func settled(s api.Suite) bool {
+	c := s.Counts
+	return s.State == api.SuiteComplete || s.State == api.SuiteCancelled || c.Pending+c.Ready+c.Running == 0 && c.Total() > 0
+}
+
+func suiteWaitCmd(e *env) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait SUITE",
+		Short: "Wait until every task submitted to a suite has ended; fail if any failed",
+		Long: `Wait until every task submitted to the suite so far has ended (the suite may
+stay Open for more), or the suite ends. Exits non-zero when a task failed or
+was cancelled, or the suite was cancelled, so that
+	nodemgr suite wait build && ./deploy
+is safe in scripts.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			c := clientFor(cmd, e)
+			for wait := 20 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+				s, err := c.Suite(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if settled(s) {
+					return suiteOutcome(s)
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("suite %s: still %d pending, %d ready, %d running after %v", s.Name,
+						s.Counts.Pending, s.Counts.Ready, s.Counts.Running, timeout)
+				case <-time.After(wait):
+				}
+			}
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait as long as it takes)")
+	return cmd
+}
