@@ -20,8 +20,11 @@ const fetchDrainWait = 10 * time.Second
 
 // fetchLoop keeps the buffer filled from the source: with Prefetch n, it
 // tops the buffer up to n whenever it falls to n/2; with Prefetch 0 it
-// fetches one task for each worker waiting (in one call when several wait). A fetch that finds nothing is
-// retried after a wait that doubles from 50ms to 2s, or at once on Wake.
+// fetches one task for each worker waiting (in one call when several wait).
+// A fetch that finds nothing is retried after a wait that doubles from 50ms
+// to 2s, or at once on Wake, or when a worker has gone idle since with
+// nothing buffered: the server may have held the fetch to this node's fair
+// share of the suite, and never holds back the tasks an idle worker needs.
 func (p *Pool) fetchLoop(ctx context.Context) {
 	defer p.bgWG.Done()
 	wait := fetchMinWait
@@ -51,6 +54,7 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 			p.dispatchLocked() // waiting workers get Done
 			p.signal(p.kick)
 		}
+		idle := len(p.waiting)
 		p.mu.Unlock()
 		switch {
 		case done:
@@ -65,20 +69,42 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 			continue
 		}
 
-		t := time.NewTimer(wait)
+		woken, ok := p.backOff(ctx, wait, idle)
+		switch {
+		case !ok:
+			return
+		case woken:
+			wait = fetchMinWait
+		default:
+			wait = min(2*wait, fetchMaxWait)
+		}
+	}
+}
+
+// backOff waits d after a fetch that found nothing, less if woken or if
+// more workers wait than the idle that did when it came back. ok is false
+// if the pool stops.
+func (p *Pool) backOff(ctx context.Context, d time.Duration, idle int) (woken, ok bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
 		select {
 		case <-t.C:
-			wait = min(2*wait, fetchMaxWait)
+			return false, true
 		case <-p.wake:
-			wait = fetchMinWait
+			return true, true
+		case <-p.starved:
+			p.mu.Lock()
+			more := len(p.waiting) > idle
+			p.mu.Unlock()
+			if more {
+				return true, true
+			}
 		case <-p.stopCh:
-			t.Stop()
-			return
+			return false, false
 		case <-ctx.Done():
-			t.Stop()
-			return
+			return false, false
 		}
-		t.Stop()
 	}
 }
 
@@ -124,5 +150,8 @@ func (p *Pool) addLocked(tasks []api.Task) {
 func (p *Pool) needFetchLocked() {
 	if p.wantLocked() > 0 {
 		p.signal(p.need)
+		if len(p.waiting) > 0 && len(p.buf) == 0 {
+			p.signal(p.starved)
+		}
 	}
 }

@@ -120,6 +120,7 @@ type Pool struct {
 
 	wake    chan struct{} // Wake: fetch now
 	need    chan struct{} // the fetcher may have work
+	starved chan struct{} // a worker waits and nothing is buffered
 	kick    chan struct{} // Run re-checks whether it is done
 	outKick chan struct{} // the delivery goroutine has work
 	stopCh  chan struct{} // closed when stopping begins
@@ -205,7 +206,7 @@ func New(cfg Config, src Source) (*Pool, error) {
 	}
 	p := &Pool{
 		cfg: cfg, src: src, log: log, sock: sock,
-		wake: make(chan struct{}, 1), need: make(chan struct{}, 1), kick: make(chan struct{}, 1),
+		wake: make(chan struct{}, 1), need: make(chan struct{}, 1), starved: make(chan struct{}, 1), kick: make(chan struct{}, 1),
 		outKick: make(chan struct{}, 1), stopCh: make(chan struct{}),
 		held: map[string]*slot{}, conns: map[*workerproto.Conn]bool{},
 		connectTimeout: connectTimeout,
@@ -438,6 +439,33 @@ func (p *Pool) Cancel(taskID string, attempt int) bool {
 		}
 	}
 	return false
+}
+
+// Release gives back up to n buffered tasks that no worker has started,
+// the last fetched first (those the pool would have run last), through the
+// source's Return; it returns how many. The server asks for this when
+// another node of the suite has nothing to run while this one holds more
+// than its share.
+func (p *Pool) Release(n int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.stop != stopNone || n <= 0 {
+		return 0
+	}
+	n = min(n, len(p.buf))
+	if n == 0 {
+		return 0
+	}
+	keep := len(p.buf) - n
+	ids := make([]string, n)
+	for i, t := range p.buf[keep:] {
+		ids[i] = t.ID
+	}
+	clear(p.buf[keep:])
+	p.buf = p.buf[:keep]
+	// No fetch now: the server would cap it at the share this pool holds.
+	p.returnLocked(ids)
+	return n
 }
 
 // Wake makes the pool ask its source for tasks now, cutting short the wait

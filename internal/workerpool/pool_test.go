@@ -711,3 +711,73 @@ func TestGracefulStopReturnsAFetchOnItsWay(t *testing.T) {
 		t.Errorf("returned %v, want the fetch's tasks %v", rec.Returned, want)
 	}
 }
+
+// Release gives back buffered tasks, the last fetched first, never one a
+// worker runs; every fetched task ends reported or returned, once.
+func TestRelease(t *testing.T) {
+	src := newSource(tasks("t", 20, "sleep", "30s")...)
+	src.SetOpen(true)
+	p := start(t, config(t, "worker", 1, 32), src)
+	waitFor(t, 20*time.Second, "one task running and 19 buffered", func() bool {
+		st := p.Stats()
+		return st.Busy == 1 && st.Buffered == 19
+	})
+	if got := p.Release(5); got != 5 {
+		t.Errorf("Release(5) = %d, want 5", got)
+	}
+	if got := p.Stats().Buffered; got != 14 {
+		t.Errorf("Buffered after Release(5) = %d, want 14", got)
+	}
+	waitFor(t, 10*time.Second, "the released tasks to go back", func() bool { return len(src.Record().Returned) == 5 })
+	if got, want := src.Record().Returned, []string{"t-015", "t-016", "t-017", "t-018", "t-019"}; !slices.Equal(got, want) {
+		t.Errorf("returned %v, want the last fetched %v", got, want)
+	}
+	if got := p.Release(100); got != 14 {
+		t.Errorf("Release(100) = %d, want the 14 buffered: the running task stays", got)
+	}
+	if got := p.Release(1); got != 0 {
+		t.Errorf("Release(1) of an empty buffer = %d, want 0", got)
+	}
+	if st := p.Stats(); st.Busy != 1 || st.Buffered != 0 {
+		t.Errorf("after releasing everything: %d busy, %d buffered; want 1 and 0", st.Busy, st.Buffered)
+	}
+	p.Stop(false)
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if got := p.Release(1); got != 0 {
+		t.Errorf("Release after Run = %d, want 0", got)
+	}
+	rec := src.Record()
+	ended := slices.Clone(rec.Returned)
+	for _, r := range rec.Reports {
+		ended = append(ended, r.TaskID)
+	}
+	slices.Sort(ended)
+	if fetched := slices.Sorted(slices.Values(rec.Fetched)); !slices.Equal(ended, fetched) {
+		t.Errorf("reported+returned = %v, want each fetched task once: %v", ended, fetched)
+	}
+}
+
+// A fetch that found nothing backs off, but a worker that goes idle since
+// fetches again at once: the server may have held the fetch to the node's
+// fair share, and it never holds back what an idle worker needs.
+func TestIdleWorkerCutsTheBackoff(t *testing.T) {
+	src := newSource(task("long", "sleep", "30s"))
+	src.SetOpen(true)
+	p := start(t, config(t, "worker", 1, 4), src)
+	waitFor(t, 20*time.Second, "the task to run and the empty fetches to back off", func() bool {
+		// Both fetchers have fetched 6 times or more: each waits 1.6s or 2s.
+		return p.Stats().Busy == 1 && len(src.Record().Maxes) >= 13
+	})
+	src.Add(task("next", "ok"))
+	begin := time.Now()
+	p.Cancel("long", 0) // its worker goes idle; nobody calls Wake
+	waitFor(t, 20*time.Second, "the next task to be reported", func() bool {
+		_, ok := src.ReportFor("next")
+		return ok
+	})
+	if d := time.Since(begin); d > time.Second {
+		t.Errorf("the idle worker got its task %v after it went idle, want well under the backoff of 1.6s or more", d)
+	}
+}
