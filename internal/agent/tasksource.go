@@ -16,20 +16,24 @@ import (
 // workers ran 2.8% faster and the agent's p99 fetch fell from 2.7 to 1.9 ms.
 const maxReportBatch = 128
 
-// reportLinger is how long the first report of a batch waits for company.
-// Each tasks.report costs the server a request and a store transaction
-// whatever its size, so waiting longer buys fewer, larger batches; 10 ms
-// against 2 ms cut the server's CPU per task by a tenth (in-process) to a
-// third (command workers) in nodemgr bench dispatch, while a result still
-// reaches the store within milliseconds.
+// reportLinger is how long the first report of a batch waits for company
+// under load. Each tasks.report costs the server a request and a store
+// transaction whatever its size, so waiting longer buys fewer, larger
+// batches; 10 ms against 2 ms cut the server's CPU per task by a tenth
+// (in-process) to a third (command workers) in nodemgr bench dispatch.
+// Lingering only pays when company comes, though: a report that follows
+// the previous one by reportLinger or more, or that leaves the pool with
+// no other task (nothing buffered or running), leaves at once, so a lone
+// task, the last of a suite, or a dependency that a chain waits on is
+// stored without the wait (bench latency).
 const reportLinger = 10 * time.Millisecond
 
 // taskSource connects a worker pool to the server: it claims tasks with
-// tasks.fetch and sends reports in batches. A batch leaves once its first
-// report has waited reportLinger (or it is full), also while a previous
-// call was in flight, so batches grow with the load while a quiet suite
-// still reports within milliseconds. Reports wait out a lost connection;
-// none is dropped while the agent lives.
+// tasks.fetch and sends reports in batches. Under load a batch leaves once
+// its first report has waited reportLinger (or it is full), also while a
+// previous call was in flight, so batches grow with the load; a quiet pool
+// reports at once. Reports wait out a lost connection; none is dropped
+// while the agent lives.
 type taskSource struct {
 	call    func(ctx context.Context, method string, req, resp any) error
 	stopped <-chan struct{} // the agent stops: give up retrying
@@ -40,9 +44,15 @@ type taskSource struct {
 	yield   string // why the server sent this node away from the suite
 	pending []api.TaskReport
 	since   time.Time // when the oldest pending report was queued, or before
-	kick    chan struct{}
-	closing chan struct{}
-	done    chan struct{}
+	// urgent: the pending reports should leave without lingering.
+	urgent bool
+	// held counts the tasks fetched and neither reported nor returned:
+	// buffered or running in the pool.
+	held       int
+	lastReport time.Time // when the previous report was queued
+	kick       chan struct{}
+	closing    chan struct{}
+	done       chan struct{}
 }
 
 func newTaskSource(a *Agent, suiteID string) *taskSource {
@@ -72,6 +82,11 @@ func (s *taskSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, erro
 		s.log.Info("leaving the suite when the tasks at hand are done", "why", resp.Yield)
 		return nil, true, nil
 	}
+	if len(resp.Tasks) > 0 {
+		s.mu.Lock()
+		s.held += len(resp.Tasks)
+		s.mu.Unlock()
+	}
 	return resp.Tasks, resp.Done && len(resp.Tasks) == 0, nil
 }
 
@@ -84,14 +99,24 @@ func (s *taskSource) yielded() string {
 
 // Report queues one attempt's result.
 func (s *taskSource) Report(r api.TaskReport) {
+	now := time.Now()
 	s.mu.Lock()
+	s.held = max(0, s.held-1)
 	if len(s.pending) == 0 {
-		s.since = time.Now()
+		s.since = now
+		// The first report in a while: the pool is quiet, so company is
+		// not likely to come within the linger.
+		s.urgent = now.Sub(s.lastReport) >= reportLinger
+	}
+	s.lastReport = now
+	if s.held == 0 {
+		s.urgent = true // nothing else runs: no company will come
 	}
 	s.pending = append(s.pending, r)
-	// The flusher waits for a first report, or for a full batch while it
-	// lingers; waking it for the others would only cost a switch each.
-	wake := len(s.pending) == 1 || len(s.pending) >= maxReportBatch
+	// The flusher waits for a first report, or for a full or urgent batch
+	// while it lingers; waking it for the others would only cost a switch
+	// each.
+	wake := len(s.pending) == 1 || len(s.pending) >= maxReportBatch || s.urgent
 	s.mu.Unlock()
 	if wake {
 		select {
@@ -117,6 +142,9 @@ func (s *taskSource) Return(ids []string) {
 	if len(ids) == 0 {
 		return
 	}
+	s.mu.Lock()
+	s.held = max(0, s.held-len(ids))
+	s.mu.Unlock()
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := s.call(ctx, api.MethodTasksReturn, api.TasksReturn{TaskIDs: ids}, nil)
@@ -139,6 +167,7 @@ func (s *taskSource) flushLoop() {
 		s.mu.Lock()
 		n := min(len(s.pending), maxReportBatch)
 		age := time.Since(s.since)
+		urgent := s.urgent
 		s.mu.Unlock()
 		if n == 0 {
 			select {
@@ -150,7 +179,7 @@ func (s *taskSource) flushLoop() {
 		}
 		// Linger so a busy pool's reports share one call (one store
 		// transaction) instead of trickling in small batches.
-		if n < maxReportBatch && age < reportLinger && s.linger(reportLinger-age) {
+		if n < maxReportBatch && age < reportLinger && !urgent && s.linger(reportLinger-age) {
 			continue
 		}
 		s.mu.Lock()
@@ -174,8 +203,10 @@ func (s *taskSource) flushLoop() {
 		wait = 50 * time.Millisecond
 		s.mu.Lock()
 		s.pending = s.pending[n:]
-		// Those left came in during the call: none waited longer.
+		// Those left came in during the call: none waited longer, and
+		// they came under load, so they linger unless nothing else runs.
 		s.since = sent
+		s.urgent = len(s.pending) > 0 && s.held == 0
 		s.mu.Unlock()
 	}
 }
@@ -191,7 +222,7 @@ func (s *taskSource) close(ctx context.Context) {
 	}
 }
 
-// linger waits up to d, or less if a full batch is queued; it returns
+// linger waits up to d, or less if a full or urgent batch is queued; it returns
 // false at once if the source is closing, so that the last reports leave
 // without delay.
 func (s *taskSource) linger(d time.Duration) bool {
@@ -199,9 +230,9 @@ func (s *taskSource) linger(d time.Duration) bool {
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
-		full := len(s.pending) >= maxReportBatch
+		enough := len(s.pending) >= maxReportBatch || s.urgent
 		s.mu.Unlock()
-		if full {
+		if enough {
 			return true
 		}
 		select {
@@ -212,4 +243,20 @@ func (s *taskSource) linger(d time.Duration) bool {
 		case <-s.kick:
 		}
 	}
+}
+
+// giveBack answers the server's tasks.giveback: the pool running the suite
+// returns up to count of its buffered, unstarted tasks, for another node of
+// the suite that has run out. The tasks go back through tasks.return.
+func (r *runner) giveBack(req api.TasksGiveback) api.TasksGivenBack {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.run == nil || r.run.pool == nil || r.run.suite.ID != req.SuiteID {
+		return api.TasksGivenBack{}
+	}
+	n := r.run.pool.Release(req.Count)
+	if n > 0 {
+		r.a.log.Debug("giving unstarted tasks back for other nodes", "suite", req.SuiteID, "asked", req.Count, "returned", n)
+	}
+	return api.TasksGivenBack{Returned: n}
 }

@@ -26,7 +26,15 @@ type reportSink struct {
 	delay     time.Duration // each call takes this long
 }
 
-func (k *reportSink) call(_ context.Context, method string, req, _ any) error {
+func (k *reportSink) call(_ context.Context, method string, req, resp any) error {
+	if method == api.MethodTasksFetch {
+		// As many tasks as asked for: t0, t1, ...
+		out := resp.(*api.TasksFetched)
+		for i := range req.(api.TasksFetch).Max {
+			out.Tasks = append(out.Tasks, api.Task{ID: fmt.Sprint("t", i)})
+		}
+		return nil
+	}
 	if method != api.MethodTasksReport {
 		return fmt.Errorf("unexpected %s", method)
 	}
@@ -96,13 +104,22 @@ func checkDelivered(t *testing.T, k *reportSink, n int) int {
 	return calls
 }
 
-// Reports that trickle in share calls: a batch leaves when its first
-// report has waited reportLinger, not as soon as the previous call is
-// back.
+// fetch makes the source hand out n tasks, as the pool's fetches do.
+func fetch(t *testing.T, s *taskSource, n int) {
+	t.Helper()
+	if tasks, _, err := s.Fetch(t.Context(), n); err != nil || len(tasks) != n {
+		t.Fatalf("Fetch(%d) = %d tasks, %v", n, len(tasks), err)
+	}
+}
+
+// Reports that trickle in from a busy pool share calls: a batch leaves
+// when its first report has waited reportLinger, not as soon as the
+// previous call is back.
 func TestReportsTrickleIntoBatches(t *testing.T) {
 	k := &reportSink{delay: 3 * time.Millisecond}
 	s := newTestSource(t, k)
 	const n = 60
+	fetch(t, s, n+1) // one more runs on: the pool is never empty
 	start := time.Now()
 	for i := range n {
 		s.Report(api.TaskReport{TaskID: fmt.Sprint("t", i)})
@@ -156,4 +173,65 @@ func TestReportsRetried(t *testing.T) {
 	if k.failed != 2 {
 		t.Errorf("%d calls failed, want 2", k.failed)
 	}
+}
+
+// A report lingers for company only when company is likely: others came
+// just before it and the pool still holds tasks. Otherwise it leaves at
+// once (the flusher is not running here, so the flag stays to be seen).
+func TestReportUrgency(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name       string
+		held       int
+		lastReport time.Time
+		pending    int
+		urgent     bool
+	}{
+		{"a lone task on an idle pool", 1, time.Time{}, 0, true},
+		{"the first report in a while", 5, now.Add(-time.Second), 0, true},
+		{"a report among many", 5, now, 0, false},
+		{"the last task the pool held", 1, now, 0, true},
+		{"the last task, others queued", 1, now, 3, true},
+		{"more queued while busy", 5, now, 3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &taskSource{kick: make(chan struct{}, 1), held: tc.held, lastReport: tc.lastReport}
+			for range tc.pending {
+				s.pending = append(s.pending, api.TaskReport{})
+			}
+			s.since = now
+			s.Report(api.TaskReport{TaskID: "t"})
+			if s.urgent != tc.urgent {
+				t.Errorf("urgent = %v, want %v (held %d before, last report %v ago)", s.urgent, tc.urgent, tc.held, time.Since(tc.lastReport))
+			}
+		})
+	}
+}
+
+// BenchmarkLoneReport times one report of an otherwise idle pool from
+// Report to the server's call: it should not wait out reportLinger.
+func BenchmarkLoneReport(b *testing.B) {
+	arrived := make(chan struct{}, 1)
+	call := func(_ context.Context, method string, req, resp any) error {
+		if method == api.MethodTasksFetch {
+			resp.(*api.TasksFetched).Tasks = []api.Task{{ID: "t"}}
+			return nil
+		}
+		arrived <- struct{}{}
+		return nil
+	}
+	stopped := make(chan struct{})
+	defer close(stopped)
+	s := startTaskSource(call, stopped, slog.New(slog.DiscardHandler), "suite-1")
+	defer s.close(context.Background())
+	var total time.Duration
+	for b.Loop() {
+		s.Fetch(context.Background(), 1)
+		time.Sleep(reportLinger) // idle between tasks
+		start := time.Now()
+		s.Report(api.TaskReport{TaskID: "t"})
+		<-arrived
+		total += time.Since(start)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs/report")
 }
