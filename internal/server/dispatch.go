@@ -1,9 +1,11 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -31,6 +33,7 @@ type dispatcher struct {
 	mu         sync.Mutex
 	prepFailed map[[2]string]time.Time // (suite, node) → when
 	fetches    fetchWatch
+	shares     shares
 }
 
 func (d *dispatcher) notePrepareFailed(suiteID, nodeID string) {
@@ -79,9 +82,15 @@ func (s *Server) nextSuite(ctx context.Context, nodeID string) (*store.Suite, er
 // idle ones, and those already running it and waiting for tasks.
 func (s *Server) suiteChanged(ctx context.Context, suiteID string) {
 	s.wakeOrchestrator() // new tasks may be demand for a pool
+	s.wakeSuite(suiteID, "")
+}
+
+// wakeSuite wakes the agents, but the one of node except, that are idle or
+// run the suite.
+func (s *Server) wakeSuite(suiteID, except string) {
 	for _, sess := range s.hub.all() {
 		state, suite := sess.work()
-		if state != api.AgentIdle && suite != suiteID {
+		if sess.nodeID == except || state != api.AgentIdle && suite != suiteID {
 			continue
 		}
 		go func() {
@@ -144,7 +153,9 @@ func (s *Server) reclaim(ctx context.Context, nodeID, why string, keep ...string
 }
 
 // suiteLoop closes suites that got no tasks for a while and completes
-// closed suites with nothing left to run.
+// closed suites with nothing left to run. A suite whose last task ends is
+// completed at once by the report (completeIfDone); the tick is the safety
+// net for the rest (tasks cancelled while Ready, a report that failed).
 func (s *Server) suiteLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.SuiteTick)
 	defer t.Stop()
@@ -162,15 +173,49 @@ func (s *Server) suiteLoop(ctx context.Context) {
 			s.log.Info("suite closed: no new tasks", "suite", id, "after", s.cfg.SuiteCloseAfter)
 			s.suiteChanged(ctx, id)
 		}
-		done, err := s.store.CompleteSuites(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.log.Error("complete suites", "err", err)
-		}
-		for _, id := range done {
-			s.log.Info("suite complete", "suite", id)
-			s.suiteChanged(ctx, id)
-		}
+		s.completeSuites(ctx)
 	}
+}
+
+// completeSuites moves Closed suites with nothing left to run to Complete.
+func (s *Server) completeSuites(ctx context.Context) {
+	done, err := s.store.CompleteSuites(ctx)
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("complete suites", "err", err)
+	}
+	for _, id := range done {
+		s.log.Info("suite complete", "suite", id)
+		s.suiteChanged(ctx, id)
+	}
+}
+
+// completeIfDone completes the suite now if it is Closed and its last
+// task just ended, instead of at the next tick.
+func (s *Server) completeIfDone(ctx context.Context, suiteID string) {
+	su, err := s.store.GetSuite(ctx, suiteID)
+	if err != nil {
+		return // gone, or the store is down: the tick tries again
+	}
+	if su.State == api.SuiteClosed && su.Counts.Pending == 0 && su.Counts.Ready == 0 && su.Counts.Running == 0 {
+		s.completeSuites(ctx)
+	}
+}
+
+// giveback asks the node to give up to n of the suite's tasks it holds
+// unstarted back, for members that ran out; see shares.
+func (s *Server) giveback(suiteID, nodeID string, n int) {
+	sess := s.dispatch.shares.ask(suiteID, nodeID, time.Now())
+	if sess == nil {
+		return // asked a moment ago
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var resp api.TasksGivenBack
+		err := sess.peer.Call(ctx, api.MethodTasksGiveback, api.TasksGiveback{SuiteID: suiteID, Count: n}, &resp)
+		s.log.Debug("asked a node to give tasks back", "suite", suiteID, "node", nodeID, "asked", n,
+			"returned", resp.Returned, "err", err)
+	}()
 }
 
 // Agent requests about suites and tasks.
@@ -181,6 +226,9 @@ func (h *agentHandler) suiteNext(ctx context.Context) (any, error) {
 		return api.SuiteNext{}, err
 	}
 	h.sess.worked(time.Now())
+	// It counts among the suite's nodes from now, before its pool
+	// starts and fetches: the nodes fetching first leave it its share.
+	h.s.dispatch.shares.join(su.ID, h.sess, su.Spec.WorkerSchedule.WorkerCount)
 	out := apiSuite(*su)
 	return api.SuiteNext{Suite: &out}, nil
 }
@@ -195,6 +243,7 @@ func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (an
 		return nil, fmt.Errorf("note that node left suite %s: %w", req.SuiteID, err)
 	}
 	h.s.dispatch.fetches.forget(req.SuiteID, h.sess.nodeID)
+	h.s.dispatch.shares.leave(req.SuiteID, h.sess.nodeID)
 	h.s.log.Info("agent left suite", "node", h.sess.nodeID, "suite", req.SuiteID, "reason", req.Reason)
 	return struct{}{}, nil
 }
@@ -212,17 +261,54 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	} else if why != "" {
 		return api.TasksFetched{Tasks: []api.Task{}, Remaining: -1, Yield: why}, nil
 	}
-	claimed, err := h.s.store.ClaimTasks(ctx, req.SuiteID, h.sess.nodeID, req.Max)
-	if err != nil {
-		return nil, err
-	}
+	// Several nodes on the suite: claim no more than this one's fair
+	// share (fairness.go). Alone it takes what it asks for, at no cost.
+	want, total := req.Max, 0
+	var members []share
 	if req.Max > 0 {
+		members = h.s.dispatch.shares.members(req.SuiteID, h.sess, h.s.hub.get)
+	}
+	if len(members) > 1 {
+		su, err := h.s.store.GetSuite(ctx, req.SuiteID)
+		if err != nil {
+			return nil, err
+		}
+		for i := range members {
+			members[i].workers = cmp.Or(members[i].workers, su.Spec.WorkerSchedule.WorkerCount)
+		}
+		total = su.Counts.Ready + su.Counts.Running
+		want = fairCap(total, req.Max, members)
+	}
+	var claimed []store.Task
+	if want > 0 || req.Max == 0 {
+		var err error
+		if claimed, err = h.s.store.ClaimTasks(ctx, req.SuiteID, h.sess.nodeID, want); err != nil {
+			return nil, err
+		}
+	}
+	if len(claimed) > 0 {
+		h.s.dispatch.shares.claimed(req.SuiteID, h.sess, len(claimed))
+	}
+	// A node held to its share has work: only one that found the
+	// suite empty counts towards moving on.
+	if req.Max > 0 && want > 0 {
 		h.s.dispatch.fetches.noteClaim(req.SuiteID, h.sess.nodeID, len(claimed))
+	}
+	if len(members) > 1 && len(claimed) < want {
+		// Nothing more is Ready while the node is short of its share:
+		// the nodes holding more than theirs give the excess back.
+		members[0].held += len(claimed)
+		for nodeID, n := range planGiveback(total, members) {
+			h.s.giveback(req.SuiteID, nodeID, n)
+		}
 	}
 	h.s.metrics.tasksClaimed.Add(float64(len(claimed)))
 	out := api.TasksFetched{Tasks: make([]api.Task, len(claimed)), Remaining: -1}
 	for i, t := range claimed {
 		out.Tasks[i] = apiTask(t)
+		if len(t.Spec.InputFrom) > 0 {
+			h.s.resolveInputs(ctx, &out.Tasks[i])
+		}
 	}
 	if len(claimed) < req.Max || req.Max == 0 {
 		su, err := h.s.store.GetSuite(ctx, req.SuiteID)
@@ -268,6 +354,18 @@ func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (a
 		h.s.metrics.tasksReported.Add(float64(applied))
 	}
 	h.s.stopSuperseded(ctx, done.Superseded)
+	for _, id := range done.Released { // dependents became Ready: wake their nodes
+		h.s.suiteChanged(ctx, id)
+	}
+	// The node works on one suite at a time; if these were its suite's
+	// last tasks, the suite completes now rather than at the next tick.
+	suites := h.s.dispatch.shares.settled(h.sess.nodeID, len(req.Reports), false)
+	if _, current := h.sess.work(); current != "" && !slices.Contains(suites, current) {
+		suites = append(suites, current)
+	}
+	for _, id := range suites {
+		h.s.completeIfDone(ctx, id)
+	}
 	for _, r := range req.Reports {
 		h.s.metrics.taskReports.WithLabelValues(r.Outcome).Inc()
 	}
@@ -286,6 +384,14 @@ func (h *agentHandler) tasksReturn(ctx context.Context, body json.RawMessage) (a
 		return nil, err
 	}
 	h.s.metrics.tasksReturned.Add(float64(n))
+	suites := h.s.dispatch.shares.settled(h.sess.nodeID, len(req.TaskIDs), true)
+	if n > 0 {
+		// Ready again: whoever runs the suite or is idle may take them
+		// (a giveback's asker waits for exactly this).
+		for _, id := range suites {
+			h.s.wakeSuite(id, h.sess.nodeID)
+		}
+	}
 	return struct {
 		Returned int `json:"returned"`
 	}{n}, nil

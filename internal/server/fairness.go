@@ -1,8 +1,11 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -119,4 +122,225 @@ func (s *Server) moveOn(ctx context.Context, suiteID, nodeID string) (string, er
 		return fmt.Sprintf("nothing to run here for %s while suite %s has tasks ready", idle.Round(time.Second), next.Spec.Name), nil
 	}
 	return "", nil
+}
+
+// Fair shares.
+//
+// Every agent's pool keeps a prefetch buffer (32 by default) so that its
+// workers never wait on a round trip. Alone on a big suite that is right;
+// with several agents on a suite of a few dozen tasks, the first to fetch
+// would take nearly all of them and leave the others idle. So while two or
+// more nodes serve a suite, a fetch is capped at the node's fair share of
+// the suite's unfinished tasks (Ready + Running):
+//
+//	share(n)   = ⌈(ready + running) · workers(n) / Σ workers⌉
+//	allowed(n) = max(share(n) − held(n), workers(n) − held(n))
+//
+// where held(n) is what n claimed and has not reported or returned yet
+// (buffered or running there). The second term means a node is never held
+// back from work for its own idle workers while tasks are Ready: the cap
+// trims buffers, never throughput. With many tasks the share is far above
+// any buffer and the cap does not bind; with one node serving the suite it
+// is not even computed, so the single-agent path costs nothing extra.
+//
+// Caps alone cannot undo an earlier claim: a node that came first, or whose
+// tasks run faster, may still hold tasks unstarted when another runs out.
+// Then the server asks the holders of more than their share to give the
+// excess back (api.MethodTasksGiveback), at most once a givebackEvery per
+// holder; their pools return buffered tasks with tasks.return, and the
+// server wakes the suite's other nodes to claim them.
+//
+// Members are the nodes that took the suite with suite.next or fetched from
+// it, over their current connection, and have not left it. This is the
+// view of one server: with replicas, each sees the agents connected to it.
+// held is counted here and errs low (a report or return that did not apply
+// still counts down, a new connection starts again from 0), which only
+// loosens the cap: it never holds a node back from tasks it should have.
+
+// givebackEvery bounds how often one holder is asked to give tasks back:
+// its tasks.return answers sooner, and a holder with nothing unstarted
+// (answering 0) is not asked again at once.
+const givebackEvery = time.Second
+
+// member is a node serving a suite.
+type member struct {
+	sess    *session // the connection it serves through
+	workers int      // its pool's size: its weight
+	held    int      // claimed, not yet reported or returned
+	askedAt time.Time
+}
+
+// share is what fairCap and planGiveback see of a member.
+type share struct {
+	nodeID  string
+	workers int
+	held    int
+}
+
+// shares tracks the members of each suite.
+type shares struct {
+	mu     sync.Mutex
+	suites map[string]map[string]*member // suite → node → member
+}
+
+// join makes the node a member of the suite through sess; a new connection
+// starts its count again.
+func (sh *shares) join(suiteID string, sess *session, workers int) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.joinLocked(suiteID, sess, workers)
+}
+
+func (sh *shares) joinLocked(suiteID string, sess *session, workers int) *member {
+	if sh.suites == nil {
+		sh.suites = map[string]map[string]*member{}
+	}
+	ms := sh.suites[suiteID]
+	if ms == nil {
+		ms = map[string]*member{}
+		sh.suites[suiteID] = ms
+	}
+	m := ms[sess.nodeID]
+	if m == nil || m.sess != sess {
+		m = &member{sess: sess}
+		ms[sess.nodeID] = m
+	}
+	if workers > 0 {
+		m.workers = workers
+	}
+	return m
+}
+
+// leave drops the node from the suite.
+func (sh *shares) leave(suiteID, nodeID string) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if ms := sh.suites[suiteID]; ms != nil {
+		delete(ms, nodeID)
+		if len(ms) == 0 {
+			delete(sh.suites, suiteID)
+		}
+	}
+}
+
+// members joins sess to the suite and returns every member still connected
+// through the session it joined with (live says which that is), sess's
+// first; it forgets the others. A weight of 0 is not known.
+func (sh *shares) members(suiteID string, sess *session, live func(nodeID string) *session) []share {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	me := sh.joinLocked(suiteID, sess, 0)
+	out := []share{{sess.nodeID, me.workers, me.held}}
+	for id, m := range sh.suites[suiteID] {
+		switch {
+		case m == me:
+		case live(id) != m.sess:
+			delete(sh.suites[suiteID], id)
+		default:
+			out = append(out, share{id, m.workers, m.held})
+		}
+	}
+	return out
+}
+
+// claimed counts n tasks claimed by the node in the suite.
+func (sh *shares) claimed(suiteID string, sess *session, n int) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.joinLocked(suiteID, sess, 0).held += n
+}
+
+// settled counts n tasks of the node reported or returned, in whichever
+// suite it serves (one at a time), and returns those suites.
+func (sh *shares) settled(nodeID string, n int, returned bool) []string {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var ids []string
+	for suiteID, ms := range sh.suites {
+		if m := ms[nodeID]; m != nil {
+			m.held = max(0, m.held-n)
+			if returned {
+				m.askedAt = time.Time{}
+			}
+			ids = append(ids, suiteID)
+		}
+	}
+	return ids
+}
+
+// ask marks the node asked to give tasks of the suite back, unless it was
+// asked within givebackEvery; it returns the session to ask through.
+func (sh *shares) ask(suiteID, nodeID string, now time.Time) *session {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	m := sh.suites[suiteID][nodeID]
+	if m == nil || now.Sub(m.askedAt) < givebackEvery {
+		return nil
+	}
+	m.askedAt = now
+	return m.sess
+}
+
+// others lists the sessions of the suite's members other than nodeID.
+func (sh *shares) others(suiteID, nodeID string) []*session {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var out []*session
+	for id, m := range sh.suites[suiteID] {
+		if id != nodeID {
+			out = append(out, m.sess)
+		}
+	}
+	return out
+}
+
+// fairShare is member i's share of total unfinished tasks: rounded up, so
+// that the shares together cover every task.
+func fairShare(total int, all []share, i int) int {
+	sum := 0
+	for _, m := range all {
+		sum += max(1, m.workers)
+	}
+	w := max(1, all[i].workers)
+	return (total*w + sum - 1) / sum
+}
+
+// fairCap is how many tasks all[0] may claim of the want it asked for, with
+// total tasks Ready or Running in the suite: up to its fair share, and never
+// less than its idle workers need.
+func fairCap(total, want int, all []share) int {
+	me := all[0]
+	allowed := max(fairShare(total, all, 0)-me.held, me.workers-me.held, 0)
+	return min(want, allowed)
+}
+
+// planGiveback says, for all[0] which found no task Ready, how many tasks
+// each member that holds more than its share should give back: together
+// up to what all[0] lacks of its own share, the largest excess first.
+func planGiveback(total int, all []share) map[string]int {
+	lack := fairShare(total, all, 0) - all[0].held
+	if lack <= 0 {
+		return nil
+	}
+	type excess struct {
+		nodeID string
+		n      int
+	}
+	var over []excess
+	for i, m := range all[1:] {
+		if n := m.held - fairShare(total, all, i+1); n > 0 {
+			over = append(over, excess{m.nodeID, n})
+		}
+	}
+	slices.SortFunc(over, func(a, b excess) int { return cmp.Or(b.n-a.n, strings.Compare(a.nodeID, b.nodeID)) })
+	plan := map[string]int{}
+	for _, o := range over {
+		if lack <= 0 {
+			break
+		}
+		n := min(o.n, lack)
+		plan[o.nodeID] = n
+		lack -= n
+	}
+	return plan
 }
