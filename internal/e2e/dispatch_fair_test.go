@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// ranOn counts a suite's finished tasks by the node that ran them.
+func ranOn(t *testing.T, s *server, suite string) map[string]int {
+	t.Helper()
+	ran := map[string]int{}
+	for _, tk := range allTasks(t, s, suite) {
+		if tk.State == api.TaskFinished && tk.Result != nil {
+			ran[tk.Result.NodeID]++
+		}
+	}
+	return ran
+}
+
+// Two agents serve one suite of 40 short tasks with the default prefetch
+// of 32: each runs about half, not the first to fetch nearly all while the
+// other idles.
+func TestTwoAgentsShareASuite(t *testing.T) {
+	s := startServer(t)
+	startAgent(t, s, "left")
+	startAgent(t, s, "right")
+	left := waitStatus(t, s, "left", api.StatusOnline, 20*time.Second)
+	right := waitStatus(t, s, "right", api.StatusOnline, 20*time.Second)
+
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d workers each", workers), func(t *testing.T) {
+			name := fmt.Sprintf("fair-%d", workers)
+			createSuite(t, s, api.SuiteSpec{Name: name,
+				WorkerSchedule: api.WorkerSchedule{WorkerCount: workers, TaskPrefetchCount: prefetch(32)}})
+			tasks := make([]api.TaskSpec, 40)
+			for i := range tasks {
+				tasks[i] = sh("sleep 0.05")
+			}
+			submit(t, s, name, tasks)
+			if _, err := s.client().CloseSuite(context.Background(), name); err != nil {
+				t.Fatal(err)
+			}
+			su := waitSuite(t, s, name, api.SuiteComplete, time.Minute)
+			if su.Counts.Finished != 40 {
+				t.Fatalf("suite ended with %+v, want 40 finished", su.Counts)
+			}
+			ran := ranOn(t, s, name)
+			t.Logf("tasks run by node: %v", ran)
+			for _, n := range []api.Node{left, right} {
+				if got := ran[n.ID]; got < 15 || got > 25 {
+					t.Errorf("%s ran %d of the 40 tasks, want 15 to 25 (all: %v)", n.Name, got, ran)
+				}
+			}
+		})
+	}
+}
+
+// An agent that comes when another already holds most of the suite's
+// tasks gets its share of what is left: the server asks the first to give
+// back tasks it has not started.
+func TestLateAgentGetsTasksGivenBack(t *testing.T) {
+	s := startServer(t)
+	startAgent(t, s, "early")
+	waitStatus(t, s, "early", api.StatusOnline, 20*time.Second)
+	createSuite(t, s, api.SuiteSpec{Name: "late",
+		WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, TaskPrefetchCount: prefetch(32)}})
+	tasks := make([]api.TaskSpec, 40)
+	for i := range tasks {
+		tasks[i] = sh("sleep 0.2")
+	}
+	submit(t, s, "late", tasks)
+	if _, err := s.client().CloseSuite(context.Background(), "late"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the early agent to claim its buffer", func() (bool, string) {
+		su, err := s.client().Suite(context.Background(), "late")
+		return err == nil && su.Counts.Running >= 32, fmt.Sprintf("%+v %v", su.Counts, err)
+	})
+
+	startAgent(t, s, "tardy")
+	tardy := waitStatus(t, s, "tardy", api.StatusOnline, 20*time.Second)
+	su, err := s.client().Suite(context.Background(), "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := su.Counts.Ready + su.Counts.Running
+	su = waitSuite(t, s, "late", api.SuiteComplete, 2*time.Minute)
+	if su.Counts.Finished != 40 {
+		t.Fatalf("suite ended with %+v, want 40 finished", su.Counts)
+	}
+	// It finds 8 Ready; without a giveback that is all it runs. A few
+	// more finish while it starts its pool.
+	ran := ranOn(t, s, "late")
+	t.Logf("tasks run by node: %v; %d were unfinished when the late agent came", ran, left)
+	if got, want := ran[tardy.ID], left/2-4; got < want {
+		t.Errorf("the late agent ran %d tasks of the %d unfinished when it came, want %d or more (all: %v)", got, left, want, ran)
+	}
+}
