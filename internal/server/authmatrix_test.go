@@ -15,14 +15,16 @@ import (
 type need int
 
 const (
-	needAnyUser    need = iota // any API token (lists are filtered by role)
-	needRead                   // Read in group a
-	needWrite                  // Write in group a
-	needGroupAdmin             // Admin in group a
-	needAdmin                  // an admin user
-	needJoin                   // a join token or the node's own credential (registration)
-	needNode                   // the node's own credential (the agent WebSocket)
-	needNothing                // /healthz
+	needAnyUser     need = iota // any API token (lists are filtered by role)
+	needRead                    // Read in group a
+	needWrite                   // Write in group a
+	needGroupAdmin              // Admin in group a
+	needAdmin                   // an admin user
+	needJoin                    // a join token or the node's own credential (registration)
+	needNode                    // the node's own credential (the agent WebSocket)
+	needUserOrNode              // any API token or a node credential (uploading task files)
+	needAdminOrNode             // an admin user or a node credential (reading a task file by digest)
+	needNothing                 // /healthz
 )
 
 // routeNeeds classifies every route. A route missing here fails the test:
@@ -41,28 +43,32 @@ var routeNeeds = map[string]need{
 	"POST /v1/agent/register":        needJoin,
 	"GET /v1/agent/connect":          needNode,
 
-	"GET /v1/suites":                   needAnyUser,
-	"POST /v1/suites":                  needWrite,
-	"GET /v1/suites/{suite}":           needRead,
-	"POST /v1/suites/{suite}/close":    needWrite,
-	"POST /v1/suites/{suite}/cancel":   needWrite,
-	"POST /v1/suites/{suite}/assign":   needWrite,
-	"GET /v1/suites/{suite}/tasks":     needRead,
-	"POST /v1/suites/{suite}/tasks":    needWrite,
-	"GET /v1/tasks/{task}":             needRead,
-	"POST /v1/tasks/{task}/cancel":     needWrite,
-	"GET /v1/templates":                needAdmin,
-	"GET /v1/templates/{name}":         needAdmin,
-	"PUT /v1/templates/{name}":         needAdmin,
-	"DELETE /v1/templates/{name}":      needAdmin,
-	"GET /v1/templates/{name}/render":  needAdmin,
-	"GET /v1/mappings":                 needAdmin,
-	"GET /v1/mappings/{name}":          needAdmin,
-	"PUT /v1/mappings/{name}":          needAdmin,
-	"DELETE /v1/mappings/{name}":       needAdmin,
-	"GET /v1/deployments":              needAdmin,
-	"POST /v1/deployments":             needAdmin,
-	"GET /v1/deployments/{deployment}": needAdmin,
+	"GET /v1/suites":                         needAnyUser,
+	"POST /v1/suites":                        needWrite,
+	"GET /v1/suites/{suite}":                 needRead,
+	"POST /v1/suites/{suite}/close":          needWrite,
+	"POST /v1/suites/{suite}/cancel":         needWrite,
+	"POST /v1/suites/{suite}/assign":         needWrite,
+	"GET /v1/suites/{suite}/tasks":           needRead,
+	"POST /v1/suites/{suite}/tasks":          needWrite,
+	"GET /v1/tasks/{task}":                   needRead,
+	"POST /v1/tasks/{task}/cancel":           needWrite,
+	"GET /v1/tasks/{task}/outputs/{path...}": needRead,
+	"HEAD /v1/blobs/{digest}":                needUserOrNode,
+	"PUT /v1/blobs/{digest}":                 needUserOrNode,
+	"GET /v1/blobs/{digest}":                 needAdminOrNode,
+	"GET /v1/templates":                      needAdmin,
+	"GET /v1/templates/{name}":               needAdmin,
+	"PUT /v1/templates/{name}":               needAdmin,
+	"DELETE /v1/templates/{name}":            needAdmin,
+	"GET /v1/templates/{name}/render":        needAdmin,
+	"GET /v1/mappings":                       needAdmin,
+	"GET /v1/mappings/{name}":                needAdmin,
+	"PUT /v1/mappings/{name}":                needAdmin,
+	"DELETE /v1/mappings/{name}":             needAdmin,
+	"GET /v1/deployments":                    needAdmin,
+	"POST /v1/deployments":                   needAdmin,
+	"GET /v1/deployments/{deployment}":       needAdmin,
 
 	"DELETE /v1/deployments/{deployment}":                  needAdmin,
 	"POST /v1/deployments/{deployment}/lifecycle/{verb}":   needAdmin,
@@ -178,14 +184,18 @@ func newMatrixFixture(t *testing.T) *matrixFixture {
 
 	never := func(need) bool { return false }
 	role := func(least need) func(need) bool {
-		return func(n need) bool { return n == needNothing || n <= least }
+		return func(n need) bool {
+			return n == needNothing || n <= least || n == needUserOrNode || n == needAdminOrNode && least == needAdmin
+		}
 	}
 	f.creds = []credential{
 		{"none", "", never},
 		{"garbage", "nmu_notatokenatall", never},
 		{"expired", expired, never},
 		{"revoked", revoked, never},
-		{"node credential", nodeCred, func(n need) bool { return n == needNothing || n == needJoin || n == needNode }},
+		{"node credential", nodeCred, func(n need) bool {
+			return n == needNothing || n == needJoin || n == needNode || n == needUserOrNode || n == needAdminOrNode
+		}},
 		{"join token", jt.Secret, func(n need) bool { return n == needNothing || n == needJoin }},
 		{"outsider", ts.user(t, "outsider", false, map[string]string{"b": api.RoleAdmin}), role(needAnyUser)},
 		{"reader", ts.user(t, "reader", false, map[string]string{"a": api.RoleRead}), role(needRead)},

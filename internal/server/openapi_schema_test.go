@@ -33,7 +33,11 @@ var wireTypes = map[string]any{
 	"HookResource": api.Resource{}, "Hook": api.Hook{}, "Hooks": api.Hooks{}, "CPUBinding": api.CPUBinding{},
 	"WorkerSchedule": api.WorkerSchedule{}, "SuiteSpec": api.SuiteSpec{}, "TaskCounts": api.TaskCounts{},
 	"Suite": api.Suite{}, "SuiteProblem": api.SuiteProblem{}, "SuiteList": api.SuiteList{}, "AssignRequest": assignRequest{},
-	"TaskSpec": api.TaskSpec{}, "SubmitTasks": api.SubmitTasks{}, "SubmitResult": api.SubmitResult{},
+	"TaskSpec": api.TaskSpec{}, "TaskFile": api.TaskFile{}, "InputFrom": api.InputFrom{}, "RetryPolicy": api.RetryPolicy{},
+	"BlobInfo": struct {
+		Digest string `json:"digest"`
+		Size   int64  `json:"size"`
+	}{}, "SubmitTasks": api.SubmitTasks{}, "SubmitResult": api.SubmitResult{},
 	"TaskResult": api.TaskResult{}, "TaskFailure": api.TaskFailure{}, "Task": api.Task{}, "TaskList": api.TaskList{},
 	"Document": api.Document{}, "DocumentList": api.DocumentList{}, "RenderStep": api.RenderStep{},
 	"Rendered": api.Rendered{}, "Deployment": api.Deployment{}, "DeploymentList": api.DeploymentList{},

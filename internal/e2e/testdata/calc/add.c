@@ -1,0 +1,3 @@
+#include "calc.h"
+
+long add(long a, long b) { return a + b; }
