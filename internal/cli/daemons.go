@@ -19,6 +19,7 @@ import (
 	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/agent"
 	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/blob"
 	"github.com/nodemgr/nodemgr/internal/datadir"
 
 	// Providers register themselves with provision.
@@ -53,6 +54,11 @@ type serverFlags struct {
 	sshUser, sshKnownHosts, sshJumpHost                            string
 	sshIdentityFiles                                               []string
 	sshAcceptNewHostKeys                                           bool
+	blobMaxSize                                                    int64
+	blobRetention                                                  time.Duration
+	blobS3Bucket, blobS3Prefix, blobS3Region, blobS3Endpoint       string
+	blobS3Profile                                                  string
+	blobS3PathStyle                                                bool
 }
 
 func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
@@ -94,6 +100,30 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.BoolVar(&f.sshAcceptNewHostKeys, "ssh-accept-new-host-keys", false, "trust a host's first key and add it to --ssh-known-hosts (a changed key is still refused)")
 	fl.StringVar(&f.sshJumpHost, "ssh-jump-host", "", "[user@]host[:port] the ssh executors connect through (a deployment's ssh_jump_host wins)")
 	fl.DurationVar(&f.poolDrainTimeout, "pool-drain-timeout", 2*time.Minute, "how long a pool machine being scaled down has to stop its agent before it is destroyed anyway")
+	fl.Int64Var(&f.blobMaxSize, "blob-max-size", 1<<30, "largest task input or output file the blob store takes, in bytes")
+	fl.DurationVar(&f.blobRetention, "blob-retention", 24*time.Hour, "a task file that no task refers to is deleted after this long")
+	fl.StringVar(&f.blobS3Bucket, "blob-s3-bucket", "", "keep task files in this S3 bucket instead of DATA_DIR/blobs (several replicas can share it)")
+	fl.StringVar(&f.blobS3Prefix, "blob-s3-prefix", "", "key prefix of task files in --blob-s3-bucket, e.g. nodemgr/")
+	fl.StringVar(&f.blobS3Region, "blob-s3-region", "", "region of --blob-s3-bucket (default the standard AWS environment)")
+	fl.StringVar(&f.blobS3Endpoint, "blob-s3-endpoint", "", "S3-compatible endpoint URL, e.g. MinIO's or an emulator's (default AWS's own)")
+	fl.StringVar(&f.blobS3Profile, "blob-s3-profile", "", "shared-config profile for --blob-s3-bucket's credentials (default $AWS_PROFILE or default)")
+	fl.BoolVar(&f.blobS3PathStyle, "blob-s3-path-style", false, "address the bucket in the URL path (MinIO and most emulators need it)")
+}
+
+// blobStore is the S3 store the flags name, or nil for the data dir.
+func (f *serverFlags) blobStore(ctx context.Context) (blob.Store, error) {
+	if f.blobS3Bucket == "" {
+		if f.blobS3Prefix != "" || f.blobS3Endpoint != "" || f.blobS3Region != "" || f.blobS3Profile != "" {
+			return nil, fmt.Errorf("--blob-s3-prefix, -endpoint, -region and -profile need --blob-s3-bucket")
+		}
+		return nil, nil
+	}
+	s3, err := blob.NewS3(ctx, blob.S3Config{Bucket: f.blobS3Bucket, Prefix: f.blobS3Prefix, Region: f.blobS3Region,
+		Endpoint: f.blobS3Endpoint, Profile: f.blobS3Profile, PathStyle: f.blobS3PathStyle, TempDir: f.dataDir})
+	if err != nil {
+		return nil, fmt.Errorf("--blob-s3-bucket %s: %w", f.blobS3Bucket, err)
+	}
+	return s3, nil
 }
 
 func (f *serverFlags) config() server.Config {
@@ -105,6 +135,7 @@ func (f *serverFlags) config() server.Config {
 		ProviderSettings: f.providerSettings(), ExecutorSettings: f.executorSettings(), Version: Version,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
 		AgentServerURL: f.agentServerURL, AgentBinaries: f.agentBinaries,
+		BlobMaxSize: f.blobMaxSize, BlobRetention: f.blobRetention,
 		Orchestrator: orchestrate.Config{Tick: f.poolTick, BackoffMin: f.poolBackoff, SweepInterval: f.poolSweep, DrainTimeout: f.poolDrainTimeout},
 	}
 }
@@ -205,7 +236,11 @@ anything; clients pass --ca-cert DATA_DIR/ca.crt (or NODEMGR_CA_CERT).`,
 				}
 				fmt.Fprintf(e.stdout, "Made a new API token for the admin user (also in %s):\n\n  export NODEMGR_TOKEN=%s\n\n", server.AdminTokenFile(f.dataDir), token)
 			}
-			srv, err := server.New(f.config(), st, log)
+			cfg := f.config()
+			if cfg.Blobs, err = f.blobStore(cmd.Context()); err != nil {
+				return err
+			}
+			srv, err := server.New(cfg, st, log)
 			if err != nil {
 				return err
 			}

@@ -2,13 +2,16 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/blob/blobtest"
 )
 
 // runIn runs a CLI command against s from dir.
@@ -205,5 +208,34 @@ func TestRemoteMakeSyntaxError(t *testing.T) {
 		if tk := taskNamed(t, tasks, name); tk.State != api.TaskFinished {
 			t.Errorf("%s is %s, want Finished", name, tk.State)
 		}
+	}
+}
+
+// TestRemoteMakeOnS3 keeps the task files in an S3 bucket (moto here), as
+// several server replicas would share them: the build's inputs and outputs
+// land in the bucket, and the fetched program runs.
+func TestRemoteMakeOnS3(t *testing.T) {
+	cfg := blobtest.MotoS3(t)
+	s := startServer(t, "--blob-s3-bucket", cfg.Bucket, "--blob-s3-prefix", cfg.Prefix, "--blob-s3-region", cfg.Region,
+		"--blob-s3-endpoint", cfg.Endpoint, "--blob-s3-path-style")
+	startAgent(t, s, "m1")
+	submitBuild(t, s, "s3build", copyProject(t, nil))
+	if out, errOut, code := s.run(t, "suite", "wait", "s3build", "--timeout", "2m"); code != 0 {
+		t.Fatalf("suite wait: exit %d: %s%s", code, out, errOut)
+	}
+	home := t.TempDir()
+	if out, errOut, code := s.run(t, "suite", "fetch", "s3build", "--dest", home); code != 0 {
+		t.Fatalf("suite fetch: exit %d: %s%s", code, out, errOut)
+	}
+	if got, err := exec.Command(filepath.Join(home, "calc")).CombinedOutput(); err != nil || string(got) != "3+4=7 3*4=12 3^4=81\n" {
+		t.Errorf("calc = %q, %v", got, err)
+	}
+	list, err := blobtest.S3Client(t, cfg).ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: &cfg.Bucket, Prefix: &cfg.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 sources and the header in, 4 objects and the program out.
+	if n := len(list.Contents); n != 10 {
+		t.Errorf("the bucket holds %d task files, want 10: 5 inputs, 5 outputs", n)
 	}
 }
