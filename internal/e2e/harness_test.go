@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/internal/provision/aws/ec2test"
 )
 
 var binary string // the nodemgr binary under test
@@ -41,6 +42,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	ec2test.StopMoto()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
