@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+func TestMatchOutputs(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"a.o", "b.o", "sub/c.o", "out/x/y.txt", "keep.c"} {
+		p := filepath.Join(dir, f)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(f), 0o644)
+	}
+	files, missing, err := matchOutputs(dir, []string{"*.o", "out", "*.a", "sub/*.o", "a.o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a.o", "b.o", "out/x/y.txt", "sub/c.o"}; !slices.Equal(files, want) {
+		t.Errorf("files = %v, want %v", files, want)
+	}
+	if want := []string{"*.a"}; !slices.Equal(missing, want) {
+		t.Errorf("missing = %v, want %v", missing, want)
+	}
+}
+
+// TestBlobCacheFetchesOnce: many tasks staging the same input at once
+// download it once; a damaged download is refused.
+func TestBlobCacheFetchesOnce(t *testing.T) {
+	content := []byte("#define X 1\n")
+	sum := sha256.Sum256(content)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	var gets atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer cred" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		gets.Add(1)
+		if strings.HasSuffix(r.URL.Path, digest) {
+			w.Write(content)
+			return
+		}
+		w.Write([]byte("not what was asked for"))
+	}))
+	defer srv.Close()
+	c := newBlobClient(srv.URL, func() string { return "cred" }, srv.Client(), t.TempDir())
+	sandbox := t.TempDir()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dst := filepath.Join(sandbox, "t"+string(rune('a'+i)), "x.h")
+			if err := c.stageFile(context.Background(), api.TaskFile{Path: "x.h", Digest: digest}, dst); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := gets.Load(); n != 1 {
+		t.Errorf("the server was asked %d times, want once", n)
+	}
+	got, err := os.ReadFile(filepath.Join(sandbox, "tc", "x.h"))
+	if err != nil || string(got) != string(content) {
+		t.Errorf("staged file = %q, %v", got, err)
+	}
+	bad := "sha256:" + strings.Repeat("0", 64)
+	err = c.stageFile(context.Background(), api.TaskFile{Path: "y", Digest: bad}, filepath.Join(sandbox, "y"))
+	if err == nil || !strings.Contains(err.Error(), "damaged") {
+		t.Errorf("stage a blob whose content does not match = %v, want an error saying it is damaged", err)
+	}
+}
