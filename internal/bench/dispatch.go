@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -78,38 +79,11 @@ const latencyFile = "fetch-latency-"
 // measured in the same run, around each command case; the baseline
 // returned is the mean of those.
 func RunDispatch(ctx context.Context, cfg DispatchConfig, progress io.Writer) ([]DispatchResult, SpawnBaseline, error) {
-	srv, err := startServer(ctx, cfg.Binary)
+	r, err := startRig(ctx, cfg.Binary, "bench-agent")
 	if err != nil {
 		return nil, SpawnBaseline{}, err
 	}
-	defer srv.stop()
-	c := client.New(srv.addr, srv.token)
-	jt, err := c.CreateJoinToken(ctx, api.CreateTokenRequest{Name: "bench"})
-	if err != nil {
-		return nil, SpawnBaseline{}, err
-	}
-	agentDir, err := os.MkdirTemp("", "nodemgr-bench-agent-")
-	if err != nil {
-		return nil, SpawnBaseline{}, err
-	}
-	defer os.RemoveAll(agentDir)
-	agent := exec.Command(cfg.Binary, "agent", "--server", "http://"+srv.addr, "--data-dir", agentDir,
-		"--name", "bench-agent", "--log-level", "warn")
-	// The join token in the environment: on the command line other users
-	// could read it, and the agent would warn.
-	agent.Env = append(os.Environ(), "NODEMGR_JOIN_TOKEN="+jt.Secret)
-	agent.Stderr = os.Stderr
-	if err := agent.Start(); err != nil {
-		return nil, SpawnBaseline{}, fmt.Errorf("start agent: %w", err)
-	}
-	defer func() {
-		agent.Process.Signal(syscall.SIGTERM)
-		agent.Wait()
-	}()
-	node, err := waitNode(ctx, c, "bench-agent")
-	if err != nil {
-		return nil, SpawnBaseline{}, err
-	}
+	defer r.close()
 
 	var results []DispatchResult
 	var bases []SpawnBaseline
@@ -128,17 +102,155 @@ func RunDispatch(ctx context.Context, cfg DispatchConfig, progress io.Writer) ([
 				before = baseline()
 			}
 			fmt.Fprintf(progress, "  %s workers, prefetch %d: %d tasks\n", kind, pf, n)
-			r, err := runDispatchCase(ctx, c, cfg, node, procs{srv.pid(), agent.Process.Pid}, agentDir, kind, pf, n)
+			res, err := r.dispatchCase(ctx, cfg, kind, pf, n)
 			if err != nil {
 				return results, SpawnBaseline{}, fmt.Errorf("%s prefetch %d: %w", kind, pf, err)
 			}
 			if kind == "command" {
-				r.VsSpawn = r.PerSecond / meanBaseline(before, baseline()).PerSecond
+				res.VsSpawn = res.PerSecond / meanBaseline(before, baseline()).PerSecond
 			}
-			results = append(results, r)
+			results = append(results, res)
 		}
 	}
 	return results, meanBaseline(bases...), nil
+}
+
+// DispatchComparison is one case run on two binaries in the same run.
+type DispatchComparison struct {
+	Worker   string `json:"worker"`
+	Prefetch int    `json:"prefetch"`
+	Tasks    int    `json:"tasks"`
+	// This and Against are the medians of the rounds, for the binary
+	// under test and the one compared against.
+	This    DispatchResult `json:"this"`
+	Against DispatchResult `json:"against"`
+	// Ratio is the median of the rounds' rate ratios, this / against.
+	Ratio float64 `json:"ratio"`
+}
+
+// CompareDispatch runs every case of RunDispatch on cfg.Binary and on
+// against, each with a server and an agent of its own started side by side,
+// rounds times, alternating which goes first, so that the machine's drift
+// falls on both. No spawn baseline: the binaries are each other's.
+func CompareDispatch(ctx context.Context, cfg DispatchConfig, against string, rounds int, progress io.Writer) ([]DispatchComparison, error) {
+	this, err := startRig(ctx, cfg.Binary, "bench-this")
+	if err != nil {
+		return nil, err
+	}
+	defer this.close()
+	other, err := startRig(ctx, against, "bench-against")
+	if err != nil {
+		return nil, err
+	}
+	defer other.close()
+	var out []DispatchComparison
+	for _, kind := range []string{"in-process", "command"} {
+		for _, pf := range cfg.Prefetches {
+			n := cfg.Tasks
+			if kind == "command" {
+				n = cfg.CommandTasks
+			}
+			var mine, theirs []DispatchResult
+			var ratios []float64
+			for round := range max(1, rounds) {
+				rigs := []*rig{this, other}
+				if round%2 == 1 {
+					rigs = []*rig{other, this}
+				}
+				var got [2]DispatchResult
+				for _, r := range rigs {
+					fmt.Fprintf(progress, "  round %d, %s: %s workers, prefetch %d: %d tasks\n", round+1, r.binary, kind, pf, n)
+					res, err := r.dispatchCase(ctx, cfg, kind, pf, n)
+					if err != nil {
+						return out, fmt.Errorf("%s: %s prefetch %d: %w", r.binary, kind, pf, err)
+					}
+					if r == this {
+						got[0] = res
+					} else {
+						got[1] = res
+					}
+				}
+				mine, theirs = append(mine, got[0]), append(theirs, got[1])
+				ratios = append(ratios, got[0].PerSecond/got[1].PerSecond)
+			}
+			out = append(out, DispatchComparison{Worker: kind, Prefetch: pf, Tasks: n,
+				This: medianResult(mine), Against: medianResult(theirs), Ratio: median(ratios)})
+		}
+	}
+	return out, nil
+}
+
+// medianResult is the round with the median rate.
+func medianResult(rs []DispatchResult) DispatchResult {
+	rs = slices.Clone(rs)
+	slices.SortFunc(rs, func(a, b DispatchResult) int { return cmp.Compare(a.PerSecond, b.PerSecond) })
+	return rs[len(rs)/2]
+}
+
+func median(xs []float64) float64 {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	if len(xs)%2 == 1 {
+		return xs[len(xs)/2]
+	}
+	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+}
+
+// rig is a server and one agent, as processes of one binary.
+type rig struct {
+	binary   string
+	srv      *benchServer
+	c        *client.Client
+	agent    *exec.Cmd
+	agentDir string
+	node     api.Node
+}
+
+// startRig starts a server and an agent called name, and waits for the
+// agent to connect.
+func startRig(ctx context.Context, binary, name string) (*rig, error) {
+	srv, err := startServer(ctx, binary)
+	if err != nil {
+		return nil, err
+	}
+	r := &rig{binary: binary, srv: srv, c: client.New(srv.addr, srv.token)}
+	jt, err := r.c.CreateJoinToken(ctx, api.CreateTokenRequest{Name: "bench"})
+	if err != nil {
+		srv.stop()
+		return nil, err
+	}
+	if r.agentDir, err = os.MkdirTemp("", "nodemgr-bench-agent-"); err != nil {
+		srv.stop()
+		return nil, err
+	}
+	r.agent = exec.Command(binary, "agent", "--server", "http://"+srv.addr, "--data-dir", r.agentDir,
+		"--name", name, "--log-level", "warn")
+	// The join token in the environment: on the command line other users
+	// could read it, and the agent would warn.
+	r.agent.Env = append(os.Environ(), "NODEMGR_JOIN_TOKEN="+jt.Secret)
+	r.agent.Stderr = os.Stderr
+	if err := r.agent.Start(); err != nil {
+		srv.stop()
+		os.RemoveAll(r.agentDir)
+		return nil, fmt.Errorf("start agent: %w", err)
+	}
+	if r.node, err = waitNode(ctx, r.c, name); err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *rig) close() {
+	r.agent.Process.Signal(syscall.SIGTERM)
+	r.agent.Wait()
+	r.srv.stop()
+	os.RemoveAll(r.agentDir)
+}
+
+func (r *rig) dispatchCase(ctx context.Context, cfg DispatchConfig, kind string, prefetch, n int) (DispatchResult, error) {
+	cfg.Binary = r.binary // the in-process workers are the rig's own
+	return runDispatchCase(ctx, r.c, cfg, r.node, procs{r.srv.pid(), r.agent.Process.Pid}, r.agentDir, kind, prefetch, n)
 }
 
 // meanBaseline is the mean of baselines of the same size.

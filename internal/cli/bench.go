@@ -14,7 +14,7 @@ import (
 
 func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load harnesses that measure nodemgr on this machine"}
-	cmd.AddCommand(benchAgentsCmd(e), benchDispatchCmd(e), benchProvisionCmd(e), benchPoolCmd(e), &cobra.Command{
+	cmd.AddCommand(benchAgentsCmd(e), benchDispatchCmd(e), benchLatencyCmd(e), benchProvisionCmd(e), benchPoolCmd(e), &cobra.Command{
 		Use: "noop-worker", Hidden: true, Short: "A worker whose tasks do nothing (used by bench dispatch)",
 		RunE: func(cmd *cobra.Command, _ []string) error { return bench.NoopWorker(cmd.Context()) },
 	})
@@ -24,6 +24,8 @@ func newBenchCmd(e *env) *cobra.Command {
 func benchDispatchCmd(e *env) *cobra.Command {
 	cfg := bench.DispatchConfig{Prefetches: []int{32, 0}}
 	var asJSON bool
+	var against string
+	var rounds int
 	cmd := &cobra.Command{
 		Use:   "dispatch",
 		Short: "Push no-op tasks through server → agent → workers and report the rate",
@@ -38,12 +40,20 @@ task written back (from the buffer when prefetching); the worker gap is what
 an in-process worker waits between two tasks, report and fetch included. As
 a baseline, the same run times this machine spawning ` + "`true`" + ` directly, just
 before and just after each command case; a command case is compared with the
-mean of the two, so that the machine's drift does not tilt the ratio.`,
+mean of the two, so that the machine's drift does not tilt the ratio.
+
+With --against BINARY, another nodemgr binary (the build before a change)
+gets a server and an agent of its own beside this one's, and every case runs
+on both, --rounds times, alternating which goes first; the table gives each
+one's median rate and the median of the rounds' ratios.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if cfg.Binary, err = os.Executable(); err != nil {
 				return err
+			}
+			if against != "" {
+				return compareDispatch(cmd, e, cfg, against, rounds, asJSON)
 			}
 			results, base, err := bench.RunDispatch(cmd.Context(), cfg, e.stderr)
 			if err != nil {
@@ -74,6 +84,75 @@ mean of the two, so that the machine's drift does not tilt the ratio.`,
 	cmd.Flags().IntVar(&cfg.CommandTasks, "command-tasks", 5000, "tasks per command-worker case")
 	cmd.Flags().IntVar(&cfg.Workers, "workers", 2, "workers in the pool")
 	cmd.Flags().IntSliceVar(&cfg.Prefetches, "prefetch", []int{32, 0}, "prefetch sizes to compare")
+	cmd.Flags().StringVar(&against, "against", "", "another nodemgr binary to run every case on too, interleaved")
+	cmd.Flags().IntVar(&rounds, "rounds", 3, "with --against: rounds of each case on each binary")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func compareDispatch(cmd *cobra.Command, e *env, cfg bench.DispatchConfig, against string, rounds int, asJSON bool) error {
+	results, err := bench.CompareDispatch(cmd.Context(), cfg, against, rounds, e.stderr)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(e.stdout, map[string]any{"cases": results})
+	}
+	t := newTable(e.stdout, "WORKER", "PREFETCH", "TASKS", "TASKS/S", "AGAINST TASKS/S", "RATIO",
+		"SERVER CPU/TASK", "AGAINST SERVER CPU/TASK", "AGENT+WORKERS CPU/TASK", "AGAINST AGENT+WORKERS CPU/TASK")
+	d := func(x time.Duration) string { return x.Round(100 * time.Nanosecond).String() }
+	for _, r := range results {
+		t.row(r.Worker, strconv.Itoa(r.Prefetch), strconv.Itoa(r.Tasks), fmt.Sprintf("%.0f", r.This.PerSecond),
+			fmt.Sprintf("%.0f", r.Against.PerSecond), fmt.Sprintf("%.2f", r.Ratio),
+			d(r.This.ServerCPUPerTask), d(r.Against.ServerCPUPerTask), d(r.This.AgentCPUPerTask), d(r.Against.AgentCPUPerTask))
+	}
+	return t.flush()
+}
+
+func benchLatencyCmd(e *env) *cobra.Command {
+	var cfg bench.LatencyConfig
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "latency",
+		Short: "Time one task at a time through an idle pool, submit to stored result",
+		Long: `Start a server and an agent as processes, give the agent an open suite of one
+command worker with the default prefetch, and submit one ` + "`true`" + ` task at a
+time through the API, --gap apart so the pool is idle each time. STORED is
+from sending the submit to the result stored (the server stamps it as it
+applies the agent's report), SEEN to a poll every 2 ms finding it.
+
+With --against BINARY, another nodemgr binary (the build before a change)
+gets a server and an agent of its own beside this one's, and the samples
+alternate between the two.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Binary, err = os.Executable(); err != nil {
+				return err
+			}
+			results, err := bench.RunLatency(cmd.Context(), cfg, e.stderr)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, map[string]any{"results": results})
+			}
+			t := newTable(e.stdout, "BINARY", "SAMPLES", "STORED P50", "STORED P90", "STORED P99", "SEEN P50", "SEEN P99")
+			d := func(x time.Duration) string { return x.Round(10 * time.Microsecond).String() }
+			for _, r := range results {
+				t.row(r.Binary, strconv.Itoa(r.Samples), d(r.P50), d(r.P90), d(r.P99), d(r.SeenP50), d(r.SeenP99))
+			}
+			if len(results) == 2 {
+				ratio := func(a, b time.Duration) string { return fmt.Sprintf("%.2f", float64(a)/float64(b)) }
+				t.row("ratio", "-", ratio(results[0].P50, results[1].P50), ratio(results[0].P90, results[1].P90),
+					ratio(results[0].P99, results[1].P99), ratio(results[0].SeenP50, results[1].SeenP50), ratio(results[0].SeenP99, results[1].SeenP99))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().IntVar(&cfg.Samples, "samples", 100, "tasks, one at a time")
+	cmd.Flags().DurationVar(&cfg.Gap, "gap", 200*time.Millisecond, "idle time before each task")
+	cmd.Flags().StringVar(&cfg.Against, "against", "", "another nodemgr binary to measure in the same run, samples alternating")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
