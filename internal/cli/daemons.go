@@ -509,7 +509,11 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(f.config(), st, log.With("component", "server"))
+	cfg := f.config()
+	if cfg.Blobs, err = f.blobStore(ctx); err != nil {
+		return err
+	}
+	srv, err := server.New(cfg, st, log.With("component", "server"))
 	if err != nil {
 		return err
 	}
