@@ -110,7 +110,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		lock.Release()
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	a.blobs = newBlobClient(a.cfg.Server, a.credential, a.http, a.cfg.DataDir)
+	a.blobs = newBlobClient(a.cfg.Server, a.credential, a.http, a.cfg.DataDir, a.cfg.BlobCacheMax)
 	for _, f := range cfg.openSecretFiles {
 		logger.Warn("a file holding a secret is readable by other users; chmod 600 it", "file", f)
 	}

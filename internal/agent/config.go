@@ -43,7 +43,10 @@ type Config struct {
 	ReconnectMin      time.Duration `yaml:"reconnect_min"`  // default 1s
 	ReconnectMax      time.Duration `yaml:"reconnect_max"`  // default 60s
 	ShutdownGrace     time.Duration `yaml:"shutdown_grace"` // default 30s
-	Version           string        `yaml:"-"`
+	// BlobCacheMax caps the cache of task input files (DATA_DIR/blobs),
+	// in bytes; the least recently used go first. Default 10 GiB.
+	BlobCacheMax int64  `yaml:"blob_cache_max"`
+	Version      string `yaml:"-"`
 
 	// Standalone runs without a server: only the local API manages the
 	// node (nodee on its own).
@@ -211,6 +214,9 @@ func (c *Config) setDefaults() error {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 30 * time.Second
 	}
+	if c.BlobCacheMax == 0 {
+		c.BlobCacheMax = 10 << 30
+	}
 	if c.Version == "" {
 		c.Version = "dev"
 	}
@@ -273,6 +279,9 @@ func (c *Config) validate() error {
 	}
 	if c.HeartbeatInterval < 0 {
 		return errdefs.Field("heartbeat_interval", "must not be negative")
+	}
+	if c.BlobCacheMax < 0 {
+		return errdefs.Field("blob_cache_max", "must be a size in bytes, got %d", c.BlobCacheMax)
 	}
 	if c.ShutdownGrace < 0 {
 		return errdefs.Field("shutdown_grace", "must not be negative, got %s", c.ShutdownGrace)

@@ -50,6 +50,9 @@ type filesSource struct {
 }
 
 func newFilesSource(inner workerpool.Source, blobs *blobClient, workDir string, stopped <-chan struct{}, log *slog.Logger) *filesSource {
+	// Sandboxes left by an agent that stopped mid-task: no task of the
+	// suite runs here before the pool starts.
+	os.RemoveAll(filepath.Join(workDir, "sandbox"))
 	return &filesSource{inner: inner, blobs: blobs, root: filepath.Join(workDir, "sandbox"), stopped: stopped,
 		log: log, sandboxes: map[string]string{}, globs: map[string][]string{}}
 }
@@ -260,14 +263,66 @@ type blobClient struct {
 	cred     func() string
 	http     *http.Client // no overall timeout: files may be large
 	cache    string       // <data dir>/blobs
+	max      int64        // the cache's cap in bytes
 	mu       sync.Mutex
 	inflight map[string]chan struct{} // digest → closed when its download ends
+	fetched  int64                    // bytes downloaded since the cache was last trimmed
 }
 
-func newBlobClient(server string, cred func() string, base *http.Client, dataDir string) *blobClient {
+func newBlobClient(server string, cred func() string, base *http.Client, dataDir string, max int64) *blobClient {
 	c := &http.Client{Transport: base.Transport}
 	return &blobClient{server: strings.TrimSuffix(server, "/"), cred: cred, http: c,
-		cache: filepath.Join(dataDir, "blobs"), inflight: map[string]chan struct{}{}}
+		cache: filepath.Join(dataDir, "blobs"), max: max, inflight: map[string]chan struct{}{}}
+}
+
+// trim removes the least recently used cached files until the cache is
+// at most 80% of its cap. Staged inputs are hard links, so a task running
+// keeps its files.
+func (c *blobClient) trim() {
+	type entry struct {
+		path string
+		size int64
+		used time.Time
+	}
+	var files []entry
+	var total int64
+	filepath.WalkDir(c.cache, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() || strings.HasPrefix(d.Name(), ".part-") {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			files = append(files, entry{p, info.Size(), info.ModTime()})
+			total += info.Size()
+		}
+		return nil
+	})
+	if total <= c.max {
+		return
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].used.Before(files[j].used) })
+	for _, f := range files {
+		if total <= c.max*8/10 {
+			break
+		}
+		if os.Remove(f.path) == nil {
+			total -= f.size
+		}
+	}
+}
+
+// noteFetched counts downloaded bytes and trims the cache once a tenth of
+// its cap came in since the last look.
+func (c *blobClient) noteFetched(n int64) {
+	c.mu.Lock()
+	c.fetched += n
+	due := c.max > 0 && c.fetched >= c.max/10
+	if due {
+		c.fetched = 0
+	}
+	c.mu.Unlock()
+	if due {
+		c.trim()
+	}
 }
 
 func (c *blobClient) cachePath(digest string) string {
@@ -374,7 +429,13 @@ func (c *blobClient) download(ctx context.Context, digest, dst string) error {
 	if err := os.Chmod(tmp.Name(), 0o444); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), dst)
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return err
+	}
+	if st, err := os.Stat(dst); err == nil {
+		c.noteFetched(st.Size())
+	}
+	return nil
 }
 
 // upload stores a file in the blob store unless it is there already, and

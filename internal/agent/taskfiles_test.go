@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 )
@@ -56,7 +57,7 @@ func TestBlobCacheFetchesOnce(t *testing.T) {
 		w.Write([]byte("not what was asked for"))
 	}))
 	defer srv.Close()
-	c := newBlobClient(srv.URL, func() string { return "cred" }, srv.Client(), t.TempDir())
+	c := newBlobClient(srv.URL, func() string { return "cred" }, srv.Client(), t.TempDir(), 1<<20)
 	sandbox := t.TempDir()
 	var wg sync.WaitGroup
 	for i := range 8 {
@@ -81,5 +82,26 @@ func TestBlobCacheFetchesOnce(t *testing.T) {
 	err = c.stageFile(context.Background(), api.TaskFile{Path: "y", Digest: bad}, filepath.Join(sandbox, "y"))
 	if err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Errorf("stage a blob whose content does not match = %v, want an error saying it is damaged", err)
+	}
+}
+
+// TestBlobCacheTrim: past its cap the cache drops the least recently used
+// files first.
+func TestBlobCacheTrim(t *testing.T) {
+	c := newBlobClient("http://unused", func() string { return "" }, http.DefaultClient, t.TempDir(), 100)
+	now := time.Now()
+	for i, name := range []string{"old", "mid", "new"} {
+		p := filepath.Join(c.cache, "ab", name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, make([]byte, 40), 0o444)
+		at := now.Add(time.Duration(i-3) * time.Minute)
+		os.Chtimes(p, at, at)
+	}
+	c.trim() // 120 bytes > 100: down to 80 or less
+	for name, want := range map[string]bool{"old": false, "mid": true, "new": true} {
+		_, err := os.Stat(filepath.Join(c.cache, "ab", name))
+		if got := err == nil; got != want {
+			t.Errorf("after trim, %s kept = %v, want %v", name, got, want)
+		}
 	}
 }
