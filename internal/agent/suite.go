@@ -44,6 +44,7 @@ type suiteRun struct {
 	suite     api.Suite
 	pool      *workerpool.Pool
 	src       *taskSource
+	files     *filesSource
 	cancel    context.CancelFunc
 	cancelled bool
 	// stoppedHere: the pool was stopped by hand on this node (allocation
@@ -144,7 +145,7 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 		return
 	}
 	r.mu.Lock()
-	run.pool, run.src = pool, src
+	run.pool, run.src, run.files = pool, src, files
 	stop := r.stopping
 	r.mu.Unlock()
 	if stop != "" {
@@ -533,6 +534,9 @@ func (r *runner) holding() []string {
 	}
 	if r.run.src != nil {
 		ids = append(ids, r.run.src.pendingIDs()...)
+	}
+	if r.run.files != nil {
+		ids = append(ids, r.run.files.uploadingIDs()...)
 	}
 	return ids
 }

@@ -46,6 +46,7 @@ type filesSource struct {
 	mu        sync.Mutex
 	sandboxes map[string]string   // task ID → its sandbox
 	globs     map[string][]string // task ID → its output globs
+	uploading map[string]bool     // tasks whose outputs are on their way
 	uploads   sync.WaitGroup
 }
 
@@ -54,7 +55,8 @@ func newFilesSource(inner workerpool.Source, blobs *blobClient, workDir string, 
 	// suite runs here before the pool starts.
 	os.RemoveAll(filepath.Join(workDir, "sandbox"))
 	return &filesSource{inner: inner, blobs: blobs, root: filepath.Join(workDir, "sandbox"), stopped: stopped,
-		log: log, sandboxes: map[string]string{}, globs: map[string][]string{}}
+		log:       log,
+		sandboxes: map[string]string{}, globs: map[string][]string{}, uploading: map[string]bool{}}
 }
 
 func hasFiles(t api.TaskSpec) bool {
@@ -136,9 +138,17 @@ func (f *filesSource) Report(r api.TaskReport) {
 		f.inner.Report(r)
 		return
 	}
+	f.mu.Lock()
+	f.uploading[r.TaskID] = true
+	f.mu.Unlock()
 	f.uploads.Add(1)
 	go func() {
 		defer f.uploads.Done()
+		defer func() {
+			f.mu.Lock()
+			delete(f.uploading, r.TaskID)
+			f.mu.Unlock()
+		}()
 		if r.Outcome == api.OutcomeSucceeded {
 			f.collect(&r, dir)
 		}
@@ -207,6 +217,18 @@ func (f *filesSource) removeSandbox(id string) {
 	if ok {
 		os.RemoveAll(dir)
 	}
+}
+
+// uploadingIDs lists the tasks whose outputs are on their way: the
+// agent still answers for them when it reconnects.
+func (f *filesSource) uploadingIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := make([]string, 0, len(f.uploading))
+	for id := range f.uploading {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // drain waits for the uploads under way, so that every report has reached
