@@ -14,7 +14,8 @@ import (
 	"github.com/nodemgr/nodemgr/internal/blob/blobtest"
 )
 
-// runIn runs a CLI command against s from dir.
+// runIn runs a CLI command against s from dir ("": the test's own) and
+// returns stdout, stderr and the exit code.
 func (s *server) runIn(t *testing.T, dir string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
