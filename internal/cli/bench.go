@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -14,7 +15,7 @@ import (
 
 func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load harnesses that measure nodemgr on this machine"}
-	cmd.AddCommand(benchAgentsCmd(e), benchDispatchCmd(e), benchLatencyCmd(e), benchProvisionCmd(e), benchPoolCmd(e), &cobra.Command{
+	cmd.AddCommand(benchAgentsCmd(e), benchDispatchCmd(e), benchLatencyCmd(e), benchProvisionCmd(e), benchPoolCmd(e), benchBuildCmd(e), &cobra.Command{
 		Use: "noop-worker", Hidden: true, Short: "A worker whose tasks do nothing (used by bench dispatch)",
 		RunE: func(cmd *cobra.Command, _ []string) error { return bench.NoopWorker(cmd.Context()) },
 	})
@@ -343,4 +344,86 @@ func printRatios(e *env, ours, theirs string, rows []ratioRow) error {
 		t.row(r.what, ms(r.ours), ms(r.theirs), fmt.Sprintf("%.2f", float64(r.ours)/float64(r.theirs)))
 	}
 	return t.flush()
+}
+
+func benchBuildCmd(e *env) *cobra.Command {
+	cfg := bench.BuildConfig{}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "build",
+		Short: "Build a C project through nodemgr on two local agents against make -j2, round by round",
+		Long: `Generate a C project (--units compile units, main.c among them, each about
+150 ms of CPU at -O2, one header included by all), or copy --project DIR (a
+Makefile whose default target compiles *.c to *.o and links one program).
+Start a server and --agents agents as processes on this machine, each with
+the default worker schedule (one worker per CPU). Then, round by round:
+make -j2 from no objects, timed; and the same build through nodemgr, timed
+from the first upload to the last file fetched: the sources and headers
+uploaded to the blob store, a suite of one compile task per object (its
+source and the headers as inputs, the object as output, exit code 1 final)
+and a link task after them all taking their objects, the suite waited for,
+every output fetched. The compile and link command lines are make's own
+(from make -n -B). The fetched program must print what make's does.
+
+Each round ends every source and header with a comment naming the round,
+so every round uploads all of them again: the blob store keeps what it has
+seen, and a round on unchanged files would upload nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Binary, err = os.Executable(); err != nil {
+				return err
+			}
+			if cfg.Rounds < 1 || cfg.Agents < 1 || cfg.Jobs < 1 {
+				return fmt.Errorf("--rounds, --agents and --jobs must be at least 1")
+			}
+			r, err := bench.RunBuild(cmd.Context(), cfg, e.stderr)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, r)
+			}
+			return printBuildBench(e, r)
+		},
+	}
+	cmd.Flags().IntVar(&cfg.Units, "units", 34, "compile units of the generated project, main.c included")
+	cmd.Flags().StringVar(&cfg.Project, "project", "", "build this project instead of a generated one")
+	cmd.Flags().IntVar(&cfg.Rounds, "rounds", 5, "rounds, each make then nodemgr")
+	cmd.Flags().IntVar(&cfg.Agents, "agents", 2, "agents on this machine")
+	cmd.Flags().IntVar(&cfg.Jobs, "jobs", 2, "make -j")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printBuildBench(e *env, r bench.BuildResult) error {
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	t := newTable(e.stdout, "ROUND", "LOAD", fmt.Sprintf("MAKE -J%d", r.Jobs), "NODEMGR", "RATIO", "UPLOAD", "SUBMIT", "COMPILE", "LINK", "SEEN", "FETCH",
+		"UPLOADED", "COMPILES PER AGENT", "MAKE CPU", "AGENTS+TASKS CPU", "SERVER CPU", "CLIENT CPU", "SAME .O AS MAKE")
+	row := func(round, load string, x bench.BuildRound, uploaded, per, same string) {
+		t.row(round, load, ms(x.Make), ms(x.Nodemgr), fmt.Sprintf("%.2f", x.Ratio), ms(x.Upload), ms(x.Submit), ms(x.Compile),
+			ms(x.Link), ms(x.Seen), ms(x.Fetch), uploaded, per,
+			ms(x.MakeCPU), ms(x.AgentCPU), ms(x.ServerCPU), ms(x.ClientCPU), same)
+	}
+	for _, x := range r.Rounds {
+		per := make([]string, len(x.PerAgent))
+		for i, n := range x.PerAgent {
+			per[i] = strconv.Itoa(n)
+		}
+		row(strconv.Itoa(x.Round), fmt.Sprintf("%.1f", x.Load), x, fmt.Sprintf("%d/%d files, %s", x.Uploaded, x.Inputs, sizeString(x.UploadedBytes)),
+			strings.Join(per, "/"), fmt.Sprintf("%d/%d", x.SameObjects, r.CompileTasks))
+	}
+	row("median", "-", r.Median, "-", "-", "-")
+	if err := t.flush(); err != nil {
+		return err
+	}
+	verdict := "within"
+	if r.Median.Ratio > 1.10 {
+		verdict = "above"
+	}
+	fmt.Fprintf(e.stdout, "\n%s: %d compile tasks and a link; %d agents on this machine, default worker schedule\n", r.Project, r.CompileTasks, r.Agents)
+	fmt.Fprintln(e.stdout, "every round ends each source and header with a comment naming the round, so every round uploads all of them")
+	fmt.Fprintf(e.stdout, "LOAD is the 1-minute load average as the round began, on %d CPUs\n", runtime.NumCPU())
+	fmt.Fprintf(e.stdout, "median ratio nodemgr / make -j%d: %.2f (%s the 1.10 target)\n", r.Jobs, r.Median.Ratio, verdict)
+	return nil
 }
