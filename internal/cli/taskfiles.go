@@ -381,7 +381,7 @@ is safe in scripts.`,
 				defer cancel()
 			}
 			c := clientFor(cmd, e)
-			for wait := 20 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+			for wait := 10 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 				s, err := c.Suite(ctx, args[0])
 				if err != nil {
 					return err
