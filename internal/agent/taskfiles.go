@@ -119,9 +119,15 @@ func (f *filesSource) stage(ctx context.Context, t *api.Task) error {
 		if in.Error != "" {
 			return fmt.Errorf("input %s: %s", in.Path, in.Error)
 		}
+		if !filepath.IsLocal(filepath.FromSlash(in.Path)) {
+			return fmt.Errorf("input %q: not a path inside the sandbox", in.Path)
+		}
 		if err := f.blobs.stageFile(ctx, in, filepath.Join(dir, filepath.FromSlash(in.Path))); err != nil {
 			return fmt.Errorf("input %s: %w", in.Path, err)
 		}
+	}
+	if t.Workdir != "" && !filepath.IsLocal(filepath.FromSlash(t.Workdir)) {
+		return fmt.Errorf("workdir %q: not a path inside the sandbox", t.Workdir)
 	}
 	t.Workdir = filepath.Join(dir, filepath.FromSlash(t.Workdir))
 	return os.MkdirAll(t.Workdir, 0o755)
