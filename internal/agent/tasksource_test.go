@@ -176,35 +176,65 @@ func TestReportsRetried(t *testing.T) {
 }
 
 // A report lingers for company only when company is likely: others came
-// just before it and the pool still holds tasks. Otherwise it leaves at
-// once (the flusher is not running here, so the flag stays to be seen).
+// just before it and more are in flight. Otherwise it leaves at once (the
+// flusher is not running here, so the flag stays to be seen).
 func TestReportUrgency(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct {
 		name       string
 		held       int
+		drained    bool
 		lastReport time.Time
 		pending    int
 		urgent     bool
 	}{
-		{"a lone task on an idle pool", 1, time.Time{}, 0, true},
-		{"the first report in a while", 5, now.Add(-time.Second), 0, true},
-		{"a report among many", 5, now, 0, false},
-		{"the last task the pool held", 1, now, 0, true},
-		{"the last task, others queued", 1, now, 3, true},
-		{"more queued while busy", 5, now, 3, false},
+		{"a lone task on an idle pool", 1, true, time.Time{}, 0, true},
+		{"the first report in a while", 5, false, now.Add(-time.Second), 0, true},
+		{"a report among many", 5, false, now, 0, false},
+		{"the last task, nothing Ready", 1, true, now, 0, true},
+		{"the last task, others queued", 1, true, now, 3, true},
+		{"the last task held, more Ready", 1, false, now, 0, false},
+		{"more queued while busy", 5, true, now, 3, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &taskSource{kick: make(chan struct{}, 1), held: tc.held, lastReport: tc.lastReport}
+			s := &taskSource{kick: make(chan struct{}, 1), held: tc.held, drained: tc.drained, lastReport: tc.lastReport}
 			for range tc.pending {
 				s.pending = append(s.pending, api.TaskReport{})
 			}
 			s.since = now
 			s.Report(api.TaskReport{TaskID: "t"})
 			if s.urgent != tc.urgent {
-				t.Errorf("urgent = %v, want %v (held %d before, last report %v ago)", s.urgent, tc.urgent, tc.held, time.Since(tc.lastReport))
+				t.Errorf("urgent = %v, want %v (held %d before, drained %v, last report %v ago)",
+					s.urgent, tc.urgent, tc.held, tc.drained, time.Since(tc.lastReport))
 			}
 		})
+	}
+}
+
+// A report that lingers goes at once when a fetch finds nothing Ready and
+// the pool holds nothing else: no company can come.
+func TestEmptyFetchEndsTheLinger(t *testing.T) {
+	var fetched []api.Task
+	s := &taskSource{kick: make(chan struct{}, 1), held: 2, log: slog.New(slog.DiscardHandler),
+		lastReport: time.Now(), call: func(_ context.Context, method string, req, resp any) error {
+			resp.(*api.TasksFetched).Tasks = fetched
+			return nil
+		}}
+	s.Report(api.TaskReport{TaskID: "t0"})
+	s.Report(api.TaskReport{TaskID: "t1"})
+	if s.urgent {
+		t.Fatal("urgent after two reports in a row with the last fetch bringing tasks, want lingering")
+	}
+	fetched = []api.Task{{ID: "t2"}}
+	s.Fetch(t.Context(), 1)
+	if s.urgent {
+		t.Fatal("urgent after a fetch that brought a task, want lingering")
+	}
+	s.Report(api.TaskReport{TaskID: "t2"})
+	fetched = nil
+	s.Fetch(t.Context(), 1)
+	if !s.urgent {
+		t.Error("lingering after a fetch found nothing with nothing held, want urgent")
 	}
 }
 
