@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -357,13 +356,15 @@ func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (a
 	for _, id := range done.Released { // dependents became Ready: wake their nodes
 		h.s.suiteChanged(ctx, id)
 	}
-	// The node works on one suite at a time; if these were its suite's
-	// last tasks, the suite completes now rather than at the next tick.
-	suites := h.s.dispatch.shares.settled(h.sess.nodeID, len(req.Reports), false)
-	if _, current := h.sess.work(); current != "" && !slices.Contains(suites, current) {
-		suites = append(suites, current)
+	// If these were the suite's last tasks, it completes now rather than
+	// at the next tick. They can only be if the node holds none of its
+	// tasks any more (as counted here; a node this server has not seen
+	// fetch is looked at every time).
+	drained, member := h.s.dispatch.shares.settled(h.sess.nodeID, len(req.Reports), false)
+	if _, current := h.sess.work(); !member && current != "" {
+		drained = append(drained, current)
 	}
-	for _, id := range suites {
+	for _, id := range drained {
 		h.s.completeIfDone(ctx, id)
 	}
 	for _, r := range req.Reports {
@@ -384,10 +385,14 @@ func (h *agentHandler) tasksReturn(ctx context.Context, body json.RawMessage) (a
 		return nil, err
 	}
 	h.s.metrics.tasksReturned.Add(float64(n))
-	suites := h.s.dispatch.shares.settled(h.sess.nodeID, len(req.TaskIDs), true)
+	h.s.dispatch.shares.settled(h.sess.nodeID, len(req.TaskIDs), true)
 	if n > 0 {
 		// Ready again: whoever runs the suite or is idle may take them
 		// (a giveback's asker waits for exactly this).
+		suites := h.s.dispatch.shares.suitesOf(h.sess.nodeID)
+		if _, current := h.sess.work(); len(suites) == 0 && current != "" {
+			suites = append(suites, current)
+		}
 		for _, id := range suites {
 			h.s.wakeSuite(id, h.sess.nodeID)
 		}

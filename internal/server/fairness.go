@@ -251,17 +251,33 @@ func (sh *shares) claimed(suiteID string, sess *session, n int) {
 }
 
 // settled counts n tasks of the node reported or returned, in whichever
-// suite it serves (one at a time), and returns those suites.
-func (sh *shares) settled(nodeID string, n int, returned bool) []string {
+// suite it serves (one at a time). It returns the suites where the node
+// now holds nothing, and whether it is a member of any.
+func (sh *shares) settled(nodeID string, n int, returned bool) (drained []string, member bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	var ids []string
 	for suiteID, ms := range sh.suites {
 		if m := ms[nodeID]; m != nil {
+			member = true
 			m.held = max(0, m.held-n)
 			if returned {
 				m.askedAt = time.Time{}
 			}
+			if m.held == 0 {
+				drained = append(drained, suiteID)
+			}
+		}
+	}
+	return drained, member
+}
+
+// suitesOf lists the suites the node is a member of.
+func (sh *shares) suitesOf(nodeID string) []string {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var ids []string
+	for suiteID, ms := range sh.suites {
+		if ms[nodeID] != nil {
 			ids = append(ids, suiteID)
 		}
 	}
@@ -279,19 +295,6 @@ func (sh *shares) ask(suiteID, nodeID string, now time.Time) *session {
 	}
 	m.askedAt = now
 	return m.sess
-}
-
-// others lists the sessions of the suite's members other than nodeID.
-func (sh *shares) others(suiteID, nodeID string) []*session {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	var out []*session
-	for id, m := range sh.suites[suiteID] {
-		if id != nodeID {
-			out = append(out, m.sess)
-		}
-	}
-	return out
 }
 
 // fairShare is member i's share of total unfinished tasks: rounded up, so
