@@ -1,5 +1,7 @@
 package api
 
+import "math"
+
 // Fair dispatch between the agents serving one suite.
 //
 // The server caps each tasks.fetch at the node's fair share of the suite's
@@ -26,4 +28,21 @@ type TasksGiveback struct {
 // reach the server with tasks.return.
 type TasksGivenBack struct {
 	Returned int `json:"returned"`
+}
+
+// WorkersOn is how many workers a node with hardware hw runs for the
+// schedule: its WorkerCount, or, where it leaves that to the node (0), one
+// per CPU the agent may use: the cores of an exclusive binding, else its
+// cgroup quota rounded up, else its cores. The agent sizes its pool by it,
+// and the server weighs a node's fair share of a suite by it.
+func (ws WorkerSchedule) WorkersOn(hw Hardware) int {
+	switch {
+	case ws.WorkerCount > 0:
+		return ws.WorkerCount
+	case ws.CPUBinding != nil && ws.CPUBinding.Strategy == BindExclusive:
+		return max(1, len(ws.CPUBinding.Cores))
+	case hw.CPULimit > 0:
+		return max(1, int(math.Ceil(hw.CPULimit)))
+	}
+	return max(1, hw.Cores)
 }

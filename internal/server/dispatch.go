@@ -1,7 +1,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -173,6 +172,7 @@ func (s *Server) suiteLoop(ctx context.Context) {
 			s.suiteChanged(ctx, id)
 		}
 		s.completeSuites(ctx)
+		s.dispatch.shares.prune(s.hub.get)
 	}
 }
 
@@ -227,9 +227,22 @@ func (h *agentHandler) suiteNext(ctx context.Context) (any, error) {
 	h.sess.worked(time.Now())
 	// It counts among the suite's nodes from now, before its pool
 	// starts and fetches: the nodes fetching first leave it its share.
-	h.s.dispatch.shares.join(su.ID, h.sess, su.Spec.WorkerSchedule.WorkerCount)
+	h.s.dispatch.shares.join(su.ID, h.sess, h.workers(ctx, su.Spec.WorkerSchedule))
 	out := apiSuite(*su)
 	return api.SuiteNext{Suite: &out}, nil
+}
+
+// workers is how many workers the node runs for a suite with schedule ws:
+// its weight in the suite's fair shares. 0 if not known.
+func (h *agentHandler) workers(ctx context.Context, ws api.WorkerSchedule) int {
+	if ws.WorkerCount > 0 {
+		return ws.WorkerCount
+	}
+	n, err := h.s.store.GetNode(ctx, h.sess.nodeID)
+	if err != nil {
+		return 0
+	}
+	return ws.WorkersOn(n.Hardware)
 }
 
 func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (any, error) {
@@ -272,8 +285,9 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 		if err != nil {
 			return nil, err
 		}
-		for i := range members {
-			members[i].workers = cmp.Or(members[i].workers, su.Spec.WorkerSchedule.WorkerCount)
+		if members[0].workers == 0 { // it fetched without suite.next here (a server restart)
+			members[0].workers = h.workers(ctx, su.Spec.WorkerSchedule)
+			h.s.dispatch.shares.join(req.SuiteID, h.sess, members[0].workers)
 		}
 		total = su.Counts.Ready + su.Counts.Running
 		want = fairCap(total, req.Max, members)

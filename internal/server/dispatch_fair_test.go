@@ -36,6 +36,7 @@ func TestFairCap(t *testing.T) {
 		{"idle workers of a holder", 10, 8, []share{{"a", 8, 6}, {"b", 1, 0}}, 3},
 		{"many tasks: the buffer fits", 100000, 32, []share{{"a", 2, 30}, {"b", 2, 30}}, 32},
 		{"nothing left", 0, 32, []share{{"a", 1, 0}, {"b", 1, 0}}, 1},
+		{"weight not known counts as one worker", 40, 32, []share{{"a", 0, 0}, {"b", 1, 0}}, 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := fairCap(tc.total, tc.want, tc.all); got != tc.allowed {
@@ -85,7 +86,7 @@ type testAgent struct {
 	givebacks []api.TasksGiveback
 }
 
-func connectTestAgent(t *testing.T, url, cred string) *testAgent {
+func connectTestAgent(t *testing.T, url, cred string, cores int) *testAgent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/v1/agent/connect",
@@ -98,7 +99,7 @@ func connectTestAgent(t *testing.T, url, cred string) *testAgent {
 	done := make(chan struct{})
 	go func() { defer close(done); a.peer.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	a.call(api.MethodHello, api.Hello{State: api.AgentIdle, Hardware: api.Hardware{Cores: 1}}, nil)
+	a.call(api.MethodHello, api.Hello{State: api.AgentIdle, Hardware: api.Hardware{Cores: cores}}, nil)
 	return a
 }
 
@@ -168,15 +169,18 @@ func (a *testAgent) seen() (wakes int, givebacks []api.TasksGiveback) {
 	return a.wakes, slices.Clone(a.givebacks)
 }
 
-// fairSetup serves a real server with two agents connected and a suite of
-// n tasks for one worker each, and returns them.
+// fairSetup serves a real server with two agents of one core connected
+// and a suite of n tasks for one worker each, and returns them.
 func fairSetup(t *testing.T, n int) (suiteID string, a, b *testAgent) {
 	t.Helper()
-	_, suiteID, a, b = fairSetupWith(t, Config{}, n)
+	_, suiteID, a, b = fairSetupWith(t, Config{}, n, fairNodes{workers: 1, coresA: 1, coresB: 1})
 	return suiteID, a, b
 }
 
-func fairSetupWith(t *testing.T, cfg Config, n int) (ts *testServer, suiteID string, a, b *testAgent) {
+// fairNodes is the suite's worker count and the agents' cores.
+type fairNodes struct{ workers, coresA, coresB int }
+
+func fairSetupWith(t *testing.T, cfg Config, n int, fn fairNodes) (ts *testServer, suiteID string, a, b *testAgent) {
 	t.Helper()
 	s, _, admin := newServer(t, "", cfg)
 	url := serve(t, s)
@@ -185,11 +189,11 @@ func fairSetupWith(t *testing.T, cfg Config, n int) (ts *testServer, suiteID str
 	ts = &testServer{Server: s, http: hs, admin: admin}
 	_, credA := ts.nodeNamed(t, "a")
 	_, credB := ts.nodeNamed(t, "b")
-	a, b = connectTestAgent(t, url, credA), connectTestAgent(t, url, credB)
+	a, b = connectTestAgent(t, url, credA, fn.coresA), connectTestAgent(t, url, credB, fn.coresB)
 
 	var su api.Suite
 	ts.mustCall(t, http.StatusCreated, admin, "POST", "/v1/suites",
-		api.SuiteSpec{Name: "fair", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}, &su)
+		api.SuiteSpec{Name: "fair", WorkerSchedule: api.WorkerSchedule{WorkerCount: fn.workers}}, &su)
 	specs := make([]api.TaskSpec, n)
 	for i := range specs {
 		specs[i] = api.TaskSpec{Argv: []string{"true"}}
@@ -212,6 +216,20 @@ func TestFetchIsCappedAtTheFairShare(t *testing.T) {
 	}
 	if got := a.fetch(suiteID, 12); got != 0 {
 		t.Errorf("fetch beyond the share got %d tasks, want 0", got)
+	}
+}
+
+// With one worker per CPU of the node, a node of three cores gets three
+// quarters of the suite beside a node of one.
+func TestFairShareIsWeightedByWorkers(t *testing.T) {
+	_, suiteID, a, b := fairSetupWith(t, Config{}, 40, fairNodes{workers: 0, coresA: 3, coresB: 1})
+	a.join(suiteID)
+	b.join(suiteID)
+	if got := a.fetch(suiteID, 32); got != 30 {
+		t.Errorf("the 3-core node's fetch of 32 got %d tasks, want 30", got)
+	}
+	if got := b.fetch(suiteID, 32); got != 10 {
+		t.Errorf("the 1-core node's fetch of 32 got %d tasks, want 10", got)
 	}
 }
 
@@ -255,7 +273,7 @@ func TestIdleNodeGetsTasksGivenBack(t *testing.T) {
 // A closed suite completes with the report of its last task, not at the
 // next tick of the suite loop (an hour here).
 func TestSuiteCompletesWithItsLastReport(t *testing.T) {
-	ts, suiteID, a, _ := fairSetupWith(t, Config{SuiteTick: time.Hour}, 3)
+	ts, suiteID, a, _ := fairSetupWith(t, Config{SuiteTick: time.Hour}, 3, fairNodes{workers: 1, coresA: 1, coresB: 1})
 	a.join(suiteID)
 	if got := a.fetch(suiteID, 32); got != 3 {
 		t.Fatalf("fetch got %d tasks, want 3", got)

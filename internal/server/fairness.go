@@ -173,7 +173,7 @@ type member struct {
 // share is what fairCap and planGiveback see of a member.
 type share struct {
 	nodeID  string
-	workers int
+	workers int // 0 if not known: counted as 1
 	held    int
 }
 
@@ -241,6 +241,23 @@ func (sh *shares) members(suiteID string, sess *session, live func(nodeID string
 		}
 	}
 	return out
+}
+
+// prune forgets the members no longer connected through the session they
+// joined with: nodes that went away without leaving.
+func (sh *shares) prune(live func(nodeID string) *session) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for suiteID, ms := range sh.suites {
+		for id, m := range ms {
+			if live(id) != m.sess {
+				delete(ms, id)
+			}
+		}
+		if len(ms) == 0 {
+			delete(sh.suites, suiteID)
+		}
+	}
 }
 
 // claimed counts n tasks claimed by the node in the suite.
@@ -313,7 +330,7 @@ func fairShare(total int, all []share, i int) int {
 // less than its idle workers need.
 func fairCap(total, want int, all []share) int {
 	me := all[0]
-	allowed := max(fairShare(total, all, 0)-me.held, me.workers-me.held, 0)
+	allowed := max(fairShare(total, all, 0)-me.held, max(1, me.workers)-me.held, 0)
 	return min(want, allowed)
 }
 
