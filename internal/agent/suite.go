@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -123,7 +122,8 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	}()
 	log := r.a.log.With("suite", su.ID, "name", su.Name)
 	workDir := filepath.Join(r.a.cfg.DataDir, "suites", su.ID)
-	su.WorkerSchedule.WorkerCount = workerCount(su.WorkerSchedule, r.a.hardware)
+	// worker_count 0 leaves the count to the node: one per CPU it may use.
+	su.WorkerSchedule.WorkerCount = su.WorkerSchedule.WorkersOn(r.a.hardware)
 
 	r.a.setWork(api.AgentPreparing, su.ID)
 	log.Info("preparing suite")
@@ -191,21 +191,6 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	}
 	r.leaveWith(parent, api.SuiteLeave{SuiteID: su.ID, Reason: reason, Stopped: stoppedHere})
 	log.Info("left suite", "reason", reason)
-}
-
-// workerCount is the suite's worker count, or, where it leaves it to the
-// node (0), one worker per CPU this machine lets the agent use: its cgroup
-// quota rounded up, else its cores, else the cores it is bound to.
-func workerCount(ws api.WorkerSchedule, hw api.Hardware) int {
-	switch {
-	case ws.WorkerCount > 0:
-		return ws.WorkerCount
-	case ws.CPUBinding != nil && ws.CPUBinding.Strategy == api.BindExclusive:
-		return max(1, len(ws.CPUBinding.Cores))
-	case hw.CPULimit > 0:
-		return max(1, int(math.Ceil(hw.CPULimit)))
-	}
-	return max(1, hw.Cores)
 }
 
 func (r *runner) poolConfig(su api.Suite, workDir string) workerpool.Config {
