@@ -186,6 +186,13 @@ func (s *Server) setSuiteState(w http.ResponseWriter, r *http.Request, to string
 	if to == api.SuiteCancelled {
 		s.tellSuiteCancelled(r.Context(), su.ID)
 	}
+	if to == api.SuiteClosed {
+		// Closed with nothing left: it completes now, not at the tick.
+		s.completeIfDone(r.Context(), su.ID)
+		if su, err = s.store.GetSuite(r.Context(), su.ID); err != nil {
+			return err
+		}
+	}
 	s.suiteChanged(r.Context(), su.ID)
 	httpapi.WriteJSON(w, http.StatusOK, apiSuite(su))
 	return nil
@@ -393,6 +400,7 @@ func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request) error 
 			s.log.Warn("tell node to cancel task", "task", t.ID, "node", before.NodeID, "err", err)
 		}
 	}
+	s.completeIfDone(r.Context(), t.SuiteID)
 	t, err = s.store.GetTask(r.Context(), t.ID)
 	if err != nil {
 		return err
