@@ -255,11 +255,11 @@ type SuiteProblems interface {
 
 // Task is a stored task.
 type Task struct {
-	ID        string
-	Seq       int64 // the order tasks were added in, unique; set by the store
-	SuiteID   string
-	Spec      api.TaskSpec
-	State     string // api.Task*
+	ID      string
+	Seq     int64 // the order tasks were added in, unique; set by the store
+	SuiteID string
+	Spec    api.TaskSpec
+	State   string // api.Task*
 	// After are the IDs of the tasks this one waits for (Spec.After with
 	// names resolved), in the same suite; the store keeps it Pending until
 	// they all finished, and cancels it when one fails or is cancelled.

@@ -88,7 +88,9 @@ func stopped(tk store.Task) store.Attempt {
 
 // abortAfter gives a task up once it has failed n times.
 func abortAfter(n int) store.RetryPolicy {
-	return func(_, _ *api.RetryPolicy, failures []api.TaskFailure) (bool, time.Duration) { return len(failures) >= n, 0 }
+	return func(_, _ *api.RetryPolicy, failures []api.TaskFailure) (bool, time.Duration) {
+		return len(failures) >= n, 0
+	}
 }
 
 // task finds the task with id among tasks.
