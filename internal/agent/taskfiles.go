@@ -92,8 +92,15 @@ func (f *filesSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, err
 			ready = append(ready, t)
 			continue
 		}
-		f.log.Warn("cannot stage the task's inputs; failing the attempt", "task", t.ID, "err", failed[i])
 		f.removeSandbox(t.ID)
+		if ctx.Err() != nil {
+			// The pool is stopping, not the task failing: it runs again
+			// elsewhere, uncounted.
+			f.inner.Report(api.TaskReport{TaskID: t.ID, Attempt: t.Attempt, Outcome: api.OutcomeStopped,
+				Reason: "the pool stopped while its inputs were staged", Result: api.TaskResult{ExitCode: -1}})
+			continue
+		}
+		f.log.Warn("cannot stage the task's inputs; failing the attempt", "task", t.ID, "err", failed[i])
 		f.inner.Report(api.TaskReport{TaskID: t.ID, Attempt: t.Attempt, Outcome: api.OutcomeFailed,
 			Reason: "stage inputs: " + failed[i].Error(),
 			Result: api.TaskResult{ExitCode: -1, Stderr: "nodemgr: stage inputs: " + failed[i].Error() + "\n"}})
