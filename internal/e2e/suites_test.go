@@ -386,7 +386,7 @@ func TestBadSuitesAndTasksAreRefused(t *testing.T) {
 		status                   int
 		field                    string
 	}{
-		{"no workers", "POST", "/v1/suites", `{"name": "a", "worker_schedule": {"worker_count": 0}}`, 400, "worker_schedule.worker_count"},
+		{"negative workers", "POST", "/v1/suites", `{"name": "a", "worker_schedule": {"worker_count": -1}}`, 400, "worker_schedule.worker_count"},
 		{"300 workers", "POST", "/v1/suites", `{"name": "a", "worker_schedule": {"worker_count": 300}}`, 400, "worker_schedule.worker_count"},
 		{"unknown strategy", "POST", "/v1/suites", `{"name": "a", "worker_schedule": {"worker_count": 1, "cpu_binding": {"cores": [0], "strategy": "Greedy"}}}`, 400, "worker_schedule.cpu_binding.strategy"},
 		{"hook without command", "POST", "/v1/suites", `{"name": "a", "worker_schedule": {"worker_count": 1}, "hooks": {"prepare": {"command": []}}}`, 400, "hooks.prepare.command"},
