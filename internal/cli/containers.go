@@ -284,7 +284,7 @@ func containerSendCmd(e *env) *cobra.Command {
 	var file string
 	cmd := &cobra.Command{
 		Use:   "send -f message.yaml",
-		Short: "Send a raw container message {command, job, worker} (the node engine's format)",
+		Short: "Send a raw container message {command, job, worker, cluster} (the node engine's format; deploy runs the job on every worker listed, all or none)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {

@@ -78,6 +78,7 @@ labels: %s
 	if _, stderr, code := s.run(t, "container", "deploy", "ct-one", "-f", bigJob, "--id", "big1"); code == 0 || !strings.Contains(stderr, "does not fit") || !strings.Contains(stderr, "short") {
 		t.Errorf("deploy of 64 CPUs: exit %d, %q; want refused with what is short", code, stderr)
 	}
+	deployOnWorkers(t, s, dir, image, string(labelJSON))
 	if as, err := c.Allocations(ctx, "ct-one"); err != nil || len(as) != 1 {
 		t.Errorf("after the refused deploy ct-one holds %+v, %v; want web1 only", as, err)
 	}
@@ -284,5 +285,40 @@ labels: %s
 			t.Fatalf("tick %d after tick %d: a line missed or repeated\n%s", n, prev, follow.output())
 		}
 		prev = n
+	}
+}
+
+// deployOnWorkers sends the seed's deploy message naming two workers: the
+// job runs on both. When one of them cannot take it (its CPUs are
+// committed elsewhere), nothing is left on the other: all or nothing.
+func deployOnWorkers(t *testing.T, s *server, dir, image, labelJSON string) {
+	t.Helper()
+	msg := filepath.Join(dir, "multi.yaml")
+	os.WriteFile(msg, []byte(fmt.Sprintf("command: deploy\ncluster: [here]\nworker: [ct-one, ct-two]\njob: {id: multi, name: multi, image: %s, command: [sleep, \"60\"], cpus: 0.1, memory_mb: 16, labels: %s}\n", image, labelJSON)), 0o644)
+	out, stderr, code := s.run(t, "container", "send", "-f", msg)
+	var got []api.Container
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got) != 2 {
+		t.Fatalf("deploy on two workers: exit %d\n%s%s; want two containers", code, out, stderr)
+	}
+	for _, want := range []string{"multi-ct-one", "multi-ct-two"} {
+		if _, stderr, code := s.run(t, "container", "delete", want); code != 0 {
+			t.Errorf("delete %s: exit %d: %s", want, code, stderr)
+		}
+	}
+
+	out, stderr, code = s.run(t, "node", "commit", "ct-two", "--owner", "e2e", "--cpus", "1.5", "--ttl", "5m", "--json")
+	var cm api.Commitment
+	if code != 0 || json.Unmarshal([]byte(out), &cm) != nil {
+		t.Fatalf("node commit ct-two: exit %d\n%s%s", code, out, stderr)
+	}
+	os.WriteFile(msg, []byte(fmt.Sprintf("command: deploy\nworker: [ct-one, ct-two]\njob: {id: half, name: half, image: %s, command: [sleep, \"60\"], cpus: 1, memory_mb: 16, labels: %s}\n", image, labelJSON)), 0o644)
+	if _, stderr, code := s.run(t, "container", "send", "-f", msg); code == 0 || !strings.Contains(stderr, "ct-two") || !strings.Contains(stderr, "deleted again") {
+		t.Errorf("deploy that ct-two cannot take: exit %d, %q; want refused naming ct-two, the other undone", code, stderr)
+	}
+	if out, _, _ := s.run(t, "container", "ls"); strings.Contains(out, "half") {
+		t.Errorf("a refused two-worker deploy left a container:\n%s", out)
+	}
+	if _, stderr, code := s.run(t, "node", "release", "ct-two", cm.ID); code != 0 {
+		t.Fatalf("release the commitment: %s", stderr)
 	}
 }

@@ -164,25 +164,60 @@ func (s *Server) targets(ctx context.Context, workers []string, what string) ([]
 	return nodes, nil
 }
 
+// containerDeploy deploys the job on each node the worker list names (the
+// seed's message names a list), all or nothing: if one deploy fails, those
+// already made are deleted again. With one worker the container keeps the
+// job's ID; with several each gets the ID with "-" and its node's name.
+// The seed's cluster field is accepted and not used: one nodemgr server
+// is one cluster.
 func (s *Server) containerDeploy(ctx context.Context, cmd api.ContainerCommand) ([]api.Container, error) {
 	nodes, err := s.targets(ctx, cmd.Worker, "deploy")
 	if err != nil {
 		return nil, err
 	}
-	if len(nodes) != 1 {
-		return nil, errdefs.Field("worker", "deploy takes one node; use replicate for more")
+	if seen := map[string]bool{}; len(nodes) > 1 {
+		for i, n := range nodes {
+			if seen[n.ID] {
+				return nil, errdefs.Field(fmt.Sprintf("worker[%d]", i), "node %s is named twice", n.Name)
+			}
+			seen[n.ID] = true
+		}
 	}
-	job := cmd.Job
-	if job.ID == "" {
-		job.ID = newJobID()
-	} else if found, err := s.store.FindContainer(ctx, job.ID); err == nil && !api.ContainerFinal(found[0].Status) {
-		return nil, errdefs.Conflict("container %s already runs on node %s; delete it first or choose another id", job.ID, found[0].Node)
+	jobs := make([]api.ContainerJob, len(nodes))
+	for i, n := range nodes {
+		jobs[i] = cmd.Job
+		switch {
+		case cmd.Job.ID == "":
+			jobs[i].ID = newJobID()
+		case len(nodes) > 1:
+			jobs[i].ID = cmd.Job.ID + "-" + strings.ToLower(n.Name)
+		}
+		if found, err := s.store.FindContainer(ctx, jobs[i].ID); err == nil && !api.ContainerFinal(found[0].Status) {
+			return nil, errdefs.Conflict("container %s already runs on node %s; delete it first or choose another id", jobs[i].ID, found[0].Node)
+		}
 	}
-	c, err := s.deployOn(ctx, nodes[0], job)
-	if err != nil {
-		return nil, err
+	var out []api.Container
+	for i, n := range nodes {
+		c, err := s.deployOn(ctx, n, jobs[i])
+		if err != nil {
+			s.undoDeploys(ctx, nodes[:i], out)
+			if len(nodes) > 1 {
+				return nil, fmt.Errorf("worker[%d] (%s): %w; the %d container(s) already deployed were deleted again", i, n.Name, err, len(out))
+			}
+			return nil, err
+		}
+		out = append(out, c)
 	}
-	return []api.Container{c}, nil
+	return out, nil
+}
+
+// undoDeploys deletes the containers a failed multi-node deploy made.
+func (s *Server) undoDeploys(ctx context.Context, nodes []store.Node, made []api.Container) {
+	for i, c := range made {
+		if _, err := s.deleteOn(context.WithoutCancel(ctx), nodes[i], c.Job.ID); err != nil {
+			s.log.Warn("undo a deploy that another node refused", "container", c.Job.ID, "node", nodes[i].Name, "err", err)
+		}
+	}
 }
 
 func (s *Server) containerDelete(ctx context.Context, id string) ([]api.Container, error) {
