@@ -63,6 +63,10 @@ func TestLayers(t *testing.T) {
 		// Linked into worker programs (package worker): nothing of the agent's.
 		{"internal/gocrash", []string{"internal/server", "internal/store", "internal/agent", "internal/workerpool"}},
 		{"internal/proctree", []string{"internal/server", "internal/store", "internal/agent", "internal/workerpool"}},
+		// The blob store keeps bytes; who may read them is the server's call.
+		{"internal/blob", []string{"internal/server", "internal/store", "internal/agent"}},
+		// Placement is pure: books in, a plan out; the server deploys it.
+		{"internal/ensemble", []string{"internal/server", "internal/store", "internal/agent", "internal/container", "internal/service", "net/http"}},
 	}
 	for _, r := range rules {
 		for _, d := range deps(t, r.pkg) {
