@@ -3,11 +3,14 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/nodemgr/nodemgr/api"
@@ -238,5 +241,59 @@ func TestRemoteMakeOnS3(t *testing.T) {
 	// 4 sources and the header in, 4 objects and the program out.
 	if n := len(list.Contents); n != 10 {
 		t.Errorf("the bucket holds %d task files, want 10: 5 inputs, 5 outputs", n)
+	}
+}
+
+// TestRemoteMakeSurvivesAnAgentKill: an agent killed with SIGKILL in the
+// middle of a build loses nothing: the tasks it held run again on the
+// other agent, from the files in the blob store, and the build completes
+// with every object and a program that runs.
+func TestRemoteMakeSurvivesAnAgentKill(t *testing.T) {
+	s := startServer(t)
+	dir := copyProject(t, nil)
+	if _, errOut, code := s.run(t, "suite", "create", "-f", writeSuite(t, "slow")); code != 0 {
+		t.Fatalf("suite create: %s", errOut)
+	}
+	link := []string{"task", "submit", "--suite", "slow", "--name", "link", "--output", "calc"}
+	for _, u := range calcUnits {
+		// Slow compiles, so the kill finds work running.
+		if out, errOut, code := s.runIn(t, dir, "task", "submit", "--suite", "slow", "--name", "cc-"+u,
+			"--input", u+".c", "--input", "calc.h", "--output", u+".o",
+			"--", "sh", "-c", "sleep 1 && gcc -c "+u+".c -o "+u+".o"); code != 0 {
+			t.Fatalf("submit cc-%s: %s%s", u, out, errOut)
+		}
+		link = append(link, "--after", "cc-"+u, "--input-from", "cc-"+u)
+	}
+	link = append(link, "--", "gcc", "-o", "calc", "add.o", "mul.o", "power.o", "main.o")
+	if out, errOut, code := s.runIn(t, dir, link...); code != 0 {
+		t.Fatalf("submit link: %s%s", out, errOut)
+	}
+	victim := startAgent(t, s, "victim")
+	waitFor(t, 30*time.Second, "the victim runs a compile", func() (bool, string) {
+		tasks := allTasks(t, s, "slow")
+		for _, tk := range tasks {
+			if tk.State == api.TaskRunning {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(len(tasks), " tasks, none running")
+	})
+	victim.signal(syscall.SIGKILL)
+	startAgent(t, s, "survivor")
+
+	if out, errOut, code := s.run(t, "suite", "wait", "slow", "--timeout", "2m"); code != 0 {
+		t.Fatalf("suite wait: exit %d: %s%s", code, out, errOut)
+	}
+	home := t.TempDir()
+	if out, errOut, code := s.run(t, "suite", "fetch", "slow", "--dest", home); code != 0 {
+		t.Fatalf("suite fetch: exit %d: %s%s", code, out, errOut)
+	}
+	if got, err := exec.Command(filepath.Join(home, "calc")).CombinedOutput(); err != nil || string(got) != "3+4=7 3*4=12 3^4=81\n" {
+		t.Errorf("calc = %q, %v", got, err)
+	}
+	for _, tk := range allTasks(t, s, "slow") {
+		if tk.State != api.TaskFinished || tk.Result == nil || len(tk.Result.Outputs) == 0 {
+			t.Errorf("task %s is %s with outputs %v", tk.Name, tk.State, tk.Result)
+		}
 	}
 }
