@@ -1,5 +1,7 @@
 package api
 
+import "time"
+
 // EnsembleSpec is one manifest of several allocations — containers and
 // services, each with a replica count, resources, ports and placement
 // constraints — deployed across nodes as one (the seed's ensemble). It is
@@ -68,4 +70,46 @@ type Placement struct {
 	// its replicas fill the fullest nodes that fit, together where they
 	// can. Not with Spread.
 	Pack bool `json:"pack,omitempty" yaml:"pack"`
+}
+
+// States of an ensemble.
+const (
+	EnsembleDeploying = "deploying" // committing and deploying its replicas
+	EnsembleRunning   = "running"   // every replica runs
+	EnsembleDegraded  = "degraded"  // some replica does not run (its node is lost, it exited)
+	EnsembleFailed    = "failed"    // the deploy failed and was undone
+	EnsembleShutDown  = "shut down" // shut down by hand; its books are free
+)
+
+// Ensemble is a stored ensemble: its spec, where each replica went, and
+// how it is.
+type Ensemble struct {
+	ID    string       `json:"id"`
+	Name  string       `json:"name"`
+	Spec  EnsembleSpec `json:"spec"`
+	State string       `json:"state"`
+	// Reason says why the ensemble failed or is degraded.
+	Reason    string            `json:"reason,omitempty"`
+	Owner     string            `json:"owner"`
+	Replicas  []EnsembleReplica `json:"replicas"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+}
+
+// EnsembleReplica is one replica of an allocation on its node.
+type EnsembleReplica struct {
+	Allocation string `json:"allocation"`
+	Replica    int    `json:"replica"` // 1-based
+	NodeID     string `json:"node_id"`
+	NodeName   string `json:"node_name"`
+	// Why the node was chosen ("binpack: leaves 0.5 CPUs free; best of 3").
+	Why       string          `json:"why,omitempty"`
+	Container string          `json:"container,omitempty"` // the container job's id
+	Status    string          `json:"status,omitempty"`    // the container's, as last reported
+	Ports     []ContainerPort `json:"ports,omitempty"`     // with the host ports bound
+}
+
+// EnsembleList is the body of GET /v1/ensembles.
+type EnsembleList struct {
+	Ensembles []Ensemble `json:"ensembles"`
 }

@@ -27,6 +27,7 @@ type Store interface {
 	Deployments
 	Containers
 	Pools
+	Ensembles
 	Stats
 	Close() error
 }
@@ -470,6 +471,20 @@ type Containers interface {
 	FindContainer(ctx context.Context, id string) ([]api.Container, error)
 	// DeleteContainer forgets a node's report of job id.
 	DeleteContainer(ctx context.Context, nodeID, id string) error
+}
+
+// Ensembles stores ensembles. A name belongs to one ensemble at a time
+// among those not shut down or failed.
+type Ensembles interface {
+	// CreateEnsemble stores a new ensemble (errdefs.ErrConflict when a live
+	// one has its name).
+	CreateEnsemble(ctx context.Context, e api.Ensemble) error
+	// GetEnsemble finds an ensemble by ID, or the newest by name.
+	GetEnsemble(ctx context.Context, ref string) (api.Ensemble, error)
+	// ListEnsembles lists ensembles, newest first; live only unless all.
+	ListEnsembles(ctx context.Context, all bool) ([]api.Ensemble, error)
+	// UpdateEnsemble applies fn to the stored ensemble in one transaction.
+	UpdateEnsemble(ctx context.Context, id string, fn func(*api.Ensemble) error) (api.Ensemble, error)
 }
 
 // KindPool is the document kind of a pool's spec.

@@ -115,6 +115,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PoolEvents", testPoolEvents},
 		{"BoundJoinToken", testBoundJoinToken},
 		{"Containers", testContainers},
+		{"Ensembles", testEnsembles},
 
 		{"Users", testUsers},
 		{"CreateUserConflict", testCreateUserConflict},
