@@ -14,7 +14,7 @@ import (
 func testEnsembles(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	e := api.Ensemble{ID: "e1", Name: "shop", State: api.EnsembleDeploying, Owner: "alice",
-		Spec: api.EnsembleSpec{Name: "shop", Allocations: []api.AllocationSpec{{Name: "db", Count: 1}}},
+		Spec:     api.EnsembleSpec{Name: "shop", Allocations: []api.AllocationSpec{{Name: "db", Count: 1}}},
 		Replicas: []api.EnsembleReplica{{Allocation: "db", Replica: 1, NodeID: "n1", NodeName: "one"}}}
 	if err := s.CreateEnsemble(ctx, e); err != nil {
 		t.Fatal(err)
