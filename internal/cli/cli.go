@@ -139,7 +139,7 @@ NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.`,
 	root.PersistentFlags().String("log-format", "text", "log format of daemons: text or json")
 	root.AddCommand(
 		newServerCmd(e), newAgentCmd(e), newDevCmd(e), newWorkerCmd(e),
-		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newPoolCmd(e), newScheduleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
+		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newPoolCmd(e), newScheduleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newEnsembleCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
 		newWhoamiCmd(e), newBenchCmd(e),
 	)
 	strictUsage(root)

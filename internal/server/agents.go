@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -238,6 +239,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) error {
 	}
 	conn := proto.NewWebSocketConn(c, maxFrame)
 	sess := newSession(t.NodeID, conn)
+	sess.addr, _, _ = net.SplitHostPort(r.RemoteAddr)
 	ah := &agentHandler{s: s, sess: sess, credential: t}
 	sess.peer = proto.NewPeer(conn, ah, proto.Options{
 		Logger: s.log.With("node", t.NodeID),

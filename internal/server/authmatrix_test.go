@@ -57,6 +57,12 @@ var routeNeeds = map[string]need{
 	"HEAD /v1/blobs/{digest}":                needUserOrNode,
 	"PUT /v1/blobs/{digest}":                 needUserOrNode,
 	"GET /v1/blobs/{digest}":                 needAdminOrNode,
+	// Ensembles are their owner's; deploying needs Write on the nodes the
+	// placement may use (none here, so a user without it gets a 409).
+	"GET /v1/ensembles":                      needAnyUser,
+	"POST /v1/ensembles":                     needAnyUser,
+	"GET /v1/ensembles/{ensemble}":           needAnyUser,
+	"POST /v1/ensembles/{ensemble}/shutdown": needAnyUser,
 	"GET /v1/templates":                      needAdmin,
 	"GET /v1/templates/{name}":               needAdmin,
 	"PUT /v1/templates/{name}":               needAdmin,

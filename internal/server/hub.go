@@ -38,6 +38,7 @@ func newHub(s *Server) *hub {
 // session is one agent's live connection.
 type session struct {
 	nodeID string
+	addr   string // the host the agent connected from: where its workloads answer
 	peer   *proto.Peer
 	conn   proto.Conn
 	kick   chan struct{} // wakes the notification sender; capacity 1

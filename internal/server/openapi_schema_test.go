@@ -46,6 +46,8 @@ var wireTypes = map[string]any{
 	"MembershipRequest": membershipRequest{}, "Token": api.Token{}, "TokenList": api.TokenList{},
 	"CreateTokenRequest": api.CreateTokenRequest{}, "PoolCandidate": api.PoolCandidate{}, "PoolSpec": api.PoolSpec{}, "Pool": api.Pool{}, "PoolDetail": api.PoolDetail{},
 	"PoolMachine": api.PoolMachine{}, "PoolList": api.PoolList{}, "PoolEvent": api.PoolEvent{}, "PoolEventList": api.PoolEventList{},
+	"EnsembleSpec": api.EnsembleSpec{}, "AllocationSpec": api.AllocationSpec{}, "Placement": api.Placement{},
+	"EnsembleReplica": api.EnsembleReplica{}, "Ensemble": api.Ensemble{}, "EnsembleList": api.EnsembleList{},
 	"ScheduleRequest": api.ScheduleRequest{}, "ScheduleVerdict": api.ScheduleVerdict{}, "ScheduleExplanation": api.ScheduleExplanation{},
 }
 

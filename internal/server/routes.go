@@ -33,7 +33,7 @@ type route struct {
 }
 
 func (s *Server) routeTable() []route {
-	return slices.Concat(s.coreRoutes(), s.workloadRoutes(), s.containerRoutes())
+	return slices.Concat(s.coreRoutes(), s.workloadRoutes(), s.containerRoutes(), s.ensembleRoutes())
 }
 
 func (s *Server) coreRoutes() []route {

@@ -1,0 +1,199 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+func newEnsembleCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{Use: "ensemble", Short: "Deploy several containers across nodes as one, placed by the nodes' books, all or none"}
+	cmd.AddCommand(ensembleDeployCmd(e), ensembleLsCmd(e), ensembleShowCmd(e), ensembleManifestCmd(e),
+		ensembleLogsCmd(e), ensembleShutdownCmd(e))
+	return cmd
+}
+
+func ensembleDeployCmd(e *env) *cobra.Command {
+	var file, policy string
+	var dryRun, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "deploy -f ensemble.yaml [--dry-run] [--policy binpack|spread]",
+		Short: "Place an ensemble's replicas on nodes and deploy them, all or none",
+		Long: `Place every replica of every allocation on an online node you may write to,
+by the nodes' books (free CPUs, memory, GPUs), tags, named nodes, groups and
+spread, then lock each replica's resources on its node (a commitment) and
+deploy its container from it, allocation by allocation. Each container is told
+where the allocations before it answer: NODEMGR_ALLOC_<NAME>_ADDR (host:port),
+_HOST and _PORT. If any replica fits nowhere or fails to start, everything
+made is undone, and the error says which replica and what each node lacked.
+--dry-run prints the plan and deploys nothing.
+
+  name: shop
+  allocations:
+    - name: db
+      resources: {cpus: 1, memory_mb: 512}
+      placement: {tags: [ssd]}
+      container: {image: postgres:16, ports: [{container: 5432}]}
+    - name: web
+      count: 3
+      resources: {cpus: 0.5, memory_mb: 128}
+      placement: {spread: true}
+      container: {image: shop-web:1, ports: [{container: 8080}]}`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return fmt.Errorf("give the ensemble with -f FILE")
+			}
+			var spec api.EnsembleSpec
+			if err := loadYAML(file, &spec); err != nil {
+				return err
+			}
+			got, err := clientFor(cmd, e).DeployEnsemble(cmd.Context(), spec, policy, dryRun)
+			if err != nil {
+				return err
+			}
+			return output(e, asJSON, got, printEnsemble)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "ensemble file (YAML or JSON; - for stdin)")
+	cmd.Flags().StringVar(&policy, "policy", "", "binpack (default: fullest node that fits first) or spread (emptiest first)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan; deploy nothing")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func ensembleLsCmd(e *env) *cobra.Command {
+	var all, asJSON bool
+	cmd := &cobra.Command{
+		Use: "ls [--all]", Short: "List your ensembles with their state", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			list, err := clientFor(cmd, e).Ensembles(cmd.Context(), all)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, api.EnsembleList{Ensembles: list})
+			}
+			t := newTable(e.stdout, "NAME", "STATE", "REPLICAS", "NODES", "AGE", "REASON")
+			for _, en := range list {
+				nodes := map[string]bool{}
+				for _, r := range en.Replicas {
+					nodes[r.NodeName] = true
+				}
+				t.row(en.Name, en.State, strconv.Itoa(len(en.Replicas)), strconv.Itoa(len(nodes)),
+					time.Since(en.CreatedAt).Round(time.Second).String(), orDash(truncate(en.Reason, 60)))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "include shut down and failed ensembles")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func ensembleShowCmd(e *env) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use: "show ENSEMBLE", Short: "Show an ensemble: each replica's node, container, ports and status", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			got, err := clientFor(cmd, e).Ensemble(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return output(e, asJSON, got, printEnsemble)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printEnsemble(e *env, en api.Ensemble) {
+	fmt.Fprintf(e.stdout, "Ensemble  %s (%s)\nState     %s\n", en.Name, orDash(en.ID), en.State)
+	if en.Reason != "" {
+		fmt.Fprintf(e.stdout, "Reason    %s\n", en.Reason)
+	}
+	fmt.Fprintln(e.stdout)
+	t := newTable(e.stdout, "ALLOCATION", "REPLICA", "NODE", "CONTAINER", "STATUS", "PORTS", "WHY")
+	for _, r := range en.Replicas {
+		var ports []string
+		for _, p := range r.Ports {
+			ports = append(ports, fmt.Sprintf("%d->%d", p.Host, p.Container))
+		}
+		t.row(r.Allocation, strconv.Itoa(r.Replica), r.NodeName, orDash(r.Container), orDash(r.Status),
+			orDash(strings.Join(ports, ",")), orDash(r.Why))
+	}
+	t.flush()
+}
+
+func ensembleManifestCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use: "manifest ENSEMBLE", Short: "Print the ensemble's spec as deployed (YAML)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			got, err := clientFor(cmd, e).Ensemble(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			b, err := yaml.Marshal(got.Spec)
+			if err != nil {
+				return err
+			}
+			_, err = e.stdout.Write(b)
+			return err
+		},
+	}
+}
+
+func ensembleLogsCmd(e *env) *cobra.Command {
+	var tail int
+	cmd := &cobra.Command{
+		Use: "logs ENSEMBLE ALLOCATION", Short: "Print the output of an allocation's replicas", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := clientFor(cmd, e)
+			en, err := c.Ensemble(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			found := false
+			for _, r := range en.Replicas {
+				if r.Allocation != args[1] || r.Container == "" {
+					continue
+				}
+				found = true
+				b, err := c.ContainerLogs(cmd.Context(), r.Container, tail)
+				if err != nil {
+					return fmt.Errorf("replica %d on %s: %w", r.Replica, r.NodeName, err)
+				}
+				fmt.Fprintf(e.stdout, "=== %s replica %d on %s (%s)\n", r.Allocation, r.Replica, r.NodeName, r.Container)
+				if _, err := e.rawOut().Write(b); err != nil {
+					return err
+				}
+			}
+			if !found {
+				return fmt.Errorf("ensemble %s has no deployed replica of allocation %q; see nodemgr ensemble show %s", en.Name, args[1], en.Name)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&tail, "tail", 0, "only the last N lines of each (0: all)")
+	return cmd
+}
+
+func ensembleShutdownCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use: "shutdown ENSEMBLE", Short: "Stop and delete every replica, freeing their books", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			got, err := clientFor(cmd, e).ShutdownEnsemble(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "ensemble %s is %s (%d replicas removed)\n", got.Name, got.State, len(got.Replicas))
+			return nil
+		},
+	}
+}

@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+)
+
+// TestEnsembles deploys an ensemble of two tiers on three agents of
+// different sizes and tags: the database goes to the node with the tag,
+// the web tier spreads over all three and finds the database's address in
+// its environment, and every replica answers on its port. An ensemble
+// whose second tier cannot start leaves no container, commitment or port
+// anywhere; one that fits nowhere says what was short; shutdown frees
+// every book.
+func TestEnsembles(t *testing.T) {
+	eng := dockertest.Client(t)
+	image := dockertest.EnsureImage(t, eng)
+	testLabels := dockertest.Labels(t, eng) // removes leftovers when the test ends
+	labelJSON, _ := json.Marshal(testLabels)
+	s := startServer(t)
+	dir := t.TempDir()
+	agentWith := func(name string, share int, tags ...string) {
+		cfg := filepath.Join(dir, name+".yaml")
+		os.WriteFile(cfg, []byte(fmt.Sprintf("onboard_share: %d\ncontainer_host_ip: 127.0.0.1\n", share)), 0o644)
+		args := []string{"--config", cfg}
+		for _, tag := range tags {
+			args = append(args, "--tag", tag)
+		}
+		startAgent(t, s, name, args...)
+	}
+	agentWith("en-small", 20)
+	agentWith("en-mid", 50, "ssd")
+	agentWith("en-big", 90)
+	names := []string{"en-small", "en-mid", "en-big"}
+	for _, n := range names {
+		waitStatus(t, s, n, api.StatusOnline, 20*time.Second)
+	}
+	c := s.client()
+	ctx := context.Background()
+
+	shop := filepath.Join(dir, "shop.yaml")
+	os.WriteFile(shop, []byte(fmt.Sprintf(`name: shop
+allocations:
+  - name: db
+    resources: {cpus: 0.5, memory_mb: 32}
+    placement: {tags: [ssd]}
+    container:
+      image: %[1]s
+      command: [sh, -c, "mkdir -p /www && echo db-up > /www/index.html && exec httpd -f -p 5432 -h /www"]
+      ports: [{container: 5432}]
+      labels: %[2]s
+  - name: web
+    count: 3
+    resources: {cpus: 0.25, memory_mb: 32}
+    placement: {spread: true}
+    container:
+      image: %[1]s
+      command: [sh, -c, "mkdir -p /www && echo \"db at $NODEMGR_ALLOC_DB_ADDR\" > /www/index.html && exec httpd -f -p 8080 -h /www"]
+      ports: [{container: 8080}]
+      labels: %[2]s
+`, image, labelJSON)), 0o644)
+
+	// The plan first: nothing is deployed.
+	out, stderr, code := s.run(t, "ensemble", "deploy", "-f", shop, "--dry-run", "--json")
+	var plan api.Ensemble
+	if code != 0 || json.Unmarshal([]byte(out), &plan) != nil || plan.State != "planned" || len(plan.Replicas) != 4 {
+		t.Fatalf("dry run: exit %d\n%s%s; want a plan of 4 replicas", code, out, stderr)
+	}
+	if list, _ := c.Containers(ctx, "", false); len(list) != 0 {
+		t.Errorf("a dry run deployed %d containers", len(list))
+	}
+
+	out, stderr, code = s.run(t, "ensemble", "deploy", "-f", shop, "--json")
+	var en api.Ensemble
+	if code != 0 || json.Unmarshal([]byte(out), &en) != nil || en.State != api.EnsembleRunning {
+		t.Fatalf("ensemble deploy: exit %d\n%s%s", code, out, stderr)
+	}
+	webNodes := map[string]bool{}
+	var dbAddr string
+	for _, r := range en.Replicas {
+		if r.Status != api.ContainerRunning || len(r.Ports) != 1 || r.Ports[0].Host == 0 {
+			t.Errorf("replica %s/%d on %s: %+v; want RUNNING with a host port", r.Allocation, r.Replica, r.NodeName, r)
+			continue
+		}
+		switch r.Allocation {
+		case "db":
+			if r.NodeName != "en-mid" {
+				t.Errorf("db went to %s, want en-mid, the only node tagged ssd", r.NodeName)
+			}
+			dbAddr = fmt.Sprintf("127.0.0.1:%d", r.Ports[0].Host)
+		case "web":
+			webNodes[r.NodeName] = true
+		}
+	}
+	if len(webNodes) != 3 {
+		t.Errorf("web replicas went to %v, want one on each of the 3 nodes (spread)", webNodes)
+	}
+	for _, r := range en.Replicas {
+		if len(r.Ports) == 0 {
+			continue
+		}
+		want := "db-up"
+		if r.Allocation == "web" {
+			want = "db at " + dbAddr
+		}
+		waitFor(t, 15*time.Second, r.Allocation+" answers on its port", func() (bool, string) {
+			body, err := get(fmt.Sprintf("http://127.0.0.1:%d/", r.Ports[0].Host))
+			return err == nil && strings.Contains(body, want), fmt.Sprint(body, err)
+		})
+	}
+	if out, _, _ := s.run(t, "ensemble", "ls"); !strings.Contains(out, "shop") || !strings.Contains(out, "running") {
+		t.Errorf("ensemble ls =\n%s\nwant shop running", out)
+	}
+	if out, _, _ := s.run(t, "ensemble", "manifest", "shop"); !strings.Contains(out, "name: web") {
+		t.Errorf("ensemble manifest =\n%s\nwant the spec", out)
+	}
+
+	// A second tier that cannot start (no such image) undoes the first.
+	broken := filepath.Join(dir, "broken.yaml")
+	os.WriteFile(broken, []byte(fmt.Sprintf(`name: broken
+allocations:
+  - name: api
+    resources: {cpus: 0.1, memory_mb: 16}
+    container: {image: %[1]s, command: [sleep, "60"], ports: [{container: 80}], labels: %[2]s}
+  - name: worker
+    resources: {cpus: 0.05, memory_mb: 16}
+    container: {image: "nodemgr-test/no-such-image:none", labels: %[2]s}
+`, image, labelJSON)), 0o644)
+	before := books(t, s)
+	if _, stderr, code := s.run(t, "ensemble", "deploy", "-f", broken); code == 0 || !strings.Contains(stderr, "worker") || !strings.Contains(stderr, "undone") {
+		t.Errorf("deploy of broken: exit %d, %q; want refused naming the worker allocation, undone", code, stderr)
+	}
+	if after := books(t, s); after != before {
+		t.Errorf("books after a failed deploy:\n%s\nwant as before:\n%s", after, before)
+	}
+	for _, ct := range containersNamed(t, s, "broken-") {
+		t.Errorf("a failed ensemble left container %s (%s)", ct.Job.ID, ct.Status)
+	}
+
+	// One that fits nowhere says what was short, and places nothing.
+	huge := filepath.Join(dir, "huge.yaml")
+	os.WriteFile(huge, []byte(fmt.Sprintf("name: huge\nallocations:\n  - name: x\n    count: 4\n    resources: {cpus: 0.1, memory_mb: 16}\n    placement: {spread: true}\n    container: {image: %s, labels: %s}\n", image, labelJSON)), 0o644)
+	if _, stderr, code := s.run(t, "ensemble", "deploy", "-f", huge); code == 0 || !strings.Contains(stderr, "replica 4") || !strings.Contains(stderr, "spread") {
+		t.Errorf("deploy of 4 spread replicas on 3 nodes: exit %d, %q; want no fit for replica 4, naming spread", code, stderr)
+	}
+
+	// Shutdown frees every book the ensemble held.
+	if out, stderr, code := s.run(t, "ensemble", "shutdown", "shop"); code != 0 || !strings.Contains(out, "shut down") {
+		t.Fatalf("ensemble shutdown: exit %d\n%s%s", code, out, stderr)
+	}
+	for _, n := range names {
+		res, err := c.Resources(ctx, n)
+		if err != nil || res.Allocated.CPUs != 0 || res.Committed.CPUs != 0 || len(res.Allocations) != 0 || len(res.Commitments) != 0 {
+			t.Errorf("%s after shutdown: %+v, %v; want nothing allocated or committed", n, res, err)
+		}
+	}
+	if left := dockertest.Containers(t, eng, testLabels); len(left) != 0 {
+		t.Errorf("containers left after shutdown: %v", left)
+	}
+}
+
+// books sums every node's allocated and committed CPUs and their counts.
+func books(t *testing.T, s *server) string {
+	t.Helper()
+	nodes, err := s.client().Nodes(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, n := range nodes {
+		res, err := s.client().Resources(context.Background(), n.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s: allocated %.2f CPUs in %d, committed %.2f in %d\n", n.Name,
+			res.Allocated.CPUs, len(res.Allocations), res.Committed.CPUs, len(res.Commitments))
+	}
+	return b.String()
+}
+
+func containersNamed(t *testing.T, s *server, prefix string) []api.Container {
+	t.Helper()
+	list, err := s.client().Containers(context.Background(), "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []api.Container
+	for _, c := range list {
+		if strings.HasPrefix(c.Job.ID, prefix) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
