@@ -89,9 +89,12 @@ type Ensemble struct {
 	Spec  EnsembleSpec `json:"spec"`
 	State string       `json:"state"`
 	// Reason says why the ensemble failed or is degraded.
-	Reason    string            `json:"reason,omitempty"`
-	Owner     string            `json:"owner"`
-	Replicas  []EnsembleReplica `json:"replicas"`
+	Reason   string            `json:"reason,omitempty"`
+	Owner    string            `json:"owner"`
+	Replicas []EnsembleReplica `json:"replicas"`
+	// Lost are replicas that were placed again elsewhere while their node
+	// was gone; each is deleted when its node comes back.
+	Lost      []EnsembleReplica `json:"lost,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
 }
@@ -107,6 +110,9 @@ type EnsembleReplica struct {
 	Container string          `json:"container,omitempty"` // the container job's id
 	Status    string          `json:"status,omitempty"`    // the container's, as last reported
 	Ports     []ContainerPort `json:"ports,omitempty"`     // with the host ports bound
+	// Restores counts the times the replica was placed again because its
+	// node was lost.
+	Restores int `json:"restores,omitempty"`
 }
 
 // EnsembleList is the body of GET /v1/ensembles.

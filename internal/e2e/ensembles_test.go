@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -200,4 +201,69 @@ func containersNamed(t *testing.T, s *server, prefix string) []api.Container {
 		}
 	}
 	return out
+}
+
+// TestEnsembleRestoresALostNodesReplica: an agent killed under a running
+// ensemble takes its replica with it; after the restore deadline the
+// replica is placed again on a node left (spread still holds) and runs
+// there, and when the lost node comes back its old container is deleted.
+func TestEnsembleRestoresALostNodesReplica(t *testing.T) {
+	eng := dockertest.Client(t)
+	image := dockertest.EnsureImage(t, eng)
+	testLabels := dockertest.Labels(t, eng)
+	labelJSON, _ := json.Marshal(testLabels)
+	s := startServer(t, "--ensemble-restore-deadline", "2s")
+	agents := map[string]*agent{}
+	for _, n := range []string{"rs-a", "rs-b", "rs-c"} {
+		agents[n] = startAgent(t, s, n, "--container-host-ip", "127.0.0.1")
+		waitStatus(t, s, n, api.StatusOnline, 20*time.Second)
+	}
+	f := filepath.Join(t.TempDir(), "web.yaml")
+	os.WriteFile(f, []byte(fmt.Sprintf(`name: web
+allocations:
+  - name: web
+    count: 2
+    resources: {cpus: 0.1, memory_mb: 16}
+    placement: {spread: true}
+    container: {image: %s, command: [sleep, "300"], labels: %s}
+`, image, labelJSON)), 0o644)
+	out, stderr, code := s.run(t, "ensemble", "deploy", "-f", f, "--json")
+	var en api.Ensemble
+	if code != 0 || json.Unmarshal([]byte(out), &en) != nil || len(en.Replicas) != 2 {
+		t.Fatalf("deploy: exit %d\n%s%s", code, out, stderr)
+	}
+	victim := en.Replicas[0]
+	agents[victim.NodeName].signal(syscall.SIGKILL)
+
+	var now api.Ensemble
+	waitFor(t, 60*time.Second, "the lost replica placed again and running", func() (bool, string) {
+		var err error
+		now, err = s.client().Ensemble(context.Background(), "web")
+		if err != nil || len(now.Replicas) != 2 {
+			return false, fmt.Sprint(err)
+		}
+		r := now.Replicas[0]
+		return r.NodeName != victim.NodeName && r.Status == api.ContainerRunning && now.State == api.EnsembleRunning,
+			fmt.Sprintf("%s: %+v", now.State, now.Replicas)
+	})
+	if r := now.Replicas; r[0].NodeName == r[1].NodeName {
+		t.Errorf("both replicas on %s after the restore; want spread kept", r[0].NodeName)
+	}
+	if now.Replicas[0].Restores != 1 || len(now.Lost) != 1 || now.Lost[0].Container != victim.Container {
+		t.Errorf("after the restore: replicas %+v, lost %+v; want one restore and the old container remembered", now.Replicas, now.Lost)
+	}
+
+	// The lost node comes back: its old container goes.
+	agents[victim.NodeName].restart(t)
+	waitFor(t, 60*time.Second, "the old container deleted", func() (bool, string) {
+		e, err := s.client().Ensemble(context.Background(), "web")
+		return err == nil && len(e.Lost) == 0, fmt.Sprint(e.Lost, err)
+	})
+	waitFor(t, 30*time.Second, "two containers left in the engine", func() (bool, string) {
+		left := dockertest.Containers(t, eng, testLabels)
+		return len(left) == 2, fmt.Sprint(left)
+	})
+	if _, stderr, code := s.run(t, "ensemble", "shutdown", "web"); code != 0 {
+		t.Fatalf("shutdown: %s", stderr)
+	}
 }

@@ -159,7 +159,7 @@ func (s *Server) deployEnsemble(ctx context.Context, e *api.Ensemble, plan ensem
 	}
 	env := map[string]string{}
 	for _, a := range e.Spec.Allocations {
-		var firstAddr string
+		told := false // the allocations after this one know where it answers
 		for i, p := range plan.Placements {
 			if p.Allocation != a.Name {
 				continue
@@ -179,19 +179,29 @@ func (s *Server) deployEnsemble(ctx context.Context, e *api.Ensemble, plan ensem
 				return fmt.Errorf("allocation %s replica %d on %s: %w", p.Allocation, p.Replica, p.NodeName, err)
 			}
 			rep.Container, rep.Status, rep.Ports = job.ID, c.Status, c.Ports
-			if firstAddr == "" && len(c.Ports) > 0 {
-				host := p.NodeName
-				if sess := s.hub.get(p.NodeID); sess != nil && sess.addr != "" {
-					host = sess.addr
-				}
-				key := "NODEMGR_ALLOC_" + envName(a.Name)
-				env[key+"_HOST"], env[key+"_PORT"] = host, strconv.Itoa(c.Ports[0].Host)
-				firstAddr = net.JoinHostPort(host, env[key+"_PORT"])
-				env[key+"_ADDR"] = firstAddr
+			if !told && len(c.Ports) > 0 {
+				setAllocEnv(env, a.Name, s.nodeHost(p.NodeID, p.NodeName), c.Ports[0].Host)
+				told = true
 			}
 		}
 	}
 	return nil
+}
+
+// setAllocEnv tells the allocations after alloc where it answers.
+func setAllocEnv(env map[string]string, alloc, host string, port int) {
+	key := "NODEMGR_ALLOC_" + envName(alloc)
+	env[key+"_HOST"], env[key+"_PORT"] = host, strconv.Itoa(port)
+	env[key+"_ADDR"] = net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// nodeHost is the address a node's workloads answer on, as far as the
+// server knows: the one its agent connects from, else its name.
+func (s *Server) nodeHost(nodeID, name string) string {
+	if sess := s.hub.get(nodeID); sess != nil && sess.addr != "" {
+		return sess.addr
+	}
+	return name
 }
 
 // envName is an allocation's name as it goes into variable names.
@@ -336,6 +346,8 @@ func (s *Server) handleShutdownEnsemble(w http.ResponseWriter, r *http.Request) 
 	ctx := context.WithoutCancel(r.Context())
 	s.undoEnsemble(ctx, &e, map[string]store.Node{})
 	e, err = s.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
+		// Lost replicas' containers are deleted when their nodes come back
+		// (ensembleLoop), shut down or not.
 		st.State, st.Reason, st.Replicas = api.EnsembleShutDown, "", e.Replicas
 		return nil
 	})

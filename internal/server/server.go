@@ -48,8 +48,12 @@ type Config struct {
 	IdleTimeout       time.Duration // an authenticated keep-alive connection idle this long is closed; default 2m
 	FlushInterval     time.Duration // heartbeat batch interval; default 1s
 	SuiteCloseAfter   time.Duration // an Open suite with no new task this long is Closed; default 180s
-	SuiteTick         time.Duration // how often suites are closed and completed; default 1s
-	DriftInterval     time.Duration // how often deployments are compared with their providers; default 30s
+	// EnsembleRestoreDeadline is how long a running ensemble's replicas
+	// wait for their lost (offline) node before they are placed again
+	// elsewhere, unless the ensemble sets its own; default 5m (DMS's).
+	EnsembleRestoreDeadline time.Duration
+	SuiteTick               time.Duration // how often suites are closed and completed; default 1s
+	DriftInterval           time.Duration // how often deployments are compared with their providers; default 30s
 	// AgentServerURL is the server's URL as pool machines reach it;
 	// default the URL it listens on.
 	AgentServerURL string
@@ -87,6 +91,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
+	if c.EnsembleRestoreDeadline == 0 {
+		c.EnsembleRestoreDeadline = 5 * time.Minute
+	}
 	if c.BlobMaxSize == 0 {
 		c.BlobMaxSize = defaultBlobMaxSize
 	}
@@ -304,6 +311,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	go func() { defer wg.Done(); s.suiteLoop(ctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); s.blobLoop(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.ensembleLoop(ctx) }()
 	go func() { defer wg.Done(); s.driftLoop(ctx) }()
 
 	errc := make(chan error, 1)

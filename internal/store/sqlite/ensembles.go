@@ -11,7 +11,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
 
-const ensembleColumns = `id, name, spec, state, reason, owner, replicas, created_at, updated_at`
+const ensembleColumns = `id, name, spec, state, reason, owner, replicas, lost, created_at, updated_at`
 
 // CreateEnsemble stores a new ensemble; a zero CreatedAt means now.
 func (s *Store) CreateEnsemble(ctx context.Context, e api.Ensemble) error {
@@ -26,7 +26,7 @@ func (s *Store) CreateEnsemble(ctx context.Context, e api.Ensemble) error {
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO ensembles (`+ensembleColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+		_, err = tx.ExecContext(ctx, `INSERT INTO ensembles (`+ensembleColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
 		if isUnique(err) {
 			return errdefs.Conflict("an ensemble named %s is deployed already; shut it down first or choose another name", e.Name)
 		}
@@ -87,7 +87,7 @@ func (s *Store) UpdateEnsemble(ctx context.Context, id string, fn func(*api.Ense
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE ensembles SET name = ?2, spec = ?3, state = ?4, reason = ?5, owner = ?6,
-			replicas = ?7, created_at = ?8, updated_at = ?9 WHERE id = ?1`, args...)
+			replicas = ?7, lost = ?8, created_at = ?9, updated_at = ?10 WHERE id = ?1`, args...)
 		if isUnique(err) {
 			return errdefs.Conflict("another live ensemble is named %s", e.Name)
 		}
@@ -112,7 +112,14 @@ func ensembleArgs(e api.Ensemble) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []any{e.ID, e.Name, string(spec), e.State, e.Reason, e.Owner, string(replicas),
+	if e.Lost == nil {
+		e.Lost = []api.EnsembleReplica{}
+	}
+	lost, err := json.Marshal(e.Lost)
+	if err != nil {
+		return nil, err
+	}
+	return []any{e.ID, e.Name, string(spec), e.State, e.Reason, e.Owner, string(replicas), string(lost),
 		e.CreatedAt.UnixNano(), e.UpdatedAt.UnixNano()}, nil
 }
 
@@ -120,9 +127,10 @@ func scanEnsemble(row scanner) (api.Ensemble, error) {
 	var (
 		e                api.Ensemble
 		spec, replicas   string
+		lost             string
 		created, updated int64
 	)
-	err := row.Scan(&e.ID, &e.Name, &spec, &e.State, &e.Reason, &e.Owner, &replicas, &created, &updated)
+	err := row.Scan(&e.ID, &e.Name, &spec, &e.State, &e.Reason, &e.Owner, &replicas, &lost, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return api.Ensemble{}, errdefs.ErrNotFound
 	}
@@ -134,6 +142,12 @@ func scanEnsemble(row scanner) (api.Ensemble, error) {
 	}
 	if err := json.Unmarshal([]byte(replicas), &e.Replicas); err != nil {
 		return api.Ensemble{}, fmt.Errorf("ensemble %s replicas: %w", e.ID, err)
+	}
+	if err := json.Unmarshal([]byte(lost), &e.Lost); err != nil {
+		return api.Ensemble{}, fmt.Errorf("ensemble %s lost replicas: %w", e.ID, err)
+	}
+	if len(e.Lost) == 0 {
+		e.Lost = nil
 	}
 	e.CreatedAt, e.UpdatedAt = fromNanos(created), fromNanos(updated)
 	return e, nil

@@ -30,9 +30,16 @@ func testEnsembles(t *testing.T, s store.Store) {
 	if err := s.CreateEnsemble(ctx, dup); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("a second live ensemble named shop: %v, want a conflict", err)
 	}
-	got, err := s.UpdateEnsemble(ctx, "e1", func(e *api.Ensemble) error { e.State = api.EnsembleShutDown; return nil })
+	got, err := s.UpdateEnsemble(ctx, "e1", func(e *api.Ensemble) error {
+		e.State = api.EnsembleShutDown
+		e.Lost = []api.EnsembleReplica{{Allocation: "db", Replica: 1, NodeID: "n0", Container: "old"}}
+		return nil
+	})
 	if err != nil || got.State != api.EnsembleShutDown {
 		t.Fatalf("UpdateEnsemble = %+v, %v", got, err)
+	}
+	if back, err := s.GetEnsemble(ctx, "e1"); err != nil || len(back.Lost) != 1 || back.Lost[0].Container != "old" {
+		t.Errorf("lost replicas read back as %+v, %v", back.Lost, err)
 	}
 	if err := s.CreateEnsemble(ctx, dup); err != nil {
 		t.Errorf("the name after the first was shut down: %v, want it free", err)

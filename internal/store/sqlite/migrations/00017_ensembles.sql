@@ -12,6 +12,7 @@ CREATE TABLE ensembles (
     reason     TEXT    NOT NULL DEFAULT '',
     owner      TEXT    NOT NULL DEFAULT '',
     replicas   TEXT    NOT NULL DEFAULT '[]', -- JSON []api.EnsembleReplica
+    lost       TEXT    NOT NULL DEFAULT '[]', -- JSON []api.EnsembleReplica: placed again elsewhere, to delete
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL
 );
