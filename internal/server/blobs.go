@@ -14,7 +14,6 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/blob"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
-	"github.com/nodemgr/nodemgr/internal/store"
 )
 
 // Task files travel through the blob store (package blob), addressed by
@@ -169,7 +168,7 @@ func (s *Server) handleGetTaskOutput(w http.ResponseWriter, r *http.Request) err
 // with an Error, and the agent fails the attempt with it.
 func (s *Server) resolveInputs(ctx context.Context, t *api.Task) {
 	for _, in := range t.InputFrom {
-		dep, err := s.dependency(ctx, t.SuiteID, in.Task)
+		dep, err := s.taskInSuite(ctx, t.SuiteID, in.Task)
 		if err != nil {
 			t.Inputs = append(t.Inputs, api.TaskFile{Path: orName(in.As, in.Path, in.Task), Error: err.Error()})
 			continue
@@ -203,15 +202,6 @@ func orName(names ...string) string {
 		}
 	}
 	return ""
-}
-
-// dependency finds a task of the suite by ID or name.
-func (s *Server) dependency(ctx context.Context, suiteID, ref string) (store.Task, error) {
-	id, err := s.taskInSuite(ctx, suiteID, ref)
-	if err != nil {
-		return store.Task{}, err
-	}
-	return s.store.GetTask(ctx, id)
 }
 
 // blobLoop collects blobs that no task refers to, once they are older

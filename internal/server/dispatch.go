@@ -280,11 +280,13 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	if req.Max > 0 {
 		members = h.s.dispatch.shares.members(req.SuiteID, h.sess, h.s.hub.get)
 	}
+	var su *store.Suite // read once, when the cap or the answer needs it
 	if len(members) > 1 {
-		su, err := h.s.store.GetSuite(ctx, req.SuiteID)
+		got, err := h.s.store.GetSuite(ctx, req.SuiteID)
 		if err != nil {
 			return nil, err
 		}
+		su = &got
 		if members[0].workers == 0 { // it fetched without suite.next here (a server restart)
 			members[0].workers = h.workers(ctx, su.Spec.WorkerSchedule)
 			h.s.dispatch.shares.join(req.SuiteID, h.sess, members[0].workers)
@@ -324,13 +326,20 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 		}
 	}
 	if len(claimed) < req.Max || req.Max == 0 {
-		su, err := h.s.store.GetSuite(ctx, req.SuiteID)
-		if err != nil {
-			return nil, err
+		// The read before the claim is still good: nothing this fetch
+		// did changes the suite's state, and fewer claimed means the
+		// Ready it saw is what is left to others.
+		if su == nil || len(claimed) > 0 {
+			got, err := h.s.store.GetSuite(ctx, req.SuiteID)
+			if err != nil {
+				return nil, err
+			}
+			su = &got
 		}
-		out.SuiteState, out.Remaining = su.State, su.Counts.Ready
+		c := su.Counts
+		out.SuiteState, out.Remaining = su.State, c.Ready
 		out.Done = su.State == api.SuiteComplete || su.State == api.SuiteCancelled ||
-			(su.State == api.SuiteClosed && su.Counts.Ready == 0 && su.Counts.Running == 0)
+			(su.State == api.SuiteClosed && c.Pending == 0 && c.Ready == 0 && c.Running == 0)
 	}
 	return out, nil
 }

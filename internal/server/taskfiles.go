@@ -146,11 +146,11 @@ func (s *Server) resolveAfter(ctx context.Context, suiteID string, tasks []store
 				edges[i] = append(edges[i], j)
 				continue
 			}
-			id, err := s.taskInSuite(ctx, suiteID, ref)
+			dep, err := s.taskInSuite(ctx, suiteID, ref)
 			if err != nil {
 				return errdefs.Field(fmt.Sprintf("tasks[%d].after[%d]", i, k), "%v", err)
 			}
-			t.After = append(t.After, id)
+			t.After = append(t.After, dep.ID)
 		}
 	}
 	if cycle := findCycle(edges); cycle != nil {
@@ -167,18 +167,18 @@ func (s *Server) resolveAfter(ctx context.Context, suiteID string, tasks []store
 }
 
 // taskInSuite finds a stored task of the suite by ID or name.
-func (s *Server) taskInSuite(ctx context.Context, suiteID, ref string) (string, error) {
+func (s *Server) taskInSuite(ctx context.Context, suiteID, ref string) (store.Task, error) {
 	if t, err := s.store.GetTask(ctx, ref); err == nil && t.SuiteID == suiteID {
-		return t.ID, nil
+		return t, nil
 	}
 	found, err := s.store.ListTasks(ctx, store.TaskFilter{SuiteID: suiteID, Name: ref, Page: store.Page{Limit: 1}})
 	if err != nil {
-		return "", err
+		return store.Task{}, err
 	}
 	if len(found) == 0 {
-		return "", fmt.Errorf("no task %q in this suite or this batch; give a task ID or the name of a task submitted before or with it", ref)
+		return store.Task{}, fmt.Errorf("no task %q in this suite or this batch; give a task ID or the name of a task submitted before or with it", ref)
 	}
-	return found[0].ID, nil
+	return found[0], nil
 }
 
 // findCycle returns the tasks of a cycle in the dependency graph (first
