@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -103,5 +104,55 @@ func TestBlobCacheTrim(t *testing.T) {
 		if got := err == nil; got != want {
 			t.Errorf("after trim, %s kept = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// recordSource is a workerpool.Source that keeps the reports it is given.
+type recordSource struct {
+	mu      sync.Mutex
+	reports []api.TaskReport
+}
+
+func (s *recordSource) Fetch(context.Context, int) ([]api.Task, bool, error) { return nil, true, nil }
+func (s *recordSource) Return([]string)                                      {}
+func (s *recordSource) Report(r api.TaskReport) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reports = append(s.reports, r)
+}
+
+// TestOutputOverTheCapFailsTheAttempt: an output the server refuses as too
+// large fails the attempt with the server's reason, instead of a success
+// without its file.
+func TestOutputOverTheCapFailsTheAttempt(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		w.Write([]byte(`{"error":{"code":"too_large","message":"body: 5 bytes is over the server's cap of 4 bytes per file (--blob-max-size)"}}`))
+	}))
+	defer srv.Close()
+	inner := &recordSource{}
+	stop := make(chan struct{})
+	f := newFilesSource(inner, newBlobClient(srv.URL, func() string { return "cred" }, srv.Client(), t.TempDir(), 1<<20),
+		t.TempDir(), stop, slog.New(slog.DiscardHandler))
+	task := api.Task{ID: "k-1", Attempt: 1, TaskSpec: api.TaskSpec{Argv: []string{"true"}, Outputs: []string{"out.bin"}}}
+	if err := f.stage(context.Background(), &task); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(task.Workdir, "out.bin"), []byte("12345"), 0o644)
+	f.Report(api.TaskReport{TaskID: "k-1", Attempt: 1, Outcome: api.OutcomeSucceeded})
+	f.drain()
+	if len(inner.reports) != 1 {
+		t.Fatalf("reports = %+v, want one", inner.reports)
+	}
+	r := inner.reports[0]
+	if r.Outcome != api.OutcomeFailed || !strings.Contains(r.Reason, "out.bin") || !strings.Contains(r.Reason, "blob-max-size") {
+		t.Errorf("report = %+v; want a failed attempt naming out.bin and the cap", r)
+	}
+	if entries, _ := os.ReadDir(f.root); len(entries) != 0 {
+		t.Errorf("sandbox left behind: %v", entries)
 	}
 }
