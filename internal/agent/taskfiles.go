@@ -440,7 +440,7 @@ func (c *blobClient) download(ctx context.Context, digest, dst string) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("download %s: %s: %s", digest, resp.Status, readError(resp.Body))
+		return fmt.Errorf("download %s: %w", digest, answerError(resp))
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
@@ -535,9 +535,9 @@ func (c *blobClient) put(path, digest string, size int64) (retry bool, err error
 	case resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusOK:
 		return false, nil
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
-		return true, fmt.Errorf("%s: %s", resp.Status, readError(resp.Body))
+		return true, answerError(resp)
 	}
-	return false, fmt.Errorf("%s: %s", resp.Status, readError(resp.Body))
+	return false, answerError(resp)
 }
 
 func hashFile(path string) (digest string, size int64, mode os.FileMode, err error) {
@@ -573,19 +573,6 @@ func copyFile(src, dst string, mode os.FileMode) error {
 		return err
 	}
 	return out.Close()
-}
-
-// readError is the message of an API error body, or its start.
-func readError(r io.Reader) string {
-	b, _ := io.ReadAll(io.LimitReader(r, 4<<10))
-	s := strings.TrimSpace(string(b))
-	if i := strings.Index(s, `"message":"`); i >= 0 {
-		s = s[i+len(`"message":"`):]
-		if j := strings.Index(s, `"`); j >= 0 {
-			s = s[:j]
-		}
-	}
-	return s
 }
 
 // credential is the node's current credential, for requests beside the
