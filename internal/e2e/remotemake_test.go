@@ -213,6 +213,13 @@ func TestRemoteMakeSyntaxError(t *testing.T) {
 			t.Errorf("%s is %s, want Finished", name, tk.State)
 		}
 	}
+	// Closed with nothing left, it completes at once; watch fails too.
+	if _, errOut, code := s.run(t, "suite", "close", "broken"); code != 0 {
+		t.Fatalf("suite close: %s", errOut)
+	}
+	if _, errOut, code := s.run(t, "suite", "watch", "broken"); code == 0 || !strings.Contains(errOut, "failed") {
+		t.Errorf("suite watch broken: exit %d, %q; want non-zero, saying a task failed", code, errOut)
+	}
 }
 
 // TestRemoteMakeOnS3 keeps the task files in an S3 bucket (moto here), as
