@@ -60,6 +60,7 @@ func serve(t *testing.T, s *Server) string {
 	done := make(chan struct{})
 	go func() { defer close(done); s.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
+	<-s.ready // the handler may serve other listeners from here on
 	return "http://" + ln.Addr().String()
 }
 

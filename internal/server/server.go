@@ -282,12 +282,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.mu.Lock()
 	s.listener = ln
 	s.mu.Unlock()
-	close(s.ready)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.started, s.life = time.Now(), ctx
 	s.guard = newConnGuard(s.cfg.MaxUnauthConns, s.cfg.UnauthIdle)
+	// Ready once what every request reads is set: a handler served on
+	// another listener (tests do) may run from here on.
+	close(s.ready)
 	// No ReadTimeout or WriteTimeout: copies, exec streams and agents'
 	// WebSockets run long. Slow or silent clients meet ReadHeaderTimeout,
 	// the guard, and each route's body deadline (wrap).
