@@ -106,10 +106,14 @@ type EnsembleReplica struct {
 	NodeID     string `json:"node_id"`
 	NodeName   string `json:"node_name"`
 	// Why the node was chosen ("binpack: leaves 0.5 CPUs free; best of 3").
-	Why       string          `json:"why,omitempty"`
-	Container string          `json:"container,omitempty"` // the container job's id
-	Status    string          `json:"status,omitempty"`    // the container's, as last reported
-	Ports     []ContainerPort `json:"ports,omitempty"`     // with the host ports bound
+	Why       string `json:"why,omitempty"`
+	Container string `json:"container,omitempty"` // the container job's id, for a container
+	Service   string `json:"service,omitempty"`   // the service's coordinate, for a service
+	// Status is the container's or service's state as last reported.
+	Status string `json:"status,omitempty"`
+	// Ports are the host ports bound: a container's by its ports, a
+	// service's one port with container 0.
+	Ports []ContainerPort `json:"ports,omitempty"`
 	// Restores counts the times the replica was placed again because its
 	// node was lost.
 	Restores int `json:"restores,omitempty"`

@@ -61,6 +61,14 @@ type ServiceSpec struct {
 	User string `json:"user,omitempty" yaml:"user"`
 	// Limits are enforced with cgroups; nil: none.
 	Limits *ServiceLimits `json:"limits,omitempty" yaml:"limits"`
+	// Resources is what the service holds in the node's books while it
+	// runs or is about to; left out, its expected_memory_mb of memory.
+	Resources *Resources `json:"resources,omitempty" yaml:"resources"`
+	// Commitment names a commitment of the node's books that the service's
+	// first start books from (an ensemble locks each replica's resources
+	// before it deploys). It is used up there: a later restart books
+	// afresh, and the stored spec does not keep it.
+	Commitment string `json:"commitment,omitempty" yaml:"commitment"`
 }
 
 // ServiceLimits caps what a service's processes, all of them, may use:

@@ -134,11 +134,23 @@ func (w *workloads) deployContainer(ctx context.Context, job api.ContainerJob) (
 	return c, err
 }
 
-// startService books a service's expected memory, then starts it.
+// bookedFor is what a service holds in the books: its resources, or
+// else its expected memory.
+func bookedFor(spec api.ServiceSpec) api.Resources {
+	if spec.Resources != nil {
+		return *spec.Resources
+	}
+	return api.Resources{MemoryMB: spec.ExpectedMemoryMB}
+}
+
+// startService books a service's resources, from its commitment when it
+// names one, then starts it.
 func (w *workloads) startService(ctx context.Context, spec api.ServiceSpec) (api.Service, error) {
+	commitment := spec.Commitment
+	spec.Commitment = "" // used up here: a restart books afresh
 	fresh := !w.booked(api.AllocationService, spec.Coordinate)
 	if fresh {
-		if err := w.book(api.AllocationService, spec.Coordinate, api.Resources{MemoryMB: spec.ExpectedMemoryMB}, ""); err != nil {
+		if err := w.book(api.AllocationService, spec.Coordinate, bookedFor(spec), commitment); err != nil {
 			return api.Service{}, fmt.Errorf("start service %s: %w", spec.Coordinate, err)
 		}
 	}
@@ -159,7 +171,7 @@ func (w *workloads) restartService(ctx context.Context, coord string) (api.Servi
 	}
 	fresh := !w.booked(api.AllocationService, coord)
 	if fresh {
-		if err := w.book(api.AllocationService, coord, api.Resources{MemoryMB: cur.Spec.ExpectedMemoryMB}, ""); err != nil {
+		if err := w.book(api.AllocationService, coord, bookedFor(cur.Spec), ""); err != nil {
 			return api.Service{}, fmt.Errorf("restart service %s: %w", coord, err)
 		}
 	}
@@ -200,7 +212,7 @@ func (w *workloads) syncServiceBooks() {
 			if err != nil {
 				continue // removed meanwhile
 			}
-			if err := w.book(api.AllocationService, s.Coordinate, api.Resources{MemoryMB: spec.Spec.ExpectedMemoryMB}, ""); err != nil {
+			if err := w.book(api.AllocationService, s.Coordinate, bookedFor(spec.Spec), ""); err != nil {
 				w.log.Warn("a running service could not be booked; it keeps running outside the books", "coordinate", s.Coordinate, "err", err)
 			}
 		case !service.Active(s.State) && booked:

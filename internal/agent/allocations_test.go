@@ -178,3 +178,43 @@ func waitUntilT(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestServiceBooksItsResourcesFromACommitment: a service that names its
+// resources and a commitment (an ensemble's replica) books those
+// resources from the commitment, which is used up; its stored spec keeps
+// no commitment, so a restart books afresh.
+func TestServiceBooksItsResourcesFromACommitment(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("services need Linux /proc")
+	}
+	dataDir, tree := t.TempDir(), t.TempDir()
+	os.MkdirAll(filepath.Join(tree, "bin"), 0o755)
+	os.WriteFile(filepath.Join(tree, "bin", "svc"), []byte("#!/bin/sh\nexec sleep 300\n"), 0o755)
+	const coord = "1.api.ensemble.shop"
+	sb := startServiceBooks(t, dataDir, tree)
+	t.Cleanup(func() { sb.a.wl.services.Stop(context.Background(), coord); sb.stopAgent(t) })
+	l, _ := sb.a.wl.books()
+	want := api.Resources{CPUs: 1.5, MemoryMB: 300}
+	c, err := l.Commit("ensemble:shop", want, nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := api.ServiceSpec{Coordinate: coord, Artifact: "acme:sleep:1.0", Command: []string{"bin/svc"}, Port: -1,
+		Resources: &want, Commitment: c.ID, StopGrace: api.Duration(time.Second)}
+	if _, err := sb.a.wl.startService(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	res, _ := l.Resources()
+	a, ok := sb.allocations(t)[allocationID(api.AllocationService, coord)]
+	if !ok || a.Resources.CPUs != 1.5 || a.Resources.MemoryMB != 300 || len(res.Commitments) != 0 {
+		t.Fatalf("booked %+v (%v), commitments %+v; want 1.5 CPUs and 300 MB, the commitment used up", a, ok, res.Commitments)
+	}
+	if v, _ := sb.a.wl.services.Get(coord); v.Spec.Commitment != "" {
+		t.Errorf("the stored spec keeps commitment %q; a restart would name one used up", v.Spec.Commitment)
+	}
+	sb.action(t, coord, "stop")
+	sb.action(t, coord, "restart")
+	if a, ok := sb.allocations(t)[allocationID(api.AllocationService, coord)]; !ok || a.Resources.CPUs != 1.5 {
+		t.Errorf("after a restart: booked %+v (%v); want its resources again", a, ok)
+	}
+}

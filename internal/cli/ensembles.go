@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"bytes"
+	"cmp"
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,10 +13,11 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
 )
 
 func newEnsembleCmd(e *env) *cobra.Command {
-	cmd := &cobra.Command{Use: "ensemble", Short: "Deploy several containers across nodes as one, placed by the nodes' books, all or none"}
+	cmd := &cobra.Command{Use: "ensemble", Short: "Deploy containers and services across nodes as one, placed by the nodes' books, all or none"}
 	cmd.AddCommand(ensembleDeployCmd(e), ensembleLsCmd(e), ensembleShowCmd(e), ensembleManifestCmd(e),
 		ensembleLogsCmd(e), ensembleShutdownCmd(e))
 	return cmd
@@ -119,13 +123,17 @@ func printEnsemble(e *env, en api.Ensemble) {
 		fmt.Fprintf(e.stdout, "Reason    %s\n", en.Reason)
 	}
 	fmt.Fprintln(e.stdout)
-	t := newTable(e.stdout, "ALLOCATION", "REPLICA", "NODE", "CONTAINER", "STATUS", "PORTS", "WHY")
+	t := newTable(e.stdout, "ALLOCATION", "REPLICA", "NODE", "WORKLOAD", "STATUS", "PORTS", "WHY")
 	for _, r := range en.Replicas {
 		var ports []string
 		for _, p := range r.Ports {
+			if p.Container == 0 { // a service's port
+				ports = append(ports, strconv.Itoa(p.Host))
+				continue
+			}
 			ports = append(ports, fmt.Sprintf("%d->%d", p.Host, p.Container))
 		}
-		t.row(r.Allocation, strconv.Itoa(r.Replica), r.NodeName, orDash(r.Container), orDash(r.Status),
+		t.row(r.Allocation, strconv.Itoa(r.Replica), r.NodeName, orDash(cmp.Or(r.Container, r.Service)), orDash(r.Status),
 			orDash(strings.Join(ports, ",")), orDash(r.Why))
 	}
 	t.flush()
@@ -161,15 +169,15 @@ func ensembleLogsCmd(e *env) *cobra.Command {
 			}
 			found := false
 			for _, r := range en.Replicas {
-				if r.Allocation != args[1] || r.Container == "" {
+				if r.Allocation != args[1] || r.Container == "" && r.Service == "" {
 					continue
 				}
 				found = true
-				b, err := c.ContainerLogs(cmd.Context(), r.Container, tail)
+				b, err := replicaLogs(cmd.Context(), c, r, tail)
 				if err != nil {
 					return fmt.Errorf("replica %d on %s: %w", r.Replica, r.NodeName, err)
 				}
-				fmt.Fprintf(e.stdout, "=== %s replica %d on %s (%s)\n", r.Allocation, r.Replica, r.NodeName, r.Container)
+				fmt.Fprintf(e.stdout, "=== %s replica %d on %s (%s)\n", r.Allocation, r.Replica, r.NodeName, cmp.Or(r.Container, r.Service))
 				if _, err := e.rawOut().Write(b); err != nil {
 					return err
 				}
@@ -182,6 +190,23 @@ func ensembleLogsCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&tail, "tail", 0, "only the last N lines of each (0: all)")
 	return cmd
+}
+
+// replicaLogs reads a replica's output: its container's, or its
+// service's log (the last 64 KiB), cut to the last tail lines (0: all).
+func replicaLogs(ctx context.Context, c *client.Client, r api.EnsembleReplica, tail int) ([]byte, error) {
+	if r.Container != "" {
+		return c.ContainerLogs(ctx, r.Container, tail)
+	}
+	b, err := c.ServiceLogs(ctx, r.NodeID, r.Service, 64<<10)
+	if err != nil || tail <= 0 {
+		return b, err
+	}
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
+		lines = lines[:len(lines)-1]
+	}
+	return bytes.Join(lines[max(0, len(lines)-tail):], nil), nil
 }
 
 func ensembleShutdownCmd(e *env) *cobra.Command {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/artifact/artifacttest"
 	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
 )
 
@@ -29,10 +30,12 @@ func TestEnsembles(t *testing.T) {
 	labelJSON, _ := json.Marshal(testLabels)
 	s := startServer(t)
 	dir := t.TempDir()
+	depot := artifacttest.NewDepot(t)
+	publishEcho(t, depot, "acme:echo:1.0")
 	agentWith := func(name string, share int, tags ...string) {
 		cfg := filepath.Join(dir, name+".yaml")
 		os.WriteFile(cfg, []byte(fmt.Sprintf("onboard_share: %d\ncontainer_host_ip: 127.0.0.1\n", share)), 0o644)
-		args := []string{"--config", cfg}
+		args := []string{"--config", cfg, "--depot", "acme=" + depot.URL()}
 		for _, tag := range tags {
 			args = append(args, "--tag", tag)
 		}
@@ -68,13 +71,26 @@ allocations:
       command: [sh, -c, "mkdir -p /www && echo \"db at $NODEMGR_ALLOC_DB_ADDR\" > /www/index.html && exec httpd -f -p 8080 -h /www"]
       ports: [{container: 8080}]
       labels: %[2]s
+  - name: cache
+    resources: {cpus: 0.1, memory_mb: 16}
+    placement: {pack: true}
+    container: {image: %[1]s, command: [sleep, "3600"], stop_timeout: 1s, labels: %[2]s}
+  - name: api
+    count: 2
+    resources: {cpus: 0.1, memory_mb: 64}
+    placement: {spread: true}
+    service: {artifact: "acme:echo:1.0", command: [bin/echosvc], stop_grace: 2s}
+  - name: cron
+    resources: {cpus: 0.05, memory_mb: 16}
+    placement: {nodes: [en-big]}
+    container: {image: %[1]s, command: [sleep, "3600"], stop_timeout: 1s, labels: %[2]s}
 `, image, labelJSON)), 0o644)
 
 	// The plan first: nothing is deployed.
 	out, stderr, code := s.run(t, "ensemble", "deploy", "-f", shop, "--dry-run", "--json")
 	var plan api.Ensemble
-	if code != 0 || json.Unmarshal([]byte(out), &plan) != nil || plan.State != "planned" || len(plan.Replicas) != 4 {
-		t.Fatalf("dry run: exit %d\n%s%s; want a plan of 4 replicas", code, out, stderr)
+	if code != 0 || json.Unmarshal([]byte(out), &plan) != nil || plan.State != "planned" || len(plan.Replicas) != 8 {
+		t.Fatalf("dry run: exit %d\n%s%s; want a plan of 8 replicas", code, out, stderr)
 	}
 	if list, _ := c.Containers(ctx, "", false); len(list) != 0 {
 		t.Errorf("a dry run deployed %d containers", len(list))
@@ -85,33 +101,56 @@ allocations:
 	if code != 0 || json.Unmarshal([]byte(out), &en) != nil || en.State != api.EnsembleRunning {
 		t.Fatalf("ensemble deploy: exit %d\n%s%s", code, out, stderr)
 	}
-	webNodes := map[string]bool{}
+	nodesOf := map[string]map[string]bool{}
 	var dbAddr string
 	for _, r := range en.Replicas {
-		if r.Status != api.ContainerRunning || len(r.Ports) != 1 || r.Ports[0].Host == 0 {
-			t.Errorf("replica %s/%d on %s: %+v; want RUNNING with a host port", r.Allocation, r.Replica, r.NodeName, r)
+		running, ports := api.ContainerRunning, 1
+		switch r.Allocation {
+		case "api":
+			running = api.ServiceRunning
+		case "cache", "cron":
+			ports = 0
+		}
+		if r.Status != running || len(r.Ports) != ports || ports > 0 && r.Ports[0].Host == 0 {
+			t.Errorf("replica %s/%d on %s: %+v; want %s with %d host ports", r.Allocation, r.Replica, r.NodeName, r, running, ports)
 			continue
 		}
-		switch r.Allocation {
-		case "db":
-			if r.NodeName != "en-mid" {
-				t.Errorf("db went to %s, want en-mid, the only node tagged ssd", r.NodeName)
-			}
+		if nodesOf[r.Allocation] == nil {
+			nodesOf[r.Allocation] = map[string]bool{}
+		}
+		nodesOf[r.Allocation][r.NodeName] = true
+		if r.Allocation == "db" {
 			dbAddr = fmt.Sprintf("127.0.0.1:%d", r.Ports[0].Host)
-		case "web":
-			webNodes[r.NodeName] = true
 		}
 	}
-	if len(webNodes) != 3 {
-		t.Errorf("web replicas went to %v, want one on each of the 3 nodes (spread)", webNodes)
+	if got := nodesOf["db"]; !got["en-mid"] || len(got) != 1 {
+		t.Errorf("db went to %v, want en-mid, the only node tagged ssd", got)
+	}
+	if got := nodesOf["cron"]; !got["en-big"] || len(got) != 1 {
+		t.Errorf("cron went to %v, want en-big, the node it names", got)
+	}
+	if len(nodesOf["web"]) != 3 || len(nodesOf["api"]) != 2 {
+		t.Errorf("web replicas went to %v, api to %v; want each replica on a node of its own (spread)", nodesOf["web"], nodesOf["api"])
 	}
 	for _, r := range en.Replicas {
 		if len(r.Ports) == 0 {
 			continue
 		}
 		want := "db-up"
-		if r.Allocation == "web" {
+		switch r.Allocation {
+		case "web":
 			want = "db at " + dbAddr
+		case "api": // a service, told where the database answers too
+			want = "coordinate=" + r.Service + " "
+			if !strings.Contains(r.Service, ".api.ensemble.shop") {
+				t.Errorf("api replica %d runs as service %q, want REPLICA.api.ensemble.shop", r.Replica, r.Service)
+			}
+		}
+		if r.Allocation == "api" {
+			waitFor(t, 15*time.Second, "api knows the db's address", func() (bool, string) {
+				body, err := get(fmt.Sprintf("http://127.0.0.1:%d/", r.Ports[0].Host))
+				return err == nil && strings.Contains(body, "db="+dbAddr), fmt.Sprint(body, err)
+			})
 		}
 		waitFor(t, 15*time.Second, r.Allocation+" answers on its port", func() (bool, string) {
 			body, err := get(fmt.Sprintf("http://127.0.0.1:%d/", r.Ports[0].Host))
@@ -123,6 +162,28 @@ allocations:
 	}
 	if out, _, _ := s.run(t, "ensemble", "manifest", "shop"); !strings.Contains(out, "name: web") {
 		t.Errorf("ensemble manifest =\n%s\nwant the spec", out)
+	}
+	if out, stderr, code := s.run(t, "ensemble", "logs", "shop", "api"); code != 0 || strings.Count(out, "echosvc listening") != 2 {
+		t.Errorf("ensemble logs shop api: exit %d\n%s%s\nwant both replicas' service logs", code, out, stderr)
+	}
+	if out, stderr, code := s.run(t, "ensemble", "show", "shop"); code != 0 || !strings.Contains(out, "1.api.ensemble.shop") {
+		t.Errorf("ensemble show shop: exit %d\n%s%s\nwant the api service's coordinate", code, out, stderr)
+	}
+	// The books hold every replica: a service's as an allocation of its
+	// resources, taken from the ensemble's commitment.
+	for _, n := range names {
+		res, err := c.Resources(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range res.Allocations {
+			if a.Kind == api.AllocationService && (a.Resources.CPUs != 0.1 || a.Resources.MemoryMB != 64) {
+				t.Errorf("%s books service %s with %+v, want the allocation's 0.1 CPUs and 64 MB", n, a.Name, a.Resources)
+			}
+		}
+		if len(res.Commitments) != 0 {
+			t.Errorf("%s holds commitments %+v after the deploy; want every one used up", n, res.Commitments)
+		}
 	}
 
 	// A second tier that cannot start (no such image) undoes the first.
@@ -149,7 +210,7 @@ allocations:
 
 	// One that fits nowhere says what was short, and places nothing.
 	huge := filepath.Join(dir, "huge.yaml")
-	os.WriteFile(huge, []byte(fmt.Sprintf("name: huge\nallocations:\n  - name: x\n    count: 4\n    resources: {cpus: 0.1, memory_mb: 16}\n    placement: {spread: true}\n    container: {image: %s, labels: %s}\n", image, labelJSON)), 0o644)
+	os.WriteFile(huge, []byte(fmt.Sprintf("name: huge\nallocations:\n  - name: x\n    count: 4\n    resources: {cpus: 0.01, memory_mb: 6}\n    placement: {spread: true}\n    container: {image: %s, labels: %s}\n", image, labelJSON)), 0o644)
 	if _, stderr, code := s.run(t, "ensemble", "deploy", "-f", huge); code == 0 || !strings.Contains(stderr, "replica 4") || !strings.Contains(stderr, "spread") {
 		t.Errorf("deploy of 4 spread replicas on 3 nodes: exit %d, %q; want no fit for replica 4, naming spread", code, stderr)
 	}
@@ -162,6 +223,9 @@ allocations:
 		res, err := c.Resources(ctx, n)
 		if err != nil || res.Allocated.CPUs != 0 || res.Committed.CPUs != 0 || len(res.Allocations) != 0 || len(res.Commitments) != 0 {
 			t.Errorf("%s after shutdown: %+v, %v; want nothing allocated or committed", n, res, err)
+		}
+		if svcs, err := c.Services(ctx, n); err != nil || len(svcs) != 0 {
+			t.Errorf("%s runs services %+v after shutdown (%v); want none", n, svcs, err)
 		}
 	}
 	if left := dockertest.Containers(t, eng, testLabels); len(left) != 0 {

@@ -104,8 +104,30 @@ func validateAllocation(field string, a api.AllocationSpec) error {
 	if a.Container != nil {
 		return validateContainer(field+".container", a.Container, a.Resources)
 	}
-	if a.Service.Port > 0 {
-		return errdefs.Field(field+".service.port", "%d names a host port; an ensemble's ports come from each node's port allocator: leave it out (or -1 for none)", a.Service.Port)
+	return validateService(field+".service", a.Service, a.Resources)
+}
+
+// validateService refuses what the ensemble sets for each replica: its
+// coordinate, its commitment, its books and limits (from the allocation's
+// resources) and its host port (from the node's allocator).
+func validateService(field string, spec *api.ServiceSpec, r api.Resources) error {
+	switch {
+	case spec.Coordinate != "":
+		return errdefs.Field(field+".coordinate", "is assigned to each replica (REPLICA.ALLOCATION.ensemble.ENSEMBLE); leave it out")
+	case spec.Commitment != "":
+		return errdefs.Field(field+".commitment", "is made for each replica when the ensemble is placed; leave it out")
+	case spec.Resources != nil:
+		return errdefs.Field(field+".resources", "is set from the allocation's resources; leave it out")
+	case spec.Port > 0:
+		return errdefs.Field(field+".port", "%d names a host port; an ensemble's ports come from each node's port allocator: leave it out (or -1 for none)", spec.Port)
+	}
+	if l := spec.Limits; l != nil {
+		if l.CPUs != 0 && milli(l.CPUs) != milli(r.CPUs) {
+			return errdefs.Field(field+".limits.cpus", "is %v, but the allocation's resources.cpus is %v; leave it out: the resources set it", l.CPUs, r.CPUs)
+		}
+		if l.MemoryMB != 0 && l.MemoryMB != r.MemoryMB {
+			return errdefs.Field(field+".limits.memory_mb", "is %d, but the allocation's resources.memory_mb is %d; leave it out: the resources set it", l.MemoryMB, r.MemoryMB)
+		}
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 func TestValidate(t *testing.T) {
 	svc := api.AllocationSpec{
 		Name: "queue", Resources: api.Resources{CPUs: 1, MemoryMB: 256},
-		Service: &api.ServiceSpec{Coordinate: "1.queue.shop.prod", Artifact: "shop:queue:1.0", Command: []string{"bin/queue"}},
+		Service: &api.ServiceSpec{Artifact: "shop:queue:1.0", Command: []string{"bin/queue"}},
 	}
 	ok := container("web", 2, 0.5, 256)
 	spec := func(f func(*api.EnsembleSpec)) api.EnsembleSpec {
@@ -81,6 +81,18 @@ func TestValidate(t *testing.T) {
 			a.Container.Ports = []api.ContainerPort{{Container: 80, Host: 8080}}
 		}), wantField: "allocations[1].container.ports[0].host"},
 		{name: "service host port", spec: spec(func(s *api.EnsembleSpec) { s.Allocations[0].Service.Port = 8080 }), wantField: "allocations[0].service.port"},
+		{name: "service limits equal to the resources", spec: spec(func(s *api.EnsembleSpec) {
+			s.Allocations[0].Service.Limits = &api.ServiceLimits{CPUs: 1, MemoryMB: 256}
+		})},
+		{name: "service coordinate", spec: spec(func(s *api.EnsembleSpec) { s.Allocations[0].Service.Coordinate = "1.queue.shop.prod" }), wantField: "allocations[0].service.coordinate"},
+		{name: "service commitment", spec: spec(func(s *api.EnsembleSpec) { s.Allocations[0].Service.Commitment = "c1" }), wantField: "allocations[0].service.commitment"},
+		{name: "service resources", spec: spec(func(s *api.EnsembleSpec) { s.Allocations[0].Service.Resources = &api.Resources{CPUs: 1} }), wantField: "allocations[0].service.resources"},
+		{name: "service CPU limit differs", spec: spec(func(s *api.EnsembleSpec) {
+			s.Allocations[0].Service.Limits = &api.ServiceLimits{CPUs: 2}
+		}), wantField: "allocations[0].service.limits.cpus"},
+		{name: "service memory limit differs", spec: spec(func(s *api.EnsembleSpec) {
+			s.Allocations[0].Service.Limits = &api.ServiceLimits{MemoryMB: 64}
+		}), wantField: "allocations[0].service.limits.memory_mb"},
 		{name: "negative restore deadline", spec: spec(func(s *api.EnsembleSpec) { s.RestoreDeadline = api.Duration(-time.Second) }), wantField: "restore_deadline"},
 		{name: "long restore deadline", spec: spec(func(s *api.EnsembleSpec) { s.RestoreDeadline = api.Duration(25 * time.Hour) }), wantField: "restore_deadline"},
 		{name: "restore deadline and no restore", spec: spec(func(s *api.EnsembleSpec) {

@@ -3,14 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/ensemble"
-	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
@@ -84,7 +81,7 @@ func (s *Server) restoreEnsemble(ctx context.Context, e api.Ensemble) {
 	}
 }
 
-// dropLost deletes the containers of lost replicas whose node is back.
+// dropLost removes the workloads of lost replicas whose node is back.
 func (s *Server) dropLost(ctx context.Context, e *api.Ensemble) bool {
 	kept := e.Lost[:0]
 	for _, rep := range e.Lost {
@@ -94,11 +91,12 @@ func (s *Server) dropLost(ctx context.Context, e *api.Ensemble) bool {
 			continue
 		}
 		if err == nil {
-			if _, err := s.deleteOn(ctx, n, rep.Container); err != nil && !errdefs.IsNotFound(err) {
+			if err := s.removeReplica(ctx, n, &rep); err != nil {
 				kept = append(kept, rep)
 				continue
 			}
-			s.log.Info("deleted a replica's old container on its node that came back", "ensemble", e.Name, "container", rep.Container, "node", n.Name)
+			s.log.Info("removed a replica's old workload on its node that came back", "ensemble", e.Name,
+				"allocation", rep.Allocation, "replica", rep.Replica, "node", n.Name)
 		}
 	}
 	changed := len(kept) != len(e.Lost)
@@ -142,28 +140,18 @@ func (s *Server) replaceReplica(ctx context.Context, e *api.Ensemble, i int, los
 		return err
 	}
 	p := plan.Placements[0]
-	var c api.Commitment
-	req := api.CommitRequest{Owner: "ensemble:" + e.Name, Resources: p.Resources, TTL: api.Duration(ensembleCommitTTL)}
-	if err := s.callAgent(ctx, nodes[p.NodeID], http.MethodPost, "/v1/commitments", req, &c); err != nil {
+	commit, err := s.commitReplica(ctx, *e, nodes[p.NodeID], p)
+	if err != nil {
 		return fmt.Errorf("commit on %s: %w", p.NodeName, err)
 	}
 	next := rep
 	next.Restores++
 	next.NodeID, next.NodeName = p.NodeID, p.NodeName
 	next.Why = fmt.Sprintf("restored: node %s was lost; %s", lost.Name, p.Why)
-	job := *alloc.Container
-	job.ID = ensembleJobID(*e, rep) + "-r" + strconv.Itoa(next.Restores)
-	if job.Name == "" {
-		job.Name = alloc.Name
-	}
-	job.CPUs, job.MemoryMB, job.Commitment = p.Resources.CPUs, p.Resources.MemoryMB, c.ID
-	job.Env = mergeEnv(job.Env, s.allocEnv(*e, rep.Allocation))
-	ct, err := s.deployOn(ctx, nodes[p.NodeID], job)
-	if err != nil {
-		s.callAgent(ctx, nodes[p.NodeID], http.MethodDelete, "/v1/commitments/"+c.ID, nil, nil)
+	next.Container, next.Service = "", ""
+	if err := s.deployReplica(ctx, *e, alloc, &next, nodes[p.NodeID], p.Resources, commit, s.allocEnv(*e, rep.Allocation)); err != nil {
 		return err
 	}
-	next.Container, next.Status, next.Ports = job.ID, ct.Status, ct.Ports
 	e.Lost = append(e.Lost, rep)
 	e.Replicas[i] = next
 	s.log.Info("placed a lost node's replica again", "ensemble", e.Name, "allocation", rep.Allocation,

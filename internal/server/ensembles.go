@@ -6,15 +6,19 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/container"
 	"github.com/nodemgr/nodemgr/internal/ensemble"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/httpapi"
+	"github.com/nodemgr/nodemgr/internal/service"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
@@ -80,10 +84,8 @@ func (s *Server) handleDeployEnsemble(w http.ResponseWriter, r *http.Request) er
 	if err := ensemble.Validate(spec); err != nil {
 		return err
 	}
-	for i, a := range spec.Allocations {
-		if a.Service != nil || a.Container == nil {
-			return errdefs.Field(fmt.Sprintf("allocations[%d]", i), "an ensemble deploys containers for now; give a container job (services: not yet)")
-		}
+	if err := validateWorkloads(spec); err != nil {
+		return err
 	}
 	q := r.URL.Query()
 	policy := q.Get("policy")
@@ -131,6 +133,32 @@ func (s *Server) handleDeployEnsemble(w http.ResponseWriter, r *http.Request) er
 	return nil
 }
 
+// validateWorkloads checks each allocation's container job or service
+// spec as its first replica would run it, so that a bad one is refused
+// before anything is placed, naming the field by its path in the spec.
+func validateWorkloads(spec api.EnsembleSpec) error {
+	e := api.Ensemble{Name: spec.Name}
+	for i, a := range spec.Allocations {
+		rep := api.EnsembleReplica{Allocation: a.Name, Replica: 1}
+		var err error
+		field := fmt.Sprintf("allocations[%d].container", i)
+		if a.Container != nil {
+			err = container.Validate(ensembleJob(e, a, rep, a.Resources, "", nil))
+		} else {
+			field = fmt.Sprintf("allocations[%d].service", i)
+			err = service.Validate(ensembleService(e, a, rep, a.Resources, "", nil))
+		}
+		var fe *errdefs.FieldError
+		if errors.As(err, &fe) {
+			return errdefs.Field(field+"."+fe.Field, "%s", fe.Reason)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+	}
+	return nil
+}
+
 func planReplicas(plan ensemble.Plan) []api.EnsembleReplica {
 	out := make([]api.EnsembleReplica, len(plan.Placements))
 	for i, p := range plan.Placements {
@@ -139,23 +167,17 @@ func planReplicas(plan ensemble.Plan) []api.EnsembleReplica {
 	return out
 }
 
-// ensembleJobID is a replica's container id: a DNS label.
-func ensembleJobID(e api.Ensemble, rep api.EnsembleReplica) string {
-	return fmt.Sprintf("%s-%s-%d", e.Name, rep.Allocation, rep.Replica)
-}
-
 // deployEnsemble commits every replica's resources, then deploys the
 // replicas allocation by allocation, recording each in e as it goes.
 func (s *Server) deployEnsemble(ctx context.Context, e *api.Ensemble, plan ensemble.Plan, nodes map[string]store.Node) error {
 	commits := make([]string, len(plan.Placements))
 	for i, p := range plan.Placements {
-		var c api.Commitment
-		req := api.CommitRequest{Owner: "ensemble:" + e.Name, Resources: p.Resources, TTL: api.Duration(ensembleCommitTTL)}
-		if err := s.callAgent(ctx, nodes[p.NodeID], http.MethodPost, "/v1/commitments", req, &c); err != nil {
+		c, err := s.commitReplica(ctx, *e, nodes[p.NodeID], p)
+		if err != nil {
 			s.releaseCommits(ctx, plan, commits, nodes)
 			return fmt.Errorf("commit allocation %s replica %d on %s: %w", p.Allocation, p.Replica, p.NodeName, err)
 		}
-		commits[i] = c.ID
+		commits[i] = c
 	}
 	env := map[string]string{}
 	for _, a := range e.Spec.Allocations {
@@ -165,25 +187,126 @@ func (s *Server) deployEnsemble(ctx context.Context, e *api.Ensemble, plan ensem
 				continue
 			}
 			rep := &e.Replicas[i]
-			job := *a.Container
-			job.ID = ensembleJobID(*e, *rep)
-			if job.Name == "" {
-				job.Name = a.Name
-			}
-			job.CPUs, job.MemoryMB, job.Commitment = p.Resources.CPUs, p.Resources.MemoryMB, commits[i]
-			job.Env = mergeEnv(job.Env, env)
-			c, err := s.deployOn(ctx, nodes[p.NodeID], job)
-			commits[i] = "" // the container holds the commitment now, or it was given back
+			err := s.deployReplica(ctx, *e, a, rep, nodes[p.NodeID], p.Resources, commits[i], env)
+			commits[i] = "" // the workload holds the commitment now, or it was given back
 			if err != nil {
 				s.releaseCommits(ctx, plan, commits, nodes)
 				return fmt.Errorf("allocation %s replica %d on %s: %w", p.Allocation, p.Replica, p.NodeName, err)
 			}
-			rep.Container, rep.Status, rep.Ports = job.ID, c.Status, c.Ports
-			if !told && len(c.Ports) > 0 {
-				setAllocEnv(env, a.Name, s.nodeHost(p.NodeID, p.NodeName), c.Ports[0].Host)
+			if !told && len(rep.Ports) > 0 {
+				setAllocEnv(env, a.Name, s.nodeHost(p.NodeID, p.NodeName), rep.Ports[0].Host)
 				told = true
 			}
 		}
+	}
+	return nil
+}
+
+// commitReplica locks a replica's resources on its node.
+func (s *Server) commitReplica(ctx context.Context, e api.Ensemble, n store.Node, p ensemble.Placement) (string, error) {
+	var c api.Commitment
+	req := api.CommitRequest{Owner: "ensemble:" + e.Name, Resources: p.Resources, TTL: api.Duration(ensembleCommitTTL)}
+	if err := s.callAgent(ctx, n, http.MethodPost, "/v1/commitments", req, &c); err != nil {
+		return "", err
+	}
+	return c.ID, nil
+}
+
+// replicaName is a replica's name on its node, which its container id or
+// service instance is made of: a DNS label, new for each restore.
+func replicaName(rep api.EnsembleReplica) string {
+	if rep.Restores == 0 {
+		return strconv.Itoa(rep.Replica)
+	}
+	return fmt.Sprintf("%d-r%d", rep.Replica, rep.Restores)
+}
+
+// ensembleJob is a container replica's job: the allocation's, with its
+// id, limits from the resources, its commitment and where the allocations
+// before it answer.
+func ensembleJob(e api.Ensemble, a api.AllocationSpec, rep api.EnsembleReplica, res api.Resources, commit string, env map[string]string) api.ContainerJob {
+	job := *a.Container
+	job.ID = e.Name + "-" + a.Name + "-" + replicaName(rep)
+	if job.Name == "" {
+		job.Name = a.Name
+	}
+	job.CPUs, job.MemoryMB, job.Commitment = res.CPUs, res.MemoryMB, commit
+	job.Env = mergeEnv(job.Env, env)
+	return job
+}
+
+// ensembleService is a service replica's spec: the allocation's, with
+// the coordinate REPLICA.ALLOCATION.ensemble.ENSEMBLE, the books and
+// limits from the resources, its commitment and where the allocations
+// before it answer.
+func ensembleService(e api.Ensemble, a api.AllocationSpec, rep api.EnsembleReplica, res api.Resources, commit string, env map[string]string) api.ServiceSpec {
+	spec := *a.Service
+	spec.Coordinate = replicaName(rep) + "." + a.Name + ".ensemble." + e.Name
+	spec.Resources, spec.Commitment = &res, commit
+	spec.Limits = &api.ServiceLimits{CPUs: res.CPUs, MemoryMB: res.MemoryMB}
+	if spec.ExpectedMemoryMB == 0 {
+		spec.ExpectedMemoryMB = res.MemoryMB
+	}
+	spec.Env = mergeEnv(spec.Env, env)
+	return spec
+}
+
+// deployReplica runs replica rep of allocation a on node n from its
+// commitment and records in rep what runs: the container or service, its
+// status and its ports. A service's artifact is installed first (a no-op
+// where it is).
+func (s *Server) deployReplica(ctx context.Context, e api.Ensemble, a api.AllocationSpec, rep *api.EnsembleReplica, n store.Node, res api.Resources, commit string, env map[string]string) (err error) {
+	defer func() {
+		if err != nil { // a commitment not used up would hold the books until it expires
+			if rerr := s.callAgent(ctx, n, http.MethodDelete, "/v1/commitments/"+commit, nil, nil); rerr != nil && !errdefs.IsNotFound(rerr) {
+				s.log.Warn("release a replica's commitment", "node", n.Name, "commitment", commit, "err", rerr)
+			}
+		}
+	}()
+	if a.Container != nil {
+		job := ensembleJob(e, a, *rep, res, commit, env)
+		c, err := s.deployOn(ctx, n, job)
+		if err != nil {
+			return err
+		}
+		rep.Container, rep.Status, rep.Ports = job.ID, c.Status, c.Ports
+		return nil
+	}
+	spec := ensembleService(e, a, *rep, res, commit, env)
+	if err := s.callAgent(ctx, n, http.MethodPost, "/v1/artifacts", api.ArtifactInstall{ID: spec.Artifact}, nil); err != nil {
+		return fmt.Errorf("install %s on %s: %w", spec.Artifact, n.Name, err)
+	}
+	var svc api.Service
+	if err := s.callAgent(ctx, n, http.MethodPost, "/v1/services", spec, &svc); err != nil {
+		return fmt.Errorf("start service %s on %s: %w", spec.Coordinate, n.Name, err)
+	}
+	rep.Service, rep.Status, rep.Ports = spec.Coordinate, svc.State, nil
+	if svc.Port > 0 {
+		rep.Ports = []api.ContainerPort{{Host: svc.Port}}
+	}
+	return nil
+}
+
+// removeReplica stops and deletes what a replica runs on node n, which
+// frees its books; one already gone is fine.
+func (s *Server) removeReplica(ctx context.Context, n store.Node, rep *api.EnsembleReplica) error {
+	switch {
+	case rep.Container != "":
+		c, err := s.deleteOn(ctx, n, rep.Container)
+		if err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+		rep.Status = c.Status
+	case rep.Service != "":
+		path := "/v1/services/" + url.PathEscape(rep.Service)
+		err := s.callAgent(ctx, n, http.MethodPost, path+"/stop", nil, nil)
+		if err == nil {
+			err = s.callAgent(ctx, n, http.MethodDelete, path+"?purge=true", nil, nil)
+		}
+		if err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("remove service %s on %s: %w", rep.Service, n.Name, err)
+		}
+		rep.Status = api.ServiceStopped
 	}
 	return nil
 }
@@ -236,11 +359,18 @@ func (s *Server) releaseCommits(ctx context.Context, plan ensemble.Plan, commits
 	}
 }
 
-// undoEnsemble deletes every container of the ensemble.
+// undoParallel bounds how many replicas undoEnsemble removes at once: a
+// container's stop may wait its stop timeout, and an ensemble has up to
+// 10,000 replicas.
+const undoParallel = 16
+
+// undoEnsemble removes every replica of the ensemble, several at a time.
 func (s *Server) undoEnsemble(ctx context.Context, e *api.Ensemble, nodes map[string]store.Node) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, undoParallel)
 	for i := range e.Replicas {
 		rep := &e.Replicas[i]
-		if rep.Container == "" {
+		if rep.Container == "" && rep.Service == "" {
 			continue
 		}
 		n, ok := nodes[rep.NodeID]
@@ -250,13 +380,15 @@ func (s *Server) undoEnsemble(ctx context.Context, e *api.Ensemble, nodes map[st
 				continue
 			}
 		}
-		c, err := s.deleteOn(ctx, n, rep.Container)
-		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			s.log.Warn("delete an ensemble's container", "container", rep.Container, "node", n.Name, "err", err)
-			continue
-		}
-		rep.Status = c.Status
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := s.removeReplica(ctx, n, rep); err != nil {
+				s.log.Warn("remove an ensemble's replica", "ensemble", e.Name, "allocation", rep.Allocation, "replica", rep.Replica, "node", n.Name, "err", err)
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // resolveEnsemble finds an ensemble the caller owns (or any, for an admin).
@@ -284,20 +416,16 @@ func (s *Server) withStatus(ctx context.Context, e api.Ensemble) api.Ensemble {
 	var down []string
 	for i := range e.Replicas {
 		rep := &e.Replicas[i]
-		found, err := s.store.FindContainer(ctx, rep.Container)
-		if err == nil {
-			rep.Status = found[0].Status
-			if found[0].Reason != "" && rep.Status != api.ContainerRunning {
-				down = append(down, fmt.Sprintf("%s replica %d on %s is %s (%s)", rep.Allocation, rep.Replica, rep.NodeName, rep.Status, found[0].Reason))
-				continue
-			}
+		reason := s.replicaStatus(ctx, rep)
+		if reason != "" {
+			reason = " (" + reason + ")"
 		}
 		if n, err := s.store.GetNode(ctx, rep.NodeID); err == nil && n.Status != api.StatusOnline {
 			down = append(down, fmt.Sprintf("%s replica %d: node %s is %s", rep.Allocation, rep.Replica, rep.NodeName, n.Status))
 			continue
 		}
-		if rep.Status != api.ContainerRunning {
-			down = append(down, fmt.Sprintf("%s replica %d on %s is %s", rep.Allocation, rep.Replica, rep.NodeName, rep.Status))
+		if !replicaRuns(*rep) {
+			down = append(down, fmt.Sprintf("%s replica %d on %s is %s%s", rep.Allocation, rep.Replica, rep.NodeName, rep.Status, reason))
 		}
 	}
 	e.State, e.Reason = api.EnsembleRunning, ""
@@ -305,6 +433,42 @@ func (s *Server) withStatus(ctx context.Context, e api.Ensemble) api.Ensemble {
 		e.State, e.Reason = api.EnsembleDegraded, strings.Join(down, "; ")
 	}
 	return e
+}
+
+// replicaStatus refreshes rep.Status as last reported: a container's from
+// the store, a service's from its node's presence (kept as it was while
+// the node is away). It returns why the workload is not running, when its
+// node said.
+func (s *Server) replicaStatus(ctx context.Context, rep *api.EnsembleReplica) string {
+	if rep.Container != "" {
+		found, err := s.store.FindContainer(ctx, rep.Container)
+		if err != nil {
+			return ""
+		}
+		rep.Status = found[0].Status
+		return found[0].Reason
+	}
+	sess := s.hub.get(rep.NodeID)
+	if sess == nil {
+		return ""
+	}
+	if p := sess.presence.Load(); p != nil {
+		rep.Status = "removed"
+		for _, svc := range p.Services {
+			if svc.Coordinate == rep.Service {
+				rep.Status = svc.State
+			}
+		}
+	}
+	return ""
+}
+
+// replicaRuns reports whether a replica's workload runs, by its status.
+func replicaRuns(rep api.EnsembleReplica) bool {
+	if rep.Container != "" {
+		return rep.Status == api.ContainerRunning
+	}
+	return rep.Status == api.ServiceRunning
 }
 
 func (s *Server) handleListEnsembles(w http.ResponseWriter, r *http.Request) error {

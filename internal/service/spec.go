@@ -3,6 +3,7 @@ package service
 import (
 	"fmt"
 	"maps"
+	"math"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -119,6 +120,9 @@ func Validate(spec api.ServiceSpec) error {
 	if err := validateLimits(spec.Limits); err != nil {
 		return err
 	}
+	if err := validateResources(spec.Resources); err != nil {
+		return err
+	}
 	if spec.User != "" && !userRE.MatchString(spec.User) {
 		return errdefs.Field("user", "%q is not a user name (letters, digits, '.', '_' and '-', at most 32) or a numeric uid", spec.User)
 	}
@@ -215,6 +219,24 @@ func validateLimits(l *api.ServiceLimits) error {
 	}
 	if l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01) || l.CPUs != l.CPUs {
 		return errdefs.Field("limits.cpus", "%v: use at least 0.01 (cores), or 0 for no limit", l.CPUs)
+	}
+	return nil
+}
+
+// validateResources checks what a service books; the books check that it
+// fits when it starts.
+func validateResources(r *api.Resources) error {
+	switch {
+	case r == nil:
+		return nil
+	case !(r.CPUs >= 0) || math.IsInf(r.CPUs, 0):
+		return errdefs.Field("resources.cpus", "%v: must be 0 or more cores", r.CPUs)
+	case r.MemoryMB < 0:
+		return errdefs.Field("resources.memory_mb", "%d: must be 0 or more MB", r.MemoryMB)
+	case r.GPUs < 0:
+		return errdefs.Field("resources.gpus", "%d: must be 0 or more", r.GPUs)
+	case r.DiskMB < 0:
+		return errdefs.Field("resources.disk_mb", "%d: must be 0 or more MB", r.DiskMB)
 	}
 	return nil
 }

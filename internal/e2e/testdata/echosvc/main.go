@@ -1,6 +1,7 @@
 // echosvc is the service the end-to-end tests run from an artifact: it
 // listens on $PORT and answers every request with its coordinate, pid and
-// the arguments it got, and logs each request on stdout.
+// the arguments it got (and, in an ensemble, where its database tier
+// answers), and logs each request on stdout.
 package main
 
 import (
@@ -29,7 +30,11 @@ func main() {
 	}()
 	http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Println("echosvc request", r.URL.Path)
-		fmt.Fprintf(w, "coordinate=%s pid=%d args=%s runtime=%s\n", os.Getenv("NODEMGR_COORDINATE"), os.Getpid(),
+		fmt.Fprintf(w, "coordinate=%s pid=%d args=%s runtime=%s", os.Getenv("NODEMGR_COORDINATE"), os.Getpid(),
 			strings.Join(os.Args[1:], " "), os.Getenv("NODEMGR_RUNTIME_DIR"))
+		if db := os.Getenv("NODEMGR_ALLOC_DB_ADDR"); db != "" { // an ensemble's tier below
+			fmt.Fprintf(w, " db=%s", db)
+		}
+		fmt.Fprintln(w)
 	}))
 }
