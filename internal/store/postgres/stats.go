@@ -1,0 +1,54 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// CountNodes counts nodes by status, from the status index.
+func (s *Store) CountNodes(ctx context.Context) (map[string]int, error) {
+	out, err := s.countBy(ctx, `SELECT status, count(*) FROM nodes GROUP BY status`)
+	if err != nil {
+		return nil, fmt.Errorf("count nodes: %w", err)
+	}
+	return out, nil
+}
+
+// CountSuites counts suites by state, from the state index, and adds up the
+// task counts kept per suite in suite_counts: no task row is read.
+func (s *Store) CountSuites(ctx context.Context) (map[string]int, api.TaskCounts, error) {
+	suites, err := s.countBy(ctx, `SELECT state, count(*) FROM suites GROUP BY state`)
+	if err != nil {
+		return nil, api.TaskCounts{}, fmt.Errorf("count suites: %w", err)
+	}
+	var c api.TaskCounts
+	err = s.pool.QueryRow(ctx, `SELECT coalesce(sum(pending), 0)::bigint, coalesce(sum(ready), 0)::bigint,
+		coalesce(sum(running), 0)::bigint, coalesce(sum(finished), 0)::bigint, coalesce(sum(failed), 0)::bigint,
+		coalesce(sum(cancelled), 0)::bigint FROM suite_counts`).
+		Scan(&c.Pending, &c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled)
+	if err != nil {
+		return nil, api.TaskCounts{}, fmt.Errorf("count tasks: %w", classify(err))
+	}
+	return suites, c, nil
+}
+
+// countBy runs a query of (key, count) rows into a map.
+func (s *Store) countBy(ctx context.Context, query string) (map[string]int, error) {
+	rows, err := s.pool.Query(ctx, query)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, classify(err)
+		}
+		out[k] = n
+	}
+	return out, classify(rows.Err())
+}
