@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -30,6 +31,7 @@ import (
 	_ "github.com/nodemgr/nodemgr/internal/provision/local"
 	"github.com/nodemgr/nodemgr/internal/server"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/postgres"
 	"github.com/nodemgr/nodemgr/internal/store/sqlite"
 	"github.com/nodemgr/nodemgr/internal/tlsca"
 )
@@ -66,7 +68,7 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7070", "address to serve the API and the agent WebSocket on")
 	fl.StringVar(&f.dataDir, "data-dir", defaultDataDir, "server state directory (database, admin-token)")
-	fl.StringVar(&f.db, "db", "", "SQLite database file (default DATA_DIR/nodemgr.db)")
+	fl.StringVar(&f.db, "db", "", "SQLite database file (default DATA_DIR/nodemgr.db), or a postgres:// or postgresql:// URL of a PostgreSQL database that several servers may share (give the password with PGPASSWORD or a ~/.pgpass file, not in the URL)")
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", 30*time.Second, "how often agents send heartbeats")
 	fl.DurationVar(&f.offlineAfter, "offline-after", 2*time.Minute, "a node with no heartbeat for this long is checked, then marked offline")
 	fl.DurationVar(&f.confirmTimeout, "confirm-timeout", 10*time.Second, "how long the offline check waits for a ping answer or a reconnect")
@@ -184,12 +186,22 @@ func (f *serverFlags) executorSettings() map[string]map[string]string {
 	return map[string]map[string]string{"ssh": s}
 }
 
-// openStore opens the SQLite store in the data dir.
+// openStore opens the store --db names: PostgreSQL for a postgres:// or
+// postgresql:// URL, else the SQLite file (by default in the data dir,
+// which holds the admin token either way).
 func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.Store, error) {
 	if was, err := datadir.Ensure(f.dataDir); err != nil {
 		return nil, err
 	} else if was != 0 {
 		log.Warn("the data dir holds the store and the admin token and was open to other users; made it private", "dir", f.dataDir, "mode", was.String())
+	}
+	if strings.HasPrefix(f.db, "postgres://") || strings.HasPrefix(f.db, "postgresql://") {
+		if u, err := url.Parse(f.db); err == nil {
+			if _, ok := u.User.Password(); ok {
+				log.Warn("the --db URL holds a password, which other users can read in the process list; give it with PGPASSWORD or a ~/.pgpass file instead")
+			}
+		}
+		return postgres.Open(ctx, f.db, log)
 	}
 	path := f.db
 	if path == "" {
