@@ -354,7 +354,7 @@ func (s *Store) TouchTokens(ctx context.Context, used map[string]time.Time) erro
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE tokens SET last_used = u.at
 			FROM unnest($1::text[], $2::bigint[]) AS u(id, at)
-			WHERE tokens.id = u.id AND (tokens.last_used IS NULL OR tokens.last_used < u.at)`, ids, ats)
+			WHERE tokens.id = u.id AND (tokens.last_used IS NULL OR tokens.last_used < u.at)`, planned, ids, ats)
 		return err
 	})
 	if err != nil {

@@ -151,7 +151,7 @@ func finishEnds(ctx context.Context, tx pgx.Tx, nodeID string, ends endBatch, no
 		WHERE tasks.id = r.id AND tasks.attempt = r.attempt
 			AND tasks.state = '`+api.TaskRunning+`' AND tasks.node_id = $6
 		RETURNING tasks.suite_id, tasks.state, tasks.id`,
-		now, ends.ids, ends.attempts, ends.states, ends.results, nodeID)
+		planned, now, ends.ids, ends.attempts, ends.states, ends.results, nodeID)
 	if err != nil {
 		return 0, err
 	}
@@ -172,7 +172,7 @@ func finishLate(ctx context.Context, tx pgx.Tx, nodeID string, ends endBatch, no
 			AND tasks.state IN ('`+api.TaskReady+`', '`+api.TaskRunning+`')
 		ORDER BY tasks.id
 		FOR UPDATE OF tasks`,
-		ends.ids, ends.attempts, ends.states, ends.results, nodeID)
+		planned, ends.ids, ends.attempts, ends.states, ends.results, nodeID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -257,7 +257,7 @@ func finishFailures(ctx context.Context, tx pgx.Tx, nodeID string, reports []sto
 		FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[]) AS r(id, state, result, not_before)
 		WHERE tasks.id = r.id
 		RETURNING tasks.suite_id, tasks.state, tasks.id`,
-		now, ids, states, results, notBefore)
+		planned, now, ids, states, results, notBefore)
 	if err != nil {
 		return 0, err
 	}
@@ -276,7 +276,7 @@ func lockHeld(ctx context.Context, tx pgx.Tx, nodeID string, reports []store.Att
 		JOIN unnest($1::text[], $2::int[]) AS r(id, attempt) ON tasks.id = r.id AND tasks.attempt = r.attempt
 		WHERE tasks.state = '`+api.TaskRunning+`' AND tasks.node_id = $3
 		ORDER BY tasks.id
-		FOR UPDATE OF tasks`, ids, attempts, nodeID)
+		FOR UPDATE OF tasks`, planned, ids, attempts, nodeID)
 	if err != nil {
 		return nil, err
 	}

@@ -191,7 +191,7 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 		ids[i], ats[i], states[i], suites[i] = hb.NodeID, hb.At.UnixNano(), hb.AgentState, hb.SuiteID
 	}
 	err := s.write(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, recordHeartbeats, ids, ats, states, suites,
+		_, err := tx.Exec(ctx, recordHeartbeats, planned, ids, ats, states, suites,
 			api.StatusOffline, api.StatusSuspect, api.StatusOnline, now.UnixNano())
 		return err
 	})

@@ -192,6 +192,15 @@ type querier interface {
 // scanner is a pgx.Row or pgx.Rows.
 type scanner interface{ Scan(dest ...any) error }
 
+// planned, passed as a statement's first argument, has PostgreSQL plan
+// the statement for the arguments of each call, where pgx would otherwise
+// run a prepared statement whose cached generic plan knows nothing of them.
+// Statements that join a batch sent as arrays take it: a generic plan
+// guesses the batch's size, and the guess that a report batch is small
+// made PostgreSQL walk the node's running tasks once per report (5x slower
+// for 256 reports).
+const planned = pgx.QueryExecModeCacheDescribe
+
 // write runs fn in a READ COMMITTED transaction and commits it. What must
 // not race takes row locks (SELECT ... FOR UPDATE, or an UPDATE that
 // re-checks its condition on the row it locked); when PostgreSQL breaks a

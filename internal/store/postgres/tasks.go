@@ -317,7 +317,7 @@ func (s *Store) ReturnTasks(ctx context.Context, nodeID string, ids []string) (i
 	n, err := s.moveTasks(ctx, api.TaskRunning, `UPDATE tasks SET state = '`+api.TaskReady+`', attempt = attempt - 1, updated_at = $1
 		WHERE node_id = $2 AND state = '`+api.TaskRunning+`' AND id = ANY($3)
 		RETURNING suite_id, state`,
-		s.now().UnixNano(), nodeID, ids)
+		planned, s.now().UnixNano(), nodeID, ids)
 	if err != nil {
 		return 0, fmt.Errorf("return %d tasks of node %s: %w", len(ids), nodeID, err)
 	}
@@ -352,7 +352,7 @@ func (s *Store) ReattachTasks(ctx context.Context, nodeID string, ids []string) 
 		WHERE id = ANY($3) AND state = '`+api.TaskReady+`'
 			AND reclaimed_from = $1 AND reclaimed_attempt = attempt
 		RETURNING suite_id, state`,
-		nodeID, s.now().UnixNano(), ids)
+		planned, nodeID, s.now().UnixNano(), ids)
 	if err != nil {
 		return 0, fmt.Errorf("reattach %d tasks to node %s: %w", len(ids), nodeID, err)
 	}
