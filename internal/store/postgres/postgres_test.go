@@ -425,3 +425,55 @@ func TestOddBytes(t *testing.T) {
 		t.Errorf("CreateNode(name with a NUL) = %v, want invalid", err)
 	}
 }
+
+// TestCancelSuiteWhileReplicasWork: a suite cancelled on one replica while
+// another claims, stops and reclaims its tasks ends with no task left to
+// run, whatever the interleaving, and with counts that agree.
+func TestCancelSuiteWhileReplicasWork(t *testing.T) {
+	const tasks = 600
+	url := newDatabase(t)
+	a, b := open(t, url), open(t, url)
+	ctx := t.Context()
+	if err := a.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "doomed"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddTasks(ctx, "s1", benchTasks("t", tasks)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 3 {
+		node := fmt.Sprintf("n%d", i)
+		wg.Go(func() { // claim, then give back: Running → Ready
+			for range 40 {
+				got, err := a.ClaimTasks(ctx, "s1", node, 8)
+				if err != nil || len(got) == 0 {
+					return
+				}
+				stops := make([]store.Attempt, len(got))
+				for j, tk := range got {
+					stops[j] = store.Attempt{TaskID: tk.ID, Attempt: tk.Attempt, Outcome: api.OutcomeStopped}
+				}
+				if _, err := a.FinishAttempts(ctx, node, stops[:len(stops)/2], nil); err != nil {
+					t.Errorf("FinishAttempts(%s) = %v", node, err)
+					return
+				}
+				if _, err := a.ReclaimNode(ctx, node); err != nil {
+					t.Errorf("ReclaimNode(%s) = %v", node, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		time.Sleep(20 * time.Millisecond)
+		if _, err := b.UpdateSuite(ctx, "s1", func(su *store.Suite) error { su.State = api.SuiteCancelled; return nil }); err != nil {
+			t.Errorf("UpdateSuite(cancel) = %v", err)
+		}
+	})
+	wg.Wait()
+	su, err := b.GetSuite(ctx, "s1")
+	if err != nil || su.Counts != (api.TaskCounts{Cancelled: tasks}) {
+		t.Errorf("GetSuite(s1) after the cancel = %+v, %v; want all %d tasks cancelled", su.Counts, err, tasks)
+	}
+	checkCounts(t, url)
+}

@@ -228,23 +228,31 @@ func lockSuite(ctx context.Context, tx pgx.Tx, id string) (store.Suite, error) {
 	return got[0], nil
 }
 
-// cancelSuiteTasks cancels a suite's Pending, Ready and Running tasks, one
-// statement per state so that each is served by the partial index of
-// tasks in that state, and counts what it moved.
+// cancelSuiteTasks cancels a suite's Pending, Ready and Running tasks and
+// counts what it moved. It locks them first and reads their states as it
+// locks them: a task that a stop or a reclaim on another replica moves from
+// Running to Ready meanwhile is cancelled all the same, and counted from
+// the state it left. No task can enter those states after the lock: the
+// others are final, and AddTasks waits for the suite's row.
 func (s *Store) cancelSuiteTasks(ctx context.Context, tx pgx.Tx, id string, now time.Time) error {
+	const live = `suite_id = $1 AND state IN ('` + api.TaskPending + `', '` + api.TaskReady + `', '` + api.TaskRunning + `')`
+	rows, err := tx.Query(ctx, `SELECT state FROM tasks WHERE `+live+` ORDER BY seq FOR UPDATE`, id)
+	if err != nil {
+		return err
+	}
+	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(states) == 0 {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE tasks SET state = '`+api.TaskCancelled+`', updated_at = $2,
+			reason = CASE WHEN state = '`+api.TaskPending+`' THEN 'the suite was cancelled' ELSE reason END
+		WHERE `+live, id, now.UnixNano())
+	if err != nil {
+		return err
+	}
 	counts := tally{}
-	for _, st := range []struct{ state, reason string }{
-		{api.TaskReady, ""},
-		{api.TaskRunning, ""},
-		{api.TaskPending, "the suite was cancelled"},
-	} {
-		tag, err := tx.Exec(ctx, `UPDATE tasks SET state = '`+api.TaskCancelled+`', updated_at = $1,
-				reason = CASE WHEN $2 = '' THEN reason ELSE $2 END
-			WHERE suite_id = $3 AND state = '`+st.state+`'`, now.UnixNano(), st.reason, id)
-		if err != nil {
-			return err
-		}
-		counts.move(id, st.state, api.TaskCancelled, int(tag.RowsAffected()))
+	for _, st := range states {
+		counts.move(id, st, api.TaskCancelled, 1)
 	}
 	return counts.apply(ctx, s, tx)
 }
