@@ -190,12 +190,17 @@ func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
 	return nil
 }
 
-// ReplaceNodeCredential swaps the node's credentials for t in one transaction.
+// ReplaceNodeCredential swaps the node's credentials for t in one
+// transaction. The node's row is locked first, so that two replacements
+// take turns and the node ends with one credential, not one from each.
 func (s *Store) ReplaceNodeCredential(ctx context.Context, t store.Token) error {
 	if t.NodeID == "" {
 		return fmt.Errorf("replace node credential %s: %w", t.ID, errdefs.Field("node_id", "required"))
 	}
 	err := s.write(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM nodes WHERE id = $1 FOR NO KEY UPDATE`, t.NodeID); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM tokens WHERE node_id = $1`, t.NodeID); err != nil {
 			return err
 		}

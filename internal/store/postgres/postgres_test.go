@@ -477,3 +477,47 @@ func TestCancelSuiteWhileReplicasWork(t *testing.T) {
 	}
 	checkCounts(t, url)
 }
+
+// TestDependencyFinishingMeanwhile: a task added on one replica after a
+// task that another replica finishes at the same moment is released,
+// whichever commits first: it never waits for a dependency that ended.
+func TestDependencyFinishingMeanwhile(t *testing.T) {
+	const rounds = 40
+	url := newDatabase(t)
+	a, b := open(t, url), open(t, url)
+	ctx := t.Context()
+	if err := a.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "deps"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range rounds {
+		dep, next := fmt.Sprintf("dep%d", i), fmt.Sprintf("next%d", i)
+		if err := a.AddTasks(ctx, "s1", []store.Task{{ID: dep}}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := a.ClaimTasks(ctx, "s1", "n1", 1)
+		if err != nil || len(c) != 1 {
+			t.Fatalf("ClaimTasks() = %v, %v", c, err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			report := store.Attempt{TaskID: dep, Attempt: c[0].Attempt, Outcome: api.OutcomeSucceeded}
+			if _, err := a.FinishAttempts(ctx, "n1", []store.Attempt{report}, nil); err != nil {
+				t.Errorf("FinishAttempts(%s) = %v", dep, err)
+			}
+		})
+		wg.Go(func() {
+			tk := store.Task{ID: next, After: []string{dep}, Spec: api.TaskSpec{After: []string{dep}}}
+			if err := b.AddTasks(ctx, "s1", []store.Task{tk}); err != nil {
+				t.Errorf("AddTasks(%s after %s) = %v", next, dep, err)
+			}
+		})
+		wg.Wait()
+		if got, err := a.GetTask(ctx, next); err != nil || got.State != api.TaskReady {
+			t.Fatalf("round %d: GetTask(%s) = %s, %v; want Ready: %s finished", i, next, got.State, err, dep)
+		}
+		if _, err := a.ClaimTasks(ctx, "s1", "n2", 1); err != nil { // out of the way of the next round
+			t.Fatal(err)
+		}
+	}
+	checkCounts(t, url)
+}
