@@ -254,7 +254,7 @@ func classify(err error) error {
 		return err
 	}
 	if connectionLost(err) {
-		return errdefs.Class(fmt.Errorf("PostgreSQL is unreachable or dropped the connection (the server is down, restarting or out of connections, or the network is cut): %w", err), errdefs.ErrUnavailable)
+		return errdefs.Class(fmt.Errorf("PostgreSQL is unreachable or dropped the connection (down, restarting, out of connections, or the network is cut); try again once it answers: %w", err), errdefs.ErrUnavailable)
 	}
 	return err
 }

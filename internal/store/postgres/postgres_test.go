@@ -262,6 +262,7 @@ func TestConnectionDrops(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "PostgreSQL") {
 		t.Errorf("UpdateNode() with the connection cut = %v, want unavailable, naming PostgreSQL", err)
 	}
+	t.Logf("a cut connection reads: %v", err)
 	if n, err := direct.GetNode(ctx, "n1"); err != nil || n.Name != "before" {
 		t.Errorf("GetNode(n1) after the cut = %q, %v; want %q, unchanged", n.Name, err, "before")
 	}
@@ -277,9 +278,16 @@ func TestConnectionDrops(t *testing.T) {
 		t.Errorf("GetNode(n1) through the proxy once it takes connections again = %v, want nil", got)
 	}
 
+	if err := s.Probe(ctx); err != nil {
+		t.Errorf("Probe() = %v, want nil", err)
+	}
+
 	proxy.close() // the server is gone for good
 	if _, err := s.GetNode(ctx, "n1"); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("GetNode(n1) with the server unreachable = %v, want unavailable", err)
+	}
+	if err := s.Probe(ctx); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("Probe() with the server unreachable = %v, want unavailable", err)
 	}
 	if _, err := Open(ctx, proxy.url, nil); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "open store") {
 		t.Errorf("Open() of an unreachable server = %v, want unavailable, saying open store", err)

@@ -116,16 +116,25 @@ func serverFor(t testing.TB) *server {
 		t.Fatal("pgtest: call pgtest.Main(m) from the package's TestMain, so that the PostgreSQL server started for the tests is stopped after them")
 	}
 	startOnce.Do(func() { cluster, startErr = connect() })
-	if missing := (*missingError)(nil); errors.As(startErr, &missing) {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("pgtest: %v; CI is set, so this fails instead of skipping: install postgresql (Debian: apt-get install postgresql-15) or set %s", missing, EnvURL)
-		}
-		t.Skipf("pgtest: skipping: %v; install postgresql or set %s to run it", missing, EnvURL)
-	}
 	if startErr != nil {
-		t.Fatalf("pgtest: %v", startErr)
+		noServer(t, startErr)
 	}
 	return cluster
+}
+
+// noServer ends a test that has no server: it skips when PostgreSQL is
+// not installed, unless CI is set, and fails on any other error.
+func noServer(t testing.TB, err error) {
+	t.Helper()
+	missing := (*missingError)(nil)
+	switch {
+	case !errors.As(err, &missing):
+		t.Fatalf("pgtest: %v", err)
+	case os.Getenv("CI") != "":
+		t.Fatalf("pgtest: %v; CI is set, so this fails instead of skipping: install postgresql (Debian: apt-get install postgresql-15) or set %s", err, EnvURL)
+	default:
+		t.Skipf("pgtest: skipping: %v; install postgresql or set %s to run it", err, EnvURL)
+	}
 }
 
 // connect opens the admin pool on the server EnvURL names, or starts one.
