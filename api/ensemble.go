@@ -30,6 +30,13 @@ type EnsembleSpec struct {
 	// NoRestore leaves the replicas of a lost node where they are: the
 	// ensemble is degraded until the node comes back or it is shut down.
 	NoRestore bool `json:"no_restore,omitempty" yaml:"no_restore"`
+	// Policy ranks the nodes that fit: binpack (the default: the fullest
+	// first) or spread (the emptiest first).
+	Policy string `json:"policy,omitempty" yaml:"policy"`
+	// ProvisionDeadline is how long an ensemble that fits on no node
+	// waits for the machines the pools start for it before it fails; 0
+	// takes the server's default (10 minutes).
+	ProvisionDeadline Duration `json:"provision_deadline,omitempty" yaml:"provision_deadline"`
 }
 
 // AllocationSpec is one workload of an ensemble: Count replicas of a
@@ -74,6 +81,7 @@ type Placement struct {
 
 // States of an ensemble.
 const (
+	EnsembleWaiting   = "waiting"   // fits on no node yet; pools are starting machines for it
 	EnsembleDeploying = "deploying" // committing and deploying its replicas
 	EnsembleRunning   = "running"   // every replica runs
 	EnsembleDegraded  = "degraded"  // some replica does not run (its node is lost, it exited)

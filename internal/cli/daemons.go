@@ -61,7 +61,7 @@ type serverFlags struct {
 	blobS3Bucket, blobS3Prefix, blobS3Region, blobS3Endpoint       string
 	blobS3Profile                                                  string
 	blobS3PathStyle                                                bool
-	ensembleRestoreDeadline                                        time.Duration
+	ensembleRestoreDeadline, ensembleProvisionDeadline             time.Duration
 }
 
 func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
@@ -103,6 +103,7 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.BoolVar(&f.sshAcceptNewHostKeys, "ssh-accept-new-host-keys", false, "trust a host's first key and add it to --ssh-known-hosts (a changed key is still refused)")
 	fl.StringVar(&f.sshJumpHost, "ssh-jump-host", "", "[user@]host[:port] the ssh executors connect through (a deployment's ssh_jump_host wins)")
 	fl.DurationVar(&f.poolDrainTimeout, "pool-drain-timeout", 2*time.Minute, "how long a pool machine being scaled down has to stop its agent before it is destroyed anyway")
+	fl.DurationVar(&f.ensembleProvisionDeadline, "ensemble-provision-deadline", 10*time.Minute, "how long an ensemble that fits on no node waits for the machines pools start for it (an ensemble's provision_deadline wins)")
 	fl.DurationVar(&f.ensembleRestoreDeadline, "ensemble-restore-deadline", 5*time.Minute, "how long a running ensemble's replicas wait for their lost node before they are placed elsewhere (an ensemble's restore_deadline wins)")
 	fl.Int64Var(&f.blobMaxSize, "blob-max-size", 1<<30, "largest task input or output file the blob store takes, in bytes")
 	fl.DurationVar(&f.blobRetention, "blob-retention", 24*time.Hour, "a task file that no task refers to is deleted after this long")
@@ -140,7 +141,8 @@ func (f *serverFlags) config() server.Config {
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
 		AgentServerURL: f.agentServerURL, AgentBinaries: f.agentBinaries,
 		BlobMaxSize: f.blobMaxSize, BlobRetention: f.blobRetention, EnsembleRestoreDeadline: f.ensembleRestoreDeadline,
-		Orchestrator: orchestrate.Config{Tick: f.poolTick, BackoffMin: f.poolBackoff, SweepInterval: f.poolSweep, DrainTimeout: f.poolDrainTimeout},
+		EnsembleProvisionDeadline: f.ensembleProvisionDeadline,
+		Orchestrator:              orchestrate.Config{Tick: f.poolTick, BackoffMin: f.poolBackoff, SweepInterval: f.poolSweep, DrainTimeout: f.poolDrainTimeout},
 	}
 }
 

@@ -25,9 +25,9 @@ func newEnsembleCmd(e *env) *cobra.Command {
 
 func ensembleDeployCmd(e *env) *cobra.Command {
 	var file, policy string
-	var dryRun, asJSON bool
+	var dryRun, asJSON, wait bool
 	cmd := &cobra.Command{
-		Use:   "deploy -f ensemble.yaml [--dry-run] [--policy binpack|spread]",
+		Use:   "deploy -f ensemble.yaml [--dry-run] [--policy binpack|spread] [--wait]",
 		Short: "Place an ensemble's replicas on nodes and deploy them, all or none",
 		Long: `Place every replica of every allocation on an online node you may write to,
 by the nodes' books (free CPUs, memory, GPUs), tags, named nodes, groups and
@@ -37,6 +37,13 @@ where the allocations before it answer: NODEMGR_ALLOC_<NAME>_ADDR (host:port),
 _HOST and _PORT. If any replica fits nowhere or fails to start, everything
 made is undone, and the error says which replica and what each node lacked.
 --dry-run prints the plan and deploys nothing.
+
+An ensemble that fits on no node waits for machines when pools would make
+them: each replica that fits nowhere asks the pools whose agents carry its
+tags and groups, and whose machines hold it, for one machine of its own. It
+is deployed as soon as it fits, or fails after its provision_deadline (the
+server's --ensemble-provision-deadline, 10m). --wait follows it until it
+runs or fails. Without such a pool it is refused at once.
 
   name: shop
   allocations:
@@ -58,18 +65,53 @@ made is undone, and the error says which replica and what each node lacked.
 			if err := loadYAML(file, &spec); err != nil {
 				return err
 			}
-			got, err := clientFor(cmd, e).DeployEnsemble(cmd.Context(), spec, policy, dryRun)
+			c := clientFor(cmd, e)
+			got, err := c.DeployEnsemble(cmd.Context(), spec, policy, dryRun)
 			if err != nil {
 				return err
 			}
-			return output(e, asJSON, got, printEnsemble)
+			if got.State == api.EnsembleWaiting && wait && !dryRun {
+				if got, err = waitEnsemble(cmd.Context(), e, c, got); err != nil {
+					return err
+				}
+			}
+			if err := output(e, asJSON, got, printEnsemble); err != nil {
+				return err
+			}
+			if got.State == api.EnsembleFailed {
+				return fmt.Errorf("ensemble %s failed: %s", got.Name, got.Reason)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "ensemble file (YAML or JSON; - for stdin)")
 	cmd.Flags().StringVar(&policy, "policy", "", "binpack (default: fullest node that fits first) or spread (emptiest first)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan; deploy nothing")
+	cmd.Flags().BoolVar(&wait, "wait", false, "when it waits for machines, follow it until it runs or fails")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// waitEnsemble follows a waiting ensemble until it is deployed or fails,
+// printing its reason on stderr each time it changes.
+func waitEnsemble(ctx context.Context, e *env, c *client.Client, en api.Ensemble) (api.Ensemble, error) {
+	said := ""
+	for en.State == api.EnsembleWaiting || en.State == api.EnsembleDeploying {
+		if line := en.State + ": " + en.Reason; line != said {
+			fmt.Fprintf(e.stderr, "ensemble %s %s\n", en.Name, line)
+			said = line
+		}
+		select {
+		case <-ctx.Done():
+			return en, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		var err error
+		if en, err = c.Ensemble(ctx, en.Name); err != nil {
+			return en, err
+		}
+	}
+	return en, nil
 }
 
 func ensembleLsCmd(e *env) *cobra.Command {

@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	nmclient "github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/artifact/artifacttest"
 	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
 )
@@ -329,5 +332,93 @@ allocations:
 	})
 	if _, stderr, code := s.run(t, "ensemble", "shutdown", "web"); code != 0 {
 		t.Fatalf("shutdown: %s", stderr)
+	}
+}
+
+// TestEnsembleWaitsForAPoolsMachines: an ensemble that fits on no node,
+// with a pool whose agents carry its tags, waits; the pool starts one
+// machine per replica that fits nowhere, and the ensemble is deployed on
+// them as soon as it fits, each replica a service from an artifact that
+// answers on its port. One that no pool serves is refused at once; one
+// the pool has no room for fails at its provision deadline.
+func TestEnsembleWaitsForAPoolsMachines(t *testing.T) {
+	p := startPoolServer(t)
+	depot := artifacttest.NewDepot(t)
+	publishEcho(t, depot, "acme:echo:1.0")
+	body := fmt.Sprintf("name: ens-machine\nimage: %s\ncpu: 1\nmemoryMB: 96\noverrides:\n  docker:\n    network_mode: host\n    env: {NODEMGR_DEPOTS: \"acme=%s\"}\n", p.image, depot.URL())
+	if _, err := p.client().PutDocument(context.Background(), "templates", "ens-machine", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	pool := "ens-" + strings.ToLower(dockertest.Name(t)[:6])
+	p.apply(api.PoolSpec{Name: pool, Template: "ens-machine", Provider: "docker", Tags: []string{"ens-pool"}, Max: 2,
+		IdleTimeout: api.Duration(time.Minute), BootstrapTimeout: api.Duration(90 * time.Second)})
+	c := p.client()
+	ctx := context.Background()
+	spec := func(name string, count int, tag string) api.EnsembleSpec {
+		return api.EnsembleSpec{Name: name, Allocations: []api.AllocationSpec{{
+			Name: "api", Count: count, Resources: api.Resources{CPUs: 0.5, MemoryMB: 32},
+			Placement: api.Placement{Tags: []string{tag}, Spread: true},
+			Service:   &api.ServiceSpec{Artifact: "acme:echo:1.0", Command: []string{"bin/echosvc"}, StopGrace: api.Duration(2 * time.Second)},
+		}}}
+	}
+
+	// No pool carries the tag: refused now, saying what was short.
+	_, err := c.DeployEnsemble(ctx, spec("nowhere", 1, "no-such-tag"), "", false)
+	var ce *nmclient.Error
+	if !errors.As(err, &ce) || ce.Status != http.StatusConflict || !strings.Contains(err.Error(), "no pool starts machines for allocation api (agents tagged no-such-tag") {
+		t.Errorf("an ensemble no node or pool serves: %v; want a 409 saying no pool serves the tag", err)
+	}
+
+	en, err := c.DeployEnsemble(ctx, spec("shop", 2, "ens-pool"), "", false)
+	if err != nil || en.State != api.EnsembleWaiting || !strings.Contains(en.Reason, pool) {
+		t.Fatalf("deploy on no node: %+v, %v; want waiting for pool %s", en, err, pool)
+	}
+	waitFor(t, 3*time.Minute, "the ensemble to run on the pool's machines", func() (bool, string) {
+		en, err = c.Ensemble(ctx, "shop")
+		return err == nil && en.State == api.EnsembleRunning, fmt.Sprintf("%s: %s (%v); pool events:\n%s", en.State, en.Reason, err, describeEvents(p.events(pool)))
+	})
+	d := p.pool(pool)
+	poolNodes := map[string]bool{}
+	for _, m := range d.MachineList {
+		poolNodes[m.Node] = true
+	}
+	onNodes := map[string]bool{}
+	for _, r := range en.Replicas {
+		onNodes[r.NodeID] = true
+		if !poolNodes[r.NodeID] || r.Status != api.ServiceRunning || len(r.Ports) != 1 {
+			t.Errorf("replica %d: %+v; want a running service on one of the pool's machines %v", r.Replica, r, poolNodes)
+			continue
+		}
+		waitFor(t, 15*time.Second, "the replica answers on its port", func() (bool, string) {
+			b, err := get(fmt.Sprintf("http://127.0.0.1:%d/", r.Ports[0].Host))
+			return err == nil && strings.Contains(b, "coordinate="+r.Service), fmt.Sprint(b, err)
+		})
+	}
+	if len(onNodes) != 2 || len(d.MachineList) != 2 {
+		t.Errorf("replicas on %d nodes, pool has %d machines; want 2 and 2 (one machine per replica that fit nowhere)", len(onNodes), len(d.MachineList))
+	}
+	if ups := eventsOf(p.events(pool), "scale-up"); len(ups) != 2 || !strings.Contains(ups[0].Message, "ensemble shop/api") {
+		t.Errorf("scale-up events:\n%s\nwant 2, for ensemble shop/api", describeEvents(ups))
+	}
+
+	// The pool is at max: one more waits, and fails at its deadline.
+	late := spec("late", 1, "ens-pool")
+	late.Allocations[0].Resources.CPUs = 0.6 // the pool's machines are full
+	late.ProvisionDeadline = api.Duration(2 * time.Second)
+	lateFile := filepath.Join(t.TempDir(), "late.json")
+	b, _ := json.Marshal(late)
+	os.WriteFile(lateFile, b, 0o644)
+	_, stderr, code := p.run(t, "ensemble", "deploy", "-f", lateFile, "--wait")
+	if code == 0 || !strings.Contains(stderr, "ensemble late waiting: ") || !strings.Contains(stderr, "failed: no machine came within its provision deadline (2s)") {
+		t.Errorf("ensemble deploy --wait of one the pool has no room for: exit %d\n%s\nwant it to follow the wait, then fail at the deadline", code, stderr)
+	}
+
+	if _, err := c.ShutdownEnsemble(ctx, "shop"); err != nil {
+		t.Fatal(err)
+	}
+	for n := range onNodes {
+		if svcs, err := c.Services(ctx, n); err != nil || len(svcs) != 0 {
+			t.Errorf("node %s runs %+v after shutdown (%v); want nothing", n, svcs, err)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package ensemble
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -177,73 +178,17 @@ type alloc struct {
 // a spec that fails Validate, an unknown policy, or two nodes with one ID
 // that the plan would both use. nodes is only read.
 func Place(nodes []NodeBooks, spec api.EnsembleSpec, policy string) (Plan, error) {
-	if err := Validate(spec); err != nil {
+	p, order, err := newPlanner(nodes, spec, &policy)
+	if err != nil {
 		return Plan{}, err
 	}
-	policy = cmp.Or(policy, Binpack)
-	if !slices.Contains(Policies, policy) {
-		return Plan{}, errdefs.Field("policy", "unknown policy %q; want one of %s", policy, strings.Join(Policies, ", "))
-	}
-	p := planner{nodes: nodes, taken: map[int]*use{}}
-
-	allocs := make([]alloc, len(spec.Allocations))
-	for i := range spec.Allocations {
-		a := &spec.Allocations[i]
-		allocs[i] = alloc{spec: a, index: i, count: replicas(*a), need: toAmount(a.Resources), ports: portsPerReplica(*a), policy: policy}
-		if a.Placement.Pack {
-			allocs[i].policy = Binpack
-		}
-	}
-	// Largest first: they are the hardest to fit, and the small ones fill
-	// the gaps they leave.
-	order := make([]*alloc, len(allocs))
-	for i := range allocs {
-		order[i] = &allocs[i]
-	}
-	slices.SortStableFunc(order, func(a, b *alloc) int {
-		return cmp.Or(
-			cmp.Compare(b.need.gpus, a.need.gpus),
-			cmp.Compare(b.need.milliCPU, a.need.milliCPU),
-			cmp.Compare(b.need.memMB, a.need.memMB),
-			cmp.Compare(b.need.diskMB, a.need.diskMB),
-			cmp.Compare(b.ports, a.ports),
-			cmp.Compare(b.count, a.count),
-			strings.Compare(a.spec.Name, b.spec.Name),
-		)
-	})
-
-	placed := make([][]Placement, len(allocs))
+	placed := make([][]Placement, len(order))
 	for _, a := range order {
-		if a.count == 1 {
-			// Most allocations: the best node is found in one pass, with no
-			// list of candidates to make.
-			var pk pick
-			for i := range nodes {
-				if allows(&nodes[i], &a.spec.Placement) {
-					c := p.cand(i, a)
-					pk.consider(&c, a, nodes)
-				}
-			}
-			if !pk.ok {
-				return Plan{}, p.noFit(nil, a, 1)
-			}
-			placed[a.index] = append(placed[a.index], p.take(&pk.best, a, 1, pk))
-			continue
+		ps, err := p.placeAlloc(a)
+		if err != nil {
+			return Plan{}, err
 		}
-		cands := p.candidates(a)
-		for r := 1; r <= a.count; r++ {
-			var pk pick
-			best := -1
-			for k := range cands {
-				if pk.consider(&cands[k], a, nodes) {
-					best = k
-				}
-			}
-			if best < 0 {
-				return Plan{}, p.noFit(cands, a, r)
-			}
-			placed[a.index] = append(placed[a.index], p.take(&cands[best], a, r, pk))
-		}
+		placed[a.index] = ps
 	}
 
 	plan := Plan{Ensemble: spec.Name, Policy: policy}
@@ -272,6 +217,104 @@ func Place(nodes []NodeBooks, spec api.EnsembleSpec, policy string) (Plan, error
 		return cmp.Or(strings.Compare(a.NodeName, b.NodeName), strings.Compare(a.NodeID, b.NodeID))
 	})
 	return plan, nil
+}
+
+// Shortfall places what of spec it can on nodes, as Place would, and
+// counts by allocation name the replicas that fit nowhere; an empty map
+// means Place would succeed. Each replica is tried once: one that fits
+// nowhere leaves the books as they were, so the replicas after it of the
+// same allocation fit nowhere either. The server asks the pools for one
+// machine per replica counted here.
+func Shortfall(nodes []NodeBooks, spec api.EnsembleSpec, policy string) (map[string]int, error) {
+	p, order, err := newPlanner(nodes, spec, &policy)
+	if err != nil {
+		return nil, err
+	}
+	short := map[string]int{}
+	for _, a := range order {
+		ps, err := p.placeAlloc(a)
+		var nf *NoFitError
+		switch {
+		case errors.As(err, &nf):
+			short[a.spec.Name] = a.count - len(ps)
+		case err != nil:
+			return nil, err
+		}
+	}
+	return short, nil
+}
+
+// newPlanner checks spec and policy (filling in the default) and returns
+// a planner over nodes with the allocations in the order they are placed:
+// largest first, since they are the hardest to fit and the small ones
+// fill the gaps they leave.
+func newPlanner(nodes []NodeBooks, spec api.EnsembleSpec, policy *string) (*planner, []*alloc, error) {
+	if err := Validate(spec); err != nil {
+		return nil, nil, err
+	}
+	*policy = cmp.Or(*policy, Binpack)
+	if !slices.Contains(Policies, *policy) {
+		return nil, nil, errdefs.Field("policy", "unknown policy %q; want one of %s", *policy, strings.Join(Policies, ", "))
+	}
+	allocs := make([]alloc, len(spec.Allocations))
+	order := make([]*alloc, len(allocs))
+	for i := range spec.Allocations {
+		a := &spec.Allocations[i]
+		allocs[i] = alloc{spec: a, index: i, count: replicas(*a), need: toAmount(a.Resources), ports: portsPerReplica(*a), policy: *policy}
+		if a.Placement.Pack {
+			allocs[i].policy = Binpack
+		}
+		order[i] = &allocs[i]
+	}
+	slices.SortStableFunc(order, func(a, b *alloc) int {
+		return cmp.Or(
+			cmp.Compare(b.need.gpus, a.need.gpus),
+			cmp.Compare(b.need.milliCPU, a.need.milliCPU),
+			cmp.Compare(b.need.memMB, a.need.memMB),
+			cmp.Compare(b.need.diskMB, a.need.diskMB),
+			cmp.Compare(b.ports, a.ports),
+			cmp.Compare(b.count, a.count),
+			strings.Compare(a.spec.Name, b.spec.Name),
+		)
+	})
+	return &planner{nodes: nodes, taken: map[int]*use{}}, order, nil
+}
+
+// placeAlloc places a's replicas one by one on the best node left for
+// each. When a replica fits nowhere it returns those placed before it
+// (which stay taken) and a *NoFitError.
+func (p *planner) placeAlloc(a *alloc) ([]Placement, error) {
+	if a.count == 1 {
+		// Most allocations: the best node is found in one pass, with no
+		// list of candidates to make.
+		var pk pick
+		for i := range p.nodes {
+			if allows(&p.nodes[i], &a.spec.Placement) {
+				c := p.cand(i, a)
+				pk.consider(&c, a, p.nodes)
+			}
+		}
+		if !pk.ok {
+			return nil, p.noFit(nil, a, 1)
+		}
+		return []Placement{p.take(&pk.best, a, 1, pk)}, nil
+	}
+	cands := p.candidates(a)
+	placed := make([]Placement, 0, a.count)
+	for r := 1; r <= a.count; r++ {
+		var pk pick
+		best := -1
+		for k := range cands {
+			if pk.consider(&cands[k], a, p.nodes) {
+				best = k
+			}
+		}
+		if best < 0 {
+			return placed, p.noFit(cands, a, r)
+		}
+		placed = append(placed, p.take(&cands[best], a, r, pk))
+	}
+	return placed, nil
 }
 
 // candidates lists the nodes that a's constraints allow whatever their

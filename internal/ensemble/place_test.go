@@ -3,6 +3,7 @@ package ensemble
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -693,4 +694,42 @@ func TestPlaceProperties(t *testing.T) {
 		t.Errorf("%d plans and %d refusals: the trials should give some of each", fits, refused)
 	}
 	t.Logf("%d plans, %d refusals", fits, refused)
+}
+
+// TestShortfall counts the replicas that fit nowhere, by allocation, after
+// placing all the others as Place would; a spec that fits counts none.
+func TestShortfall(t *testing.T) {
+	tests := []struct {
+		name string
+		spec api.EnsembleSpec
+		want map[string]int
+	}{
+		{"fits", api.EnsembleSpec{Name: "ok", Allocations: []api.AllocationSpec{container("web", 3, 1, 512)}}, map[string]int{}},
+		{"spread over more nodes than there are", api.EnsembleSpec{Name: "s", Allocations: []api.AllocationSpec{
+			spread(container("web", 5, 1, 512)), container("db", 1, 2, 1024),
+		}}, map[string]int{"web": 2}},
+		{"too big for any node", api.EnsembleSpec{Name: "b", Allocations: []api.AllocationSpec{
+			container("huge", 2, 16, 1024), container("web", 2, 1, 512),
+		}}, map[string]int{"huge": 2}},
+		{"the books run out part way", api.EnsembleSpec{Name: "p", Allocations: []api.AllocationSpec{
+			container("web", 20, 1, 512),
+		}}, map[string]int{"web": 5}}, // 8 + 4 + 3 CPUs hold 15
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Shortfall(three, tc.spec, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("Shortfall = %v, want %v", got, tc.want)
+			}
+			if _, err := Place(three, tc.spec, ""); (err == nil) != (len(tc.want) == 0) {
+				t.Errorf("Place = %v, but Shortfall counts %v", err, got)
+			}
+		})
+	}
+	if _, err := Shortfall(three, api.EnsembleSpec{}, ""); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("Shortfall of an invalid spec = %v, want ErrInvalid", err)
+	}
 }

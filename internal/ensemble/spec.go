@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -17,7 +19,8 @@ const (
 	MaxAllocations = 100
 	MaxCount       = 100
 	MaxPorts       = 64 // host ports per replica
-	// MaxRestoreDeadline bounds how long a lost node's replicas may wait.
+	// MaxRestoreDeadline bounds how long a lost node's replicas, and an
+	// ensemble that fits nowhere, may wait.
 	MaxRestoreDeadline = 24 * time.Hour
 )
 
@@ -70,6 +73,15 @@ func Validate(spec api.EnsembleSpec) error {
 	case d > 0 && spec.NoRestore:
 		return errdefs.Field("restore_deadline", "is set with no_restore; set one or the other")
 	}
+	switch d := time.Duration(spec.ProvisionDeadline); {
+	case d < 0:
+		return errdefs.Field("provision_deadline", "%v is negative; leave it out for the default", d)
+	case d > MaxRestoreDeadline:
+		return errdefs.Field("provision_deadline", "%v is over the maximum of %v", d, MaxRestoreDeadline)
+	}
+	if spec.Policy != "" && !slices.Contains(Policies, spec.Policy) {
+		return errdefs.Field("policy", "unknown policy %q; want one of %s", spec.Policy, strings.Join(Policies, ", "))
+	}
 	return nil
 }
 
@@ -108,8 +120,9 @@ func validateAllocation(field string, a api.AllocationSpec) error {
 }
 
 // validateService refuses what the ensemble sets for each replica: its
-// coordinate, its commitment, its books and limits (from the allocation's
-// resources) and its host port (from the node's allocator).
+// coordinate, its commitment, its books (from the allocation's resources)
+// and its host port (from the node's allocator). Its limits are its own
+// (they need cgroups on the node), but no higher than what it books.
 func validateService(field string, spec *api.ServiceSpec, r api.Resources) error {
 	switch {
 	case spec.Coordinate != "":
@@ -122,11 +135,11 @@ func validateService(field string, spec *api.ServiceSpec, r api.Resources) error
 		return errdefs.Field(field+".port", "%d names a host port; an ensemble's ports come from each node's port allocator: leave it out (or -1 for none)", spec.Port)
 	}
 	if l := spec.Limits; l != nil {
-		if l.CPUs != 0 && milli(l.CPUs) != milli(r.CPUs) {
-			return errdefs.Field(field+".limits.cpus", "is %v, but the allocation's resources.cpus is %v; leave it out: the resources set it", l.CPUs, r.CPUs)
+		if milli(l.CPUs) > milli(r.CPUs) {
+			return errdefs.Field(field+".limits.cpus", "%v is over the allocation's resources.cpus %v: a replica may use no more than it books", l.CPUs, r.CPUs)
 		}
-		if l.MemoryMB != 0 && l.MemoryMB != r.MemoryMB {
-			return errdefs.Field(field+".limits.memory_mb", "is %d, but the allocation's resources.memory_mb is %d; leave it out: the resources set it", l.MemoryMB, r.MemoryMB)
+		if l.MemoryMB > r.MemoryMB {
+			return errdefs.Field(field+".limits.memory_mb", "%d is over the allocation's resources.memory_mb %d: a replica may use no more than it books", l.MemoryMB, r.MemoryMB)
 		}
 	}
 	return nil

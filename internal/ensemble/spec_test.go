@@ -87,12 +87,19 @@ func TestValidate(t *testing.T) {
 		{name: "service coordinate", spec: spec(func(s *api.EnsembleSpec) { s.Allocations[0].Service.Coordinate = "1.queue.shop.prod" }), wantField: "allocations[0].service.coordinate"},
 		{name: "service commitment", spec: spec(func(s *api.EnsembleSpec) { s.Allocations[0].Service.Commitment = "c1" }), wantField: "allocations[0].service.commitment"},
 		{name: "service resources", spec: spec(func(s *api.EnsembleSpec) { s.Allocations[0].Service.Resources = &api.Resources{CPUs: 1} }), wantField: "allocations[0].service.resources"},
-		{name: "service CPU limit differs", spec: spec(func(s *api.EnsembleSpec) {
+		{name: "service limits under the resources", spec: spec(func(s *api.EnsembleSpec) {
+			s.Allocations[0].Service.Limits = &api.ServiceLimits{CPUs: 0.5, MemoryMB: 64}
+		})},
+		{name: "service CPU limit over", spec: spec(func(s *api.EnsembleSpec) {
 			s.Allocations[0].Service.Limits = &api.ServiceLimits{CPUs: 2}
-		}), wantField: "allocations[0].service.limits.cpus"},
-		{name: "service memory limit differs", spec: spec(func(s *api.EnsembleSpec) {
-			s.Allocations[0].Service.Limits = &api.ServiceLimits{MemoryMB: 64}
+		}), wantField: "allocations[0].service.limits.cpus", wantMsg: "no more than it books"},
+		{name: "service memory limit over", spec: spec(func(s *api.EnsembleSpec) {
+			s.Allocations[0].Service.Limits = &api.ServiceLimits{MemoryMB: 512}
 		}), wantField: "allocations[0].service.limits.memory_mb"},
+		{name: "policy", spec: spec(func(s *api.EnsembleSpec) { s.Policy = Spread })},
+		{name: "unknown policy", spec: spec(func(s *api.EnsembleSpec) { s.Policy = "random" }), wantField: "policy", wantMsg: "binpack, spread"},
+		{name: "provision deadline", spec: spec(func(s *api.EnsembleSpec) { s.ProvisionDeadline = api.Duration(time.Minute) })},
+		{name: "negative provision deadline", spec: spec(func(s *api.EnsembleSpec) { s.ProvisionDeadline = api.Duration(-time.Second) }), wantField: "provision_deadline"},
 		{name: "negative restore deadline", spec: spec(func(s *api.EnsembleSpec) { s.RestoreDeadline = api.Duration(-time.Second) }), wantField: "restore_deadline"},
 		{name: "long restore deadline", spec: spec(func(s *api.EnsembleSpec) { s.RestoreDeadline = api.Duration(25 * time.Hour) }), wantField: "restore_deadline"},
 		{name: "restore deadline and no restore", spec: spec(func(s *api.EnsembleSpec) {

@@ -3,8 +3,9 @@
 // which machines to make (a template on a provider, or candidates the
 // scheduler ranks) and for which work (the tags, labels and groups its
 // agents get). Each round the orchestrator reads the demand — suites with
-// Ready tasks that the online nodes do not serve — and the pools' machines,
-// and acts on the difference:
+// Ready tasks that the online nodes do not serve, and ensembles whose
+// replicas fit on no node (one machine per such replica) — and the pools'
+// machines, and acts on the difference:
 //
 //   - scale up: store the machine and its deployment (the intent) before
 //     the provider is called, provision it with owner labels, bootstrap

@@ -142,14 +142,7 @@ func (o *Orchestrator) scaleUp(ctx context.Context, specs []api.PoolSpec, live m
 			}
 		}
 		cands[spec.Name] = o.candidates(ctx, spec, v.live)
-		req := schedule.Request{Policy: spec.Policy}
-		if best, ok, _ := schedule.Choose(req, schedulable(cands[spec.Name]), nil, time.Now()); ok {
-			v.cpus, v.memoryMB = best.CPUs, best.MemoryMB
-		} else if len(cands[spec.Name]) > 0 {
-			// None is feasible now: size the plan by the first, so that
-			// demand still shows.
-			v.cpus, v.memoryMB = cands[spec.Name][0].CPUs, cands[spec.Name][0].MemoryMB
-		}
+		v.cpus, v.memoryMB = nextSize(spec, cands[spec.Name])
 		views = append(views, v)
 	}
 	plans := planPools(views, demands)
@@ -157,6 +150,38 @@ func (o *Orchestrator) scaleUp(ctx context.Context, specs []api.PoolSpec, live m
 		o.scalePool(ctx, v, plans[v.spec.Name], cands[v.spec.Name])
 	}
 	return nil
+}
+
+// nextSize is the size of the machine a pool would make next: its best
+// candidate's, or when none is feasible now the first's, so that demand
+// still shows; 0 when unknown.
+func nextSize(spec api.PoolSpec, cands []candidateInfo) (float64, int64) {
+	if best, ok, _ := schedule.Choose(schedule.Request{Policy: spec.Policy}, schedulable(cands), nil, time.Now()); ok {
+		return best.CPUs, best.MemoryMB
+	}
+	if len(cands) > 0 {
+		return cands[0].CPUs, cands[0].MemoryMB
+	}
+	return 0, 0
+}
+
+// PoolsFor lists by name the pools that would start machines for d: their
+// agents carry its tags and groups and their next machine holds it.
+func (o *Orchestrator) PoolsFor(ctx context.Context, d Demand) ([]string, error) {
+	specs, err := LoadPools(ctx, o.store)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, spec := range specs {
+		v := poolView{spec: spec}
+		v.cpus, v.memoryMB = nextSize(spec, o.candidates(ctx, spec, nil))
+		if serves(v, d) {
+			out = append(out, spec.Name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // scalePool starts what the plan asks of one pool and records its status.

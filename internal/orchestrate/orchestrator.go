@@ -37,7 +37,8 @@ type Cluster interface {
 	// Render renders a template for a provider (template fields,
 	// overrides, mappings): the Extra the provider gets.
 	Render(ctx context.Context, template, provider string) (map[string]any, error)
-	// Demands lists the suites with Ready tasks.
+	// Demands lists the suites with Ready tasks and the ensembles that
+	// wait for machines.
 	Demands(ctx context.Context) ([]Demand, error)
 	// NodeState says whether a node's agent is connected, whether it has
 	// work (a suite, a service or a container) and when it last had a

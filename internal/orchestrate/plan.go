@@ -23,6 +23,17 @@ type Demand struct {
 	// Serving counts online nodes that run it now or may take it up at
 	// once (connected, eligible and free).
 	Serving int
+
+	// Ensemble, when set, names an ensemble waiting for machines, and the
+	// demand is one of its allocations (Suite is "ENSEMBLE/ALLOCATION"):
+	// Ready counts its replicas that fit on no node, WorkerCount is 1
+	// (each asks for a machine of its own), and a pool serves it only when
+	// its machines hold one replica's CPUs and MemoryMB and its agents are
+	// in one of Groups (when set).
+	Ensemble string
+	CPUs     float64
+	MemoryMB int64
+	Groups   []string
 }
 
 // Wants is how many nodes the suite asks for: one per worker_count Ready
@@ -35,7 +46,8 @@ func (d Demand) Wants() int {
 // serves reports whether a pool's agents may run the suite: they carry its
 // tags, are in its group, and have its cores (when the pool's machines
 // have a known size).
-func serves(spec api.PoolSpec, cpus float64, d Demand) bool {
+func serves(p poolView, d Demand) bool {
+	spec := p.spec
 	for _, t := range d.Tags {
 		if !slices.Contains(spec.Tags, t) {
 			return false
@@ -44,7 +56,13 @@ func serves(spec api.PoolSpec, cpus float64, d Demand) bool {
 	if d.Group != "" && !slices.Contains(spec.Groups, d.Group) {
 		return false
 	}
-	return d.Cores == 0 || cpus == 0 || float64(d.Cores) <= cpus
+	if len(d.Groups) > 0 && !slices.ContainsFunc(d.Groups, func(g string) bool { return slices.Contains(spec.Groups, g) }) {
+		return false
+	}
+	if p.cpus > 0 && d.CPUs > p.cpus || p.memoryMB > 0 && d.MemoryMB > p.memoryMB {
+		return false
+	}
+	return d.Cores == 0 || p.cpus == 0 || float64(d.Cores) <= p.cpus
 }
 
 // poolView is what the planner knows of one pool.
@@ -164,14 +182,14 @@ func planPools(pools []poolView, demands []Demand) map[string]*plan {
 		}
 		var servers []poolView
 		for _, p := range pools {
-			if serves(p.spec, p.cpus, d) {
+			if serves(p, d) {
 				servers = append(servers, p)
 			}
 		}
 		for _, p := range servers {
 			pl := plans[p.spec.Name]
 			pl.serving[d.Suite] = true
-			pl.demand = append(pl.demand, fmt.Sprintf("suite %s: %d ready, %d per node, %d serving", d.Suite, d.Ready, max(d.WorkerCount, 1), d.Serving))
+			pl.demand = append(pl.demand, d.line())
 			take := min(need, onway[p.spec.Name])
 			onway[p.spec.Name] -= take
 			need -= take
@@ -192,6 +210,14 @@ func planPools(pools []poolView, demands []Demand) map[string]*plan {
 		}
 	}
 	return plans
+}
+
+// line is the demand in a few words, for events and pool show.
+func (d Demand) line() string {
+	if d.Ensemble != "" {
+		return fmt.Sprintf("ensemble %s: %d replicas fit on no node", d.Suite, d.Ready)
+	}
+	return fmt.Sprintf("suite %s: %d ready, %d per node, %d serving", d.Suite, d.Ready, max(d.WorkerCount, 1), d.Serving)
 }
 
 // demandLine is a plan's demand in one line.

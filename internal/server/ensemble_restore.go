@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/ensemble"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
@@ -37,7 +36,10 @@ func (s *Server) ensembleLoop(ctx context.Context) {
 			continue
 		}
 		for _, e := range list {
-			if e.State == api.EnsembleRunning || len(e.Lost) > 0 {
+			switch {
+			case e.State == api.EnsembleWaiting:
+				s.placeWaiting(ctx, e)
+			case e.State == api.EnsembleRunning || len(e.Lost) > 0:
 				s.restoreEnsemble(ctx, e)
 			}
 		}
@@ -114,12 +116,11 @@ func (s *Server) replaceReplica(ctx context.Context, e *api.Ensemble, i int, los
 			alloc = a
 		}
 	}
-	owner, err := s.store.GetUser(ctx, e.Owner)
+	octx, err := s.ownerContext(ctx, *e)
 	if err != nil {
-		return fmt.Errorf("its owner %s: %w", e.Owner, err)
+		return err
 	}
-	pctx := withPrincipal(ctx, auth.Principal{User: owner.Name, Admin: owner.Admin, Groups: owner.Groups})
-	books, nodes, err := s.ensembleBooks(pctx)
+	books, nodes, err := s.ensembleBooks(octx)
 	if err != nil {
 		return err
 	}

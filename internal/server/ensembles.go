@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,29 +82,30 @@ func (s *Server) handleDeployEnsemble(w http.ResponseWriter, r *http.Request) er
 	if err := decodeJSON(r, &spec); err != nil {
 		return err
 	}
+	q := r.URL.Query()
+	if p := q.Get("policy"); p != "" {
+		spec.Policy = p
+	}
+	spec.Policy = cmp.Or(spec.Policy, ensemble.Binpack)
 	if err := ensemble.Validate(spec); err != nil {
 		return err
 	}
 	if err := validateWorkloads(spec); err != nil {
 		return err
 	}
-	q := r.URL.Query()
-	policy := q.Get("policy")
-	if policy == "" {
-		policy = ensemble.Binpack
-	}
+	dry, _ := strconv.ParseBool(q.Get("dry_run"))
 	ctx := r.Context()
 	books, nodes, err := s.ensembleBooks(ctx)
 	if err != nil {
 		return err
 	}
-	plan, err := ensemble.Place(books, spec, policy)
+	e := api.Ensemble{ID: auth.NewID("e-"), Name: spec.Name, Spec: spec, State: api.EnsembleDeploying, Owner: principalFrom(ctx).User}
+	plan, err := ensemble.Place(books, spec, spec.Policy)
 	if err != nil {
-		return fmt.Errorf("place ensemble %s: %w", spec.Name, err)
+		return s.waitForMachines(w, r, e, books, dry, fmt.Errorf("place ensemble %s: %w", spec.Name, err))
 	}
-	e := api.Ensemble{ID: auth.NewID("e-"), Name: spec.Name, Spec: spec, State: api.EnsembleDeploying,
-		Owner: principalFrom(ctx).User, Replicas: planReplicas(plan)}
-	if dry, _ := strconv.ParseBool(q.Get("dry_run")); dry {
+	e.Replicas = planReplicas(plan)
+	if dry {
 		e.ID, e.State = "", "planned"
 		httpapi.WriteJSON(w, http.StatusOK, e)
 		return nil
@@ -112,25 +114,37 @@ func (s *Server) handleDeployEnsemble(w http.ResponseWriter, r *http.Request) er
 		return err
 	}
 	// The deploy outlives a client that hangs up: it finishes or undoes.
-	dctx := context.WithoutCancel(ctx)
-	if err := s.deployEnsemble(dctx, &e, plan, nodes); err != nil {
-		s.undoEnsemble(dctx, &e, nodes)
-		e.State, e.Reason = api.EnsembleFailed, err.Error()
-		if _, uerr := s.store.UpdateEnsemble(dctx, e.ID, func(st *api.Ensemble) error { *st = e; return nil }); uerr != nil {
-			s.log.Warn("record a failed ensemble", "ensemble", e.Name, "err", uerr)
-		}
-		return fmt.Errorf("deploy ensemble %s: %w; everything it had placed was undone", e.Name, err)
-	}
-	e.State = api.EnsembleRunning
-	e, err = s.store.UpdateEnsemble(dctx, e.ID, func(st *api.Ensemble) error {
-		st.State, st.Replicas = e.State, e.Replicas
-		return nil
-	})
+	e, err = s.startEnsemble(context.WithoutCancel(ctx), e, plan, nodes)
 	if err != nil {
 		return err
 	}
 	httpapi.WriteJSON(w, http.StatusCreated, e)
 	return nil
+}
+
+// startEnsemble deploys a stored ensemble by plan and records it running,
+// or, when the deploy fails, undoes everything and records it failed.
+func (s *Server) startEnsemble(ctx context.Context, e api.Ensemble, plan ensemble.Plan, nodes map[string]store.Node) (api.Ensemble, error) {
+	if err := s.deployEnsemble(ctx, &e, plan, nodes); err != nil {
+		s.undoEnsemble(ctx, &e, nodes)
+		e.State, e.Reason = api.EnsembleFailed, err.Error()
+		if _, uerr := s.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error { *st = e; return nil }); uerr != nil {
+			s.log.Warn("record a failed ensemble", "ensemble", e.Name, "err", uerr)
+		}
+		return e, fmt.Errorf("deploy ensemble %s: %w; everything it had placed was undone", e.Name, err)
+	}
+	deployed := e
+	e, err := s.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
+		if st.State != api.EnsembleDeploying {
+			return errdefs.Conflict("ensemble %s was %s while it deployed", st.Name, st.State)
+		}
+		st.State, st.Reason, st.Replicas = api.EnsembleRunning, "", deployed.Replicas
+		return nil
+	})
+	if errors.Is(err, errdefs.ErrConflict) { // shut down meanwhile: what it deployed goes too
+		s.undoEnsemble(ctx, &deployed, nodes)
+	}
+	return e, err
 }
 
 // validateWorkloads checks each allocation's container job or service
@@ -236,14 +250,14 @@ func ensembleJob(e api.Ensemble, a api.AllocationSpec, rep api.EnsembleReplica, 
 }
 
 // ensembleService is a service replica's spec: the allocation's, with
-// the coordinate REPLICA.ALLOCATION.ensemble.ENSEMBLE, the books and
-// limits from the resources, its commitment and where the allocations
-// before it answer.
+// the coordinate REPLICA.ALLOCATION.ensemble.ENSEMBLE, the books from the
+// resources, its commitment and where the allocations before it answer.
 func ensembleService(e api.Ensemble, a api.AllocationSpec, rep api.EnsembleReplica, res api.Resources, commit string, env map[string]string) api.ServiceSpec {
 	spec := *a.Service
 	spec.Coordinate = replicaName(rep) + "." + a.Name + ".ensemble." + e.Name
+	// The books hold the resources; limits are the spec's own, since they
+	// need cgroups that a node (a container) may not give.
 	spec.Resources, spec.Commitment = &res, commit
-	spec.Limits = &api.ServiceLimits{CPUs: res.CPUs, MemoryMB: res.MemoryMB}
 	if spec.ExpectedMemoryMB == 0 {
 		spec.ExpectedMemoryMB = res.MemoryMB
 	}

@@ -98,7 +98,11 @@ func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
 		}
 		out = append(out, d)
 	}
-	return out, nil
+	ens, err := s.ensembleDemands(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, ens...), nil
 }
 
 // NodeState says whether a node is connected, whether it has work (a

@@ -52,8 +52,11 @@ type Config struct {
 	// wait for their lost (offline) node before they are placed again
 	// elsewhere, unless the ensemble sets its own; default 5m (DMS's).
 	EnsembleRestoreDeadline time.Duration
-	SuiteTick               time.Duration // how often suites are closed and completed; default 1s
-	DriftInterval           time.Duration // how often deployments are compared with their providers; default 30s
+	// EnsembleProvisionDeadline is how long an ensemble that fits on no
+	// node waits for the machines pools start for it; default 10m.
+	EnsembleProvisionDeadline time.Duration
+	SuiteTick                 time.Duration // how often suites are closed and completed; default 1s
+	DriftInterval             time.Duration // how often deployments are compared with their providers; default 30s
 	// AgentServerURL is the server's URL as pool machines reach it;
 	// default the URL it listens on.
 	AgentServerURL string
@@ -93,6 +96,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.EnsembleRestoreDeadline == 0 {
 		c.EnsembleRestoreDeadline = 5 * time.Minute
+	}
+	if c.EnsembleProvisionDeadline == 0 {
+		c.EnsembleProvisionDeadline = 10 * time.Minute
 	}
 	if c.BlobMaxSize == 0 {
 		c.BlobMaxSize = defaultBlobMaxSize
