@@ -129,9 +129,10 @@ func (s *Store) queryNodes(ctx context.Context, where []string, a args, p store.
 }
 
 // UpdateNode applies fn to the node inside one transaction, with the
-// node's row locked. fn must not call the store: the transaction may wait
-// on its own connection's lock. If PostgreSQL aborts the transaction to
-// break a deadlock, fn runs again on the node as it is then.
+// node's row locked until it commits: fn must not write the node through
+// the store, which would wait for that lock forever. If PostgreSQL aborts
+// the transaction to break a deadlock, fn runs again on the node as it is
+// then.
 func (s *Store) UpdateNode(ctx context.Context, id string, fn func(*store.Node) error) (store.Node, error) {
 	var out store.Node
 	err := s.write(ctx, func(tx pgx.Tx) error {

@@ -157,8 +157,9 @@ func readSuites(ctx context.Context, q querier, where []string, a args, p store.
 // UpdateSuite applies fn to the suite inside one transaction, with the
 // suite's row locked; a move to Cancelled cancels the suite's Pending,
 // Ready and Running tasks too. Counts are the store's to keep, so fn's
-// changes to them are dropped. fn must not call the store; it runs again
-// if PostgreSQL aborts the transaction to break a deadlock.
+// changes to them are dropped. fn must not write the suite through the
+// store (it would wait for the lock forever); it runs again if PostgreSQL
+// aborts the transaction to break a deadlock.
 func (s *Store) UpdateSuite(ctx context.Context, id string, fn func(*store.Suite) error) (store.Suite, error) {
 	var out store.Suite
 	err := s.write(ctx, func(tx pgx.Tx) error {

@@ -19,7 +19,9 @@
 // it when the tests are done.
 //
 // Without the binaries the tests are skipped, saying why, unless the
-// environment variable CI is set: then they fail, saying what to install.
+// environment variable CI or NODEMGR_REQUIRE_POSTGRES is set (the latter
+// as NODEMGR_REQUIRE_DOCKER is for the Docker tests): then they fail,
+// saying what to install.
 package pgtest
 
 import (
@@ -123,15 +125,16 @@ func serverFor(t testing.TB) *server {
 }
 
 // noServer ends a test that has no server: it skips when PostgreSQL is
-// not installed, unless CI is set, and fails on any other error.
+// not installed, unless CI or NODEMGR_REQUIRE_POSTGRES is set, and fails
+// on any other error.
 func noServer(t testing.TB, err error) {
 	t.Helper()
 	missing := (*missingError)(nil)
 	switch {
 	case !errors.As(err, &missing):
 		t.Fatalf("pgtest: %v", err)
-	case os.Getenv("CI") != "":
-		t.Fatalf("pgtest: %v; CI is set, so this fails instead of skipping: install postgresql (Debian: apt-get install postgresql-15) or set %s", err, EnvURL)
+	case os.Getenv("CI") != "" || os.Getenv("NODEMGR_REQUIRE_POSTGRES") != "":
+		t.Fatalf("pgtest: %v; CI or NODEMGR_REQUIRE_POSTGRES is set, so this fails instead of skipping: install postgresql (Debian: apt-get install postgresql-15) or set %s", err, EnvURL)
 	default:
 		t.Skipf("pgtest: skipping: %v; install postgresql or set %s to run it", err, EnvURL)
 	}

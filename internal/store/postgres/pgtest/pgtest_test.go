@@ -25,17 +25,19 @@ func (r *recorder) Fatalf(format string, a ...any) { r.failed = fmt.Sprintf(form
 func TestNoServer(t *testing.T) {
 	missing := &missingError{looked: []string{"/usr/lib/postgresql/15/bin"}}
 	tests := []struct {
-		name, ci   string
-		err        error
-		skip, fail bool
+		name, ci, require string
+		err               error
+		skip, fail        bool
 	}{
-		{"missing binaries skip", "", missing, true, false},
-		{"missing binaries fail in CI", "true", missing, false, true},
-		{"another error fails", "", errors.New("initdb: disk full"), false, true},
+		{"missing binaries skip", "", "", missing, true, false},
+		{"missing binaries fail in CI", "true", "", missing, false, true},
+		{"missing binaries fail when required", "", "1", missing, false, true},
+		{"another error fails", "", "", errors.New("initdb: disk full"), false, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("CI", tc.ci)
+			t.Setenv("NODEMGR_REQUIRE_POSTGRES", tc.require)
 			r := &recorder{TB: t}
 			noServer(r, tc.err)
 			if (r.skipped != "") != tc.skip || (r.failed != "") != tc.fail {
