@@ -100,11 +100,24 @@ type Ensemble struct {
 	Reason   string            `json:"reason,omitempty"`
 	Owner    string            `json:"owner"`
 	Replicas []EnsembleReplica `json:"replicas"`
+	// Allocations sums the replicas up by allocation, in the spec's order
+	// (filled in for running and degraded ensembles).
+	Allocations []AllocationStatus `json:"allocations,omitempty"`
 	// Lost are replicas that were placed again elsewhere while their node
 	// was gone; each is deleted when its node comes back.
 	Lost      []EnsembleReplica `json:"lost,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
+}
+
+// AllocationStatus is how an allocation of an ensemble is: running while
+// every replica runs, degraded while some do not.
+type AllocationStatus struct {
+	Name     string `json:"name"`
+	Kind     string `json:"kind"` // container or service
+	State    string `json:"state"`
+	Replicas int    `json:"replicas"`
+	Running  int    `json:"running"`
 }
 
 // EnsembleReplica is one replica of an allocation on its node.

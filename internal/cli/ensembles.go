@@ -165,6 +165,14 @@ func printEnsemble(e *env, en api.Ensemble) {
 		fmt.Fprintf(e.stdout, "Reason    %s\n", en.Reason)
 	}
 	fmt.Fprintln(e.stdout)
+	if len(en.Allocations) > 0 {
+		t := newTable(e.stdout, "ALLOCATION", "KIND", "STATE", "RUNNING")
+		for _, a := range en.Allocations {
+			t.row(a.Name, a.Kind, a.State, fmt.Sprintf("%d/%d", a.Running, a.Replicas))
+		}
+		t.flush()
+		fmt.Fprintln(e.stdout)
+	}
 	t := newTable(e.stdout, "ALLOCATION", "REPLICA", "NODE", "WORKLOAD", "STATUS", "PORTS", "WHY")
 	for _, r := range en.Replicas {
 		var ports []string

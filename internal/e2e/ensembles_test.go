@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -169,8 +170,9 @@ allocations:
 	if out, stderr, code := s.run(t, "ensemble", "logs", "shop", "api"); code != 0 || strings.Count(out, "echosvc listening") != 2 {
 		t.Errorf("ensemble logs shop api: exit %d\n%s%s\nwant both replicas' service logs", code, out, stderr)
 	}
-	if out, stderr, code := s.run(t, "ensemble", "show", "shop"); code != 0 || !strings.Contains(out, "1.api.ensemble.shop") {
-		t.Errorf("ensemble show shop: exit %d\n%s%s\nwant the api service's coordinate", code, out, stderr)
+	if out, stderr, code := s.run(t, "ensemble", "show", "shop"); code != 0 || !strings.Contains(out, "1.api.ensemble.shop") ||
+		!regexp.MustCompile(`(?m)^api\s+service\s+running\s+2/2\s*$`).MatchString(out) || !regexp.MustCompile(`(?m)^web\s+container\s+running\s+3/3\s*$`).MatchString(out) {
+		t.Errorf("ensemble show shop: exit %d\n%s%s\nwant the api service's coordinate and each allocation running all its replicas", code, out, stderr)
 	}
 	// The books hold every replica: a service's as an allocation of its
 	// resources, taken from the ensemble's commitment.
@@ -301,6 +303,13 @@ allocations:
 	}
 	victim := en.Replicas[0]
 	agents[victim.NodeName].signal(syscall.SIGKILL)
+	// Before the deadline: degraded, one of two replicas running.
+	waitFor(t, 30*time.Second, "the ensemble degraded by its lost node", func() (bool, string) {
+		e, err := s.client().Ensemble(context.Background(), "web")
+		ok := err == nil && e.State == api.EnsembleDegraded && len(e.Allocations) == 1 &&
+			e.Allocations[0].State == api.EnsembleDegraded && e.Allocations[0].Running == 1 && e.Allocations[0].Replicas == 2
+		return ok, fmt.Sprintf("%s %+v: %s (%v)", e.State, e.Allocations, e.Reason, err)
+	})
 
 	var now api.Ensemble
 	waitFor(t, 60*time.Second, "the lost replica placed again and running", func() (bool, string) {

@@ -428,20 +428,36 @@ func (s *Server) withStatus(ctx context.Context, e api.Ensemble) api.Ensemble {
 		return e
 	}
 	var down []string
+	allocs := make([]api.AllocationStatus, len(e.Spec.Allocations))
+	index := map[string]int{}
+	for i, a := range e.Spec.Allocations {
+		allocs[i] = api.AllocationStatus{Name: a.Name, Kind: api.AllocationContainer, State: api.EnsembleRunning}
+		if a.Service != nil {
+			allocs[i].Kind = api.AllocationService
+		}
+		index[a.Name] = i
+	}
 	for i := range e.Replicas {
 		rep := &e.Replicas[i]
+		as := &allocs[index[rep.Allocation]]
+		as.Replicas++
 		reason := s.replicaStatus(ctx, rep)
 		if reason != "" {
 			reason = " (" + reason + ")"
 		}
 		if n, err := s.store.GetNode(ctx, rep.NodeID); err == nil && n.Status != api.StatusOnline {
 			down = append(down, fmt.Sprintf("%s replica %d: node %s is %s", rep.Allocation, rep.Replica, rep.NodeName, n.Status))
+			as.State = api.EnsembleDegraded
 			continue
 		}
 		if !replicaRuns(*rep) {
 			down = append(down, fmt.Sprintf("%s replica %d on %s is %s%s", rep.Allocation, rep.Replica, rep.NodeName, rep.Status, reason))
+			as.State = api.EnsembleDegraded
+			continue
 		}
+		as.Running++
 	}
+	e.Allocations = allocs
 	e.State, e.Reason = api.EnsembleRunning, ""
 	if len(down) > 0 {
 		e.State, e.Reason = api.EnsembleDegraded, strings.Join(down, "; ")
