@@ -230,8 +230,11 @@ type template struct {
 	err  error
 }
 
+// templateName is what a template's name may be: part of a database name.
+var templateName = regexp.MustCompile(`^[a-z0-9_]{1,20}$`)
+
 func templateFor(s *server, name string, prepare func(ctx context.Context, url string) error) (string, error) {
-	if !regexp.MustCompile(`^[a-z0-9_]{1,20}$`).MatchString(name) {
+	if !templateName.MatchString(name) {
 		return "", fmt.Errorf("template name %q: use 1 to 20 of a-z, 0-9 and _", name)
 	}
 	templatesMu.Lock()
