@@ -20,6 +20,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,7 @@ type Agent struct {
 	// sessionUp is set when a session got through hello: the connection
 	// works, so the reconnect backoff starts over.
 	sessionUp atomic.Bool
+	serverIdx atomic.Int32 // which of cfg.Servers it talks to
 
 	runner    *runner
 	wl        *workloads
@@ -82,7 +84,6 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	cfg.Server = strings.TrimRight(cfg.Server, "/")
 	if was, err := datadir.Ensure(cfg.DataDir); err != nil {
 		return nil, err
 	} else if was != 0 {
@@ -100,8 +101,9 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		lock.Release()
 		return nil, err
 	}
-	if a.st.Server != "" && a.st.Server != cfg.Server {
-		// A credential is only good at the server that issued it.
+	if a.st.Server != "" && !slices.Contains(cfg.Servers, a.st.Server) {
+		// A credential is only good at the coordinator that issued it
+		// (any of its replicas).
 		logger.Warn("server changed since last run; registering afresh", "was", a.st.Server, "now", cfg.Server)
 		a.st = state{}
 		forgetServerCA(cfg.DataDir)
@@ -110,7 +112,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		lock.Release()
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	a.blobs = newBlobClient(a.cfg.Server, a.credential, a.http, a.cfg.DataDir, a.cfg.BlobCacheMax)
+	a.blobs = newBlobClient(a.server, a.credential, a.http, a.cfg.DataDir, a.cfg.BlobCacheMax)
 	for _, f := range cfg.openSecretFiles {
 		logger.Warn("a file holding a secret is readable by other users; chmod 600 it", "file", f)
 	}
@@ -221,7 +223,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			bo.Reset()
 		}
 		d := bo.Next()
-		a.log.Warn("disconnected from server; reconnecting", "err", err, "in", d.Round(time.Millisecond))
+		a.log.Warn("disconnected from server; reconnecting", "err", err, "in", d.Round(time.Millisecond), "to", a.failover())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -229,6 +231,24 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-time.After(d):
 		}
 	}
+}
+
+// server is the coordinator replica the agent talks to now.
+func (a *Agent) server() string {
+	if len(a.cfg.Servers) == 0 { // a config that skipped validate (tests)
+		return strings.TrimRight(a.cfg.Server, "/")
+	}
+	return a.cfg.Servers[int(a.serverIdx.Load())%len(a.cfg.Servers)]
+}
+
+// failover moves to the next replica, when there are several, and
+// returns the one to try next: a replica that is down, or cut off, is
+// left for the next, in order, at the usual backoff.
+func (a *Agent) failover() string {
+	if len(a.cfg.Servers) > 1 {
+		a.serverIdx.Add(1)
+	}
+	return a.server()
 }
 
 // goodbyeWait bounds the last connection attempt of an agent that was
@@ -293,7 +313,8 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	cred, lastSeq := a.st.Credential, a.st.LastSeq
 	a.mu.Unlock()
 
-	wsURL := "ws" + strings.TrimPrefix(a.cfg.Server, "http") + "/v1/agent/connect"
+	server := a.server()
+	wsURL := "ws" + strings.TrimPrefix(server, "http") + "/v1/agent/connect"
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	c, resp, err := websocket.Dial(dctx, wsURL, &websocket.DialOptions{
 		HTTPClient: a.http,
@@ -307,9 +328,9 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		if hint := tlsTrouble(err); hint != "" {
 			// Retried all the same: the server's certificate may be
 			// being fixed.
-			return fmt.Errorf("connect to %s: %w (%s)", a.cfg.Server, err, hint)
+			return fmt.Errorf("connect to %s: %w (%s)", server, err, hint)
 		}
-		return fmt.Errorf("connect to %s: %w", a.cfg.Server, err)
+		return fmt.Errorf("connect to %s: %w", server, err)
 	}
 	conn := proto.NewWebSocketConn(c, 1<<20)
 	peer := proto.NewPeer(conn, a, proto.Options{Logger: a.log, LastSeq: lastSeq})
@@ -343,7 +364,7 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 		interval = 30 * time.Second
 	}
 	a.sessionUp.Store(true)
-	a.log.Info("connected", "server", a.cfg.Server, "node", welcome.NodeID, "heartbeat", interval)
+	a.log.Info("connected", "server", a.server(), "node", welcome.NodeID, "heartbeat", interval)
 	a.setPeer(peer)
 	defer a.setPeer(nil)
 	a.maybeRenew(ctx, peer)
@@ -521,7 +542,8 @@ func (a *Agent) ensureRegistered(ctx context.Context) error {
 		Hardware: a.hardware, AgentVersion: a.cfg.Version,
 	}
 	body, _ := json.Marshal(req)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.Server+"/v1/agent/register", bytes.NewReader(body))
+	server := a.server()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, server+"/v1/agent/register", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -535,13 +557,13 @@ func (a *Agent) ensureRegistered(ctx context.Context) error {
 			if hint := tlsTrouble(err); hint != "" {
 				err = fmt.Errorf("%w (%s)", err, hint)
 			}
-			return &fatalError{fmt.Errorf("register with %s: %w", a.cfg.Server, err)}
+			return &fatalError{fmt.Errorf("register with %s: %w", server, err)}
 		}
 		return fmt.Errorf("register: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		err := fmt.Errorf("register with %s: %w", a.cfg.Server, answerError(resp))
+		err := fmt.Errorf("register with %s: %w", server, answerError(resp))
 		if resp.StatusCode >= 400 && resp.StatusCode < 500 {
 			return &fatalError{err} // a bad token or config does not heal by retrying
 		}
@@ -553,12 +575,12 @@ func (a *Agent) ensureRegistered(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.st.NodeID, a.st.Server = rr.NodeID, a.cfg.Server
+	a.st.NodeID, a.st.Server = rr.NodeID, server
 	a.st.Credential, a.st.CredentialIssued, a.st.CredentialExpires = rr.Credential, time.Now().UTC(), rr.ExpiresAt
 	if err := a.st.save(a.cfg.DataDir); err != nil {
 		return &fatalError{err}
 	}
-	a.log.Info("registered", "node", rr.NodeID, "server", a.cfg.Server)
+	a.log.Info("registered", "node", rr.NodeID, "server", server)
 	return nil
 }
 

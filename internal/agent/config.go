@@ -24,7 +24,12 @@ import (
 // environment variables, overridden by flags (the CLI applies them in that
 // order).
 type Config struct {
-	Server        string            `yaml:"server"`          // coordinator URL, e.g. https://10.0.0.1:7070
+	// Server is the coordinator's URL, e.g. https://10.0.0.1:7070, or
+	// several replicas' URLs separated by commas: the agent fails over
+	// among them, in order, with its usual backoff.
+	Server string `yaml:"server"`
+	// Servers is Server split at its commas (set by validate).
+	Servers       []string          `yaml:"-"`
 	DataDir       string            `yaml:"data_dir"`        // state, lock, credential
 	JoinToken     string            `yaml:"join_token"`      // needed only to register
 	JoinTokenFile string            `yaml:"join_token_file"` // alternative to join_token
@@ -302,9 +307,19 @@ func (c *Config) validateServer() error {
 	if c.Server == "" {
 		return errdefs.Field("server", "required: the coordinator URL, e.g. http://127.0.0.1:7070 (--server or NODEMGR_SERVER), or run with --standalone")
 	}
-	u, err := url.Parse(c.Server)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errdefs.Field("server", "must be an http:// or https:// URL, got %q", c.Server)
+	c.Servers = nil
+	scheme := ""
+	for _, s := range strings.Split(c.Server, ",") {
+		s = strings.TrimRight(strings.TrimSpace(s), "/")
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return errdefs.Field("server", "must be an http:// or https:// URL (or several, separated by commas), got %q", s)
+		}
+		if scheme != "" && u.Scheme != scheme {
+			return errdefs.Field("server", "%q and %q differ in scheme; the replicas of one coordinator all speak http or all https", c.Servers[0], s)
+		}
+		scheme = u.Scheme
+		c.Servers = append(c.Servers, s)
 	}
 	return nil
 }

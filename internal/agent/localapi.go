@@ -235,7 +235,7 @@ func (r *recorder) Write(b []byte) (int, error) {
 func (a *Agent) handleLocalStatus(w http.ResponseWriter, r *http.Request) error {
 	state, suite := a.work()
 	httpapi.WriteJSON(w, http.StatusOK, api.AgentStatus{
-		NodeID: a.NodeID(), Name: a.cfg.Name, Server: a.cfg.Server, Connected: a.peer.Load() != nil,
+		NodeID: a.NodeID(), Name: a.cfg.Name, Server: a.currentServer(), Connected: a.peer.Load() != nil,
 		State: state, SuiteID: suite, Hardware: a.hardware, Presence: a.wl.currentPresence(),
 		Version: a.cfg.Version,
 	})
@@ -253,6 +253,14 @@ func (a *Agent) handleListArtifacts(w http.ResponseWriter, r *http.Request) erro
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// currentServer is the replica the agent talks to, "" standalone.
+func (a *Agent) currentServer() string {
+	if a.cfg.Standalone {
+		return ""
+	}
+	return a.server()
 }
 
 func (a *Agent) handleInstallArtifact(w http.ResponseWriter, r *http.Request) error {

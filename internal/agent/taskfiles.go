@@ -294,7 +294,7 @@ var errStopped = errors.New("agent stopping")
 // blobClient moves task files between the server's blob store and this
 // node: downloads into a cache by content hash, uploads from sandboxes.
 type blobClient struct {
-	server   string
+	server   func() string // the replica the agent talks to now
 	cred     func() string
 	http     *http.Client // no overall timeout: files may be large
 	cache    string       // <data dir>/blobs
@@ -304,9 +304,9 @@ type blobClient struct {
 	fetched  int64                    // bytes downloaded since the cache was last trimmed
 }
 
-func newBlobClient(server string, cred func() string, base *http.Client, dataDir string, max int64) *blobClient {
+func newBlobClient(server func() string, cred func() string, base *http.Client, dataDir string, max int64) *blobClient {
 	c := &http.Client{Transport: base.Transport}
-	return &blobClient{server: strings.TrimSuffix(server, "/"), cred: cred, http: c,
+	return &blobClient{server: server, cred: cred, http: c,
 		cache: filepath.Join(dataDir, "blobs"), max: max, inflight: map[string]chan struct{}{}}
 }
 
@@ -429,7 +429,7 @@ func (c *blobClient) cached(ctx context.Context, digest string) (string, error) 
 
 // download fetches a blob into the cache, checking its hash.
 func (c *blobClient) download(ctx context.Context, digest, dst string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.server+"/v1/blobs/"+digest, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.server()+"/v1/blobs/"+digest, nil)
 	if err != nil {
 		return err
 	}
@@ -503,7 +503,7 @@ func (c *blobClient) upload(stopped <-chan struct{}, path, rel string) (api.Task
 func (c *blobClient) put(path, digest string, size int64) (retry bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	head, err := http.NewRequestWithContext(ctx, http.MethodHead, c.server+"/v1/blobs/"+digest, nil)
+	head, err := http.NewRequestWithContext(ctx, http.MethodHead, c.server()+"/v1/blobs/"+digest, nil)
 	if err != nil {
 		return false, err
 	}
@@ -519,7 +519,7 @@ func (c *blobClient) put(path, digest string, size int64) (retry bool, err error
 		return false, err
 	}
 	defer f.Close()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.server+"/v1/blobs/"+digest, f)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.server()+"/v1/blobs/"+digest, f)
 	if err != nil {
 		return false, err
 	}

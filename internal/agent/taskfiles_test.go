@@ -58,7 +58,7 @@ func TestBlobCacheFetchesOnce(t *testing.T) {
 		w.Write([]byte("not what was asked for"))
 	}))
 	defer srv.Close()
-	c := newBlobClient(srv.URL, func() string { return "cred" }, srv.Client(), t.TempDir(), 1<<20)
+	c := newBlobClient(func() string { return srv.URL }, func() string { return "cred" }, srv.Client(), t.TempDir(), 1<<20)
 	sandbox := t.TempDir()
 	var wg sync.WaitGroup
 	for i := range 8 {
@@ -89,7 +89,7 @@ func TestBlobCacheFetchesOnce(t *testing.T) {
 // TestBlobCacheTrim: past its cap the cache drops the least recently used
 // files first.
 func TestBlobCacheTrim(t *testing.T) {
-	c := newBlobClient("http://unused", func() string { return "" }, http.DefaultClient, t.TempDir(), 100)
+	c := newBlobClient(func() string { return "http://unused" }, func() string { return "" }, http.DefaultClient, t.TempDir(), 100)
 	now := time.Now()
 	for i, name := range []string{"old", "mid", "new"} {
 		p := filepath.Join(c.cache, "ab", name)
@@ -136,7 +136,7 @@ func TestOutputOverTheCapFailsTheAttempt(t *testing.T) {
 	defer srv.Close()
 	inner := &recordSource{}
 	stop := make(chan struct{})
-	f := newFilesSource(inner, newBlobClient(srv.URL, func() string { return "cred" }, srv.Client(), t.TempDir(), 1<<20),
+	f := newFilesSource(inner, newBlobClient(func() string { return srv.URL }, func() string { return "cred" }, srv.Client(), t.TempDir(), 1<<20),
 		t.TempDir(), stop, slog.New(slog.DiscardHandler))
 	task := api.Task{ID: "k-1", Attempt: 1, TaskSpec: api.TaskSpec{Argv: []string{"true"}, Outputs: []string{"out.bin"}}}
 	if err := f.stage(context.Background(), &task); err != nil {

@@ -43,7 +43,7 @@ func (a *Agent) setupTransport() error {
 	if a.cfg.Server == "" { // standalone
 		return nil
 	}
-	u, err := url.Parse(a.cfg.Server)
+	u, err := url.Parse(a.server()) // the replicas share a scheme
 	if err != nil {
 		return errdefs.Field("server", "%v", err)
 	}
@@ -53,7 +53,11 @@ func (a *Agent) setupTransport() error {
 		}
 		return nil
 	}
-	cfg, err := a.serverTLS(u.Hostname(), pin)
+	host := u.Hostname()
+	if len(a.cfg.Servers) > 1 {
+		host = "" // each connection checks the name of the replica it dials
+	}
+	cfg, err := a.serverTLS(host, pin)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -259,5 +260,37 @@ func TestResourcesWhileTheAgentIsAway(t *testing.T) {
 	kept, err := s.client().Resources(context.Background(), "away")
 	if err != nil || kept.AsOf == nil || kept.Offered != live.Offered {
 		t.Errorf("Resources while away = offered %+v as of %v (%v), want the live books %+v with their age", kept.Offered, kept.AsOf, err, live.Offered)
+	}
+}
+
+// TestAgentFailsOverAmongServers: an agent given several server URLs
+// (a coordinator's replicas) goes on to the next when one does not answer,
+// registers there and stays; after a restart it keeps its credential,
+// since the server it registered with is still in its list.
+func TestAgentFailsOverAmongServers(t *testing.T) {
+	s := startServer(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + l.Addr().String()
+	l.Close() // nothing answers there now
+	a := startAgent(t, s, "fo", "--server", dead+","+s.url())
+	first := waitStatus(t, s, "fo", api.StatusOnline, 20*time.Second)
+
+	a.signal(syscall.SIGTERM)
+	a.wait(10 * time.Second)
+	a.restart(t)
+	waitFor(t, 20*time.Second, "fo connected again", func() (bool, string) {
+		n, _ := nodeByName(t, s, "fo")
+		return n.Connected, n.Status
+	})
+	if n, _ := s.client().Nodes(context.Background(), ""); len(n) != 1 || n[0].ID != first.ID {
+		t.Errorf("nodes after the restart: %+v; want the one node %s, not a new registration", n, first.ID)
+	}
+
+	_, stderr, code := s.run(t, "agent", "--server", s.url()+",https://127.0.0.1:1", "--data-dir", t.TempDir(), "--name", "mixed")
+	if code == 0 || !strings.Contains(stderr, "differ in scheme") {
+		t.Errorf("agent with an http and an https replica: exit %d, %q; want refused, saying they differ in scheme", code, stderr)
 	}
 }

@@ -11,6 +11,7 @@
 package tlsca
 
 import (
+	"cmp"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -328,8 +329,9 @@ func (e *PinError) Error() string {
 
 // PinnedConfig is a TLS client config that trusts exactly the CA with
 // fingerprint pin, found in the chain the server sends, and verifies the
-// server's certificate against it (chain, validity, host name serverName)
-// as it would against any root. onPinned, when not nil, gets the CA once
+// server's certificate against it (chain, validity, host name serverName,
+// or when empty the name each connection dialled) as it would against any
+// root. onPinned, when not nil, gets the CA once
 // a handshake verified.
 func PinnedConfig(pin, serverName string, onPinned func(*x509.Certificate)) *tls.Config {
 	return &tls.Config{
@@ -339,7 +341,9 @@ func PinnedConfig(pin, serverName string, onPinned func(*x509.Certificate)) *tls
 		// the system's roots.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			ca, err := VerifyPinned(cs.PeerCertificates, pin, serverName)
+			// Without a name, the one this connection dialled (the
+			// transport fills it in from the URL's host).
+			ca, err := VerifyPinned(cs.PeerCertificates, pin, cmp.Or(serverName, cs.ServerName))
 			if err != nil {
 				return err
 			}
