@@ -39,6 +39,7 @@ func TestLayers(t *testing.T) {
 		{"internal/agent", []string{"internal/server", "internal/store"}},
 		{"internal/proto", []string{"internal/server", "internal/agent", "internal/store"}},
 		{"internal/store/sqlite", []string{"internal/server", "internal/agent", "net/http"}},
+		{"internal/store/postgres", []string{"internal/server", "internal/agent", "net/http"}},
 		{"client", []string{"internal/server", "internal/agent", "internal/store"}},
 		{"worker", []string{"internal/server", "internal/agent", "internal/store", "internal/workerpool"}},
 		{"internal/workerpool", []string{"internal/server", "internal/store", "internal/agent"}},
