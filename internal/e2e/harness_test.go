@@ -21,6 +21,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/provision/aws/ec2test"
+	"github.com/nodemgr/nodemgr/internal/store/postgres/pgtest"
 )
 
 var binary string // the nodemgr binary under test
@@ -41,7 +42,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build nodemgr:", err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Run(m) // stops the PostgreSQL server the tests started, if any
 	ec2test.StopMoto()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -65,11 +65,15 @@ var (
 
 // Main runs the tests and then stops the server that NewDatabase started,
 // if any, and drops the templates it made on a server given by EnvURL.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main for a TestMain that has more to do after the tests: it
+// runs them, stops what NewDatabase started, and returns m.Run's code.
+func Run(m *testing.M) int {
 	mainRunning.Store(true)
 	code := m.Run()
 	stopAll()
-	os.Exit(code)
+	return code
 }
 
 // NewDatabase creates an empty database for the test, dropped when the
