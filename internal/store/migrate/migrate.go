@@ -39,9 +39,10 @@ type Report struct {
 	Tables []Table `json:"tables"`
 }
 
-// skipped are tables that are not state: the migration tools' own, and
-// the health probe's scratch row.
-var skipped = map[string]bool{"goose_db_version": true, "goose_lock": true, "sqlite_sequence": true, "health_probe": true}
+// skipped are tables that are not state: the migration tools' own, the
+// health probe's scratch row, and the leader lease (the old server's
+// would keep the new replicas waiting for it to expire).
+var skipped = map[string]bool{"goose_db_version": true, "goose_lock": true, "leases": true, "sqlite_sequence": true, "health_probe": true}
 
 // column is a target column and how to fill it.
 type column struct {
