@@ -9,9 +9,11 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/provision"
 )
 
@@ -29,6 +31,7 @@ type Store interface {
 	Pools
 	Ensembles
 	Stats
+	Leases
 	Close() error
 }
 
@@ -544,4 +547,107 @@ type Pools interface {
 	// DeletePoolEvents forgets a pool's events from before cutoff (a zero
 	// cutoff: all of them).
 	DeletePoolEvents(ctx context.Context, pool string, cutoff time.Time) error
+}
+
+// Lease is a named lease: who holds it, until when, and its term, which
+// grows by one each time the lease changes hands. Replicas of the server
+// elect the one that runs the singleton loops with the lease "leader".
+type Lease struct {
+	Name    string
+	Holder  string // "" once released
+	Term    int64
+	Expires time.Time // zero once released
+}
+
+// Leases elects one holder at a time. Times are the store's clock, as for
+// heartbeats: keep the replicas' clocks in step.
+type Leases interface {
+	// AcquireLease takes the lease when it is free, released or expired
+	// (a takeover: Term+1, even when holder held it before), or renews it
+	// when holder holds it and it is live (Term kept); either way it is
+	// held until now+ttl. A live lease of another holder is
+	// errdefs.ErrConflict, naming who holds it until when. An empty name
+	// or holder, or a ttl <= 0, is errdefs.ErrInvalid.
+	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error)
+	// ReleaseLease gives the lease up if holder holds it, so that another
+	// takes it at once; otherwise it does nothing. The term is kept, so the
+	// next holder's is higher.
+	ReleaseLease(ctx context.Context, name, holder string) error
+	// GetLease reads a lease; one never acquired is errdefs.ErrNotFound.
+	GetLease(ctx context.Context, name string) (Lease, error)
+}
+
+// ErrNotLeader is a fenced write refused because the lease of its fence
+// has another holder or term now: a new leader took over. It is an
+// errdefs.ErrConflict; nothing was written.
+var ErrNotLeader = fmt.Errorf("not the leader: the lease was taken over: %w", errdefs.ErrConflict)
+
+type fenceKey struct{}
+
+// WithFence returns a context whose writes are fenced by l: every write
+// transaction a store runs with it first checks, in the same transaction,
+// that lease l.Name still has l's holder and term, and otherwise fails
+// with ErrNotLeader and writes nothing. A leader passes such a context to
+// its singleton loops, so that a leader that was paused while another took
+// over cannot write what only the leader may.
+func WithFence(ctx context.Context, l Lease) context.Context {
+	return context.WithValue(ctx, fenceKey{}, l)
+}
+
+// FenceFrom returns the fence of ctx, if it has one.
+func FenceFrom(ctx context.Context) (Lease, bool) {
+	l, ok := ctx.Value(fenceKey{}).(Lease)
+	return l, ok
+}
+
+// NotLeader is the error of a write fenced by want that found the lease
+// held as got (a zero got: the lease is gone).
+func NotLeader(want, got Lease) error {
+	holder := got.Holder
+	if holder == "" {
+		holder = "nobody"
+	}
+	return fmt.Errorf("write fenced by lease %s term %d of %s, now term %d of %s: %w",
+		want.Name, want.Term, want.Holder, got.Term, holder, ErrNotLeader)
+}
+
+// Acquire is l as holder's AcquireLease at now makes it: renewed when
+// holder holds it and it is live, taken over (Term+1) when it is free,
+// released or expired, and errdefs.ErrConflict when another holds it live.
+// Both stores decide with it, inside the transaction that locks the row.
+func (l Lease) Acquire(holder string, now time.Time, ttl time.Duration) (Lease, error) {
+	live := l.Holder != "" && now.Before(l.Expires)
+	switch {
+	case live && l.Holder == holder:
+	case live:
+		return l, fmt.Errorf("lease %s is held by %s until %s; try again after it expires: %w",
+			l.Name, l.Holder, l.Expires.UTC().Format(time.RFC3339Nano), errdefs.ErrConflict)
+	default:
+		l.Holder, l.Term = holder, l.Term+1
+	}
+	l.Expires = now.Add(ttl).Round(0).UTC() // as the store reads it back
+	return l, nil
+}
+
+// CheckLeaseArgs refuses what AcquireLease cannot take.
+func CheckLeaseArgs(name, holder string, ttl time.Duration) error {
+	switch {
+	case name == "":
+		return errdefs.Field("name", "a lease needs a name")
+	case holder == "":
+		return errdefs.Field("holder", "a lease needs a holder")
+	case ttl <= 0:
+		return errdefs.Field("ttl", "must be positive, got %s", ttl)
+	}
+	return nil
+}
+
+// Fenced reports whether cur, the lease as a write transaction reads it,
+// still has the holder and term of want, the write's fence; if not, the
+// error is ErrNotLeader.
+func Fenced(want, cur Lease) error {
+	if cur.Holder != want.Holder || cur.Term != want.Term {
+		return NotLeader(want, cur)
+	}
+	return nil
 }

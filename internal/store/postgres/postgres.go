@@ -206,8 +206,13 @@ const planned = pgx.QueryExecModeCacheDescribe
 // re-checks its condition on the row it locked); when PostgreSQL breaks a
 // deadlock between two writers by aborting one, or a serialization
 // conflict aborts it, the aborted one runs again from the start, fn
-// included, after a short random pause.
+// included, after a short random pause. A ctx fenced by a lease
+// (store.WithFence) writes only while the lease has the fence's holder and
+// term (fenced).
 func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	if want, ok := store.FenceFrom(ctx); ok {
+		fn = fenced(ctx, want, fn)
+	}
 	for try := 1; ; try++ {
 		err := pgx.BeginFunc(ctx, s.pool, fn)
 		if err == nil {

@@ -216,11 +216,17 @@ func (s *Store) stmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, 
 	return stmt, classify(err)
 }
 
-// write runs fn in a transaction on the writer connection.
+// write runs fn in a transaction on the writer connection. A ctx fenced
+// by a lease (store.WithFence) writes only while the lease has the fence's
+// holder and term (checkFence).
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return classify(err)
+	}
+	if err := checkFence(ctx, tx); err != nil {
+		tx.Rollback()
+		return err
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()

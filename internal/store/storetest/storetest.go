@@ -169,6 +169,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CancelTask", testCancelTask},
 		{"NodeCurrentSuite", testNodeCurrentSuite},
 		{"Stats", testStats},
+
+		{"LeaseAcquire", testLeaseAcquire}, {"LeaseTakeover", testLeaseTakeover}, {"LeaseExpiredSelf", testLeaseExpiredSelf}, {"LeaseRelease", testLeaseRelease}, {"FencedWrites", testFencedWrites}, {"FenceRace", testFenceRace},
 	}
 	for _, l := range pagedLists() {
 		tests = append(tests, struct {
