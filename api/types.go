@@ -186,4 +186,11 @@ type UserList struct {
 type Health struct {
 	Status  string `json:"status"`
 	Version string `json:"version"`
+	// Replica names the server that answered among those sharing its
+	// store. Leader says whether it runs the singleton loops (the
+	// orchestrator, liveness, ...) now, in Term, which grows each time
+	// leadership moves.
+	Replica string `json:"replica"`
+	Leader  bool   `json:"leader"`
+	Term    int64  `json:"term,omitempty"`
 }

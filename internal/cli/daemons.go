@@ -42,6 +42,8 @@ type serverFlags struct {
 	heartbeatInterval, offlineAfter, confirmTimeout, credentialTTL time.Duration
 	maxTokenTTL                                                    time.Duration
 	suiteCloseAfter, driftInterval                                 time.Duration
+	leaderLease                                                    time.Duration
+	replicaID                                                      string
 	reconnectGrace, retryBackoff, idleSuiteGrace                   time.Duration
 	dockerHost                                                     string
 	awsRegion, awsEndpoint, awsProfile                             string
@@ -79,6 +81,8 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.maxTokenTTL, "max-token-ttl", server.DefaultMaxTokenTTL, "the longest lifetime an API or join token may be given (rotate tokens before they expire)")
 	fl.DurationVar(&f.suiteCloseAfter, "suite-close-after", 180*time.Second, "an Open suite that gets no new task for this long is Closed")
 	fl.DurationVar(&f.driftInterval, "drift-interval", 30*time.Second, "how often provisioned machines are compared with what their providers report")
+	fl.DurationVar(&f.leaderLease, "leader-lease", 10*time.Second, "of the servers sharing a database, the one holding the leader lease runs the orchestrator, liveness and other once-for-all loops; it renews the lease every third of this, and another takes over within about this long after it dies (at once after a clean shutdown)")
+	fl.StringVar(&f.replicaID, "replica-id", "", "this server's name among those sharing a database, as /healthz and the logs show it (default a random r-... per process)")
 	fl.StringVar(&f.dockerHost, "docker-host", "", "Docker engine for the docker provider (default $DOCKER_HOST or the local socket)")
 	fl.StringVar(&f.awsRegion, "aws-region", "", "AWS region for the aws provider (default the standard AWS environment: $AWS_REGION, the shared config)")
 	fl.StringVar(&f.awsEndpoint, "aws-endpoint", "", "EC2 endpoint URL for the aws provider, e.g. an emulator's (default AWS's own)")
@@ -137,6 +141,7 @@ func (f *serverFlags) config() server.Config {
 		OfflineAfter: f.offlineAfter, ConfirmTimeout: f.confirmTimeout, ReconnectGrace: f.reconnectGrace,
 		RetryBackoff: f.retryBackoff, RetryBackoffMax: max(time.Minute, f.retryBackoff), IdleSuiteGrace: f.idleSuiteGrace,
 		CredentialTTL: f.credentialTTL, MaxTokenTTL: f.maxTokenTTL, SuiteCloseAfter: f.suiteCloseAfter, DriftInterval: f.driftInterval,
+		LeaderLease: f.leaderLease, ReplicaID: f.replicaID,
 		ProviderSettings: f.providerSettings(), ExecutorSettings: f.executorSettings(), Version: Version,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
 		AgentServerURL: f.agentServerURL, AgentBinaries: f.agentBinaries,

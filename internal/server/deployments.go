@@ -323,6 +323,11 @@ func (s *Server) failInterrupted(ctx context.Context) {
 		if d.ResourceID != "" {
 			continue // the drift check asks its provider
 		}
+		if !d.CreatedAt.Before(s.started) {
+			// This process may be provisioning it now: the loop starts
+			// again with each term of leadership, not only at start.
+			continue
+		}
 		s.store.UpdateDeployment(ctx, d.ID, func(cur *store.Deployment) error {
 			cur.State, cur.StateReason = api.DeploymentFailed, "the server stopped while provisioning it; destroy and provision again"
 			return nil

@@ -172,7 +172,6 @@ func (s *Server) suiteLoop(ctx context.Context) {
 			s.suiteChanged(ctx, id)
 		}
 		s.completeSuites(ctx)
-		s.dispatch.shares.prune(s.hub.get)
 	}
 }
 

@@ -69,7 +69,6 @@ func (s *Server) livenessLoop(ctx context.Context) {
 	every := min(s.cfg.OfflineAfter/4, 5*time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
-	defer s.live.close()
 	for {
 		select {
 		case <-ctx.Done():

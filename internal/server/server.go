@@ -91,6 +91,15 @@ type Config struct {
 	// BlobRetention is how long a task file no task refers to is kept;
 	// 0: 24h.
 	BlobRetention time.Duration
+
+	// ReplicaID names this server among the replicas that share its
+	// store; default a random one per process (r-...).
+	ReplicaID string
+	// LeaderLease is the TTL of the lease that elects the replica running
+	// the singleton loops; it is renewed every third of it, and another
+	// replica takes over within about this long after the leader stops
+	// without releasing it. Default 10s.
+	LeaderLease time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -163,6 +172,12 @@ func (c *Config) setDefaults() {
 	if c.Version == "" {
 		c.Version = "dev"
 	}
+	if c.ReplicaID == "" {
+		c.ReplicaID = auth.NewID("r-")
+	}
+	if c.LeaderLease == 0 {
+		c.LeaderLease = 10 * time.Second
+	}
 }
 
 func (c *Config) validate() error {
@@ -190,6 +205,9 @@ func (c *Config) validate() error {
 	if c.MaxTokenTTL < time.Hour {
 		return errdefs.Field("max_token_ttl", "must be at least 1h, got %s", c.MaxTokenTTL)
 	}
+	if c.LeaderLease < 30*time.Millisecond {
+		return errdefs.Field("leader_lease", "must be at least 30ms, got %s", c.LeaderLease)
+	}
 	if c.CredentialTTL < 3*c.HeartbeatInterval {
 		// Agents renew at two thirds of the lifetime, checked every heartbeat.
 		return errdefs.Field("credential_ttl", "must be at least three heartbeat intervals (%s), got %s", 3*c.HeartbeatInterval, c.CredentialTTL)
@@ -206,6 +224,7 @@ type Server struct {
 	dispatch  dispatcher
 	health    healthCheck
 	live      liveness
+	leading   leadership
 	started   time.Time       // when Serve began: every node's heartbeat as far as liveness goes
 	life      context.Context // ends when Serve returns; for work that outlives a request
 	providers providers
@@ -310,27 +329,27 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.orch.SetServerURL(s.agentServerURL())
+	// Every replica runs its own chores; the singleton loops run on the
+	// leader only (leader.go).
 	var wg sync.WaitGroup
-	wg.Add(6)
-	go func() { defer wg.Done(); s.orch.Run(ctx) }()
-	go func() { defer wg.Done(); s.guard.reap(ctx) }()
-	go func() { defer wg.Done(); s.hub.flushLoop(ctx) }()
-	go func() { defer wg.Done(); s.livenessLoop(ctx) }()
-	go func() { defer wg.Done(); s.suiteLoop(ctx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); s.blobLoop(ctx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); s.ensembleLoop(ctx) }()
-	go func() { defer wg.Done(); s.driftLoop(ctx) }()
+	wg.Go(func() { s.guard.reap(ctx) })
+	wg.Go(func() { s.hub.flushLoop(ctx) })
+	wg.Go(func() { s.sharesLoop(ctx) })
+	if !s.blobsShared() {
+		wg.Go(func() { s.blobLoop(ctx) })
+	}
+	wg.Go(func() { s.leaderLoop(ctx) })
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	s.log.Info("server listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "tls", s.tls.describe())
+	s.log.Info("server listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "tls", s.tls.describe(),
+		"replica", s.cfg.ReplicaID)
 
 	select {
 	case err := <-errc:
 		cancel()
 		wg.Wait()
+		s.live.close()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -339,6 +358,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.hub.closeAll("server shutting down")
 	_ = srv.Shutdown(shutdownCtx)
 	wg.Wait()
+	s.live.close()
 	s.hub.flush(shutdownCtx) // keep the last heartbeats
 	return nil
 }
