@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlite"
 )
 
 // waitUntil polls cond every 10ms until it holds or wait passes, and fails
@@ -148,4 +152,91 @@ func TestLeadershipMoves(t *testing.T) {
 		// Closed, then Complete at once: it has no task.
 		return err == nil && su.State != api.SuiteOpen, fmt.Sprintf("%s %v", su.State, err)
 	})
+}
+
+// TestHeardElsewhereStaysOnline: a suspect node that this replica holds no
+// session for is not declared offline when the store heard from it since
+// (through another replica's flush); without such a beat it is.
+func TestHeardElsewhereStaysOnline(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		beat  bool
+		after string
+	}{
+		{"beat through another replica", true, api.StatusOnline},
+		{"no beat", false, api.StatusOffline},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, st, _ := newServer(t, "", Config{})
+			ctx := t.Context()
+			long := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+			n, err := st.CreateNode(ctx, store.Node{ID: "n1", Name: "n1", MachineID: "m1", DataDir: "/d",
+				Status: api.StatusOnline, LastHeartbeat: long})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.SetNodeStatus(ctx, n.ID, api.StatusSuspect, "no heartbeat"); err != nil {
+				t.Fatal(err)
+			}
+			if tc.beat {
+				// Older than the suspicion, as a batch flushed late is:
+				// the store keeps the node suspect but records the beat.
+				if err := st.RecordHeartbeats(ctx, []store.Heartbeat{{NodeID: n.ID, At: long.Add(time.Minute), AgentState: api.AgentIdle}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.confirm(ctx, n, long, 50*time.Millisecond, "no heartbeat")
+			if got, _ := st.GetNode(ctx, n.ID); got.Status != tc.after {
+				t.Errorf("status after the check = %s (%s), want %s", got.Status, got.StatusReason, tc.after)
+			}
+		})
+	}
+}
+
+// TestLostConnectionToOneReplica: an agent that moved to another replica
+// (its hello there came before this replica saw its old connection end)
+// is not suspected, nor declared offline, by the replica it left. Two
+// servers share one SQLite file here, as replicas share a database.
+func TestLostConnectionToOneReplica(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{HeartbeatInterval: 10 * time.Minute, OfflineAfter: time.Hour, ReconnectGrace: 200 * time.Millisecond}
+	a, st, admin := newServer(t, dir, cfg)
+	b := secondReplica(t, dir, cfg)
+	urlA, urlB := serve(t, a), serve(t, b)
+	hs := httptest.NewServer(a.Handler())
+	t.Cleanup(hs.Close)
+	ts := &testServer{Server: a, http: hs, admin: admin}
+	id, cred := ts.nodeNamed(t, "mover")
+
+	old := fakeAgent(t, urlA, cred)
+	time.Sleep(10 * time.Millisecond) // the hellos' times differ
+	moved := fakeAgent(t, urlB, cred)
+	defer moved.CloseNow()
+	old.CloseNow() // A sees its connection end without a goodbye
+
+	time.Sleep(cfg.ReconnectGrace + 300*time.Millisecond)
+	n, err := st.GetNode(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Status != api.StatusOnline {
+		t.Errorf("node connected to replica B is %s (%s), want online", n.Status, n.StatusReason)
+	}
+}
+
+// secondReplica is another server on the SQLite file in dir.
+func secondReplica(t *testing.T, dir string, cfg Config) *Server {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cfg.DataDir = filepath.Join(dir, "b")
+	s, err := New(cfg, st, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -98,7 +98,7 @@ func (s *Server) livenessLoop(ctx context.Context) {
 			reason := fmt.Sprintf("no heartbeat for %s; confirming", now.Sub(since).Round(time.Second))
 			s.live.startCheck(n.ID, func() {
 				if s.suspect(ctx, n, reason) {
-					s.confirm(ctx, n, s.cfg.ConfirmTimeout, fmt.Sprintf("no heartbeat since %s", since.Format(time.RFC3339)))
+					s.confirm(ctx, n, n.LastHeartbeat, s.cfg.ConfirmTimeout, fmt.Sprintf("no heartbeat since %s", since.Format(time.RFC3339)))
 				}
 			})
 		}
@@ -106,8 +106,9 @@ func (s *Server) livenessLoop(ctx context.Context) {
 }
 
 // connectionLost starts the check of a node whose connection ended without
-// a goodbye: it has ReconnectGrace to come back.
-func (s *Server) connectionLost(ctx context.Context, nodeID string) {
+// a goodbye: it has ReconnectGrace to come back. heard is the last beat
+// the lost connection carried.
+func (s *Server) connectionLost(ctx context.Context, nodeID string, heard time.Time) {
 	s.live.startCheck(nodeID, func() {
 		n, err := s.getNodeRetrying(ctx, nodeID)
 		if err != nil {
@@ -116,10 +117,15 @@ func (s *Server) connectionLost(ctx context.Context, nodeID string) {
 			}
 			return
 		}
+		if n.LastHeartbeat.After(heard) {
+			// It said hello to another replica before this one saw its
+			// connection here end.
+			return
+		}
 		reason := fmt.Sprintf("connection lost; waiting %s for the agent to reconnect", s.cfg.ReconnectGrace)
 		s.log.Info("agent connection lost; waiting for it to reconnect", "node", n.ID, "name", n.Name, "grace", s.cfg.ReconnectGrace)
 		if s.suspect(ctx, n, reason) {
-			s.confirm(ctx, n, s.cfg.ReconnectGrace, "connection lost at "+time.Now().UTC().Format(time.RFC3339))
+			s.confirm(ctx, n, heard, s.cfg.ReconnectGrace, "connection lost at "+time.Now().UTC().Format(time.RFC3339))
 		}
 	})
 }
@@ -157,16 +163,20 @@ func (s *Server) suspect(ctx context.Context, n store.Node, reason string) bool 
 
 // confirm decides a suspect node's fate: it waits up to wait for the node
 // to have a session, and a session it finds must answer a ping within
-// ConfirmTimeout. A node that does neither is offline.
-func (s *Server) confirm(ctx context.Context, n store.Node, wait time.Duration, why string) {
+// ConfirmTimeout. A node that does neither is offline, unless it never had
+// a session here and the store heard from it after heard (what this
+// replica last heard): its agent is connected to another replica.
+func (s *Server) confirm(ctx context.Context, n store.Node, heard time.Time, wait time.Duration, why string) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var lastErr error
+	sawSession := false
 	for {
 		sess := s.hub.waitSession(wctx, n.ID)
 		if sess == nil {
 			break
 		}
+		sawSession = true
 		if err := s.ping(ctx, sess); err == nil {
 			if changed, _ := s.store.SetNodeStatus(ctx, n.ID, api.StatusOnline, "", api.StatusSuspect); changed {
 				s.metrics.confirmedAlive.Inc()
@@ -187,6 +197,9 @@ func (s *Server) confirm(ctx context.Context, n store.Node, wait time.Duration, 
 	if ctx.Err() != nil {
 		return // server shutting down: decide nothing
 	}
+	if !sawSession && s.heardElsewhere(ctx, n, heard) {
+		return
+	}
 	s.hub.forgetBeat(n.ID)
 	reason := fmt.Sprintf("%s; not back within %s", why, wait)
 	if lastErr != nil {
@@ -197,6 +210,22 @@ func (s *Server) confirm(ctx context.Context, n store.Node, wait time.Duration, 
 		s.log.Warn("node offline", "node", n.ID, "name", n.Name, "reason", reason)
 		s.reclaim(ctx, n.ID, "node offline")
 	}
+}
+
+// heardElsewhere reports whether the store heard from the node after
+// heard, through another replica (this one holds no session for it: its
+// hub sees only its own agents), and then puts it back online if it is
+// still suspect. Its heartbeats reach the store, not this hub.
+func (s *Server) heardElsewhere(ctx context.Context, n store.Node, heard time.Time) bool {
+	cur, err := s.store.GetNode(ctx, n.ID)
+	if err != nil || !cur.LastHeartbeat.After(heard) {
+		return false
+	}
+	if changed, _ := s.store.SetNodeStatus(ctx, n.ID, api.StatusOnline, "", api.StatusSuspect); changed {
+		s.log.Info("suspect node is heard from through another replica; online", "node", n.ID, "name", n.Name,
+			"last_heartbeat", cur.LastHeartbeat)
+	}
+	return true
 }
 
 // ping asks a session's agent to answer within ConfirmTimeout, and counts
