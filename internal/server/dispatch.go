@@ -86,29 +86,22 @@ func (s *Server) suiteChanged(ctx context.Context, suiteID string) {
 // wakeSuite wakes the agents, but the one of node except, that are idle or
 // run the suite.
 func (s *Server) wakeSuite(suiteID, except string) {
-	for _, sess := range s.hub.all() {
-		state, suite := sess.work()
-		if sess.nodeID == except || state != api.AgentIdle && suite != suiteID {
-			continue
-		}
-		go func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			sess.peer.Call(cctx, api.MethodWake, api.SuiteRef{SuiteID: suiteID}, nil)
-		}()
-	}
+	s.wakeLocal(suiteID, except)
+	s.signalWake(suiteID) // and the agents connected to other servers
 }
 
 // wakeNode asks one node's agent to look for work again (its tags or
 // groups changed, so other suites may fit it now).
 func (s *Server) wakeNode(nodeID string) {
-	if sess := s.hub.get(nodeID); sess != nil {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			sess.peer.Call(ctx, api.MethodWake, api.SuiteRef{}, nil)
-		}()
+	sess := s.hub.get(nodeID)
+	if sess == nil { // connected to another server, or none: it looks on connect
+		return
 	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		sess.peer.Call(ctx, api.MethodWake, api.SuiteRef{}, nil)
+	}()
 }
 
 // tellSuiteCancelled tells every node working on the suite to stop it.
@@ -142,11 +135,8 @@ func (s *Server) reclaim(ctx context.Context, nodeID, why string, keep ...string
 	}
 	if n > 0 {
 		s.log.Info("tasks returned to the queue", "node", nodeID, "tasks", n, "why", why)
-		for _, sess := range s.hub.all() {
-			if st, _ := sess.work(); st == api.AgentIdle {
-				go sess.peer.Call(context.Background(), api.MethodWake, api.SuiteRef{}, nil)
-			}
-		}
+		s.wakeLocal("", "")
+		s.signalWake("")
 	}
 }
 

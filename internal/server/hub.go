@@ -258,6 +258,8 @@ func (h *hub) notify(ctx context.Context, nodeID, method string, body []byte) er
 	}
 	if sess := h.get(nodeID); sess != nil {
 		sess.wake()
+	} else {
+		h.s.signalOutbox(nodeID) // its session may be on another server
 	}
 	return nil
 }

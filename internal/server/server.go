@@ -221,6 +221,7 @@ type Server struct {
 	store     store.Store
 	log       *slog.Logger
 	hub       *hub
+	signals   *signaller // to and from the other servers on the store
 	dispatch  dispatcher
 	health    healthCheck
 	live      liveness
@@ -267,6 +268,7 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	}
 	s.metrics = newMetrics(s)
 	s.hub = newHub(s)
+	s.signals = newSignaller(st)
 	if err := s.newOrchestrator(); err != nil {
 		return nil, err
 	}
@@ -334,6 +336,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.guard.reap(ctx) })
 	wg.Go(func() { s.hub.flushLoop(ctx) })
+	wg.Go(func() { s.signalLoop(ctx) })
 	wg.Go(func() { s.sharesLoop(ctx) })
 	if !s.blobsShared() {
 		wg.Go(func() { s.blobLoop(ctx) })

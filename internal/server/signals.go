@@ -1,0 +1,141 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/backoff"
+	"github.com/nodemgr/nodemgr/internal/store"
+)
+
+// Servers that share a store (PostgreSQL) each hold the sessions of the
+// agents connected to them. What one server does for an agent connected
+// to another travels as a signal (store.Signals):
+//
+//   - outboxChannel, payload a node ID: a notification was enqueued for
+//     that node; the server holding its session sends its outbox;
+//   - wakeChannel, payload "SENDER SUITE": tasks of the suite may be
+//     taken; every other server wakes its agents that are idle or run it
+//     (SUITE empty: its idle agents), as the sender did its own.
+//
+// A server that starts listening, or listens again after its connection
+// dropped, may have missed signals: it sends every outbox it holds and
+// wakes its idle agents. A store without Signals (SQLite) has one server,
+// and none of this runs.
+const (
+	outboxChannel = "nodemgr_outbox"
+	wakeChannel   = "nodemgr_wake"
+)
+
+// signaller sends signals and hears other servers'.
+type signaller struct {
+	sig store.Signals // nil with one server
+	id  string        // this server's, to skip its own wake signals
+
+	mu     sync.Mutex
+	recent map[string]time.Time // channel+payload → last sent (debounce)
+}
+
+// signalDebounce drops a signal equal to one sent this recently: a burst
+// of submissions to one suite wakes the other servers once.
+const signalDebounce = 50 * time.Millisecond
+
+func newSignaller(st store.Store) *signaller {
+	sig, _ := st.(store.Signals)
+	return &signaller{sig: sig, id: auth.NewID("r-"), recent: map[string]time.Time{}}
+}
+
+// send signals in the background, unless the same went out just now.
+func (g *signaller) send(channel, payload string) {
+	if g.sig == nil {
+		return
+	}
+	key := channel + "\x00" + payload
+	now := time.Now()
+	g.mu.Lock()
+	if now.Sub(g.recent[key]) < signalDebounce {
+		g.mu.Unlock()
+		return
+	}
+	g.recent[key] = now
+	if len(g.recent) > 10_000 {
+		clear(g.recent)
+	}
+	g.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		g.sig.Signal(ctx, channel, payload) // a hint: a lost one is made good by the next
+	}()
+}
+
+// signalOutbox tells the server holding node's session to send its outbox.
+func (s *Server) signalOutbox(nodeID string) { s.signals.send(outboxChannel, nodeID) }
+
+// signalWake tells the other servers to wake their agents for the suite.
+func (s *Server) signalWake(suiteID string) {
+	s.signals.send(wakeChannel, s.signals.id+" "+suiteID)
+}
+
+// signalLoop hears other servers' signals until ctx ends.
+func (s *Server) signalLoop(ctx context.Context) {
+	if s.signals.sig == nil {
+		return
+	}
+	bo := &backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for {
+		err := s.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel}, s.heard)
+		if ctx.Err() != nil {
+			return
+		}
+		d := bo.Next()
+		s.log.Warn("listening for other servers' signals failed; listening again", "err", err, "in", d)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+// heard acts on one signal.
+func (s *Server) heard(channel, payload string) {
+	switch channel {
+	case outboxChannel:
+		if payload == "" { // maybe missed some: send every outbox held here
+			for _, sess := range s.hub.all() {
+				sess.wake()
+			}
+			return
+		}
+		if sess := s.hub.get(payload); sess != nil {
+			sess.wake()
+		}
+	case wakeChannel:
+		from, suite, _ := strings.Cut(payload, " ")
+		if payload != "" && from == s.signals.id {
+			return // its own: its agents were woken when it was sent
+		}
+		s.wakeLocal(suite, "")
+	}
+}
+
+// wakeLocal wakes the agents connected here, but the one of node except,
+// that are idle or run the suite (any suite: only the idle ones).
+func (s *Server) wakeLocal(suiteID, except string) {
+	for _, sess := range s.hub.all() {
+		state, suite := sess.work()
+		if sess.nodeID == except || state != api.AgentIdle && (suiteID == "" || suite != suiteID) {
+			continue
+		}
+		go func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			sess.peer.Call(cctx, api.MethodWake, api.SuiteRef{SuiteID: suiteID}, nil)
+		}()
+	}
+}
