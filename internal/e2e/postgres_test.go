@@ -2,6 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -58,4 +62,77 @@ func TestMigrateStoreThenServeFromPostgres(t *testing.T) {
 	if su := waitSuite(t, s, "after", api.SuiteComplete, time.Minute); su.Counts.Finished != 2 {
 		t.Errorf("a suite on PostgreSQL: %+v, want 2 finished", su.Counts)
 	}
+}
+
+// startReplica starts another server on s's database and data dir (the
+// admin token is the same), on an address of its own.
+func startReplica(t *testing.T, s *server) *server {
+	t.Helper()
+	r := &server{addr: freeAddr(t), dataDir: s.dataDir, token: s.token}
+	r.args = slices.Clone(s.args)
+	for i, a := range r.args {
+		if a == "--listen" {
+			r.args[i+1] = r.addr
+		}
+	}
+	r.restart(t)
+	return r
+}
+
+// TestTwoServersShareOnePostgres: two servers on one database, an agent
+// connected to each. A suite submitted through the first runs on both
+// agents (the second server hears the wake), a tag set through the first
+// reaches the agent of the second (its outbox is signalled), and a
+// cancel through the second stops the tasks on both.
+func TestTwoServersShareOnePostgres(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	s1 := startServer(t, "--db", url)
+	s2 := startReplica(t, s1)
+	startAgent(t, s1, "on-one")
+	agentTwo := startAgent(t, s2, "on-two")
+	one := waitStatus(t, s1, "on-one", api.StatusOnline, 20*time.Second)
+	two := waitStatus(t, s1, "on-two", api.StatusOnline, 20*time.Second)
+
+	createSuite(t, s1, api.SuiteSpec{Name: "shared", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, TaskPrefetchCount: prefetch(0)}})
+	submit(t, s1, "shared", slices.Repeat([]api.TaskSpec{sh("sleep 0.3")}, 12))
+	s1.client().CloseSuite(context.Background(), "shared")
+	waitSuite(t, s1, "shared", api.SuiteComplete, time.Minute)
+	ran := map[string]int{}
+	for _, tk := range allTasks(t, s1, "shared") {
+		if tk.Result != nil {
+			ran[tk.Result.NodeID]++
+		}
+	}
+	if ran[one.ID] == 0 || ran[two.ID] == 0 || ran[one.ID]+ran[two.ID] != 12 {
+		t.Errorf("tasks ran %v on (%s, %s); want all 12, on both agents", ran, one.ID, two.ID)
+	}
+
+	// A tag set through the first server reaches the agent of the second
+	// at once (its outbox is signalled), not at its next reconnect.
+	if _, _, code := s1.run(t, "node", "tag", "on-two", "--add", "via-one"); code != 0 {
+		t.Fatal("node tag through the first server failed")
+	}
+	waitFor(t, 5*time.Second, "the agent on the second server to receive the tag", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(agentTwo.dataDir, "agent.json"))
+		var st struct {
+			Tags []string `json:"tags"`
+		}
+		json.Unmarshal(b, &st)
+		return err == nil && slices.Contains(st.Tags, "via-one"), string(b)
+	})
+
+	createSuite(t, s1, api.SuiteSpec{Name: "long", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, TaskPrefetchCount: prefetch(0)}})
+	submit(t, s1, "long", slices.Repeat([]api.TaskSpec{sh("sleep 60")}, 4))
+	waitFor(t, 30*time.Second, "a long task running on each agent", func() (bool, string) {
+		su, err := s1.client().Suite(context.Background(), "long")
+		return err == nil && su.Counts.Running == 2, fmt.Sprint(su.Counts, err)
+	})
+	if _, err := s2.client().CancelSuite(context.Background(), "long"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "both agents idle after the cancel", func() (bool, string) {
+		a, _ := nodeByName(t, s1, "on-one")
+		b, _ := nodeByName(t, s1, "on-two")
+		return a.AgentState == api.AgentIdle && b.AgentState == api.AgentIdle, a.AgentState + " " + b.AgentState
+	})
 }

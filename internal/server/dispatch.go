@@ -124,6 +124,23 @@ func (s *Server) tellSuiteCancelled(ctx context.Context, suiteID string) {
 			s.log.Warn("tell node to stop suite", "suite", suiteID, "node", n.ID, "err", err)
 		}
 	}
+	// The store's current suite of a node connected to another server
+	// lags by up to a heartbeat flush: that server checks its own.
+	s.signals.sendFrom(cancelChannel, suiteID)
+}
+
+// tellLocalCancelled tells the agents connected here that run the suite
+// to stop it (another server cancelled it).
+func (s *Server) tellLocalCancelled(ctx context.Context, suiteID string) {
+	body, _ := jsonBody(api.SuiteRef{SuiteID: suiteID})
+	for _, sess := range s.hub.all() {
+		if _, current := sess.work(); current != suiteID {
+			continue
+		}
+		if err := s.hub.notify(ctx, sess.nodeID, api.NotifySuiteCancelled, body); err != nil {
+			s.log.Warn("tell node to stop suite", "suite", suiteID, "node", sess.nodeID, "err", err)
+		}
+	}
 }
 
 // reclaim gives a node's running tasks back to the queue.

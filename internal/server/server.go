@@ -268,7 +268,7 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	}
 	s.metrics = newMetrics(s)
 	s.hub = newHub(s)
-	s.signals = newSignaller(st)
+	s.signals = newSignaller(st, cfg.ReplicaID)
 	if err := s.newOrchestrator(); err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/backoff"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
@@ -20,7 +19,10 @@ import (
 //     that node; the server holding its session sends its outbox;
 //   - wakeChannel, payload "SENDER SUITE": tasks of the suite may be
 //     taken; every other server wakes its agents that are idle or run it
-//     (SUITE empty: its idle agents), as the sender did its own.
+//     (SUITE empty: its idle agents), as the sender did its own;
+//   - cancelChannel, payload "SENDER SUITE": the suite was cancelled;
+//     every other server tells its agents that run it to stop (the
+//     store's note of what a node runs lags by a heartbeat flush).
 //
 // A server that starts listening, or listens again after its connection
 // dropped, may have missed signals: it sends every outbox it holds and
@@ -29,12 +31,13 @@ import (
 const (
 	outboxChannel = "nodemgr_outbox"
 	wakeChannel   = "nodemgr_wake"
+	cancelChannel = "nodemgr_cancel"
 )
 
 // signaller sends signals and hears other servers'.
 type signaller struct {
 	sig store.Signals // nil with one server
-	id  string        // this server's, to skip its own wake signals
+	id  string        // this server's replica ID, to skip its own signals
 
 	mu     sync.Mutex
 	recent map[string]time.Time // channel+payload → last sent (debounce)
@@ -44,9 +47,9 @@ type signaller struct {
 // of submissions to one suite wakes the other servers once.
 const signalDebounce = 50 * time.Millisecond
 
-func newSignaller(st store.Store) *signaller {
+func newSignaller(st store.Store, replicaID string) *signaller {
 	sig, _ := st.(store.Signals)
-	return &signaller{sig: sig, id: auth.NewID("r-"), recent: map[string]time.Time{}}
+	return &signaller{sig: sig, id: replicaID, recent: map[string]time.Time{}}
 }
 
 // send signals in the background, unless the same went out just now.
@@ -76,10 +79,12 @@ func (g *signaller) send(channel, payload string) {
 // signalOutbox tells the server holding node's session to send its outbox.
 func (s *Server) signalOutbox(nodeID string) { s.signals.send(outboxChannel, nodeID) }
 
+// sendFrom signals payload with this server's id before it, so that the
+// others act on it and this one skips its own.
+func (g *signaller) sendFrom(channel, payload string) { g.send(channel, g.id+" "+payload) }
+
 // signalWake tells the other servers to wake their agents for the suite.
-func (s *Server) signalWake(suiteID string) {
-	s.signals.send(wakeChannel, s.signals.id+" "+suiteID)
-}
+func (s *Server) signalWake(suiteID string) { s.signals.sendFrom(wakeChannel, suiteID) }
 
 // signalLoop hears other servers' signals until ctx ends.
 func (s *Server) signalLoop(ctx context.Context) {
@@ -88,7 +93,7 @@ func (s *Server) signalLoop(ctx context.Context) {
 	}
 	bo := &backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
-		err := s.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel}, s.heard)
+		err := s.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel, cancelChannel}, s.heard)
 		if ctx.Err() != nil {
 			return
 		}
@@ -121,6 +126,14 @@ func (s *Server) heard(channel, payload string) {
 			return // its own: its agents were woken when it was sent
 		}
 		s.wakeLocal(suite, "")
+	case cancelChannel:
+		from, suite, _ := strings.Cut(payload, " ")
+		if payload == "" || from == s.signals.id {
+			return // a missed cancel shows at the agent's next fetch, which is refused
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.tellLocalCancelled(ctx, suite)
 	}
 }
 
