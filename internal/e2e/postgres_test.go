@@ -121,6 +121,15 @@ func TestTwoServersShareOnePostgres(t *testing.T) {
 		return err == nil && slices.Contains(st.Tags, "via-one"), string(b)
 	})
 
+	// A call to the local API of an agent connected to the other server
+	// is relayed there, answers and errors alike.
+	if out, stderr, code := s1.run(t, "service", "ls", "on-two"); code != 0 {
+		t.Errorf("service ls on-two through the first server: exit %d\n%s%s; want the list relayed from the second", code, out, stderr)
+	}
+	if _, stderr, code := s1.run(t, "artifact", "show", "on-two", "acme:none:1"); code == 0 || !strings.Contains(stderr, "not installed") && !strings.Contains(stderr, "not found") {
+		t.Errorf("artifact show of a missing artifact through the first server: exit %d, %q; want the agent's not-found, relayed", code, stderr)
+	}
+
 	createSuite(t, s1, api.SuiteSpec{Name: "long", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, TaskPrefetchCount: prefetch(0)}})
 	submit(t, s1, "long", slices.Repeat([]api.TaskSpec{sh("sleep 60")}, 4))
 	waitFor(t, 30*time.Second, "a long task running on each agent", func() (bool, string) {

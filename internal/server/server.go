@@ -222,6 +222,7 @@ type Server struct {
 	log       *slog.Logger
 	hub       *hub
 	signals   *signaller // to and from the other servers on the store
+	relayWait relayWaiters
 	dispatch  dispatcher
 	health    healthCheck
 	live      liveness

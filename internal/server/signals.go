@@ -22,7 +22,9 @@ import (
 //     (SUITE empty: its idle agents), as the sender did its own;
 //   - cancelChannel, payload "SENDER SUITE": the suite was cancelled;
 //     every other server tells its agents that run it to stop (the
-//     store's note of what a node runs lags by a heartbeat flush).
+//     store's note of what a node runs lags by a heartbeat flush);
+//   - relayChannel: calls to an agent's local API made elsewhere
+//     (relay.go).
 //
 // A server that starts listening, or listens again after its connection
 // dropped, may have missed signals: it sends every outbox it holds and
@@ -93,7 +95,7 @@ func (s *Server) signalLoop(ctx context.Context) {
 	}
 	bo := &backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
-		err := s.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel, cancelChannel}, s.heard)
+		err := s.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel, cancelChannel, relayChannel}, s.heard)
 		if ctx.Err() != nil {
 			return
 		}
@@ -126,6 +128,8 @@ func (s *Server) heard(channel, payload string) {
 			return // its own: its agents were woken when it was sent
 		}
 		s.wakeLocal(suite, "")
+	case relayChannel:
+		s.heardRelay(payload)
 	case cancelChannel:
 		from, suite, _ := strings.Cut(payload, " ")
 		if payload == "" || from == s.signals.id {

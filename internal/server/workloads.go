@@ -93,6 +93,9 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, n store.Node, req
 // callLocal sends req to node n's local API over its session.
 func (s *Server) callLocal(ctx context.Context, n store.Node, req api.LocalRequest, timeout time.Duration) (api.LocalResponse, error) {
 	sess := s.hub.get(n.ID)
+	if sess == nil && s.relayed() && n.Status != api.StatusOffline {
+		return s.relayCall(ctx, n, req, timeout) // its agent may be connected to another server
+	}
 	if sess == nil {
 		return api.LocalResponse{}, fmt.Errorf("node %s is not connected (%s); start its agent, or wait for it to reconnect: %w", n.Name, n.Status, errdefs.ErrUnavailable)
 	}
