@@ -46,7 +46,7 @@ type Node struct {
 	AgentState    string            `json:"agent_state,omitempty"` // none while offline
 	AgentVersion  string            `json:"agent_version"`
 	CurrentSuite  string            `json:"current_suite,omitempty"`
-	Connected     bool              `json:"connected"`
+	Connected     bool              `json:"connected"` // to this server, or to another on its database
 	LastHeartbeat *time.Time        `json:"last_heartbeat,omitempty"`
 	// Presence is what the agent publishes about itself while it is
 	// connected: services, artifacts, where its local API listens.

@@ -121,6 +121,15 @@ func TestTwoServersShareOnePostgres(t *testing.T) {
 		return err == nil && slices.Contains(st.Tags, "via-one"), string(b)
 	})
 
+	// Each server shows both agents connected.
+	for _, srv := range []*server{s1, s2} {
+		for _, name := range []string{"on-one", "on-two"} {
+			if n, _ := nodeByName(t, srv, name); !n.Connected {
+				t.Errorf("node %s through server %s: connected false; want true (its agent is connected to one of the two)", name, srv.addr)
+			}
+		}
+	}
+
 	// A call to the local API of an agent connected to the other server
 	// is relayed there, answers and errors alike.
 	if out, stderr, code := s1.run(t, "service", "ls", "on-two"); code != 0 {

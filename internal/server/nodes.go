@@ -40,6 +40,9 @@ func (s *Server) apiNode(n store.Node) api.Node {
 		Status: n.Status, StatusReason: n.StatusReason, AgentState: n.AgentState,
 		AgentVersion: n.AgentVersion, CurrentSuite: n.CurrentSuite, RegisteredAt: n.RegisteredAt, UpdatedAt: n.UpdatedAt,
 	}
+	if s.connectedElsewhere(n) && s.hub.get(n.ID) == nil {
+		out.Connected = true // to another server on the store
+	}
 	if sess := s.hub.get(n.ID); sess != nil {
 		out.Connected = true
 		out.Presence = sess.presence.Load()

@@ -111,19 +111,32 @@ func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
 func (c cluster) NodeState(ctx context.Context, nodeID string) (orchestrate.NodeState, error) {
 	s := c.s
 	var st orchestrate.NodeState
-	if _, err := s.store.GetNode(ctx, nodeID); err != nil {
+	n, err := s.store.GetNode(ctx, nodeID)
+	if err != nil {
 		return st, err
 	}
-	sess := s.hub.get(nodeID)
-	if sess == nil {
-		return st, nil
-	}
-	st.Connected = true
-	if n := sess.lastWork.Load(); n != 0 {
-		st.LastWork = time.Unix(0, n)
-	}
-	if state, cur := sess.work(); cur != "" && state != api.AgentIdle {
-		st.Busy = true
+	if sess := s.hub.get(nodeID); sess != nil {
+		st.Connected = true
+		if n := sess.lastWork.Load(); n != 0 {
+			st.LastWork = time.Unix(0, n)
+		}
+		if state, cur := sess.work(); cur != "" && state != api.AgentIdle {
+			st.Busy = true
+			return st, nil
+		}
+	} else if s.connectedElsewhere(n) {
+		// Its heartbeats, written by the server holding its session, say
+		// what it does (a flush late).
+		st.Connected = true
+		if n.CurrentSuite != "" && n.AgentState != api.AgentIdle {
+			s.remoteWork.Store(nodeID, n.LastHeartbeat)
+			st.Busy = true
+			return st, nil
+		}
+		if t, ok := s.remoteWork.Load(nodeID); ok {
+			st.LastWork = t.(time.Time)
+		}
+	} else {
 		return st, nil
 	}
 	if cs, err := s.store.ListContainers(ctx, store.ContainerFilter{NodeID: nodeID, Live: true, Page: store.Page{Limit: 1}}); err == nil && len(cs) > 0 {
@@ -141,6 +154,13 @@ func (c cluster) NodeState(ctx context.Context, nodeID string) (orchestrate.Node
 		}
 	}
 	return st, nil
+}
+
+// connectedElsewhere reports whether a node this server holds no session
+// for is online and heard from lately: its agent is connected to another
+// server on the store, which writes its heartbeats a flush late.
+func (s *Server) connectedElsewhere(n store.Node) bool {
+	return s.relayed() && n.Status == api.StatusOnline && time.Since(n.LastHeartbeat) < s.cfg.OfflineAfter+2*s.cfg.FlushInterval
 }
 
 func (c cluster) DrainNode(ctx context.Context, nodeID string) error {

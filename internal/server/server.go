@@ -223,17 +223,20 @@ type Server struct {
 	hub       *hub
 	signals   *signaller // to and from the other servers on the store
 	relayWait relayWaiters
-	dispatch  dispatcher
-	health    healthCheck
-	live      liveness
-	leading   leadership
-	started   time.Time       // when Serve began: every node's heartbeat as far as liveness goes
-	life      context.Context // ends when Serve returns; for work that outlives a request
-	providers providers
-	executors executors
-	orch      *orchestrate.Orchestrator // nil until Serve
-	metrics   *metrics
-	handler   http.Handler
+	// remoteWork is when agents connected to other servers were last seen
+	// working, as the leader's orchestrator read it (their idle time).
+	remoteWork sync.Map
+	dispatch   dispatcher
+	health     healthCheck
+	live       liveness
+	leading    leadership
+	started    time.Time       // when Serve began: every node's heartbeat as far as liveness goes
+	life       context.Context // ends when Serve returns; for work that outlives a request
+	providers  providers
+	executors  executors
+	orch       *orchestrate.Orchestrator // nil until Serve
+	metrics    *metrics
+	handler    http.Handler
 
 	mu       sync.Mutex
 	listener net.Listener
