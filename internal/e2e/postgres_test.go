@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/store/postgres/pgtest"
 )
 
@@ -152,5 +153,117 @@ func TestTwoServersShareOnePostgres(t *testing.T) {
 		a, _ := nodeByName(t, s1, "on-one")
 		b, _ := nodeByName(t, s1, "on-two")
 		return a.AgentState == api.AgentIdle && b.AgentState == api.AgentIdle, a.AgentState + " " + b.AgentState
+	})
+}
+
+// health asks one server how it is, leader or not.
+func health(t *testing.T, s *server) (api.Health, error) {
+	t.Helper()
+	return client.New(s.addr, "").Health(context.Background())
+}
+
+// leaders lists the servers that say they lead.
+func leaders(t *testing.T, servers ...*server) []*server {
+	t.Helper()
+	var out []*server
+	for _, s := range servers {
+		if h, err := health(t, s); err == nil && h.Leader {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestReplicasLoseNothingWhenTheLeaderIsKilled: three servers on one
+// database, two agents on different servers each given all three URLs, a
+// suite of 3,000 tasks that each append their name to a file. Mid-suite
+// the leader is killed with SIGKILL: another leads within the lease and a
+// renewal, the agent that was on it fails over, and the suite completes
+// with every task run exactly once. Then the new leader is stopped with
+// SIGSTOP past its lease: another takes over, and when it continues it
+// follows, so one server leads.
+func TestReplicasLoseNothingWhenTheLeaderIsKilled(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	s1 := startServer(t, "--db", url, "--leader-lease", "1s")
+	waitFor(t, 10*time.Second, "the first server to lead", func() (bool, string) { return len(leaders(t, s1)) == 1, "" })
+	s2, s3 := startReplica(t, s1), startReplica(t, s1)
+	urls := func(first ...*server) string {
+		var u []string
+		for _, s := range first {
+			u = append(u, s.url())
+		}
+		return strings.Join(u, ",")
+	}
+	startAgent(t, s1, "ra", "--server", urls(s1, s2, s3))
+	startAgent(t, s2, "rb", "--server", urls(s2, s3, s1))
+	waitStatus(t, s2, "ra", api.StatusOnline, 20*time.Second)
+	waitStatus(t, s2, "rb", api.StatusOnline, 20*time.Second)
+
+	const n = 5000
+	ran := filepath.Join(t.TempDir(), "ran")
+	tasks := make([]api.TaskSpec, n)
+	for i := range tasks {
+		tasks[i] = api.TaskSpec{Argv: []string{"sh", "-c", `echo "$T" >> ` + ran}, Env: map[string]string{"T": fmt.Sprint("t", i)}}
+	}
+	createSuite(t, s2, api.SuiteSpec{Name: "big", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2}})
+	submit(t, s2, "big", tasks)
+	s2.client().CloseSuite(context.Background(), "big")
+	waitFor(t, 2*time.Minute, "a third of the suite done", func() (bool, string) {
+		su, err := s2.client().Suite(context.Background(), "big")
+		return err == nil && su.Counts.Finished >= n/3, fmt.Sprint(su.Counts, err)
+	})
+
+	killed := time.Now()
+	s1.signal(syscall.SIGKILL)
+	s1.wait(10 * time.Second)
+	waitFor(t, 10*time.Second, "another server to lead", func() (bool, string) { return len(leaders(t, s2, s3)) == 1, "" })
+	took := time.Since(killed)
+	if took > 1*time.Second+time.Second/3+2*time.Second {
+		t.Errorf("a new leader after %v; want within the 1s lease and a renewal (and the polling)", took)
+	}
+	done, _ := s2.client().Suite(context.Background(), "big")
+	t.Logf("leader killed with %d of %d tasks finished; a new leader after %v", done.Counts.Finished, n, took.Round(time.Millisecond))
+	su := waitSuite(t, s2, "big", api.SuiteComplete, 3*time.Minute)
+	if su.Counts.Finished != n || su.Counts.Failed != 0 || su.Counts.Cancelled != 0 {
+		t.Errorf("suite after the leader's kill: %+v; want all %d finished", su.Counts, n)
+	}
+	b, err := os.ReadFile(ran)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Fields(string(b))
+	seen := map[string]int{}
+	for _, l := range lines {
+		seen[l]++
+	}
+	dups := 0
+	for _, c := range seen {
+		if c > 1 {
+			dups++
+		}
+	}
+	t.Logf("%d lines in the file, %d distinct tasks", len(lines), len(seen))
+	if len(seen) != n || dups != 0 {
+		t.Errorf("%d lines, %d distinct tasks ran, %d ran more than once; want each of the %d exactly once", len(lines), len(seen), dups, n)
+	}
+
+	// SIGSTOP the leader past its lease: another takes over; continued,
+	// it follows.
+	lead := leaders(t, s2, s3)[0]
+	other := s2
+	if lead == s2 {
+		other = s3
+	}
+	lead.signal(syscall.SIGSTOP)
+	stopped := time.Now()
+	waitFor(t, 10*time.Second, "the other server to lead while the leader is stopped", func() (bool, string) {
+		h, err := health(t, other)
+		return err == nil && h.Leader, fmt.Sprint(h, err)
+	})
+	t.Logf("leader stopped; the other leads after %v", time.Since(stopped).Round(time.Millisecond))
+	lead.signal(syscall.SIGCONT)
+	waitFor(t, 10*time.Second, "one leader after the stopped one continues", func() (bool, string) {
+		h, err := health(t, lead)
+		return err == nil && !h.Leader && len(leaders(t, s2, s3)) == 1, fmt.Sprint(h, err)
 	})
 }
