@@ -181,7 +181,8 @@ func leaders(t *testing.T, servers ...*server) []*server {
 // renewal, the agent that was on it fails over, and the suite completes
 // with every task run exactly once. Then the new leader is stopped with
 // SIGSTOP past its lease: another takes over, and when it continues it
-// follows, so one server leads.
+// follows, so one server leads. Last, a rolling restart of all three with
+// tasks in flight runs each task once.
 func TestReplicasLoseNothingWhenTheLeaderIsKilled(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	s1 := startServer(t, "--db", url, "--leader-lease", "1s")
@@ -256,7 +257,7 @@ func TestReplicasLoseNothingWhenTheLeaderIsKilled(t *testing.T) {
 	}
 	lead.signal(syscall.SIGSTOP)
 	stopped := time.Now()
-	waitFor(t, 10*time.Second, "the other server to lead while the leader is stopped", func() (bool, string) {
+	waitFor(t, 20*time.Second, "the other server to lead while the leader is stopped", func() (bool, string) {
 		h, err := health(t, other)
 		return err == nil && h.Leader, fmt.Sprint(h, err)
 	})
@@ -266,4 +267,38 @@ func TestReplicasLoseNothingWhenTheLeaderIsKilled(t *testing.T) {
 		h, err := health(t, lead)
 		return err == nil && !h.Leader && len(leaders(t, s2, s3)) == 1, fmt.Sprint(h, err)
 	})
+
+	// A rolling restart of every server, one by one, with tasks in flight:
+	// nothing is lost or run twice.
+	s1.restart(t)
+	ran2 := filepath.Join(t.TempDir(), "ran2")
+	for i := range tasks {
+		tasks[i].Argv = []string{"sh", "-c", `sleep 0.01; echo "$T" >> ` + ran2}
+	}
+	createSuite(t, s2, api.SuiteSpec{Name: "rolling", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2}})
+	submit(t, s2, "rolling", tasks[:2000])
+	s2.client().CloseSuite(context.Background(), "rolling")
+	for _, s := range []*server{s1, s2, s3} {
+		s.signal(syscall.SIGTERM)
+		s.wait(20 * time.Second)
+		s.restart(t)
+		time.Sleep(500 * time.Millisecond) // let agents come back before the next one goes
+	}
+	su = waitSuite(t, s2, "rolling", api.SuiteComplete, 3*time.Minute)
+	b, err = os.ReadFile(ran2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.Fields(string(b))
+	clear(seen)
+	for _, l := range lines {
+		seen[l]++
+	}
+	t.Logf("rolling restart: %d lines, %d distinct tasks, suite %+v", len(lines), len(seen), su.Counts)
+	if su.Counts.Finished != 2000 || len(seen) != 2000 || len(lines) != 2000 {
+		t.Errorf("after a rolling restart: suite %+v, %d lines, %d distinct; want 2000 finished, each run once", su.Counts, len(lines), len(seen))
+	}
+	if l := leaders(t, s1, s2, s3); len(l) != 1 {
+		t.Errorf("%d leaders after the rolling restart, want 1", len(l))
+	}
 }

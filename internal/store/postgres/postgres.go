@@ -88,8 +88,21 @@ func poolConfig(url string) (*pgxpool.Config, error) {
 	if !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = int32(max(8, 2*runtime.GOMAXPROCS(0)))
 	}
+	// A server that stops mid-transaction (paused, its machine frozen)
+	// must not hold its row locks for ever: a fenced write holds the
+	// leader lease's row, which the next leader must lock to take over.
+	// PostgreSQL ends such a session after this long idle in its
+	// transaction; the URL may set another.
+	if _, set := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.Itoa(int(idleInTransaction.Milliseconds()))
+	}
 	return cfg, nil
 }
+
+// idleInTransaction bounds how long a transaction may wait on its client.
+// Every transaction of this store runs its statements back to back, so
+// the limit only ever ends one whose process stopped.
+const idleInTransaction = 5 * time.Second
 
 // parseProblem is what pgx says is wrong with a connection string, without
 // the string itself: pgx masks passwords in it only on a best-effort basis.
