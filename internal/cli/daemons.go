@@ -38,7 +38,7 @@ import (
 
 // serverFlags are the coordinator's settings, shared by `server` and `dev`.
 type serverFlags struct {
-	listen, dataDir, db                                            string
+	listen, dataDir, db, dbListen                                  string
 	heartbeatInterval, offlineAfter, confirmTimeout, credentialTTL time.Duration
 	maxTokenTTL                                                    time.Duration
 	suiteCloseAfter, driftInterval                                 time.Duration
@@ -70,6 +70,7 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7070", "address to serve the API and the agent WebSocket on")
 	fl.StringVar(&f.dataDir, "data-dir", defaultDataDir, "server state directory (database, admin-token)")
+	fl.StringVar(&f.dbListen, "db-listen-url", "", "with --db through PgBouncer in transaction mode: a postgres:// URL of the database itself, for the LISTEN connection that hears the other servers")
 	fl.StringVar(&f.db, "db", "", "SQLite database file (default DATA_DIR/nodemgr.db), or a postgres:// or postgresql:// URL of a PostgreSQL database that several servers may share (give the password with PGPASSWORD or a ~/.pgpass file, not in the URL)")
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", 30*time.Second, "how often agents send heartbeats")
 	fl.DurationVar(&f.offlineAfter, "offline-after", 2*time.Minute, "a node with no heartbeat for this long is checked, then marked offline")
@@ -208,7 +209,14 @@ func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.St
 				log.Warn("the --db URL holds a password, which other users can read in the process list; give it with PGPASSWORD or a ~/.pgpass file instead")
 			}
 		}
-		return postgres.Open(ctx, f.db, log)
+		var opts []postgres.Option
+		if f.dbListen != "" {
+			opts = append(opts, postgres.WithListenURL(f.dbListen))
+		}
+		return postgres.Open(ctx, f.db, log, opts...)
+	}
+	if f.dbListen != "" {
+		return nil, fmt.Errorf("--db-listen-url is for a PostgreSQL --db (behind PgBouncer); drop it, or give --db a postgres:// URL")
 	}
 	path := f.db
 	if path == "" {

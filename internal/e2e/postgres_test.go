@@ -302,3 +302,50 @@ func TestReplicasLoseNothingWhenTheLeaderIsKilled(t *testing.T) {
 		t.Errorf("%d leaders after the rolling restart, want 1", len(l))
 	}
 }
+
+// TestServersThroughPgBouncer: two servers reach the database through
+// PgBouncer in transaction mode (LISTEN goes to the database itself, as
+// --db-listen-url says), an agent on each: a suite runs to completion with
+// every task run once, on both agents.
+func TestServersThroughPgBouncer(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	bounced := pgtest.Bouncer(t, url)
+	s1 := startServer(t, "--db", bounced, "--db-listen-url", url)
+	s2 := startReplica(t, s1)
+	startAgent(t, s1, "pb-one")
+	startAgent(t, s2, "pb-two")
+	one := waitStatus(t, s1, "pb-one", api.StatusOnline, 20*time.Second)
+	two := waitStatus(t, s1, "pb-two", api.StatusOnline, 20*time.Second)
+
+	const n = 1000
+	ran := filepath.Join(t.TempDir(), "ran")
+	tasks := make([]api.TaskSpec, n)
+	for i := range tasks {
+		tasks[i] = api.TaskSpec{Argv: []string{"sh", "-c", `echo "$T" >> ` + ran}, Env: map[string]string{"T": fmt.Sprint("t", i)}}
+	}
+	createSuite(t, s1, api.SuiteSpec{Name: "bounced", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(4)}})
+	submit(t, s1, "bounced", tasks)
+	s1.client().CloseSuite(context.Background(), "bounced")
+	su := waitSuite(t, s2, "bounced", api.SuiteComplete, 3*time.Minute)
+	b, err := os.ReadFile(ran)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Fields(string(b))
+	seen := map[string]bool{}
+	for _, l := range lines {
+		seen[l] = true
+	}
+	if su.Counts.Finished != n || len(lines) != n || len(seen) != n {
+		t.Errorf("through PgBouncer: suite %+v, %d lines, %d distinct; want %d finished, each run once", su.Counts, len(lines), len(seen), n)
+	}
+	on := map[string]int{}
+	for _, tk := range allTasks(t, s1, "bounced") {
+		if tk.Result != nil {
+			on[tk.Result.NodeID]++
+		}
+	}
+	if on[one.ID] == 0 || on[two.ID] == 0 {
+		t.Errorf("tasks ran %v; want some on each agent (%s, %s)", on, one.ID, two.ID)
+	}
+}

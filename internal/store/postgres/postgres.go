@@ -47,19 +47,34 @@ type Store struct {
 	pool  *pgxpool.Pool
 	now   func() time.Time
 	shard func() int // the suite_counts shard a transaction adds to
+	// listen is where Listen connects: the store's database, or a direct
+	// URL where the store's goes through a pooler (WithListenURL).
+	listen *pgx.ConnConfig
 }
 
 // Open connects to the PostgreSQL database at url (postgres://... or
 // postgresql://...), checks that it answers, and brings its schema up to
 // date. Several processes may open one database at once: one migrates,
 // the others wait for it.
-func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) {
+func Open(ctx context.Context, url string, logger *slog.Logger, opts ...Option) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	cfg, err := poolConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	listen := cfg.ConnConfig
+	if o.listenURL != "" {
+		lc, err := pgx.ParseConfig(o.listenURL)
+		if err != nil {
+			return nil, errdefs.Class(fmt.Errorf("open store: parse the listen URL: %s", parseProblem(err)), errdefs.ErrInvalid)
+		}
+		listen = lc
 	}
 	where := fmt.Sprintf("postgres %s/%s", hostOf(cfg.ConnConfig), cfg.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -75,8 +90,18 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 		return nil, fmt.Errorf("open store %s: %w", where, err)
 	}
 	logger.Debug("store opened", "database", where, "max_conns", cfg.MaxConns)
-	return &Store{pool: pool, now: time.Now, shard: randomShard}, nil
+	return &Store{pool: pool, now: time.Now, shard: randomShard, listen: listen}, nil
 }
+
+// Option tunes Open.
+type Option func(*options)
+
+type options struct{ listenURL string }
+
+// WithListenURL makes Listen connect to url instead of the store's URL:
+// LISTEN holds a session, which PgBouncer in transaction mode does not
+// give, so behind one Listen needs the database directly.
+func WithListenURL(url string) Option { return func(o *options) { o.listenURL = url } }
 
 // poolConfig parses url. A pool size the URL does not set (pool_max_conns)
 // is sized for a server rather than pgx's default of the CPU count.

@@ -31,7 +31,7 @@ func (s *Store) Listen(ctx context.Context, channels []string, fn func(channel, 
 }
 
 func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(channel, payload string)) error {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	conn, err := pgx.ConnectConfig(ctx, s.listen.Copy())
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}

@@ -32,9 +32,15 @@ const (
 const superuser = "nodemgr"
 
 // missingError says that no PostgreSQL binaries were found.
-type missingError struct{ looked []string }
+type missingError struct {
+	looked []string
+	what   string // another program that is missing, when set
+}
 
 func (e *missingError) Error() string {
+	if e.what != "" {
+		return "no " + e.what
+	}
 	return fmt.Sprintf("no PostgreSQL server binaries (initdb and postgres) in %s or on PATH", strings.Join(e.looked, ", "))
 }
 
