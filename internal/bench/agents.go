@@ -36,11 +36,18 @@ type AgentsConfig struct {
 	OfflineAfter time.Duration // server's offline threshold (default 3 × Heartbeat)
 	Measure      time.Duration // measured window after all agents are connected
 	Connect      int           // agents registering and connecting at once
+	// DB, when set, is a PostgreSQL server URL: each run gets a fresh
+	// database there, and Replicas servers share it, the agents spread
+	// over them in turn. Empty: one server on SQLite.
+	DB       string
+	Replicas int
 }
 
 // AgentsResult is what one run measured.
 type AgentsResult struct {
 	Agents         int           `json:"agents"`
+	Store          string        `json:"store"` // sqlite, or postgres×N
+	Replicas       int           `json:"replicas"`
 	Connected      int           `json:"connected"`
 	ConnectTime    time.Duration `json:"connect_time"`
 	Heartbeats     int           `json:"heartbeats"`
@@ -50,8 +57,9 @@ type AgentsResult struct {
 	P50            time.Duration `json:"p50"`
 	P99            time.Duration `json:"p99"`
 	Max            time.Duration `json:"max"`
-	ServerRSS      uint64        `json:"server_rss_bytes"`
-	ServerPeakRSS  uint64        `json:"server_peak_rss_bytes"`
+	ServerRSS      uint64        `json:"server_rss_bytes"`      // the largest replica's
+	ServerPeakRSS  uint64        `json:"server_peak_rss_bytes"` // the largest replica's
+
 	FalseOffline   int           `json:"false_offline"`
 	Disconnects    int64         `json:"disconnects"`
 	ServerCPUSecs  float64       `json:"server_cpu_seconds"`
@@ -75,11 +83,12 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 		cfg.Connect = 64
 	}
 	raiseFileLimit()
-	srv, err := startServer(ctx, cfg.Binary, "--heartbeat-interval", cfg.Heartbeat.String(), "--offline-after", cfg.OfflineAfter.String())
+	srvs, err := startServers(ctx, cfg, "--heartbeat-interval", cfg.Heartbeat.String(), "--offline-after", cfg.OfflineAfter.String())
 	if err != nil {
 		return AgentsResult{}, err
 	}
-	defer srv.stop()
+	defer stopServers(srvs)
+	srv := srvs[0]
 
 	c := client.New(srv.addr, srv.token)
 	jt, err := c.CreateJoinToken(ctx, api.CreateTokenRequest{Name: "bench", TTL: "24h"})
@@ -87,7 +96,10 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 		return AgentsResult{}, fmt.Errorf("join token: %w", err)
 	}
 
-	res := AgentsResult{Agents: cfg.Agents}
+	res := AgentsResult{Agents: cfg.Agents, Store: "sqlite", Replicas: len(srvs)}
+	if cfg.DB != "" {
+		res.Store = "postgres"
+	}
 	agents := make([]*simAgent, cfg.Agents)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -106,7 +118,7 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := a.connect(runCtx, srv.addr, jt.Secret)
+			err := a.connect(runCtx, srvs[a.idx%len(srvs)].addr, jt.Secret)
 			<-sem
 			if err != nil {
 				errOnce.Do(func() { firstErr = err })
@@ -134,7 +146,7 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 	}
 	// One interval to settle the phases, then measure.
 	sleep(ctx, cfg.Heartbeat)
-	cpu0 := procCPU(srv.pid())
+	cpu0 := serversCPU(srvs)
 	measuring.Store(true)
 	mstart := time.Now()
 	for elapsed := time.Duration(0); elapsed < cfg.Measure; elapsed = time.Since(mstart) {
@@ -145,7 +157,7 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 	}
 	measuring.Store(false)
 	res.MeasureSeconds = time.Since(mstart).Seconds()
-	res.ServerCPUSecs = procCPU(srv.pid()) - cpu0
+	res.ServerCPUSecs = serversCPU(srvs) - cpu0
 	fmt.Fprintln(progress)
 
 	var lat []time.Duration
@@ -163,10 +175,16 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 	if len(lat) > 0 {
 		res.P50, res.P99, res.Max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
 	}
-	res.ServerRSS, res.ServerPeakRSS = procRSS(srv.pid())
+	for _, s := range srvs {
+		rss, peak := procRSS(s.pid())
+		res.ServerRSS, res.ServerPeakRSS = max(res.ServerRSS, rss), max(res.ServerPeakRSS, peak)
+	}
 
-	// A node that is connected and beating must never have been declared offline.
-	res.FalseOffline = srv.offlineMarks(ctx)
+	// A node that is connected and beating must never have been declared
+	// offline, by whichever replica leads.
+	for _, s := range srvs {
+		res.FalseOffline += max(s.offlineMarks(ctx), 0)
+	}
 	nodes, err := c.Nodes(ctx, "")
 	if err == nil {
 		for _, n := range nodes {
@@ -177,6 +195,57 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 	}
 	cancel()
 	return res, nil
+}
+
+// startServers starts the server, or cfg.Replicas of them on a fresh
+// PostgreSQL database, the replicas sharing the first one's data dir (and
+// so its admin token).
+func startServers(ctx context.Context, cfg AgentsConfig, args ...string) ([]*benchServer, error) {
+	if cfg.DB == "" {
+		s, err := startServer(ctx, cfg.Binary, args...)
+		if err != nil {
+			return nil, err
+		}
+		return []*benchServer{s}, nil
+	}
+	dbURL, drop, err := freshDatabase(ctx, cfg.DB, "agents")
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, "--db", dbURL)
+	first, err := startServer(ctx, cfg.Binary, args...)
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	first.drop = drop
+	srvs := []*benchServer{first}
+	for range max(cfg.Replicas, 1) - 1 {
+		r, err := startServerIn(ctx, cfg.Binary, first.dataDir, args...)
+		if err != nil {
+			stopServers(srvs)
+			return nil, err
+		}
+		r.token, r.shared = first.token, true
+		srvs = append(srvs, r)
+	}
+	return srvs, nil
+}
+
+// stopServers stops them, the replicas first.
+func stopServers(srvs []*benchServer) {
+	for i := len(srvs) - 1; i >= 0; i-- {
+		srvs[i].stop()
+	}
+}
+
+// serversCPU is the CPU seconds the servers used so far, together.
+func serversCPU(srvs []*benchServer) float64 {
+	var sum float64
+	for _, s := range srvs {
+		sum += procCPU(s.pid())
+	}
+	return sum
 }
 
 // simAgent is one simulated agent: the real protocol, no real work.
@@ -285,6 +354,8 @@ type benchServer struct {
 	addr    string
 	token   string
 	dataDir string
+	shared  bool   // a replica on another's data dir: not removed by stop
+	drop    func() // drops the run's database, when it has one
 }
 
 func startServer(ctx context.Context, binary string, args ...string) (*benchServer, error) {
@@ -292,6 +363,11 @@ func startServer(ctx context.Context, binary string, args ...string) (*benchServ
 	if err != nil {
 		return nil, err
 	}
+	return startServerIn(ctx, binary, dir, args...)
+}
+
+// startServerIn starts a server on data dir dir.
+func startServerIn(ctx context.Context, binary, dir string, args ...string) (*benchServer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -336,7 +412,12 @@ func (s *benchServer) stop() {
 		s.cmd.Process.Kill()
 		<-done
 	}
-	os.RemoveAll(s.dataDir)
+	if !s.shared {
+		os.RemoveAll(s.dataDir)
+	}
+	if s.drop != nil {
+		s.drop()
+	}
 }
 
 // offlineMarks reads the server's count of nodes it declared offline.

@@ -173,7 +173,12 @@ heartbeats handled per second, p50/p99 heartbeat latency, the server's RSS and
 CPU, and any node wrongly declared offline. A small baseline run comes first,
 and latencies are also given as ratios to it, since this machine is noisy.
 
-The server's offline threshold is 3 heartbeats, stricter than the default.`,
+The server's offline threshold is 3 heartbeats, stricter than the default.
+
+With --db postgres://... (a user that may CREATE DATABASE), every count also
+runs on PostgreSQL, right after its SQLite run: --replicas servers on a fresh
+database, the agents spread over them in turn; RSS is the largest replica's,
+CPU the replicas' together.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ns, err := parseCounts(counts)
@@ -187,15 +192,21 @@ The server's offline threshold is 3 heartbeats, stricter than the default.`,
 				return err
 			}
 			var results []bench.AgentsResult
-			for _, n := range ns {
-				c := cfg
-				c.Agents = n
-				fmt.Fprintf(e.stderr, "%d agents, heartbeat %s, measuring %s\n", n, c.Heartbeat, c.Measure)
-				r, err := bench.RunAgents(cmd.Context(), c, e.stderr)
-				if err != nil {
-					return fmt.Errorf("bench with %d agents: %w", n, err)
+			for i, n := range ns {
+				stores := []bench.AgentsConfig{cfg}
+				stores[0].DB = ""
+				if cfg.DB != "" && (i > 0 || baseline == 0) {
+					stores = append(stores, cfg)
 				}
-				results = append(results, r)
+				for _, c := range stores {
+					c.Agents = n
+					fmt.Fprintf(e.stderr, "%d agents on %s, heartbeat %s, measuring %s\n", n, storeName(c), c.Heartbeat, c.Measure)
+					r, err := bench.RunAgents(cmd.Context(), c, e.stderr)
+					if err != nil {
+						return fmt.Errorf("bench with %d agents on %s: %w", n, storeName(c), err)
+					}
+					results = append(results, r)
+				}
 			}
 			if asJSON {
 				return printJSON(e.stdout, results)
@@ -209,6 +220,8 @@ The server's offline threshold is 3 heartbeats, stricter than the default.`,
 	cmd.Flags().DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "heartbeat interval")
 	cmd.Flags().DurationVar(&cfg.Measure, "measure", 30*time.Second, "measured window per count")
 	cmd.Flags().IntVar(&cfg.Connect, "connect-concurrency", 64, "agents connecting at once")
+	cmd.Flags().StringVar(&cfg.DB, "db", "", "also run each count on this PostgreSQL server (postgres://USER@HOST/DB; a fresh database per run)")
+	cmd.Flags().IntVar(&cfg.Replicas, "replicas", 1, "with --db: servers sharing the database")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
@@ -225,8 +238,16 @@ func parseCounts(s string) ([]int, error) {
 	return ns, nil
 }
 
+// storeName says where a run keeps its state.
+func storeName(c bench.AgentsConfig) string {
+	if c.DB == "" {
+		return "sqlite"
+	}
+	return fmt.Sprintf("postgres×%d", max(c.Replicas, 1))
+}
+
 func printAgentsBench(e *env, rs []bench.AgentsResult, hasBaseline bool) {
-	t := newTable(e.stdout, "AGENTS", "CONNECTED", "CONNECT", "HB/S", "EXPECTED", "P50", "P99", "P50×BASE", "P99×BASE",
+	t := newTable(e.stdout, "STORE", "AGENTS", "CONNECTED", "CONNECT", "HB/S", "EXPECTED", "P50", "P99", "P50×BASE", "P99×BASE",
 		"SERVER RSS", "SERVER CPU", "FALSE OFFLINE", "HOLDS")
 	base := rs[0]
 	best := 0
@@ -237,7 +258,11 @@ func printAgentsBench(e *env, rs []bench.AgentsResult, hasBaseline bool) {
 			}
 			return fmt.Sprintf("%.2f", float64(a)/float64(b))
 		}
-		t.row(strconv.Itoa(r.Agents), strconv.Itoa(r.Connected), r.ConnectTime.Round(time.Millisecond).String(),
+		store := r.Store
+		if r.Store == "postgres" {
+			store = fmt.Sprintf("postgres×%d", r.Replicas)
+		}
+		t.row(store, strconv.Itoa(r.Agents), strconv.Itoa(r.Connected), r.ConnectTime.Round(time.Millisecond).String(),
 			fmt.Sprintf("%.0f", r.PerSecond), fmt.Sprintf("%.0f", r.Expected),
 			r.P50.Round(time.Microsecond).String(), r.P99.Round(time.Microsecond).String(),
 			ratio(r.P50, base.P50), ratio(r.P99, base.P99),
