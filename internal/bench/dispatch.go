@@ -196,11 +196,13 @@ func median(xs []float64) float64 {
 	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
 }
 
-// rig is a server and one agent, as processes of one binary.
+// rig is a server (or replicas on one database) and one agent, as
+// processes of one binary.
 type rig struct {
 	binary   string
-	srv      *benchServer
-	c        *client.Client
+	srv      *benchServer   // the one the agent connects to
+	srvs     []*benchServer // all of them
+	c        *client.Client // tasks go in through the last server
 	agent    *exec.Cmd
 	agentDir string
 	node     api.Node
@@ -209,18 +211,27 @@ type rig struct {
 // startRig starts a server and an agent called name, and waits for the
 // agent to connect.
 func startRig(ctx context.Context, binary, name string) (*rig, error) {
-	srv, err := startServer(ctx, binary)
+	return startRigOn(ctx, AgentsConfig{Binary: binary}, name)
+}
+
+// startRigOn starts the servers store says (SQLite, or replicas on a
+// fresh PostgreSQL database) and an agent on the first; with replicas,
+// tasks are submitted through the last, so that its wake-ups cross.
+func startRigOn(ctx context.Context, store AgentsConfig, name string) (*rig, error) {
+	binary := store.Binary
+	srvs, err := startServers(ctx, store)
 	if err != nil {
 		return nil, err
 	}
-	r := &rig{binary: binary, srv: srv, c: client.New(srv.addr, srv.token)}
+	srv, last := srvs[0], srvs[len(srvs)-1]
+	r := &rig{binary: binary, srv: srv, srvs: srvs, c: client.New(last.addr, last.token)}
 	jt, err := r.c.CreateJoinToken(ctx, api.CreateTokenRequest{Name: "bench"})
 	if err != nil {
-		srv.stop()
+		stopServers(srvs)
 		return nil, err
 	}
 	if r.agentDir, err = os.MkdirTemp("", "nodemgr-bench-agent-"); err != nil {
-		srv.stop()
+		stopServers(srvs)
 		return nil, err
 	}
 	r.agent = exec.Command(binary, "agent", "--server", "http://"+srv.addr, "--data-dir", r.agentDir,
@@ -230,7 +241,7 @@ func startRig(ctx context.Context, binary, name string) (*rig, error) {
 	r.agent.Env = append(os.Environ(), "NODEMGR_JOIN_TOKEN="+jt.Secret)
 	r.agent.Stderr = os.Stderr
 	if err := r.agent.Start(); err != nil {
-		srv.stop()
+		stopServers(srvs)
 		os.RemoveAll(r.agentDir)
 		return nil, fmt.Errorf("start agent: %w", err)
 	}
@@ -244,7 +255,7 @@ func startRig(ctx context.Context, binary, name string) (*rig, error) {
 func (r *rig) close() {
 	r.agent.Process.Signal(syscall.SIGTERM)
 	r.agent.Wait()
-	r.srv.stop()
+	stopServers(r.srvs)
 	os.RemoveAll(r.agentDir)
 }
 

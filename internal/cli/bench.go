@@ -25,8 +25,8 @@ func newBenchCmd(e *env) *cobra.Command {
 func benchDispatchCmd(e *env) *cobra.Command {
 	cfg := bench.DispatchConfig{Prefetches: []int{32, 0}}
 	var asJSON bool
-	var against string
-	var rounds int
+	var against, db string
+	var rounds, replicas int
 	cmd := &cobra.Command{
 		Use:   "dispatch",
 		Short: "Push no-op tasks through server → agent → workers and report the rate",
@@ -46,7 +46,13 @@ mean of the two, so that the machine's drift does not tilt the ratio.
 With --against BINARY, another nodemgr binary (the build before a change)
 gets a server and an agent of its own beside this one's, and every case runs
 on both, --rounds times, alternating which goes first; the table gives each
-one's median rate and the median of the rounds' ratios.`,
+one's median rate and the median of the rounds' ratios.
+
+With --db postgres://... (a user that may CREATE DATABASE), the in-process
+cases run instead on SQLite, on PostgreSQL with one server, and with
+--replicas servers (the agent on the first, tasks submitted through the
+last), side by side for --rounds rounds; the table gives each store's median
+rate and the median of its ratios to SQLite's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -55,6 +61,9 @@ one's median rate and the median of the rounds' ratios.`,
 			}
 			if against != "" {
 				return compareDispatch(cmd, e, cfg, against, rounds, asJSON)
+			}
+			if db != "" {
+				return compareStores(cmd, e, cfg, db, replicas, rounds, asJSON)
 			}
 			results, base, err := bench.RunDispatch(cmd.Context(), cfg, e.stderr)
 			if err != nil {
@@ -86,9 +95,28 @@ one's median rate and the median of the rounds' ratios.`,
 	cmd.Flags().IntVar(&cfg.Workers, "workers", 2, "workers in the pool")
 	cmd.Flags().IntSliceVar(&cfg.Prefetches, "prefetch", []int{32, 0}, "prefetch sizes to compare")
 	cmd.Flags().StringVar(&against, "against", "", "another nodemgr binary to run every case on too, interleaved")
-	cmd.Flags().IntVar(&rounds, "rounds", 3, "with --against: rounds of each case on each binary")
+	cmd.Flags().IntVar(&rounds, "rounds", 3, "with --against or --db: rounds of each case on each binary or store")
+	cmd.Flags().StringVar(&db, "db", "", "compare stores instead: in-process cases on SQLite and on this PostgreSQL server (postgres://USER@HOST/DB; a fresh database per rig), interleaved")
+	cmd.Flags().IntVar(&replicas, "replicas", 3, "with --db: also PostgreSQL with this many servers (the agent on the first, tasks submitted through the last)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+func compareStores(cmd *cobra.Command, e *env, cfg bench.DispatchConfig, db string, replicas, rounds int, asJSON bool) error {
+	results, err := bench.CompareStores(cmd.Context(), cfg, db, replicas, rounds, e.stderr)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(e.stdout, map[string]any{"cases": results})
+	}
+	t := newTable(e.stdout, "STORE", "PREFETCH", "TASKS", "TASKS/S", "VS SQLITE", "SERVER CPU/TASK", "WORKER GAP P50", "WORKER GAP P99")
+	d := func(x time.Duration) string { return x.Round(100 * time.Nanosecond).String() }
+	for _, r := range results {
+		t.row(r.Store, strconv.Itoa(r.Prefetch), strconv.Itoa(r.Result.Tasks), fmt.Sprintf("%.0f", r.Result.PerSecond),
+			fmt.Sprintf("%.2f", r.VsSQLite), d(r.Result.ServerCPUPerTask), d(r.Result.FetchP50), d(r.Result.FetchP99))
+	}
+	return t.flush()
 }
 
 func compareDispatch(cmd *cobra.Command, e *env, cfg bench.DispatchConfig, against string, rounds int, asJSON bool) error {
