@@ -45,25 +45,25 @@ type AgentsConfig struct {
 
 // AgentsResult is what one run measured.
 type AgentsResult struct {
-	Agents         int           `json:"agents"`
-	Store          string        `json:"store"` // sqlite, or postgres×N
-	Replicas       int           `json:"replicas"`
-	Connected      int           `json:"connected"`
-	ConnectTime    time.Duration `json:"connect_time"`
-	Heartbeats     int           `json:"heartbeats"`
-	Failed         int           `json:"failed_heartbeats"`
-	PerSecond      float64       `json:"heartbeats_per_second"`
-	Expected       float64       `json:"expected_per_second"`
-	P50            time.Duration `json:"p50"`
-	P99            time.Duration `json:"p99"`
-	Max            time.Duration `json:"max"`
-	ServerRSS      uint64        `json:"server_rss_bytes"`      // the largest replica's
-	ServerPeakRSS  uint64        `json:"server_peak_rss_bytes"` // the largest replica's
+	Agents        int           `json:"agents"`
+	Store         string        `json:"store"` // sqlite, or postgres×N
+	Replicas      int           `json:"replicas"`
+	Connected     int           `json:"connected"`
+	ConnectTime   time.Duration `json:"connect_time"`
+	Heartbeats    int           `json:"heartbeats"`
+	Failed        int           `json:"failed_heartbeats"`
+	PerSecond     float64       `json:"heartbeats_per_second"`
+	Expected      float64       `json:"expected_per_second"`
+	P50           time.Duration `json:"p50"`
+	P99           time.Duration `json:"p99"`
+	Max           time.Duration `json:"max"`
+	ServerRSS     uint64        `json:"server_rss_bytes"`      // the largest replica's
+	ServerPeakRSS uint64        `json:"server_peak_rss_bytes"` // the largest replica's
 
-	FalseOffline   int           `json:"false_offline"`
-	Disconnects    int64         `json:"disconnects"`
-	ServerCPUSecs  float64       `json:"server_cpu_seconds"`
-	MeasureSeconds float64       `json:"measure_seconds"`
+	FalseOffline   int     `json:"false_offline"`
+	Disconnects    int64   `json:"disconnects"`
+	ServerCPUSecs  float64 `json:"server_cpu_seconds"`
+	MeasureSeconds float64 `json:"measure_seconds"`
 }
 
 // Holds reports whether the run had every agent connected, no failed
