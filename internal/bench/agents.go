@@ -488,9 +488,22 @@ func statTicks(pid int, fields ...int) float64 {
 
 // raiseFileLimit lifts the soft open-files limit to the hard one: every
 // simulated agent holds a socket, and so does the server for each.
+// raiseFileLimit lets this process, and the servers it starts, hold a
+// socket per simulated agent: the hard limit too where it may (root), up
+// to what the kernel allows, else the soft limit up to the hard one.
 func raiseFileLimit() {
 	var l syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
+		return
+	}
+	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n > l.Max {
+			if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}) == nil {
+				return
+			}
+		}
+	}
+	if l.Cur < l.Max {
 		l.Cur = l.Max
 		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
 	}
