@@ -66,11 +66,12 @@ func TestMigrateStoreThenServeFromPostgres(t *testing.T) {
 }
 
 // startReplica starts another server on s's database and data dir (the
-// admin token is the same), on an address of its own.
-func startReplica(t *testing.T, s *server) *server {
+// admin token is the same), on an address of its own, with extra flags
+// after s's.
+func startReplica(t *testing.T, s *server, extra ...string) *server {
 	t.Helper()
 	r := &server{addr: freeAddr(t), dataDir: s.dataDir, token: s.token}
-	r.args = slices.Clone(s.args)
+	r.args = append(slices.Clone(s.args), extra...)
 	for i, a := range r.args {
 		if a == "--listen" {
 			r.args[i+1] = r.addr
@@ -347,5 +348,29 @@ func TestServersThroughPgBouncer(t *testing.T) {
 	}
 	if on[one.ID] == 0 || on[two.ID] == 0 {
 		t.Errorf("tasks ran %v; want some on each agent (%s, %s)", on, one.ID, two.ID)
+	}
+}
+
+// TestLeaderPingsAnAgentOnAnotherServer: the leader's liveness check of a
+// node whose heartbeats are overdue reaches its agent through the server
+// holding its session. The agent's server asks for a heartbeat only every
+// 30s, the leader expects one every second: the node is suspected each
+// round, pinged through its server, and stays online.
+func TestLeaderPingsAnAgentOnAnotherServer(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	s1 := startServer(t, "--db", url)
+	waitFor(t, 10*time.Second, "the first server to lead", func() (bool, string) { return len(leaders(t, s1)) == 1, "" })
+	s2 := startReplica(t, s1, "--heartbeat-interval", "30s", "--offline-after", "60s")
+	startAgent(t, s2, "quiet", "--server", s2.url())
+	waitStatus(t, s1, "quiet", api.StatusOnline, 20*time.Second)
+	deadline := time.Now().Add(6 * time.Second) // several offline windows of the leader
+	for time.Now().Before(deadline) {
+		if n, _ := nodeByName(t, s1, "quiet"); n.Status == api.StatusOffline {
+			t.Fatalf("node quiet went offline (%s); want it pinged through its server and kept online", n.StatusReason)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n, _ := nodeByName(t, s1, "quiet"); n.Status == api.StatusOffline || n.LastHeartbeat == nil || time.Since(*n.LastHeartbeat) > 5*time.Second {
+		t.Errorf("node quiet after 6s: %s, last heartbeat %v; want online, its pings counted as heartbeats", n.Status, n.LastHeartbeat)
 	}
 }

@@ -169,6 +169,11 @@ func (s *Server) suspect(ctx context.Context, n store.Node, reason string) bool 
 func (s *Server) confirm(ctx context.Context, n store.Node, heard time.Time, wait time.Duration, why string) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	if s.hub.get(n.ID) == nil {
+		// Its agent may be connected to another server: that one pings it
+		// and writes the answer as a heartbeat, which heardElsewhere finds.
+		s.signals.send(pingChannel, n.ID)
+	}
 	var lastErr error
 	sawSession := false
 	for {

@@ -24,7 +24,10 @@ import (
 //     every other server tells its agents that run it to stop (the
 //     store's note of what a node runs lags by a heartbeat flush);
 //   - relayChannel: calls to an agent's local API made elsewhere
-//     (relay.go).
+//     (relay.go);
+//   - pingChannel, payload a node ID: the leader's liveness check of a
+//     node whose heartbeats are overdue; the server holding its session
+//     pings it, and an answer is a heartbeat, written to the store.
 //
 // A server that starts listening, or listens again after its connection
 // dropped, may have missed signals: it sends every outbox it holds and
@@ -34,6 +37,7 @@ const (
 	outboxChannel = "nodemgr_outbox"
 	wakeChannel   = "nodemgr_wake"
 	cancelChannel = "nodemgr_cancel"
+	pingChannel   = "nodemgr_ping"
 )
 
 // signaller sends signals and hears other servers'.
@@ -95,7 +99,7 @@ func (s *Server) signalLoop(ctx context.Context) {
 	}
 	bo := &backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
-		err := s.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel, cancelChannel, relayChannel}, s.heard)
+		err := s.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel, cancelChannel, relayChannel, pingChannel}, s.heard)
 		if ctx.Err() != nil {
 			return
 		}
@@ -130,6 +134,18 @@ func (s *Server) heard(channel, payload string) {
 		s.wakeLocal(suite, "")
 	case relayChannel:
 		s.heardRelay(payload)
+	case pingChannel:
+		if sess := s.hub.get(payload); sess != nil {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.ConfirmTimeout)
+				defer cancel()
+				// An answer is a heartbeat, written at once: the leader
+				// reads it within its confirm timeout. None, and it decides.
+				if s.ping(ctx, sess) == nil {
+					s.hub.flush(ctx)
+				}
+			}()
+		}
 	case cancelChannel:
 		from, suite, _ := strings.Cut(payload, " ")
 		if payload == "" || from == s.signals.id {
