@@ -104,7 +104,10 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	// Connect in waves, showing progress.
+	// Connect in waves, showing progress. Each agent heartbeats from the
+	// moment it is connected, as a real one does; a long connect phase
+	// must not leave the first ones silent past the offline threshold.
+	var measuring atomic.Bool
 	start := time.Now()
 	var connected atomic.Int64
 	var wg sync.WaitGroup
@@ -124,6 +127,7 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 				errOnce.Do(func() { firstErr = err })
 				return
 			}
+			go a.beat(runCtx, &measuring)
 			if n := connected.Add(1); n%500 == 0 || int(n) == cfg.Agents {
 				fmt.Fprintf(progress, "\r  connected %d/%d agents (%.0fs)", n, cfg.Agents, time.Since(start).Seconds())
 			}
@@ -137,14 +141,8 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 		fmt.Fprintf(progress, "  first connect error: %v\n", firstErr)
 	}
 
-	// Measure: every agent heartbeats on its own schedule.
-	var measuring atomic.Bool
-	for _, a := range agents {
-		if a.peer != nil {
-			go a.beat(runCtx, &measuring)
-		}
-	}
-	// One interval to settle the phases, then measure.
+	// Every agent heartbeats on its own schedule; one interval to settle,
+	// then measure.
 	sleep(ctx, cfg.Heartbeat)
 	cpu0 := serversCPU(srvs)
 	measuring.Store(true)
