@@ -100,52 +100,28 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 	if cfg.DB != "" {
 		res.Store = "postgres"
 	}
-	agents := make([]*simAgent, cfg.Agents)
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	// Connect in waves, showing progress. Each agent heartbeats from the
-	// moment it is connected, as a real one does; a long connect phase
-	// must not leave the first ones silent past the offline threshold.
-	var measuring atomic.Bool
-	start := time.Now()
-	var connected atomic.Int64
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, cfg.Connect)
-	var firstErr error
-	var errOnce sync.Once
-	for i := range agents {
-		a := &simAgent{idx: i}
-		agents[i] = a
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := a.connect(runCtx, srvs[a.idx%len(srvs)].addr, jt.Secret)
-			<-sem
-			if err != nil {
-				errOnce.Do(func() { firstErr = err })
-				return
-			}
-			go a.beat(runCtx, &measuring)
-			if n := connected.Add(1); n%500 == 0 || int(n) == cfg.Agents {
-				fmt.Fprintf(progress, "\r  connected %d/%d agents (%.0fs)", n, cfg.Agents, time.Since(start).Seconds())
-			}
-		}()
+	// The agents run in child processes (simproc.go): one process may not
+	// hold a socket for each. Each heartbeats from the moment it is
+	// connected, as a real agent does.
+	addrs := make([]string, len(srvs))
+	for i, s := range srvs {
+		addrs[i] = s.addr
 	}
-	wg.Wait()
+	start := time.Now()
+	sims, err := startSimProcs(ctx, cfg.Binary, cfg.Agents, addrs, jt.Secret, cfg.Connect, func(n int64) {
+		fmt.Fprintf(progress, "\r  connected %d/%d agents (%.0fs)", n, cfg.Agents, time.Since(start).Seconds())
+	})
+	if err != nil {
+		return res, err
+	}
+	defer stopSimProcs(sims)
 	fmt.Fprintln(progress)
 	res.ConnectTime = time.Since(start)
-	res.Connected = int(connected.Load())
-	if firstErr != nil {
-		fmt.Fprintf(progress, "  first connect error: %v\n", firstErr)
-	}
 
-	// Every agent heartbeats on its own schedule; one interval to settle,
-	// then measure.
+	// One interval to settle, then measure.
 	sleep(ctx, cfg.Heartbeat)
 	cpu0 := serversCPU(srvs)
-	measuring.Store(true)
+	tellAll(sims, "measure")
 	mstart := time.Now()
 	for elapsed := time.Duration(0); elapsed < cfg.Measure; elapsed = time.Since(mstart) {
 		fmt.Fprintf(progress, "\r  measuring %.0fs/%.0fs", elapsed.Seconds(), cfg.Measure.Seconds())
@@ -153,26 +129,8 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 			break
 		}
 	}
-	measuring.Store(false)
-	res.MeasureSeconds = time.Since(mstart).Seconds()
-	res.ServerCPUSecs = serversCPU(srvs) - cpu0
-	fmt.Fprintln(progress)
-
-	var lat []time.Duration
-	for _, a := range agents {
-		a.mu.Lock()
-		lat = append(lat, a.latencies...)
-		res.Failed += a.failed
-		a.mu.Unlock()
-		res.Disconnects += a.disconnects.Load()
-	}
-	res.Heartbeats = len(lat)
-	res.PerSecond = float64(len(lat)) / res.MeasureSeconds
-	res.Expected = float64(res.Connected) / cfg.Heartbeat.Seconds()
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		res.P50, res.P99, res.Max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
-	}
+	// Read the servers before the simulators stop: their agents then
+	// disconnect, and nodes may rightly go offline.
 	for _, s := range srvs {
 		rss, peak := procRSS(s.pid())
 		res.ServerRSS, res.ServerPeakRSS = max(res.ServerRSS, rss), max(res.ServerPeakRSS, peak)
@@ -191,7 +149,33 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 			}
 		}
 	}
-	cancel()
+	parts, err := collectSims(sims)
+	res.MeasureSeconds = time.Since(mstart).Seconds()
+	res.ServerCPUSecs = serversCPU(srvs) - cpu0
+	fmt.Fprintln(progress)
+	if err != nil {
+		return res, err
+	}
+
+	var lat []time.Duration
+	for _, p := range parts {
+		res.Connected += p.Connected
+		for _, l := range p.Latencies {
+			lat = append(lat, time.Duration(l))
+		}
+		res.Failed += p.Failed
+		res.Disconnects += p.Disconnects
+		if p.FirstError != "" {
+			fmt.Fprintf(progress, "  first connect error: %s\n", p.FirstError)
+		}
+	}
+	res.Heartbeats = len(lat)
+	res.PerSecond = float64(len(lat)) / res.MeasureSeconds
+	res.Expected = float64(res.Connected) / cfg.Heartbeat.Seconds()
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		res.P50, res.P99, res.Max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
+	}
 	return res, nil
 }
 

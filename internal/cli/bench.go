@@ -18,6 +18,9 @@ func newBenchCmd(e *env) *cobra.Command {
 	cmd.AddCommand(benchAgentsCmd(e), benchDispatchCmd(e), benchLatencyCmd(e), benchProvisionCmd(e), benchPoolCmd(e), benchBuildCmd(e), &cobra.Command{
 		Use: "noop-worker", Hidden: true, Short: "A worker whose tasks do nothing (used by bench dispatch)",
 		RunE: func(cmd *cobra.Command, _ []string) error { return bench.NoopWorker(cmd.Context()) },
+	}, &cobra.Command{
+		Use: "sim-agents", Hidden: true, Short: "Run a share of bench agents' simulated agents, driven over stdin and stdout",
+		RunE: func(cmd *cobra.Command, _ []string) error { return bench.RunSimAgents(cmd.Context(), os.Stdin, os.Stdout) },
 	})
 	return cmd
 }
