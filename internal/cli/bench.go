@@ -20,7 +20,9 @@ func newBenchCmd(e *env) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error { return bench.NoopWorker(cmd.Context()) },
 	}, &cobra.Command{
 		Use: "sim-agents", Hidden: true, Short: "Run a share of bench agents' simulated agents, driven over stdin and stdout",
-		RunE: func(cmd *cobra.Command, _ []string) error { return bench.RunSimAgents(cmd.Context(), os.Stdin, os.Stdout) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.RunSimAgents(cmd.Context(), os.Stdin, os.Stdout)
+		},
 	})
 	return cmd
 }
