@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
@@ -61,6 +62,10 @@ type S3 struct {
 	prefix  string // ends in "/" or is empty
 	where   string // the endpoint, for messages
 	tempDir string
+	// touches shares one CopyObject among the Puts of one blob at once:
+	// they would refresh the same object's time, and some S3 servers
+	// (moto) fail self-copies of one key that overlap.
+	touches singleflight.Group
 }
 
 // NewS3 returns the store cfg describes, after checking that its bucket
@@ -196,6 +201,15 @@ func (s *S3) upload(ctx context.Context, f *os.File, info Info) error {
 // itself, and returns the new one; errdefs.ErrNotFound when there is no
 // such blob. REPLACE is what lets S3 copy an object onto itself.
 func (s *S3) touch(ctx context.Context, d Digest) (time.Time, error) {
+	t, err, _ := s.touches.Do(d.String(), func() (any, error) { return s.copyOnto(ctx, d) })
+	if err != nil {
+		return time.Time{}, err
+	}
+	return t.(time.Time), nil
+}
+
+// copyOnto copies d's object onto itself, which sets its time to now.
+func (s *S3) copyOnto(ctx context.Context, d Digest) (time.Time, error) {
 	out, err := s.client.CopyObject(ctx, &s3.CopyObjectInput{
 		Bucket:            &s.bucket,
 		Key:               awssdk.String(s.key(d)),
