@@ -209,6 +209,9 @@ func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.St
 				log.Warn("the --db URL holds a password, which other users can read in the process list; give it with PGPASSWORD or a ~/.pgpass file instead")
 			}
 		}
+		if f.blobS3Bucket == "" {
+			log.Warn("task files go to this server's data dir, which other servers on the database cannot read; with several servers, give them one S3 bucket (--blob-s3-bucket) or one shared data dir")
+		}
 		var opts []postgres.Option
 		if f.dbListen != "" {
 			opts = append(opts, postgres.WithListenURL(f.dbListen))
