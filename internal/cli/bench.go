@@ -196,6 +196,7 @@ func benchAgentsCmd(e *env) *cobra.Command {
 	var cfg bench.AgentsConfig
 	var asJSON bool
 	var baseline int
+	var noSQLite bool
 	cmd := &cobra.Command{
 		Use:   "agents",
 		Short: "Simulate many agents against a real server and report heartbeat capacity",
@@ -226,8 +227,12 @@ CPU the replicas' together.`,
 			}
 			var results []bench.AgentsResult
 			for i, n := range ns {
-				stores := []bench.AgentsConfig{cfg}
-				stores[0].DB = ""
+				var stores []bench.AgentsConfig
+				if !noSQLite || i == 0 && baseline > 0 {
+					sq := cfg
+					sq.DB = ""
+					stores = append(stores, sq)
+				}
 				if cfg.DB != "" && (i > 0 || baseline == 0) {
 					stores = append(stores, cfg)
 				}
@@ -255,6 +260,7 @@ CPU the replicas' together.`,
 	cmd.Flags().IntVar(&cfg.Connect, "connect-concurrency", 64, "agents connecting at once")
 	cmd.Flags().StringVar(&cfg.DB, "db", "", "also run each count on this PostgreSQL server (postgres://USER@HOST/DB; a fresh database per run)")
 	cmd.Flags().IntVar(&cfg.Replicas, "replicas", 1, "with --db: servers sharing the database")
+	cmd.Flags().BoolVar(&noSQLite, "no-sqlite", false, "with --db: skip the SQLite run of each count (one server may not hold that many sockets)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
