@@ -306,8 +306,8 @@ func TestReplicasLoseNothingWhenTheLeaderIsKilled(t *testing.T) {
 
 // TestServersThroughPgBouncer: two servers reach the database through
 // PgBouncer in transaction mode (LISTEN goes to the database itself, as
-// --db-listen-url says), an agent on each: a suite runs to completion with
-// every task run once, on both agents.
+// --db-listen-url says), an agent on each: a suite of 5,000 tasks runs to
+// completion with every task run once, on both agents.
 func TestServersThroughPgBouncer(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	bounced := pgtest.Bouncer(t, url)
@@ -318,7 +318,7 @@ func TestServersThroughPgBouncer(t *testing.T) {
 	one := waitStatus(t, s1, "pb-one", api.StatusOnline, 20*time.Second)
 	two := waitStatus(t, s1, "pb-two", api.StatusOnline, 20*time.Second)
 
-	const n = 1000
+	const n = 5000 // the suite of TestReplicasLoseNothingWhenTheLeaderIsKilled
 	ran := filepath.Join(t.TempDir(), "ran")
 	tasks := make([]api.TaskSpec, n)
 	for i := range tasks {
