@@ -705,3 +705,68 @@ func TestFilesArePrivate(t *testing.T) {
 		t.Errorf("reopening a 0644 store logged no warning:\n%s", logs.String())
 	}
 }
+
+// TestAnAttemptIsHandedOutOnce checks the schema's own rule, apart from the
+// claim's conditions: an attempt of a task already handed out (here, one
+// that a buggy path left recorded while the task went back to Ready at the
+// attempt before) cannot be handed out again; the claim fails and the task
+// stays Ready. A return takes its attempt back, so that attempt may be
+// handed out anew.
+func TestAnAttemptIsHandedOutOnce(t *testing.T) {
+	ctx := t.Context()
+	s := open(t, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
+	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "once"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddTasks(ctx, "s1", []store.Task{{ID: "t1", Spec: api.TaskSpec{Argv: []string{"true"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	attempts := func() (rows []string) {
+		t.Helper()
+		r, err := s.w.QueryContext(ctx, `SELECT task_id || '#' || attempt || '@' || node_id FROM task_attempts ORDER BY attempt`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		for r.Next() {
+			var row string
+			if err := r.Scan(&row); err != nil {
+				t.Fatal(err)
+			}
+			rows = append(rows, row)
+		}
+		return rows
+	}
+	if _, err := s.ClaimTasks(ctx, "s1", "n1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.ReturnTasks(ctx, "n1", []string{"t1"}); err != nil || n != 1 {
+		t.Fatalf("ReturnTasks() = %d, %v, want 1, nil", n, err)
+	}
+	if got := attempts(); len(got) != 0 {
+		t.Errorf("attempts after a return = %q, want none", got)
+	}
+	if got, err := s.ClaimTasks(ctx, "s1", "n2", 1); err != nil || len(got) != 1 || got[0].Attempt != 1 {
+		t.Fatalf("ClaimTasks() after a return = %v, %v, want t1 at attempt 1", got, err)
+	}
+	if got, want := attempts(), []string{"t1#1@n2"}; !slices.Equal(got, want) {
+		t.Errorf("attempts = %q, want %q", got, want)
+	}
+
+	// The bug: t1 is Ready again at attempt 0, though attempt 1 was handed out.
+	if _, err := s.w.ExecContext(ctx, `DROP TRIGGER task_attempt_returned`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.ExecContext(ctx, `UPDATE tasks SET state = 'Ready', attempt = 0 WHERE id = 't1'`); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ClaimTasks(ctx, "s1", "n3", 1); err == nil {
+		t.Errorf("ClaimTasks() of an attempt handed out before = %v, nil, want an error", got)
+	}
+	if got, err := s.GetTask(ctx, "t1"); err != nil || got.State != api.TaskReady || got.Attempt != 0 {
+		t.Errorf("GetTask() after the refused claim = %s at %d, %v, want Ready at 0", got.State, got.Attempt, err)
+	}
+	if got, want := attempts(), []string{"t1#1@n2"}; !slices.Equal(got, want) {
+		t.Errorf("attempts after the refused claim = %q, want %q", got, want)
+	}
+}
