@@ -7,8 +7,6 @@ import (
 
 	"fmt"
 	"log/slog"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -123,6 +121,8 @@ type Orchestrator struct {
 	inflight map[string]bool // machines a goroutine works on now
 	backoff  map[candidateKey]*backoffState
 	status   map[string]PoolStatus // per pool, from the last round
+	running  bool                  // in Run: this server leads, status is its own
+	saved    []byte                // status as last saved for the other servers
 	said     map[string]string     // per pool and kind, the last event message (no repeats)
 	lastSwep time.Time
 	wg       sync.WaitGroup
@@ -175,8 +175,13 @@ func (o *Orchestrator) Wake() {
 // to stop (they see ctx end too).
 func (o *Orchestrator) Run(ctx context.Context) error {
 	o.mu.Lock()
-	o.runCtx = ctx
+	o.runCtx, o.running = ctx, true
 	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		o.running = false
+		o.mu.Unlock()
+	}()
 	defer o.wg.Wait()
 	t := time.NewTicker(o.cfg.Tick)
 	defer t.Stop()
@@ -184,6 +189,7 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 		if err := o.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			o.log.Warn("orchestrator round failed; retrying", "err", err)
 		}
+		o.saveStatus(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -191,41 +197,6 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 		case <-o.wake:
 		}
 	}
-}
-
-// Status is a pool's status from the last round.
-func (o *Orchestrator) Status(pool string) PoolStatus {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.status[pool]
-}
-
-// ForSuite says in one line which pools are starting machines for a
-// suite, or "".
-func (o *Orchestrator) ForSuite(suite string) string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var parts []string
-	names := make([]string, 0, len(o.status))
-	for name := range o.status {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		st := o.status[name]
-		for _, s := range st.Suites {
-			if s != suite {
-				continue
-			}
-			switch {
-			case st.Starting > 0:
-				parts = append(parts, fmt.Sprintf("pool %s is starting %d machine%s", name, st.Starting, plural(st.Starting)))
-			case st.Waiting != "":
-				parts = append(parts, fmt.Sprintf("pool %s: %s", name, st.Waiting))
-			}
-		}
-	}
-	return strings.Join(parts, "; ")
 }
 
 // LoadPools reads every pool's spec.

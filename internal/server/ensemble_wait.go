@@ -203,7 +203,7 @@ func (s *Server) placeWaiting(ctx context.Context, e api.Ensemble) {
 		s.failWaiting(ctx, e, fmt.Sprintf("no machine came within its provision deadline (%v): %s", deadline, errdefs.Message(err)))
 		return
 	}
-	reason := errdefs.Message(err) + "; " + s.waitLine(e, e.CreatedAt.Add(deadline))
+	reason := errdefs.Message(err) + "; " + s.waitLine(ctx, e, e.CreatedAt.Add(deadline))
 	if reason != e.Reason {
 		s.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
 			if st.State == api.EnsembleWaiting {
@@ -215,10 +215,10 @@ func (s *Server) placeWaiting(ctx context.Context, e api.Ensemble) {
 }
 
 // waitLine says which pools start machines for e, until when.
-func (s *Server) waitLine(e api.Ensemble, until time.Time) string {
+func (s *Server) waitLine(ctx context.Context, e api.Ensemble, until time.Time) string {
 	var parts []string
 	for _, a := range e.Spec.Allocations {
-		if line := s.orch.ForSuite(e.Name + "/" + a.Name); line != "" && !slices.Contains(parts, line) {
+		if line := s.orch.ForSuite(ctx, e.Name+"/"+a.Name); line != "" && !slices.Contains(parts, line) {
 			parts = append(parts, line)
 		}
 	}

@@ -248,11 +248,17 @@ func (s *Server) newOrchestrator() error {
 	return nil
 }
 
-// wakeOrchestrator asks for a round soon: demand or nodes changed.
+// wakeOrchestrator asks for a round soon: demand or nodes changed. The
+// orchestrator runs on the leader: another server asks it by a signal.
 func (s *Server) wakeOrchestrator() {
-	if s.orch != nil {
-		s.orch.Wake()
+	if s.orch == nil {
+		return
 	}
+	if _, leads := s.leading.current(); leads {
+		s.orch.Wake()
+		return
+	}
+	s.signals.send(orchestrateChannel, "")
 }
 
 func (s *Server) handlePutPool(w http.ResponseWriter, r *http.Request) error {
@@ -462,7 +468,7 @@ func (s *Server) apiPool(ctx context.Context, spec api.PoolSpec, doc store.Docum
 			p.Machines[m.State]++
 		}
 	}
-	st := s.orch.Status(spec.Name)
+	st := s.orch.Status(ctx, spec.Name)
 	p.Desired, p.Demand, p.Waiting = max(st.Desired, spec.Min), st.Demand, st.Waiting
 	return p
 }

@@ -38,6 +38,9 @@ const (
 	wakeChannel   = "nodemgr_wake"
 	cancelChannel = "nodemgr_cancel"
 	pingChannel   = "nodemgr_ping"
+	// orchestrateChannel asks the leader for an orchestrator round now: a
+	// pool or demand changed through another server.
+	orchestrateChannel = "nodemgr_orchestrate"
 )
 
 // signaller sends signals and hears other servers'.
@@ -99,7 +102,7 @@ func (s *Server) signalLoop(ctx context.Context) {
 	}
 	bo := &backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
-		err := s.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel, cancelChannel, relayChannel, pingChannel}, s.heard)
+		err := s.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel, cancelChannel, relayChannel, pingChannel, orchestrateChannel}, s.heard)
 		if ctx.Err() != nil {
 			return
 		}
@@ -134,6 +137,10 @@ func (s *Server) heard(channel, payload string) {
 		s.wakeLocal(suite, "")
 	case relayChannel:
 		s.heardRelay(payload)
+	case orchestrateChannel:
+		if _, leads := s.leading.current(); leads {
+			s.orch.Wake()
+		}
 	case pingChannel:
 		if sess := s.hub.get(payload); sess != nil {
 			go func() {

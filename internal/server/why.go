@@ -82,7 +82,7 @@ func (s *Server) waitingReason(ctx context.Context, su store.Suite) (string, err
 	}
 	why, err := s.diagnose(ctx, su, false)
 	if why != "" && s.orch != nil {
-		if pools := s.orch.ForSuite(su.Spec.Name); pools != "" {
+		if pools := s.orch.ForSuite(ctx, su.Spec.Name); pools != "" {
 			why += "; " + pools
 		}
 	}
