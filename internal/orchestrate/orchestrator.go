@@ -163,6 +163,14 @@ func (o *Orchestrator) SetServerURL(u string) {
 	o.cfg.Bootstrap.ServerURL = u
 }
 
+// SetOwner sets the coordinator's owner ID, the label on every machine its
+// pools make; before Run.
+func (o *Orchestrator) SetOwner(id string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.cfg.Owner = id
+}
+
 // Wake asks for a round soon: demand or a node changed.
 func (o *Orchestrator) Wake() {
 	select {

@@ -66,7 +66,7 @@ type soleServer interface {
 // term's fenced context.
 func (s *Server) singletons() []func(context.Context) {
 	loops := []func(context.Context){
-		func(ctx context.Context) { s.orch.Run(ctx) },
+		s.runOrchestrator,
 		s.livenessLoop, s.suiteLoop, s.ensembleLoop, s.driftLoop,
 	}
 	if s.blobsShared() {

@@ -195,6 +195,30 @@ func (s *Server) forgetNode(ctx context.Context, nodeID, reason string) error {
 	return nil
 }
 
+// runOrchestrator runs the orchestrator while this server leads. The
+// coordinator's owner ID is read, or made on the first term, here: by the
+// leader alone and fenced by its term, so servers that start at once on an
+// empty store cannot each make one of their own.
+func (s *Server) runOrchestrator(ctx context.Context) {
+	for {
+		owner, err := s.ownerID(ctx)
+		if err == nil {
+			s.orch.SetOwner(owner)
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("read the coordinator's owner id; retrying in 5s", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+	s.orch.Run(ctx)
+}
+
 // ownerID is this coordinator's ID, made on first start and kept in the
 // store: the owner label on every machine its pools make.
 func (s *Server) ownerID(ctx context.Context) (string, error) {
@@ -228,12 +252,7 @@ func (s *Server) agentServerURL() string {
 // newOrchestrator makes the orchestrator; Serve tells it the server's URL
 // and runs it.
 func (s *Server) newOrchestrator() error {
-	owner, err := s.ownerID(context.Background())
-	if err != nil {
-		return fmt.Errorf("orchestrator owner id: %w", err)
-	}
 	cfg := s.cfg.Orchestrator
-	cfg.Owner = owner
 	cfg.Bootstrap.ServerURL = s.cfg.AgentServerURL
 	cfg.Bootstrap.Binaries = s.cfg.AgentBinaries
 	if len(cfg.Bootstrap.Binaries) == 0 {

@@ -396,6 +396,11 @@ func Bootstrap(ctx context.Context, st store.Store, dataDir string) (token strin
 	}
 	now := time.Now().UTC()
 	if err := st.CreateUser(ctx, store.User{Name: "admin", Admin: true, CreatedAt: now}); err != nil {
+		if errors.Is(err, errdefs.ErrConflict) {
+			// Another server on the store bootstrapped at the same moment:
+			// the admin's first token is in its data dir.
+			return "", false, nil
+		}
 		return "", false, fmt.Errorf("bootstrap: create admin: %w", err)
 	}
 	secret, hash := auth.NewSecret(api.TokenAPI)
