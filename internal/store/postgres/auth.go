@@ -13,6 +13,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 // CreateUser stores a new user and its group memberships.
@@ -99,7 +100,7 @@ func readUsers(ctx context.Context, tx pgx.Tx, name, after string, p store.Page)
 		if err := rows.Scan(&u.Name, &u.Admin, &created); err != nil {
 			return nil, err
 		}
-		u.CreatedAt = fromNanos(created)
+		u.CreatedAt = sqlrow.FromNanos(created)
 		users = append(users, u)
 	}
 	return users, rows.Err()
@@ -235,7 +236,7 @@ func insertToken(ctx context.Context, tx pgx.Tx, t store.Token, now time.Time) e
 			return fmt.Errorf("node %s: %w", t.NodeID, err)
 		}
 	}
-	groups, err := jsonArg(t.Groups)
+	groups, err := sqlrow.JSONArg(t.Groups)
 	if err != nil {
 		return err
 	}
@@ -385,7 +386,7 @@ func scanToken(row scanner) (store.Token, error) {
 	if err != nil {
 		return store.Token{}, classify(err)
 	}
-	if t.Groups, err = stringsOf(groups); err != nil {
+	if t.Groups, err = sqlrow.Strings(groups); err != nil {
 		return store.Token{}, fmt.Errorf("token %s groups: %w", t.ID, err)
 	}
 	if user != nil {
@@ -395,7 +396,7 @@ func scanToken(row scanner) (store.Token, error) {
 		t.NodeID = *nodeID
 	}
 	t.ExpiresAt = timeOf(expires)
-	t.CreatedAt = fromNanos(created)
+	t.CreatedAt = sqlrow.FromNanos(created)
 	t.LastUsed = timeOf(lastUsed)
 	return t, nil
 }

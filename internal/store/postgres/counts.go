@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 // Task counts live in suite_counts and change in the same transaction as
@@ -35,46 +36,8 @@ const countsOf = `CROSS JOIN LATERAL (SELECT
 		coalesce(sum(failed), 0)::bigint AS failed, coalesce(sum(cancelled), 0)::bigint AS cancelled
 	FROM suite_counts WHERE suite_counts.suite_id = s.id) AS c`
 
-// tally is how a transaction changed the task counts of suites: signed
-// differences by suite ID.
-type tally map[string]*api.TaskCounts
-
-// move records that n tasks of a suite went from one state to another; from
-// is "" for new tasks.
-func (t tally) move(suiteID, from, to string, n int) {
-	if n == 0 || from == to {
-		return
-	}
-	c := t[suiteID]
-	if c == nil {
-		c = new(api.TaskCounts)
-		t[suiteID] = c
-	}
-	if from != "" {
-		*countOf(c, from) -= n
-	}
-	*countOf(c, to) += n
-}
-
-// countOf is the count of state in c. States are checked where they are
-// written, so an unknown one is a bug.
-func countOf(c *api.TaskCounts, state string) *int {
-	switch state {
-	case api.TaskPending:
-		return &c.Pending
-	case api.TaskReady:
-		return &c.Ready
-	case api.TaskRunning:
-		return &c.Running
-	case api.TaskFinished:
-		return &c.Finished
-	case api.TaskFailed:
-		return &c.Failed
-	case api.TaskCancelled:
-		return &c.Cancelled
-	}
-	panic(fmt.Sprintf("postgres: task state %q has no count", state))
-}
+// tally is sqlrow.Tally: the counts a transaction changed.
+type tally = sqlrow.Tally
 
 // addCounts adds differences to one shard of each suite, making the shard
 // when it is first used. Suites go in ID order, so that two transactions
@@ -89,8 +52,8 @@ const addCounts = `INSERT INTO suite_counts AS sc (suite_id, shard, pending, rea
 		running = sc.running + excluded.running, finished = sc.finished + excluded.finished,
 		failed = sc.failed + excluded.failed, cancelled = sc.cancelled + excluded.cancelled`
 
-// apply adds the tally to suite_counts in one statement.
-func (t tally) apply(ctx context.Context, s *Store, tx pgx.Tx) error {
+// applyCounts adds the tally t to suite_counts in one statement.
+func (s *Store) applyCounts(ctx context.Context, tx pgx.Tx, t tally) error {
 	var ids []string
 	var cols [6][]int64
 	for _, id := range slices.Sorted(maps.Keys(t)) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 const deploymentColumns = `id, provider, resource_id, name, template, state, state_reason, address, executors, extra, labels, node_id, created_at, updated_at`
@@ -32,7 +33,7 @@ func (s *Store) CreateDeployment(ctx context.Context, d store.Deployment) error 
 }
 
 func insertDeployment(ctx context.Context, tx pgx.Tx, d store.Deployment) error {
-	executors, extra, labels, err := deploymentJSON(d)
+	executors, extra, labels, err := sqlrow.DeploymentJSON(d)
 	if err != nil {
 		return err
 	}
@@ -46,23 +47,6 @@ func insertDeployment(ctx context.Context, tx pgx.Tx, d store.Deployment) error 
 		return errdefs.Conflict("a live %s deployment is already named %s", d.Provider, d.Name)
 	}
 	return err
-}
-
-func deploymentJSON(d store.Deployment) (executors, extra, labels string, err error) {
-	enc := func(v any, empty string) string {
-		if err != nil {
-			return ""
-		}
-		b, e := json.Marshal(v)
-		if e != nil {
-			err = errdefs.Field("extra", "cannot be stored: %v", e)
-		}
-		if string(b) == "null" {
-			return empty
-		}
-		return string(b)
-	}
-	return enc(d.Executors, "[]"), enc(d.Extra, "{}"), enc(d.Labels, "{}"), err
 }
 
 // GetDeployment reads one deployment.
@@ -136,7 +120,7 @@ func (s *Store) UpdateDeployment(ctx context.Context, id string, fn func(*store.
 			return errdefs.Field("id", "cannot change")
 		}
 		d.UpdatedAt = s.now()
-		executors, extra, labels, err := deploymentJSON(d)
+		executors, extra, labels, err := sqlrow.DeploymentJSON(d)
 		if err != nil {
 			return err
 		}
@@ -213,6 +197,6 @@ func scanDeployment(row scanner) (store.Deployment, error) {
 	if d.Labels == nil {
 		d.Labels = map[string]string{}
 	}
-	d.CreatedAt, d.UpdatedAt = fromNanos(created), fromNanos(updated)
+	d.CreatedAt, d.UpdatedAt = sqlrow.FromNanos(created), sqlrow.FromNanos(updated)
 	return d, nil
 }

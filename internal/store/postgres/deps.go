@@ -176,7 +176,7 @@ func releaseDependents(ctx context.Context, tx pgx.Tx, done []ended, counts tall
 			return nil, err
 		}
 		if state == api.TaskReady {
-			counts.move(suite, api.TaskPending, api.TaskReady, 1)
+			counts.Move(suite, api.TaskPending, api.TaskReady, 1)
 			if !slices.Contains(released, suite) {
 				released = append(released, suite)
 			}
@@ -216,7 +216,7 @@ func cancelDependents(ctx context.Context, tx pgx.Tx, e ended, counts tally, now
 				rows.Close()
 				return err
 			}
-			counts.move(next.suite, api.TaskPending, api.TaskCancelled, 1)
+			counts.Move(next.suite, api.TaskPending, api.TaskCancelled, 1)
 			queue = append(queue, next)
 		}
 		rows.Close()

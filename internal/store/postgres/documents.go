@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 const documentColumns = `kind, name, body, version, created_at, updated_at`
@@ -103,6 +104,6 @@ func scanDocument(row scanner) (store.Document, error) {
 	if d.Body == nil {
 		d.Body = []byte{}
 	}
-	d.CreatedAt, d.UpdatedAt = fromNanos(created), fromNanos(updated)
+	d.CreatedAt, d.UpdatedAt = sqlrow.FromNanos(created), sqlrow.FromNanos(updated)
 	return d, nil
 }

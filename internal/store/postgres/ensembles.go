@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 const ensembleColumns = `id, name, spec, state, reason, owner, replicas, lost, created_at, updated_at`
@@ -22,7 +23,7 @@ func (s *Store) CreateEnsemble(ctx context.Context, e api.Ensemble) error {
 		now := s.now()
 		e.CreatedAt = orNow(e.CreatedAt, now)
 		e.UpdatedAt = now
-		a, err := ensembleArgs(e)
+		a, err := sqlrow.EnsembleArgs(e)
 		if err != nil {
 			return err
 		}
@@ -87,7 +88,7 @@ func (s *Store) UpdateEnsemble(ctx context.Context, id string, fn func(*api.Ense
 			return err
 		}
 		e.ID, e.UpdatedAt = id, s.now()
-		a, err := ensembleArgs(e)
+		a, err := sqlrow.EnsembleArgs(e)
 		if err != nil {
 			return err
 		}
@@ -103,29 +104,6 @@ func (s *Store) UpdateEnsemble(ctx context.Context, id string, fn func(*api.Ense
 		return api.Ensemble{}, fmt.Errorf("update ensemble %s: %w", id, err)
 	}
 	return out, nil
-}
-
-func ensembleArgs(e api.Ensemble) ([]any, error) {
-	spec, err := json.Marshal(e.Spec)
-	if err != nil {
-		return nil, err
-	}
-	if e.Replicas == nil {
-		e.Replicas = []api.EnsembleReplica{}
-	}
-	replicas, err := json.Marshal(e.Replicas)
-	if err != nil {
-		return nil, err
-	}
-	if e.Lost == nil {
-		e.Lost = []api.EnsembleReplica{}
-	}
-	lost, err := json.Marshal(e.Lost)
-	if err != nil {
-		return nil, err
-	}
-	return []any{e.ID, e.Name, string(spec), e.State, e.Reason, e.Owner, string(replicas), string(lost),
-		e.CreatedAt.UnixNano(), e.UpdatedAt.UnixNano()}, nil
 }
 
 func scanEnsemble(row scanner) (api.Ensemble, error) {
@@ -154,6 +132,6 @@ func scanEnsemble(row scanner) (api.Ensemble, error) {
 	if len(e.Lost) == 0 {
 		e.Lost = nil
 	}
-	e.CreatedAt, e.UpdatedAt = fromNanos(created), fromNanos(updated)
+	e.CreatedAt, e.UpdatedAt = sqlrow.FromNanos(created), sqlrow.FromNanos(updated)
 	return e, nil
 }

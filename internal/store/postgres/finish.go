@@ -11,6 +11,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 // FinishAttempts applies a node's reports in one transaction; see
@@ -80,7 +81,7 @@ func (s *Store) FinishAttempts(ctx context.Context, nodeID string, reports []sto
 			return err
 		}
 		out.Released = released
-		return counts.apply(ctx, s, tx)
+		return s.applyCounts(ctx, tx, counts)
 	})
 	if err != nil {
 		return store.Finished{}, fmt.Errorf("finish %d attempts of node %s: %w", len(reports), nodeID, err)
@@ -135,7 +136,7 @@ func splitReports(reports []store.Attempt, nodeID string, now int64) (endBatch, 
 func resultJSON(r api.TaskResult, nodeID string, now int64) (string, error) {
 	r.NodeID = nodeID
 	if r.FinishedAt.IsZero() {
-		r.FinishedAt = fromNanos(now)
+		r.FinishedAt = sqlrow.FromNanos(now)
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -200,7 +201,7 @@ func finishLate(ctx context.Context, tx pgx.Tx, nodeID string, ends endBatch, no
 		if err != nil {
 			return nil, 0, err
 		}
-		counts.move(l.suite, l.state, api.TaskFinished, 1)
+		counts.Move(l.suite, l.state, api.TaskFinished, 1)
 		fin.add(l.id, l.suite, api.TaskFinished)
 		if l.state == api.TaskRunning {
 			superseded = append(superseded, store.Superseded{TaskID: l.id, NodeID: l.node, Attempt: l.attempt})
@@ -312,7 +313,7 @@ func recordFailures(ctx context.Context, tx pgx.Tx, nodeID string, held []store.
 		}
 		ids[i], attempts[i], codes[i], signals[i] = r.TaskID, int32(r.Attempt), int32(f.ExitCode), f.Signal
 		reasons[i], stdouts[i], stderrs[i] = []byte(f.Reason), []byte(f.Stdout), []byte(f.Stderr)
-		ats[i] = orNanos(f.At, now)
+		ats[i] = sqlrow.OrNanos(f.At, now)
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO task_failures (task_id, attempt, node_id, exit_code, signal, reason, stdout, stderr, at)
 		SELECT f.id, f.attempt, $1, f.code, f.signal, f.reason, f.stdout, f.stderr, f.at
@@ -382,7 +383,7 @@ func scanEnds(rows pgx.Rows, from string, counts tally, fin *endings) (int, erro
 		if err := rows.Scan(&suite, &state, &id); err != nil {
 			return 0, err
 		}
-		counts.move(suite, from, state, 1)
+		counts.Move(suite, from, state, 1)
 		fin.add(id, suite, state)
 		n++
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 const nodeColumns = `id, name, machine_id, data_dir, tags, labels, group_names, hardware,
@@ -307,19 +308,19 @@ func updateNode(ctx context.Context, tx pgx.Tx, n store.Node) error {
 
 // nodeArgs are n's columns after id, in nodeColumns order.
 func nodeArgs(n store.Node) ([]any, error) {
-	tags, err := jsonArg(n.Tags)
+	tags, err := sqlrow.JSONArg(n.Tags)
 	if err != nil {
 		return nil, err
 	}
-	labels, err := jsonArg(n.Labels)
+	labels, err := sqlrow.JSONArg(n.Labels)
 	if err != nil {
 		return nil, err
 	}
-	groups, err := jsonArg(n.Groups)
+	groups, err := sqlrow.JSONArg(n.Groups)
 	if err != nil {
 		return nil, err
 	}
-	hw, err := jsonArg(n.Hardware)
+	hw, err := sqlrow.JSONArg(n.Hardware)
 	if err != nil {
 		return nil, err
 	}
@@ -347,13 +348,13 @@ func scanNode(row scanner) (store.Node, error) {
 	if err != nil {
 		return store.Node{}, classify(err)
 	}
-	if n.Tags, err = stringsOf(tags); err != nil {
+	if n.Tags, err = sqlrow.Strings(tags); err != nil {
 		return store.Node{}, fmt.Errorf("node %s tags: %w", n.ID, err)
 	}
-	if n.Labels, err = mapOf(labels); err != nil {
+	if n.Labels, err = sqlrow.Map(labels); err != nil {
 		return store.Node{}, fmt.Errorf("node %s labels: %w", n.ID, err)
 	}
-	if n.Groups, err = stringsOf(groups); err != nil {
+	if n.Groups, err = sqlrow.Strings(groups); err != nil {
 		return store.Node{}, fmt.Errorf("node %s groups: %w", n.ID, err)
 	}
 	if err := json.Unmarshal([]byte(hw), &n.Hardware); err != nil {
@@ -363,8 +364,8 @@ func scanNode(row scanner) (store.Node, error) {
 		n.Hardware.GPUs = []api.GPU{}
 	}
 	n.LastHeartbeat = timeOf(lastHeartbeat)
-	n.RegisteredAt = fromNanos(registeredAt)
-	n.UpdatedAt = fromNanos(updatedAt)
+	n.RegisteredAt = sqlrow.FromNanos(registeredAt)
+	n.UpdatedAt = sqlrow.FromNanos(updatedAt)
 	return n, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 // Enqueue appends a notification to a node's outbox under the node's next
@@ -26,7 +27,7 @@ func (s *Store) Enqueue(ctx context.Context, nodeID, method string, body []byte)
 			return err
 		}
 		now := s.now().UnixNano()
-		nt.CreatedAt = fromNanos(now)
+		nt.CreatedAt = sqlrow.FromNanos(now)
 		// A node deleted meanwhile fails the foreign key: not found.
 		_, err = tx.Exec(ctx, `INSERT INTO notifications (node_id, seq, method, body, created_at)
 			VALUES ($1, $2, $3, $4, $5)`, nodeID, nt.Seq, method, nt.Body, now)
@@ -69,7 +70,7 @@ func pending(ctx context.Context, tx pgx.Tx, nodeID string, after uint64) ([]sto
 		if nt.Body == nil {
 			nt.Body = []byte{}
 		}
-		nt.CreatedAt = fromNanos(created)
+		nt.CreatedAt = sqlrow.FromNanos(created)
 		out = append(out, nt)
 	}
 	if err := rows.Err(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 const poolMachineColumns = `id, pool, template, provider, state, state_reason, deployment_id, node_id,
@@ -40,7 +41,7 @@ func insertPoolMachine(ctx context.Context, tx pgx.Tx, m store.PoolMachine) erro
 	_, err := tx.Exec(ctx, `INSERT INTO pool_machines (`+poolMachineColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 		m.ID, m.Pool, m.Template, m.Provider, m.State, m.StateReason, m.DeploymentID, m.NodeID,
-		m.CPUs, m.MemoryMB, m.CreatedAt.UnixNano(), zeroNano(m.LaunchedAt), zeroNano(m.ReadyAt), zeroNano(m.BusyAt), m.UpdatedAt.UnixNano())
+		m.CPUs, m.MemoryMB, m.CreatedAt.UnixNano(), sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano())
 	if isUnique(err) {
 		return errdefs.Conflict("pool machine %s exists", m.ID)
 	}
@@ -118,7 +119,7 @@ func (s *Store) UpdatePoolMachine(ctx context.Context, id string, fn func(*store
 		_, err = tx.Exec(ctx, `UPDATE pool_machines SET state = $1, state_reason = $2, deployment_id = $3, node_id = $4,
 			cpus = $5, memory_mb = $6, launched_at = $7, ready_at = $8, busy_at = $9, updated_at = $10 WHERE id = $11`,
 			m.State, m.StateReason, m.DeploymentID, m.NodeID, m.CPUs, m.MemoryMB,
-			zeroNano(m.LaunchedAt), zeroNano(m.ReadyAt), zeroNano(m.BusyAt), m.UpdatedAt.UnixNano(), id)
+			sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano(), id)
 		return err
 	})
 	if err != nil {
@@ -187,7 +188,7 @@ func (s *Store) PoolEvents(ctx context.Context, pool string, p store.Page) ([]ap
 		if err := rows.Scan(&e.ID, &e.Pool, &e.Machine, &at, &e.Kind, &e.Message); err != nil {
 			return nil, fmt.Errorf("list events of pool %s: %w", pool, classify(err))
 		}
-		e.At = fromNanos(at)
+		e.At = sqlrow.FromNanos(at)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
@@ -219,7 +220,7 @@ func scanPoolMachine(row scanner) (store.PoolMachine, error) {
 	if err != nil {
 		return m, classify(err)
 	}
-	m.CreatedAt, m.UpdatedAt = fromNanos(created), fromNanos(updated)
-	m.LaunchedAt, m.ReadyAt, m.BusyAt = nanoTime(launched), nanoTime(ready), nanoTime(busy)
+	m.CreatedAt, m.UpdatedAt = sqlrow.FromNanos(created), sqlrow.FromNanos(updated)
+	m.LaunchedAt, m.ReadyAt, m.BusyAt = sqlrow.NanoTime(launched), sqlrow.NanoTime(ready), sqlrow.NanoTime(busy)
 	return m, nil
 }

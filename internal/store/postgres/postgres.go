@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 //go:embed migrations/*.sql
@@ -421,10 +421,8 @@ func timeOf(n *int64) time.Time {
 	if n == nil {
 		return time.Time{}
 	}
-	return fromNanos(*n)
+	return sqlrow.FromNanos(*n)
 }
-
-func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 // orNow is t, or now if t is zero: creation times the caller did not set.
 func orNow(t, now time.Time) time.Time {
@@ -432,70 +430,6 @@ func orNow(t, now time.Time) time.Time {
 		return now
 	}
 	return t
-}
-
-// orNanos is t in unix nanoseconds, or now if t is zero.
-func orNanos(t time.Time, now int64) int64 {
-	if t.IsZero() {
-		return now
-	}
-	return t.UnixNano()
-}
-
-// zeroNano stores a zero time as 0, where the column has no NULL.
-func zeroNano(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func nanoTime(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return fromNanos(n)
-}
-
-// jsonArg encodes v for a JSON column, with nil lists and maps as empty ones.
-func jsonArg(v any) (string, error) {
-	switch v := v.(type) {
-	case []string:
-		if v == nil {
-			return "[]", nil
-		}
-	case map[string]string:
-		if v == nil {
-			return "{}", nil
-		}
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "", err
-	}
-	return string(b), nil
-}
-
-func stringsOf(s string) ([]string, error) {
-	v := []string{}
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return nil, err
-	}
-	if v == nil { // the text was "null"
-		v = []string{}
-	}
-	return v, nil
-}
-
-func mapOf(s string) (map[string]string, error) {
-	v := map[string]string{}
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return nil, err
-	}
-	if v == nil {
-		v = map[string]string{}
-	}
-	return v, nil
 }
 
 // nullString stores an empty string as NULL, for optional foreign keys.

@@ -9,6 +9,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 // PutSuiteProblem records the latest problem of (suite, node). An unknown
@@ -50,7 +51,7 @@ func (s *Store) SuiteProblems(ctx context.Context, suiteID, nodeID string) ([]st
 		if err := rows.Scan(&p.SuiteID, &p.NodeID, &p.NodeName, &p.Stage, &p.ExitCode, &reason, &tail, &at); err != nil {
 			return nil, fmt.Errorf("list suite problems: %w", classify(err))
 		}
-		p.Reason, p.OutputTail, p.At = string(reason), string(tail), fromNanos(at)
+		p.Reason, p.OutputTail, p.At = string(reason), string(tail), sqlrow.FromNanos(at)
 		out = append(out, p)
 	}
 	if err := rows.Err(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 const taskColumns = `tasks.seq, tasks.id, tasks.suite_id, tasks.spec, tasks.state, tasks.attempt, tasks.node_id,
@@ -50,7 +51,7 @@ func (s *Store) AddTasks(ctx context.Context, suiteID string, tasks []store.Task
 		}
 		counts := tally{}
 		for _, st := range batch.states {
-			counts.move(suiteID, "", st, 1)
+			counts.Move(suiteID, "", st, 1)
 		}
 		if err := addDeps(ctx, tx, suiteID, batch, counts, now.UnixNano()); err != nil {
 			return err
@@ -58,7 +59,7 @@ func (s *Store) AddTasks(ctx context.Context, suiteID string, tasks []store.Task
 		if _, err := tx.Exec(ctx, `UPDATE suites SET last_task_at = $1 WHERE id = $2`, now.UnixNano(), suiteID); err != nil {
 			return err
 		}
-		return counts.apply(ctx, s, tx)
+		return s.applyCounts(ctx, tx, counts)
 	})
 	if err != nil {
 		return fmt.Errorf("add %d tasks to suite %s: %w", len(tasks), suiteID, err)
@@ -96,7 +97,7 @@ func newTaskBatch(tasks []store.Task) (*taskBatch, error) {
 		b.names = append(b.names, t.Spec.Name)
 		b.priorities = append(b.priorities, int32(t.Spec.Priority))
 		b.waiting = append(b.waiting, int32(len(after)))
-		b.created = append(b.created, zeroNano(t.CreatedAt))
+		b.created = append(b.created, sqlrow.ZeroNano(t.CreatedAt))
 	}
 	return b, nil
 }
@@ -302,7 +303,7 @@ func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int)
 			return err
 		}
 		counts := tally{}
-		counts.move(suiteID, api.TaskReady, api.TaskRunning, len(claimed))
+		counts.Move(suiteID, api.TaskReady, api.TaskRunning, len(claimed))
 		// Only a task claimed before can have failed before.
 		if err := addFailures(ctx, tx, claimed, 2); err != nil {
 			return err
@@ -314,7 +315,7 @@ func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int)
 			return err
 		}
 		// Last, so the counts row is held for as short a time as can be.
-		return counts.apply(ctx, s, tx)
+		return s.applyCounts(ctx, tx, counts)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim %d tasks of suite %s for node %s: %w", max, suiteID, nodeID, err)
@@ -392,7 +393,7 @@ func (s *Store) moveTasks(ctx context.Context, from, query string, a ...any) (in
 		if n, err = scanMoves(rows, from, counts); err != nil {
 			return err
 		}
-		return counts.apply(ctx, s, tx)
+		return s.applyCounts(ctx, tx, counts)
 	})
 	return n, err
 }
@@ -408,7 +409,7 @@ func scanMoves(rows pgx.Rows, from string, counts tally) (int, error) {
 		if err := rows.Scan(&suite, &state); err != nil {
 			return 0, err
 		}
-		counts.move(suite, from, state, 1)
+		counts.Move(suite, from, state, 1)
 		n++
 	}
 	return n, rows.Err()
@@ -434,11 +435,11 @@ func (s *Store) CancelTask(ctx context.Context, id string) (store.Task, error) {
 			return err
 		}
 		counts := tally{}
-		counts.move(before.SuiteID, before.State, api.TaskCancelled, 1)
+		counts.Move(before.SuiteID, before.State, api.TaskCancelled, 1)
 		if _, err := settleDeps(ctx, tx, nil, []ended{{id, before.SuiteID, api.TaskCancelled}}, counts, now); err != nil {
 			return err
 		}
-		return counts.apply(ctx, s, tx)
+		return s.applyCounts(ctx, tx, counts)
 	})
 	if err != nil {
 		return store.Task{}, fmt.Errorf("cancel task %s: %w", id, err)
@@ -485,7 +486,7 @@ func scanFailure(row scanner) (taskID string, f api.TaskFailure, err error) {
 		return "", api.TaskFailure{}, err
 	}
 	f.Reason, f.Stdout, f.Stderr = string(reason), string(stdout), string(stderr)
-	f.At = fromNanos(at)
+	f.At = sqlrow.FromNanos(at)
 	return taskID, f, nil
 }
 
@@ -528,7 +529,7 @@ func scanTask(row scanner) (store.Task, error) {
 			return store.Task{}, fmt.Errorf("task %s result: %w", t.ID, err)
 		}
 	}
-	t.CreatedAt = fromNanos(created)
-	t.UpdatedAt = fromNanos(updated)
+	t.CreatedAt = sqlrow.FromNanos(created)
+	t.UpdatedAt = sqlrow.FromNanos(updated)
 	return t, nil
 }

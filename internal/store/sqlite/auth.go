@@ -10,6 +10,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 // CreateUser stores a new user and its group memberships.
@@ -90,7 +91,7 @@ func (s *Store) users(ctx context.Context, name string, p store.Page) ([]store.U
 		if err := rows.Scan(&u.Name, &u.Admin, &created); err != nil {
 			return nil, classify(err)
 		}
-		u.CreatedAt = fromNanos(created)
+		u.CreatedAt = sqlrow.FromNanos(created)
 		index[u.Name] = len(users)
 		users = append(users, u)
 	}
@@ -220,7 +221,7 @@ func insertToken(ctx context.Context, tx *sql.Tx, t store.Token, now time.Time) 
 			return fmt.Errorf("node %s: %w", t.NodeID, err)
 		}
 	}
-	groups, err := jsonArg(t.Groups)
+	groups, err := sqlrow.JSONArg(t.Groups)
 	if err != nil {
 		return err
 	}
@@ -374,7 +375,7 @@ func scanToken(row scanner) (store.Token, error) {
 	if err != nil {
 		return store.Token{}, classify(err)
 	}
-	if t.Groups, err = stringsOf(groups); err != nil {
+	if t.Groups, err = sqlrow.Strings(groups); err != nil {
 		return store.Token{}, fmt.Errorf("token %s groups: %w", t.ID, err)
 	}
 	t.User = user.String

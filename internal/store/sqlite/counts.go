@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 // Task counts live in suite_counts, one row per suite, and change in the
@@ -16,53 +17,15 @@ import (
 // applied before the transaction commits. Reading a suite then costs the same
 // whatever its size.
 
-// tally is how a transaction changed the task counts of suites: signed
-// differences by suite ID.
-type tally map[string]*api.TaskCounts
-
-// move records that n tasks of a suite went from one state to another; from
-// is "" for new tasks.
-func (t tally) move(suiteID, from, to string, n int) {
-	if n == 0 || from == to {
-		return
-	}
-	c := t[suiteID]
-	if c == nil {
-		c = new(api.TaskCounts)
-		t[suiteID] = c
-	}
-	if from != "" {
-		*countOf(c, from) -= n
-	}
-	*countOf(c, to) += n
-}
-
-// countOf is the count of state in c. States are checked where they are
-// written, so an unknown one is a bug.
-func countOf(c *api.TaskCounts, state string) *int {
-	switch state {
-	case api.TaskPending:
-		return &c.Pending
-	case api.TaskReady:
-		return &c.Ready
-	case api.TaskRunning:
-		return &c.Running
-	case api.TaskFinished:
-		return &c.Finished
-	case api.TaskFailed:
-		return &c.Failed
-	case api.TaskCancelled:
-		return &c.Cancelled
-	}
-	panic(fmt.Sprintf("sqlite: task state %q has no count", state))
-}
+// tally is sqlrow.Tally: the counts a transaction changed.
+type tally = sqlrow.Tally
 
 const addCounts = `UPDATE suite_counts SET pending = pending + ?, ready = ready + ?, running = running + ?,
 	finished = finished + ?, failed = failed + ?, cancelled = cancelled + ?
 	WHERE suite_id = ?`
 
-// apply adds the tally to suite_counts, one statement per suite.
-func (t tally) apply(ctx context.Context, s *Store, tx *sql.Tx) error {
+// applyCounts adds the tally t to suite_counts, one statement per suite.
+func (s *Store) applyCounts(ctx context.Context, tx *sql.Tx, t tally) error {
 	if len(t) == 0 {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 const deploymentColumns = `id, provider, resource_id, name, template, state, state_reason, address, executors, extra, labels, node_id, created_at, updated_at`
@@ -32,7 +33,7 @@ func (s *Store) CreateDeployment(ctx context.Context, d store.Deployment) error 
 }
 
 func insertDeployment(ctx context.Context, tx *sql.Tx, d store.Deployment) error {
-	executors, extra, labels, err := deploymentJSON(d)
+	executors, extra, labels, err := sqlrow.DeploymentJSON(d)
 	if err != nil {
 		return err
 	}
@@ -43,23 +44,6 @@ func insertDeployment(ctx context.Context, tx *sql.Tx, d store.Deployment) error
 		return errdefs.Conflict("a live %s deployment is already named %s", d.Provider, d.Name)
 	}
 	return classify(err)
-}
-
-func deploymentJSON(d store.Deployment) (executors, extra, labels string, err error) {
-	enc := func(v any, empty string) string {
-		if err != nil {
-			return ""
-		}
-		b, e := json.Marshal(v)
-		if e != nil {
-			err = errdefs.Field("extra", "cannot be stored: %v", e)
-		}
-		if string(b) == "null" {
-			return empty
-		}
-		return string(b)
-	}
-	return enc(d.Executors, "[]"), enc(d.Extra, "{}"), enc(d.Labels, "{}"), err
 }
 
 // GetDeployment reads one deployment.

@@ -9,6 +9,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 // Dependencies between tasks (00016): a task with After is Pending while
@@ -99,7 +100,7 @@ func (s *Store) settleDeps(ctx context.Context, tx *sql.Tx, done, failed []ended
 		for i, e := range done {
 			ids[i] = e.id
 		}
-		list, err := jsonArg(ids)
+		list, err := sqlrow.JSONArg(ids)
 		if err != nil {
 			return nil, err
 		}
@@ -125,7 +126,7 @@ func (s *Store) settleDeps(ctx context.Context, tx *sql.Tx, done, failed []ended
 				return nil, classify(err)
 			}
 			if state == api.TaskReady {
-				counts.move(suite, api.TaskPending, api.TaskReady, 1)
+				counts.Move(suite, api.TaskPending, api.TaskReady, 1)
 				if !slices.Contains(released, suite) {
 					released = append(released, suite)
 				}
@@ -175,7 +176,7 @@ func (s *Store) cancelDependents(ctx context.Context, tx *sql.Tx, e ended, count
 				rows.Close()
 				return classify(err)
 			}
-			counts.move(next.suite, api.TaskPending, api.TaskCancelled, 1)
+			counts.Move(next.suite, api.TaskPending, api.TaskCancelled, 1)
 			queue = append(queue, next)
 		}
 		rows.Close()
@@ -199,7 +200,7 @@ func readAfter(ctx context.Context, q querier, tasks []task) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	list, err := jsonArg(ids)
+	list, err := sqlrow.JSONArg(ids)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 const nodeColumns = `id, name, machine_id, data_dir, tags, labels, group_names, hardware,
@@ -72,7 +73,7 @@ func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter) ([]store.Node
 		args = append(args, f.Status)
 	}
 	if len(f.Groups) > 0 {
-		groups, err := jsonArg(f.Groups)
+		groups, err := sqlrow.JSONArg(f.Groups)
 		if err != nil {
 			return nil, fmt.Errorf("list nodes: %w", err)
 		}
@@ -297,19 +298,19 @@ func updateNode(ctx context.Context, tx *sql.Tx, n store.Node) error {
 
 // nodeArgs are n's columns after id, in nodeColumns order.
 func nodeArgs(n store.Node) ([]any, error) {
-	tags, err := jsonArg(n.Tags)
+	tags, err := sqlrow.JSONArg(n.Tags)
 	if err != nil {
 		return nil, err
 	}
-	labels, err := jsonArg(n.Labels)
+	labels, err := sqlrow.JSONArg(n.Labels)
 	if err != nil {
 		return nil, err
 	}
-	groups, err := jsonArg(n.Groups)
+	groups, err := sqlrow.JSONArg(n.Groups)
 	if err != nil {
 		return nil, err
 	}
-	hw, err := jsonArg(n.Hardware)
+	hw, err := sqlrow.JSONArg(n.Hardware)
 	if err != nil {
 		return nil, err
 	}
@@ -340,13 +341,13 @@ func scanNode(row scanner) (store.Node, error) {
 	if err != nil {
 		return store.Node{}, classify(err)
 	}
-	if n.Tags, err = stringsOf(tags); err != nil {
+	if n.Tags, err = sqlrow.Strings(tags); err != nil {
 		return store.Node{}, fmt.Errorf("node %s tags: %w", n.ID, err)
 	}
-	if n.Labels, err = mapOf(labels); err != nil {
+	if n.Labels, err = sqlrow.Map(labels); err != nil {
 		return store.Node{}, fmt.Errorf("node %s labels: %w", n.ID, err)
 	}
-	if n.Groups, err = stringsOf(groups); err != nil {
+	if n.Groups, err = sqlrow.Strings(groups); err != nil {
 		return store.Node{}, fmt.Errorf("node %s groups: %w", n.ID, err)
 	}
 	if err := json.Unmarshal([]byte(hw), &n.Hardware); err != nil {
@@ -356,8 +357,8 @@ func scanNode(row scanner) (store.Node, error) {
 		n.Hardware.GPUs = []api.GPU{}
 	}
 	n.LastHeartbeat = timeOf(lastHeartbeat)
-	n.RegisteredAt = fromNanos(registeredAt)
-	n.UpdatedAt = fromNanos(updatedAt)
+	n.RegisteredAt = sqlrow.FromNanos(registeredAt)
+	n.UpdatedAt = sqlrow.FromNanos(updatedAt)
 	return n, nil
 }
 

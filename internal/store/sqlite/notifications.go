@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 // Enqueue appends a notification to a node's outbox under the node's next seq.
@@ -22,7 +23,7 @@ func (s *Store) Enqueue(ctx context.Context, nodeID, method string, body []byte)
 			return classify(err)
 		}
 		now := s.now().UnixNano()
-		nt.CreatedAt = fromNanos(now)
+		nt.CreatedAt = sqlrow.FromNanos(now)
 		_, err = tx.ExecContext(ctx, `INSERT INTO notifications (node_id, seq, method, body, created_at)
 			VALUES (?, ?, ?, ?, ?)`, nodeID, nt.Seq, method, string(body), now)
 		return classify(err)
@@ -58,7 +59,7 @@ func (s *Store) pending(ctx context.Context, nodeID string, after uint64) ([]sto
 			return nil, classify(err)
 		}
 		nt.Body = append(nt.Body, body...)
-		nt.CreatedAt = fromNanos(created)
+		nt.CreatedAt = sqlrow.FromNanos(created)
 		out = append(out, nt)
 	}
 	if err := rows.Err(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 const poolMachineColumns = `id, pool, template, provider, state, state_reason, deployment_id, node_id,
@@ -38,7 +39,7 @@ func (s *Store) CreatePoolMachine(ctx context.Context, m store.PoolMachine, d st
 func insertPoolMachine(ctx context.Context, tx *sql.Tx, m store.PoolMachine) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO pool_machines (`+poolMachineColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		m.ID, m.Pool, m.Template, m.Provider, m.State, m.StateReason, m.DeploymentID, m.NodeID,
-		m.CPUs, m.MemoryMB, m.CreatedAt.UnixNano(), zeroNano(m.LaunchedAt), zeroNano(m.ReadyAt), zeroNano(m.BusyAt), m.UpdatedAt.UnixNano())
+		m.CPUs, m.MemoryMB, m.CreatedAt.UnixNano(), sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano())
 	if isUnique(err) {
 		return errdefs.Conflict("pool machine %s exists", m.ID)
 	}
@@ -111,7 +112,7 @@ func (s *Store) UpdatePoolMachine(ctx context.Context, id string, fn func(*store
 		_, err = tx.ExecContext(ctx, `UPDATE pool_machines SET state = ?, state_reason = ?, deployment_id = ?, node_id = ?,
 			cpus = ?, memory_mb = ?, launched_at = ?, ready_at = ?, busy_at = ?, updated_at = ? WHERE id = ?`,
 			m.State, m.StateReason, m.DeploymentID, m.NodeID, m.CPUs, m.MemoryMB,
-			zeroNano(m.LaunchedAt), zeroNano(m.ReadyAt), zeroNano(m.BusyAt), m.UpdatedAt.UnixNano(), id)
+			sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano(), id)
 		return classify(err)
 	})
 	if err != nil {
@@ -212,21 +213,6 @@ func scanPoolMachine(row scanner) (store.PoolMachine, error) {
 		return m, classify(err)
 	}
 	m.CreatedAt, m.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, updated).UTC()
-	m.LaunchedAt, m.ReadyAt, m.BusyAt = nanoTime(launched), nanoTime(ready), nanoTime(busy)
+	m.LaunchedAt, m.ReadyAt, m.BusyAt = sqlrow.NanoTime(launched), sqlrow.NanoTime(ready), sqlrow.NanoTime(busy)
 	return m, nil
-}
-
-// zeroNano stores a zero time as 0.
-func zeroNano(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func nanoTime(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
 }

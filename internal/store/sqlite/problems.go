@@ -8,6 +8,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 // PutSuiteProblem records the latest problem of (suite, node).
@@ -55,7 +56,7 @@ func (s *Store) SuiteProblems(ctx context.Context, suiteID, nodeID string) ([]st
 		if err := rows.Scan(&p.SuiteID, &p.NodeID, &p.NodeName, &p.Stage, &p.ExitCode, &p.Reason, &p.OutputTail, &at); err != nil {
 			return nil, fmt.Errorf("list suite problems: %w", classify(err))
 		}
-		p.At = fromNanos(at)
+		p.At = sqlrow.FromNanos(at)
 		out = append(out, p)
 	}
 	if err := rows.Err(); err != nil {

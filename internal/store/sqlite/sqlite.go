@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,6 +21,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/datadir"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 //go:embed migrations/*.sql
@@ -286,10 +286,8 @@ func timeOf(n sql.NullInt64) time.Time {
 	if !n.Valid {
 		return time.Time{}
 	}
-	return fromNanos(n.Int64)
+	return sqlrow.FromNanos(n.Int64)
 }
-
-func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 // orNow is t, or now if t is zero: creation times the caller did not set.
 func orNow(t, now time.Time) time.Time {
@@ -297,47 +295,6 @@ func orNow(t, now time.Time) time.Time {
 		return now
 	}
 	return t
-}
-
-// jsonArg encodes v for a JSON column, with nil lists and maps as empty ones.
-func jsonArg(v any) (string, error) {
-	switch v := v.(type) {
-	case []string:
-		if v == nil {
-			return "[]", nil
-		}
-	case map[string]string:
-		if v == nil {
-			return "{}", nil
-		}
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "", err
-	}
-	return string(b), nil
-}
-
-func stringsOf(s string) ([]string, error) {
-	v := []string{}
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return nil, err
-	}
-	if v == nil { // the text was "null"
-		v = []string{}
-	}
-	return v, nil
-}
-
-func mapOf(s string) (map[string]string, error) {
-	v := map[string]string{}
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return nil, err
-	}
-	if v == nil {
-		v = map[string]string{}
-	}
-	return v, nil
 }
 
 var _ store.Store = (*Store)(nil)

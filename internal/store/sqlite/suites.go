@@ -13,6 +13,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 const suiteColumns = `id, spec, state, owner, assigned_nodes, stopped_nodes, created_at, updated_at, last_task_at`
@@ -315,18 +316,18 @@ func suiteArgs(su store.Suite) ([]any, error) {
 	switch {
 	case su.Spec.Name == "":
 		return nil, errdefs.Field("spec.name", "required")
-	case !validSuiteState(su.State):
+	case !sqlrow.ValidSuiteState(su.State):
 		return nil, errdefs.Field("state", "unknown state %q", su.State)
 	}
 	spec, err := json.Marshal(su.Spec)
 	if err != nil {
 		return nil, err
 	}
-	assigned, err := jsonArg(su.AssignedNodes)
+	assigned, err := sqlrow.JSONArg(su.AssignedNodes)
 	if err != nil {
 		return nil, err
 	}
-	stopped, err := jsonArg(su.StoppedNodes)
+	stopped, err := sqlrow.JSONArg(su.StoppedNodes)
 	if err != nil {
 		return nil, err
 	}
@@ -335,14 +336,6 @@ func suiteArgs(su store.Suite) ([]any, error) {
 		su.CreatedAt.UnixNano(), su.UpdatedAt.UnixNano(), timeArg(su.LastTaskAt),
 		su.Spec.Name, su.Spec.Group, su.Spec.Priority,
 	}, nil
-}
-
-func validSuiteState(state string) bool {
-	switch state {
-	case api.SuiteOpen, api.SuiteClosed, api.SuiteComplete, api.SuiteCancelled:
-		return true
-	}
-	return false
 }
 
 // scanSuite reads a row of suiteSelect.
@@ -366,17 +359,17 @@ func scanSuite(row scanner) (store.Suite, error) {
 	if err := json.Unmarshal([]byte(spec), &su.Spec); err != nil {
 		return store.Suite{}, fmt.Errorf("suite %s spec: %w", su.ID, err)
 	}
-	if su.AssignedNodes, err = stringsOf(assigned); err != nil {
+	if su.AssignedNodes, err = sqlrow.Strings(assigned); err != nil {
 		return store.Suite{}, fmt.Errorf("suite %s assigned nodes: %w", su.ID, err)
 	}
-	if su.StoppedNodes, err = stringsOf(stopped); err != nil {
+	if su.StoppedNodes, err = sqlrow.Strings(stopped); err != nil {
 		return store.Suite{}, fmt.Errorf("suite %s stopped nodes: %w", su.ID, err)
 	}
 	if len(su.StoppedNodes) == 0 {
 		su.StoppedNodes = nil // rare; nil reads as none
 	}
-	su.CreatedAt = fromNanos(created)
-	su.UpdatedAt = fromNanos(updated)
+	su.CreatedAt = sqlrow.FromNanos(created)
+	su.UpdatedAt = sqlrow.FromNanos(updated)
 	su.LastTaskAt = timeOf(lastTask)
 	return su, nil
 }

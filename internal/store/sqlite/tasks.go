@@ -16,6 +16,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 const taskColumns = `seq, id, suite_id, spec, state, attempt, node_id, result, created_at, updated_at, reason`
@@ -82,7 +83,7 @@ func (s *Store) AddTasks(ctx context.Context, suiteID string, tasks []store.Task
 			if err != nil {
 				return classify(err)
 			}
-			counts.move(suiteID, "", state, 1)
+			counts.Move(suiteID, "", state, 1)
 		}
 		if err := s.addDeps(ctx, tx, suiteID, tasks, counts); err != nil {
 			return err
@@ -91,7 +92,7 @@ func (s *Store) AddTasks(ctx context.Context, suiteID string, tasks []store.Task
 		if err != nil {
 			return classify(err)
 		}
-		return counts.apply(ctx, s, tx)
+		return s.applyCounts(ctx, tx, counts)
 	})
 	if err != nil {
 		return fmt.Errorf("add %d tasks to suite %s: %w", len(tasks), suiteID, err)
@@ -260,8 +261,8 @@ func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int)
 			return classify(err)
 		}
 		counts := tally{}
-		counts.move(suiteID, api.TaskReady, api.TaskRunning, len(claimed))
-		if err := counts.apply(ctx, s, tx); err != nil {
+		counts.Move(suiteID, api.TaskReady, api.TaskRunning, len(claimed))
+		if err := s.applyCounts(ctx, tx, counts); err != nil {
 			return err
 		}
 		// Only a task claimed before can have failed before.
@@ -350,7 +351,7 @@ func (s *Store) FinishAttempts(ctx context.Context, nodeID string, reports []sto
 			return err
 		}
 		out.Released = released
-		return counts.apply(ctx, s, tx)
+		return s.applyCounts(ctx, tx, counts)
 	})
 	if err != nil {
 		return store.Finished{}, fmt.Errorf("finish %d attempts of node %s: %w", len(reports), nodeID, err)
@@ -481,7 +482,7 @@ func finishLate(ctx context.Context, tx *sql.Tx, nodeID string, ends []byte, now
 		if err != nil {
 			return nil, 0, classify(err)
 		}
-		counts.move(l.suite, l.state, api.TaskFinished, 1)
+		counts.Move(l.suite, l.state, api.TaskFinished, 1)
 		fin.add(l.id, l.suite, api.TaskFinished)
 		if l.state == api.TaskRunning {
 			superseded = append(superseded, store.Superseded{TaskID: l.id, NodeID: l.node, Attempt: l.attempt})
@@ -504,7 +505,7 @@ func (s *Store) finishFailures(ctx context.Context, tx *sql.Tx, nodeID string, r
 		if r.Failure != nil {
 			f = *r.Failure
 		}
-		res, err := record.ExecContext(ctx, f.ExitCode, f.Signal, f.Reason, f.Stdout, f.Stderr, orNanos(f.At, now),
+		res, err := record.ExecContext(ctx, f.ExitCode, f.Signal, f.Reason, f.Stdout, f.Stderr, sqlrow.OrNanos(f.At, now),
 			r.TaskID, r.Attempt, nodeID)
 		if err != nil {
 			return 0, fmt.Errorf("task %s attempt %d: %w", r.TaskID, r.Attempt, classify(err))
@@ -575,7 +576,7 @@ func retryPolicies(ctx context.Context, tx *sql.Tx, held []task) (map[string][2]
 	for i, t := range held {
 		ids[i] = t.ID
 	}
-	list, err := jsonArg(ids)
+	list, err := sqlrow.JSONArg(ids)
 	if err != nil {
 		return nil, err
 	}
@@ -632,7 +633,7 @@ func scanEnds(rows *sql.Rows, from string, counts tally, fin *endings) (int, err
 		if err := rows.Scan(&suite, &state, &id); err != nil {
 			return 0, classify(err)
 		}
-		counts.move(suite, from, state, 1)
+		counts.Move(suite, from, state, 1)
 		fin.add(id, suite, state)
 		n++
 	}
@@ -650,7 +651,7 @@ func scanMoves(rows *sql.Rows, from string, counts tally) (int, error) {
 		if err := rows.Scan(&suite, &state); err != nil {
 			return 0, classify(err)
 		}
-		counts.move(suite, from, state, 1)
+		counts.Move(suite, from, state, 1)
 		n++
 	}
 	return n, classify(rows.Err())
@@ -669,7 +670,7 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 func appendResult(b []byte, r api.TaskResult, nodeID string, now int64) ([]byte, error) {
 	r.NodeID = nodeID
 	if r.FinishedAt.IsZero() {
-		r.FinishedAt = fromNanos(now)
+		r.FinishedAt = sqlrow.FromNanos(now)
 	}
 	b, err := appendJSON(b, r)
 	if err != nil {
@@ -678,21 +679,13 @@ func appendResult(b []byte, r api.TaskResult, nodeID string, now int64) ([]byte,
 	return b, nil
 }
 
-// orNanos is t in unix nanoseconds, or now if t is zero.
-func orNanos(t time.Time, now int64) int64 {
-	if t.IsZero() {
-		return now
-	}
-	return t.UnixNano()
-}
-
 // ReturnTasks moves the node's Running tasks among ids back to Ready and
 // takes back the attempt they were claimed with. The task keeps its NodeID.
 func (s *Store) ReturnTasks(ctx context.Context, nodeID string, ids []string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	idList, err := jsonArg(ids)
+	idList, err := sqlrow.JSONArg(ids)
 	if err != nil {
 		return 0, fmt.Errorf("return %d tasks of node %s: %w", len(ids), nodeID, err)
 	}
@@ -734,7 +727,7 @@ func (s *Store) ReattachTasks(ctx context.Context, nodeID string, ids []string) 
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	idList, err := jsonArg(ids)
+	idList, err := sqlrow.JSONArg(ids)
 	if err != nil {
 		return 0, fmt.Errorf("reattach %d tasks to node %s: %w", len(ids), nodeID, err)
 	}
@@ -765,7 +758,7 @@ func (s *Store) moveTasks(ctx context.Context, from, query string, args ...any) 
 		if n, err = scanMoves(rows, from, counts); err != nil {
 			return err
 		}
-		return counts.apply(ctx, s, tx)
+		return s.applyCounts(ctx, tx, counts)
 	})
 	return n, err
 }
@@ -789,11 +782,11 @@ func (s *Store) CancelTask(ctx context.Context, id string) (store.Task, error) {
 			return classify(err)
 		}
 		counts := tally{}
-		counts.move(before.SuiteID, before.State, api.TaskCancelled, 1)
+		counts.Move(before.SuiteID, before.State, api.TaskCancelled, 1)
 		if _, err := s.settleDeps(ctx, tx, nil, []ended{{id, before.SuiteID, api.TaskCancelled}}, counts); err != nil {
 			return err
 		}
-		return counts.apply(ctx, s, tx)
+		return s.applyCounts(ctx, tx, counts)
 	})
 	if err != nil {
 		return store.Task{}, fmt.Errorf("cancel task %s: %w", id, err)
@@ -816,7 +809,7 @@ func addFailures(ctx context.Context, q querier, tasks []task, minAttempt int) e
 	if len(ids) == 0 {
 		return nil
 	}
-	idList, err := jsonArg(ids)
+	idList, err := sqlrow.JSONArg(ids)
 	if err != nil {
 		return err
 	}
@@ -842,7 +835,7 @@ func scanFailure(row scanner) (taskID string, f api.TaskFailure, err error) {
 	if err := row.Scan(&taskID, &f.Attempt, &f.NodeID, &f.ExitCode, &f.Signal, &f.Reason, &f.Stdout, &f.Stderr, &at); err != nil {
 		return "", api.TaskFailure{}, classify(err)
 	}
-	f.At = fromNanos(at)
+	f.At = sqlrow.FromNanos(at)
 	return taskID, f, nil
 }
 
@@ -886,7 +879,7 @@ func scanTask(row scanner) (task, error) {
 		}
 	}
 	t.Task.Seq = t.seq
-	t.CreatedAt = fromNanos(created)
-	t.UpdatedAt = fromNanos(updated)
+	t.CreatedAt = sqlrow.FromNanos(created)
+	t.UpdatedAt = sqlrow.FromNanos(updated)
 	return t, nil
 }
