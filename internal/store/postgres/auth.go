@@ -23,7 +23,7 @@ func (s *Store) CreateUser(ctx context.Context, u store.User) error {
 	}
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO users (name, admin, created_at) VALUES ($1, $2, $3)`,
-			u.Name, u.Admin, orNow(u.CreatedAt, s.now()).UnixNano())
+			u.Name, u.Admin, sqlrow.OrNow(u.CreatedAt, s.now()).UnixNano())
 		if isUnique(err) {
 			return errdefs.Conflict("already exists")
 		}
@@ -243,7 +243,7 @@ func insertToken(ctx context.Context, tx pgx.Tx, t store.Token, now time.Time) e
 	_, err = tx.Exec(ctx, `INSERT INTO tokens (`+tokenColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 		t.ID, t.Kind, t.Name, t.Hash, nullString(t.User), nullString(t.NodeID), groups,
-		t.MaxUses, t.Uses, timeArg(t.ExpiresAt), orNow(t.CreatedAt, now).UnixNano(), timeArg(t.LastUsed), t.DeploymentID)
+		t.MaxUses, t.Uses, sqlrow.TimeArg(t.ExpiresAt), sqlrow.OrNow(t.CreatedAt, now).UnixNano(), sqlrow.TimeArg(t.LastUsed), t.DeploymentID)
 	if isUnique(err) {
 		return errdefs.Conflict("token id or hash is taken")
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 // AcquireLease takes, takes over or renews a lease (see store.Leases). It
@@ -34,7 +35,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 			return err
 		}
 		_, err = tx.Exec(ctx, `UPDATE leases SET holder = $2, term = $3, expires = $4 WHERE name = $1`,
-			name, out.Holder, out.Term, timeArg(out.Expires))
+			name, out.Holder, out.Term, sqlrow.TimeArg(out.Expires))
 		return err
 	})
 	if err != nil {

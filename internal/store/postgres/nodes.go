@@ -38,7 +38,7 @@ func (s *Store) CreateNode(ctx context.Context, n store.Node) (store.Node, error
 			return err
 		}
 		now := s.now()
-		n.RegisteredAt = orNow(n.RegisteredAt, now)
+		n.RegisteredAt = sqlrow.OrNow(n.RegisteredAt, now)
 		n.UpdatedAt = now
 		if err := insertNode(ctx, tx, n); err != nil {
 			return err
@@ -210,7 +210,7 @@ func latestBeats(hbs []store.Heartbeat, now time.Time) []store.Heartbeat {
 	latest := make(map[string]int, len(hbs))
 	var out []store.Heartbeat
 	for _, hb := range hbs {
-		hb.At = orNow(hb.At, now)
+		hb.At = sqlrow.OrNow(hb.At, now)
 		i, ok := latest[hb.NodeID]
 		switch {
 		case !ok:
@@ -273,7 +273,7 @@ func (s *Store) DeleteNode(ctx context.Context, id string) error {
 }
 
 func insertNode(ctx context.Context, tx pgx.Tx, n store.Node) error {
-	a, err := nodeArgs(n)
+	a, err := sqlrow.NodeArgs(n)
 	if err != nil {
 		return err
 	}
@@ -290,7 +290,7 @@ func insertNode(ctx context.Context, tx pgx.Tx, n store.Node) error {
 }
 
 func updateNode(ctx context.Context, tx pgx.Tx, n store.Node) error {
-	a, err := nodeArgs(n)
+	a, err := sqlrow.NodeArgs(n)
 	if err != nil {
 		return err
 	}
@@ -304,31 +304,6 @@ func updateNode(ctx context.Context, tx pgx.Tx, n store.Node) error {
 		return errdefs.Conflict("machine %s already has a node for data dir %s", n.MachineID, n.DataDir)
 	}
 	return err
-}
-
-// nodeArgs are n's columns after id, in nodeColumns order.
-func nodeArgs(n store.Node) ([]any, error) {
-	tags, err := sqlrow.JSONArg(n.Tags)
-	if err != nil {
-		return nil, err
-	}
-	labels, err := sqlrow.JSONArg(n.Labels)
-	if err != nil {
-		return nil, err
-	}
-	groups, err := sqlrow.JSONArg(n.Groups)
-	if err != nil {
-		return nil, err
-	}
-	hw, err := sqlrow.JSONArg(n.Hardware)
-	if err != nil {
-		return nil, err
-	}
-	return []any{
-		n.Name, n.MachineID, n.DataDir, tags, labels, groups, hw,
-		n.Status, n.StatusReason, n.AgentState, n.AgentVersion, n.CurrentSuite,
-		timeArg(n.LastHeartbeat), n.RegisteredAt.UnixNano(), n.UpdatedAt.UnixNano(),
-	}, nil
 }
 
 // scanNode reads a row of nodeColumns. A missing row is errdefs.ErrNotFound.

@@ -23,8 +23,8 @@ func (s *Store) CreatePoolMachine(ctx context.Context, m store.PoolMachine, d st
 		return fmt.Errorf("create pool machine: %w", errdefs.Field("machine", "id, pool and state are required"))
 	}
 	now := s.now()
-	m.CreatedAt, m.UpdatedAt = orNow(m.CreatedAt, now), now
-	d.CreatedAt, d.UpdatedAt = orNow(d.CreatedAt, now), now
+	m.CreatedAt, m.UpdatedAt = sqlrow.OrNow(m.CreatedAt, now), now
+	d.CreatedAt, d.UpdatedAt = sqlrow.OrNow(d.CreatedAt, now), now
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		if err := insertDeployment(ctx, tx, d); err != nil {
 			return err
@@ -154,7 +154,7 @@ func (s *Store) AddPoolEvent(ctx context.Context, e api.PoolEvent) (api.PoolEven
 	if e.Pool == "" || e.Kind == "" {
 		return e, fmt.Errorf("add pool event: %w", errdefs.Field("event", "pool and kind are required"))
 	}
-	e.At = orNow(e.At, s.now())
+	e.At = sqlrow.OrNow(e.At, s.now())
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `INSERT INTO pool_events (pool, machine, at, kind, message) VALUES ($1, $2, $3, $4, $5) RETURNING id`,
 			e.Pool, e.Machine, e.At.UnixNano(), e.Kind, e.Message).Scan(&e.ID)

@@ -409,27 +409,11 @@ func asJSON(col string) string {
 
 // Times are stored as unix nanoseconds; the zero time ("never") as NULL.
 
-func timeArg(t time.Time) *int64 {
-	if t.IsZero() {
-		return nil
-	}
-	n := t.UnixNano()
-	return &n
-}
-
 func timeOf(n *int64) time.Time {
 	if n == nil {
 		return time.Time{}
 	}
 	return sqlrow.FromNanos(*n)
-}
-
-// orNow is t, or now if t is zero: creation times the caller did not set.
-func orNow(t, now time.Time) time.Time {
-	if t.IsZero() {
-		return now
-	}
-	return t
 }
 
 // nullString stores an empty string as NULL, for optional foreign keys.

@@ -18,7 +18,7 @@ func (s *Store) PutSuiteProblem(ctx context.Context, suiteID string, p api.Suite
 	if suiteID == "" || p.NodeID == "" {
 		return fmt.Errorf("put suite problem: %w", errdefs.Field("node_id", "suite and node are required"))
 	}
-	at := orNow(p.At, s.now())
+	at := sqlrow.OrNow(p.At, s.now())
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO suite_problems (suite_id, node_id, stage, exit_code, reason, output_tail, at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7)

@@ -36,9 +36,9 @@ func (s *Store) CreateSuite(ctx context.Context, su store.Suite) error {
 	}
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		now := s.now()
-		su.CreatedAt = orNow(su.CreatedAt, now)
+		su.CreatedAt = sqlrow.OrNow(su.CreatedAt, now)
 		su.UpdatedAt = now
-		a, err := suiteArgs(su)
+		a, err := sqlrow.SuiteArgs(su)
 		if err != nil {
 			return err
 		}
@@ -176,7 +176,7 @@ func (s *Store) UpdateSuite(ctx context.Context, id string, fn func(*store.Suite
 		}
 		now := s.now()
 		su.UpdatedAt = now
-		a, err := suiteArgs(su)
+		a, err := sqlrow.SuiteArgs(su)
 		if err != nil {
 			return err
 		}
@@ -304,35 +304,6 @@ func (s *Store) moveSuites(ctx context.Context, query string, a ...any) ([]strin
 	}
 	slices.Sort(ids)
 	return ids, nil
-}
-
-// suiteArgs are su's columns after id: spec, state, owner, assigned and
-// stopped nodes, times, then name, group_name and priority, copied out of
-// the spec.
-func suiteArgs(su store.Suite) ([]any, error) {
-	switch {
-	case su.Spec.Name == "":
-		return nil, errdefs.Field("spec.name", "required")
-	case !sqlrow.ValidSuiteState(su.State):
-		return nil, errdefs.Field("state", "unknown state %q", su.State)
-	}
-	spec, err := json.Marshal(su.Spec)
-	if err != nil {
-		return nil, err
-	}
-	assigned, err := sqlrow.JSONArg(su.AssignedNodes)
-	if err != nil {
-		return nil, err
-	}
-	stopped, err := sqlrow.JSONArg(su.StoppedNodes)
-	if err != nil {
-		return nil, err
-	}
-	return []any{
-		string(spec), su.State, su.Owner, assigned, stopped,
-		su.CreatedAt.UnixNano(), su.UpdatedAt.UnixNano(), timeArg(su.LastTaskAt),
-		su.Spec.Name, su.Spec.Group, su.Spec.Priority,
-	}, nil
 }
 
 // scanSuite reads a row of suiteSelect.

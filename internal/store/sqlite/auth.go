@@ -20,7 +20,7 @@ func (s *Store) CreateUser(ctx context.Context, u store.User) error {
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO users (name, admin, created_at) VALUES (?, ?, ?)`,
-			u.Name, u.Admin, orNow(u.CreatedAt, s.now()).UnixNano())
+			u.Name, u.Admin, sqlrow.OrNow(u.CreatedAt, s.now()).UnixNano())
 		if isUnique(err) {
 			return errdefs.Conflict("already exists")
 		}
@@ -228,7 +228,7 @@ func insertToken(ctx context.Context, tx *sql.Tx, t store.Token, now time.Time) 
 	_, err = tx.ExecContext(ctx, `INSERT INTO tokens (`+tokenColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		t.ID, t.Kind, t.Name, t.Hash, nullString(t.User), nullString(t.NodeID), groups,
-		t.MaxUses, t.Uses, timeArg(t.ExpiresAt), orNow(t.CreatedAt, now).UnixNano(), timeArg(t.LastUsed), t.DeploymentID)
+		t.MaxUses, t.Uses, sqlrow.TimeArg(t.ExpiresAt), sqlrow.OrNow(t.CreatedAt, now).UnixNano(), sqlrow.TimeArg(t.LastUsed), t.DeploymentID)
 	if isUnique(err) {
 		return errdefs.Conflict("token id or hash is taken")
 	}

@@ -22,7 +22,7 @@ func (s *Store) CreateDeployment(ctx context.Context, d store.Deployment) error 
 		return fmt.Errorf("create deployment: %w", errdefs.Field("deployment", "id, provider, name and state are required"))
 	}
 	now := s.now()
-	d.CreatedAt, d.UpdatedAt = orNow(d.CreatedAt, now), now
+	d.CreatedAt, d.UpdatedAt = sqlrow.OrNow(d.CreatedAt, now), now
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		return insertDeployment(ctx, tx, d)
 	})

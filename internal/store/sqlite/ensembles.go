@@ -21,7 +21,7 @@ func (s *Store) CreateEnsemble(ctx context.Context, e api.Ensemble) error {
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		now := s.now()
-		e.CreatedAt = orNow(e.CreatedAt, now)
+		e.CreatedAt = sqlrow.OrNow(e.CreatedAt, now)
 		e.UpdatedAt = now
 		args, err := sqlrow.EnsembleArgs(e)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
 // AcquireLease takes, takes over or renews a lease (see store.Leases). The
@@ -31,7 +32,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO leases (name, holder, term, expires) VALUES (?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, term = excluded.term, expires = excluded.expires`,
-			name, out.Holder, out.Term, timeArg(out.Expires))
+			name, out.Holder, out.Term, sqlrow.TimeArg(out.Expires))
 		return classify(err)
 	})
 	if err != nil {

@@ -37,7 +37,7 @@ func (s *Store) CreateNode(ctx context.Context, n store.Node) (store.Node, error
 			return classify(err)
 		}
 		now := s.now()
-		n.RegisteredAt = orNow(n.RegisteredAt, now)
+		n.RegisteredAt = sqlrow.OrNow(n.RegisteredAt, now)
 		n.UpdatedAt = now
 		if err := insertNode(ctx, tx, n); err != nil {
 			return err
@@ -196,7 +196,7 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 		defer stmt.Close()
 		now := s.now()
 		for _, hb := range hbs {
-			at := orNow(hb.At, now)
+			at := sqlrow.OrNow(hb.At, now)
 			if _, err := stmt.ExecContext(ctx, at.UnixNano(), hb.AgentState, api.StatusOnline, now.UnixNano(), hb.NodeID, api.StatusOffline, hb.SuiteID, api.StatusSuspect); err != nil {
 				return classify(err)
 			}
@@ -266,7 +266,7 @@ func (s *Store) DeleteNode(ctx context.Context, id string) error {
 }
 
 func insertNode(ctx context.Context, tx *sql.Tx, n store.Node) error {
-	args, err := nodeArgs(n)
+	args, err := sqlrow.NodeArgs(n)
 	if err != nil {
 		return err
 	}
@@ -280,7 +280,7 @@ func insertNode(ctx context.Context, tx *sql.Tx, n store.Node) error {
 }
 
 func updateNode(ctx context.Context, tx *sql.Tx, n store.Node) error {
-	args, err := nodeArgs(n)
+	args, err := sqlrow.NodeArgs(n)
 	if err != nil {
 		return err
 	}
@@ -294,31 +294,6 @@ func updateNode(ctx context.Context, tx *sql.Tx, n store.Node) error {
 		return errdefs.Conflict("machine %s already has a node for data dir %s", n.MachineID, n.DataDir)
 	}
 	return classify(err)
-}
-
-// nodeArgs are n's columns after id, in nodeColumns order.
-func nodeArgs(n store.Node) ([]any, error) {
-	tags, err := sqlrow.JSONArg(n.Tags)
-	if err != nil {
-		return nil, err
-	}
-	labels, err := sqlrow.JSONArg(n.Labels)
-	if err != nil {
-		return nil, err
-	}
-	groups, err := sqlrow.JSONArg(n.Groups)
-	if err != nil {
-		return nil, err
-	}
-	hw, err := sqlrow.JSONArg(n.Hardware)
-	if err != nil {
-		return nil, err
-	}
-	return []any{
-		n.Name, n.MachineID, n.DataDir, tags, labels, groups, hw,
-		n.Status, n.StatusReason, n.AgentState, n.AgentVersion, n.CurrentSuite,
-		timeArg(n.LastHeartbeat), n.RegisteredAt.UnixNano(), n.UpdatedAt.UnixNano(),
-	}, nil
 }
 
 // scanner is a *sql.Row or *sql.Rows.

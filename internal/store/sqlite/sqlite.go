@@ -275,26 +275,11 @@ func isUnique(err error) bool {
 
 // Times are stored as unix nanoseconds; the zero time ("never") as NULL.
 
-func timeArg(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixNano()
-}
-
 func timeOf(n sql.NullInt64) time.Time {
 	if !n.Valid {
 		return time.Time{}
 	}
 	return sqlrow.FromNanos(n.Int64)
-}
-
-// orNow is t, or now if t is zero: creation times the caller did not set.
-func orNow(t, now time.Time) time.Time {
-	if t.IsZero() {
-		return now
-	}
-	return t
 }
 
 var _ store.Store = (*Store)(nil)

@@ -73,7 +73,7 @@ func (s *Store) AddTasks(ctx context.Context, suiteID string, tasks []store.Task
 				return fmt.Errorf("task %s spec: %w", t.ID, err)
 			}
 			_, err = stmt.ExecContext(ctx, t.ID, suiteID, string(spec), t.Spec.Priority, state,
-				orNow(t.CreatedAt, now).UnixNano(), now.UnixNano(), t.Spec.Name, len(t.After))
+				sqlrow.OrNow(t.CreatedAt, now).UnixNano(), now.UnixNano(), t.Spec.Name, len(t.After))
 			if isUnique(err) {
 				if t.Spec.Name != "" {
 					return errdefs.Conflict("task id %s or name %q is taken in the suite", t.ID, t.Spec.Name)

@@ -171,3 +171,72 @@ func CountOf(c *api.TaskCounts, state string) *int {
 	}
 	panic(fmt.Sprintf("sqlrow: task state %q has no count", state))
 }
+func TimeArg(t time.Time) *int64 {
+	if t.IsZero() {
+		return nil
+	}
+	n := t.UnixNano()
+	return &n
+}
+
+// OrNow is t, or now if t is zero: creation times the caller did not set.
+func OrNow(t, now time.Time) time.Time {
+	if t.IsZero() {
+		return now
+	}
+	return t
+}
+
+// SuiteArgs are su's columns after id: spec, state, owner, assigned and
+// stopped nodes, times, then name, group_name and priority, copied out of
+// the spec.
+func SuiteArgs(su store.Suite) ([]any, error) {
+	switch {
+	case su.Spec.Name == "":
+		return nil, errdefs.Field("spec.name", "required")
+	case !ValidSuiteState(su.State):
+		return nil, errdefs.Field("state", "unknown state %q", su.State)
+	}
+	spec, err := json.Marshal(su.Spec)
+	if err != nil {
+		return nil, err
+	}
+	assigned, err := JSONArg(su.AssignedNodes)
+	if err != nil {
+		return nil, err
+	}
+	stopped, err := JSONArg(su.StoppedNodes)
+	if err != nil {
+		return nil, err
+	}
+	return []any{
+		string(spec), su.State, su.Owner, assigned, stopped,
+		su.CreatedAt.UnixNano(), su.UpdatedAt.UnixNano(), TimeArg(su.LastTaskAt),
+		su.Spec.Name, su.Spec.Group, su.Spec.Priority,
+	}, nil
+}
+
+// NodeArgs are n's columns after id, in nodeColumns order.
+func NodeArgs(n store.Node) ([]any, error) {
+	tags, err := JSONArg(n.Tags)
+	if err != nil {
+		return nil, err
+	}
+	labels, err := JSONArg(n.Labels)
+	if err != nil {
+		return nil, err
+	}
+	groups, err := JSONArg(n.Groups)
+	if err != nil {
+		return nil, err
+	}
+	hw, err := JSONArg(n.Hardware)
+	if err != nil {
+		return nil, err
+	}
+	return []any{
+		n.Name, n.MachineID, n.DataDir, tags, labels, groups, hw,
+		n.Status, n.StatusReason, n.AgentState, n.AgentVersion, n.CurrentSuite,
+		TimeArg(n.LastHeartbeat), n.RegisteredAt.UnixNano(), n.UpdatedAt.UnixNano(),
+	}, nil
+}
