@@ -88,7 +88,7 @@ func (s *Server) dropLost(ctx context.Context, e *api.Ensemble) bool {
 	kept := e.Lost[:0]
 	for _, rep := range e.Lost {
 		n, err := s.store.GetNode(ctx, rep.NodeID)
-		if err == nil && s.hub.get(n.ID) == nil && !s.connectedElsewhere(n) {
+		if err == nil && !s.connected(n) {
 			kept = append(kept, rep) // not back yet
 			continue
 		}

@@ -62,7 +62,7 @@ func (s *Server) ensembleBooks(ctx context.Context) ([]ensemble.NodeBooks, map[s
 	var books []ensemble.NodeBooks
 	byID := map[string]store.Node{}
 	for _, n := range nodes {
-		if !p.Can(api.RoleWrite, n.Groups) || s.hub.get(n.ID) == nil && !s.connectedElsewhere(n) {
+		if !p.Can(api.RoleWrite, n.Groups) || !s.connected(n) {
 			continue
 		}
 		var res api.NodeResources

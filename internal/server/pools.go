@@ -156,13 +156,6 @@ func (c cluster) NodeState(ctx context.Context, nodeID string) (orchestrate.Node
 	return st, nil
 }
 
-// connectedElsewhere reports whether a node this server holds no session
-// for is online and heard from lately: its agent is connected to another
-// server on the store, which writes its heartbeats a flush late.
-func (s *Server) connectedElsewhere(n store.Node) bool {
-	return s.relayed() && n.Status == api.StatusOnline && time.Since(n.LastHeartbeat) < s.cfg.OfflineAfter+2*s.cfg.FlushInterval
-}
-
 func (c cluster) DrainNode(ctx context.Context, nodeID string) error {
 	body, _ := json.Marshal(api.ShutdownRequest{Mode: api.ShutdownGraceful})
 	return c.s.hub.notify(ctx, nodeID, api.NotifyShutdown, body)

@@ -179,3 +179,16 @@ func (s *Server) wakeLocal(suiteID, except string) {
 		}()
 	}
 }
+
+// connectedElsewhere reports whether a node this server holds no session
+// for is online and heard from lately: its agent is connected to another
+// server on the store, which writes its heartbeats a flush late.
+func (s *Server) connectedElsewhere(n store.Node) bool {
+	return s.relayed() && n.Status == api.StatusOnline && time.Since(n.LastHeartbeat) < s.cfg.OfflineAfter+2*s.cfg.FlushInterval
+}
+
+// connected reports whether the node's agent is connected to this server
+// or to another on the store.
+func (s *Server) connected(n store.Node) bool {
+	return s.hub.get(n.ID) != nil || s.connectedElsewhere(n)
+}
