@@ -44,11 +44,15 @@ func CompareStores(ctx context.Context, cfg DispatchConfig, db string, replicas,
 			got := make([]DispatchResult, len(rigs))
 			for k := range rigs {
 				i := (k + round) % len(rigs) // rotate who goes first
-				fmt.Fprintf(progress, "  round %d, %s: prefetch %d: %d tasks\n", round+1, storeLabel(stores[i]), pf, cfg.Tasks)
+				fmt.Fprintf(progress, "  round %d, %s: prefetch %d: %d tasks", round+1, storeLabel(stores[i]), pf, cfg.Tasks)
 				res, err := rigs[i].dispatchCase(ctx, cfg, "in-process", pf, cfg.Tasks)
 				if err != nil {
+					fmt.Fprintln(progress)
 					return out, fmt.Errorf("%s prefetch %d: %w", storeLabel(stores[i]), pf, err)
 				}
+				// Each round's rate, so that a round far from the others
+				// (the machine busy meanwhile) shows beside the medians.
+				fmt.Fprintf(progress, ": %.0f/s\n", res.PerSecond)
 				got[i] = res
 			}
 			for i := range rigs {
