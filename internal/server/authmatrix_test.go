@@ -40,6 +40,7 @@ var routeNeeds = map[string]need{
 	"PATCH /v1/nodes/{node}":         needWrite,
 	"DELETE /v1/nodes/{node}":        needGroupAdmin,
 	"POST /v1/nodes/{node}/shutdown": needGroupAdmin,
+	"GET /v1/nodes/{node}/usage":     needRead,
 	"POST /v1/agent/register":        needJoin,
 	"GET /v1/agent/connect":          needNode,
 

@@ -48,6 +48,7 @@ func (s *Server) coreRoutes() []route {
 		{"PATCH", "/v1/nodes/{node}", authUser, s.handlePatchNode},
 		{"DELETE", "/v1/nodes/{node}", authUser, s.handleDeleteNode},
 		{"POST", "/v1/nodes/{node}/shutdown", authUser, s.handleShutdownNode},
+		{"GET", "/v1/nodes/{node}/usage", authUser, s.handleNodeUsage},
 
 		{"POST", "/v1/agent/register", authSelf, s.handleRegister},
 		{"GET", "/v1/agent/connect", authSelf, s.handleConnect},

@@ -236,6 +236,7 @@ type Server struct {
 	executors  executors
 	orch       *orchestrate.Orchestrator // nil until Serve
 	metrics    *metrics
+	usage      usageBook // the nodes' recent machine usage, for the dashboard's charts
 	handler    http.Handler
 
 	mu       sync.Mutex
