@@ -198,3 +198,11 @@ type Health struct {
 	Leader  bool   `json:"leader"`
 	Term    int64  `json:"term,omitempty"`
 }
+
+// Summary is the body of GET /v1/summary (admins): how many nodes, suites
+// and tasks the store holds, by status or state.
+type Summary struct {
+	Nodes  map[string]int `json:"nodes"`  // status → count
+	Suites map[string]int `json:"suites"` // state → count
+	Tasks  TaskCounts     `json:"tasks"`
+}

@@ -34,6 +34,7 @@ var routeNeeds = map[string]need{
 	"GET /metrics":         needAdmin,
 	"GET /v1/openapi.json": needAnyUser,
 	"GET /v1/whoami":       needAnyUser,
+	"GET /v1/summary":      needAdmin,
 
 	"GET /v1/nodes":                  needAnyUser,
 	"GET /v1/nodes/{node}":           needRead,

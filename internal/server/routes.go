@@ -42,6 +42,7 @@ func (s *Server) coreRoutes() []route {
 		{"GET", "/metrics", authAdmin, s.handleMetrics},
 		{"GET", "/v1/openapi.json", authUser, s.handleOpenAPI},
 		{"GET", "/v1/whoami", authUser, s.handleWhoami},
+		{"GET", "/v1/summary", authAdmin, s.handleSummary},
 
 		{"GET", "/v1/nodes", authUser, s.handleListNodes},
 		{"GET", "/v1/nodes/{node}", authUser, s.handleGetNode},

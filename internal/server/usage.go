@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -90,5 +91,21 @@ func (s *Server) handleNodeUsage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	httpapi.WriteJSON(w, http.StatusOK, api.UsageHistory{Node: n.ID, Samples: s.usage.history(n.ID, time.Now())})
+	return nil
+}
+
+// handleSummary counts nodes, suites and tasks for the dashboard's overview:
+// counts the store keeps, so it stays cheap with many rows. The counts are
+// not filtered by group, hence admins only.
+func (s *Server) handleSummary(w http.ResponseWriter, r *http.Request) error {
+	nodes, err := s.store.CountNodes(r.Context())
+	if err != nil {
+		return fmt.Errorf("count nodes: %w", err)
+	}
+	suites, tasks, err := s.store.CountSuites(r.Context())
+	if err != nil {
+		return fmt.Errorf("count suites: %w", err)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, api.Summary{Nodes: nodes, Suites: suites, Tasks: tasks})
 	return nil
 }
