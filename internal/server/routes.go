@@ -124,6 +124,10 @@ func (s *Server) routes() http.Handler {
 		}
 		methods[rt.Path] = append(methods[rt.Path], rt.Method)
 	}
+	// The dashboard authenticates with its own session cookie and calls
+	// the routes above in-process with the session's token (package ui).
+	mux.Handle("/ui/", s.dashboard)
+	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := paths.Handler(r); pattern != "" {
 			allow := strings.Join(methods[pattern], ", ")
