@@ -41,9 +41,9 @@ func makeChart(samples []api.UsageSample, value func(api.UsageSample) float64, t
 		y := chartH - value(s)/top*(chartH-4) - 2
 		line = append(line, fmt.Sprintf("%.1f,%.1f", x, y))
 	}
-	if len(line) == 1 { // one sample: a flat line across, not a dot
+	if len(line) == 1 { // one sample: a short stroke at "now", not an invisible point
 		y := strings.SplitN(line[0], ",", 2)[1]
-		line = []string{"0," + y, fmt.Sprintf("%.0f,%s", chartW, y)}
+		line = []string{fmt.Sprintf("%.0f,%s", chartW-4, y), fmt.Sprintf("%.0f,%s", chartW, y)}
 	}
 	c.Line = strings.Join(line, " ")
 	first := strings.SplitN(line[0], ",", 2)[0]

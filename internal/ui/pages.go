@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -253,6 +254,8 @@ type suiteData struct {
 	Live    bool // it still moves
 	Percent int
 	Ended   int
+	AvgRate string     // tasks ended per second from creation to the last change
+	Failed  []api.Task // the first few failed tasks, for the failures card
 }
 
 func (u *UI) suitePage(ctx context.Context, r *http.Request, v *view) error {
@@ -276,6 +279,16 @@ func (u *UI) suitePage(ctx context.Context, r *http.Request, v *view) error {
 		return err
 	}
 	d.Tasks, d.Pager = tl.Tasks, makePager(r, tl.Next)
+	if secs := s.UpdatedAt.Sub(s.CreatedAt).Seconds(); secs > 0 && d.Ended > 0 {
+		d.AvgRate = fmt.Sprintf("%.1f tasks/s on average", float64(d.Ended)/secs)
+	}
+	if s.Counts.Failed > 0 {
+		var fl api.TaskList
+		q := url.Values{"state": {api.TaskFailed}, "limit": {"5"}}
+		if err := v.c.get(ctx, "/v1/suites/"+esc(s.ID)+"/tasks", q, &fl); err == nil {
+			d.Failed = fl.Tasks
+		}
+	}
 	return nil
 }
 

@@ -61,6 +61,7 @@ var funcs = template.FuncMap{
 	"short":    short,
 	"value":    func(v any) string { return fmt.Sprint(v) },
 	"segments": segments,
+	"add":      func(a, b int) int { return a + b },
 	"button":   makeButton,
 }
 
