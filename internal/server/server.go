@@ -243,6 +243,7 @@ type Server struct {
 	metrics    *metrics
 	usage      usageBook // the nodes' recent machine usage, for the dashboard's charts
 	dashboard  *ui.UI    // /ui/: calls the API in-process, as the logged-in user
+	reasons    reasonCache
 	handler    http.Handler
 
 	mu       sync.Mutex

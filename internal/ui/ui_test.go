@@ -28,7 +28,7 @@ import (
 // the ui has no API of its own to fake.
 
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	url   string
 	admin string
 	api   *client.Client
@@ -94,7 +94,7 @@ func (b *browser) post(path string, form url.Values) (*http.Response, string) {
 
 var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
-func csrfOf(t *testing.T, page string) string {
+func csrfOf(t testing.TB, page string) string {
 	t.Helper()
 	m := csrfField.FindStringSubmatch(page)
 	if m == nil {
