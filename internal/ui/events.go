@@ -62,7 +62,16 @@ func (u *UI) events(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-s.feed.quit: // logged out, or the session was evicted
+			writeEvent(w, event{ID: last, Type: "session", Data: []byte(`{"error":"the session ended; log in again"}`)})
+			rc.Flush()
+			return
 		case <-end.C:
+			// A renewal moves the end: go on until the new one.
+			if _, _, expires := u.sessions.read(s); time.Until(expires) > 0 {
+				end.Reset(time.Until(expires))
+				continue
+			}
 			writeEvent(w, event{ID: last, Type: "session", Data: []byte(`{"error":"the session ended; log in again"}`)})
 			rc.Flush()
 			return

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
+	_ "github.com/nodemgr/nodemgr/internal/provision/local" // pools name a provider
 	"github.com/nodemgr/nodemgr/internal/server"
 	"github.com/nodemgr/nodemgr/internal/store/sqlite"
 	"github.com/nodemgr/nodemgr/internal/ui"
@@ -506,5 +507,121 @@ func TestEventsNeedASession(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("GET /ui/events without a session = %d, want 401", resp.StatusCode)
+	}
+}
+
+func TestRenewKeepsThePage(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	b := e.browser()
+	csrf := b.login(e.admin)
+	renew := func(token, csrfToken string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/ui/renew", strings.NewReader(url.Values{"token": {token}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("X-CSRF-Token", csrfToken)
+		resp, err := b.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, _ := renew("", "wrong"); code != http.StatusForbidden {
+		t.Errorf("renew without the CSRF token = %d, want 403", code)
+	}
+	if code, body := renew("", csrf); code != http.StatusOK || !strings.Contains(body, `"expires"`) {
+		t.Errorf("renew with the same token = %d %s, want 200 with the new end", code, body)
+	}
+	short, err := e.api.CreateToken(ctx, api.CreateTokenRequest{TTL: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := renew(short.Secret, csrf)
+	m := regexp.MustCompile(`"expires":(\d+)`).FindStringSubmatch(body)
+	if code != http.StatusOK || m == nil {
+		t.Fatalf("renew with a new token = %d %s", code, body)
+	}
+	if end := time.UnixMilli(mustInt(m[1])); time.Until(end) > time.Hour {
+		t.Errorf("renewed with a 1h token, the session ends in %s", time.Until(end))
+	}
+	if _, err := e.api.CreateUser(ctx, api.CreateUserRequest{Name: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.api.CreateToken(ctx, api.CreateTokenRequest{User: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := renew(other.Secret, csrf); code != http.StatusBadRequest || !strings.Contains(body, "other") {
+		t.Errorf("renew with another user's token = %d %s, want 400 naming them", code, body)
+	}
+	// The session still works, with the renewed token.
+	if resp, _ := b.get("/ui/suites"); resp.StatusCode != http.StatusOK {
+		t.Errorf("a page after renewing = %d", resp.StatusCode)
+	}
+}
+
+func mustInt(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+func TestPoolAndDeploymentActions(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	tmpl := "name: small\ncpu: 1\nmemoryMB: 256\nimage: busybox\n"
+	if _, err := e.api.PutDocument(ctx, "templates", "small", []byte(tmpl)); err != nil {
+		t.Fatal(err)
+	}
+	spec := api.PoolSpec{Name: "batch", Template: "small", Provider: "local", Min: 0, Max: 2}
+	if err := e.api.Do(ctx, http.MethodPut, "/v1/pools/batch", spec, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	csrf := b.login(e.admin)
+	_, page := b.get("/ui/pools/batch")
+	if !strings.Contains(page, `name="max"`) || !strings.Contains(page, `id="delete-pool"`) {
+		t.Fatalf("the pool page has no scale form or delete button:\n%.2000s", page)
+	}
+	if resp, _ := b.post("/ui/pools/batch/scale", url.Values{"csrf": {csrf}, "min": {"0"}, "max": {"5"}, "return": {"/ui/pools/batch"}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("scale = %d, want 303", resp.StatusCode)
+	}
+	var p api.PoolDetail
+	if err := e.api.Do(ctx, http.MethodGet, "/v1/pools/batch", nil, &p); err != nil || p.Spec.Max != 5 || p.Spec.Template != "small" {
+		t.Errorf("after scaling on the page the pool is %+v (%v); want max 5 and the rest kept", p.Spec, err)
+	}
+	b.post("/ui/pools/batch/scale", url.Values{"csrf": {csrf}, "min": {"x"}, "max": {"5"}, "return": {"/ui/pools/batch"}})
+	if _, page := b.get("/ui/pools/batch"); !strings.Contains(page, "whole numbers") {
+		t.Error("a scale with a bad min shows no error")
+	}
+	if resp, _ := b.post("/ui/pools/batch/delete", url.Values{"csrf": {csrf}, "return": {"/ui/pools"}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("delete = %d, want 303", resp.StatusCode)
+	}
+	if err := e.api.Do(ctx, http.MethodGet, "/v1/pools/batch", nil, &p); err == nil {
+		t.Error("the pool is still there after deleting it on the page")
+	}
+	b.post("/ui/deployments/d-nope/destroy", url.Values{"csrf": {csrf}, "return": {"/ui/deployments"}})
+	if _, page := b.get("/ui/deployments"); !strings.Contains(page, `class="banner bad"`) {
+		t.Error("destroying a deployment that does not exist shows no error")
+	}
+}
+
+func TestLogPages(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	b.login(e.admin)
+	for _, tc := range []struct {
+		path, want string
+		code       int
+	}{
+		{"/ui/logs", "name a log", http.StatusBadRequest},
+		{"/ui/logs?container=j-nope", "j-nope", http.StatusNotFound},
+		{"/ui/logs/more?node=n-nope&service=a.b.c.d", "n-nope", http.StatusNotFound},
+	} {
+		resp, page := b.get(tc.path)
+		if resp.StatusCode != tc.code || !strings.Contains(page, tc.want) {
+			t.Errorf("GET %s = %d, want %d saying %q: %.300s", tc.path, resp.StatusCode, tc.code, tc.want, page)
+		}
 	}
 }
