@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
 )
 
 // The dashboard's tests drive Debian's Chromium headless through chromedp,
@@ -284,6 +286,9 @@ func TestDashboardInBrowser(t *testing.T) {
 				t.Errorf("%s shows an error: %s", p, b.text("#page-error"))
 			}
 			b.screenshot(fmt.Sprintf("%02d-%s", 10+i, strings.ReplaceAll(strings.TrimPrefix(p, "/ui/"), "/", "-")))
+			if p == "/ui/mappings/ubuntu" && b.text(".use a") != "ubuntu-worker-small" {
+				t.Errorf("the mapping page lists %q among the templates it renders, want ubuntu-worker-small", b.text(".use a"))
+			}
 			if p == "/ui/templates/ubuntu-worker-small" && b.text(".render h3") != "local" {
 				t.Errorf("the template page renders first for %q, want local", b.text(".render h3"))
 			}
@@ -402,4 +407,59 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	})
 	_ = progressed
+}
+
+// TestDashboardFollowsAContainerLog opens a node's page with a container
+// running on it and follows the container's log from there: new lines
+// appear without a reload.
+func TestDashboardFollowsAContainerLog(t *testing.T) {
+	chromiumPath(t)
+	eng := dockertest.Client(t)
+	image := dockertest.EnsureImage(t, eng)
+	labels, _ := json.Marshal(dockertest.Labels(t, eng)) // removes leftovers when the test ends
+	shots := screenshotDir(t)
+	s := startServer(t)
+	startAgent(t, s, "ct-ui", "--container-host-ip", "127.0.0.1", "--container-usage-interval", "300ms")
+	n := waitStatus(t, s, "ct-ui", api.StatusOnline, 20*time.Second)
+	job := filepath.Join(t.TempDir(), "ticker.yaml")
+	os.WriteFile(job, []byte(fmt.Sprintf(`name: ticker
+image: %s
+command: [sh, -c, "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.3; done"]
+cpus: 0.25
+memory_mb: 32
+labels: %s
+`, image, labels)), 0o644)
+	if out, stderr, code := s.run(t, "container", "deploy", "ct-ui", "-f", job, "--id", "tick1"); code != 0 {
+		t.Fatalf("container deploy: exit %d\n%s%s", code, out, stderr)
+	}
+	b := newBrowser(t, s.url(), shots)
+	b.login(s.token)
+	b.open("/ui/nodes/" + n.ID)
+	if !b.exists(`a[href="/ui/logs?container=tick1"]`) {
+		t.Fatalf("the node page offers no log of container tick1:\n%s", b.text("main"))
+	}
+	b.screenshot("20-node-with-container")
+	b.run("follow the log", chromedp.Click(chromedp.CSS(`a[href="/ui/logs?container=tick1"]`)), chromedp.WaitVisible(chromedp.CSS("#log")))
+	eval[chromedp.Void](b, `window.__sameDocument = true`)
+	first := lastTick(b.text("#log"))
+	waitFor(t, 20*time.Second, "new lines in the followed log", func() (bool, string) {
+		got := lastTick(b.text("#log"))
+		return got >= first+5, fmt.Sprintf("tick %d (first %d)", got, first)
+	})
+	if !eval[bool](b, `window.__sameDocument === true`) {
+		t.Error("the log page reloaded; it must follow in place")
+	}
+	b.screenshot("21-container-log")
+}
+
+// lastTick is the number of the last "tick N" line in a log, 0 if none.
+func lastTick(log string) int {
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		var i int
+		if _, err := fmt.Sscanf(strings.TrimSpace(line), "tick %d", &i); err == nil {
+			n = i
+		}
+	}
+	return n
 }

@@ -459,7 +459,19 @@ type docData struct {
 	Kind    string
 	Doc     api.Document
 	Renders []rendering
+	UsedBy  []mappingUse // a mapping's: the templates it changes, per provider
+	More    bool         // more templates than were looked at
 }
+
+// mappingUse is a template a mapping set takes part in rendering.
+type mappingUse struct {
+	Template  string
+	Providers []string
+}
+
+// mappingTemplates is how many templates a mapping's page renders to find
+// those it applies to: 4 renderings each, all in-process.
+const mappingTemplates = 25
 
 func (u *UI) templatePage(ctx context.Context, r *http.Request, v *view) error {
 	d, err := u.docPage(ctx, r, v, "templates")
@@ -479,8 +491,29 @@ func (u *UI) templatePage(ctx context.Context, r *http.Request, v *view) error {
 }
 
 func (u *UI) mappingPage(ctx context.Context, r *http.Request, v *view) error {
-	_, err := u.docPage(ctx, r, v, "mappings")
-	return err
+	d, err := u.docPage(ctx, r, v, "mappings")
+	if err != nil {
+		return err
+	}
+	var tl api.DocumentList
+	if err := v.c.get(ctx, "/v1/templates", url.Values{"limit": {itoa(mappingTemplates)}}, &tl); err != nil {
+		return err
+	}
+	d.More = tl.Next != ""
+	for _, t := range tl.Items {
+		use := mappingUse{Template: t.Name}
+		for _, p := range providers {
+			var rd api.Rendered
+			err := v.c.get(ctx, "/v1/templates/"+esc(t.Name)+"/render", url.Values{"provider": {p}}, &rd)
+			if err == nil && slices.Contains(rd.Mappings, d.Doc.Name) {
+				use.Providers = append(use.Providers, p)
+			}
+		}
+		if len(use.Providers) > 0 {
+			d.UsedBy = append(d.UsedBy, use)
+		}
+	}
+	return nil
 }
 
 func (u *UI) docPage(ctx context.Context, r *http.Request, v *view, kind string) (*docData, error) {

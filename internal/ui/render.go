@@ -69,7 +69,9 @@ var funcs = template.FuncMap{
 // in between, red for bad, grey for ended or unknown.
 func badge(s string) string {
 	switch strings.ToLower(s) {
-	case "online", "open", "running", "finished", "ready", "idle", "busy", "complete", "executing":
+	case "open", "running", "executing", "busy":
+		return "b-info"
+	case "online", "finished", "ready", "idle", "complete":
 		return "b-ok"
 	case "suspect", "closed", "pending", "preparing", "cleanup", "starting", "launching", "bootstrapping", "draining", "stopping", "backoff", "shuttingdown":
 		return "b-warn"

@@ -40,7 +40,8 @@
   function cssEscape(s) { return window.CSS && CSS.escape ? CSS.escape(s) : s.replace(/"/g, '\\"'); }
 
   var badges = {
-    ok: ["online", "open", "running", "finished", "ready", "idle", "complete", "executing"],
+    info: ["open", "running", "executing", "busy"],
+    ok: ["online", "finished", "ready", "idle", "complete"],
     warn: ["suspect", "closed", "pending", "preparing", "cleanup", "shuttingdown"],
     bad: ["offline", "failed", "cancelled"],
   };
