@@ -362,6 +362,34 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("a warning before the session ends, renewed in place", func(t *testing.T) {
+		short, err := admin.CreateToken(ctx, api.CreateTokenRequest{Name: "short", TTL: "35s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb := newBrowser(t, s.url(), shots)
+		sb.login(short.Secret)
+		sb.open("/ui/suites")
+		eval[chromedp.Void](sb, `window.__sameDocument = true`)
+		waitFor(t, 20*time.Second, "the expiry warning", func() (bool, string) {
+			return eval[bool](sb, `!document.getElementById("expiry").hidden`), "hidden"
+		})
+		sb.screenshot("16-expiry-warning")
+		sb.run("renew with a longer token",
+			chromedp.SendKeys(chromedp.CSS(`#renew input[name=token]`), s.token),
+			chromedp.Click(chromedp.CSS(`#renew button`)))
+		waitFor(t, 10*time.Second, "the warning to go", func() (bool, string) {
+			return eval[bool](sb, `document.getElementById("expiry").hidden`), "shown"
+		})
+		if !eval[bool](sb, `window.__sameDocument === true`) {
+			t.Error("renewing the session reloaded the page")
+		}
+		sb.open("/ui/suites")
+		if sb.exists("#login-form") {
+			t.Error("after renewing, a page sends the browser to the login")
+		}
+	})
+
 	t.Run("a reader has no cancel button and a forged POST is refused", func(t *testing.T) {
 		if _, err := admin.CreateUser(ctx, api.CreateUserRequest{Name: "reader", Groups: map[string]string{"ml": api.RoleRead}}); err != nil {
 			t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+
+	"github.com/nodemgr/nodemgr/api"
 )
 
 // A log is a service's (node and coordinate) or a container's (id). The
@@ -14,6 +16,7 @@ import (
 
 type logData struct {
 	What   string // "service web.api.u.c on n1", "container j-1"
+	Node   string // the node it runs on, for the way back; "" if unknown
 	Query  string // the log's parameters, for the script
 	Text   string
 	Cursor string
@@ -50,6 +53,13 @@ func (u *UI) logsPage(ctx context.Context, r *http.Request, v *view) error {
 		}
 	}
 	d.Query = keep.Encode()
+	d.Node = q.Get("node")
+	if id := q.Get("container"); id != "" {
+		var c api.Container
+		if err := v.c.get(ctx, "/v1/containers/"+esc(id), nil, &c); err == nil {
+			d.Node = c.Node
+		}
+	}
 	a, err := v.c.do(ctx, http.MethodGet, path, nil, nil)
 	if err != nil {
 		return err
