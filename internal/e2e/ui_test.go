@@ -201,6 +201,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		if got := b.text("h1 [data-status]"); got != api.StatusOnline {
 			t.Errorf("node page status = %q, want online", got)
 		}
+		// The charts draw the samples the agent's heartbeats carried.
+		if !b.exists(".chart-card svg.chart polyline") {
+			t.Errorf("the node page has no CPU chart: %q", b.text(".chart-card"))
+		}
 		b.screenshot("04-node")
 	})
 

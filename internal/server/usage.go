@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -13,13 +14,14 @@ import (
 
 // The dashboard charts a node's CPU and memory over the last hour. The
 // samples ride on heartbeats and live in memory only, bounded: one slot per
-// minute for an hour per node (the latest beat of the minute wins), and at
-// most usageMaxNodes nodes, about 1.5 KB each. A node past the cap gets no
-// chart until one of the others is deleted or the server restarts.
+// minute for an hour per node (the latest beat of the minute wins), 16 bytes
+// a slot, and at most usageMaxNodes nodes: about 20 MB at most. A node past
+// the cap gets no chart until one of the others is deleted or the server
+// restarts.
 const (
 	usageSlots    = 60
 	usageSlotSize = time.Minute
-	usageMaxNodes = 50_000
+	usageMaxNodes = 20_000
 )
 
 // usageBook holds the usage rings of the nodes connected to this server.
@@ -30,7 +32,14 @@ type usageBook struct {
 
 // usageRing is one node's last hour: slot i holds the sample of the minute
 // whose number modulo usageSlots is i.
-type usageRing [usageSlots]api.UsageSample
+type usageRing [usageSlots]usageSlot
+
+// usageSlot is a sample, packed: unix seconds (0: empty), CPU % and MB.
+type usageSlot struct {
+	at     int64
+	cpu    float32
+	memory int32
+}
 
 // record keeps u as the node's sample for the minute of at.
 func (b *usageBook) record(node string, at time.Time, u *api.MachineUsage) {
@@ -51,8 +60,8 @@ func (b *usageBook) record(node string, at time.Time, u *api.MachineUsage) {
 		b.nodes[node] = r
 	}
 	minute := at.Truncate(usageSlotSize)
-	r[minute.Unix()/int64(usageSlotSize/time.Second)%usageSlots] = api.UsageSample{
-		At: at, CPUPercent: u.CPUPercent, MemoryUsedMB: u.MemoryUsedMB}
+	r[minute.Unix()/int64(usageSlotSize/time.Second)%usageSlots] = usageSlot{
+		at: at.Unix(), cpu: float32(u.CPUPercent), memory: int32(min(u.MemoryUsedMB, math.MaxInt32))}
 }
 
 // history returns the node's samples of the hour before now, oldest first.
@@ -64,10 +73,11 @@ func (b *usageBook) history(node string, now time.Time) []api.UsageSample {
 	if r == nil {
 		return out
 	}
-	from := now.Add(-usageSlots * usageSlotSize)
+	from := now.Add(-usageSlots * usageSlotSize).Unix()
 	for _, s := range r {
-		if s.At.After(from) && !s.At.After(now) {
-			out = append(out, s)
+		if s.at > from && s.at <= now.Unix() {
+			out = append(out, api.UsageSample{At: time.Unix(s.at, 0).UTC(), CPUPercent: math.Round(float64(s.cpu)*10) / 10,
+				MemoryUsedMB: int64(s.memory)})
 		}
 	}
 	sortSamples(out)

@@ -26,8 +26,8 @@ func TestUsageBookKeepsOneSampleAMinuteForAnHour(t *testing.T) {
 			t.Fatalf("samples out of order at %d: %v after %v", i, got[i].At, got[i-1].At)
 		}
 	}
-	if last := got[len(got)-1]; last.At.Second() != 40 {
-		t.Errorf("last sample at %v, want the minute's last beat (:40)", last.At)
+	if last := got[len(got)-1]; last.At.Second() != 40 || last.MemoryUsedMB != 100 || last.CPUPercent != float64(last.At.Minute()) {
+		t.Errorf("last sample %+v, want the minute's last beat (:40), 100 MB, CPU the minute", last)
 	}
 	if h := b.history("n2", now); len(h) != 0 {
 		t.Errorf("unknown node has %d samples, want none", len(h))

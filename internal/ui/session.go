@@ -79,10 +79,11 @@ func hashID(id string) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// create stores a new session and returns it with the id for its cookie.
-func (ss *sessions) create(token string, user api.User, expires time.Time, now time.Time) (*session, string) {
+// create stores a new session with its feed and returns it with the id for
+// its cookie.
+func (ss *sessions) create(token string, user api.User, expires, now time.Time, f *feed) (*session, string) {
 	id := randomID()
-	s := &session{key: hashID(id), token: token, csrf: randomID(), user: user, expires: expires}
+	s := &session{key: hashID(id), token: token, csrf: randomID(), user: user, expires: expires, feed: f}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.prune(now)

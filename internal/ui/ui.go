@@ -272,8 +272,8 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	expires := u.expiry(user)
-	s, id := u.sessions.create(token, user, expires, u.cfg.Now())
-	s.feed = newFeed(caller{h: u.api, token: token}, u.cfg.PollInterval, u.cfg.Now)
+	f := newFeed(caller{h: u.api, token: token}, u.cfg.PollInterval, u.cfg.Now)
+	_, id := u.sessions.create(token, user, expires, u.cfg.Now(), f)
 	setCookie(w, r, sessionCookie, id, expires)
 	setCookie(w, r, loginCookie, "", time.Time{})
 	http.Redirect(w, r, safeReturn(r.PostFormValue("return")), http.StatusSeeOther)
