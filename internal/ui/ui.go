@@ -3,10 +3,8 @@ package ui
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"html/template"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -130,8 +128,7 @@ func (u *UI) routes() *http.ServeMux {
 }
 
 func staticHandler() http.Handler {
-	sub, _ := fs.Sub(staticFS, ".")
-	fsrv := http.FileServerFS(sub)
+	fsrv := http.FileServerFS(staticFS) // serves static/... after /ui/ is stripped
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-cache") // small files; always fresh after an upgrade
 		fsrv.ServeHTTP(w, r)
@@ -180,6 +177,9 @@ type pageFunc func(ctx context.Context, r *http.Request, v *view) error
 func (u *UI) page(fill pageFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s := u.session(r)
+		if s != nil && !u.refresh(r.Context(), s) {
+			s = nil
+		}
 		if s == nil {
 			http.Redirect(w, r, "/ui/login?return="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
@@ -192,6 +192,24 @@ func (u *UI) page(fill pageFunc) http.HandlerFunc {
 		}
 		u.render(w, v)
 	}
+}
+
+// refresh reads the session's user again, so that a page shows the roles
+// the user has now, and ends the session when its token stopped working
+// (revoked, expired, its user deleted). It reports whether the session
+// lives on; an API that fails otherwise leaves it as it was.
+func (u *UI) refresh(ctx context.Context, s *session) bool {
+	token, _, expires := u.sessions.read(s)
+	user, err := u.whoami(ctx, token)
+	if err != nil {
+		if statusOf(err) == http.StatusUnauthorized {
+			u.sessions.remove(s)
+			return false
+		}
+		return true
+	}
+	u.sessions.renew(s, token, user, expires)
+	return true
 }
 
 // view is what every page's template gets.
@@ -346,5 +364,3 @@ func clientAddr(r *http.Request) string {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
-var errNoPage = errors.New("no such page")

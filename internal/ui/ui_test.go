@@ -625,3 +625,20 @@ func TestLogPages(t *testing.T) {
 		}
 	}
 }
+
+func TestRevokedTokenEndsTheSession(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	tk, err := e.api.CreateToken(ctx, api.CreateTokenRequest{Name: "soon-revoked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.login(tk.Secret)
+	if err := e.api.DeleteToken(ctx, tk.ID); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := b.get("/ui/suites"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/ui/login") {
+		t.Errorf("a page after the token was revoked = %d to %q, want 303 to the login", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
