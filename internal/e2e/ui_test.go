@@ -284,7 +284,15 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	t.Run("pages of an admin", func(t *testing.T) {
 		b.t = t
-		for i, p := range []string{"/ui/templates", "/ui/templates/ubuntu-worker-small", "/ui/mappings", "/ui/mappings/ubuntu", "/ui/pools", "/ui/deployments"} {
+		deps, err := admin.Provision(ctx, api.ProvisionRequest{Template: "ubuntu-worker-small", Provider: "local", Name: "here"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := api.PoolSpec{Name: "burst", Template: "ubuntu-worker-small", Provider: "local", Min: 0, Max: 3, Tags: []string{"burst"}}
+		if err := admin.Do(ctx, "PUT", "/v1/pools/burst", pool, nil); err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range []string{"/ui/templates", "/ui/templates/ubuntu-worker-small", "/ui/mappings", "/ui/mappings/ubuntu", "/ui/pools", "/ui/pools/burst", "/ui/deployments"} {
 			b.open(p)
 			if b.exists("#page-error") {
 				t.Errorf("%s shows an error: %s", p, b.text("#page-error"))
@@ -297,6 +305,13 @@ func TestDashboardInBrowser(t *testing.T) {
 				t.Errorf("the template page renders first for %q, want local", b.text(".render h3"))
 			}
 		}
+		// Destroy the machine from the deployments page.
+		b.run("destroy", chromedp.Click(chromedp.CSS(`#deployments form[data-confirm] button`)), chromedp.WaitVisible(chromedp.CSS("#confirm-ok")))
+		b.run("confirm", chromedp.Click(chromedp.CSS("#confirm-ok")), chromedp.WaitVisible(chromedp.CSS(".banner.ok")))
+		waitFor(t, 10*time.Second, "the deployment terminated", func() (bool, string) {
+			d, err := admin.Deployment(ctx, deps[0].ID)
+			return err == nil && d.State == "terminated", fmt.Sprint(d.State, err)
+		})
 	})
 
 	t.Run("a node going offline shows without a reload", func(t *testing.T) {
@@ -378,7 +393,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		waitFor(t, 20*time.Second, "the expiry warning", func() (bool, string) {
 			return eval[bool](sb, `!document.getElementById("expiry").hidden`), "hidden"
 		})
-		sb.screenshot("16-expiry-warning")
+		sb.screenshot("19-expiry-warning")
 		sb.run("renew with a longer token",
 			chromedp.SendKeys(chromedp.CSS(`#renew input[name=token]`), s.token),
 			chromedp.Click(chromedp.CSS(`#renew button`)))
