@@ -598,6 +598,7 @@ In another terminal:
 			fmt.Fprintf(e.stdout, "  nodemgr suite watch %s      # the demo suite, running now\n", demoSuite)
 		}
 	}
+	fmt.Fprintf(e.stdout, "\nOr open %s/ui/ in a browser and log in with the token.\n", addr)
 	fmt.Fprintf(e.stdout, "\nPress Ctrl-C to stop.\n")
 
 	agentErr := make(chan error, 1)
