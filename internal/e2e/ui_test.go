@@ -332,6 +332,33 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("pausing holds the table still", func(t *testing.T) {
+		b.t = t
+		other := startAgent(t, s, "dev3", "--group", "ml")
+		n := waitStatus(t, s, "dev3", api.StatusOnline, 20*time.Second)
+		b.open("/ui/nodes")
+		sel := fmt.Sprintf(`tr[data-node=%q] [data-status]`, n.ID)
+		b.run("pause", chromedp.Click(chromedp.CSS("#live")))
+		other.signal(syscall.SIGKILL)
+		waitStatus(t, s, "dev3", api.StatusOffline, 20*time.Second)
+		waitFor(t, 10*time.Second, "the paused page to count the news", func() (bool, string) {
+			label := b.text("#live")
+			return strings.Contains(label, "new"), label
+		})
+		if got := b.text(sel); got != api.StatusOnline {
+			t.Errorf("while paused the table changed to %q; want it to hold still", got)
+		}
+		b.screenshot("17-paused")
+		b.run("resume", chromedp.Click(chromedp.CSS("#live")))
+		if got := b.text(sel); got == api.StatusOnline {
+			t.Errorf("after resuming the node still shows %q; the news held back must apply at once", got)
+		}
+		waitFor(t, 5*time.Second, "dev3 offline after resuming", func() (bool, string) {
+			got := b.text(sel)
+			return got == api.StatusOffline, got
+		})
+	})
+
 	t.Run("an SSE drop and reconnect loses no event", func(t *testing.T) {
 		b.t = t
 		su := createSuite(t, s, api.SuiteSpec{Name: "ui-resume", Group: "ml", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2}})
