@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,6 +49,9 @@ type browser struct {
 	ctx   context.Context
 	base  string
 	shots string
+
+	mu      sync.Mutex
+	console []string // script exceptions and policy violations the pages caused
 }
 
 func newBrowser(t *testing.T, base, shots string) *browser {
@@ -69,7 +73,36 @@ func newBrowser(t *testing.T, base, shots string) *browser {
 	if err := chromedp.Do(ctx); err != nil { // starts the browser (no timeout: it would stop it)
 		t.Fatalf("start Chromium: %v", err)
 	}
-	return &browser{t: t, ctx: ctx, base: base, shots: shots}
+	b := &browser{t: t, ctx: ctx, base: base, shots: shots}
+	b.watchConsole(t)
+	return b
+}
+
+// watchConsole keeps the pages' script exceptions and Content Security
+// Policy violations, and fails the test with them when it ends: the
+// dashboard's pages must run clean under their own strict policy.
+func (b *browser) watchConsole(t *testing.T) {
+	messages := chromedp.Console(b.ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			text := m.String()
+			if m.IsException() || strings.Contains(text, "Content Security Policy") {
+				b.mu.Lock()
+				b.console = append(b.console, text)
+				b.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { // runs before the browser stops (cleanups run last first)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, m := range b.console {
+			t.Errorf("browser console: %s", m)
+		}
+	})
 }
 
 // run runs steps with a deadline.
