@@ -30,6 +30,12 @@ func (u *UI) events(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	unwatch, ok := s.feed.watch()
+	if !ok {
+		http.Error(w, fmt.Sprintf("this session has %d live streams open already: close some of its tabs", maxWatchers), http.StatusTooManyRequests)
+		return
+	}
+	defer unwatch()
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -40,8 +46,6 @@ func (u *UI) events(w http.ResponseWriter, r *http.Request) {
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	unwatch := s.feed.watch()
-	defer unwatch()
 	beat := time.NewTicker(u.cfg.Heartbeat)
 	defer beat.Stop()
 	end := time.NewTimer(time.Until(expires))

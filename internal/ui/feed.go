@@ -108,9 +108,18 @@ func (f *feed) startLocked() {
 	go f.loop()
 }
 
-// watch registers a stream; the returned func unregisters it.
-func (f *feed) watch() func() {
+// maxWatchers bounds the streams of one session (its tabs): each holds a
+// connection and a goroutine.
+const maxWatchers = 32
+
+// watch registers a stream; the returned func unregisters it. It returns
+// false when the session has maxWatchers streams already.
+func (f *feed) watch() (func(), bool) {
 	f.mu.Lock()
+	if f.watchers >= maxWatchers {
+		f.mu.Unlock()
+		return nil, false
+	}
 	f.watchers++
 	f.usedAt = f.now()
 	f.startLocked()
@@ -120,7 +129,7 @@ func (f *feed) watch() func() {
 		f.watchers--
 		f.usedAt = f.now()
 		f.mu.Unlock()
-	}
+	}, true
 }
 
 // since returns the events after id and a channel closed when more come.
