@@ -75,6 +75,10 @@ func (v *view) canStop(s api.Suite) bool {
 
 // ---- overview
 
+// overviewSuites is how many Open, and how many Closed, suites the
+// overview lists.
+const overviewSuites = 20
+
 type overviewData struct {
 	Nodes     map[string]int
 	NodesMore bool // counted from the first page only (not an admin)
@@ -88,6 +92,10 @@ type overviewData struct {
 	Scaling   int
 	NodeTotal int
 	OnlinePct int
+	// LiveSuites counts the Open and Closed suites; LiveMore says it is
+	// counted from the rows listed only (not an admin), and there are more.
+	LiveSuites int
+	LiveMore   bool
 }
 
 func (u *UI) overview(ctx context.Context, r *http.Request, v *view) error {
@@ -118,12 +126,17 @@ func (u *UI) overview(ctx context.Context, r *http.Request, v *view) error {
 	}
 	for _, st := range []string{api.SuiteOpen, api.SuiteClosed} {
 		var sl api.SuiteList
-		if err := v.c.get(ctx, "/v1/suites", url.Values{"state": {st}, "limit": {"20"}}, &sl); err != nil {
+		if err := v.c.get(ctx, "/v1/suites", url.Values{"state": {st}, "limit": {itoa(overviewSuites)}}, &sl); err != nil {
 			return err
 		}
 		d.Running = append(d.Running, sl.Suites...)
 	}
 	sort.Slice(d.Running, func(i, j int) bool { return d.Running[i].CreatedAt.After(d.Running[j].CreatedAt) })
+	if d.Suites != nil {
+		d.LiveSuites = d.Suites[api.SuiteOpen] + d.Suites[api.SuiteClosed]
+	} else {
+		d.LiveSuites, d.LiveMore = len(d.Running), len(d.Running) >= 2*overviewSuites
+	}
 	d.Rate, d.HaveRate = v.s.feed.rate()
 	if v.Admin() {
 		var pl api.PoolList
