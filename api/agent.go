@@ -97,6 +97,9 @@ type Welcome struct {
 type Heartbeat struct {
 	State   string `json:"state"`
 	SuiteID string `json:"suite_id,omitempty"` // the suite being worked on
+	// Usage is how busy the machine is now, for the dashboard's charts;
+	// absent from agents older than it, or where it cannot be measured.
+	Usage *MachineUsage `json:"usage,omitempty"`
 }
 
 // HeartbeatAck answers a heartbeat.

@@ -108,6 +108,24 @@ type MachineUsage struct {
 	DiskUsedMB   int64   `json:"disk_used_mb"`
 }
 
+// UsageSample is a node's machine usage at one time, as its heartbeats
+// carried it.
+type UsageSample struct {
+	At           time.Time `json:"at"`
+	CPUPercent   float64   `json:"cpu_percent"`
+	MemoryUsedMB int64     `json:"memory_used_mb"`
+}
+
+// UsageHistory is the body of GET /v1/nodes/{node}/usage: the last hour
+// of a node's usage, one sample per minute (the latest heartbeat of each
+// minute), oldest first. The server that the agent is connected to keeps
+// them in memory only: after a restart, or on another replica, the list is
+// shorter or empty.
+type UsageHistory struct {
+	Node    string        `json:"node"`
+	Samples []UsageSample `json:"samples"`
+}
+
 // OnboardRequest is the body of an onboard request: the share of the
 // machine to offer.
 type OnboardRequest struct {

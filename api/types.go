@@ -122,6 +122,10 @@ type User struct {
 	Admin     bool              `json:"admin"`  // superuser: every permission on everything
 	Groups    map[string]string `json:"groups"` // group → role
 	CreatedAt time.Time         `json:"created_at"`
+	// TokenExpiresAt is when the token that asked expires: set by
+	// GET /v1/whoami only, so that a client (the dashboard) can warn
+	// before it stops working.
+	TokenExpiresAt *time.Time `json:"token_expires_at,omitempty"`
 }
 
 // CreateUserRequest is the body of POST /v1/users.
@@ -193,4 +197,12 @@ type Health struct {
 	Replica string `json:"replica"`
 	Leader  bool   `json:"leader"`
 	Term    int64  `json:"term,omitempty"`
+}
+
+// Summary is the body of GET /v1/summary (admins): how many nodes, suites
+// and tasks the store holds, by status or state.
+type Summary struct {
+	Nodes  map[string]int `json:"nodes"`  // status → count
+	Suites map[string]int `json:"suites"` // state → count
+	Tasks  TaskCounts     `json:"tasks"`
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/backoff"
+	"github.com/nodemgr/nodemgr/internal/capacity"
 	"github.com/nodemgr/nodemgr/internal/datadir"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/hw"
@@ -410,7 +411,8 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 	beat := func() error {
 		hbctx, hbcancel := context.WithTimeout(ctx, interval)
 		state, suite := a.work()
-		err := peer.Call(hbctx, api.MethodHeartbeat, api.Heartbeat{State: state, SuiteID: suite}, nil)
+		hb := api.Heartbeat{State: state, SuiteID: suite, Usage: a.machineUsage()}
+		err := peer.Call(hbctx, api.MethodHeartbeat, hb, nil)
 		hbcancel()
 		if err != nil && ctx.Err() == nil {
 			conn.Close(proto.CloseGoingAway, "heartbeat failed")
@@ -750,3 +752,14 @@ func firstNonEmpty(ss ...string) string {
 }
 
 var _ proto.Handler = (*Agent)(nil)
+
+// machineUsage measures how busy the machine is for the heartbeat (the
+// dashboard's charts): nil where it cannot be measured, which the server
+// takes as no sample.
+func (a *Agent) machineUsage() *api.MachineUsage {
+	free, err := capacity.ReadMachineFree(a.cfg.DataDir)
+	if err != nil {
+		return nil
+	}
+	return capacity.Usage(a.hardware, free)
+}

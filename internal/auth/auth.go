@@ -14,6 +14,7 @@ import (
 	"encoding/base32"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
@@ -103,6 +104,9 @@ type Principal struct {
 	Admin  bool              // superuser
 	Groups map[string]string // group → role
 	NodeID string            // set when a node credential authenticated
+	// TokenExpires is when the API token that authenticated expires (zero:
+	// never); whoami tells it, for clients that warn before it does.
+	TokenExpires time.Time
 }
 
 // Can reports whether p holds at least role in one of groups.

@@ -587,7 +587,7 @@ func (l *Ledger) Resources() (api.NodeResources, error) {
 	switch {
 	case merr == nil:
 		nr.MachineFree = &machine
-		nr.Usage = usage(l.hw, machine)
+		nr.Usage = Usage(l.hw, machine)
 	case errors.Is(merr, errors.ErrUnsupported):
 		nr.MachineFreeError = "not measured on this platform"
 	default:
@@ -596,8 +596,10 @@ func (l *Ledger) Resources() (api.NodeResources, error) {
 	return nr, nil
 }
 
-// usage derives how busy the machine is from its size and what is free.
-func usage(hw api.Hardware, free api.Resources) *api.MachineUsage {
+// Usage derives how busy the machine is from its size and what is free
+// (ReadMachineFree): the books show it, and agents' heartbeats carry it
+// for the dashboard's charts.
+func Usage(hw api.Hardware, free api.Resources) *api.MachineUsage {
 	u := &api.MachineUsage{
 		MemoryUsedMB: max(int64(hw.MemoryBytes>>20)-free.MemoryMB, 0),
 		DiskUsedMB:   max(int64(hw.DiskBytes>>20)-free.DiskMB, 0),

@@ -578,8 +578,8 @@ func TestUsage(t *testing.T) {
 			api.Resources{CPUs: 0.75},
 			api.MachineUsage{CPUPercent: 50, MemoryUsedMB: 96}},
 	} {
-		if got := usage(tc.hw, tc.free); *got != tc.want {
-			t.Errorf("%s: usage(%+v, %+v) = %+v, want %+v", tc.name, tc.hw, tc.free, *got, tc.want)
+		if got := Usage(tc.hw, tc.free); *got != tc.want {
+			t.Errorf("%s: Usage(%+v, %+v) = %+v, want %+v", tc.name, tc.hw, tc.free, *got, tc.want)
 		}
 	}
 }

@@ -233,8 +233,9 @@ func newServerCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the coordinator server",
-		Long: `Run the coordinator: the REST API under /v1, the agents' WebSocket, and
-the loops that keep the node view true. State lives in an embedded SQLite
+		Long: `Run the coordinator: the REST API under /v1, the web dashboard under /ui/
+(log in with an API token), the agents' WebSocket, and the loops that keep
+the node view true. State lives in an embedded SQLite
 file in the data dir. On first start an admin user is created and its API
 token is printed and written to DATA_DIR/admin-token (mode 0600).
 
@@ -509,7 +510,8 @@ file under the data dir (default ./nodemgr-dev). It prints the address and the
 admin token to use with the client commands in another terminal.
 
 On first start it also creates a small demo suite, "hello", whose tasks the
-agent runs at once: watch it with nodemgr suite watch hello.`,
+agent runs at once: watch it with nodemgr suite watch hello, or in a browser
+at ADDR/ui/ (log in with the admin token).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd, e, &f, name, tags, !noDemo)
@@ -596,6 +598,7 @@ In another terminal:
 			fmt.Fprintf(e.stdout, "  nodemgr suite watch %s      # the demo suite, running now\n", demoSuite)
 		}
 	}
+	fmt.Fprintf(e.stdout, "\nOr open %s/ui/ in a browser and log in with the token.\n", addr)
 	fmt.Fprintf(e.stdout, "\nPress Ctrl-C to stop.\n")
 
 	agentErr := make(chan error, 1)

@@ -68,6 +68,9 @@ func TestLayers(t *testing.T) {
 		{"internal/proctree", []string{"internal/server", "internal/store", "internal/agent", "internal/workerpool"}},
 		// The blob store keeps bytes; who may read them is the server's call.
 		{"internal/blob", []string{"internal/server", "internal/store", "internal/agent"}},
+		// The dashboard sees the server only through its HTTP API, as the
+		// token's owner would: what the API refuses, the page cannot do.
+		{"internal/ui", []string{"internal/server", "internal/store", "internal/agent"}},
 		// Placement is pure: books in, a plan out; the server deploys it.
 		{"internal/ensemble", []string{"internal/server", "internal/store", "internal/agent", "internal/container", "internal/service", "net/http"}},
 	}

@@ -314,6 +314,7 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		now := time.Now().UTC()
 		h.sess.beat(now, hb.State, hb.SuiteID)
 		h.s.hub.recordBeat(store.Heartbeat{NodeID: h.sess.nodeID, At: now, AgentState: hb.State, SuiteID: hb.SuiteID})
+		h.s.usage.record(h.sess.nodeID, now, hb.Usage)
 		return api.HeartbeatAck{ServerTime: now}, nil
 	case api.MethodGoodbye:
 		var g api.Goodbye

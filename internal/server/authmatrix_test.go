@@ -34,12 +34,14 @@ var routeNeeds = map[string]need{
 	"GET /metrics":         needAdmin,
 	"GET /v1/openapi.json": needAnyUser,
 	"GET /v1/whoami":       needAnyUser,
+	"GET /v1/summary":      needAdmin,
 
 	"GET /v1/nodes":                  needAnyUser,
 	"GET /v1/nodes/{node}":           needRead,
 	"PATCH /v1/nodes/{node}":         needWrite,
 	"DELETE /v1/nodes/{node}":        needGroupAdmin,
 	"POST /v1/nodes/{node}/shutdown": needGroupAdmin,
+	"GET /v1/nodes/{node}/usage":     needRead,
 	"POST /v1/agent/register":        needJoin,
 	"GET /v1/agent/connect":          needNode,
 

@@ -102,5 +102,5 @@ func (s *Server) userPrincipal(ctx context.Context, r *http.Request) (auth.Princ
 	if err != nil {
 		return auth.Principal{}, fmt.Errorf("token's user %q is gone: %w", t.User, errdefs.ErrUnauthenticated)
 	}
-	return auth.Principal{User: u.Name, Admin: u.Admin, Groups: u.Groups}, nil
+	return auth.Principal{User: u.Name, Admin: u.Admin, Groups: u.Groups, TokenExpires: t.ExpiresAt}, nil
 }

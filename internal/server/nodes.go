@@ -27,7 +27,11 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, apiUser(u))
+	out := apiUser(u)
+	if !p.TokenExpires.IsZero() {
+		out.TokenExpiresAt = &p.TokenExpires
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -267,6 +271,7 @@ func (s *Server) handleDeleteNode(w http.ResponseWriter, r *http.Request) error 
 	if err := s.store.DeleteNode(r.Context(), n.ID); err != nil {
 		return fmt.Errorf("delete node: %w", err)
 	}
+	s.usage.forget(n.ID)
 	if err := s.store.DeleteDocument(r.Context(), booksKind, n.ID); err != nil && !errdefs.IsNotFound(err) {
 		s.log.Warn("forget a deleted node's books", "node", n.ID, "err", err)
 	}

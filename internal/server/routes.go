@@ -42,12 +42,14 @@ func (s *Server) coreRoutes() []route {
 		{"GET", "/metrics", authAdmin, s.handleMetrics},
 		{"GET", "/v1/openapi.json", authUser, s.handleOpenAPI},
 		{"GET", "/v1/whoami", authUser, s.handleWhoami},
+		{"GET", "/v1/summary", authAdmin, s.handleSummary},
 
 		{"GET", "/v1/nodes", authUser, s.handleListNodes},
 		{"GET", "/v1/nodes/{node}", authUser, s.handleGetNode},
 		{"PATCH", "/v1/nodes/{node}", authUser, s.handlePatchNode},
 		{"DELETE", "/v1/nodes/{node}", authUser, s.handleDeleteNode},
 		{"POST", "/v1/nodes/{node}/shutdown", authUser, s.handleShutdownNode},
+		{"GET", "/v1/nodes/{node}/usage", authUser, s.handleNodeUsage},
 
 		{"POST", "/v1/agent/register", authSelf, s.handleRegister},
 		{"GET", "/v1/agent/connect", authSelf, s.handleConnect},
@@ -122,6 +124,10 @@ func (s *Server) routes() http.Handler {
 		}
 		methods[rt.Path] = append(methods[rt.Path], rt.Method)
 	}
+	// The dashboard authenticates with its own session cookie and calls
+	// the routes above in-process with the session's token (package ui).
+	mux.Handle("/ui/", s.dashboard)
+	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := paths.Handler(r); pattern != "" {
 			allow := strings.Join(methods[pattern], ", ")

@@ -19,6 +19,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/ui"
 )
 
 // Config is the coordinator's configuration. Zero values take the defaults
@@ -91,6 +92,10 @@ type Config struct {
 	// BlobRetention is how long a task file no task refers to is kept;
 	// 0: 24h.
 	BlobRetention time.Duration
+
+	// Dashboard tunes the web dashboard under /ui/ (sessions, live
+	// updates); zero values take its defaults.
+	Dashboard ui.Config
 
 	// ReplicaID names this server among the replicas that share its
 	// store; default a random one per process (r-...).
@@ -236,6 +241,9 @@ type Server struct {
 	executors  executors
 	orch       *orchestrate.Orchestrator // nil until Serve
 	metrics    *metrics
+	usage      usageBook // the nodes' recent machine usage, for the dashboard's charts
+	dashboard  *ui.UI    // /ui/: calls the API in-process, as the logged-in user
+	reasons    reasonCache
 	handler    http.Handler
 
 	mu       sync.Mutex
@@ -275,6 +283,11 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	s.signals = newSignaller(st, cfg.ReplicaID)
 	if err := s.newOrchestrator(); err != nil {
 		return nil, err
+	}
+	// The dashboard calls the API through s.handler, set just below.
+	apiHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) })
+	if s.dashboard, err = ui.New(cfg.Dashboard, apiHandler, logger); err != nil {
+		return nil, fmt.Errorf("server dashboard: %w", err)
 	}
 	s.handler = s.routes()
 	return s, nil
@@ -457,5 +470,5 @@ func trimNL(b []byte) []byte {
 // Close releases the provider and executor connections (the Docker
 // engine's, for one). The store belongs to the caller.
 func (s *Server) Close() error {
-	return errors.Join(s.providers.close(), s.executors.close())
+	return errors.Join(s.providers.close(), s.executors.close(), s.dashboard.Close())
 }

@@ -157,7 +157,7 @@ func (s *Server) handleGetSuite(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
 	}
 	out.Problems = apiProblems(problems)
-	if out.WaitingReason, err = s.waitingReason(r.Context(), su); err != nil {
+	if out.WaitingReason, err = s.reasons.get(su, func() (string, error) { return s.waitingReason(r.Context(), su) }); err != nil {
 		return fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
