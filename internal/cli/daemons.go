@@ -54,6 +54,7 @@ type serverFlags struct {
 	tlsSANs                                                        []string
 	agentServerURL                                                 string
 	agentBinaries                                                  []string
+	agentBinaryDir                                                 string
 	poolBackoff, poolTick, poolSweep, poolDrainTimeout             time.Duration
 	sshUser, sshKnownHosts, sshJumpHost                            string
 	sshIdentityFiles                                               []string
@@ -98,7 +99,8 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.BoolVar(&f.tlsAuto, "tls-auto", false, "serve HTTPS with the server's own CA even on loopback (it does so on any other address when no --tls-cert is given)")
 	fl.StringSliceVar(&f.tlsSANs, "tls-san", nil, "extra name or address for the server's own certificate, e.g. one behind NAT (repeatable)")
 	fl.StringVar(&f.agentServerURL, "agent-server-url", "", "the server's URL as pool machines reach it (default the URL it listens on)")
-	fl.StringSliceVar(&f.agentBinaries, "agent-binary", nil, "static nodemgr binary to deliver onto pool machines, one per architecture (repeatable; default this binary, if static: build with CGO_ENABLED=0)")
+	fl.StringSliceVar(&f.agentBinaries, "agent-binary", nil, "static nodemgr binary to deliver onto pool machines, one per architecture (repeatable)")
+	fl.StringVar(&f.agentBinaryDir, "agent-binaries", "", "directory of static nodemgr binaries to deliver onto pool machines by their arch, named nodemgr-linux-amd64, nodemgr-linux-arm64 (go run ./cmd/release builds them); this binary, if static, serves its own arch when neither this nor --agent-binary does")
 	fl.DurationVar(&f.poolBackoff, "pool-backoff", 10*time.Second, "a pool candidate whose machine failed to launch or bootstrap waits this long before it is tried again; doubles with each failure in a row, up to 5m")
 	fl.DurationVar(&f.poolTick, "pool-tick", time.Second, "the longest time between two rounds of the pools' loop (demand wakes it sooner)")
 	fl.DurationVar(&f.poolSweep, "pool-sweep", 30*time.Second, "how often providers are asked for machines of this server that no pool machine accounts for (they are destroyed)")
@@ -145,7 +147,7 @@ func (f *serverFlags) config() server.Config {
 		LeaderLease: f.leaderLease, ReplicaID: f.replicaID,
 		ProviderSettings: f.providerSettings(), ExecutorSettings: f.executorSettings(), Version: Version,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
-		AgentServerURL: f.agentServerURL, AgentBinaries: f.agentBinaries,
+		AgentServerURL: f.agentServerURL, AgentBinaries: f.agentBinaries, AgentBinaryDir: f.agentBinaryDir,
 		BlobMaxSize: f.blobMaxSize, BlobRetention: f.blobRetention, EnsembleRestoreDeadline: f.ensembleRestoreDeadline,
 		EnsembleProvisionDeadline: f.ensembleProvisionDeadline,
 		Orchestrator:              orchestrate.Config{Tick: f.poolTick, BackoffMin: f.poolBackoff, SweepInterval: f.poolSweep, DrainTimeout: f.poolDrainTimeout},
