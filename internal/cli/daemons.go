@@ -244,9 +244,22 @@ On an address other than loopback the server speaks HTTPS: with
 --tls-cert/--tls-key, or else with a certificate from a CA it makes on first
 start (DATA_DIR/ca.crt, key in DATA_DIR/ca.key, mode 0600). Join tokens then
 carry the CA's fingerprint, so agents verify the server before they send it
-anything; clients pass --ca-cert DATA_DIR/ca.crt (or NODEMGR_CA_CERT).`,
+anything; clients pass --ca-cert DATA_DIR/ca.crt (or NODEMGR_CA_CERT).
+
+Settings come from --config (YAML, e.g. /etc/nodemgr/server.yaml), then
+NODEMGR_SERVER_<KEY> variables (NODEMGR_SERVER_LISTEN, ..._DATA_DIR), then
+flags; --print-config shows the result and where each value came from.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			settings, err := applyServerSettings(cmd, e)
+			if err != nil {
+				return err
+			}
+			if show, _ := cmd.Flags().GetBool("print-config"); show {
+				path, _ := cmd.Flags().GetString("config")
+				printSettings(e.stdout, "server", serverPrinted(settings, path))
+				return nil
+			}
 			log, err := newLogger(cmd, e.stderr)
 			if err != nil {
 				return err
@@ -284,6 +297,8 @@ anything; clients pass --ca-cert DATA_DIR/ca.crt (or NODEMGR_CA_CERT).`,
 		},
 	}
 	f.register(cmd, "/var/lib/nodemgr/server")
+	cmd.Flags().String("config", "", "server config file (YAML: every setting below by its flag's name with _ for -, e.g. data_dir); NODEMGR_SERVER_<KEY> variables override it, flags override both")
+	cmd.Flags().Bool("print-config", false, "print the settings in effect, each with its source (default, file, env, flag), and exit")
 	cmd.Flags().Bool("reset-admin-token", false, "make a new API token for the admin user and write it to DATA_DIR/admin-token (when every admin token expired or was lost)")
 	return cmd
 }
@@ -314,6 +329,7 @@ Clients trust it with:
 func agentFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.String("config", "", "agent config file (YAML: server, data_dir, join_token, name, tags, labels, groups, ...)")
+	fl.Bool("print-config", false, "print the settings in effect, each with its source (default, file, env, flag), and exit")
 	fl.String("server", "", "coordinator URL, e.g. https://10.0.0.1:7070 ($NODEMGR_SERVER)")
 	fl.String("server-ca", "", "PEM file of the CA to verify the server by ($NODEMGR_SERVER_CA; default the CA the join token pins, else the system's roots)")
 	fl.String("data-dir", "", "agent state directory, one agent each ($NODEMGR_DATA_DIR; default /var/lib/nodemgr/agent)")
@@ -440,7 +456,10 @@ nodemgr service). Its local API listens on <data dir>/agent.sock, so one agent
 is useful without a server (--standalone). Services keep running when the
 agent stops; the next agent on the data dir adopts them.
 
-Settings come from --config (YAML), then NODEMGR_* variables, then flags.`,
+Settings come from --config (YAML, e.g. /etc/nodemgr/agent.yaml), then
+NODEMGR_<KEY> variables (NODEMGR_SERVER, NODEMGR_DATA_DIR, NODEMGR_TAGS=a,b,
+NODEMGR_LABELS=k=v,...), then flags; --print-config shows the result and
+where each value came from.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(cmd, e.stderr)
@@ -450,6 +469,9 @@ Settings come from --config (YAML), then NODEMGR_* variables, then flags.`,
 			cfg, err := agentConfig(cmd, e)
 			if err != nil {
 				return err
+			}
+			if show, _ := cmd.Flags().GetBool("print-config"); show {
+				return printAgentSettings(cmd, e, cfg)
 			}
 			a, err := agent.New(cfg, log)
 			if err != nil {
@@ -466,6 +488,21 @@ Settings come from --config (YAML), then NODEMGR_* variables, then flags.`,
 	}
 	agentFlags(cmd)
 	return cmd
+}
+
+// printAgentSettings prints the agent's settings in effect, defaults
+// filled in, for --print-config.
+func printAgentSettings(cmd *cobra.Command, e *env, cfg agent.Config) error {
+	full, err := cfg.WithDefaults()
+	if err != nil {
+		return err
+	}
+	lines, err := agentPrinted(cmd, e, full)
+	if err != nil {
+		return err
+	}
+	printSettings(e.stdout, "agent", lines)
+	return nil
 }
 
 // stopOnSignals makes SIGTERM and SIGINT (systemctl stop, Ctrl-C) stop the
