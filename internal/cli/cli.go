@@ -163,7 +163,11 @@ Start here:
   nodemgr node ls                  what the server knows
 
 Client commands read NODEMGR_ADDR, NODEMGR_TOKEN (or NODEMGR_TOKEN_FILE) and
-NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.`,
+NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.
+
+Topics: nodemgr help templates | suites | pools | ensembles
+Shell completion: nodemgr completion bash | zsh | fish (the Debian package
+installs it)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       versionLine(),
@@ -185,6 +189,7 @@ NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.`,
 		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newPoolCmd(e), newScheduleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newEnsembleCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
 		newWhoamiCmd(e), newBenchCmd(e), newMigrateStoreCmd(e),
 	)
+	root.SetHelpCommand(newHelpCmd(root))
 	strictUsage(root)
 	return root
 }
