@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 )
 
@@ -18,10 +19,11 @@ func Main(args []string) int {
 	commit := fs.String("commit", "", "commit to stamp (default git's HEAD, -dirty for a modified tree)")
 	out := fs.String("out", "dist", "directory the release is written to")
 	arches := fs.String("arch", "amd64,arm64", "Linux architectures to build, comma-separated")
+	noDeb := fs.Bool("no-deb", false, "skip the Debian packages")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	o := Options{Version: *version, Commit: *commit, OutDir: *out, RepoDir: "."}
+	o := Options{Version: *version, Commit: *commit, OutDir: *out, RepoDir: ".", NoDeb: *noDeb}
 	if o.Version == "" {
 		o.Version = GitVersion(ctx, o.RepoDir)
 	}
@@ -36,8 +38,11 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		return 1
 	}
-	for _, a := range arts {
-		fmt.Printf("%s  %s\n", a.SHA256, a.Path)
+	sums, err := os.ReadFile(filepath.Join(o.OutDir, "SHA256SUMS"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		return 1
 	}
+	fmt.Printf("built %d binaries in %s:\n%s", len(arts), o.OutDir, sums)
 	return 0
 }

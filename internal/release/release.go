@@ -42,6 +42,8 @@ type Options struct {
 	// RepoDir is the module's root (where go.mod is); default ".".
 	RepoDir string
 	Stderr  io.Writer // the go tool's output; default os.Stderr
+	// NoDeb skips the Debian packages (one per Linux target).
+	NoDeb bool
 }
 
 // Artifact is one built binary.
@@ -51,8 +53,9 @@ type Artifact struct {
 	SHA256 string
 }
 
-// Build builds a static binary per target into OutDir, then writes
-// SHA256SUMS over them and NAME.modules beside each one.
+// Build builds a static binary per target into OutDir with NAME.modules
+// beside each one, a Debian package of each (unless NoDeb), and
+// SHA256SUMS over binaries and packages. It returns the binaries.
 func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	if err := o.check(); err != nil {
 		return nil, err
@@ -60,7 +63,7 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("release: out dir: %w", err)
 	}
-	var arts []Artifact
+	var arts, sums []Artifact
 	for _, t := range o.targets() {
 		a, err := buildOne(ctx, o, t)
 		if err != nil {
@@ -69,12 +72,30 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 		if err := writeModules(a.Path, a.Path+".modules"); err != nil {
 			return nil, err
 		}
-		arts = append(arts, a)
+		arts, sums = append(arts, a), append(sums, a)
+		if o.NoDeb || t.OS != "linux" {
+			continue
+		}
+		d, err := buildDeb(o, a)
+		if err != nil {
+			return nil, err
+		}
+		sums = append(sums, d)
 	}
-	if err := WriteChecksums(filepath.Join(o.OutDir, "SHA256SUMS"), arts); err != nil {
+	if err := WriteChecksums(filepath.Join(o.OutDir, "SHA256SUMS"), sums); err != nil {
 		return nil, err
 	}
 	return arts, nil
+}
+
+// buildDeb packages a as a .deb and checksums it.
+func buildDeb(o Options, a Artifact) (Artifact, error) {
+	path, err := BuildDeb(o, a)
+	if err != nil {
+		return Artifact{}, err
+	}
+	sum, err := fileSHA256(path)
+	return Artifact{Target: a.Target, Path: path, SHA256: sum}, err
 }
 
 func (o Options) check() error {
