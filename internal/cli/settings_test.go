@@ -215,3 +215,21 @@ func TestConfigTemplateRefusesOtherNames(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvNamesDoNotCollide: the agent's variables (NODEMGR_<KEY>) and the
+// server's (NODEMGR_SERVER_<KEY>) share a prefix; none may name both, or
+// one exported for an agent would change a server on the same machine.
+func TestEnvNamesDoNotCollide(t *testing.T) {
+	e := &env{getenv: func(string) string { return "" }}
+	cmd, _, _ := newRoot(e).Find([]string{"server"})
+	agentVars := map[string]bool{}
+	for _, s := range (agent.Config{}).Settings() {
+		agentVars[agent.EnvName(s.Key)] = true
+		agentVars[agent.EnvName(s.Key)+"_FILE"] = true
+	}
+	for _, s := range serverSettings(cmd) {
+		if agentVars[s.env] {
+			t.Errorf("server setting %s's variable %s is also an agent's", s.key, s.env)
+		}
+	}
+}
