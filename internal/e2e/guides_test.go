@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
 )
 
 // The guides under docs/ each carry a worked example: the ```sh test
@@ -19,10 +23,54 @@ import (
 // NODEMGR_TOKEN set as dev prints them and the binary under test first on
 // PATH. A guide whose example stops working fails here.
 
-var testBlockRE = regexp.MustCompile("(?ms)^```sh test\n(.*?)^```")
+var (
+	testBlockRE = regexp.MustCompile("(?ms)^```sh test\n(.*?)^```")
+	needsRE     = regexp.MustCompile(`<!-- guide-test-needs: ([a-z ]+) -->`)
+)
 
-// guideScript is a guide's test blocks, joined.
-func guideScript(t *testing.T, path string) string {
+// guideNeeds provides what a guide's example needs, as environment
+// variables for its script, or skips the test (fails it where CI requires
+// the engine). docker says the example makes containers.
+func guideNeeds(t *testing.T, text string) (env []string, docker bool) {
+	t.Helper()
+	m := needsRE.FindStringSubmatch(text)
+	if m == nil {
+		return nil, false
+	}
+	for _, need := range strings.Fields(m[1]) {
+		switch need {
+		case "docker":
+			eng := dockertest.Client(t)
+			env, docker = append(env, "IMAGE="+dockertest.EnsureImage(t, eng)), true
+		case "busybox":
+			if _, err := exec.LookPath("busybox"); err != nil {
+				t.Skip("busybox is not installed (Debian's busybox-static)")
+			}
+		default:
+			t.Fatalf("guide-test-needs: unknown need %q; want docker or busybox", need)
+		}
+	}
+	return env, docker
+}
+
+// deleteContainers removes the containers a failed example left behind.
+func deleteContainers(t *testing.T, c *client.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := c.Containers(ctx, "", false)
+	if err != nil {
+		t.Logf("list the example's containers: %v", err)
+		return
+	}
+	for _, ct := range list {
+		if _, err := c.DeleteContainer(ctx, ct.Job.ID); err != nil {
+			t.Logf("delete container %s: %v", ct.Job.ID, err)
+		}
+	}
+}
+
+// guideScript is a guide's text and its test blocks, joined.
+func guideScript(t *testing.T, path string) (text, script string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -32,7 +80,7 @@ func guideScript(t *testing.T, path string) string {
 	for _, m := range testBlockRE.FindAllSubmatch(b, -1) {
 		blocks = append(blocks, string(m[1]))
 	}
-	return strings.Join(blocks, "\n")
+	return string(b), strings.Join(blocks, "\n")
 }
 
 func TestGuidesWorkedExamples(t *testing.T) {
@@ -42,32 +90,43 @@ func TestGuidesWorkedExamples(t *testing.T) {
 	}
 	for _, guide := range guides {
 		t.Run(strings.TrimSuffix(filepath.Base(guide), ".md"), func(t *testing.T) {
-			script := guideScript(t, guide)
+			text, script := guideScript(t, guide)
 			if script == "" {
 				t.Fatalf("%s has no ```sh test block: each guide's worked example runs here", guide)
 			}
-			runGuide(t, script)
+			runGuide(t, text, script)
 		})
 	}
 }
 
 // runGuide starts a dev server and agent and runs script against them.
-func runGuide(t *testing.T, script string) {
+func runGuide(t *testing.T, text, script string) {
 	addr, data := freeAddr(t), t.TempDir()
+	needs, docker := guideNeeds(t, text)
 	dev := start(t, "dev", "dev", "--no-demo", "--tag", "linux", "--name", "dev", "--listen", addr, "--data-dir", data,
 		"--heartbeat-interval", heartbeat.String())
 	var token string
-	waitFor(t, 30*time.Second, "dev's admin token and agent", func() (bool, string) {
+	waitFor(t, 30*time.Second, "dev's admin token", func() (bool, string) {
 		b, err := os.ReadFile(filepath.Join(data, "admin-token"))
 		token = strings.TrimSpace(string(b))
-		return err == nil && token != "" && strings.Contains(dev.output(), "nodemgr dev is running"), dev.output()
+		return err == nil && token != "", dev.output()
 	})
+	c := client.New(addr, token)
+	waitFor(t, 30*time.Second, "dev's agent online", func() (bool, string) {
+		n, err := c.Node(context.Background(), "dev")
+		return err == nil && n.Status == "online", fmt.Sprint(n.Status, err)
+	})
+	if docker {
+		// After dev's cleanup, so that it runs first, while dev runs.
+		t.Cleanup(func() { deleteContainers(t, c) })
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binary)+":"+os.Getenv("PATH"),
 		"NODEMGR_ADDR=http://"+addr, "NODEMGR_TOKEN="+token, "NODEMGR_TOKEN_FILE=", "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(cmd.Env, needs...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
