@@ -16,7 +16,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
 )
 
-// The guides under docs/ each carry a worked example: the ```sh test
+// The guides under docs/ (from-*.md and operations.md) each carry a worked example: the ```sh test
 // blocks of a guide, run in order as one bash script (set -euo pipefail)
 // in a fresh directory, against `nodemgr dev --no-demo --tag linux` as
 // the guide tells its reader to start it, with NODEMGR_ADDR and
@@ -88,6 +88,7 @@ func TestGuidesWorkedExamples(t *testing.T) {
 	if err != nil || len(guides) == 0 {
 		t.Fatalf("no guides in docs/: %v", err)
 	}
+	guides = append(guides, "../../docs/operations.md")
 	for _, guide := range guides {
 		t.Run(strings.TrimSuffix(filepath.Base(guide), ".md"), func(t *testing.T) {
 			text, script := guideScript(t, guide)
