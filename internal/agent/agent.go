@@ -187,8 +187,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	if a.cfg.Standalone {
 		a.log.Info("running standalone: no server; manage this node through its local API", "socket", a.cfg.LocalAPISocket)
+		// No tasks to finish and no server to say goodbye to: a shutdown
+		// (SIGTERM, systemctl stop) ends the agent at once. Its services
+		// keep running, as with a server.
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-a.stopReq:
+			a.log.Info("agent stopped", "mode", "standalone")
 			return nil
 		case err := <-localErr:
 			return err

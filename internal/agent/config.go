@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -116,49 +117,129 @@ func LoadConfigFile(path string) (Config, error) {
 	return c, nil
 }
 
-// ApplyEnv overrides c with the NODEMGR_* variables that are set: SERVER,
-// SERVER_CA, DATA_DIR, JOIN_TOKEN (or JOIN_TOKEN_FILE), NAME, TAGS
-// (comma-separated), LABELS (k=v,k=v), GROUPS (comma-separated), PREFIX,
-// DEPOTS (group=url,...), LOCAL_API_TOKEN (or LOCAL_API_TOKEN_FILE).
+// EnvName is the environment variable of a config file key: NODEMGR_ and
+// the key in upper case (data_dir: NODEMGR_DATA_DIR). The server's
+// settings follow the same rule under NODEMGR_SERVER_.
+func EnvName(key string) string { return "NODEMGR_" + strings.ToUpper(key) }
+
+// ApplyEnv overrides c with the variable (EnvName) of every key that is
+// set: lists are comma-separated (NODEMGR_TAGS=a,b), maps k=v,k=v
+// (NODEMGR_LABELS, NODEMGR_DEPOTS), durations with a unit. A secret's
+// _FILE variable (NODEMGR_JOIN_TOKEN_FILE) beats its value from the
+// file. container_defaults, a structure, is set in the file only.
 func (c *Config) ApplyEnv(getenv func(string) string) error {
-	if v := getenv("NODEMGR_SERVER"); v != "" {
-		c.Server = v
-	}
-	if v := getenv("NODEMGR_SERVER_CA"); v != "" {
-		c.ServerCA = v
-	}
-	if v := getenv("NODEMGR_DATA_DIR"); v != "" {
-		c.DataDir = v
-	}
 	envSecret(getenv, "NODEMGR_JOIN_TOKEN", &c.JoinToken, &c.JoinTokenFile)
 	envSecret(getenv, "NODEMGR_LOCAL_API_TOKEN", &c.LocalAPIToken, &c.LocalAPITokenFile)
-	if v := getenv("NODEMGR_NAME"); v != "" {
-		c.Name = v
-	}
-	if v := getenv("NODEMGR_TAGS"); v != "" {
-		c.Tags = SplitList(v)
-	}
-	if v := getenv("NODEMGR_GROUPS"); v != "" {
-		c.Groups = SplitList(v)
-	}
-	if v := getenv("NODEMGR_PREFIX"); v != "" {
-		c.Prefix = v
-	}
-	if v := getenv("NODEMGR_DEPOTS"); v != "" {
-		depots, err := ParseLabels("NODEMGR_DEPOTS", SplitList(v))
-		if err != nil {
+	rv := reflect.ValueOf(c).Elem()
+	for _, k := range configKeys() {
+		if secretEnv[k.key] {
+			continue // done above
+		}
+		name := EnvName(k.key)
+		v := getenv(name)
+		if v == "" {
+			continue
+		}
+		if err := setFromText(rv.FieldByIndex(k.index), name, v); err != nil {
 			return err
 		}
-		c.Depots = depots
-	}
-	if v := getenv("NODEMGR_LABELS"); v != "" {
-		labels, err := ParseLabels("NODEMGR_LABELS", SplitList(v))
-		if err != nil {
-			return err
-		}
-		c.Labels = labels
 	}
 	return nil
+}
+
+// secretEnv are the keys envSecret applies.
+var secretEnv = map[string]bool{"join_token": true, "join_token_file": true, "local_api_token": true, "local_api_token_file": true}
+
+// configKey is a key of the config file and the Config field it sets.
+type configKey struct {
+	key   string
+	index []int
+}
+
+// configKeys lists the config file's keys in Config's order.
+func configKeys() []configKey {
+	t := reflect.TypeFor[Config]()
+	var keys []configKey
+	for i := range t.NumField() {
+		f := t.Field(i)
+		key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if key == "" || key == "-" || !f.IsExported() {
+			continue
+		}
+		keys = append(keys, configKey{key, f.Index})
+	}
+	return keys
+}
+
+// setFromText sets a field from an environment variable's text.
+func setFromText(fv reflect.Value, name, text string) error {
+	bad := func(want string) error { return errdefs.Field(name, "%q is not %s", text, want) }
+	switch p := fv.Addr().Interface().(type) {
+	case *string:
+		*p = text
+	case *bool:
+		b, err := strconv.ParseBool(text)
+		if err != nil {
+			return bad("true or false")
+		}
+		*p = b
+	case *int:
+		n, err := strconv.Atoi(text)
+		if err != nil {
+			return bad("a whole number")
+		}
+		*p = n
+	case *int64:
+		n, err := strconv.ParseInt(text, 10, 64)
+		if err != nil {
+			return bad("a whole number")
+		}
+		*p = n
+	case *time.Duration:
+		d, err := time.ParseDuration(text)
+		if err != nil {
+			return bad("a duration with a unit, like 30s or 5m")
+		}
+		*p = d
+	case *[]string:
+		*p = SplitList(text)
+	case *map[string]string:
+		m, err := ParseLabels(name, SplitList(text))
+		if err != nil {
+			return err
+		}
+		*p = m
+	default:
+		return errdefs.Field(name, "is set in the config file only")
+	}
+	return nil
+}
+
+// Setting is one key of the config file with its value in a Config, for
+// `nodemgr agent --print-config`.
+type Setting struct {
+	Key    string
+	Value  any  // the field's value: string, bool, int, time.Duration, []string, map ...
+	Secret bool // a token: print it redacted
+}
+
+// Settings lists c's keys and values in the config file's order.
+func (c Config) Settings() []Setting {
+	rv := reflect.ValueOf(c)
+	var out []Setting
+	for _, k := range configKeys() {
+		secret := k.key == "join_token" || k.key == "local_api_token"
+		out = append(out, Setting{Key: k.key, Value: rv.FieldByIndex(k.index).Interface(), Secret: secret})
+	}
+	return out
+}
+
+// WithDefaults is c with the defaults filled in as the agent will run
+// with them, without reading secret files (which may not be readable by
+// whoever asks).
+func (c Config) WithDefaults() (Config, error) {
+	err := c.fillDefaults()
+	return c, err
 }
 
 // envSecret applies a secret's variable, or its _FILE variable, which
@@ -196,8 +277,20 @@ func ParseLabels(field string, kvs []string) (map[string]string, error) {
 	return out, nil
 }
 
-// setDefaults fills what was left empty and makes paths absolute.
+// setDefaults fills what was left empty, makes paths absolute and reads
+// the secret files.
 func (c *Config) setDefaults() error {
+	if err := c.fillDefaults(); err != nil {
+		return err
+	}
+	if err := c.readSecretFile("join_token_file", c.JoinTokenFile, &c.JoinToken); err != nil {
+		return err
+	}
+	return c.readSecretFile("local_api_token_file", c.LocalAPITokenFile, &c.LocalAPIToken)
+}
+
+// fillDefaults fills what was left empty and makes paths absolute.
+func (c *Config) fillDefaults() error {
 	if c.DataDir == "" {
 		c.DataDir = "/var/lib/nodemgr/agent"
 	}
@@ -240,10 +333,7 @@ func (c *Config) setDefaults() error {
 	if c.PortRange == "" {
 		c.PortRange = fmt.Sprintf("%d-%d", portalloc.DefaultMin, portalloc.DefaultMax)
 	}
-	if err := c.readSecretFile("join_token_file", c.JoinTokenFile, &c.JoinToken); err != nil {
-		return err
-	}
-	return c.readSecretFile("local_api_token_file", c.LocalAPITokenFile, &c.LocalAPIToken)
+	return nil
 }
 
 // readSecretFile sets *value from file unless a value was given.

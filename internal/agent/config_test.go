@@ -204,3 +204,31 @@ func TestSecretSources(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyEnvEveryKey: each key of the file has its variable, read as
+// the file reads it; a bad value names the variable.
+func TestApplyEnvEveryKey(t *testing.T) {
+	env := map[string]string{"NODEMGR_PROCS": "3", "NODEMGR_STANDALONE": "true", "NODEMGR_SHUTDOWN_GRACE": "1m",
+		"NODEMGR_BLOB_CACHE_MAX": "1024", "NODEMGR_PORT_RANGE": "2000-3000", "NODEMGR_DEPOTS": "acme=https://d.example"}
+	var c Config
+	if err := c.ApplyEnv(func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if c.Procs != 3 || !c.Standalone || c.ShutdownGrace != time.Minute || c.BlobCacheMax != 1024 ||
+		c.PortRange != "2000-3000" || c.Depots["acme"] != "https://d.example" {
+		t.Errorf("after ApplyEnv(%v): %+v", env, c)
+	}
+	for name, value := range map[string]string{"NODEMGR_PROCS": "many", "NODEMGR_SHUTDOWN_GRACE": "30",
+		"NODEMGR_STANDALONE": "perhaps", "NODEMGR_CONTAINER_DEFAULTS": "cpus=1"} {
+		var c Config
+		err := c.ApplyEnv(func(k string) string {
+			if k == name {
+				return value
+			}
+			return ""
+		})
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("ApplyEnv(%s=%s) = %v, want an error naming %s", name, value, err, name)
+		}
+	}
+}

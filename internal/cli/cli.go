@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -21,8 +23,49 @@ import (
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
 
-// Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3".
-var Version = "dev"
+// Version and Commit are stamped at build time by the release tool
+// (go run ./cmd/release): -ldflags "-X .../internal/cli.Version=1.2.3
+// -X .../internal/cli.Commit=abc123...". Agents report Version to the server.
+var (
+	Version = "dev"
+	Commit  = ""
+)
+
+// versionLine is what nodemgr --version prints after "nodemgr version ":
+// the version, the commit (stamped, else the one go build recorded) and
+// the toolchain and platform, enough to tell two builds apart in a bug report.
+func versionLine() string {
+	commit := Commit
+	if commit == "" {
+		commit = buildVCSRevision()
+	}
+	if commit == "" {
+		commit = "unknown"
+	}
+	return fmt.Sprintf("%s (commit %s, %s %s/%s)", Version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// buildVCSRevision is the commit go build stamped, with "-dirty" for a
+// modified tree; empty when built without VCS information (-buildvcs=false).
+func buildVCSRevision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = s.Value
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	return rev + dirty
+}
 
 // env is what a command needs from the outside world; tests replace it.
 type env struct {
@@ -120,10 +163,14 @@ Start here:
   nodemgr node ls                  what the server knows
 
 Client commands read NODEMGR_ADDR, NODEMGR_TOKEN (or NODEMGR_TOKEN_FILE) and
-NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.`,
+NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.
+
+Topics: nodemgr help templates | suites | pools | ensembles
+Shell completion: nodemgr completion bash | zsh | fish (the Debian package
+installs it)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       Version,
+		Version:       versionLine(),
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			warnSecretFlags(cmd, e)
 			conn, err := resolveConn(cmd, e)
@@ -142,6 +189,7 @@ NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.`,
 		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newPoolCmd(e), newScheduleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newEnsembleCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
 		newWhoamiCmd(e), newBenchCmd(e), newMigrateStoreCmd(e),
 	)
+	root.SetHelpCommand(newHelpCmd(root))
 	strictUsage(root)
 	return root
 }

@@ -54,6 +54,7 @@ type serverFlags struct {
 	tlsSANs                                                        []string
 	agentServerURL                                                 string
 	agentBinaries                                                  []string
+	agentBinaryDir                                                 string
 	poolBackoff, poolTick, poolSweep, poolDrainTimeout             time.Duration
 	sshUser, sshKnownHosts, sshJumpHost                            string
 	sshIdentityFiles                                               []string
@@ -98,7 +99,8 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.BoolVar(&f.tlsAuto, "tls-auto", false, "serve HTTPS with the server's own CA even on loopback (it does so on any other address when no --tls-cert is given)")
 	fl.StringSliceVar(&f.tlsSANs, "tls-san", nil, "extra name or address for the server's own certificate, e.g. one behind NAT (repeatable)")
 	fl.StringVar(&f.agentServerURL, "agent-server-url", "", "the server's URL as pool machines reach it (default the URL it listens on)")
-	fl.StringSliceVar(&f.agentBinaries, "agent-binary", nil, "static nodemgr binary to deliver onto pool machines, one per architecture (repeatable; default this binary, if static: build with CGO_ENABLED=0)")
+	fl.StringSliceVar(&f.agentBinaries, "agent-binary", nil, "static nodemgr binary to deliver onto pool machines, one per architecture (repeatable)")
+	fl.StringVar(&f.agentBinaryDir, "agent-binaries", "", "directory of static nodemgr binaries to deliver onto pool machines by their arch, named nodemgr-linux-amd64, nodemgr-linux-arm64 (go run ./cmd/release builds them); this binary, if static, serves its own arch when neither this nor --agent-binary does")
 	fl.DurationVar(&f.poolBackoff, "pool-backoff", 10*time.Second, "a pool candidate whose machine failed to launch or bootstrap waits this long before it is tried again; doubles with each failure in a row, up to 5m")
 	fl.DurationVar(&f.poolTick, "pool-tick", time.Second, "the longest time between two rounds of the pools' loop (demand wakes it sooner)")
 	fl.DurationVar(&f.poolSweep, "pool-sweep", 30*time.Second, "how often providers are asked for machines of this server that no pool machine accounts for (they are destroyed)")
@@ -145,7 +147,7 @@ func (f *serverFlags) config() server.Config {
 		LeaderLease: f.leaderLease, ReplicaID: f.replicaID,
 		ProviderSettings: f.providerSettings(), ExecutorSettings: f.executorSettings(), Version: Version,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
-		AgentServerURL: f.agentServerURL, AgentBinaries: f.agentBinaries,
+		AgentServerURL: f.agentServerURL, AgentBinaries: f.agentBinaries, AgentBinaryDir: f.agentBinaryDir,
 		BlobMaxSize: f.blobMaxSize, BlobRetention: f.blobRetention, EnsembleRestoreDeadline: f.ensembleRestoreDeadline,
 		EnsembleProvisionDeadline: f.ensembleProvisionDeadline,
 		Orchestrator:              orchestrate.Config{Tick: f.poolTick, BackoffMin: f.poolBackoff, SweepInterval: f.poolSweep, DrainTimeout: f.poolDrainTimeout},
@@ -243,9 +245,22 @@ On an address other than loopback the server speaks HTTPS: with
 --tls-cert/--tls-key, or else with a certificate from a CA it makes on first
 start (DATA_DIR/ca.crt, key in DATA_DIR/ca.key, mode 0600). Join tokens then
 carry the CA's fingerprint, so agents verify the server before they send it
-anything; clients pass --ca-cert DATA_DIR/ca.crt (or NODEMGR_CA_CERT).`,
+anything; clients pass --ca-cert DATA_DIR/ca.crt (or NODEMGR_CA_CERT).
+
+Settings come from --config (YAML, e.g. /etc/nodemgr/server.yaml), then
+NODEMGR_SERVER_<KEY> variables (NODEMGR_SERVER_LISTEN, ..._DATA_DIR), then
+flags; --print-config shows the result and where each value came from.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			settings, err := applyServerSettings(cmd, e)
+			if err != nil {
+				return err
+			}
+			if show, _ := cmd.Flags().GetBool("print-config"); show {
+				path, _ := cmd.Flags().GetString("config")
+				printSettings(e.stdout, "server", serverPrinted(settings, path))
+				return nil
+			}
 			log, err := newLogger(cmd, e.stderr)
 			if err != nil {
 				return err
@@ -283,6 +298,8 @@ anything; clients pass --ca-cert DATA_DIR/ca.crt (or NODEMGR_CA_CERT).`,
 		},
 	}
 	f.register(cmd, "/var/lib/nodemgr/server")
+	cmd.Flags().String("config", "", "server config file (YAML: every setting below by its flag's name with _ for -, e.g. data_dir); NODEMGR_SERVER_<KEY> variables override it, flags override both")
+	cmd.Flags().Bool("print-config", false, "print the settings in effect, each with its source (default, file, env, flag), and exit")
 	cmd.Flags().Bool("reset-admin-token", false, "make a new API token for the admin user and write it to DATA_DIR/admin-token (when every admin token expired or was lost)")
 	return cmd
 }
@@ -313,6 +330,7 @@ Clients trust it with:
 func agentFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.String("config", "", "agent config file (YAML: server, data_dir, join_token, name, tags, labels, groups, ...)")
+	fl.Bool("print-config", false, "print the settings in effect, each with its source (default, file, env, flag), and exit")
 	fl.String("server", "", "coordinator URL, e.g. https://10.0.0.1:7070 ($NODEMGR_SERVER)")
 	fl.String("server-ca", "", "PEM file of the CA to verify the server by ($NODEMGR_SERVER_CA; default the CA the join token pins, else the system's roots)")
 	fl.String("data-dir", "", "agent state directory, one agent each ($NODEMGR_DATA_DIR; default /var/lib/nodemgr/agent)")
@@ -439,7 +457,10 @@ nodemgr service). Its local API listens on <data dir>/agent.sock, so one agent
 is useful without a server (--standalone). Services keep running when the
 agent stops; the next agent on the data dir adopts them.
 
-Settings come from --config (YAML), then NODEMGR_* variables, then flags.`,
+Settings come from --config (YAML, e.g. /etc/nodemgr/agent.yaml), then
+NODEMGR_<KEY> variables (NODEMGR_SERVER, NODEMGR_DATA_DIR, NODEMGR_TAGS=a,b,
+NODEMGR_LABELS=k=v,...), then flags; --print-config shows the result and
+where each value came from.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(cmd, e.stderr)
@@ -449,6 +470,9 @@ Settings come from --config (YAML), then NODEMGR_* variables, then flags.`,
 			cfg, err := agentConfig(cmd, e)
 			if err != nil {
 				return err
+			}
+			if show, _ := cmd.Flags().GetBool("print-config"); show {
+				return printAgentSettings(cmd, e, cfg)
 			}
 			a, err := agent.New(cfg, log)
 			if err != nil {
@@ -465,6 +489,21 @@ Settings come from --config (YAML), then NODEMGR_* variables, then flags.`,
 	}
 	agentFlags(cmd)
 	return cmd
+}
+
+// printAgentSettings prints the agent's settings in effect, defaults
+// filled in, for --print-config.
+func printAgentSettings(cmd *cobra.Command, e *env, cfg agent.Config) error {
+	full, err := cfg.WithDefaults()
+	if err != nil {
+		return err
+	}
+	lines, err := agentPrinted(cmd, e, full)
+	if err != nil {
+		return err
+	}
+	printSettings(e.stdout, "agent", lines)
+	return nil
 }
 
 // stopOnSignals makes SIGTERM and SIGINT (systemctl stop, Ctrl-C) stop the

@@ -26,6 +26,13 @@ type BootstrapConfig struct {
 	// Binaries are static nodemgr binaries, one per architecture; the one
 	// whose ELF machine matches the machine's `uname -m` is delivered.
 	Binaries []string
+	// BinaryDir holds more of them, named nodemgr-linux-GOARCH (what
+	// the release tool builds); read at each bootstrap, so new builds
+	// dropped in need no restart.
+	BinaryDir string
+	// Self is the server's own executable: delivered to a machine of its
+	// arch that none of the above serves, if it is static.
+	Self string
 	// StageDir is where the server stages each machine's files; default
 	// the system's temporary directory.
 	StageDir string
@@ -116,21 +123,14 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 }
 
 // pickBinary chooses the binary for the machine's architecture. With one
-// binary there is nothing to choose: start.sh checks the arch on the
+// candidate there is nothing to choose: start.sh checks the arch on the
 // machine, which saves a round trip.
 func (o *Orchestrator) pickBinary(ctx context.Context, ex execute.Executor, d store.Deployment) (Binary, error) {
-	var bins []Binary
-	for _, p := range o.cfg.Bootstrap.Binaries {
-		b, err := CheckBinary(p)
-		if err != nil {
-			return Binary{}, err
-		}
-		bins = append(bins, b)
+	bins, err := o.cfg.Bootstrap.candidates()
+	if err != nil {
+		return Binary{}, err
 	}
-	switch len(bins) {
-	case 0:
-		return Binary{}, errdefs.Field("agent_binary", "the server knows no agent binary to deliver; pass --agent-binary")
-	case 1:
+	if len(bins) == 1 {
 		return bins[0], nil
 	}
 	var out bytes.Buffer
@@ -138,7 +138,11 @@ func (o *Orchestrator) pickBinary(ctx context.Context, ex execute.Executor, d st
 	if err != nil || code != 0 {
 		return Binary{}, fmt.Errorf("ask the machine its architecture (uname -m): exit %d, %v", code, err)
 	}
-	arch := strings.TrimSpace(out.String())
+	return chooseBinary(bins, strings.TrimSpace(out.String()))
+}
+
+// chooseBinary is the first of bins built for arch (uname -m's name).
+func chooseBinary(bins []Binary, arch string) (Binary, error) {
 	var have []string
 	for _, b := range bins {
 		if b.Arch == arch {
@@ -146,7 +150,102 @@ func (o *Orchestrator) pickBinary(ctx context.Context, ex execute.Executor, d st
 		}
 		have = append(have, b.Arch)
 	}
-	return Binary{}, errdefs.Field("agent_binary", "the machine is %s and the server has agent binaries for %v only; pass one for %s with --agent-binary", arch, have, arch)
+	return Binary{}, errdefs.Field("agent_binary", "the machine is %s and the server has agent binaries for %v only; put nodemgr-linux-%s in --agent-binaries DIR (go run ./cmd/release builds it) or pass it with --agent-binary",
+		arch, have, goArch(arch))
+}
+
+// candidates are the binaries the server can deliver, most preferred
+// first: those given one by one, those in BinaryDir, then the server's
+// own executable where it is static (a dev build may not be) and no
+// other serves its arch.
+func (c BootstrapConfig) candidates() ([]Binary, error) {
+	var bins []Binary
+	for _, p := range c.Binaries {
+		b, err := CheckBinary(p)
+		if err != nil {
+			return nil, err
+		}
+		bins = append(bins, b)
+	}
+	if c.BinaryDir != "" {
+		dir, err := ReadBinaryDir(c.BinaryDir)
+		if err != nil {
+			return nil, err
+		}
+		bins = append(bins, dir...)
+	}
+	if c.Self == "" {
+		return noneIsError(bins)
+	}
+	self, err := CheckBinary(c.Self)
+	if err != nil {
+		if len(bins) == 0 {
+			return nil, err // say why this binary cannot go
+		}
+		return bins, nil
+	}
+	if _, err := chooseBinary(bins, self.Arch); err != nil {
+		bins = append(bins, self)
+	}
+	return bins, nil
+}
+
+func noneIsError(bins []Binary) ([]Binary, error) {
+	if len(bins) == 0 {
+		return nil, errdefs.Field("agent_binary", "the server knows no agent binary to deliver; pass --agent-binaries DIR (go run ./cmd/release builds one) or --agent-binary FILE")
+	}
+	return bins, nil
+}
+
+// BinaryPrefix starts the names of the binaries an --agent-binaries
+// directory holds: nodemgr-linux-amd64, nodemgr-linux-arm64 (the release
+// tool's names).
+const BinaryPrefix = "nodemgr-linux-"
+
+// ReadBinaryDir reads the agent binaries in dir: every file named
+// nodemgr-linux-ARCH (ARCH without dots, so the release's .modules
+// files beside them are skipped), each checked to be a static Linux
+// executable. A directory with none is an error: the operator meant to
+// give some.
+func ReadBinaryDir(dir string) ([]Binary, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, errdefs.Field("agent_binaries", "%v; give a directory holding nodemgr-linux-amd64, nodemgr-linux-arm64 (go run ./cmd/release builds them)", err)
+	}
+	var bins []Binary
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, BinaryPrefix) || strings.Contains(name, ".") || e.IsDir() {
+			continue
+		}
+		b, err := CheckBinary(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		if want := goArch(b.Arch); want != strings.TrimPrefix(name, BinaryPrefix) {
+			return nil, errdefs.Field("agent_binaries", "%s is a binary for %s: rename it %s%s", filepath.Join(dir, name), want, BinaryPrefix, want)
+		}
+		bins = append(bins, b)
+	}
+	if len(bins) == 0 {
+		return nil, errdefs.Field("agent_binaries", "%s holds no %sARCH binary; build them with go run ./cmd/release", dir, BinaryPrefix)
+	}
+	return bins, nil
+}
+
+// goArch is GOARCH's name for an arch as uname -m names it.
+func goArch(uname string) string {
+	switch uname {
+	case "x86_64":
+		return "amd64"
+	case "aarch64":
+		return "arm64"
+	case "i686":
+		return "386"
+	case "armv7l":
+		return "arm"
+	}
+	return uname // riscv64, ppc64le, s390x are the same in both
 }
 
 // agentConfig is the agent's config file for a machine.

@@ -248,12 +248,18 @@ func (s *Server) newOrchestrator() error {
 	cfg := s.cfg.Orchestrator
 	cfg.Bootstrap.ServerURL = s.cfg.AgentServerURL
 	cfg.Bootstrap.Binaries = s.cfg.AgentBinaries
-	if len(cfg.Bootstrap.Binaries) == 0 {
-		// This very binary, if it is a static one (CheckBinary says so
-		// at bootstrap otherwise).
-		if self, err := os.Executable(); err == nil {
-			cfg.Bootstrap.Binaries = []string{self}
+	cfg.Bootstrap.BinaryDir = s.cfg.AgentBinaryDir
+	if cfg.Bootstrap.BinaryDir != "" {
+		// Fail at start, not at the first bootstrap, for a wrong path.
+		if _, err := orchestrate.ReadBinaryDir(cfg.Bootstrap.BinaryDir); err != nil {
+			return err
 		}
+	}
+	// This very binary, for machines of its arch that the binaries given
+	// do not serve, if it is a static one (CheckBinary says why not at
+	// bootstrap otherwise).
+	if self, err := os.Executable(); err == nil {
+		cfg.Bootstrap.Self = self
 	}
 	cfg.Bootstrap.StageDir = s.cfg.DataDir
 	s.orch = orchestrate.New(cfg, s.store, cluster{s}, s.log.With("component", "orchestrator"))

@@ -62,8 +62,11 @@ type Config struct {
 	// default the URL it listens on.
 	AgentServerURL string
 	// AgentBinaries are static nodemgr binaries the orchestrator delivers
-	// onto pool machines, one per architecture; default this executable.
-	AgentBinaries []string
+	// onto pool machines, one per architecture, and AgentBinaryDir holds
+	// more, named nodemgr-linux-GOARCH; this executable serves its own
+	// arch when they do not.
+	AgentBinaries  []string
+	AgentBinaryDir string
 	// Orchestrator tunes the pools' loop (tick, drain timeout, backoff).
 	Orchestrator orchestrate.Config
 	// ProviderSettings configures providers by name (e.g. docker: host).

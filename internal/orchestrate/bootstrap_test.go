@@ -1,0 +1,119 @@
+package orchestrate
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeELF writes the 64-byte header of a static ELF64 executable for
+// machine: enough for CheckBinary, which reads the machine and looks for
+// an interpreter among the (here no) program headers.
+func fakeELF(t *testing.T, path string, machine elf.Machine) string {
+	t.Helper()
+	h := make([]byte, 64)
+	copy(h, elf.ELFMAG)
+	h[elf.EI_CLASS], h[elf.EI_DATA], h[elf.EI_VERSION] = byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)
+	le := binary.LittleEndian
+	le.PutUint16(h[16:], uint16(elf.ET_EXEC))
+	le.PutUint16(h[18:], uint16(machine))
+	le.PutUint32(h[20:], uint32(elf.EV_CURRENT))
+	le.PutUint16(h[52:], 64) // e_ehsize
+	le.PutUint16(h[54:], 56) // e_phentsize
+	le.PutUint16(h[58:], 64) // e_shentsize
+	if err := os.WriteFile(path, h, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestBootstrapCandidatesByArch(t *testing.T) {
+	both := t.TempDir()
+	dirAMD := fakeELF(t, filepath.Join(both, "nodemgr-linux-amd64"), elf.EM_X86_64)
+	dirARM := fakeELF(t, filepath.Join(both, "nodemgr-linux-arm64"), elf.EM_AARCH64)
+	os.WriteFile(filepath.Join(both, "nodemgr-linux-amd64.modules"), []byte("not a binary"), 0o644)
+	os.WriteFile(filepath.Join(both, "SHA256SUMS"), []byte("not a binary"), 0o644)
+	armOnly := t.TempDir()
+	onlyARM := fakeELF(t, filepath.Join(armOnly, "nodemgr-linux-arm64"), elf.EM_AARCH64)
+	self := fakeELF(t, filepath.Join(t.TempDir(), "nodemgr"), elf.EM_X86_64)
+	explicit := fakeELF(t, filepath.Join(t.TempDir(), "my-nodemgr"), elf.EM_AARCH64)
+
+	for _, tc := range []struct {
+		name    string
+		cfg     BootstrapConfig
+		arch    string // the machine's uname -m
+		want    string // the binary delivered
+		wantErr string
+	}{
+		{"the dir's binary for arm64", BootstrapConfig{BinaryDir: both, Self: self}, "aarch64", dirARM, ""},
+		{"the dir's binary beats the server's own", BootstrapConfig{BinaryDir: both, Self: self}, "x86_64", dirAMD, ""},
+		{"the server's own where the dir lacks the arch", BootstrapConfig{BinaryDir: armOnly, Self: self}, "x86_64", self, ""},
+		{"the dir's where the server's own is of another arch", BootstrapConfig{BinaryDir: armOnly, Self: self}, "aarch64", onlyARM, ""},
+		{"a binary given by name beats the dir", BootstrapConfig{Binaries: []string{explicit}, BinaryDir: both, Self: self}, "aarch64", explicit, ""},
+		{"the server's own alone", BootstrapConfig{Self: self}, "x86_64", self, ""},
+		{"no binary for the arch", BootstrapConfig{BinaryDir: both, Self: self}, "riscv64", "", "nodemgr-linux-riscv64"},
+		{"nothing to deliver", BootstrapConfig{}, "x86_64", "", "--agent-binaries"},
+		{"a missing dir", BootstrapConfig{BinaryDir: filepath.Join(both, "nope"), Self: self}, "x86_64", "", "agent_binaries"},
+		{"a dir with no binaries", BootstrapConfig{BinaryDir: t.TempDir(), Self: self}, "x86_64", "", "holds no nodemgr-linux-ARCH binary"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bins, err := tc.cfg.candidates()
+			var got Binary
+			if err == nil {
+				got, err = chooseBinary(bins, tc.arch)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("binary for %s = %v, %v; want an error holding %q", tc.arch, got.Path, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got.Path != tc.want {
+				t.Errorf("binary for %s = %v, %v; want %s", tc.arch, got.Path, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestReadBinaryDirRefusesAMisnamedBinary(t *testing.T) {
+	dir := t.TempDir()
+	fakeELF(t, filepath.Join(dir, "nodemgr-linux-amd64"), elf.EM_AARCH64)
+	_, err := ReadBinaryDir(dir)
+	if err == nil || !strings.Contains(err.Error(), "rename it nodemgr-linux-arm64") {
+		t.Errorf("ReadBinaryDir(an arm64 binary named amd64) = %v, want a rename hint", err)
+	}
+}
+
+func TestReadBinaryDirRefusesADynamicBinary(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nodemgr-linux-amd64")
+	// /bin/sh is dynamically linked on Debian: it has an interpreter.
+	sh, err := os.ReadFile("/bin/sh")
+	if err != nil {
+		t.Skip("no /bin/sh to copy")
+	}
+	os.WriteFile(path, sh, 0o755)
+	if !isDynamicX86(path) {
+		t.Skip("/bin/sh here is not a dynamically linked x86_64 ELF")
+	}
+	if _, err := ReadBinaryDir(dir); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+		t.Errorf("ReadBinaryDir(a dynamic binary) = %v, want it refused as dynamically linked", err)
+	}
+}
+
+func isDynamicX86(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return f.Machine == elf.EM_X86_64
+		}
+	}
+	return false
+}

@@ -1,0 +1,145 @@
+package release
+
+import (
+	"context"
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// built is the release buildHere made, shared by the tests: a cold build
+// of nodemgr takes minutes on a small machine.
+var built struct {
+	sync.Mutex
+	o   Options
+	a   Artifact
+	err error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.o.OutDir != "" {
+		os.RemoveAll(built.o.OutDir)
+	}
+	os.Exit(code)
+}
+
+// buildHere builds a release (binary and .deb) for this machine's
+// architecture, once per test binary.
+func buildHere(t *testing.T) (Options, Artifact) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds nodemgr; skipped with -short")
+	}
+	built.Lock()
+	defer built.Unlock()
+	if built.o.OutDir == "" {
+		dir, err := os.MkdirTemp("", "nodemgr-release-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		built.o = Options{Version: "1.2.3+test", Commit: "0123456789abcdef", OutDir: dir, RepoDir: "../..",
+			Targets: []Target{{"linux", runtime.GOARCH}}}
+		var arts []Artifact
+		if arts, built.err = Build(context.Background(), built.o); built.err == nil {
+			built.a = arts[0]
+		}
+	}
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.o, built.a
+}
+
+func TestBuildStampsVersionAndChecksums(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("runs the linux binary")
+	}
+	o, a := buildHere(t)
+	out, err := exec.Command(a.Path, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s --version: %v\n%s", a.Path, err, out)
+	}
+	for _, want := range []string{"nodemgr version 1.2.3+test", "commit 0123456789abcdef", "linux/" + runtime.GOARCH} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("--version = %q, want it to hold %q", out, want)
+		}
+	}
+	sums, err := os.ReadFile(filepath.Join(o.OutDir, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := fileSHA256(a.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := got + "  " + a.Target.Name() + "\n"; !strings.Contains(string(sums), want) {
+		t.Errorf("SHA256SUMS = %q, want a line %q", sums, want)
+	}
+	if n := strings.Count(string(sums), "\n"); n != 2 {
+		t.Errorf("SHA256SUMS has %d lines, want 2: the binary and the .deb", n)
+	}
+	if _, err := exec.LookPath("sha256sum"); err == nil {
+		cmd := exec.Command("sha256sum", "-c", "SHA256SUMS")
+		cmd.Dir = o.OutDir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("sha256sum -c SHA256SUMS: %v\n%s", err, out)
+		}
+	}
+}
+
+func TestBuildIsStaticWithModulesList(t *testing.T) {
+	_, a := buildHere(t)
+	f, err := elf.Open(a.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s has an ELF interpreter: it is not static", a.Path)
+		}
+	}
+	out, err := exec.Command("go", "version", "-m", a.Path).Output()
+	if err != nil {
+		t.Fatalf("go version -m: %v", err)
+	}
+	if !strings.Contains(string(out), "CGO_ENABLED=0") {
+		t.Errorf("go version -m %s does not say CGO_ENABLED=0:\n%s", a.Path, out)
+	}
+	mods, err := os.ReadFile(a.Path + ".modules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"dep\tgithub.com/spf13/cobra\tv", "build\tCGO_ENABLED=0", "build\tGOARCH=" + runtime.GOARCH} {
+		if !strings.Contains(string(mods), want) {
+			t.Errorf("%s.modules does not hold %q", a.Target.Name(), want)
+		}
+	}
+}
+
+func TestOptionsCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name, version, out string
+		ok                 bool
+	}{
+		{"plain", "1.2.0", "dist", true},
+		{"git describe", "1.2.0+3.gabc1234", "dist", true},
+		{"leading v", "v1.2.0", "dist", false},
+		{"empty", "", "dist", false},
+		{"underscore", "1.2_0", "dist", false},
+		{"no out dir", "1.2.0", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Options{Version: tc.version, OutDir: tc.out}.check()
+			if (err == nil) != tc.ok {
+				t.Errorf("check(%q, %q) = %v, want ok %v", tc.version, tc.out, err, tc.ok)
+			}
+		})
+	}
+}
