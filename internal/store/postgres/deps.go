@@ -148,6 +148,21 @@ func settleDeps(ctx context.Context, tx pgx.Tx, done, failed []ended, counts tal
 	return released, nil
 }
 
+// releaseDeps counts down the dependents of the tasks $1. It compares
+// state with d's, not with the literal 'Pending': with a literal the
+// planner, finding few Pending tasks in its statistics, reads the whole
+// tasks table for them on every report (4 ms at 20,000 tasks, most reports
+// finding no dependent at all), where d's handful of rows lead it to each
+// task by key. TestReleasePlanReadsTasksByKey pins it.
+const releaseDeps = `UPDATE tasks SET
+		waiting = tasks.waiting - d.n,
+		state = CASE WHEN tasks.waiting - d.n <= 0 THEN '` + api.TaskReady + `' ELSE tasks.state END,
+		updated_at = $2
+	FROM (SELECT task_id, count(*) AS n, '` + api.TaskPending + `'::text AS state
+		FROM task_deps WHERE after_id = ANY($1) GROUP BY task_id) AS d
+	WHERE tasks.id = d.task_id AND tasks.state = d.state
+	RETURNING tasks.suite_id, tasks.state`
+
 // releaseDependents counts down the dependents of finished tasks and makes
 // Ready those with nothing left to wait for. One edge, one count: a
 // dependent of two tasks of the batch goes down by two. A dependent that
@@ -158,13 +173,7 @@ func releaseDependents(ctx context.Context, tx pgx.Tx, done []ended, counts tall
 	for i, e := range done {
 		ids[i] = e.id
 	}
-	rows, err := tx.Query(ctx, `UPDATE tasks SET
-			waiting = tasks.waiting - d.n,
-			state = CASE WHEN tasks.waiting - d.n <= 0 THEN '`+api.TaskReady+`' ELSE tasks.state END,
-			updated_at = $2
-		FROM (SELECT task_id, count(*) AS n FROM task_deps WHERE after_id = ANY($1) GROUP BY task_id) AS d
-		WHERE tasks.id = d.task_id AND tasks.state = '`+api.TaskPending+`'
-		RETURNING tasks.suite_id, tasks.state`, ids, now)
+	rows, err := tx.Query(ctx, releaseDeps, ids, now)
 	if err != nil {
 		return nil, err
 	}

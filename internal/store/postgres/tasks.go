@@ -266,30 +266,49 @@ const claimTasks = `WITH picked AS (
 	WHERE tasks.seq = picked.seq AND tasks.attempt = picked.attempt AND tasks.state = picked.state
 	RETURNING ` + taskColumns
 
-// claimSettings sets, for the claim's transaction only:
+// pickTasks runs claimTasks in one round trip with the settings it needs,
+// and returns what it claimed:
 //
-//   - synchronous_commit off: the claim commits without waiting for its WAL
-//     to reach the disk. A claim's commit is the one write per prefetch
-//     batch that would otherwise wait a flush (about 2 ms here), which
-//     halves the dispatch rate. It is the guarantee the SQLite store gives
-//     every commit (synchronous=NORMAL): a claim is lost only if the
-//     database's machine or server crashes within a few hundred
-//     milliseconds (3 × wal_writer_delay), never half-applied, and never
-//     once a later commit has been flushed, since the WAL is flushed in
-//     order. A lost claim leaves its tasks Ready, to run again: at least
-//     once, as after a node's crash. Results still wait for the flush, so a
-//     reported result is never lost.
-//   - enable_sort off: the pick must walk tasks_ready in its order. With
-//     statistics taken before the suite existed (any new suite, until the
-//     next ANALYZE), the planner reckons the suite has one task and would
-//     read all of them through tasks_suite and sort them, on every claim.
+//   - synchronous_commit off, for the rest of the transaction: the claim
+//     commits without waiting for its WAL to reach the disk. A claim's
+//     commit is the one write per prefetch batch that would otherwise wait
+//     a flush (about 2 ms here), which halves the dispatch rate. It is the
+//     guarantee the SQLite store gives every commit (synchronous=NORMAL): a
+//     claim is lost only if the database's machine or server crashes
+//     within a few hundred milliseconds (3 × wal_writer_delay), never
+//     half-applied, and never once a later commit has been flushed, since
+//     the WAL is flushed in order. A lost claim leaves its tasks Ready, to
+//     run again: at least once, as after a node's crash. Results still wait
+//     for the flush, so a reported result is never lost.
+//   - enable_sort off, for the claim statement alone: the pick must walk
+//     tasks_ready in its order. With statistics taken before the suite
+//     existed (any new suite, until the next ANALYZE), the planner reckons
+//     the suite has one task and would read all of them through
+//     tasks_suite and sort them, on every claim. The statements after it
+//     need their sorts back (the counts' upsert takes 30 ms without).
 //     TestClaimPlanIgnoresStaleStatistics pins the plan.
-//
-// One statement, so that it costs one round trip and works through
-// PgBouncer in any query mode.
-func claimSettings(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true), set_config('enable_sort', 'off', true)`)
-	return err
+func pickTasks(ctx context.Context, tx pgx.Tx, nodeID string, now int64, suiteID string, max int) ([]store.Task, error) {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true), set_config('enable_sort', 'off', true)`)
+	b.Queue(claimTasks, nodeID, now, suiteID, max)
+	b.Queue(`SET LOCAL enable_sort TO DEFAULT`)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	claimed, err := scanTasks(rows)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	return claimed, br.Close()
 }
 
 // ClaimTasks moves up to max Ready tasks of the suite to Running on the
@@ -304,14 +323,8 @@ func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int)
 	}
 	var claimed []store.Task
 	err := s.write(ctx, func(tx pgx.Tx) error {
-		if err := claimSettings(ctx, tx); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, claimTasks, nodeID, s.now().UnixNano(), suiteID, max)
-		if err != nil {
-			return err
-		}
-		if claimed, err = scanTasks(rows); err != nil {
+		var err error
+		if claimed, err = pickTasks(ctx, tx, nodeID, s.now().UnixNano(), suiteID, max); err != nil {
 			return err
 		}
 		if len(claimed) == 0 {
