@@ -202,7 +202,7 @@ func (e *Docker) waitExit(ctx context.Context, execID string) (client.ExecInspec
 func (e *Docker) kill(execID, containerID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	insp, err := e.engine.ExecInspect(ctx, execID, client.ExecInspectOptions{})
+	insp, err := e.runningExec(ctx, execID)
 	if err != nil || !insp.Running || insp.PID <= 0 {
 		return
 	}
@@ -228,6 +228,25 @@ func (e *Docker) kill(execID, containerID string) {
 		att.Close()
 		if r, err := e.waitExit(ctx, cr.ID); err == nil && r.PID != 0 {
 			return
+		}
+	}
+}
+
+// runningExec inspects an exec that is to be killed. A command cut off
+// early (a short timeout on a busy machine) may not have a process yet:
+// the engine says so with no PID, no exit code and not running. Killing
+// nothing then would leave it to start and run on, so wait for its
+// process, until ctx ends.
+func (e *Docker) runningExec(ctx context.Context, execID string) (client.ExecInspectResult, error) {
+	for {
+		insp, err := e.engine.ExecInspect(ctx, execID, client.ExecInspectOptions{})
+		if err != nil || insp.Running || insp.PID > 0 || insp.ExitCode != 0 {
+			return insp, err
+		}
+		select {
+		case <-ctx.Done():
+			return insp, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
