@@ -46,9 +46,9 @@ func (o *Orchestrator) saveStatus(ctx context.Context) {
 	o.mu.Unlock()
 }
 
-// statuses is every pool's status from the last round: this server's own
+// Statuses is every pool's status from the last round: this server's own
 // while it runs the orchestrator, else the leader's as saved.
-func (o *Orchestrator) statuses(ctx context.Context) map[string]PoolStatus {
+func (o *Orchestrator) Statuses(ctx context.Context) map[string]PoolStatus {
 	o.mu.Lock()
 	if o.running {
 		defer o.mu.Unlock()
@@ -72,13 +72,13 @@ func (o *Orchestrator) statuses(ctx context.Context) map[string]PoolStatus {
 
 // Status is a pool's status from the last round.
 func (o *Orchestrator) Status(ctx context.Context, pool string) PoolStatus {
-	return o.statuses(ctx)[pool]
+	return o.Statuses(ctx)[pool]
 }
 
 // ForSuite says in one line which pools are starting machines for a
 // suite, or "".
 func (o *Orchestrator) ForSuite(ctx context.Context, suite string) string {
-	all := o.statuses(ctx)
+	all := o.Statuses(ctx)
 	names := make([]string, 0, len(all))
 	for name := range all {
 		names = append(names, name)

@@ -313,7 +313,7 @@ func (s *Server) handlePutPool(w http.ResponseWriter, r *http.Request) error {
 	if doc.Version == 1 {
 		status = http.StatusCreated
 	}
-	httpapi.WriteJSON(w, status, s.apiPool(r.Context(), spec, doc))
+	httpapi.WriteJSON(w, status, s.apiPool(r.Context(), spec, doc, s.orch.Status(r.Context(), spec.Name)))
 	return nil
 }
 
@@ -375,12 +375,13 @@ func (s *Server) handleListPools(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := api.PoolList{Pools: []api.Pool{}, Next: next}
+	statuses := s.orch.Statuses(r.Context()) // once for the page: another server reads the leader's from the store
 	for _, d := range docs {
 		spec, err := orchestrate.DecodeSpec(d.Body)
 		if err != nil {
 			return err
 		}
-		out.Pools = append(out.Pools, s.apiPool(r.Context(), spec, d))
+		out.Pools = append(out.Pools, s.apiPool(r.Context(), spec, d, statuses[spec.Name]))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -403,7 +404,7 @@ func (s *Server) handleGetPool(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := api.PoolDetail{Pool: s.apiPool(r.Context(), spec, doc), MachineList: []api.PoolMachine{}}
+	out := api.PoolDetail{Pool: s.apiPool(r.Context(), spec, doc, s.orch.Status(r.Context(), spec.Name)), MachineList: []api.PoolMachine{}}
 	ms, err := s.store.ListPoolMachines(r.Context(), store.PoolMachineFilter{Pool: spec.Name})
 	if err != nil {
 		return err
@@ -479,14 +480,13 @@ func (s *Server) handleScheduleExplain(w http.ResponseWriter, r *http.Request) e
 }
 
 // apiPool is a pool with what it has now.
-func (s *Server) apiPool(ctx context.Context, spec api.PoolSpec, doc store.Document) api.Pool {
+func (s *Server) apiPool(ctx context.Context, spec api.PoolSpec, doc store.Document, st orchestrate.PoolStatus) api.Pool {
 	p := api.Pool{Spec: spec, Machines: map[string]int{}, CreatedAt: doc.CreatedAt, UpdatedAt: doc.UpdatedAt}
 	if ms, err := s.store.ListPoolMachines(ctx, store.PoolMachineFilter{Pool: spec.Name, Live: true}); err == nil {
 		for _, m := range ms {
 			p.Machines[m.State]++
 		}
 	}
-	st := s.orch.Status(ctx, spec.Name)
 	p.Desired, p.Demand, p.Waiting = max(st.Desired, spec.Min), st.Demand, st.Waiting
 	return p
 }
