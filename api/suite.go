@@ -225,6 +225,11 @@ type InputFrom struct {
 	As   string `json:"as,omitempty"`
 }
 
+// MaxTaskOutputFiles caps the files one attempt may return as outputs,
+// whatever its globs match: an agent uploads no more, a server takes no
+// report with more.
+const MaxTaskOutputFiles = 1000
+
 // Bounds of TaskSpec.KillGrace.
 const (
 	DefaultKillGrace = 10 * time.Second
