@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -282,4 +283,78 @@ func firstLine(s string) string {
 		s = s[:200] + "..."
 	}
 	return s
+}
+
+// TestAuthMatrixAgentMethods is the matrix's node side: a node credential
+// of group b, over its own agent connection, tries every agent method that
+// names group a's suite or tasks. It claims nothing, however fast it asks
+// (the server looks at other suites at most once a second; the store
+// authorizes every claim), and its reports, returns and problems change
+// nothing. Then a's own node claims the task and reports a result whose
+// output path leaves the sandbox: the attempt fails instead of storing it.
+func TestAuthMatrixAgentMethods(t *testing.T) {
+	s, _, admin := newServer(t, "", Config{})
+	url := serve(t, s)
+	ts := &testServer{Server: s, http: httptest.NewServer(s.Handler()), admin: admin}
+	t.Cleanup(ts.http.Close)
+	_, credA := ts.nodeNamed(t, "a1", "a")
+	_, credB := ts.nodeNamed(t, "b1", "b")
+
+	var su api.Suite
+	ts.mustCall(t, http.StatusCreated, admin, "POST", "/v1/suites",
+		api.SuiteSpec{Name: "secret", Group: "a", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}, &su)
+	var ids api.SubmitResult
+	ts.mustCall(t, http.StatusCreated, admin, "POST", "/v1/suites/"+su.ID+"/tasks",
+		api.SubmitTasks{Tasks: []api.TaskSpec{{Argv: []string{"deploy"}, Env: map[string]string{"DEPLOY_KEY": "hunter2"}}}}, &ids)
+	task := ids.IDs[0]
+	ready := func(when string) {
+		t.Helper()
+		var got api.Suite
+		ts.mustCall(t, http.StatusOK, admin, "GET", "/v1/suites/"+su.ID, nil, &got)
+		if got.Counts.Ready != 1 || got.Counts.Running != 0 || len(got.Problems) != 0 {
+			t.Errorf("suite %s %s: ready %d, running %d, problems %v; want 1, 0, none",
+				su.Name, when, got.Counts.Ready, got.Counts.Running, got.Problems)
+		}
+	}
+
+	foreign := connectTestAgent(t, url, credB, 1)
+	for i, max := range []int{1, 32, 32, 0, 32} { // inside one second
+		var resp api.TasksFetched
+		foreign.call(api.MethodTasksFetch, api.TasksFetch{SuiteID: su.ID, Max: max}, &resp)
+		if len(resp.Tasks) != 0 || resp.Yield == "" || resp.Remaining != -1 || resp.SuiteState != "" {
+			t.Errorf("foreign fetch %d (max %d) = %d tasks, yield %q, remaining %d, state %q; want none, a yield, -1, \"\"",
+				i, max, len(resp.Tasks), resp.Yield, resp.Remaining, resp.SuiteState)
+		}
+	}
+	ready("after foreign fetches")
+	foreign.call(api.MethodSuiteLeave, api.SuiteLeave{SuiteID: su.ID, Reason: "prepare-failed",
+		Problem: &api.SuiteProblem{Stage: api.StagePrepare, ExitCode: 1, Reason: "forged"}}, nil)
+	ready("after a foreign problem")
+
+	own := connectTestAgent(t, url, credA, 1)
+	var got api.TasksFetched
+	own.call(api.MethodTasksFetch, api.TasksFetch{SuiteID: su.ID, Max: 1}, &got)
+	if len(got.Tasks) != 1 || got.Tasks[0].ID != task {
+		t.Fatalf("own fetch = %+v, want task %s", got.Tasks, task)
+	}
+	forged := api.TasksReport{Reports: []api.TaskReport{{TaskID: task, Attempt: 1, Outcome: api.OutcomeSucceeded,
+		Result: api.TaskResult{Stdout: "forged"}}}}
+	var applied struct{ Applied int }
+	foreign.call(api.MethodTasksReport, forged, &applied)
+	var returned struct{ Returned int }
+	foreign.call(api.MethodTasksReturn, api.TasksReturn{TaskIDs: []string{task}}, &returned)
+	if applied.Applied != 0 || returned.Returned != 0 {
+		t.Errorf("foreign report and return of a's task applied %d, returned %d; want 0, 0", applied.Applied, returned.Returned)
+	}
+
+	escape := api.TasksReport{Reports: []api.TaskReport{{TaskID: task, Attempt: 1, Outcome: api.OutcomeSucceeded,
+		Result: api.TaskResult{Outputs: []api.TaskFile{{Path: "../../etc/passwd", Digest: "sha256:" + strings.Repeat("0", 64)}}}}}}
+	own.call(api.MethodTasksReport, escape, &applied)
+	var tk api.Task
+	ts.mustCall(t, http.StatusOK, admin, "GET", "/v1/tasks/"+task, nil, &tk)
+	if tk.State == api.TaskFinished || (tk.Result != nil && len(tk.Result.Outputs) > 0) ||
+		len(tk.Failures) != 1 || !strings.Contains(tk.Failures[0].Reason, "invalid result") {
+		t.Errorf("task after a report with an output outside its sandbox = %s, result %+v, failures %+v; want it failed with the reason, no outputs",
+			tk.State, tk.Result, tk.Failures)
+	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -300,12 +301,16 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 		total = su.Counts.Ready + su.Counts.Running
 		want = fairCap(total, req.Max, members)
 	}
-	var claimed []store.Task
-	if want > 0 || req.Max == 0 {
-		var err error
-		if claimed, err = h.s.store.ClaimTasks(ctx, req.SuiteID, h.sess.nodeID, want); err != nil {
-			return nil, err
-		}
+	// The store authorizes every claim, one of 0 tasks too: moveOn looks
+	// at most once a second, the store every time, and it decides.
+	claimed, err := h.s.store.ClaimTasks(ctx, req.SuiteID, h.sess.nodeID, want)
+	if errors.Is(err, errdefs.ErrPermission) {
+		h.s.dispatch.fetches.recheck(req.SuiteID, h.sess.nodeID)
+		h.s.dispatch.shares.leave(req.SuiteID, h.sess.nodeID)
+		h.s.log.Info("claim refused", "node", h.sess.nodeID, "suite", req.SuiteID, "why", errdefs.Message(err))
+		return api.TasksFetched{Tasks: []api.Task{}, Remaining: -1, Yield: notThisNodes}, nil
+	} else if err != nil {
+		return nil, err
 	}
 	if len(claimed) > 0 {
 		h.s.dispatch.shares.claimed(req.SuiteID, h.sess, len(claimed))
@@ -366,6 +371,13 @@ func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (a
 		res := r.Result
 		res.Stdout, res.Stderr = tail(res.Stdout), tail(res.Stderr)
 		res.NodeID, res.FinishedAt = h.sess.nodeID, now
+		if err := checkResultFiles("reports["+strconv.Itoa(i)+"].result", res); err != nil {
+			// Not stored as it came; the attempt fails with the reason,
+			// so the rest of the batch and the task's retries go on.
+			h.s.log.Warn("invalid task result", "node", h.sess.nodeID, "task", r.TaskID, "err", err)
+			res.Outputs, res.Missing = nil, nil
+			r.Outcome, r.Reason = api.OutcomeFailed, "the agent reported an invalid result: "+errdefs.Message(err)
+		}
 		a := store.Attempt{TaskID: r.TaskID, Attempt: r.Attempt, Outcome: r.Outcome, Result: res}
 		if r.Outcome == api.OutcomeFailed {
 			a.Failure = &api.TaskFailure{Attempt: r.Attempt, NodeID: h.sess.nodeID, ExitCode: res.ExitCode,

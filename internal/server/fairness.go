@@ -93,6 +93,10 @@ func (w *fetchWatch) forget(suiteID, nodeID string) {
 	delete(w.checked, key)
 }
 
+// notThisNodes is the answer to a node that may no longer claim a suite's
+// tasks.
+const notThisNodes = "the suite is no longer this node's to run: it is assigned to other nodes, or the node's tags or groups changed"
+
 // moveOn says why the node should leave the suite instead of claiming
 // more of its tasks, or "" when it should stay.
 func (s *Server) moveOn(ctx context.Context, suiteID, nodeID string) (string, error) {
@@ -109,7 +113,7 @@ func (s *Server) moveOn(ctx context.Context, suiteID, nodeID string) (string, er
 		return "", err
 	}
 	if placement(su, n) != nil {
-		return "the suite is no longer this node's to run: it is assigned to other nodes, or the node's tags or groups changed", nil
+		return notThisNodes, nil
 	}
 	next, err := s.nextSuite(ctx, nodeID)
 	if err != nil || next == nil || next.ID == suiteID {

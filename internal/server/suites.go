@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -102,6 +103,9 @@ func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error
 	su := store.Suite{ID: auth.NewID("s-"), Spec: spec, State: api.SuiteOpen, Owner: p.User,
 		CreatedAt: now, UpdatedAt: now, LastTaskAt: now}
 	err := s.store.CreateSuite(r.Context(), su)
+	if errors.Is(err, errdefs.ErrConflict) {
+		return s.nameTaken(r.Context(), spec.Name, err)
+	}
 	if err != nil {
 		return fmt.Errorf("create suite %s: %w", spec.Name, err)
 	}
@@ -114,6 +118,20 @@ func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error
 	}
 	httpapi.WriteJSON(w, http.StatusCreated, out)
 	return nil
+}
+
+// nameTaken explains a suite name that a live suite holds. The store's
+// error names that suite; the caller sees it only if they may read it, so
+// a clash never tells a user another group's suite ID.
+func (s *Server) nameTaken(ctx context.Context, name string, err error) error {
+	_, rerr := s.resolveSuite(ctx, name, suiteRead)
+	switch {
+	case rerr == nil:
+		return fmt.Errorf("create suite %s: %w", name, err)
+	case errdefs.IsNotFound(rerr) || errors.Is(rerr, errdefs.ErrPermission):
+		return errdefs.Conflict("create suite %s: a live suite that you may not see has that name; choose another name", name)
+	}
+	return fmt.Errorf("create suite %s: look up the suite of that name: %w", name, rerr)
 }
 
 func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error {

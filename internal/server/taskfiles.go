@@ -100,6 +100,41 @@ func validateTaskFiles(field string, t api.TaskSpec) error {
 	return nil
 }
 
+// checkResultFiles checks the output files an agent reports for an
+// attempt as a submitter's inputs are checked: at most
+// api.MaxTaskOutputFiles, each a clean path inside the sandbox, named once,
+// with a digest. A result that fails is not stored as it came.
+func checkResultFiles(field string, res api.TaskResult) error {
+	if len(res.Outputs) > api.MaxTaskOutputFiles {
+		return errdefs.Field(field+".outputs", "at most %d files, got %d", api.MaxTaskOutputFiles, len(res.Outputs))
+	}
+	seen := make(map[string]bool, len(res.Outputs))
+	for i, f := range res.Outputs {
+		at := fmt.Sprintf("%s.outputs[%d]", field, i)
+		if err := sandboxPath(at+".path", f.Path); err != nil {
+			return err
+		}
+		if seen[f.Path] {
+			return errdefs.Field(at+".path", "%s is given twice", f.Path)
+		}
+		seen[f.Path] = true
+		switch {
+		case !digestRE.MatchString(f.Digest):
+			return errdefs.Field(at+".digest", "must be sha256:<64 lowercase hex digits>, got %q", f.Digest)
+		case f.Size < 0:
+			return errdefs.Field(at+".size", "must not be negative")
+		case f.Mode > 0o777:
+			return errdefs.Field(at+".mode", "only permission bits (at most 0777), got %#o", f.Mode)
+		case f.Error != "":
+			return errdefs.Field(at+".error", "is for inputs, not outputs")
+		}
+	}
+	if len(res.Missing) > maxTaskOutputs {
+		return errdefs.Field(field+".missing", "at most %d globs (a task has no more), got %d", maxTaskOutputs, len(res.Missing))
+	}
+	return nil
+}
+
 // sandboxPath checks that p names a place inside a task's sandbox.
 func sandboxPath(field, p string) error {
 	switch {

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,27 +34,17 @@ type misfit struct {
 }
 
 // placement says whether a suite may go to a node at all, by its explicit
-// assignment, or else by its tags and group; nil when it may.
+// assignment, or else by its tags and group; nil when it may. It is the
+// store's rule (store.Placement.Fit), which every claim checks too.
 func placement(su store.Suite, n store.Node) *misfit {
-	if slices.Contains(su.StoppedNodes, n.ID) {
+	switch m, missing := su.Placement().Fit(n.ID, n.Tags, n.Groups); m {
+	case store.MisfitStopped:
 		return &misfit{kind: misfitStopped}
-	}
-	if len(su.AssignedNodes) > 0 {
-		if slices.Contains(su.AssignedNodes, n.ID) {
-			return nil
-		}
+	case store.MisfitAssigned:
 		return &misfit{kind: misfitAssigned}
-	}
-	var missing []string
-	for _, t := range su.Spec.Tags {
-		if !slices.Contains(n.Tags, t) {
-			missing = append(missing, t)
-		}
-	}
-	if len(missing) > 0 {
+	case store.MisfitTags:
 		return &misfit{kind: misfitTags, detail: strings.Join(missing, ",")}
-	}
-	if su.Spec.Group != "" && !slices.Contains(n.Groups, su.Spec.Group) {
+	case store.MisfitGroup:
 		return &misfit{kind: misfitGroup}
 	}
 	return nil
@@ -272,6 +261,9 @@ func (s *Server) noteSuiteLeave(ctx context.Context, nodeID string, req api.Suit
 	if p.Stage != api.StagePrepare && p.Stage != api.StageWorkers {
 		return errdefs.Field("problem.stage", "must be %s or %s, got %q", api.StagePrepare, api.StageWorkers, p.Stage)
 	}
+	if ok, err := s.mayRun(ctx, req.SuiteID, nodeID); err != nil || !ok {
+		return err // a node that may not run the suite has nothing to say of it
+	}
 	s.dispatch.notePrepareFailed(req.SuiteID, nodeID)
 	kept := api.SuiteProblem{NodeID: nodeID, Stage: p.Stage, ExitCode: p.ExitCode,
 		Reason: cutTail(p.Reason, api.MaxProblemReason, true), OutputTail: cutTail(p.OutputTail, api.MaxProblemOutput, false),
@@ -281,6 +273,27 @@ func (s *Server) noteSuiteLeave(ctx context.Context, nodeID string, req api.Suit
 		return nil // the suite or node is gone: nothing to explain
 	}
 	return err
+}
+
+// mayRun reports whether the node may run the suite's tasks (or could,
+// but for a stop by hand); a suite or node that is gone may not.
+func (s *Server) mayRun(ctx context.Context, suiteID, nodeID string) (bool, error) {
+	su, err := s.store.GetSuite(ctx, suiteID)
+	if errdefs.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	n, err := s.store.GetNode(ctx, nodeID)
+	if errdefs.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	m := placement(su, n)
+	return m == nil || m.kind == misfitStopped, nil
 }
 
 // ranFine reports whether a leave reason means the suite ran on the node,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/store"
+	"github.com/nodemgr/nodemgr/internal/store/storetest"
 )
 
 // The benchmarks that store/sqlite has, of the same shape and names, so
@@ -70,6 +71,7 @@ func BenchmarkClaimAndFinish(b *testing.B) {
 			if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "bench"}}); err != nil {
 				b.Fatal(err)
 			}
+			storetest.RegisterNodes(b, s, "n1")
 			added := 0
 			var reports []store.Attempt
 			for b.Loop() {
@@ -116,6 +118,9 @@ func BenchmarkClaimAndFinishReplicas(b *testing.B) {
 	stores := []*Store{open(b, url), open(b, url)}
 	if err := stores[0].CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "bench"}}); err != nil {
 		b.Fatal(err)
+	}
+	for n := range 16 {
+		storetest.RegisterNodes(b, stores[0], fmt.Sprintf("n%d", n+1))
 	}
 	// Each iteration claims a batch and reports it.
 	if err := stores[1].AddTasks(ctx, "s1", benchTasks("r", b.N*batch)); err != nil {

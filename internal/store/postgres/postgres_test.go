@@ -190,6 +190,11 @@ func TestReplicasClaimEachTaskOnce(t *testing.T) {
 	if err := stores[0].CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "race"}}); err != nil {
 		t.Fatal(err)
 	}
+	for r := range stores {
+		for c := range claimers {
+			storetest.RegisterNodes(t, stores[0], fmt.Sprintf("r%d-n%d", r, c))
+		}
+	}
 	batch := make([]store.Task, tasks)
 	for i := range batch {
 		batch[i] = store.Task{ID: fmt.Sprintf("t%04d", i), Spec: api.TaskSpec{Argv: []string{"true"}}}
@@ -395,6 +400,7 @@ func TestOddBytes(t *testing.T) {
 	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "odd"}}); err != nil {
 		t.Fatal(err)
 	}
+	storetest.RegisterNodes(t, s, "n1")
 	if err := s.AddTasks(ctx, "s1", []store.Task{{ID: "t1", Spec: api.TaskSpec{Argv: []string{"a\x00b"}}}}); err != nil {
 		t.Fatalf("AddTasks(argv with a NUL) = %v, want nil", err)
 	}
@@ -452,6 +458,7 @@ func TestCancelSuiteWhileReplicasWork(t *testing.T) {
 	if err := a.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "doomed"}}); err != nil {
 		t.Fatal(err)
 	}
+	storetest.RegisterNodes(t, a, "n0", "n1", "n2")
 	if err := a.AddTasks(ctx, "s1", benchTasks("t", tasks)); err != nil {
 		t.Fatal(err)
 	}
@@ -504,6 +511,7 @@ func TestDependencyFinishingMeanwhile(t *testing.T) {
 	if err := a.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "deps"}}); err != nil {
 		t.Fatal(err)
 	}
+	storetest.RegisterNodes(t, a, "n1", "n2")
 	for i := range rounds {
 		dep, next := fmt.Sprintf("dep%d", i), fmt.Sprintf("next%d", i)
 		if err := a.AddTasks(ctx, "s1", []store.Task{{ID: dep}}); err != nil {
@@ -547,6 +555,7 @@ func TestAnAttemptIsHandedOutOnce(t *testing.T) {
 	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "once"}}); err != nil {
 		t.Fatal(err)
 	}
+	storetest.RegisterNodes(t, s, "n1", "n2", "n3")
 	if err := s.AddTasks(ctx, "s1", []store.Task{{ID: "t1", Spec: api.TaskSpec{Argv: []string{"true"}}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -287,13 +287,22 @@ const claimTasks = `WITH picked AS (
 //     tasks_suite and sort them, on every claim. The statements after it
 //     need their sorts back (the counts' upsert takes 30 ms without).
 //     TestClaimPlanIgnoresStaleStatistics pins the plan.
+//
+// The batch starts with the claim's authorization (sqlrow.ClaimAuth), so
+// checking costs no round trip of its own. A refused claim returns an
+// error before its tasks are read, and the caller's transaction rolls the
+// UPDATE back: its effect never commits.
 func pickTasks(ctx context.Context, tx pgx.Tx, nodeID string, now int64, suiteID string, max int) ([]store.Task, error) {
 	b := &pgx.Batch{}
+	b.Queue(claimAuth, suiteID, nodeID)
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true), set_config('enable_sort', 'off', true)`)
 	b.Queue(claimTasks, nodeID, now, suiteID, max)
 	b.Queue(`SET LOCAL enable_sort TO DEFAULT`)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
+	if err := authorizeClaim(br.QueryRow(), suiteID, nodeID); err != nil {
+		return nil, err
+	}
 	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
@@ -311,29 +320,44 @@ func pickTasks(ctx context.Context, tx pgx.Tx, nodeID string, now int64, suiteID
 	return claimed, br.Close()
 }
 
+// claimAuth reads what decides whether the node may claim the suite's
+// tasks; see sqlrow.ClaimAuth.
+var claimAuth = fmt.Sprintf(sqlrow.ClaimAuth, "$1", "$2")
+
+// authorizeClaim checks the row of claimAuth: whatever the server's caches
+// say, a node outside the suite's group, tags or assignment claims nothing.
+func authorizeClaim(row pgx.Row, suiteID, nodeID string) error {
+	return sqlrow.AuthorizeClaim(suiteID, nodeID, func(dest ...any) error {
+		err := row.Scan(dest...)
+		if noRows(err) {
+			return errdefs.ErrNotFound
+		}
+		return err
+	})
+}
+
 // ClaimTasks moves up to max Ready tasks of the suite to Running on the
 // node, and returns them highest priority first, then oldest. Concurrent
 // claims, from this store or another on the same database, take disjoint
 // tasks without waiting for each other; a claim may then return fewer than
 // max while others hold the rest. A suite that does not exist is
-// errdefs.ErrNotFound; max <= 0 claims nothing.
+// errdefs.ErrNotFound, a node that may not run its tasks
+// errdefs.ErrPermission, checked in the claim's transaction, and even when
+// max <= 0 (which claims nothing).
 func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int) ([]store.Task, error) {
 	if max <= 0 {
+		err := s.read(ctx, func(tx pgx.Tx) error {
+			return authorizeClaim(tx.QueryRow(ctx, claimAuth, suiteID, nodeID), suiteID, nodeID)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("claim tasks of suite %s for node %s: %w", suiteID, nodeID, err)
+		}
 		return []store.Task{}, nil
 	}
 	var claimed []store.Task
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		var err error
-		if claimed, err = pickTasks(ctx, tx, nodeID, s.now().UnixNano(), suiteID, max); err != nil {
-			return err
-		}
-		if len(claimed) == 0 {
-			// Tell a drained suite from one that is not there.
-			var one int
-			err := tx.QueryRow(ctx, `SELECT 1 FROM suites WHERE id = $1`, suiteID).Scan(&one)
-			if noRows(err) {
-				return errdefs.ErrNotFound
-			}
+		if claimed, err = pickTasks(ctx, tx, nodeID, s.now().UnixNano(), suiteID, max); err != nil || len(claimed) == 0 {
 			return err
 		}
 		counts := tally{}

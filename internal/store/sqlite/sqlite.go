@@ -49,7 +49,7 @@ type Store struct {
 
 // hotWrites and hotReads are the queries that Open prepares.
 var (
-	hotWrites = []string{claimTasks, finishEnds, recordFailure, afterFailures, addCounts}
+	hotWrites = []string{claimAuth, claimTasks, finishEnds, recordFailure, afterFailures, addCounts}
 	hotReads  = []string{getSuite}
 )
 

@@ -269,6 +269,7 @@ func TestUpgradeCountsTasks(t *testing.T) {
 	if n, err := s.ReclaimNode(ctx, "n1"); err != nil || n != 2 {
 		t.Errorf("ReclaimNode(%q) after upgrade = %d, %v, want 2, nil", "n1", n, err)
 	}
+	storetest.RegisterNodes(t, s, "n2")
 	if got, err := s.ClaimTasks(ctx, "s1", "n2", 10); err != nil || len(got) != 5 {
 		t.Errorf("ClaimTasks(%q) after upgrade = %d tasks, %v, want 5, nil", "s1", len(got), err)
 	}
@@ -489,6 +490,7 @@ func BenchmarkClaimAndFinish(b *testing.B) {
 			if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "bench"}}); err != nil {
 				b.Fatal(err)
 			}
+			storetest.RegisterNodes(b, s, "n1")
 			added := 0
 			var reports []store.Attempt
 			for b.Loop() {
@@ -561,6 +563,7 @@ func largeSuite(b *testing.B, n int) *Store {
 	if err := s.AddTasks(ctx, "s1", benchTasks("t", n)); err != nil {
 		b.Fatal(err)
 	}
+	storetest.RegisterNodes(b, s, "n1", "n2")
 	claimed, err := s.ClaimTasks(ctx, "s1", "n1", 4*n/5)
 	if err != nil {
 		b.Fatal(err)
@@ -721,6 +724,7 @@ func TestAnAttemptIsHandedOutOnce(t *testing.T) {
 	if err := s.AddTasks(ctx, "s1", []store.Task{{ID: "t1", Spec: api.TaskSpec{Argv: []string{"true"}}}}); err != nil {
 		t.Fatal(err)
 	}
+	storetest.RegisterNodes(t, s, "n1", "n2", "n3")
 	attempts := func() (rows []string) {
 		t.Helper()
 		r, err := s.w.QueryContext(ctx, `SELECT task_id || '#' || attempt || '@' || node_id FROM task_attempts ORDER BY attempt`)

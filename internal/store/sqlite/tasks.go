@@ -230,16 +230,41 @@ const claimTasks = `UPDATE tasks SET state = '` + api.TaskRunning + `', attempt 
 		ORDER BY priority DESC, seq LIMIT +?4)
 	RETURNING ` + taskColumns
 
+// claimAuth reads what decides whether the node may claim the suite's
+// tasks; see sqlrow.ClaimAuth.
+var claimAuth = fmt.Sprintf(sqlrow.ClaimAuth, "?1", "?2")
+
+// authorizeClaim checks, in the claim's transaction, that the node may run
+// the suite's tasks: whatever the server's caches say, a node outside the
+// suite's group, tags or assignment claims nothing.
+func (s *Store) authorizeClaim(ctx context.Context, tx *sql.Tx, suiteID, nodeID string) error {
+	stmt, err := s.stmt(ctx, tx, claimAuth)
+	if err != nil {
+		return err
+	}
+	row := stmt.QueryRowContext(ctx, suiteID, nodeID)
+	return sqlrow.AuthorizeClaim(suiteID, nodeID, func(dest ...any) error {
+		err := row.Scan(dest...)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errdefs.ErrNotFound
+		}
+		return classify(err)
+	})
+}
+
 // ClaimTasks moves up to max Ready tasks of the suite to Running on the node
 // with one UPDATE ... RETURNING, and returns them highest priority first,
 // then oldest. The single writer makes concurrent claims take turns. A
-// suite that does not exist is errdefs.ErrNotFound; max <= 0 claims nothing.
+// suite that does not exist is errdefs.ErrNotFound, a node that may not
+// run its tasks errdefs.ErrPermission, checked first even when max <= 0
+// (which claims nothing).
 func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int) ([]store.Task, error) {
-	if max <= 0 {
-		return []store.Task{}, nil
-	}
 	var claimed []task
 	err := s.write(ctx, func(tx *sql.Tx) error {
+		claimed = nil
+		if err := s.authorizeClaim(ctx, tx, suiteID, nodeID); err != nil || max <= 0 {
+			return err
+		}
 		stmt, err := s.stmt(ctx, tx, claimTasks)
 		if err != nil {
 			return err
@@ -248,17 +273,8 @@ func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int)
 		if err != nil {
 			return classify(err)
 		}
-		if claimed, err = scanTasks(rows); err != nil {
+		if claimed, err = scanTasks(rows); err != nil || len(claimed) == 0 {
 			return err
-		}
-		if len(claimed) == 0 {
-			// Tell a drained suite from one that is not there.
-			var one int
-			err := tx.QueryRowContext(ctx, `SELECT 1 FROM suites WHERE id = ?`, suiteID).Scan(&one)
-			if errors.Is(err, sql.ErrNoRows) {
-				return errdefs.ErrNotFound
-			}
-			return classify(err)
 		}
 		counts := tally{}
 		counts.Move(suiteID, api.TaskReady, api.TaskRunning, len(claimed))

@@ -240,3 +240,50 @@ func NodeArgs(n store.Node) ([]any, error) {
 		TimeArg(n.LastHeartbeat), n.RegisteredAt.UnixNano(), n.UpdatedAt.UnixNano(),
 	}, nil
 }
+
+// ClaimAuth reads in one row what decides whether a node may claim tasks
+// of a suite (store.Placement): the suite's spec, for its group and tags,
+// its assigned and stopped nodes, and the node's ID, tags and groups (""
+// and "[]" when the node is not there). Format it with the driver's
+// placeholders for the suite and the node.
+const ClaimAuth = `SELECT s.spec, s.assigned_nodes, s.stopped_nodes,
+		COALESCE(n.id, ''), COALESCE(n.tags, '[]'), COALESCE(n.group_names, '[]')
+	FROM suites s LEFT JOIN nodes n ON n.id = %[2]s WHERE s.id = %[1]s`
+
+// AuthorizeClaim checks the row of ClaimAuth that scan reads: nil when the
+// node may claim the suite's tasks, errdefs.ErrPermission when it may not
+// (or is not registered), and what scan returns when it fails (the
+// driver's errdefs.ErrNotFound for a suite that is not there).
+func AuthorizeClaim(suiteID, nodeID string, scan func(dest ...any) error) error {
+	var spec, assigned, stopped, node, tags, groups string
+	if err := scan(&spec, &assigned, &stopped, &node, &tags, &groups); err != nil {
+		return err
+	}
+	if node == "" {
+		return fmt.Errorf("node %s may not run tasks of suite %s: it is not registered: %w", nodeID, suiteID, errdefs.ErrPermission)
+	}
+	var s struct {
+		Group string   `json:"group"`
+		Tags  []string `json:"tags"`
+	}
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		return fmt.Errorf("suite %s spec: %w", suiteID, err)
+	}
+	p := store.Placement{Group: s.Group, Tags: s.Tags}
+	var err error
+	if p.Assigned, err = Strings(assigned); err != nil {
+		return fmt.Errorf("suite %s assigned nodes: %w", suiteID, err)
+	}
+	if p.Stopped, err = Strings(stopped); err != nil {
+		return fmt.Errorf("suite %s stopped nodes: %w", suiteID, err)
+	}
+	nodeTags, err := Strings(tags)
+	if err != nil {
+		return fmt.Errorf("node %s tags: %w", nodeID, err)
+	}
+	nodeGroups, err := Strings(groups)
+	if err != nil {
+		return fmt.Errorf("node %s groups: %w", nodeID, err)
+	}
+	return p.Authorize(suiteID, nodeID, nodeTags, nodeGroups)
+}

@@ -19,7 +19,7 @@ func newNode(id string) store.Node {
 	return store.Node{ID: id, Name: id, MachineID: "machine-" + id, DataDir: "/var/lib/nodemgr"}
 }
 
-func mustCreateNode(t *testing.T, s store.Store, n store.Node) store.Node {
+func mustCreateNode(t testing.TB, s store.Store, n store.Node) store.Node {
 	t.Helper()
 	got, err := s.CreateNode(t.Context(), n)
 	if err != nil {

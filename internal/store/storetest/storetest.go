@@ -47,7 +47,9 @@
 //     are unique across suites;
 //   - ListTasks of an unknown suite, and
 //     ClaimTasks of an unknown suite, are errdefs.ErrNotFound; ClaimTasks
-//     with max <= 0 claims nothing; claimed and listed tasks are what
+//     by a node the suite's placement refuses (store.Placement), or one not
+//     registered, is errdefs.ErrPermission and changes nothing; ClaimTasks
+//     with max <= 0 claims nothing (but is refused the same); claimed and listed tasks are what
 //     GetTask returns, failures included;
 //   - FinishAttempts refuses a batch with an unknown outcome whole
 //     (errdefs.ErrInvalid); a result's NodeID is the reporting node and a
@@ -153,6 +155,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ListTasks", testListTasks},
 		{"ClaimTasksOrder", testClaimTasksOrder},
 		{"ClaimTasksConcurrent", testClaimTasksConcurrent},
+		{"ClaimTasksAuthorized", testClaimTasksAuthorized},
 		{"FinishSucceeded", testFinishSucceeded},
 		{"FinishFirstCommitWins", testFinishFirstCommitWins},
 		{"FinishFirstInBatchWins", testFinishFirstInBatchWins},

@@ -253,6 +253,9 @@ func testListSuites(t *testing.T, s store.Store) {
 	// Listed suites carry their counts, as GetSuite has them.
 	mustAddTasks(t, s, "a", newTasks("a", 3)...)
 	mustAddTasks(t, s, "f", newTasks("f", 2)...)
+	n1 := newNode("n1")
+	n1.Groups = []string{"db"}
+	mustCreateNode(t, s, n1)
 	mustClaim(t, s, "f", "n1", 1)
 	got, err := s.ListSuites(t.Context(), store.SuiteFilter{States: []string{api.SuiteOpen}})
 	if err != nil {

@@ -48,8 +48,22 @@ func mustGetTask(t *testing.T, s store.Store, id string) store.Task {
 	return got
 }
 
+// RegisterNodes makes sure the nodes exist, for tests that claim: only a
+// registered node may claim tasks (of suites with no group, tags or
+// assignment, here).
+func RegisterNodes(t testing.TB, s store.Store, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if _, err := s.GetNode(t.Context(), id); errdefs.IsNotFound(err) {
+			mustCreateNode(t, s, newNode(id))
+		}
+	}
+}
+
+// mustClaim claims for the node, registering it first if it is not.
 func mustClaim(t *testing.T, s store.Store, suiteID, nodeID string, max int) []store.Task {
 	t.Helper()
+	RegisterNodes(t, s, nodeID)
 	got, err := s.ClaimTasks(t.Context(), suiteID, nodeID, max)
 	if err != nil {
 		t.Fatalf("ClaimTasks(%q, %q, %d) = %v, want nil", suiteID, nodeID, max, err)
@@ -343,11 +357,87 @@ func testClaimTasksOrder(t *testing.T, s store.Store) {
 	}
 }
 
+// testClaimTasksAuthorized checks that a claim is authorized in the
+// store: only a registered node that the suite's placement admits (its
+// group and tags, or its explicit assignment, and not stopped there) gets
+// tasks, whatever the caller checked before; a refused claim changes
+// nothing.
+func testClaimTasksAuthorized(t *testing.T, s store.Store) {
+	node := func(id string, groups, tags []string) {
+		n := newNode(id)
+		n.Groups, n.Tags = groups, tags
+		mustCreateNode(t, s, n)
+	}
+	node("in", []string{"a"}, []string{"gpu", "big"})
+	node("other-group", []string{"b"}, []string{"gpu"})
+	node("no-group", nil, []string{"gpu"})
+	node("no-tags", []string{"a"}, nil)
+	node("assigned", []string{"b"}, nil)
+
+	grouped := newSuite("grouped")
+	grouped.Spec.Group, grouped.Spec.Tags = "a", []string{"gpu"}
+	assigned := newSuite("assigned")
+	assigned.Spec.Group, assigned.AssignedNodes = "a", []string{"assigned"}
+	stopped := newSuite("stopped")
+	stopped.StoppedNodes = []string{"in"}
+	for _, su := range []store.Suite{grouped, assigned, stopped} {
+		mustCreateSuite(t, s, su)
+		mustAddTasks(t, s, su.ID, newTasks(su.ID, 2)...)
+	}
+
+	for _, tc := range []struct {
+		suite, node string
+		max         int
+		want        error // nil: it claims
+	}{
+		{"grouped", "in", 1, nil},
+		{"grouped", "other-group", 1, errdefs.ErrPermission},
+		{"grouped", "other-group", 0, errdefs.ErrPermission},
+		{"grouped", "no-group", 1, errdefs.ErrPermission},
+		{"grouped", "no-tags", 1, errdefs.ErrPermission},
+		{"grouped", "unregistered", 1, errdefs.ErrPermission},
+		{"assigned", "in", 1, errdefs.ErrPermission},
+		{"assigned", "assigned", 1, nil}, // an assignment overrides group and tags
+		{"stopped", "in", 1, errdefs.ErrPermission},
+		{"stopped", "no-tags", 1, nil},
+		{"ghost", "in", 1, errdefs.ErrNotFound},
+	} {
+		t.Run(tc.suite+"/"+tc.node, func(t *testing.T) {
+			var before api.TaskCounts
+			if tc.suite != "ghost" {
+				before = mustGetSuite(t, s, tc.suite).Counts
+			}
+			got, err := s.ClaimTasks(t.Context(), tc.suite, tc.node, tc.max)
+			switch {
+			case tc.want == nil && (err != nil || len(got) != tc.max):
+				t.Fatalf("ClaimTasks(%q, %q, %d) = %d tasks, %v; want %d, nil", tc.suite, tc.node, tc.max, len(got), err, tc.max)
+			case tc.want != nil && (!errors.Is(err, tc.want) || len(got) != 0):
+				t.Fatalf("ClaimTasks(%q, %q, %d) = %d tasks, %v; want none, %v", tc.suite, tc.node, tc.max, len(got), err, tc.want)
+			case tc.want != nil && tc.suite != "ghost":
+				if after := mustGetSuite(t, s, tc.suite).Counts; after != before {
+					t.Errorf("counts of %q after a refused claim = %+v, want %+v", tc.suite, after, before)
+				}
+			}
+		})
+	}
+	// Taking the node out of the group takes the suite away at once.
+	n := mustGetNode(t, s, "in")
+	if _, err := s.UpdateNode(t.Context(), n.ID, func(n *store.Node) error { n.Groups = []string{"b"}; return nil }); err != nil {
+		t.Fatalf("UpdateNode(%q) = %v", n.ID, err)
+	}
+	if got, err := s.ClaimTasks(t.Context(), "grouped", "in", 1); !errors.Is(err, errdefs.ErrPermission) {
+		t.Errorf("ClaimTasks(%q, %q) after leaving the group = %d tasks, %v; want %v", "grouped", "in", len(got), err, errdefs.ErrPermission)
+	}
+}
+
 func testClaimTasksConcurrent(t *testing.T, s store.Store) {
 	const tasks, claimers = 1000, 8
 	mustCreateSuite(t, s, newSuite("s1"))
 	mustAddTasks(t, s, "s1", newTasks("s1", tasks)...)
 
+	for i := range claimers {
+		RegisterNodes(t, s, fmt.Sprintf("n%d", i))
+	}
 	var wg sync.WaitGroup
 	claimed := make([][]store.Task, claimers)
 	errs := make([]error, claimers)
