@@ -322,7 +322,7 @@ func pickTasks(ctx context.Context, tx pgx.Tx, nodeID string, now int64, suiteID
 
 // claimAuth reads what decides whether the node may claim the suite's
 // tasks; see sqlrow.ClaimAuth.
-var claimAuth = fmt.Sprintf(sqlrow.ClaimAuth, "$1", "$2")
+var claimAuth = fmt.Sprintf(sqlrow.ClaimAuth, "(s.spec::jsonb -> 'tags')::text", "$1", "$2")
 
 // authorizeClaim checks the row of claimAuth: whatever the server's caches
 // say, a node outside the suite's group, tags or assignment claims nothing.

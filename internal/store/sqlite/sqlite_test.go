@@ -478,7 +478,7 @@ func benchTasks(prefix string, n int) []store.Task {
 // batches of tasks and reports them done in batches, small ones as a lightly
 // loaded agent sends them and large ones as a busy one does.
 func BenchmarkClaimAndFinish(b *testing.B) {
-	for _, bc := range []struct{ claim, report int }{{16, 16}, {32, 256}, {256, 256}} {
+	for _, bc := range []struct{ claim, report int }{{1, 1}, {16, 16}, {32, 256}, {256, 256}} {
 		b.Run(fmt.Sprintf("claim=%d/report=%d", bc.claim, bc.report), func(b *testing.B) {
 			const refill = 50_000
 			ctx := b.Context()

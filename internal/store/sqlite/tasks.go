@@ -232,7 +232,7 @@ const claimTasks = `UPDATE tasks SET state = '` + api.TaskRunning + `', attempt 
 
 // claimAuth reads what decides whether the node may claim the suite's
 // tasks; see sqlrow.ClaimAuth.
-var claimAuth = fmt.Sprintf(sqlrow.ClaimAuth, "?1", "?2")
+var claimAuth = fmt.Sprintf(sqlrow.ClaimAuth, "s.spec ->> '$.tags'", "?1", "?2")
 
 // authorizeClaim checks, in the claim's transaction, that the node may run
 // the suite's tasks: whatever the server's caches say, a node outside the

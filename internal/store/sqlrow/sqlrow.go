@@ -242,48 +242,39 @@ func NodeArgs(n store.Node) ([]any, error) {
 }
 
 // ClaimAuth reads in one row what decides whether a node may claim tasks
-// of a suite (store.Placement): the suite's spec, for its group and tags,
-// its assigned and stopped nodes, and the node's ID, tags and groups (""
-// and "[]" when the node is not there). Format it with the driver's
-// placeholders for the suite and the node.
-const ClaimAuth = `SELECT s.spec, s.assigned_nodes, s.stopped_nodes,
+// of a suite (store.Placement): the suite's group, its tags (a JSON array
+// out of its spec; each dialect has its own expression for it, the first
+// verb), its assigned and stopped nodes, and the node's ID, tags and
+// groups ("" and "[]" when the node is not there). The second and third
+// verbs are the driver's placeholders for the suite and the node.
+const ClaimAuth = `SELECT s.group_name, COALESCE(%[1]s, '[]'), s.assigned_nodes, s.stopped_nodes,
 		COALESCE(n.id, ''), COALESCE(n.tags, '[]'), COALESCE(n.group_names, '[]')
-	FROM suites s LEFT JOIN nodes n ON n.id = %[2]s WHERE s.id = %[1]s`
+	FROM suites s LEFT JOIN nodes n ON n.id = %[3]s WHERE s.id = %[2]s`
 
 // AuthorizeClaim checks the row of ClaimAuth that scan reads: nil when the
 // node may claim the suite's tasks, errdefs.ErrPermission when it may not
 // (or is not registered), and what scan returns when it fails (the
-// driver's errdefs.ErrNotFound for a suite that is not there).
+// driver's errdefs.ErrNotFound for a suite that is not there). It runs on
+// every claim, so the lists, most often empty, are decoded only when not.
 func AuthorizeClaim(suiteID, nodeID string, scan func(dest ...any) error) error {
-	var spec, assigned, stopped, node, tags, groups string
-	if err := scan(&spec, &assigned, &stopped, &node, &tags, &groups); err != nil {
+	var group, node string
+	var lists [5]string // suite tags, assigned, stopped; node tags, groups
+	if err := scan(&group, &lists[0], &lists[1], &lists[2], &node, &lists[3], &lists[4]); err != nil {
 		return err
 	}
 	if node == "" {
 		return fmt.Errorf("node %s may not run tasks of suite %s: it is not registered: %w", nodeID, suiteID, errdefs.ErrPermission)
 	}
-	var s struct {
-		Group string   `json:"group"`
-		Tags  []string `json:"tags"`
+	var decoded [5][]string
+	for i, l := range lists {
+		if l == "[]" {
+			continue
+		}
+		var err error
+		if decoded[i], err = Strings(l); err != nil {
+			return fmt.Errorf("authorize node %s for suite %s: list %d: %w", nodeID, suiteID, i, err)
+		}
 	}
-	if err := json.Unmarshal([]byte(spec), &s); err != nil {
-		return fmt.Errorf("suite %s spec: %w", suiteID, err)
-	}
-	p := store.Placement{Group: s.Group, Tags: s.Tags}
-	var err error
-	if p.Assigned, err = Strings(assigned); err != nil {
-		return fmt.Errorf("suite %s assigned nodes: %w", suiteID, err)
-	}
-	if p.Stopped, err = Strings(stopped); err != nil {
-		return fmt.Errorf("suite %s stopped nodes: %w", suiteID, err)
-	}
-	nodeTags, err := Strings(tags)
-	if err != nil {
-		return fmt.Errorf("node %s tags: %w", nodeID, err)
-	}
-	nodeGroups, err := Strings(groups)
-	if err != nil {
-		return fmt.Errorf("node %s groups: %w", nodeID, err)
-	}
-	return p.Authorize(suiteID, nodeID, nodeTags, nodeGroups)
+	p := store.Placement{Group: group, Tags: decoded[0], Assigned: decoded[1], Stopped: decoded[2]}
+	return p.Authorize(suiteID, nodeID, decoded[3], decoded[4])
 }
