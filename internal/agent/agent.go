@@ -117,6 +117,9 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	for _, f := range cfg.openSecretFiles {
 		logger.Warn("a file holding a secret is readable by other users; chmod 600 it", "file", f)
 	}
+	if clear := cfg.inClear(); len(clear) > 0 {
+		logger.Warn("insecure_http: the join token and this node's credential go to the server in clear text; anyone on the network path can read them and act as this node. Use https:// where you can", "server", strings.Join(clear, ","))
+	}
 	if a.machineID, err = hw.MachineID(cfg.DataDir); err != nil {
 		lock.Release()
 		return nil, fmt.Errorf("machine id: %w", err)

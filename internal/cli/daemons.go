@@ -333,6 +333,7 @@ func agentFlags(cmd *cobra.Command) {
 	fl.Bool("print-config", false, "print the settings in effect, each with its source (default, file, env, flag), and exit")
 	fl.String("server", "", "coordinator URL, e.g. https://10.0.0.1:7070 ($NODEMGR_SERVER)")
 	fl.String("server-ca", "", "PEM file of the CA to verify the server by ($NODEMGR_SERVER_CA; default the CA the join token pins, else the system's roots)")
+	fl.Bool("insecure-http", false, "send the join token and the node credential to a plain http:// server other than loopback, where anyone on the path can read them ($NODEMGR_INSECURE_HTTP); without it such a server is refused: use https://")
 	fl.String("data-dir", "", "agent state directory, one agent each ($NODEMGR_DATA_DIR; default /var/lib/nodemgr/agent)")
 	fl.String("join-token", "", "join token to register with, needed once ($NODEMGR_JOIN_TOKEN); visible to other local users, prefer --join-token-file")
 	fl.String("join-token-file", "", "file holding the join token ($NODEMGR_JOIN_TOKEN_FILE)")
@@ -406,6 +407,9 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	str("container-host-ip", &cfg.ContainerHostIP)
 	if fl.Changed("standalone") {
 		cfg.Standalone, _ = fl.GetBool("standalone")
+	}
+	if fl.Changed("insecure-http") {
+		cfg.InsecureHTTP, _ = fl.GetBool("insecure-http")
 	}
 	if fl.Changed("depot") {
 		kvs, _ := fl.GetStringSlice("depot")
