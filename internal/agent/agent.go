@@ -65,6 +65,7 @@ type Agent struct {
 	runner    *runner
 	wl        *workloads
 	local     http.Handler    // the local API, for its socket and the server's requests
+	localTLS  *localTLS       // the TCP local API's TLS; nil on loopback or without one
 	stopCtx   context.Context // ends when Run returns
 	peer      atomic.Pointer[proto.Peer]
 	connMu    sync.Mutex
@@ -127,6 +128,13 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if a.wl, err = newWorkloads(cfg, agentScope(a.machineID, cfg.DataDir), logger); err != nil {
 		lock.Release()
 		return nil, err
+	}
+	if a.localTLS, err = setupLocalTLS(cfg); err != nil {
+		lock.Release()
+		return nil, err
+	}
+	if a.localTLS != nil {
+		a.wl.presence.LocalAPI.CAFingerprint = a.localTLS.fingerprint
 	}
 	a.local = a.localHandler()
 	return a, nil

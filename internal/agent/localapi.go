@@ -119,8 +119,12 @@ func (a *Agent) serveLocalAPI(ctx context.Context) error {
 			ln.Close()
 			return fmt.Errorf("local API: listen on %s: %w (choose another local_api_listen)", a.cfg.LocalAPIListen, err)
 		}
-		listeners = append(listeners, tl)
+		listeners = append(listeners, a.localTLS.listener(tl))
 		handlers = append(handlers, requireToken(a.cfg.LocalAPIToken, h))
+		if t := a.localTLS; t != nil {
+			a.log.Info("the local API on TCP speaks HTTPS with this agent's own CA: clients pin its fingerprint or pass its certificate (curl --cacert)",
+				"addr", tl.Addr().String(), "ca", t.caFile, "fingerprint", t.fingerprint)
+		}
 	}
 	errc := make(chan error, len(listeners))
 	var servers []*http.Server
