@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/artifact"
+	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/httpapi"
 )
@@ -94,8 +95,8 @@ func (a *Agent) localHandler() http.Handler {
 // requireToken guards the TCP listener.
 func requireToken(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
+		got := auth.Bearer(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 			httpapi.WriteError(w, fmt.Errorf("the agent's TCP local API needs its token (local_api_token) as \"Authorization: Bearer <token>\": %w", errdefs.ErrUnauthenticated))
 			return
 		}

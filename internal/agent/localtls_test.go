@@ -106,6 +106,7 @@ func TestLocalAPIBeyondLoopbackSpeaksTLS(t *testing.T) {
 	}{
 		{"CA file, token", trusting, "Bearer " + token, http.StatusOK},
 		{"pinned fingerprint, token", pinning, "Bearer " + token, http.StatusOK},
+		{"scheme in lower case (RFC 7235)", trusting, "bearer " + token, http.StatusOK},
 		{"no token", trusting, "", http.StatusUnauthorized},
 		{"wrong token", trusting, "Bearer not-the-token-at-all", http.StatusUnauthorized},
 	} {
@@ -126,8 +127,10 @@ func TestLocalAPIOnLoopbackStaysPlain(t *testing.T) {
 	const token = "local-api-secret-0123456789"
 	port := freePort(t)
 	a := startLocalAPI(t, "127.0.0.1:"+port, token)
-	if code, err := localGet(t, http.DefaultClient, "http://127.0.0.1:"+port, "Bearer "+token); err != nil || code != http.StatusOK {
-		t.Errorf("plain HTTP to the TCP local API on loopback = %d, %v; want 200", code, err)
+	for _, auth := range []string{"Bearer " + token, "BEARER " + token} {
+		if code, err := localGet(t, http.DefaultClient, "http://127.0.0.1:"+port, auth); err != nil || code != http.StatusOK {
+			t.Errorf("plain HTTP to the TCP local API on loopback with %q = %d, %v; want 200", auth[:6], code, err)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(a.cfg.DataDir, localAPICADir)); !os.IsNotExist(err) {
 		t.Errorf("a loopback local API made a CA: %v", err)
