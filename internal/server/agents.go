@@ -370,6 +370,9 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 	if !validState(hello.State) {
 		return nil, errdefs.Field("state", "unknown agent state %q", hello.State)
 	}
+	if hello.LastSeq > proto.MaxSeq {
+		return nil, errdefs.Field("last_seq", "%d is above the highest seq %d", hello.LastSeq, uint64(proto.MaxSeq))
+	}
 	if hello.Name != "" {
 		if err := validate.Name("name", hello.Name); err != nil {
 			return nil, err
