@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -206,9 +205,9 @@ func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.St
 		log.Warn("the data dir holds the store and the admin token and was open to other users; made it private", "dir", f.dataDir, "mode", was.String())
 	}
 	if strings.HasPrefix(f.db, "postgres://") || strings.HasPrefix(f.db, "postgresql://") {
-		if u, err := url.Parse(f.db); err == nil {
-			if _, ok := u.User.Password(); ok {
-				log.Warn("the --db URL holds a password, which other users can read in the process list; give it with PGPASSWORD or a ~/.pgpass file instead")
+		for _, db := range []struct{ flag, value string }{{"--db", f.db}, {"--db-listen-url", f.dbListen}} {
+			if holdsPassword(db.value) {
+				log.Warn("the " + db.flag + " URL holds a password, which other users can read in the process list; give it with PGPASSWORD or a ~/.pgpass file instead")
 			}
 		}
 		if f.blobS3Bucket == "" {

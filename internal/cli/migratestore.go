@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -111,11 +110,3 @@ func migrateStore(ctx context.Context, e *env, path, dbURL string, progress bool
 	return rep, nil
 }
 
-// redactURL is a database URL with its password, if any, masked.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "the --to URL"
-	}
-	return u.Redacted()
-}
