@@ -109,4 +109,3 @@ func migrateStore(ctx context.Context, e *env, path, dbURL string, progress bool
 	}
 	return rep, nil
 }
-

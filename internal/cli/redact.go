@@ -53,7 +53,7 @@ func redactQuery(raw string) string {
 }
 
 // keyValue is one key=value pair of a libpq connection string: the value
-// quoted ('it''s', 'a\'b') or a run of non-spaces.
+// quoted ('it”s', 'a\'b') or a run of non-spaces.
 var keyValue = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)('(?:[^'\\]|\\.|'')*'|\S*)`)
 
 // redactKeyValues masks the secret values of a key=value connection
