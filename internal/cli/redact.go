@@ -53,8 +53,8 @@ func redactQuery(raw string) string {
 }
 
 // keyValue is one key=value pair of a libpq connection string: the value
-// quoted ('it”s', 'a\'b') or a run of non-spaces.
-var keyValue = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)('(?:[^'\\]|\\.|'')*'|\S*)`)
+// quoted, with \' and \\ escaped ('it\'s'), or a run of non-spaces.
+var keyValue = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
 
 // redactKeyValues masks the secret values of a key=value connection
 // string; a plain file path (a SQLite --db) comes back as it is.
