@@ -204,6 +204,11 @@ func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.St
 	} else if was != 0 {
 		log.Warn("the data dir holds the store and the admin token and was open to other users; made it private", "dir", f.dataDir, "mode", was.String())
 	}
+	if was, err := datadir.PrivateFile(server.AdminTokenFile(f.dataDir)); err != nil {
+		return nil, fmt.Errorf("%w; run chmod 600 on it, or remove it (nodemgr server --reset-admin-token writes a new one)", err)
+	} else if was != 0 {
+		log.Warn("the admin-token file was readable by other users; made it 0600", "file", server.AdminTokenFile(f.dataDir), "mode", was.String())
+	}
 	if strings.HasPrefix(f.db, "postgres://") || strings.HasPrefix(f.db, "postgresql://") {
 		for _, db := range []struct{ flag, value string }{{"--db", f.db}, {"--db-listen-url", f.dbListen}} {
 			if holdsPassword(db.value) {
