@@ -150,6 +150,13 @@ type Token struct {
 	ExpiresAt     *time.Time `json:"expires_at,omitempty"`
 	CreatedAt     time.Time  `json:"created_at"`
 	LastUsed      *time.Time `json:"last_used,omitempty"`
+	// Groups are the groups a join token admits nodes into (none: an
+	// admin's token, which admits them into the groups they ask for).
+	Groups []string `json:"groups,omitempty"`
+	// MaxUses is how many registrations a join token allows (0:
+	// unlimited); Uses how many it made.
+	MaxUses int `json:"max_uses,omitempty"`
+	Uses    int `json:"uses,omitempty"`
 }
 
 // Token kinds.

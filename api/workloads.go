@@ -181,6 +181,10 @@ type Presence struct {
 type LocalAPI struct {
 	Socket string `json:"socket,omitempty"` // unix socket path
 	TCP    string `json:"tcp,omitempty"`    // host:port, token required
+	// CAFingerprint is the pin ("sha256:<hex>") of the CA the TCP
+	// listener's certificate comes from, when it speaks HTTPS: on any
+	// address but loopback.
+	CAFingerprint string `json:"ca_fingerprint,omitempty"`
 }
 
 // AgentStatus is the answer of the agent's local API to GET /v1/status.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/archive"
+	"github.com/nodemgr/nodemgr/internal/cleartext"
 	"github.com/nodemgr/nodemgr/internal/tlsca"
 )
 
@@ -35,6 +36,9 @@ type Client struct {
 	// does: no overall timeout, only the caller's context.
 	stream *http.Client
 	socket string // set for an agent's local API (NewAgent)
+	// insecureHTTP lets the token go over plain HTTP beyond loopback
+	// (AllowInsecureHTTP).
+	insecureHTTP bool
 }
 
 // New returns a client for the server at addr (a URL, or host:port meaning
@@ -68,6 +72,18 @@ func WithRootCAs(roots *x509.CertPool) Option {
 		c.http.Transport, c.stream.Transport = t, t
 	}
 }
+
+// AllowInsecureHTTP lets the client send its token over plain http:// to an
+// address other than loopback, where anyone on the path can read it. By
+// default such a request fails before anything is dialled, with a
+// *cleartext.Error that says to use https://.
+func AllowInsecureHTTP() Option {
+	return func(c *Client) { c.insecureHTTP = true }
+}
+
+// insecureSetting names AllowInsecureHTTP in the refusal; the CLI says
+// --insecure-http instead.
+const insecureSetting = "client.AllowInsecureHTTP()"
 
 // Error is an error answer from the server.
 type Error struct {
@@ -636,8 +652,14 @@ func copyQuery(path, via string) string {
 	return q.Encode()
 }
 
-// request makes a request to the server with the client's token.
+// request makes a request to the server with the client's token. A token
+// bound for plain HTTP beyond loopback stops here, before any dial.
 func (c *Client) request(ctx context.Context, method, path, contentType string, body io.Reader) (*http.Request, error) {
+	if c.token != "" && c.socket == "" {
+		if err := cleartext.Check(c.base, c.insecureHTTP, insecureSetting); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", method, path, err)
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return nil, err

@@ -65,6 +65,7 @@ type Agent struct {
 	runner    *runner
 	wl        *workloads
 	local     http.Handler    // the local API, for its socket and the server's requests
+	localTLS  *localTLS       // the TCP local API's TLS; nil on loopback or without one
 	stopCtx   context.Context // ends when Run returns
 	peer      atomic.Pointer[proto.Peer]
 	connMu    sync.Mutex
@@ -117,6 +118,9 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	for _, f := range cfg.openSecretFiles {
 		logger.Warn("a file holding a secret is readable by other users; chmod 600 it", "file", f)
 	}
+	if clear := cfg.inClear(); len(clear) > 0 {
+		logger.Warn("insecure_http: the join token and this node's credential go to the server in clear text; anyone on the network path can read them and act as this node. Use https:// where you can", "server", strings.Join(clear, ","))
+	}
 	if a.machineID, err = hw.MachineID(cfg.DataDir); err != nil {
 		lock.Release()
 		return nil, fmt.Errorf("machine id: %w", err)
@@ -124,6 +128,13 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if a.wl, err = newWorkloads(cfg, agentScope(a.machineID, cfg.DataDir), logger); err != nil {
 		lock.Release()
 		return nil, err
+	}
+	if a.localTLS, err = setupLocalTLS(cfg); err != nil {
+		lock.Release()
+		return nil, err
+	}
+	if a.localTLS != nil {
+		a.wl.presence.LocalAPI.CAFingerprint = a.localTLS.fingerprint
 	}
 	a.local = a.localHandler()
 	return a, nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/cleartext"
 	"github.com/nodemgr/nodemgr/internal/container"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/portalloc"
@@ -43,6 +44,10 @@ type Config struct {
 	// it the agent trusts the CA whose fingerprint the join token carries
 	// (and keeps it in the data dir, server-ca.crt), else the system's roots.
 	ServerCA string `yaml:"server_ca"`
+	// InsecureHTTP lets the agent send its join token and node credential
+	// to a plain http:// server beyond loopback, where anyone on the path
+	// can read them. Without it such a server is refused at start.
+	InsecureHTTP bool `yaml:"insecure_http"`
 
 	// HeartbeatInterval overrides the interval the server asks for.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
@@ -409,9 +414,27 @@ func (c *Config) validateServer() error {
 			return errdefs.Field("server", "%q and %q differ in scheme; the replicas of one coordinator all speak http or all https", c.Servers[0], s)
 		}
 		scheme = u.Scheme
+		if err := cleartext.Check(s, c.InsecureHTTP, insecureSetting); err != nil {
+			return errdefs.Field("server", "%v", err)
+		}
 		c.Servers = append(c.Servers, s)
 	}
 	return nil
+}
+
+// insecureSetting is how the agent's users accept secrets in clear text.
+const insecureSetting = "--insecure-http (insecure_http: true, NODEMGR_INSECURE_HTTP=true)"
+
+// inClear lists the servers the agent's secrets reach unencrypted, which
+// InsecureHTTP allowed.
+func (c *Config) inClear() []string {
+	var out []string
+	for _, s := range c.Servers {
+		if cleartext.InClear(s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // maxSocketPath is what fits in sockaddr_un.sun_path with its NUL.

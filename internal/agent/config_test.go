@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,9 +93,11 @@ func TestValidateNamesTheField(t *testing.T) {
 	}{
 		{"no server", Config{DataDir: t.TempDir()}, "server"},
 		{"ftp server", Config{Server: "ftp://x", DataDir: t.TempDir()}, "server"},
-		{"bad tag", Config{Server: "http://x:1", DataDir: t.TempDir(), Tags: []string{"a b"}}, "tags[0]"},
-		{"bad group", Config{Server: "http://x:1", DataDir: t.TempDir(), Groups: []string{"ML"}}, "groups[0]"},
-		{"backoff upside down", Config{Server: "http://x:1", DataDir: t.TempDir(), ReconnectMin: time.Minute, ReconnectMax: time.Second}, "reconnect_max"},
+		{"bad tag", Config{Server: "http://127.0.0.1:1", DataDir: t.TempDir(), Tags: []string{"a b"}}, "tags[0]"},
+		{"bad group", Config{Server: "http://127.0.0.1:1", DataDir: t.TempDir(), Groups: []string{"ML"}}, "groups[0]"},
+		{"backoff upside down", Config{Server: "http://127.0.0.1:1", DataDir: t.TempDir(), ReconnectMin: time.Minute, ReconnectMax: time.Second}, "reconnect_max"},
+		{"plain HTTP beyond loopback", Config{Server: "http://192.0.2.1:7070", DataDir: t.TempDir()}, "server"},
+		{"one replica in clear", Config{Server: "http://127.0.0.1:7070,http://192.0.2.1:7070", DataDir: t.TempDir()}, "server"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,7 +183,7 @@ func TestSecretSources(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cfg
-			c.Server, c.DataDir = "http://x:1", t.TempDir()
+			c.Server, c.DataDir = "http://127.0.0.1:1", t.TempDir()
 			if err := c.ApplyEnv(func(k string) string { return tc.env[k] }); err != nil {
 				t.Fatal(err)
 			}
@@ -230,5 +233,48 @@ func TestApplyEnvEveryKey(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("ApplyEnv(%s=%s) = %v, want an error naming %s", name, value, err, name)
 		}
+	}
+}
+
+// TestAgentRefusesSecretsInClear is the audit's agent that sent its join
+// token six times in 30 s over http:// beyond loopback: New refuses such a
+// server before the agent dials anything (192.0.2.1 is TEST-NET, never
+// contacted), and with insecure_http it starts and warns that the secrets
+// travel in clear text.
+func TestAgentRefusesSecretsInClear(t *testing.T) {
+	const server = "http://192.0.2.1:7070"
+	cfg := Config{Server: server, DataDir: t.TempDir(), JoinToken: "nmj_abcdefghijklmnopqrstuvwxyz234567abcdefghijklmnopqrs", OnboardShare: -1}
+	_, err := New(cfg, slog.New(slog.DiscardHandler))
+	var fe *errdefs.FieldError
+	if !errors.As(err, &fe) || fe.Field != "server" {
+		t.Fatalf("New(server %s) = %v, want an error naming server", server, err)
+	}
+	for _, want := range []string{"clear text", "use https://192.0.2.1:7070", "--insecure-http", "insecure_http: true"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("New(server %s) = %q, want it to say %q", server, err, want)
+		}
+	}
+
+	var logs strings.Builder
+	cfg.InsecureHTTP = true
+	a, err := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatalf("New(server %s, insecure_http) = %v", server, err)
+	}
+	a.Close() // not run: nothing goes to 192.0.2.1
+	if !strings.Contains(logs.String(), "insecure_http: the join token and this node's credential go to the server in clear text") ||
+		!strings.Contains(logs.String(), server) {
+		t.Errorf("New(server %s, insecure_http) logged %q, want a warning naming the server", server, logs.String())
+	}
+
+	// Loopback needs no setting and gets no warning.
+	logs.Reset()
+	cfg.Server, cfg.InsecureHTTP, cfg.DataDir = "http://127.0.0.1:7070", true, t.TempDir()
+	if a, err = New(cfg, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatalf("New(server on loopback) = %v", err)
+	}
+	a.Close()
+	if strings.Contains(logs.String(), "clear text") {
+		t.Errorf("New(server on loopback) warned: %q", logs.String())
 	}
 }

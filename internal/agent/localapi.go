@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/artifact"
+	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/httpapi"
 )
@@ -94,8 +95,8 @@ func (a *Agent) localHandler() http.Handler {
 // requireToken guards the TCP listener.
 func requireToken(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
+		got := auth.Bearer(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 			httpapi.WriteError(w, fmt.Errorf("the agent's TCP local API needs its token (local_api_token) as \"Authorization: Bearer <token>\": %w", errdefs.ErrUnauthenticated))
 			return
 		}
@@ -119,8 +120,12 @@ func (a *Agent) serveLocalAPI(ctx context.Context) error {
 			ln.Close()
 			return fmt.Errorf("local API: listen on %s: %w (choose another local_api_listen)", a.cfg.LocalAPIListen, err)
 		}
-		listeners = append(listeners, tl)
+		listeners = append(listeners, a.localTLS.listener(tl))
 		handlers = append(handlers, requireToken(a.cfg.LocalAPIToken, h))
+		if t := a.localTLS; t != nil {
+			a.log.Info("the local API on TCP speaks HTTPS with this agent's own CA: clients pin its fingerprint or pass its certificate (curl --cacert)",
+				"addr", tl.Addr().String(), "ca", t.caFile, "fingerprint", t.fingerprint)
+		}
 	}
 	errc := make(chan error, len(listeners))
 	var servers []*http.Server

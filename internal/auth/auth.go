@@ -75,6 +75,19 @@ func WithPin(secret, pin string) string {
 	return secret + "." + pin
 }
 
+// Bearer extracts the token of an Authorization header's value, "Bearer
+// TOKEN". The scheme is case-insensitive (RFC 7235, section 2.1: "bearer"
+// and "BEARER" are the same scheme) and the space after it may be several;
+// anything else is no token (""). Every reader of the header, the server's
+// API and WebSocket and the agent's local API, goes through here.
+func Bearer(header string) string {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
 // NewID returns a short random identifier with a prefix, e.g. "n-3kd9x2m1qa".
 func NewID(prefix string) string {
 	var b [8]byte

@@ -50,3 +50,24 @@ func TestCan(t *testing.T) {
 		})
 	}
 }
+
+func TestBearer(t *testing.T) {
+	for _, tc := range []struct{ header, want string }{
+		{"Bearer nmu_x", "nmu_x"},
+		{"bearer nmu_x", "nmu_x"}, // RFC 7235: the scheme is case-insensitive
+		{"BEARER nmu_x", "nmu_x"},
+		{"BeArEr nmu_x", "nmu_x"},
+		{"Bearer   nmu_x  ", "nmu_x"},
+		{"  Bearer nmu_x", "nmu_x"},
+		{"Bearer", ""},
+		{"Bearer ", ""},
+		{"Bearernmu_x", ""},
+		{"Basic bnVfeDp5", ""},
+		{"Token nmu_x", ""},
+		{"", ""},
+	} {
+		if got := Bearer(tc.header); got != tc.want {
+			t.Errorf("Bearer(%q) = %q, want %q", tc.header, got, tc.want)
+		}
+	}
+}

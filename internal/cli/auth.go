@@ -59,6 +59,31 @@ func printTokens(e *env, pf pageFlags, tokens []api.Token, next string, asJSON b
 	return t.flush()
 }
 
+// printJoinTokens lists join tokens with what tells them apart: the
+// groups they admit nodes into, their uses, and the node a re-join token
+// is bound to.
+func printJoinTokens(e *env, pf pageFlags, tokens []api.Token, next string, asJSON bool) error {
+	if asJSON {
+		return printJSON(e.stdout, api.TokenList{Tokens: tokens, Next: next})
+	}
+	defer pf.moreHint(e, len(tokens), next)
+	now := time.Now()
+	t := newTable(e.stdout, "ID", "NAME", "GROUPS", "USES", "NODE", "CREATED", "EXPIRES", "LAST USED")
+	for _, tk := range tokens {
+		t.row(tk.ID, orDash(tk.Name), orDash(strings.Join(tk.Groups, ",")), usesString(tk), orDash(tk.NodeID),
+			tk.CreatedAt.Format(time.RFC3339), expires(tk.ExpiresAt, now), ago(tk.LastUsed, now))
+	}
+	return t.flush()
+}
+
+// usesString is a join token's uses out of its maximum: "1/10", "3/unlimited".
+func usesString(tk api.Token) string {
+	if tk.MaxUses == 0 {
+		return fmt.Sprintf("%d/unlimited", tk.Uses)
+	}
+	return fmt.Sprintf("%d/%d", tk.Uses, tk.MaxUses)
+}
+
 func printNewToken(e *env, tk api.Token, asJSON bool, what string) error {
 	if asJSON {
 		return printJSON(e.stdout, tk)
@@ -162,7 +187,7 @@ func newJoinTokenCmd(e *env) *cobra.Command {
 	var lsJSON bool
 	var pf pageFlags
 	ls := &cobra.Command{
-		Use: "ls", Short: "List join tokens", Args: cobra.NoArgs,
+		Use: "ls", Short: "List join tokens: the groups they admit nodes into, their uses, the node a re-join token is bound to", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c := clientFor(cmd, e)
 			tokens, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Token, string, error) {
@@ -172,7 +197,7 @@ func newJoinTokenCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printTokens(e, pf, tokens, next, lsJSON)
+			return printJoinTokens(e, pf, tokens, next, lsJSON)
 		},
 	}
 	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/internal/cleartext"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
 
@@ -78,6 +79,8 @@ type env struct {
 	getenv               func(string) string
 
 	conn *clientConn // how client commands reach the server; set before a command runs
+	// warnedInsecure: the --insecure-http warning was given.
+	warnedInsecure bool
 }
 
 // Main runs the nodemgr command line and returns the process exit code.
@@ -131,6 +134,11 @@ func namesField(msg, field string) bool {
 
 // describe adds what to do next to errors from the server.
 func describe(err error) string {
+	var clear *cleartext.Error
+	if errors.As(err, &clear) {
+		// The client names its Go option; the CLI's users have a flag.
+		return (&cleartext.Error{URL: clear.URL, Setting: insecureSetting}).Error()
+	}
 	var ce *client.Error
 	if !errors.As(err, &ce) {
 		return errdefs.Message(err)
@@ -181,6 +189,7 @@ installs it)`,
 	root.PersistentFlags().String("addr", "", "server address (default $NODEMGR_ADDR or http://127.0.0.1:7070)")
 	root.PersistentFlags().String("token", "", "API token (default $NODEMGR_TOKEN); visible to other local users, prefer --token-file or NODEMGR_TOKEN")
 	root.PersistentFlags().String("token-file", "", "file holding the API token ($NODEMGR_TOKEN_FILE)")
+	root.PersistentFlags().Bool("insecure-http", false, "send the API token over plain http:// to an address other than loopback, where anyone on the path can read it ($NODEMGR_INSECURE_HTTP); without it such a request is refused: use https://")
 	root.PersistentFlags().String("ca-cert", "", "PEM file of the CA the server's certificate is checked against, e.g. the server's DATA_DIR/ca.crt ($NODEMGR_CA_CERT; default the system's roots)")
 	root.PersistentFlags().String("log-level", "info", "log level of daemons: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "text", "log format of daemons: text or json")
@@ -203,6 +212,13 @@ func clientFor(cmd *cobra.Command, e *env) *client.Client {
 	var opts []client.Option
 	if conn.roots != nil {
 		opts = append(opts, client.WithRootCAs(conn.roots))
+	}
+	if conn.insecureHTTP {
+		opts = append(opts, client.AllowInsecureHTTP())
+		if !e.warnedInsecure {
+			e.warnedInsecure = true
+			warnInsecureHTTP(e, conn)
+		}
 	}
 	return client.New(conn.addr, conn.token, opts...)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -100,12 +99,12 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.StringSliceVar(&f.tlsSANs, "tls-san", nil, "extra name or address for the server's own certificate, e.g. one behind NAT (repeatable)")
 	fl.StringVar(&f.agentServerURL, "agent-server-url", "", "the server's URL as pool machines reach it (default the URL it listens on)")
 	fl.StringSliceVar(&f.agentBinaries, "agent-binary", nil, "static nodemgr binary to deliver onto pool machines, one per architecture (repeatable)")
-	fl.StringVar(&f.agentBinaryDir, "agent-binaries", "", "directory of static nodemgr binaries to deliver onto pool machines by their arch, named nodemgr-linux-amd64, nodemgr-linux-arm64 (go run ./cmd/release builds them); this binary, if static, serves its own arch when neither this nor --agent-binary does")
+	fl.StringVar(&f.agentBinaryDir, "agent-binaries", "", "directory of static nodemgr binaries to deliver onto pool machines by their arch, named nodemgr-linux-amd64, nodemgr-linux-arm64 (go run ./cmd/release builds them); this binary, if static, serves its own arch when neither this nor --agent-binary does. Refused when every user may write it or a binary in it")
 	fl.DurationVar(&f.poolBackoff, "pool-backoff", 10*time.Second, "a pool candidate whose machine failed to launch or bootstrap waits this long before it is tried again; doubles with each failure in a row, up to 5m")
 	fl.DurationVar(&f.poolTick, "pool-tick", time.Second, "the longest time between two rounds of the pools' loop (demand wakes it sooner)")
 	fl.DurationVar(&f.poolSweep, "pool-sweep", 30*time.Second, "how often providers are asked for machines of this server that no pool machine accounts for (they are destroyed)")
 	fl.StringVar(&f.sshUser, "ssh-user", "", "user the ssh, sftp and rsync executors log in as (default this process's user; a deployment's ssh_user wins)")
-	fl.StringSliceVar(&f.sshIdentityFiles, "ssh-identity-file", nil, "private key the ssh executors log in with (repeatable; default ~/.ssh/id_ed25519, id_ecdsa, id_rsa, and the agent at $SSH_AUTH_SOCK)")
+	fl.StringSliceVar(&f.sshIdentityFiles, "ssh-identity-file", nil, "private key the ssh executors log in with, mode 0600 as ssh wants it (repeatable; default ~/.ssh/id_ed25519, id_ecdsa, id_rsa, and the agent at $SSH_AUTH_SOCK)")
 	fl.StringVar(&f.sshKnownHosts, "ssh-known-hosts", "", "known_hosts file the ssh executors check host keys against (default ~/.ssh/known_hosts)")
 	fl.BoolVar(&f.sshAcceptNewHostKeys, "ssh-accept-new-host-keys", false, "trust a host's first key and add it to --ssh-known-hosts (a changed key is still refused)")
 	fl.StringVar(&f.sshJumpHost, "ssh-jump-host", "", "[user@]host[:port] the ssh executors connect through (a deployment's ssh_jump_host wins)")
@@ -205,10 +204,15 @@ func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.St
 	} else if was != 0 {
 		log.Warn("the data dir holds the store and the admin token and was open to other users; made it private", "dir", f.dataDir, "mode", was.String())
 	}
+	if was, err := datadir.PrivateFile(server.AdminTokenFile(f.dataDir)); err != nil {
+		return nil, fmt.Errorf("%w; run chmod 600 on it, or remove it (nodemgr server --reset-admin-token writes a new one)", err)
+	} else if was != 0 {
+		log.Warn("the admin-token file was readable by other users; made it 0600", "file", server.AdminTokenFile(f.dataDir), "mode", was.String())
+	}
 	if strings.HasPrefix(f.db, "postgres://") || strings.HasPrefix(f.db, "postgresql://") {
-		if u, err := url.Parse(f.db); err == nil {
-			if _, ok := u.User.Password(); ok {
-				log.Warn("the --db URL holds a password, which other users can read in the process list; give it with PGPASSWORD or a ~/.pgpass file instead")
+		for _, db := range []struct{ flag, value string }{{"--db", f.db}, {"--db-listen-url", f.dbListen}} {
+			if holdsPassword(db.value) {
+				log.Warn("the " + db.flag + " URL holds a password, which other users can read in the process list; give it with PGPASSWORD or a ~/.pgpass file instead")
 			}
 		}
 		if f.blobS3Bucket == "" {
@@ -333,6 +337,7 @@ func agentFlags(cmd *cobra.Command) {
 	fl.Bool("print-config", false, "print the settings in effect, each with its source (default, file, env, flag), and exit")
 	fl.String("server", "", "coordinator URL, e.g. https://10.0.0.1:7070 ($NODEMGR_SERVER)")
 	fl.String("server-ca", "", "PEM file of the CA to verify the server by ($NODEMGR_SERVER_CA; default the CA the join token pins, else the system's roots)")
+	fl.Bool("insecure-http", false, "send the join token and the node credential to a plain http:// server other than loopback, where anyone on the path can read them ($NODEMGR_INSECURE_HTTP); without it such a server is refused: use https://")
 	fl.String("data-dir", "", "agent state directory, one agent each ($NODEMGR_DATA_DIR; default /var/lib/nodemgr/agent)")
 	fl.String("join-token", "", "join token to register with, needed once ($NODEMGR_JOIN_TOKEN); visible to other local users, prefer --join-token-file")
 	fl.String("join-token-file", "", "file holding the join token ($NODEMGR_JOIN_TOKEN_FILE)")
@@ -348,7 +353,7 @@ func agentFlags(cmd *cobra.Command) {
 	fl.String("prefix", "", "where artifacts (software/) and services (runtime/) live ($NODEMGR_PREFIX; default the data dir)")
 	fl.StringSlice("depot", nil, "artifact depot group=URL, repeatable ($NODEMGR_DEPOTS)")
 	fl.String("local-api-socket", "", "unix socket of the local API (default <data dir>/agent.sock)")
-	fl.String("local-api-listen", "", "also serve the local API on TCP host:port; needs --local-api-token")
+	fl.String("local-api-listen", "", "also serve the local API on TCP host:port; needs --local-api-token. Beyond loopback it speaks HTTPS with a CA the agent makes in <data dir>/local-api-ca (clients pin its fingerprint, logged at start)")
 	fl.String("local-api-token", "", "token the TCP local API requires ($NODEMGR_LOCAL_API_TOKEN); visible to other local users, prefer --local-api-token-file")
 	fl.String("local-api-token-file", "", "file holding the local API token ($NODEMGR_LOCAL_API_TOKEN_FILE)")
 	fl.Int("procs", 0, "threads of Go code the agent runs (default one per 8 cores, at least one; $GOMAXPROCS wins)")
@@ -406,6 +411,9 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	str("container-host-ip", &cfg.ContainerHostIP)
 	if fl.Changed("standalone") {
 		cfg.Standalone, _ = fl.GetBool("standalone")
+	}
+	if fl.Changed("insecure-http") {
+		cfg.InsecureHTTP, _ = fl.GetBool("insecure-http")
 	}
 	if fl.Changed("depot") {
 		kvs, _ := fl.GetStringSlice("depot")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -109,13 +108,4 @@ func migrateStore(ctx context.Context, e *env, path, dbURL string, progress bool
 		return rep, fmt.Errorf("migrate-store: %w; nothing was written to the PostgreSQL database", err)
 	}
 	return rep, nil
-}
-
-// redactURL is a database URL with its password, if any, masked.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "the --to URL"
-	}
-	return u.Redacted()
 }

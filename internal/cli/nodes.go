@@ -129,7 +129,10 @@ func printPresence(t *table, p *api.Presence) {
 		return
 	}
 	local := p.LocalAPI.Socket
-	if p.LocalAPI.TCP != "" {
+	switch {
+	case p.LocalAPI.CAFingerprint != "":
+		local += ", tcp " + p.LocalAPI.TCP + " (https, CA " + p.LocalAPI.CAFingerprint + "; token)"
+	case p.LocalAPI.TCP != "":
 		local += ", tcp " + p.LocalAPI.TCP + " (token)"
 	}
 	t.row("Local API", orDash(local))

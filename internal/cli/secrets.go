@@ -3,12 +3,14 @@ package cli
 import (
 	"crypto/x509"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/nodemgr/nodemgr/internal/auth"
+	"github.com/nodemgr/nodemgr/internal/cleartext"
 	"github.com/nodemgr/nodemgr/internal/tlsca"
 )
 
@@ -40,6 +42,9 @@ func warnOpenSecretFile(e *env, what, path string) {
 type clientConn struct {
 	addr, token string
 	roots       *x509.CertPool // CAs to verify the server by; nil: the system's
+	// insecureHTTP lets the token go over plain HTTP beyond loopback
+	// (--insecure-http, NODEMGR_INSECURE_HTTP).
+	insecureHTTP bool
 }
 
 // resolveConn reads the client settings from flags, then the environment:
@@ -66,7 +71,48 @@ func resolveConn(cmd *cobra.Command, e *env) (*clientConn, error) {
 	if c.addr == "" {
 		c.addr = "http://127.0.0.1:7070"
 	}
+	insecure, err := insecureHTTP(fl, e)
+	if err != nil {
+		return c, err
+	}
+	c.insecureHTTP = insecure
 	return c, nil
+}
+
+// insecureSetting is how the CLI's users accept a token in clear text.
+const insecureSetting = "--insecure-http (or NODEMGR_INSECURE_HTTP=true)"
+
+// insecureHTTP is --insecure-http, else $NODEMGR_INSECURE_HTTP.
+func insecureHTTP(fl *pflag.FlagSet, e *env) (bool, error) {
+	if f := fl.Lookup("insecure-http"); f != nil && f.Changed {
+		return fl.GetBool("insecure-http")
+	}
+	v := e.getenv("NODEMGR_INSECURE_HTTP")
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("NODEMGR_INSECURE_HTTP: %q is not true or false", v)
+	}
+	return b, nil
+}
+
+// warnInsecureHTTP says, once, that the token is about to travel in clear
+// text because the user allowed it.
+func warnInsecureHTTP(e *env, c *clientConn) {
+	if !c.insecureHTTP || c.token == "" || !cleartext.InClear(withScheme(c.addr)) {
+		return
+	}
+	fmt.Fprintf(e.stderr, "warning: --insecure-http: the API token goes to %s in clear text; anyone on the network path can read it and act as you. Use https:// where you can\n", c.addr)
+}
+
+// withScheme is addr as the client reads it: host:port means http://.
+func withScheme(addr string) string {
+	if !strings.Contains(addr, "://") {
+		return "http://" + addr
+	}
+	return addr
 }
 
 // flagOrEnv is the flag's value when it is set, else the variable's.

@@ -199,7 +199,7 @@ func printSettings(w io.Writer, daemon string, lines []printedSetting) {
 func serverPrinted(settings []*flagSetting, configPath string) []printedSetting {
 	var out []printedSetting
 	for _, s := range settings {
-		p := printedSetting{key: s.key, value: flagYAML(s.flag.Value, s.key == "db"), from: s.from}
+		p := printedSetting{key: s.key, value: flagYAML(s.flag.Value, dbSettings[s.key]), from: s.from}
 		switch s.from {
 		case fromEnv:
 			p.via = s.env
@@ -213,9 +213,13 @@ func serverPrinted(settings []*flagSetting, configPath string) []printedSetting 
 	return out
 }
 
+// dbSettings are the server's settings that may hold a database URL or
+// connection string, and so a password.
+var dbSettings = map[string]bool{"db": true, "db_listen_url": true}
+
 // flagYAML is a flag's value as YAML: a list for a list flag, a quoted
 // string where YAML needs one, numbers, booleans and durations as they
-// are. A URL's password (in --db) is redacted.
+// are. A database URL's passwords (in --db, --db-listen-url) are redacted.
 func flagYAML(v pflag.Value, isURL bool) string {
 	if sv, ok := v.(pflag.SliceValue); ok {
 		return yamlList(sv.GetSlice())

@@ -62,6 +62,7 @@ func TestLayers(t *testing.T) {
 		{"internal/httpapi", []string{"internal/server", "internal/store", "internal/agent"}},
 		// Shared by the server, the agent and the client: none of them.
 		{"internal/tlsca", []string{"internal/server", "internal/store", "internal/agent", "client"}},
+		{"internal/cleartext", []string{"internal/server", "internal/store", "internal/agent", "client"}},
 		{"internal/procenv", []string{"internal/server", "internal/store", "internal/agent"}},
 		// Linked into worker programs (package worker): nothing of the agent's.
 		{"internal/gocrash", []string{"internal/server", "internal/store", "internal/agent", "internal/workerpool"}},

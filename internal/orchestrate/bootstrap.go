@@ -56,6 +56,9 @@ type Binary struct {
 // is not a static Linux executable: a minimal image has no dynamic loader
 // and C library for it.
 func CheckBinary(path string) (Binary, error) {
+	if err := notWorldWritable("agent_binary", path); err != nil {
+		return Binary{}, err
+	}
 	f, err := elf.Open(path)
 	if err != nil {
 		return Binary{}, errdefs.Field("agent_binary", "%s is not a Linux executable nodemgr can deliver (%v); build one with CGO_ENABLED=0 go build ./cmd/nodemgr", path, err)
@@ -208,6 +211,9 @@ const BinaryPrefix = "nodemgr-linux-"
 // executable. A directory with none is an error: the operator meant to
 // give some.
 func ReadBinaryDir(dir string) ([]Binary, error) {
+	if err := notWorldWritable("agent_binaries", dir); err != nil {
+		return nil, err
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, errdefs.Field("agent_binaries", "%v; give a directory holding nodemgr-linux-amd64, nodemgr-linux-arm64 (go run ./cmd/release builds them)", err)
@@ -231,6 +237,22 @@ func ReadBinaryDir(dir string) ([]Binary, error) {
 		return nil, errdefs.Field("agent_binaries", "%s holds no %sARCH binary; build them with go run ./cmd/release", dir, BinaryPrefix)
 	}
 	return bins, nil
+}
+
+// notWorldWritable refuses an agent binary, or the directory of them,
+// that every user of the server's machine may write: the binary runs as
+// root on every pool machine, so whoever can replace it, or add one for
+// an arch the directory lacks, owns them all. Refused rather than warned
+// about: a warning in the server's log protects no machine, and the fix
+// (chmod o-w) is one command. A path that cannot be read is left to the
+// caller to report.
+func notWorldWritable(field, path string) error {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o002 == 0 {
+		return nil
+	}
+	return errdefs.Field(field, "%s is writable by every user of this machine (mode %04o), and what it holds runs as root on every pool machine: run chmod o-w %s",
+		path, fi.Mode().Perm(), path)
 }
 
 // goArch is GOARCH's name for an arch as uname -m names it.

@@ -117,3 +117,52 @@ func isDynamicX86(path string) bool {
 	}
 	return false
 }
+
+// TestWorldWritableBinariesAreRefused is the audit's world-writable
+// --agent-binaries dir, taken without a word: what it holds runs as root
+// on every pool machine, so the dir, or a binary in it or given alone,
+// that every user may write is refused, naming the path and the fix.
+func TestWorldWritableBinariesAreRefused(t *testing.T) {
+	newDir := func(t *testing.T, dirMode, binMode os.FileMode) (dir, bin string) {
+		dir = t.TempDir()
+		bin = fakeELF(t, filepath.Join(dir, "nodemgr-linux-amd64"), elf.EM_X86_64)
+		if err := os.Chmod(bin, binMode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, dirMode); err != nil {
+			t.Fatal(err)
+		}
+		return dir, bin
+	}
+	for _, tc := range []struct {
+		name             string
+		dirMode, binMode os.FileMode
+		wantPath         func(dir, bin string) string // the path refused; nil: accepted
+	}{
+		{"world-writable dir", 0o777, 0o755, func(dir, _ string) string { return dir }},
+		{"sticky world-writable dir", 0o1777, 0o755, func(dir, _ string) string { return dir }},
+		{"world-writable binary", 0o755, 0o757, func(_, bin string) string { return bin }},
+		{"group-writable dir", 0o775, 0o755, nil},
+		{"private", 0o700, 0o700, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, bin := newDir(t, tc.dirMode, tc.binMode)
+			_, err := ReadBinaryDir(dir)
+			if tc.wantPath == nil {
+				if err != nil {
+					t.Errorf("ReadBinaryDir(%s) = %v, want it read", tc.name, err)
+				}
+				return
+			}
+			want := tc.wantPath(dir, bin)
+			if err == nil || !strings.Contains(err.Error(), "writable by every user") || !strings.Contains(err.Error(), "chmod o-w "+want) {
+				t.Errorf("ReadBinaryDir(%s) = %v, want it refused, naming chmod o-w %s", tc.name, err, want)
+			}
+		})
+	}
+	// A binary given alone (--agent-binary) is checked the same way.
+	_, bin := newDir(t, 0o755, 0o777)
+	if _, err := CheckBinary(bin); err == nil || !strings.Contains(err.Error(), "chmod o-w "+bin) {
+		t.Errorf("CheckBinary(a world-writable binary) = %v, want it refused", err)
+	}
+}

@@ -2,6 +2,7 @@ package proto
 
 import (
 	"fmt"
+	"math"
 	"unicode/utf8"
 
 	jsonv1 "github.com/go-json-experiment/json/v1"
@@ -112,6 +113,12 @@ func decodeFrame(b []byte) (api.Frame, error) {
 	return f, nil
 }
 
+// MaxSeq is the highest notification seq: seqs are kept as signed 64-bit
+// integers (SQLite's INTEGER, PostgreSQL's BIGINT), so one above it can
+// name no notification. A frame that carries one is a protocol error,
+// not a store failure on the far side.
+const MaxSeq = math.MaxInt64
+
 // checkFrame enforces what every frame of its type must carry, so the Peer
 // can trust what Conn.Read returns.
 func checkFrame(f api.Frame) error {
@@ -134,12 +141,18 @@ func checkFrame(f api.Frame) error {
 		if f.Seq == 0 {
 			return protocolErrorf("%s frame without seq", f.Type)
 		}
+		if f.Seq > MaxSeq {
+			return protocolErrorf("%s frame with seq %d, above the highest seq %d", f.Type, f.Seq, uint64(MaxSeq))
+		}
 		if f.Method == "" {
 			return protocolErrorf("%s frame without method", f.Type)
 		}
 	case api.FrameAck:
 		if f.Seq == 0 {
 			return protocolErrorf("%s frame without seq", f.Type)
+		}
+		if f.Seq > MaxSeq {
+			return protocolErrorf("%s frame with seq %d, above the highest seq %d", f.Type, f.Seq, uint64(MaxSeq))
 		}
 	default:
 		return protocolErrorf("unknown frame type %q", f.Type)

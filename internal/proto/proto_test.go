@@ -636,6 +636,11 @@ func TestBadFrames(t *testing.T) {
 		{name: "request without method", msg: `{"v":1,"type":"req","id":1}`, wantReason: "without method"},
 		{name: "request id 0", msg: `{"v":1,"type":"req","method":"echo"}`, wantReason: "without id"},
 		{name: "notify without seq", msg: `{"v":1,"type":"notify","method":"x"}`, wantReason: "without seq"},
+		// Seqs are kept as signed 64-bit integers: 2^63 is not a store error
+		// on this side but a protocol error (the audit saw an ERROR logged).
+		{name: "ack seq 2^63", msg: `{"v":1,"type":"ack","seq":9223372036854775808}`, wantReason: "above the highest seq"},
+		{name: "ack seq 2^64-1", msg: `{"v":1,"type":"ack","seq":18446744073709551615}`, wantReason: "above the highest seq"},
+		{name: "notify seq 2^63", msg: `{"v":1,"type":"notify","seq":9223372036854775808,"method":"x"}`, wantReason: "above the highest seq"},
 		{name: "binary message", binary: true, msg: `{"v":1,"type":"ack","seq":1}`, wantReason: "binary", wantCode: CloseUnsupportedData},
 		// RFC 6455 section 8.1: a text message must be UTF-8.
 		{name: "invalid utf-8 in a string", msg: `{"v":1,"type":"req","id":1,"method":"echo","body":"` + "\xff" + `"}`, wantReason: "UTF-8", wantCode: CloseInvalidPayload},
@@ -775,6 +780,8 @@ func TestDecodeFrame(t *testing.T) {
 		{msg: `{"v":1,"type":"notify","seq":3,"method":"node.update","future":true}`,
 			want: api.Frame{V: 1, Type: "notify", Seq: 3, Method: "node.update"}},
 		{msg: `{"v":1,"type":"ack","seq":3}`, want: api.Frame{V: 1, Type: "ack", Seq: 3}},
+		{msg: `{"v":1,"type":"ack","seq":9223372036854775807}`, want: api.Frame{V: 1, Type: "ack", Seq: 1<<63 - 1}},
+		{msg: `{"v":1,"type":"ack","seq":9223372036854775808}`, wantErr: "ack frame with seq 9223372036854775808, above the highest seq 9223372036854775807"},
 		{msg: `{"v":1,"type":"resp"}`, wantErr: "resp frame without id"},
 		{msg: `{"v":1,"type":"ack"}`, wantErr: "ack frame without seq"},
 		{msg: `{"v":1,"type":"notify","seq":1}`, wantErr: "notify frame without method"},

@@ -122,9 +122,6 @@ func (s *Server) joinNode(ctx context.Context, jt store.Token, req api.RegisterR
 		}
 	}
 	now := time.Now().UTC()
-	if _, err := s.store.UseJoinToken(ctx, jt.ID, now); err != nil {
-		return store.Node{}, fmt.Errorf("join token %s: %w", jt.ID, err)
-	}
 	groups := slices.Clone(req.Groups)
 	for _, g := range jt.Groups {
 		if !slices.Contains(groups, g) {
@@ -132,7 +129,9 @@ func (s *Server) joinNode(ctx context.Context, jt store.Token, req api.RegisterR
 		}
 	}
 	slices.Sort(groups)
-	n, err := s.store.CreateNode(ctx, store.Node{
+	// The use is spent with the node's creation, in one transaction: a
+	// refused registration (a conflict) leaves the token as it was.
+	n, err := s.store.JoinNode(ctx, jt.ID, now, store.Node{
 		ID: auth.NewID("n-"), Name: req.Name, MachineID: req.MachineID, DataDir: req.DataDir,
 		Tags: req.Tags, Labels: req.Labels, Groups: groups, Hardware: req.Hardware,
 		Status: api.StatusOffline, StatusReason: "registered; waiting for the agent to connect",
@@ -142,6 +141,9 @@ func (s *Server) joinNode(ctx context.Context, jt store.Token, req api.RegisterR
 		return store.Node{}, errdefs.Conflict("a node is already registered for machine %s and data dir %s, and a join token cannot take it over: "+
 			"the agent re-joins with its own credential (its state file in the data dir), or an admin creates a re-join token bound to that node "+
 			"(nodemgr join-token create --node NODE), or removes the node (nodemgr node rm NODE)", req.MachineID, req.DataDir)
+	}
+	if errors.Is(err, errdefs.ErrPermission) {
+		return store.Node{}, fmt.Errorf("join token %s: %w", jt.ID, err) // spent or expired
 	}
 	if err != nil {
 		return store.Node{}, fmt.Errorf("register node: %w", err)
@@ -369,6 +371,9 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 	}
 	if !validState(hello.State) {
 		return nil, errdefs.Field("state", "unknown agent state %q", hello.State)
+	}
+	if hello.LastSeq > proto.MaxSeq {
+		return nil, errdefs.Field("last_seq", "%d is above the highest seq %d", hello.LastSeq, uint64(proto.MaxSeq))
 	}
 	if hello.Name != "" {
 		if err := validate.Name("name", hello.Name); err != nil {

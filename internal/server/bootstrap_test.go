@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -40,5 +41,39 @@ func TestBootstrapOfTwoServersAtOnce(t *testing.T) {
 	}
 	if _, err := st.TokenByHash(ctx, auth.Hash(first)); err != nil {
 		t.Errorf("the first server's token: %v, want it still good", err)
+	}
+}
+
+// TestBootstrapWritesAdminTokenPrivately is the audit's 0644 admin-token:
+// a file already there (an earlier install, a copy) kept its mode when the
+// first admin token was written over it.
+func TestBootstrapWritesAdminTokenPrivately(t *testing.T) {
+	for _, mode := range []os.FileMode{0, 0o644, 0o666} {
+		t.Run(mode.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			path := AdminTokenFile(dir)
+			if mode != 0 {
+				if err := os.WriteFile(path, []byte("stale\n"), mode); err != nil {
+					t.Fatal(err)
+				}
+				os.Chmod(path, mode) // past the umask
+			}
+			st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			token, created, err := Bootstrap(t.Context(), st, dir)
+			if err != nil || !created {
+				t.Fatalf("Bootstrap = %v, %v", created, err)
+			}
+			fi, err := os.Stat(path)
+			if err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("admin-token over a file of mode %s: %v, %v; want mode 0600", mode, fi.Mode(), err)
+			}
+			if b, _ := os.ReadFile(path); string(b) != token+"\n" {
+				t.Errorf("admin-token holds %q, want the new token", b)
+			}
+		})
 	}
 }

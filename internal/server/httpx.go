@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -46,14 +45,9 @@ func principalFrom(ctx context.Context) auth.Principal {
 	return p
 }
 
-// bearer extracts the token from "Authorization: Bearer X".
-func bearer(r *http.Request) string {
-	h := r.Header.Get("Authorization")
-	if t, ok := strings.CutPrefix(h, "Bearer "); ok {
-		return strings.TrimSpace(t)
-	}
-	return ""
-}
+// bearer extracts the token from "Authorization: Bearer X", the scheme in
+// any case.
+func bearer(r *http.Request) string { return auth.Bearer(r.Header.Get("Authorization")) }
 
 // authenticate checks the request's token, which must be of kind. It
 // returns the stored token.

@@ -104,3 +104,47 @@ func TestRejoin(t *testing.T) {
 		t.Errorf("after re-join: groups %v, tags %v; want groups [a] kept and tag gpu added", n.Groups, n.Tags)
 	}
 }
+
+// TestRefusedRegistrationSpendsNoUse is the audit's 409 that spent a join
+// token's use: a registration refused because the machine and data dir
+// already have a node leaves the token's uses as they were, so a token of
+// two uses still admits a second machine.
+func TestRefusedRegistrationSpendsNoUse(t *testing.T) {
+	ts := newTestServer(t)
+	var tk api.Token
+	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/join-tokens", api.CreateTokenRequest{MaxUses: 2}, &tk)
+	uses := func() int {
+		var l api.TokenList
+		ts.mustCall(t, http.StatusOK, ts.admin, "GET", "/v1/join-tokens", nil, &l)
+		for _, x := range l.Tokens {
+			if x.ID == tk.ID {
+				return x.Uses
+			}
+		}
+		t.Fatalf("join token %s not listed", tk.ID)
+		return 0
+	}
+	first := api.RegisterRequest{MachineID: "m1", DataDir: "/var/lib/nodemgr", Name: "n1"}
+	for i, step := range []struct {
+		req      api.RegisterRequest
+		want     int
+		wantUses int
+	}{
+		{first, http.StatusOK, 1},
+		{first, http.StatusConflict, 1},
+		{first, http.StatusConflict, 1},
+		{api.RegisterRequest{MachineID: "m2", DataDir: "/var/lib/nodemgr", Name: "n2"}, http.StatusOK, 2},
+		{api.RegisterRequest{MachineID: "m3", DataDir: "/var/lib/nodemgr", Name: "n3"}, http.StatusForbidden, 2},
+	} {
+		if code, _, body := ts.register(t, tk.Secret, step.req); code != step.want {
+			t.Fatalf("step %d: register %s = %d %s, want %d", i, step.req.MachineID, code, body, step.want)
+		}
+		if got := uses(); got != step.wantUses {
+			t.Errorf("step %d: after registering %s (%d) the token has %d uses, want %d", i, step.req.MachineID, step.want, got, step.wantUses)
+		}
+	}
+	var n api.Node
+	if code, _ := ts.call(t, ts.admin, "GET", "/v1/nodes/n3", nil, &n); code != http.StatusNotFound {
+		t.Errorf("GET /v1/nodes/n3 after a spent token = %d, want 404: no node", code)
+	}
+}

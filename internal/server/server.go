@@ -428,7 +428,9 @@ func Bootstrap(ctx context.Context, st store.Store, dataDir string) (token strin
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", false, fmt.Errorf("bootstrap: %w", err)
 	}
-	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+	// A fresh file, mode 0600, whatever a file already there had: writing
+	// over one in place would keep its mode, 0644 say.
+	if err := atomicfile.Write(path, []byte(secret+"\n")); err != nil {
 		return "", false, fmt.Errorf("bootstrap: write %s: %w", path, err)
 	}
 	return secret, true, nil

@@ -33,7 +33,8 @@ func apiUser(u store.User) api.User {
 }
 
 func apiToken(t store.Token) api.Token {
-	out := api.Token{ID: t.ID, Kind: t.Kind, Name: t.Name, User: t.User, NodeID: t.NodeID, CreatedAt: t.CreatedAt}
+	out := api.Token{ID: t.ID, Kind: t.Kind, Name: t.Name, User: t.User, NodeID: t.NodeID, CreatedAt: t.CreatedAt,
+		Groups: t.Groups, MaxUses: t.MaxUses, Uses: t.Uses}
 	if !t.ExpiresAt.IsZero() {
 		e := t.ExpiresAt
 		out.ExpiresAt = &e

@@ -89,6 +89,11 @@ type Nodes interface {
 	// existing node (re-joining one goes through UpdateNode, after the
 	// server has checked the node's own credential).
 	CreateNode(ctx context.Context, n Node) (Node, error)
+	// JoinNode is CreateNode that spends one use of the join token
+	// tokenID in the same transaction, as UseJoinToken: a node that is
+	// not created (a conflict) spends no use, and a token that is spent
+	// or expired at now (errdefs.ErrPermission) creates no node.
+	JoinNode(ctx context.Context, tokenID string, now time.Time, n Node) (Node, error)
 	GetNode(ctx context.Context, id string) (Node, error)
 	// ListNodes lists nodes by name, then ID.
 	ListNodes(ctx context.Context, f NodeFilter) ([]Node, error)

@@ -3,6 +3,7 @@ package ssh
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -47,8 +48,11 @@ func (kc *keyCache) signers(files []string) ([]ssh.Signer, error) {
 			continue
 		}
 		s, err := readKey(f)
+		var open *openKeyError
 		if err != nil {
-			if explicit {
+			// A default key that is missing, or needs a passphrase, is
+			// not one to use; one open to others is a problem to hear of.
+			if explicit || errors.As(err, &open) {
 				return nil, err
 			}
 			continue
@@ -63,11 +67,19 @@ func (kc *keyCache) signers(files []string) ([]ssh.Signer, error) {
 }
 
 func readKey(file string) (ssh.Signer, error) {
-	b, err := os.ReadFile(file)
+	f, err := os.Open(file)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, errdefs.Field("identity_file", "%s does not exist", file)
 		}
+		return nil, fmt.Errorf("identity_file: %w", errdefs.FromOS(err))
+	}
+	defer f.Close()
+	if err := checkKeyMode(f); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
 		return nil, fmt.Errorf("identity_file: %w", errdefs.FromOS(err))
 	}
 	s, err := ssh.ParsePrivateKey(b)
@@ -80,6 +92,26 @@ func readKey(file string) (ssh.Signer, error) {
 	}
 	return s, nil
 }
+
+// checkKeyMode refuses a private key that users other than its owner may
+// read or write, as ssh does ("UNPROTECTED PRIVATE KEY FILE"): whoever
+// can read it can log in wherever it does, so it is no proof of anything.
+func checkKeyMode(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("identity_file: %w", errdefs.FromOS(err))
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return &openKeyError{errdefs.Field("identity_file", "%s is open to other users (mode %04o), and ssh refuses such a key: run chmod 600 %s", f.Name(), perm, f.Name())}
+	}
+	return nil
+}
+
+// openKeyError is a key refused for its mode (a *errdefs.FieldError).
+type openKeyError struct{ err error }
+
+func (e *openKeyError) Error() string { return e.err.Error() }
+func (e *openKeyError) Unwrap() error { return e.err }
 
 // agentAuth returns the keys of the agent at $SSH_AUTH_SOCK, if one is
 // set, and a function that closes the connection to it.

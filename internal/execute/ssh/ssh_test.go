@@ -386,3 +386,105 @@ func TestCutOffPrompt(t *testing.T) {
 		t.Errorf("stdout had %d bytes at the cut-off, %d after", n, out.Len())
 	}
 }
+
+// TestOpenPrivateKeyIsRefused is the audit's 0644 private key, accepted
+// silently: like ssh, the executor refuses a key that users other than its
+// owner may read or write, naming the file and the fix, both as a setting
+// and as a deployment's ssh_identity_file; 0600 and 0400 log in.
+func TestOpenPrivateKeyIsRefused(t *testing.T) {
+	srv := sshtest.Shared(t)
+	key, err := os.ReadFile(srv.Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode    os.FileMode
+		refused bool
+	}{
+		{0o644, true},
+		{0o640, true},
+		{0o604, true},
+		{0o620, true},
+		{0o600, false},
+		{0o400, false},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "id_ed25519")
+			if err := os.WriteFile(file, key, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(file, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			checkRefusal := func(what string, err error) {
+				t.Helper()
+				if !tc.refused {
+					if err != nil {
+						t.Errorf("%s with a key of mode %s = %v, want it to log in", what, tc.mode, err)
+					}
+					return
+				}
+				if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "chmod 600 "+file) {
+					t.Errorf("%s with a key of mode %s = %v, want it refused, naming %s and chmod 600", what, tc.mode, err, file)
+				}
+			}
+			settings := srv.Settings()
+			settings["identity_file"] = file
+			e, err := ssh.New(settings)
+			checkRefusal("ssh.New", err)
+			if err == nil {
+				e.Close()
+			}
+
+			// A deployment's own key is read when it connects.
+			e, d, _ := node(t, nil)
+			d.Extra = map[string]any{"ssh_identity_file": file}
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			code, err := e.Exec(ctx, d, execute.Command{Argv: []string{"true"}})
+			checkRefusal("Exec", err)
+			if err == nil && code != 0 {
+				t.Errorf("Exec(true) with a key of mode %s = %d", tc.mode, code)
+			}
+		})
+	}
+}
+
+// TestOpenDefaultKeyIsRefused: with no key named, ~/.ssh/id_ed25519 open to
+// others is refused out loud, not skipped (the login would then fail
+// without a word on why).
+func TestOpenDefaultKeyIsRefused(t *testing.T) {
+	srv := sshtest.Shared(t)
+	key, err := os.ReadFile(srv.Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	file := filepath.Join(home, ".ssh", "id_ed25519")
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(file, 0o644)
+	t.Setenv("HOME", home)
+	t.Setenv("SSH_AUTH_SOCK", "")
+	settings := srv.Settings()
+	delete(settings, "identity_file")
+	e, err := ssh.New(settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	_, err = e.Exec(ctx, srv.Deployment("node", ssh.Capability), execute.Command{Argv: []string{"true"}})
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "chmod 600 "+file) {
+		t.Errorf("Exec with the default key at mode 0644 = %v, want it refused, naming chmod 600 %s", err, file)
+	}
+	os.Chmod(file, 0o600)
+	if code, err := e.Exec(ctx, srv.Deployment("node", ssh.Capability), execute.Command{Argv: []string{"true"}}); err != nil || code != 0 {
+		t.Errorf("Exec with the default key at mode 0600 = %d, %v; want it to log in", code, err)
+	}
+}

@@ -28,28 +28,60 @@ func (s *Store) CreateNode(ctx context.Context, n store.Node) (store.Node, error
 	}
 	var out store.Node
 	err := s.write(ctx, func(tx pgx.Tx) error {
-		var existing string
-		err := tx.QueryRow(ctx, `SELECT id FROM nodes WHERE machine_id = $1 AND data_dir = $2`,
-			n.MachineID, n.DataDir).Scan(&existing)
-		switch {
-		case err == nil:
-			return fmt.Errorf("node %s is registered for this machine and data dir: %w", existing, errdefs.ErrConflict)
-		case !noRows(err):
-			return err
-		}
-		now := s.now()
-		n.RegisteredAt = sqlrow.OrNow(n.RegisteredAt, now)
-		n.UpdatedAt = now
-		if err := insertNode(ctx, tx, n); err != nil {
-			return err
-		}
-		out, err = getNode(ctx, tx, n.ID, "")
+		var err error
+		out, err = s.createNode(ctx, tx, n)
 		return err
 	})
 	if err != nil {
 		return store.Node{}, fmt.Errorf("create node for machine %s, data dir %s: %w", n.MachineID, n.DataDir, err)
 	}
 	return out, nil
+}
+
+// JoinNode creates n and spends one use of the join token tokenID in one
+// transaction: either both happen or neither does.
+func (s *Store) JoinNode(ctx context.Context, tokenID string, now time.Time, n store.Node) (store.Node, error) {
+	if n.ID == "" {
+		return store.Node{}, fmt.Errorf("create node for machine %s, data dir %s: %w", n.MachineID, n.DataDir, errdefs.Field("id", "required"))
+	}
+	var out store.Node
+	var tokenErr error // why the token was refused, if it was
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		if _, tokenErr = useJoinToken(ctx, tx, tokenID, now); tokenErr != nil {
+			return tokenErr
+		}
+		var err error
+		out, err = s.createNode(ctx, tx, n)
+		return err
+	})
+	switch {
+	case tokenErr != nil:
+		return store.Node{}, fmt.Errorf("use join token %s: %w", tokenID, err)
+	case err != nil:
+		return store.Node{}, fmt.Errorf("create node for machine %s, data dir %s: %w", n.MachineID, n.DataDir, err)
+	}
+	return out, nil
+}
+
+// createNode stores a new node in tx, refusing a second one for its
+// machine and data dir.
+func (s *Store) createNode(ctx context.Context, tx pgx.Tx, n store.Node) (store.Node, error) {
+	var existing string
+	err := tx.QueryRow(ctx, `SELECT id FROM nodes WHERE machine_id = $1 AND data_dir = $2`,
+		n.MachineID, n.DataDir).Scan(&existing)
+	switch {
+	case err == nil:
+		return store.Node{}, fmt.Errorf("node %s is registered for this machine and data dir: %w", existing, errdefs.ErrConflict)
+	case !noRows(err):
+		return store.Node{}, err
+	}
+	now := s.now()
+	n.RegisteredAt = sqlrow.OrNow(n.RegisteredAt, now)
+	n.UpdatedAt = now
+	if err := insertNode(ctx, tx, n); err != nil {
+		return store.Node{}, err
+	}
+	return getNode(ctx, tx, n.ID, "")
 }
 
 // GetNode returns the node with the given ID.

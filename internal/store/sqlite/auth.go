@@ -301,33 +301,39 @@ func (s *Store) UseJoinToken(ctx context.Context, id string, now time.Time) (sto
 	var t store.Token
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var err error
-		// One statement checks and counts, so concurrent uses cannot
-		// overdraw the token.
-		t, err = scanToken(tx.QueryRowContext(ctx, `UPDATE tokens SET uses = uses + 1, last_used = ?1
-			WHERE id = ?2 AND kind = ?3
-				AND (max_uses = 0 OR uses < max_uses)
-				AND (expires_at IS NULL OR expires_at > ?1)
-			RETURNING `+tokenColumns, now.UnixNano(), id, api.TokenJoin))
-		if !errors.Is(err, errdefs.ErrNotFound) {
-			return err
-		}
-		// Say why it was refused.
-		t, err = scanToken(tx.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = ?`, id))
-		switch {
-		case err != nil:
-			return err
-		case t.Kind != api.TokenJoin:
-			return fmt.Errorf("%s token is not a join token: %w", t.Kind, errdefs.ErrPermission)
-		case !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt):
-			return fmt.Errorf("expired at %s: %w", t.ExpiresAt.Format(time.RFC3339), errdefs.ErrPermission)
-		default:
-			return fmt.Errorf("all %d uses spent: %w", t.MaxUses, errdefs.ErrPermission)
-		}
+		t, err = useJoinToken(ctx, tx, id, now)
+		return err
 	})
 	if err != nil {
 		return store.Token{}, fmt.Errorf("use join token %s: %w", id, err)
 	}
 	return t, nil
+}
+
+// useJoinToken counts one use of join token id in tx, or says why not.
+func useJoinToken(ctx context.Context, tx *sql.Tx, id string, now time.Time) (store.Token, error) {
+	// One statement checks and counts, so concurrent uses cannot
+	// overdraw the token.
+	t, err := scanToken(tx.QueryRowContext(ctx, `UPDATE tokens SET uses = uses + 1, last_used = ?1
+		WHERE id = ?2 AND kind = ?3
+			AND (max_uses = 0 OR uses < max_uses)
+			AND (expires_at IS NULL OR expires_at > ?1)
+		RETURNING `+tokenColumns, now.UnixNano(), id, api.TokenJoin))
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		return t, err
+	}
+	// Say why it was refused.
+	t, err = scanToken(tx.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = ?`, id))
+	switch {
+	case err != nil:
+		return store.Token{}, err
+	case t.Kind != api.TokenJoin:
+		return store.Token{}, fmt.Errorf("%s token is not a join token: %w", t.Kind, errdefs.ErrPermission)
+	case !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt):
+		return store.Token{}, fmt.Errorf("expired at %s: %w", t.ExpiresAt.Format(time.RFC3339), errdefs.ErrPermission)
+	default:
+		return store.Token{}, fmt.Errorf("all %d uses spent: %w", t.MaxUses, errdefs.ErrPermission)
+	}
 }
 
 // TouchTokens records when tokens were last used, in one transaction. Times

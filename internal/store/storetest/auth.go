@@ -499,3 +499,50 @@ func testReplaceNodeCredential(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testJoinNode: a join token's use is spent in the node's own transaction,
+// so a refused registration (the audit's 409) leaves the token as it was,
+// and a spent or expired token creates no node.
+func testJoinNode(t *testing.T, s store.Store) {
+	mustCreateToken(t, s, joinToken("twice", 2))
+	expired := joinToken("expired", 0)
+	expired.ExpiresAt = t0
+	mustCreateToken(t, s, expired)
+	node := func(id, machine string) store.Node {
+		n := newNode(id)
+		n.MachineID, n.DataDir = machine, "/d"
+		return n
+	}
+	// Steps run in order against the same tokens.
+	for _, st := range []struct {
+		token    string
+		node     store.Node
+		want     error
+		wantUses int
+	}{
+		{"twice", node("n1", "m1"), nil, 1},
+		{"twice", node("n2", "m1"), errdefs.ErrConflict, 1}, // m1's node is there: no use spent
+		{"twice", node("n3", "m2"), nil, 2},
+		{"twice", node("n4", "m3"), errdefs.ErrPermission, 2}, // spent: no node
+		{"expired", node("n5", "m4"), errdefs.ErrPermission, 0},
+		{"ghost", node("n6", "m5"), errdefs.ErrNotFound, 0},
+	} {
+		got, err := s.JoinNode(t.Context(), st.token, t0, st.node)
+		if !wantErr(err, st.want) {
+			t.Errorf("JoinNode(%q, %s on %s) = %v, want %v", st.token, st.node.ID, st.node.MachineID, err, st.want)
+			continue
+		}
+		if st.want == nil && (got.ID != st.node.ID || got.MachineID != st.node.MachineID) {
+			t.Errorf("JoinNode(%q, %s) = node %s on %s", st.token, st.node.ID, got.ID, got.MachineID)
+		}
+		if _, err := s.GetNode(t.Context(), st.node.ID); (err == nil) != (st.want == nil) {
+			t.Errorf("GetNode(%s) after JoinNode = %v; want it stored only when JoinNode succeeded", st.node.ID, err)
+		}
+		if st.token == "ghost" {
+			continue
+		}
+		if stored := mustTokenByHash(t, s, st.token); stored.Uses != st.wantUses {
+			t.Errorf("TokenByHash(hash of %s).Uses after JoinNode(%s on %s) = %d, want %d", st.token, st.node.ID, st.node.MachineID, stored.Uses, st.wantUses)
+		}
+	}
+}

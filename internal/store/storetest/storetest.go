@@ -129,6 +129,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeleteToken", testDeleteToken},
 		{"UseJoinToken", testUseJoinToken},
 		{"UseJoinTokenConcurrent", testUseJoinTokenConcurrent},
+		{"JoinNode", testJoinNode},
 		{"TouchTokens", testTouchTokens},
 		{"ReplaceNodeCredential", testReplaceNodeCredential},
 
