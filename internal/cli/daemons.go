@@ -52,6 +52,7 @@ type serverFlags struct {
 	tlsAuto                                                        bool
 	tlsSANs                                                        []string
 	agentServerURL                                                 string
+	agentInsecureHTTP                                              bool
 	agentBinaries                                                  []string
 	agentBinaryDir                                                 string
 	poolBackoff, poolTick, poolSweep, poolDrainTimeout             time.Duration
@@ -97,7 +98,8 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	fl.BoolVar(&f.tlsAuto, "tls-auto", false, "serve HTTPS with the server's own CA even on loopback (it does so on any other address when no --tls-cert is given)")
 	fl.StringSliceVar(&f.tlsSANs, "tls-san", nil, "extra name or address for the server's own certificate, e.g. one behind NAT (repeatable)")
-	fl.StringVar(&f.agentServerURL, "agent-server-url", "", "the server's URL as pool machines reach it (default the URL it listens on)")
+	fl.StringVar(&f.agentServerURL, "agent-server-url", "", "the server's URL as pool machines reach it (default the URL it listens on); plain http:// only on loopback, unless --agent-insecure-http")
+	fl.BoolVar(&f.agentInsecureHTTP, "agent-insecure-http", false, "let pool machines reach a plain http:// --agent-server-url beyond loopback: their join tokens and credentials travel unencrypted")
 	fl.StringSliceVar(&f.agentBinaries, "agent-binary", nil, "static nodemgr binary to deliver onto pool machines, one per architecture (repeatable)")
 	fl.StringVar(&f.agentBinaryDir, "agent-binaries", "", "directory of static nodemgr binaries to deliver onto pool machines by their arch, named nodemgr-linux-amd64, nodemgr-linux-arm64 (go run ./cmd/release builds them); this binary, if static, serves its own arch when neither this nor --agent-binary does. Refused when every user may write it or a binary in it")
 	fl.DurationVar(&f.poolBackoff, "pool-backoff", 10*time.Second, "a pool candidate whose machine failed to launch or bootstrap waits this long before it is tried again; doubles with each failure in a row, up to 5m")
@@ -146,7 +148,7 @@ func (f *serverFlags) config() server.Config {
 		LeaderLease: f.leaderLease, ReplicaID: f.replicaID,
 		ProviderSettings: f.providerSettings(), ExecutorSettings: f.executorSettings(), Version: Version,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
-		AgentServerURL: f.agentServerURL, AgentBinaries: f.agentBinaries, AgentBinaryDir: f.agentBinaryDir,
+		AgentServerURL: f.agentServerURL, AgentInsecureHTTP: f.agentInsecureHTTP, AgentBinaries: f.agentBinaries, AgentBinaryDir: f.agentBinaryDir,
 		BlobMaxSize: f.blobMaxSize, BlobRetention: f.blobRetention, EnsembleRestoreDeadline: f.ensembleRestoreDeadline,
 		EnsembleProvisionDeadline: f.ensembleProvisionDeadline,
 		Orchestrator:              orchestrate.Config{Tick: f.poolTick, BackoffMin: f.poolBackoff, SweepInterval: f.poolSweep, DrainTimeout: f.poolDrainTimeout},

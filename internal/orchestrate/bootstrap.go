@@ -23,6 +23,9 @@ import (
 type BootstrapConfig struct {
 	// ServerURL is the server's URL as the machines reach it.
 	ServerURL string
+	// InsecureHTTP lets their agents reach a plain http:// ServerURL
+	// beyond loopback (the operator accepted it: --agent-insecure-http).
+	InsecureHTTP bool
 	// Binaries are static nodemgr binaries, one per architecture; the one
 	// whose ELF machine matches the machine's `uname -m` is delivered.
 	Binaries []string
@@ -286,6 +289,9 @@ func (o *Orchestrator) agentConfig(spec api.PoolSpec, d store.Deployment, token 
 		"join_token": token,
 		"name":       d.Name,
 		"labels":     labels,
+	}
+	if o.cfg.Bootstrap.InsecureHTTP {
+		cfg["insecure_http"] = true
 	}
 	if len(spec.Tags) > 0 {
 		cfg["tags"] = spec.Tags

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/store"
 )
 
 // fakeELF writes the 64-byte header of a static ELF64 executable for
@@ -164,5 +167,17 @@ func TestWorldWritableBinariesAreRefused(t *testing.T) {
 	_, bin := newDir(t, 0o755, 0o777)
 	if _, err := CheckBinary(bin); err == nil || !strings.Contains(err.Error(), "chmod o-w "+bin) {
 		t.Errorf("CheckBinary(a world-writable binary) = %v, want it refused", err)
+	}
+}
+
+// TestAgentConfigInsecureHTTP: a pool machine's agent may reach a plain
+// http:// server beyond loopback only when the operator accepted it.
+func TestAgentConfigInsecureHTTP(t *testing.T) {
+	for _, insecure := range []bool{false, true} {
+		o := &Orchestrator{cfg: Config{Bootstrap: BootstrapConfig{ServerURL: "http://10.0.0.5:7070", InsecureHTTP: insecure}}}
+		got := string(o.agentConfig(api.PoolSpec{Name: "p"}, store.Deployment{ID: "d-1", Name: "m1"}, "nmj_x"))
+		if strings.Contains(got, "insecure_http: true") != insecure {
+			t.Errorf("agentConfig with InsecureHTTP %v =\n%s\nwant insecure_http only when set", insecure, got)
+		}
 	}
 }

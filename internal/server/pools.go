@@ -247,6 +247,7 @@ func (s *Server) agentServerURL() string {
 func (s *Server) newOrchestrator() error {
 	cfg := s.cfg.Orchestrator
 	cfg.Bootstrap.ServerURL = s.cfg.AgentServerURL
+	cfg.Bootstrap.InsecureHTTP = s.cfg.AgentInsecureHTTP
 	cfg.Bootstrap.Binaries = s.cfg.AgentBinaries
 	cfg.Bootstrap.BinaryDir = s.cfg.AgentBinaryDir
 	if cfg.Bootstrap.BinaryDir != "" {

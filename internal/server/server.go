@@ -16,6 +16,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/atomicfile"
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/blob"
+	"github.com/nodemgr/nodemgr/internal/cleartext"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/store"
@@ -59,8 +60,12 @@ type Config struct {
 	SuiteTick                 time.Duration // how often suites are closed and completed; default 1s
 	DriftInterval             time.Duration // how often deployments are compared with their providers; default 30s
 	// AgentServerURL is the server's URL as pool machines reach it;
-	// default the URL it listens on.
-	AgentServerURL string
+	// default the URL it listens on. A plain http:// one beyond loopback
+	// would carry their join tokens and credentials in clear: it is
+	// refused unless AgentInsecureHTTP, which their agents are then
+	// configured with too.
+	AgentServerURL    string
+	AgentInsecureHTTP bool
 	// AgentBinaries are static nodemgr binaries the orchestrator delivers
 	// onto pool machines, one per architecture, and AgentBinaryDir holds
 	// more, named nodemgr-linux-GOARCH; this executable serves its own
@@ -215,6 +220,9 @@ func (c *Config) validate() error {
 	}
 	if c.LeaderLease < 30*time.Millisecond {
 		return errdefs.Field("leader_lease", "must be at least 30ms, got %s", c.LeaderLease)
+	}
+	if err := cleartext.Check(c.AgentServerURL, c.AgentInsecureHTTP, "--agent-insecure-http"); err != nil {
+		return errdefs.Field("agent_server_url", "pool machines would send their join token and credential in clear: %v", err)
 	}
 	if c.CredentialTTL < 3*c.HeartbeatInterval {
 		// Agents renew at two thirds of the lifetime, checked every heartbeat.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -201,4 +202,42 @@ func TestURLOfAWildcardListen(t *testing.T) {
 		t.Fatalf("GET %s/healthz = %v", s.URL(), err)
 	}
 	resp.Body.Close()
+}
+
+// TestAgentServerURLInClear: pool machines are told the server's URL, and
+// send their join token and credential there. A plain http:// one beyond
+// loopback is refused at start unless the operator accepts it, and then
+// the machines' agents are told they may use it.
+func TestAgentServerURLInClear(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		url      string
+		insecure bool
+		ok       bool
+	}{
+		{"http://127.0.0.1:7070", false, true},
+		{"https://10.0.0.5:7070", false, true},
+		{"http://10.0.0.5:7070", false, false},
+		{"http://10.0.0.5:7070", true, true},
+	} {
+		t.Run(fmt.Sprintf("%s insecure=%v", tc.url, tc.insecure), func(t *testing.T) {
+			dir := t.TempDir()
+			st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			s, err := New(Config{DataDir: dir, AgentServerURL: tc.url, AgentInsecureHTTP: tc.insecure}, st, log)
+			if tc.ok != (err == nil) {
+				t.Fatalf("New(agent server URL %s, insecure %v) = %v, want ok %v", tc.url, tc.insecure, err, tc.ok)
+			}
+			if err != nil {
+				if !strings.Contains(err.Error(), "--agent-insecure-http") || !strings.Contains(err.Error(), "agent_server_url") {
+					t.Errorf("the refusal %q names neither the setting nor the way out", err)
+				}
+				return
+			}
+			s.Close()
+		})
+	}
 }
