@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 
+	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
 
@@ -28,8 +29,8 @@ const TaskUser = "nodemgr-task"
 // agent's own rights, so the server takes it only from an admin of the
 // suite's group.
 const (
-	Root  = "root"  // root, and so only where the agent is root
-	Agent = "agent" // whatever user the agent runs as
+	Root  = api.RunAsRoot  // root, and so only where the agent is root
+	Agent = api.RunAsAgent // whatever user the agent runs as
 )
 
 // Privileged says whether a run_as value asks for the agent's rights:

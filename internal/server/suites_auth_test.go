@@ -1,7 +1,9 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -38,5 +40,48 @@ func TestRevokedRoleStopsSuiteWork(t *testing.T) {
 	ts.mustCall(t, http.StatusCreated, admin, "POST", "/v1/suites", api.SuiteSpec{Name: "other", Group: "a", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}, &other)
 	if code, body := ts.call(t, bob, "POST", "/v1/suites/"+other.ID+"/tasks", tasks, nil); code != http.StatusForbidden {
 		t.Errorf("reader submitting tasks = %d %s, want 403", code, body)
+	}
+}
+
+// TestRunAsNeedsAGroupAdmin: a suite may run its code with the agent's
+// own rights (run_as root or agent, which can read the node's
+// credential) only when an admin of its group creates it; a writer may
+// name an unprivileged user or none, and a malformed name is a field
+// error. (Issue 26: a group-B writer's task read agent.json.)
+func TestRunAsNeedsAGroupAdmin(t *testing.T) {
+	ts := newTestServer(t)
+	writer := ts.user(t, "wanda", false, map[string]string{"a": api.RoleWrite})
+	groupAdmin := ts.user(t, "gina", false, map[string]string{"a": api.RoleAdmin})
+	otherAdmin := ts.user(t, "oscar", false, map[string]string{"a": api.RoleWrite, "b": api.RoleAdmin})
+	tests := []struct {
+		name   string
+		caller string
+		runAs  string
+		want   int
+		says   string
+	}{
+		{"writer, default", writer, "", http.StatusCreated, ""},
+		{"writer, a named user", writer, "builder", http.StatusCreated, ""},
+		{"writer, root", writer, "root", http.StatusForbidden, "run_as"},
+		{"writer, uid 0", writer, "0", http.StatusForbidden, "run_as"},
+		{"writer, the agent's user", writer, "agent", http.StatusForbidden, "run_as"},
+		{"admin of another group, root", otherAdmin, "root", http.StatusForbidden, "only an admin of group a"},
+		{"group admin, root", groupAdmin, "root", http.StatusCreated, ""},
+		{"group admin, agent", groupAdmin, "agent", http.StatusCreated, ""},
+		{"admin, root", ts.admin, "root", http.StatusCreated, ""},
+		{"writer, a malformed name", writer, "root; rm -rf /", http.StatusBadRequest, "run_as"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := api.SuiteSpec{Name: fmt.Sprintf("runas-%d", i), Group: "a", RunAs: tc.runAs, WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}
+			var su api.Suite
+			code, body := ts.call(t, tc.caller, "POST", "/v1/suites", spec, &su)
+			if code != tc.want || !strings.Contains(body, tc.says) {
+				t.Fatalf("create a suite with run_as %q = %d %s, want %d saying %q", tc.runAs, code, body, tc.want, tc.says)
+			}
+			if code == http.StatusCreated && su.RunAs != tc.runAs {
+				t.Errorf("created suite's run_as = %q, want %q", su.RunAs, tc.runAs)
+			}
+		})
 	}
 }
