@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -352,8 +352,8 @@ func matchOutputs(sandbox fs.FS, globs []string, limit int) (files, missing []st
 		}
 		depth = max(depth, strings.Count(clean[i], "/")+1)
 	}
-	found := make([]int, len(globs))    // files each glob brought
-	under := map[string][]int{}         // matched directory → the globs that matched it
+	found := make([]int, len(globs)) // files each glob brought
+	under := map[string][]int{}      // matched directory → the globs that matched it
 	seen := map[string]bool{}
 	err = fs.WalkDir(sandbox, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
