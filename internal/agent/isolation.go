@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 
 	"github.com/nodemgr/nodemgr/internal/datadir"
 	"github.com/nodemgr/nodemgr/internal/runas"
@@ -94,11 +95,50 @@ func (a *Agent) giveWorkDir(workDir string, as *runas.User) error {
 		if err := passable(workDir, *as); err != nil {
 			return fmt.Errorf("run_as %s: %w", as.Name, err)
 		}
+		if err := giveTreeOnce(workDir, *as); err != nil {
+			return err
+		}
 	}
 	if err := os.Lchown(workDir, int(owner.UID), int(owner.GID)); err != nil && as != nil {
 		return fmt.Errorf("give the work dir to %s: %w", owner, err)
 	}
 	return os.Chmod(workDir, 0o700)
+}
+
+// giveTreeOnce gives what is in a work dir to u where it was last given
+// to someone else, or never (an agent that ran suites as itself made it),
+// so that the suite's hooks may change what earlier ones left. Who it was
+// given to is kept beside it, in the agent's suites dir (<ID>.uid): the
+// tree is walked once, not at every take-up.
+func giveTreeOnce(workDir string, u runas.User) error {
+	record := workDir + ".uid"
+	uid := strconv.FormatUint(uint64(u.UID), 10)
+	if b, err := os.ReadFile(record); err == nil && string(b) == uid {
+		return nil
+	}
+	if err := giveTree(workDir, u); err != nil {
+		return err
+	}
+	return os.WriteFile(record, []byte(uid), 0o600)
+}
+
+// giveTree gives everything below workDir to u, through an os.Root: the
+// tree may hold links.
+func giveTree(workDir string, u runas.User) error {
+	root, err := os.OpenRoot(workDir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == "." {
+			return err
+		}
+		if err := root.Lchown(filepath.FromSlash(p), int(u.UID), int(u.GID)); err != nil {
+			return fmt.Errorf("give the work dir to %s: %w", u, err)
+		}
+		return nil
+	})
 }
 
 // takeWorkDir takes a suite's work dir back once the suite has left: no

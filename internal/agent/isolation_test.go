@@ -360,8 +360,14 @@ func TestHooksRunAsTheSuitesUser(t *testing.T) {
 	workDir := filepath.Join(dataDir, "suites", "s-1")
 	a := &Agent{log: slog.New(slog.DiscardHandler), cfg: Config{DataDir: dataDir, Prefix: dataDir},
 		users: runas.Policy{Self: runas.User{Name: "root"}, Switch: true, Default: nobodyUser}}
+	// What an agent that ran suites as itself left there.
+	os.MkdirAll(filepath.Join(workDir, "data"), 0o755)
+	os.WriteFile(filepath.Join(workDir, "data", "old.txt"), nil, 0o644)
 	if err := a.giveWorkDir(workDir, &nobodyUser); err != nil {
 		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(workDir, "data", "old.txt")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 65534 {
+		t.Errorf("what was in the work dir before: %v; want it given to the suite's user", err)
 	}
 	// What an earlier run of the suite's code could have left.
 	os.Symlink(secret, filepath.Join(workDir, "prepare.log"))
