@@ -457,6 +457,15 @@ nodemgr service). Its local API listens on <data dir>/agent.sock, so one agent
 is useful without a server (--standalone). Services keep running when the
 agent stops; the next agent on the data dir adopts them.
 
+Run as root, the agent runs suite hooks, tasks and services as other users:
+a suite's run_as or a service's user, and by default an unprivileged user
+it keeps for this (nodemgr-task, made with useradd when missing, else
+nobody); its log says which. The data dir is then 0711 with everything in
+it private but the suites, software and runtime trees, so they can reach
+their work dirs and nothing else; every directory above the data dir must
+let others pass (o+x). Run as another user, the agent runs them as itself
+and says so once.
+
 Settings come from --config (YAML, e.g. /etc/nodemgr/agent.yaml), then
 NODEMGR_<KEY> variables (NODEMGR_SERVER, NODEMGR_DATA_DIR, NODEMGR_TAGS=a,b,
 NODEMGR_LABELS=k=v,...), then flags; --print-config shows the result and

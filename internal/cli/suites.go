@@ -62,7 +62,10 @@ func suiteCreateCmd(e *env) *cobra.Command {
   hooks:
     prepare: {command: [sh, -c, "make data"], timeout: 10m,
               resources: [{url: "http://depot/data.tar", path: data.tar}]}
-    cleanup: {command: [rm, -rf, data]}`,
+    cleanup: {command: [rm, -rf, data]}
+  run_as: builder                # the node's user tasks and hooks run as; absent: an
+                                 # unprivileged one (nodemgr-task, else nobody); root or
+                                 # agent (the agent's own user): group admins only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
