@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,4 +113,74 @@ func waitTask(t *testing.T, s *server, id, state string) {
 		tk, err := s.client().Task(context.Background(), id)
 		return err == nil && tk.State == state, fmt.Sprintf("%s %v %+v", tk.State, err, tk.Result)
 	})
+}
+
+// TestAgentNotRootRunsTasksAsItself: an agent that does not run as root
+// cannot switch users: it says so in its log, runs a suite that names no
+// user as itself, and refuses a suite whose run_as names another user
+// with a prepare problem saying why, instead of running it as itself.
+func TestAgentNotRootRunsTasksAsItself(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start the agent as another user")
+	}
+	s := startServer(t)
+	// nobody must be able to run the binary and own its data dir.
+	os.Chmod(filepath.Dir(binary), 0o755)
+	passable(t, filepath.Dir(binary))
+	dataDir := passable(t, t.TempDir())
+	if err := os.Chown(dataDir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	a := startAsNobody(t, "agent unprivileged", "agent", "--server", s.url(), "--data-dir", dataDir, "--name", "unprivileged",
+		"--join-token", s.joinToken(t), "--reconnect-min", "100ms", "--reconnect-max", "500ms")
+	waitStatus(t, s, "unprivileged", api.StatusOnline, 20*time.Second)
+	if out := a.output(); !strings.Contains(out, "does not run as root") {
+		t.Errorf("the agent did not say it cannot switch users:\n%s", out)
+	}
+
+	createSuite(t, s, api.SuiteSpec{Name: "as-agent", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}})
+	ids := submit(t, s, "as-agent", []api.TaskSpec{sh("id -u")})
+	waitTask(t, s, ids[0], api.TaskFinished)
+	if tk, _ := s.client().Task(context.Background(), ids[0]); tk.Result.Stdout != "65534\n" {
+		t.Errorf("a suite that names no user ran as %q, want the agent's user 65534", tk.Result.Stdout)
+	}
+	s.client().CloseSuite(context.Background(), "as-agent")
+	waitSuite(t, s, "as-agent", api.SuiteComplete, time.Minute)
+
+	createSuite(t, s, api.SuiteSpec{Name: "as-daemon", RunAs: "daemon", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}})
+	submit(t, s, "as-daemon", []api.TaskSpec{sh("id -u")})
+	var su api.Suite
+	waitFor(t, 30*time.Second, "a prepare problem for run_as", func() (bool, string) {
+		su, _ = s.client().Suite(context.Background(), "as-daemon")
+		return len(su.Problems) > 0, fmt.Sprintf("%+v", su)
+	})
+	p := su.Problems[0]
+	if p.Stage != api.StagePrepare || !strings.Contains(p.Reason, "run_as") || !strings.Contains(p.Reason, `"daemon"`) || !strings.Contains(p.Reason, "not root") {
+		t.Errorf("problem = %+v; want a prepare problem naming run_as, the user and why", p)
+	}
+	if su.Counts.Ready != 1 || su.Counts.Finished != 0 {
+		t.Errorf("counts = %+v; want the task still Ready, run by no one", su.Counts)
+	}
+}
+
+// startAsNobody starts the nodemgr binary as nobody, its output captured.
+func startAsNobody(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, done: make(chan struct{})}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p}, lockedWriter{p}
+	p.cmd.Env = append(os.Environ(), "NODEMGR_TOKEN=", "NODEMGR_ADDR=", "GORACE=atexit_sleep_ms=0", "HOME=/")
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("--- output of %s ---\n%s", name, p.output())
+		}
+	})
+	return p
 }

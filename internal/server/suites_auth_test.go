@@ -85,3 +85,35 @@ func TestRunAsNeedsAGroupAdmin(t *testing.T) {
 		})
 	}
 }
+
+// TestServiceUserNeedsAGroupAdmin: a service may run with the agent's own
+// rights (user root or agent) only when an admin of the node's group
+// starts it; a writer may name an unprivileged user or none. A start
+// that passes this check goes on to the agent (here: not connected, 503).
+func TestServiceUserNeedsAGroupAdmin(t *testing.T) {
+	ts := newTestServer(t)
+	ts.nodeNamed(t, "svc-host", "a")
+	writer := ts.user(t, "wanda", false, map[string]string{"a": api.RoleWrite})
+	groupAdmin := ts.user(t, "gina", false, map[string]string{"a": api.RoleAdmin})
+	tests := []struct {
+		name   string
+		caller string
+		user   string
+		want   int
+	}{
+		{"writer, default user", writer, "", http.StatusServiceUnavailable},
+		{"writer, a named user", writer, "nobody", http.StatusServiceUnavailable},
+		{"writer, root", writer, "root", http.StatusForbidden},
+		{"writer, the agent's user", writer, "agent", http.StatusForbidden},
+		{"group admin, root", groupAdmin, "root", http.StatusServiceUnavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := api.ServiceSpec{Coordinate: "1.web.ops.prod", Artifact: "acme:web:1.0", Command: []string{"bin/web"}, User: tc.user}
+			code, body := ts.call(t, tc.caller, "POST", "/v1/nodes/svc-host/services", spec, nil)
+			if code != tc.want || (code == http.StatusForbidden && !strings.Contains(body, "user")) {
+				t.Errorf("start a service as %q = %d %s, want %d", tc.user, code, body, tc.want)
+			}
+		})
+	}
+}
