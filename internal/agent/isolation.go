@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 
 	"github.com/nodemgr/nodemgr/internal/datadir"
@@ -56,7 +55,7 @@ func (a *Agent) sealDataDir() error {
 	if err != nil {
 		return err
 	}
-	if err := passable(a.suitesDir(), a.users.Default); err != nil {
+	if err := runas.Reach(a.users.Default, a.suitesDir()); err != nil {
 		a.log.Warn("suites that name no user cannot run here until this is fixed", "err", err)
 	}
 	return nil
@@ -92,7 +91,7 @@ func (a *Agent) giveWorkDir(workDir string, as *runas.User) error {
 	owner := a.users.Self
 	if as != nil {
 		owner = *as
-		if err := passable(workDir, *as); err != nil {
+		if err := runas.Reach(*as, workDir); err != nil {
 			return fmt.Errorf("run_as %s: %w", as.Name, err)
 		}
 		if err := giveTreeOnce(workDir, *as); err != nil {
@@ -153,28 +152,4 @@ func (a *Agent) takeWorkDir(workDir string, as *runas.User) {
 		a.log.Warn("take a suite's work dir back", "dir", workDir, "err", err)
 	}
 	os.Chmod(workDir, 0o700)
-}
-
-// passable checks that u may pass through every directory above path, as
-// a process of u's must to reach its work dir.
-func passable(path string, u runas.User) error {
-	dirs := []string{path}
-	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
-		dirs = append(dirs, d)
-		if d == filepath.Dir(d) {
-			break
-		}
-	}
-	slices.Reverse(dirs)
-	for _, d := range dirs[:len(dirs)-1] {
-		fi, err := os.Stat(d)
-		if err != nil {
-			return err
-		}
-		if !mayEnter(fi, u) {
-			return fmt.Errorf("user %s cannot reach %s: %s is mode %s; let others pass (chmod o+x %s) or choose a data dir under passable directories",
-				u, path, d, fi.Mode().Perm(), d)
-		}
-	}
-	return nil
 }

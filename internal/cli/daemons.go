@@ -22,6 +22,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/blob"
 	"github.com/nodemgr/nodemgr/internal/datadir"
+	"github.com/nodemgr/nodemgr/internal/runas"
 
 	// Providers register themselves with provision.
 	"github.com/nodemgr/nodemgr/internal/orchestrate"
@@ -38,6 +39,9 @@ import (
 
 // serverFlags are the coordinator's settings, shared by `server` and `dev`.
 type serverFlags struct {
+	// passable: the data dir holds a dev agent's, which runs suites as
+	// other users (datadir.Passable); else it is private.
+	passable                                                       bool
 	listen, dataDir, db, dbListen                                  string
 	heartbeatInterval, offlineAfter, confirmTimeout, credentialTTL time.Duration
 	maxTokenTTL                                                    time.Duration
@@ -200,7 +204,11 @@ func (f *serverFlags) executorSettings() map[string]map[string]string {
 // postgresql:// URL, else the SQLite file (by default in the data dir,
 // which holds the admin token either way).
 func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.Store, error) {
-	if was, err := datadir.Ensure(f.dataDir); err != nil {
+	ensure := datadir.Ensure
+	if f.passable {
+		ensure = datadir.EnsurePassable
+	}
+	if was, err := ensure(f.dataDir); err != nil {
 		return nil, err
 	} else if was != 0 {
 		log.Warn("the data dir holds the store and the admin token and was open to other users; made it private", "dir", f.dataDir, "mode", was.String())
@@ -582,6 +590,9 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	if f.dataDir, err = filepath.Abs(f.dataDir); err != nil {
 		return err
 	}
+	// The dev agent, run as root, runs suites as other users, who pass
+	// through the server's data dir to the agent's.
+	f.passable = runas.CanSwitch()
 	st, err := f.openStore(ctx, log)
 	if err != nil {
 		return err
@@ -606,6 +617,12 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	caFile := srv.TLS().CAFile // set when dev listens beyond loopback, or with --tls-auto
 
 	agentDir := filepath.Join(f.dataDir, "agent")
+	if f.passable {
+		// Nothing in the server's data dir but the agent's is theirs.
+		if _, err := datadir.Seal(f.dataDir, "agent"); err != nil {
+			return err
+		}
+	}
 	// Always at hand, so the dev agent can register again if its credential
 	// no longer matches the database; gone when dev stops (or in an hour).
 	joinToken, tokenID, err := devJoinToken(ctx, st)

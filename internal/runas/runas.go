@@ -14,7 +14,9 @@ package runas
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"os/user"
+	"path/filepath"
 	"regexp"
 	"strconv"
 
@@ -100,6 +102,11 @@ func fromOS(u *user.User) (User, error) {
 	return out, nil
 }
 
+// CanSwitch says whether this process may start others as other users
+// (it runs as root on Linux): an agent here runs suites and services as
+// other users.
+func CanSwitch() bool { return canSwitch() }
+
 // Policy is how one agent picks users.
 type Policy struct {
 	Self User // the agent's own user
@@ -178,6 +185,30 @@ func (p Policy) Resolve(field, name string) (User, error) {
 		return User{}, errdefs.Field(field, "%q is the agent's own user: say %s: %s (a group admin's spec only), or name another user", name, field, Agent)
 	}
 	return u, nil
+}
+
+// Reach checks that u may pass through every directory above path, as a
+// process of u's must to reach path (its work dir, its program); the
+// error says which directory stops it and what to do.
+func Reach(u User, path string) error {
+	var dirs []string
+	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+		dirs = append(dirs, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		fi, err := os.Stat(dirs[i])
+		if err != nil {
+			return err
+		}
+		if !mayEnter(fi, u) {
+			return fmt.Errorf("user %s cannot reach %s: %s is mode %s; let others pass (chmod o+x %s), or move it under directories they may pass",
+				u, path, dirs[i], fi.Mode().Perm(), dirs[i])
+		}
+	}
+	return nil
 }
 
 // Other says whether starting code as u needs a switch away from the

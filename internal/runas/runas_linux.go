@@ -3,13 +3,31 @@ package runas
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
+	"slices"
 	"strings"
+	"syscall"
 )
 
 func canSwitch() bool { return os.Geteuid() == 0 }
+
+// mayEnter says whether u has search permission on the directory fi.
+func mayEnter(fi fs.FileInfo, u User) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	perm := fi.Mode().Perm()
+	switch {
+	case !ok, u.UID == 0:
+		return true
+	case st.Uid == u.UID:
+		return perm&0o100 != 0
+	case st.Gid == u.GID || slices.Contains(u.Groups, st.Gid):
+		return perm&0o010 != 0
+	}
+	return perm&0o001 != 0
+}
 
 func current() (User, error) {
 	u, err := user.Current()

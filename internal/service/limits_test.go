@@ -242,3 +242,19 @@ func TestUserAndLimitsRefused(t *testing.T) {
 		})
 	}
 }
+
+// A service whose program another user cannot reach (a prefix under a
+// directory only root may enter) is refused saying which directory and
+// what to do, not with exec's "permission denied".
+func TestUnreachableProgramIsAClearError(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t) // t.TempDir: 0700, root's
+	s, _ := h.supervisor()
+	spec := h.spec("a.far.u.c")
+	spec.Port = -1
+	spec.User = "nobody"
+	_, err := s.Start(context.Background(), spec)
+	if err == nil || !strings.Contains(err.Error(), "cannot reach") || !strings.Contains(err.Error(), "chmod o+x") {
+		t.Errorf("Start as nobody under a 0700 dir = %v; want an error saying it cannot reach the program and what to do", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/runas"
 )
 
 // process is one run of a service: a child this supervisor started, or a
@@ -80,6 +81,23 @@ func openLog(runtimeDir string) (*os.File, error) {
 	return root.OpenFile(logName, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 }
 
+// reachable checks that the user cred names (nil: the supervisor's own)
+// can reach the service's program and runtime dir: a prefix under a
+// directory others may not pass is a clear error, not "permission denied"
+// from exec.
+func reachable(cred *syscall.Credential, name string, paths ...string) error {
+	if cred == nil {
+		return nil
+	}
+	u := runas.User{Name: name, UID: cred.Uid, GID: cred.Gid, Groups: cred.Groups}
+	for _, p := range paths {
+		if err := runas.Reach(u, p); err != nil {
+			return fmt.Errorf("the service runs as another user: %w", err)
+		}
+	}
+	return nil
+}
+
 // credential is who a spec's process runs as (nil: the supervisor's own
 // user): its user, resolved by the Users policy, or the policy's
 // unprivileged default where it names none. A user the node lacks, or one
@@ -110,6 +128,9 @@ func (s *Supervisor) launch(sv *svc, spec api.ServiceSpec, tree string, port int
 		return nil, err
 	}
 	if err := os.MkdirAll(runtimeDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := reachable(cred, spec.User, prog, runtimeDir); err != nil {
 		return nil, err
 	}
 	log, err := openLog(runtimeDir)
