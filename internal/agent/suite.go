@@ -158,6 +158,9 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	}
 	if err != nil {
 		log.Warn("cannot start workers; leaving the suite", "err", err)
+		if files != nil {
+			files.drain()
+		}
 		src.close(parent)
 		r.runHook(parent, su, workDir, "cleanup", su.Hooks.Cleanup, as)
 		r.leaveUnprepared(parent, ctx, su.ID, api.StageWorkers, err)
