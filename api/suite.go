@@ -43,7 +43,19 @@ type SuiteSpec struct {
 	Hooks          Hooks             `json:"hooks,omitempty" yaml:"hooks"`
 	// Retry is the suite's retry policy; a task may override its fields.
 	Retry *RetryPolicy `json:"retry,omitempty" yaml:"retry"`
+	// RunAs is the user of the node that the suite's tasks and hooks run
+	// as: a user name or numeric uid. Empty: an unprivileged user the
+	// agent keeps for this (nodemgr-task, else nobody). "root" and "agent"
+	// (the agent's own user) give them the agent's rights, and only an
+	// admin of the suite's group may ask for them.
+	RunAs string `json:"run_as,omitempty" yaml:"run_as"`
 }
+
+// Privileged RunAs values: the agent's own rights.
+const (
+	RunAsRoot  = "root"
+	RunAsAgent = "agent"
+)
 
 // RetryPolicy says when a failed task runs again. Unset fields keep the
 // seed's rules: give up after 2 crashes by SIGSEGV/SIGILL/SIGBUS/SIGFPE or

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -24,10 +25,18 @@ const outputDrainWait = 2 * time.Second
 // RunCommandWorker is the worker behind `nodemgr worker`: Run with
 // RunCommand as the handler. SIGTERM or SIGINT stop it: the running task's
 // processes get SIGTERM, and SIGKILL after the task's kill grace, and the
-// task is reported stopped.
+// task is reported stopped. Told a user in NODEMGR_WORKER_RUN_AS (an agent
+// that runs as root and keeps its tasks from its rights), it starts every
+// task as that user, and stays itself the one who tracks and kills the
+// task's processes (cgroups), which the task cannot touch.
 func RunCommandWorker(ctx context.Context) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if v := os.Getenv(workerproto.EnvRunAs); v != "" {
+		if err := runTasksAs(v); err != nil {
+			return fmt.Errorf("command worker: %w", err)
+		}
+	}
 	ownChildren() // every child of this process is a task's, or an orphan of one
 	defer closeTrees()
 	// RunCommand spends a task blocked in epoll_wait, holding a P (a
@@ -71,7 +80,8 @@ func RunCommand(ctx context.Context, t Task) Result {
 // the task's variables on top, in a stable order.
 func taskEnv(base []string, extra map[string]string) []string {
 	env := slices.DeleteFunc(slices.Clone(base), func(kv string) bool {
-		return strings.HasPrefix(kv, workerproto.EnvSocket+"=") || strings.HasPrefix(kv, workerproto.EnvToken+"=")
+		return strings.HasPrefix(kv, workerproto.EnvSocket+"=") || strings.HasPrefix(kv, workerproto.EnvToken+"=") ||
+			strings.HasPrefix(kv, workerproto.EnvRunAs+"=")
 	})
 	keys := make([]string, 0, len(extra))
 	for k := range extra {

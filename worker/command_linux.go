@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/proctree"
+	"github.com/nodemgr/nodemgr/internal/workerproto"
 )
 
 // A command task is started with fork+exec and watched through one epoll
@@ -29,6 +30,20 @@ const (
 	tagStderr
 	tagExit
 )
+
+// taskCred, when set, is the user every task starts as (RunCommandWorker
+// told so by the pool): set once before the first task, read after.
+var taskCred *syscall.Credential
+
+// runTasksAs makes tasks start as the user an EnvRunAs value names.
+func runTasksAs(v string) error {
+	uid, gid, groups, err := workerproto.ParseRunAs(v)
+	if err != nil {
+		return err
+	}
+	taskCred = &syscall.Credential{Uid: uid, Gid: gid, Groups: groups}
+	return nil
+}
 
 // runCommand runs t; see RunCommand.
 func runCommand(ctx context.Context, t Task, env []string) Result {
@@ -225,7 +240,7 @@ func (w *watch) start(path string, t Task, env []string) (*running, error) {
 	attr := &syscall.ProcAttr{
 		Dir: t.Workdir, Env: env,
 		Files: []uintptr{uintptr(w.devNull), uintptr(writeEnds[0]), uintptr(writeEnds[1])},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, PidFD: &pidfd},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, PidFD: &pidfd, Credential: taskCred},
 	}
 	fork := func(attr *syscall.ProcAttr) (int, error) { return syscall.ForkExec(path, t.Argv, attr) }
 	var pid int

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/proctree"
+	"github.com/nodemgr/nodemgr/internal/workerproto"
 )
 
 // treeModeEnv makes the test binary run TestRunCommandStopsTheWholeTree's
@@ -31,27 +32,61 @@ func TestRunCommandStopsTheWholeTree(t *testing.T) {
 		stopsTheWholeTree(t, proctree.Mode(mode))
 		return
 	}
+	// As root, also with the tasks started as another user (an agent's
+	// default): the worker, still root, stops their trees all the same.
+	users := []string{""}
+	if os.Geteuid() == 0 {
+		users = append(users, workerproto.FormatRunAs(65534, 65534, nil))
+	}
 	for _, mode := range []proctree.Mode{proctree.Cgroup2, proctree.Cgroup1, proctree.Walk} {
-		t.Run(string(mode), func(t *testing.T) {
-			if mode != proctree.Walk { // walk works anywhere, and would make this process a subreaper
-				m, err := proctree.New(proctree.Options{Mode: mode})
-				if err != nil {
-					t.Skipf("no %s here: %v", mode, err)
+		for _, runAs := range users {
+			name := string(mode)
+			if runAs != "" {
+				name += "/as-" + runAs
+			}
+			t.Run(name, func(t *testing.T) {
+				if mode != proctree.Walk { // walk works anywhere, and would make this process a subreaper
+					m, err := proctree.New(proctree.Options{Mode: mode})
+					if err != nil {
+						t.Skipf("no %s here: %v", mode, err)
+					}
+					m.Close()
 				}
-				m.Close()
-			}
-			cmd := exec.Command(os.Args[0], "-test.run=^TestRunCommandStopsTheWholeTree$", "-test.count=1", "-test.v")
-			cmd.Env = append(os.Environ(), treeModeEnv+"="+string(mode), proctree.EnvMode+"="+string(mode))
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Errorf("in %s mode: %v\n%s", mode, err, out)
-			}
-		})
+				cmd := exec.Command(os.Args[0], "-test.run=^TestRunCommandStopsTheWholeTree$", "-test.count=1", "-test.v")
+				cmd.Env = append(os.Environ(), treeModeEnv+"="+string(mode), proctree.EnvMode+"="+string(mode),
+					workerproto.EnvRunAs+"="+runAs)
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Errorf("in %s mode: %v\n%s", name, err, out)
+				}
+			})
+		}
+	}
+}
+
+// openToAll lets any user write into dir and pass through its parents,
+// for tasks started as another user.
+func openToAll(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for d := filepath.Dir(dir); d != "/"; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			os.Chmod(d, fi.Mode().Perm()|0o001)
+		}
 	}
 }
 
 func stopsTheWholeTree(t *testing.T, mode proctree.Mode) {
 	dir := t.TempDir()
+	if v := os.Getenv(workerproto.EnvRunAs); v != "" {
+		if err := runTasksAs(v); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { taskCred = nil }()
+		openToAll(t, dir)
+	}
 	cases := []struct {
 		name    string
 		script  string // $P: a pid file for the process that left the group
@@ -243,5 +278,36 @@ func TestRunCommandGoFault(t *testing.T) {
 	r = RunCommand(context.Background(), Task{Argv: []string{"sh", "-c", "echo 'panic: not a fault' >&2; exit 2"}})
 	if r.ExitCode != 2 || r.Signal != "" {
 		t.Errorf("RunCommand(exit 2) = exit %d, signal %q; want exit 2, no signal", r.ExitCode, r.Signal)
+	}
+}
+
+// Told a user (an agent that runs as root), the command worker starts its
+// tasks as that user: they cannot act as the worker (signal it, read its
+// environment with the socket token) nor keep its rights.
+func TestRunCommandAsAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start processes as another user")
+	}
+	if err := runTasksAs(workerproto.FormatRunAs(65534, 65534, nil)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { taskCred = nil }()
+	dir := t.TempDir()
+	openToAll(t, dir)
+	tests := []struct {
+		name, script, stdout string
+	}{
+		{"its ids", `echo $(id -u) $(id -g) $(id -G)`, "65534 65534 65534\n"},
+		{"the worker is out of reach", `kill -0 $PPID 2>/dev/null && echo signalled || echo refused`, "refused\n"},
+		{"the worker's environment is unreadable", `cat /proc/$PPID/environ >/dev/null 2>&1 && echo read || echo refused`, "refused\n"},
+		{"its own files are its", `touch out && stat -c %u out`, "65534\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := RunCommand(context.Background(), Task{Argv: []string{"sh", "-c", tc.script}, Workdir: dir})
+			if r.Err != nil || r.ExitCode != 0 || r.Stdout != tc.stdout {
+				t.Errorf("RunCommand(%q) = %+v, want stdout %q", tc.script, r, tc.stdout)
+			}
+		})
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/hw"
 	"github.com/nodemgr/nodemgr/internal/lockfile"
 	"github.com/nodemgr/nodemgr/internal/proto"
+	"github.com/nodemgr/nodemgr/internal/runas"
 )
 
 // Agent is a running node agent.
@@ -46,6 +47,8 @@ type Agent struct {
 	http *http.Client
 	// blobs moves task files between the server and sandboxes.
 	blobs *blobClient
+	// users says who suites' and services' code runs as.
+	users runas.Policy
 
 	machineID string
 	hardware  api.Hardware
@@ -86,7 +89,17 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	if was, err := datadir.Ensure(cfg.DataDir); err != nil {
+	users, err := runas.NewPolicy(logger)
+	if err != nil {
+		return nil, fmt.Errorf("agent users: %w", err)
+	}
+	// Others' code must pass through the data dir to its work dirs when it
+	// runs as other users; nothing else there is theirs (sealDataDir).
+	ensure := datadir.Ensure
+	if users.Switch {
+		ensure = datadir.EnsurePassable
+	}
+	if was, err := ensure(cfg.DataDir); err != nil {
 		return nil, err
 	} else if was != 0 {
 		logger.Warn("the data dir holds this node's credential and was open to other users; made it private", "dir", cfg.DataDir, "mode", was.String())
@@ -95,7 +108,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: logger, lock: lock, agState: api.AgentIdle,
+	a := &Agent{cfg: cfg, log: logger, lock: lock, users: users, agState: api.AgentIdle,
 		shutdown: make(chan string, 1), stopReq: make(chan struct{}),
 		connected: make(chan struct{}), stopCtx: context.Background(), workChanged: make(chan struct{}, 1)}
 	a.runner = newRunner(a)
@@ -115,6 +128,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
 	a.blobs = newBlobClient(a.server, a.credential, a.http, a.cfg.DataDir, a.cfg.BlobCacheMax)
+	a.blobs.log = logger.With("subsystem", "blob-cache")
 	for _, f := range cfg.openSecretFiles {
 		logger.Warn("a file holding a secret is readable by other users; chmod 600 it", "file", f)
 	}
@@ -125,7 +139,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		lock.Release()
 		return nil, fmt.Errorf("machine id: %w", err)
 	}
-	if a.wl, err = newWorkloads(cfg, agentScope(a.machineID, cfg.DataDir), logger); err != nil {
+	if a.wl, err = newWorkloads(cfg, agentScope(a.machineID, cfg.DataDir), &a.users, logger); err != nil {
 		lock.Release()
 		return nil, err
 	}
@@ -137,6 +151,10 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		a.wl.presence.LocalAPI.CAFingerprint = a.localTLS.fingerprint
 	}
 	a.local = a.localHandler()
+	if err := a.sealDataDir(); err != nil {
+		lock.Release()
+		return nil, err
+	}
 	return a, nil
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/procenv"
+	"github.com/nodemgr/nodemgr/internal/runas"
 	"github.com/nodemgr/nodemgr/internal/workerpool"
 )
 
@@ -126,8 +127,23 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	su.WorkerSchedule.WorkerCount = su.WorkerSchedule.WorkersOn(r.a.hardware)
 
 	r.a.setWork(api.AgentPreparing, su.ID)
-	log.Info("preparing suite")
-	if err := r.prepare(ctx, su, workDir); err != nil {
+	// Who the suite's code runs as: a run_as this agent cannot honour is
+	// refused as a failed prepare, never run as someone else.
+	user, err := r.a.users.Resolve("run_as", su.RunAs)
+	if err != nil {
+		log.Warn("cannot run the suite as its run_as; leaving the suite", "err", err)
+		r.leaveUnprepared(parent, ctx, su.ID, api.StagePrepare, err)
+		return
+	}
+	as := r.a.switchTo(user)
+	log.Info("preparing suite", "user", user.String())
+	if err := r.a.giveWorkDir(workDir, as); err != nil {
+		log.Warn("prepare failed; leaving the suite", "err", err)
+		r.leaveUnprepared(parent, ctx, su.ID, api.StagePrepare, err)
+		return
+	}
+	defer r.a.takeWorkDir(workDir, as)
+	if err := r.prepare(ctx, su, workDir, as); err != nil {
 		log.Warn("prepare failed; leaving the suite", "err", err)
 		r.leaveUnprepared(parent, ctx, su.ID, api.StagePrepare, err)
 		return
@@ -135,12 +151,18 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 
 	r.a.setWork(api.AgentExecuting, su.ID)
 	src := newTaskSource(r.a, su.ID)
-	files := newFilesSource(src, r.a.blobs, workDir, r.a.stopCtx.Done(), log)
-	pool, err := workerpool.New(r.poolConfig(su, workDir), files)
+	files, err := newFilesSource(src, r.a.blobs, workDir, as, r.a.stopCtx.Done(), log)
+	var pool *workerpool.Pool
+	if err == nil {
+		pool, err = workerpool.New(r.poolConfig(su, workDir, as), files)
+	}
 	if err != nil {
 		log.Warn("cannot start workers; leaving the suite", "err", err)
+		if files != nil {
+			files.drain()
+		}
 		src.close(parent)
-		r.runHook(parent, su, workDir, "cleanup", su.Hooks.Cleanup)
+		r.runHook(parent, su, workDir, "cleanup", su.Hooks.Cleanup, as)
 		r.leaveUnprepared(parent, ctx, su.ID, api.StageWorkers, err)
 		return
 	}
@@ -166,7 +188,7 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	st := pool.Stats()
 	log.Info("workers stopped", "reported", st.Reported, "respawns", st.Respawns, "dropped", st.Dropped,
 		"fetch_p50", st.FetchLatency.P50, "fetch_p99", st.FetchLatency.P99)
-	writeStats(filepath.Join(workDir, "pool-stats.json"), st)
+	writeStats(workDir, st)
 
 	reason := "complete"
 	r.mu.Lock()
@@ -185,7 +207,7 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	r.mu.Unlock()
 	if !force {
 		r.a.setWork(api.AgentCleanup, su.ID)
-		if err := r.runHook(parent, su, workDir, "cleanup", su.Hooks.Cleanup); err != nil {
+		if err := r.runHook(parent, su, workDir, "cleanup", su.Hooks.Cleanup, as); err != nil {
 			log.Warn("cleanup hook failed", "err", err)
 		}
 	}
@@ -193,7 +215,9 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	log.Info("left suite", "reason", reason)
 }
 
-func (r *runner) poolConfig(su api.Suite, workDir string) workerpool.Config {
+// poolConfig is the suite's worker pool, its code run as as (nil: the
+// agent's own user).
+func (r *runner) poolConfig(su api.Suite, workDir string, as *runas.User) workerpool.Config {
 	ws := su.WorkerSchedule
 	prefetch := 32
 	if ws.TaskPrefetchCount != nil {
@@ -207,20 +231,31 @@ func (r *runner) poolConfig(su api.Suite, workDir string) workerpool.Config {
 		}
 		cmd = []string{self, "worker"}
 	}
+	env := suiteEnv(su, r.a.NodeID())
+	if as != nil {
+		env = append(env, "HOME="+workDir) // the agent's HOME is not theirs
+	}
 	return workerpool.Config{
 		SuiteID: su.ID, SuiteName: su.Name, NodeID: r.a.NodeID(),
 		Workers: ws.WorkerCount, Binding: ws.CPUBinding, Prefetch: prefetch,
-		Command: cmd, Env: suiteEnv(su, r.a.NodeID()), Dir: workDir,
+		Command: cmd, Env: env, Dir: workDir, SocketDir: r.a.suitesDir(),
+		RunAs: as, CommandWorker: len(ws.WorkerCommand) == 0,
 		Logger: r.a.log.With("suite", su.ID),
 	}
 }
 
 // writeStats leaves the pool's last stats in the suite's work dir, for
-// whoever looks into a node afterwards (and for bench dispatch).
-func writeStats(path string, st workerpool.Stats) {
+// whoever looks into a node afterwards (and for bench dispatch). The dir
+// may be the suite's user's: it is written through an os.Root, so a link
+// left there cannot send the agent's write elsewhere.
+func writeStats(workDir string, st workerpool.Stats) {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err == nil {
-		err = os.WriteFile(path, b, 0o644)
+		var root *os.Root
+		if root, err = os.OpenRoot(workDir); err == nil {
+			err = root.WriteFile("pool-stats.json", b, 0o644)
+			root.Close()
+		}
 	}
 	if err != nil {
 		slog.Default().Debug("write pool stats", "err", err)
@@ -238,12 +273,9 @@ func suiteEnv(su api.Suite, nodeID string) []string {
 	}
 }
 
-// prepare makes the work dir, checks the binding fits this machine, and
-// runs the prepare hook.
-func (r *runner) prepare(ctx context.Context, su api.Suite, workDir string) error {
-	if err := os.MkdirAll(workDir, 0o755); err != nil {
-		return fmt.Errorf("work dir: %w", err)
-	}
+// prepare checks the binding fits this machine, and runs the prepare
+// hook in the work dir.
+func (r *runner) prepare(ctx context.Context, su api.Suite, workDir string, as *runas.User) error {
 	if b := su.WorkerSchedule.CPUBinding; b != nil {
 		cores := r.a.hardware.Cores
 		for i, c := range b.Cores {
@@ -252,13 +284,18 @@ func (r *runner) prepare(ctx context.Context, su api.Suite, workDir string) erro
 			}
 		}
 	}
-	return r.runHook(ctx, su, workDir, "prepare", su.Hooks.Prepare)
+	return r.runHook(ctx, su, workDir, "prepare", su.Hooks.Prepare, as)
 }
 
 // runHook downloads a hook's resources and runs its command in the work
-// dir, with the suite's context in its environment and its output in
-// <workdir>/<name>.log.
-func (r *runner) runHook(ctx context.Context, su api.Suite, workDir, name string, h *api.Hook) error {
+// dir, as the suite's user (as; nil: the agent's own), with the suite's
+// context in its environment and its output in <workdir>/<name>.log.
+//
+// The work dir is the suite's user's: the agent writes there only through
+// an os.Root, and reads the hook's output back from the file it opened,
+// so that a link the suite's code left there cannot make it write or read
+// anything outside.
+func (r *runner) runHook(ctx context.Context, su api.Suite, workDir, name string, h *api.Hook, as *runas.User) error {
 	if h == nil {
 		return nil
 	}
@@ -267,12 +304,19 @@ func (r *runner) runHook(ctx context.Context, su api.Suite, workDir, name string
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(h.Timeout))
 		defer cancel()
 	}
+	work, err := os.OpenRoot(workDir)
+	if err != nil {
+		return fmt.Errorf("%s hook: %w", name, err)
+	}
+	defer work.Close()
 	for _, res := range h.Resources {
-		if err := download(ctx, res.URL, filepath.Join(workDir, filepath.FromSlash(res.Path))); err != nil {
+		if err := download(ctx, work, res.URL, filepath.FromSlash(res.Path), as); err != nil {
 			return &hookError{name: name, command: h.Command, exit: -1, reason: err.Error(), cause: err}
 		}
 	}
-	logFile, err := os.Create(filepath.Join(workDir, name+".log"))
+	logPath := filepath.Join(workDir, name+".log")
+	work.Remove(name + ".log") // a fresh file of the agent's, whatever was there
+	logFile, err := work.OpenFile(name+".log", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("%s hook: %w", name, err)
 	}
@@ -283,17 +327,22 @@ func (r *runner) runHook(ctx context.Context, su api.Suite, workDir, name string
 	// A clean environment: the agent's holds its secrets.
 	cmd.Env = append(procenv.Clean(), suiteEnv(su, r.a.NodeID())...)
 	cmd.Env = append(cmd.Env, "NODEMGR_SUITE_DIR="+workDir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if as != nil {
+		cmd.SysProcAttr.Credential = as.Credential()
+		cmd.Env = append(cmd.Env, "HOME="+workDir) // the agent's HOME is not theirs
+	}
 	for k, v := range h.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("%s hook: %w", name, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	fail := func(exit int, reason string, cause error) error {
-		return &hookError{name: name, command: h.Command, log: logFile.Name(), exit: exit, reason: reason, cause: cause}
+		return &hookError{name: name, command: h.Command, log: logPath, exit: exit, reason: reason, cause: cause,
+			tail: outputTail(logFile, api.MaxProblemOutput, api.MaxProblemLines)}
 	}
 	select {
 	case err := <-done:
@@ -323,6 +372,7 @@ type hookError struct {
 	exit      int // -1: it did not exit by itself
 	reason    string
 	cause     error
+	tail      string // the end of its output
 }
 
 func (e *hookError) Error() string {
@@ -343,7 +393,7 @@ func problemOf(stage string, err error) api.SuiteProblem {
 	var he *hookError
 	if errors.As(err, &he) {
 		p.ExitCode, p.Reason = he.exit, he.reason
-		p.OutputTail = outputTail(he.log, api.MaxProblemOutput, api.MaxProblemLines)
+		p.OutputTail = he.tail
 	}
 	if len(p.Reason) > api.MaxProblemReason {
 		p.Reason = p.Reason[:api.MaxProblemReason]
@@ -351,14 +401,9 @@ func problemOf(stage string, err error) api.SuiteProblem {
 	return p
 }
 
-// outputTail is the last lines of the file at path, at most maxLines lines
-// and maxBytes bytes (a partial first line is dropped); "" if unreadable.
-func outputTail(path string, maxBytes int64, maxLines int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
+// outputTail is the last lines of f, at most maxLines lines and maxBytes
+// bytes (a partial first line is dropped); "" if unreadable.
+func outputTail(f *os.File, maxBytes int64, maxLines int) string {
 	st, err := f.Stat()
 	if err != nil {
 		return ""
@@ -383,9 +428,10 @@ func outputTail(path string, maxBytes int64, maxLines int) string {
 	return string(bytes.Join(lines, nil))
 }
 
-// download fetches url into path with 3 tries (0 s, 1 s, 3 s apart); a
-// partial file never takes the final name.
-func download(ctx context.Context, url, path string) error {
+// download fetches url into path in root with 3 tries (0 s, 1 s, 3 s
+// apart), and gives it to as (nil: the agent's own user), with the
+// directories it is in; a partial file never takes the final name.
+func download(ctx context.Context, root *os.Root, url, path string, as *runas.User) error {
 	var err error
 	for _, wait := range []time.Duration{0, time.Second, 3 * time.Second} {
 		select {
@@ -393,14 +439,27 @@ func download(ctx context.Context, url, path string) error {
 			return ctx.Err()
 		case <-time.After(wait):
 		}
-		if err = downloadOnce(ctx, url, path); err == nil {
-			return nil
+		if err = downloadOnce(ctx, root, url, path); err == nil {
+			return giveTo(root, path, as)
 		}
 	}
 	return fmt.Errorf("download %s: %w", url, err)
 }
 
-func downloadOnce(ctx context.Context, url, path string) error {
+// giveTo makes path, and the directories it is in below root, as's.
+func giveTo(root *os.Root, path string, as *runas.User) error {
+	if as == nil {
+		return nil
+	}
+	for p := path; p != "." && p != string(filepath.Separator); p = filepath.Dir(p) {
+		if err := root.Lchown(p, int(as.UID), int(as.GID)); err != nil {
+			return fmt.Errorf("give %s to %s: %w", p, as, err)
+		}
+	}
+	return nil
+}
+
+func downloadOnce(ctx context.Context, root *os.Root, url, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -413,23 +472,24 @@ func downloadOnce(ctx context.Context, url, path string) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("HTTP %s", resp.Status)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := root.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	tmp := path + ".part"
-	f, err := os.Create(tmp)
+	root.Remove(tmp)
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		f.Close()
-		os.Remove(tmp)
+		root.Remove(tmp)
 		return err
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	return root.Rename(tmp, path)
 }
 
 // leaveUnprepared leaves a suite the agent could not take up. A failure

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/runas"
 	"github.com/nodemgr/nodemgr/internal/workerpool"
 )
 
@@ -27,11 +30,24 @@ import (
 //
 // filesSource sits between the worker pool and the server: a claimed task
 // reaches the pool only once its inputs are in its sandbox, and a report
-// leaves for the server only once its outputs are in the blob store. Inputs
-// come from a cache by content hash in the agent's data dir, so a header
-// that every compile task includes is fetched once per node; they are hard
-// links to the cache's read-only copies (executables are copied, since a
-// link shares its mode).
+// leaves for the server only once its outputs are in the blob store.
+// Inputs come from a cache by content hash in the agent's data dir, so a
+// header that every compile task includes is fetched once per node.
+//
+// Inputs are immutable to tasks. The cache's files are the agent's, mode
+// 0444, in a directory no one else may enter. Where tasks run as another
+// user, an input is a hard link to the cached file: it costs nothing, and
+// the task's user can read it but neither write it nor change its mode.
+// Where they run as the agent's own user, a link would let a task write
+// the cached copy (the owner may chmod it), so each input is a copy of its
+// own (a reflink where the filesystem has them). Executables are copied
+// either way, since a link shares its mode. A cached file is checked
+// before each use (blobClient.cached).
+//
+// The sandbox is the task's user's, and that user's code may have left
+// links in it: the agent reaches it only through an os.Root of the
+// sandbox dir, so nothing it makes, reads or removes there can be outside,
+// and output globs never follow a link (matchOutputs).
 
 // stageParallel bounds the tasks of one fetch staged at once.
 const stageParallel = 8
@@ -39,24 +55,44 @@ const stageParallel = 8
 type filesSource struct {
 	inner   workerpool.Source
 	blobs   *blobClient
-	root    string // sandboxes live here
+	root    string   // sandboxes live here: <work dir>/sandbox
+	box     *os.Root // root, opened once: every sandbox is made and read through it
+	as      *runas.User
 	stopped <-chan struct{}
 	log     *slog.Logger
 
 	mu        sync.Mutex
-	sandboxes map[string]string   // task ID → its sandbox
+	sandboxes map[string]string   // task ID → its sandbox's name in box
 	globs     map[string][]string // task ID → its output globs
 	uploading map[string]bool     // tasks whose outputs are on their way
 	uploads   sync.WaitGroup
 }
 
-func newFilesSource(inner workerpool.Source, blobs *blobClient, workDir string, stopped <-chan struct{}, log *slog.Logger) *filesSource {
+// newFilesSource makes the sandbox dir in the suite's work dir, the
+// agent's own (root) even where the work dir is the suite user's, so that
+// tasks change only their own sandboxes. as is the user tasks run as
+// (nil: the agent's own).
+func newFilesSource(inner workerpool.Source, blobs *blobClient, workDir string, as *runas.User, stopped <-chan struct{}, log *slog.Logger) (*filesSource, error) {
+	work, err := os.OpenRoot(workDir)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes: %w", err)
+	}
+	defer work.Close()
 	// Sandboxes left by an agent that stopped mid-task: no task of the
 	// suite runs here before the pool starts.
-	os.RemoveAll(filepath.Join(workDir, "sandbox"))
-	return &filesSource{inner: inner, blobs: blobs, root: filepath.Join(workDir, "sandbox"), stopped: stopped,
+	if err := work.RemoveAll("sandbox"); err != nil {
+		return nil, fmt.Errorf("sandboxes: %w", err)
+	}
+	if err := work.Mkdir("sandbox", 0o755); err != nil {
+		return nil, fmt.Errorf("sandboxes: %w", err)
+	}
+	box, err := work.OpenRoot("sandbox")
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes: %w", err)
+	}
+	return &filesSource{inner: inner, blobs: blobs, root: filepath.Join(workDir, "sandbox"), box: box, as: as, stopped: stopped,
 		log:       log,
-		sandboxes: map[string]string{}, globs: map[string][]string{}, uploading: map[string]bool{}}
+		sandboxes: map[string]string{}, globs: map[string][]string{}, uploading: map[string]bool{}}, nil
 }
 
 func hasFiles(t api.TaskSpec) bool {
@@ -109,35 +145,70 @@ func (f *filesSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, err
 }
 
 // stage makes the task's sandbox and puts its inputs there; the task's
-// workdir becomes a path inside it.
+// workdir becomes a path inside it. The sandbox stays the agent's while
+// it is filled, and its directories are given to the task's user at the
+// end; the inputs stay the agent's.
 func (f *filesSource) stage(ctx context.Context, t *api.Task) error {
-	dir := filepath.Join(f.root, fmt.Sprintf("%s-%d", t.ID, t.Attempt))
-	if err := os.RemoveAll(dir); err != nil {
+	name := fmt.Sprintf("%s-%d", t.ID, t.Attempt)
+	if err := f.box.RemoveAll(name); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := f.box.Mkdir(name, 0o755); err != nil {
 		return err
 	}
 	f.mu.Lock()
-	f.sandboxes[t.ID] = dir
+	f.sandboxes[t.ID] = name
 	f.globs[t.ID] = t.Outputs
 	f.mu.Unlock()
+	box, err := f.box.OpenRoot(name)
+	if err != nil {
+		return err
+	}
+	defer box.Close()
 	for _, in := range t.Inputs {
 		if in.Error != "" {
 			return fmt.Errorf("input %s: %s", in.Path, in.Error)
 		}
-		if !filepath.IsLocal(filepath.FromSlash(in.Path)) {
+		rel := filepath.FromSlash(in.Path)
+		if !filepath.IsLocal(rel) {
 			return fmt.Errorf("input %q: not a path inside the sandbox", in.Path)
 		}
-		if err := f.blobs.stageFile(ctx, in, filepath.Join(dir, filepath.FromSlash(in.Path))); err != nil {
+		if err := box.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
+			return fmt.Errorf("input %s: %w", in.Path, err)
+		}
+		if err := f.blobs.stageFile(ctx, in, box, rel, f.as != nil); err != nil {
 			return fmt.Errorf("input %s: %w", in.Path, err)
 		}
 	}
-	if t.Workdir != "" && !filepath.IsLocal(filepath.FromSlash(t.Workdir)) {
+	wd := filepath.Join(".", filepath.FromSlash(t.Workdir))
+	if t.Workdir != "" && !filepath.IsLocal(wd) {
 		return fmt.Errorf("workdir %q: not a path inside the sandbox", t.Workdir)
 	}
-	t.Workdir = filepath.Join(dir, filepath.FromSlash(t.Workdir))
-	return os.MkdirAll(t.Workdir, 0o755)
+	if err := box.MkdirAll(wd, 0o755); err != nil {
+		return err
+	}
+	if err := giveDirs(box, f.as); err != nil {
+		return err
+	}
+	t.Workdir = filepath.Join(f.root, name, wd)
+	return nil
+}
+
+// giveDirs gives every directory in box to as (nil: nothing to do), so
+// its tasks may make files there; the files (the inputs) stay the agent's.
+func giveDirs(box *os.Root, as *runas.User) error {
+	if as == nil {
+		return nil
+	}
+	return fs.WalkDir(box.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if err := box.Lchown(filepath.FromSlash(p), int(as.UID), int(as.GID)); err != nil {
+			return fmt.Errorf("give the sandbox to %s: %w", as, err)
+		}
+		return nil
+	})
 }
 
 // Report uploads a successful attempt's outputs, then sends the report on;
@@ -165,30 +236,40 @@ func (f *filesSource) Report(r api.TaskReport) {
 		if r.Outcome == api.OutcomeSucceeded {
 			f.collect(&r, dir)
 		}
-		if err := os.RemoveAll(dir); err != nil {
-			f.log.Warn("remove a task's sandbox", "dir", dir, "err", err)
+		if err := f.box.RemoveAll(dir); err != nil {
+			f.log.Warn("remove a task's sandbox", "dir", filepath.Join(f.root, dir), "err", err)
 		}
 		f.inner.Report(r)
 	}()
 }
 
 // collect uploads the files matching the task's output globs into the
-// result, noting globs that matched nothing. An upload the server refuses
-// (a file over its size cap) fails the attempt; one it cannot take now is
-// retried until the agent stops, and then the attempt counts as stopped.
+// result, noting globs that matched nothing. Globs that match more files
+// than an attempt may return (api.MaxTaskOutputFiles) fail the attempt
+// with nothing uploaded: a result without some of its files would pass
+// for a whole one. An upload the server refuses (a file over its size
+// cap) fails the attempt; one it cannot take now is retried until the
+// agent stops, and then the attempt counts as stopped.
 func (f *filesSource) collect(r *api.TaskReport, dir string) {
 	globs := f.outputGlobs(r.TaskID)
 	f.mu.Lock()
 	delete(f.globs, r.TaskID)
 	f.mu.Unlock()
-	files, missing, err := matchOutputs(dir, globs)
+	box, err := f.box.OpenRoot(dir)
+	if err != nil {
+		failAttempt(r, "collect outputs: "+err.Error())
+		return
+	}
+	defer box.Close()
+	files, missing, err := matchOutputs(box.FS(), globs, api.MaxTaskOutputFiles)
 	r.Result.Missing = missing
 	if err != nil {
 		failAttempt(r, "collect outputs: "+err.Error())
 		return
 	}
 	for _, rel := range files {
-		out, err := f.blobs.upload(f.stopped, filepath.Join(dir, filepath.FromSlash(rel)), rel)
+		open := func() (*os.File, error) { return box.Open(filepath.FromSlash(rel)) }
+		out, err := f.blobs.upload(f.stopped, open, rel)
 		if errors.Is(err, errStopped) {
 			r.Outcome, r.Reason = api.OutcomeStopped, "the agent stopped while uploading outputs"
 			return
@@ -228,7 +309,7 @@ func (f *filesSource) removeSandbox(id string) {
 	delete(f.globs, id)
 	f.mu.Unlock()
 	if ok {
-		os.RemoveAll(dir)
+		f.box.RemoveAll(dir)
 	}
 }
 
@@ -245,42 +326,79 @@ func (f *filesSource) uploadingIDs() []string {
 }
 
 // drain waits for the uploads under way, so that every report has reached
-// the task source before it closes.
-func (f *filesSource) drain() { f.uploads.Wait() }
+// the task source before it closes, and lets go of the sandbox dir.
+func (f *filesSource) drain() {
+	f.uploads.Wait()
+	f.box.Close()
+}
 
-// matchOutputs lists the regular files under dir that the globs match, as
+// errTooManyOutputs: the globs match more files than an attempt may return.
+var errTooManyOutputs = errors.New("too many output files")
+
+// matchOutputs lists the regular files in sandbox that the globs match, as
 // sorted slash paths (a matched directory gives the files below it), and
-// the globs that matched nothing.
-func matchOutputs(dir string, globs []string) (files, missing []string, err error) {
-	seen := map[string]bool{}
-	for _, g := range globs {
-		matches, err := filepath.Glob(filepath.Join(dir, filepath.FromSlash(g)))
-		if err != nil {
+// the globs that matched nothing. Globs are matched against the tree as a
+// walk finds it, entry by entry: a symbolic link is never followed nor
+// taken, so no glob reaches out of the sandbox (an `out -> /etc` and an
+// `out/*` glob give nothing). More than limit files is an error that
+// says so, found without walking the rest.
+func matchOutputs(sandbox fs.FS, globs []string, limit int) (files, missing []string, err error) {
+	clean := make([]string, len(globs))
+	depth := 0
+	for i, g := range globs {
+		clean[i] = path.Clean(filepath.ToSlash(g))
+		if _, err := path.Match(clean[i], ""); err != nil {
 			return nil, nil, fmt.Errorf("glob %q: %w", g, err)
 		}
-		n := 0
-		for _, m := range matches {
-			err := filepath.WalkDir(m, func(p string, d os.DirEntry, err error) error {
-				if err != nil || !d.Type().IsRegular() {
-					return err
-				}
-				rel, err := filepath.Rel(dir, p)
-				if err != nil || strings.HasPrefix(rel, "..") {
-					return err
-				}
-				rel = filepath.ToSlash(rel)
-				n++
-				if !seen[rel] {
-					seen[rel] = true
-					files = append(files, rel)
-				}
-				return nil
-			})
-			if err != nil {
-				return nil, nil, err
+		depth = max(depth, strings.Count(clean[i], "/")+1)
+	}
+	found := make([]int, len(globs)) // files each glob brought
+	under := map[string][]int{}      // matched directory → the globs that matched it
+	seen := map[string]bool{}
+	err = fs.WalkDir(sandbox, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var hits []int
+		for i, g := range clean {
+			if ok, _ := path.Match(g, p); ok {
+				hits = append(hits, i)
 			}
 		}
-		if n == 0 {
+		for a := p; a != "."; {
+			a = path.Dir(a)
+			hits = append(hits, under[a]...)
+		}
+		switch {
+		case d.IsDir():
+			if len(hits) > 0 {
+				under[p] = hits
+			} else if p != "." && strings.Count(p, "/")+1 >= depth {
+				return fs.SkipDir // no glob can match below
+			}
+		case d.Type().IsRegular() && len(hits) > 0:
+			for _, i := range hits {
+				found[i]++
+			}
+			if !seen[p] {
+				seen[p] = true
+				files = append(files, p)
+				if len(files) > limit {
+					return errTooManyOutputs
+				}
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errTooManyOutputs) {
+		return nil, nil, fmt.Errorf("the output globs match more than %d files, the most one attempt may return: "+
+			"narrow the globs, or pack the files into an archive and make that the output", limit)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, g := range globs {
+		if found[i] == 0 {
 			missing = append(missing, g)
 		}
 	}
@@ -294,25 +412,48 @@ var errStopped = errors.New("agent stopping")
 // blobClient moves task files between the server's blob store and this
 // node: downloads into a cache by content hash, uploads from sandboxes.
 type blobClient struct {
-	server   func() string // the replica the agent talks to now
-	cred     func() string
-	http     *http.Client // no overall timeout: files may be large
-	cache    string       // <data dir>/blobs
-	max      int64        // the cache's cap in bytes
+	server func() string // the replica the agent talks to now
+	cred   func() string
+	http   *http.Client // no overall timeout: files may be large
+	cache  string       // <data dir>/blobs
+	max    int64        // the cache's cap in bytes
+	log    *slog.Logger
+	// verifyEvery is how long a cached file's full hash is trusted; it is
+	// hashed again at its first use after that (and at its first use
+	// after the agent starts).
+	verifyEvery time.Duration
+
 	mu       sync.Mutex
-	inflight map[string]chan struct{} // digest → closed when its download ends
+	inflight map[string]chan struct{} // digest → closed when its download or check ends
+	known    map[string]cacheEntry    // digest → what its cached file was when last hashed
 	fetched  int64                    // bytes downloaded since the cache was last trimmed
 }
 
+// cacheEntry is what a cached file looked like when its content last
+// hashed to its digest: a change of size or mtime since means it was
+// written to.
+type cacheEntry struct {
+	size     int64
+	mtime    time.Time
+	verified time.Time
+}
+
+// defaultVerifyEvery: a cached input is hashed again at its first use
+// once this long has passed; between, its size and mtime are checked at
+// each use. Hashing costs about 1 s per GiB of inputs in use.
+const defaultVerifyEvery = 10 * time.Minute
+
 func newBlobClient(server func() string, cred func() string, base *http.Client, dataDir string, max int64) *blobClient {
 	c := &http.Client{Transport: base.Transport}
-	return &blobClient{server: server, cred: cred, http: c,
-		cache: filepath.Join(dataDir, "blobs"), max: max, inflight: map[string]chan struct{}{}}
+	return &blobClient{server: server, cred: cred, http: c, log: slog.New(slog.DiscardHandler),
+		cache: filepath.Join(dataDir, "blobs"), max: max, verifyEvery: defaultVerifyEvery,
+		inflight: map[string]chan struct{}{}, known: map[string]cacheEntry{}}
 }
 
 // trim removes the least recently used cached files until the cache is
-// at most 80% of its cap. Staged inputs are hard links, so a task running
-// keeps its files.
+// at most 80% of its cap. Use is the access time, which cached sets;
+// staged inputs are hard links or copies, so a task running keeps its
+// files.
 func (c *blobClient) trim() {
 	type entry struct {
 		path string
@@ -326,7 +467,7 @@ func (c *blobClient) trim() {
 			return nil
 		}
 		if info, err := d.Info(); err == nil {
-			files = append(files, entry{p, info.Size(), info.ModTime()})
+			files = append(files, entry{p, info.Size(), accessTime(info)})
 			total += info.Size()
 		}
 		return nil
@@ -341,6 +482,9 @@ func (c *blobClient) trim() {
 		}
 		if os.Remove(f.path) == nil {
 			total -= f.size
+			c.mu.Lock()
+			delete(c.known, "sha256:"+filepath.Base(f.path))
+			c.mu.Unlock()
 		}
 	}
 }
@@ -368,41 +512,43 @@ func (c *blobClient) cachePath(digest string) string {
 	return filepath.Join(c.cache, hexd[:2], hexd)
 }
 
-// stageFile puts the input at dst: a hard link to the cached copy, or a
-// copy where its mode differs from the cache's read-only one.
-func (c *blobClient) stageFile(ctx context.Context, in api.TaskFile, dst string) error {
+// stageFile puts the input at rel in box: a hard link to the cached copy
+// where link allows (the task runs as another user, who cannot write the
+// agent's 0444 file) and the input's mode is the cache's, else a copy of
+// its own.
+func (c *blobClient) stageFile(ctx context.Context, in api.TaskFile, box *os.Root, rel string, link bool) error {
 	src, err := c.cached(ctx, in.Digest)
 	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
 	mode := os.FileMode(in.Mode)
 	if mode == 0 {
 		mode = 0o644
 	}
-	if mode&0o111 == 0 {
-		if err := os.Link(src, dst); err == nil {
+	if link && mode&0o111 == 0 {
+		if err := linkInto(box, rel, src); err == nil {
 			return nil
 		}
 	}
-	return copyFile(src, dst, mode)
+	return copyInto(box, rel, src, mode)
 }
 
-// cached returns the cache's copy of a blob, downloading it once however
-// many tasks ask at the same time.
+// cached returns the cache's copy of a blob, fetching it or checking it
+// once however many tasks ask at the same time. A copy that changed since
+// it was cached (the size or mtime differ, or its content no longer
+// hashes to its digest, checked every verifyEvery) is evicted and fetched
+// again: whatever wrote to it, a task's input is what was submitted.
 func (c *blobClient) cached(ctx context.Context, digest string) (string, error) {
 	p := c.cachePath(digest)
 	for {
-		if _, err := os.Stat(p); err == nil {
-			now := time.Now()
-			os.Chtimes(p, now, now) // recently used: the last to be evicted
-			return p, nil
-		}
 		c.mu.Lock()
 		wait, busy := c.inflight[digest]
 		if !busy {
+			if c.freshLocked(digest, p) {
+				c.mu.Unlock()
+				touch(p)
+				return p, nil
+			}
 			wait = make(chan struct{})
 			c.inflight[digest] = wait
 		}
@@ -415,7 +561,7 @@ func (c *blobClient) cached(ctx context.Context, digest string) (string, error) 
 				return "", ctx.Err()
 			}
 		}
-		err := c.download(ctx, digest, p)
+		err := c.refresh(ctx, digest, p)
 		c.mu.Lock()
 		delete(c.inflight, digest)
 		close(wait)
@@ -427,7 +573,69 @@ func (c *blobClient) cached(ctx context.Context, digest string) (string, error) 
 	}
 }
 
-// download fetches a blob into the cache, checking its hash.
+// freshLocked says whether the cached file at p may be used as it is: it
+// was hashed within verifyEvery and its size and mtime are as then.
+func (c *blobClient) freshLocked(digest, p string) bool {
+	e, ok := c.known[digest]
+	if !ok || time.Since(e.verified) >= c.verifyEvery {
+		return false
+	}
+	fi, err := os.Lstat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Size() == e.size && fi.ModTime().Equal(e.mtime)
+}
+
+// refresh makes the cached copy of digest good: it hashes the file there,
+// if any, and evicts it if it changed since it was cached; then it
+// downloads what is missing.
+func (c *blobClient) refresh(ctx context.Context, digest, p string) error {
+	fi, err := os.Lstat(p)
+	if err == nil {
+		c.mu.Lock()
+		e, known := c.known[digest]
+		c.mu.Unlock()
+		why := ""
+		switch {
+		case !fi.Mode().IsRegular():
+			why = "it is not a regular file"
+		case known && (fi.Size() != e.size || !fi.ModTime().Equal(e.mtime)):
+			why = "its size or modification time changed since it was cached"
+		default:
+			if got, err := hashPath(p); err != nil {
+				why = "it cannot be read: " + err.Error()
+			} else if got != digest {
+				why = "its content hashes to " + got
+			}
+		}
+		if why == "" {
+			c.remember(digest, fi)
+			touch(p)
+			return nil
+		}
+		c.log.Warn("a cached task input changed; fetching it again", "digest", digest, "why", why)
+		c.mu.Lock()
+		delete(c.known, digest)
+		c.mu.Unlock()
+		if err := os.Remove(p); err != nil {
+			return fmt.Errorf("evict the changed cached copy of %s: %w", digest, err)
+		}
+	}
+	return c.download(ctx, digest, p)
+}
+
+// remember notes that the file fi, at digest's place in the cache, hashed
+// to digest just now.
+func (c *blobClient) remember(digest string, fi os.FileInfo) {
+	c.mu.Lock()
+	c.known[digest] = cacheEntry{size: fi.Size(), mtime: fi.ModTime(), verified: time.Now()}
+	c.mu.Unlock()
+}
+
+// touch marks a cached file used now (its access time; the modification
+// time says whether it changed): the last to be evicted.
+func touch(p string) { os.Chtimes(p, time.Now(), time.Time{}) }
+
+// download fetches a blob into the cache, checking its hash. The cache's
+// directories are the agent's alone (0700), its files read-only.
 func (c *blobClient) download(ctx context.Context, digest, dst string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.server()+"/v1/blobs/"+digest, nil)
 	if err != nil {
@@ -442,7 +650,7 @@ func (c *blobClient) download(ctx context.Context, digest, dst string) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("download %s: %w", digest, answerError(resp))
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(dst), ".part-*")
@@ -467,23 +675,29 @@ func (c *blobClient) download(ctx context.Context, digest, dst string) error {
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return err
 	}
-	if st, err := os.Stat(dst); err == nil {
+	if st, err := os.Lstat(dst); err == nil {
+		c.remember(digest, st)
 		c.noteFetched(st.Size())
 	}
 	return nil
 }
 
-// upload stores a file in the blob store unless it is there already, and
-// describes it as an output at rel. Failures the server may get over are
-// retried until the agent stops.
-func (c *blobClient) upload(stopped <-chan struct{}, path, rel string) (api.TaskFile, error) {
-	digest, size, mode, err := hashFile(path)
+// upload stores a file (open opens it, from the sandbox) in the blob
+// store unless it is there already, and describes it as an output at rel.
+// Failures the server may get over are retried until the agent stops.
+func (c *blobClient) upload(stopped <-chan struct{}, open func() (*os.File, error), rel string) (api.TaskFile, error) {
+	f, err := open()
+	if err != nil {
+		return api.TaskFile{}, err
+	}
+	digest, size, mode, err := hashFile(f)
+	f.Close()
 	if err != nil {
 		return api.TaskFile{}, err
 	}
 	out := api.TaskFile{Path: rel, Digest: digest, Size: size, Mode: uint32(mode.Perm())}
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		retry, err := c.put(path, digest, size)
+		retry, err := c.put(open, digest, size)
 		if err == nil {
 			return out, nil
 		}
@@ -500,7 +714,7 @@ func (c *blobClient) upload(stopped <-chan struct{}, path, rel string) (api.Task
 
 // put sends one file unless the server has it; retry says whether a
 // failure may pass.
-func (c *blobClient) put(path, digest string, size int64) (retry bool, err error) {
+func (c *blobClient) put(open func() (*os.File, error), digest string, size int64) (retry bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	head, err := http.NewRequestWithContext(ctx, http.MethodHead, c.server()+"/v1/blobs/"+digest, nil)
@@ -514,7 +728,7 @@ func (c *blobClient) put(path, digest string, size int64) (retry bool, err error
 			return false, nil
 		}
 	}
-	f, err := os.Open(path)
+	f, err := open()
 	if err != nil {
 		return false, err
 	}
@@ -540,12 +754,8 @@ func (c *blobClient) put(path, digest string, size int64) (retry bool, err error
 	return false, answerError(resp)
 }
 
-func hashFile(path string) (digest string, size int64, mode os.FileMode, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, 0, err
-	}
-	defer f.Close()
+// hashFile reads f to its end: its digest, size and mode.
+func hashFile(f *os.File) (digest string, size int64, mode os.FileMode, err error) {
 	st, err := f.Stat()
 	if err != nil {
 		return "", 0, 0, err
@@ -558,17 +768,36 @@ func hashFile(path string) (digest string, size int64, mode os.FileMode, err err
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, st.Mode(), nil
 }
 
-func copyFile(src, dst string, mode os.FileMode) error {
+// hashPath is the digest of the file at path.
+func hashPath(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	digest, _, _, err := hashFile(f)
+	return digest, err
+}
+
+// copyInto copies the file at src to rel in box, a file of its own with
+// mode: a reflink where the filesystem can share the blocks, else a copy.
+func copyInto(box *os.Root, rel, src string, mode os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	out, err := box.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	if err := cloneFile(out, in); err != nil {
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+	}
+	if err := out.Chmod(mode); err != nil { // past the umask
 		out.Close()
 		return err
 	}

@@ -19,22 +19,83 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 )
 
+// TestMatchOutputs: globs match the sandbox's tree as a walk finds it; a
+// link is never followed, so an output glob cannot reach out of the
+// sandbox, and past the cap on files an attempt returns it stops.
 func TestMatchOutputs(t *testing.T) {
-	dir := t.TempDir()
-	for _, f := range []string{"a.o", "b.o", "sub/c.o", "out/x/y.txt", "keep.c"} {
-		p := filepath.Join(dir, f)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, []byte(f), 0o644)
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("node credential"), 0o600)
+	tests := []struct {
+		name        string
+		files       []string          // regular files to make
+		links       map[string]string // link → target ("OUTSIDE": the dir outside the sandbox)
+		globs       []string
+		limit       int
+		wantFiles   []string
+		wantMissing []string
+		wantErr     string
+	}{
+		{name: "files, dirs and globs",
+			files: []string{"a.o", "b.o", "sub/c.o", "out/x/y.txt", "keep.c"},
+			globs: []string{"*.o", "out", "*.a", "sub/*.o", "a.o"}, limit: 10,
+			wantFiles: []string{"a.o", "b.o", "out/x/y.txt", "sub/c.o"}, wantMissing: []string{"*.a"}},
+		{name: "a dir matched by a glob brings its tree",
+			files: []string{"build/x/y/z.bin", "build/top.bin", "other/q"},
+			globs: []string{"bui*"}, limit: 10,
+			wantFiles: []string{"build/top.bin", "build/x/y/z.bin"}},
+		{name: "the sandbox itself",
+			files: []string{"a", "d/b"}, globs: []string{"."}, limit: 10,
+			wantFiles: []string{"a", "d/b"}},
+		{name: "a link to a dir outside is not followed",
+			files: []string{"real.txt"},
+			links: map[string]string{"out": "OUTSIDE"},
+			globs: []string{"out/*", "out", "*"}, limit: 10,
+			wantFiles: []string{"real.txt"}, wantMissing: []string{"out/*", "out"}},
+		{name: "a link to a file is not taken",
+			files: []string{"real.txt"},
+			links: map[string]string{"cred": "OUTSIDE/secret", "alias.txt": "real.txt"},
+			globs: []string{"cred", "alias.txt"}, limit: 10,
+			wantMissing: []string{"cred", "alias.txt"}},
+		{name: "a link to a dir inside is not followed either",
+			files: []string{"real/f"},
+			links: map[string]string{"view": "real"},
+			globs: []string{"view/*"}, limit: 10,
+			wantMissing: []string{"view/*"}},
+		{name: "the cap on files",
+			files: []string{"1", "2", "3", "4"}, globs: []string{"*"}, limit: 3,
+			wantErr: "match more than 3 files"},
+		{name: "as many as the cap",
+			files: []string{"1", "2", "3"}, globs: []string{"*", "1"}, limit: 3,
+			wantFiles: []string{"1", "2", "3"}},
+		{name: "a bad glob", files: []string{"a"}, globs: []string{"[a"}, limit: 3, wantErr: "glob"},
 	}
-	files, missing, err := matchOutputs(dir, []string{"*.o", "out", "*.a", "sub/*.o", "a.o"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"a.o", "b.o", "out/x/y.txt", "sub/c.o"}; !slices.Equal(files, want) {
-		t.Errorf("files = %v, want %v", files, want)
-	}
-	if want := []string{"*.a"}; !slices.Equal(missing, want) {
-		t.Errorf("missing = %v, want %v", missing, want)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range tc.files {
+				p := filepath.Join(dir, f)
+				os.MkdirAll(filepath.Dir(p), 0o755)
+				os.WriteFile(p, []byte(f), 0o644)
+			}
+			for link, target := range tc.links {
+				os.Symlink(strings.Replace(target, "OUTSIDE", outside, 1), filepath.Join(dir, link))
+			}
+			root, err := os.OpenRoot(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer root.Close()
+			files, missing, err := matchOutputs(root.FS(), tc.globs, tc.limit)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("matchOutputs(%q) = %v, %v, %v; want an error saying %q", tc.globs, files, missing, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(files, tc.wantFiles) || !slices.Equal(missing, tc.wantMissing) {
+				t.Errorf("matchOutputs(%q) = %q, missing %q, %v; want %q, missing %q", tc.globs, files, missing, err, tc.wantFiles, tc.wantMissing)
+			}
+		})
 	}
 }
 
@@ -60,13 +121,19 @@ func TestBlobCacheFetchesOnce(t *testing.T) {
 	defer srv.Close()
 	c := newBlobClient(func() string { return srv.URL }, func() string { return "cred" }, srv.Client(), t.TempDir(), 1<<20)
 	sandbox := t.TempDir()
+	box, err := os.OpenRoot(sandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			dst := filepath.Join(sandbox, "t"+string(rune('a'+i)), "x.h")
-			if err := c.stageFile(context.Background(), api.TaskFile{Path: "x.h", Digest: digest}, dst); err != nil {
+			dst := filepath.Join("t"+string(rune('a'+i)), "x.h")
+			box.MkdirAll(filepath.Dir(dst), 0o755)
+			if err := c.stageFile(context.Background(), api.TaskFile{Path: "x.h", Digest: digest}, box, dst, true); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -80,7 +147,7 @@ func TestBlobCacheFetchesOnce(t *testing.T) {
 		t.Errorf("staged file = %q, %v", got, err)
 	}
 	bad := "sha256:" + strings.Repeat("0", 64)
-	err = c.stageFile(context.Background(), api.TaskFile{Path: "y", Digest: bad}, filepath.Join(sandbox, "y"))
+	err = c.stageFile(context.Background(), api.TaskFile{Path: "y", Digest: bad}, box, "y", true)
 	if err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Errorf("stage a blob whose content does not match = %v, want an error saying it is damaged", err)
 	}
@@ -136,8 +203,11 @@ func TestOutputOverTheCapFailsTheAttempt(t *testing.T) {
 	defer srv.Close()
 	inner := &recordSource{}
 	stop := make(chan struct{})
-	f := newFilesSource(inner, newBlobClient(func() string { return srv.URL }, func() string { return "cred" }, srv.Client(), t.TempDir(), 1<<20),
-		t.TempDir(), stop, slog.New(slog.DiscardHandler))
+	f, err := newFilesSource(inner, newBlobClient(func() string { return srv.URL }, func() string { return "cred" }, srv.Client(), t.TempDir(), 1<<20),
+		t.TempDir(), nil, stop, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
 	task := api.Task{ID: "k-1", Attempt: 1, TaskSpec: api.TaskSpec{Argv: []string{"true"}, Outputs: []string{"out.bin"}}}
 	if err := f.stage(context.Background(), &task); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/container"
 	"github.com/nodemgr/nodemgr/internal/dockerengine"
 	"github.com/nodemgr/nodemgr/internal/portalloc"
+	"github.com/nodemgr/nodemgr/internal/runas"
 	"github.com/nodemgr/nodemgr/internal/service"
 )
 
@@ -52,8 +53,9 @@ type workloads struct {
 }
 
 // newWorkloads sets up the agent's workloads. scope names this agent's
-// containers on an engine other agents may share.
-func newWorkloads(cfg Config, scope string, log *slog.Logger) (*workloads, error) {
+// containers on an engine other agents may share; users says who services
+// run as.
+func newWorkloads(cfg Config, scope string, users *runas.Policy, log *slog.Logger) (*workloads, error) {
 	w := &workloads{log: log, changed: make(chan struct{}, 1),
 		reports: map[string]api.Container{}, reported: make(chan struct{}, 1),
 		containerDefaults: cfg.containerDefaults()}
@@ -79,6 +81,7 @@ func newWorkloads(cfg Config, scope string, log *slog.Logger) (*workloads, error
 		Ports:     servicePorts{w.ports},
 		Logger:    log.With("subsystem", "service"),
 		OnChange:  w.servicesChanged,
+		Users:     users,
 	})
 	if err != nil {
 		return nil, err

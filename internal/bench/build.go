@@ -104,6 +104,11 @@ func RunBuild(ctx context.Context, cfg BuildConfig, progress io.Writer) (BuildRe
 		return res, err
 	}
 	defer os.RemoveAll(work)
+	// The agents' data dirs are in it: agents run as root start their
+	// tasks as an unprivileged user, who must pass through to them.
+	if err := os.Chmod(work, 0o711); err != nil {
+		return res, err
+	}
 	src := filepath.Join(work, "src")
 	var files map[string]string
 	if cfg.Project != "" {

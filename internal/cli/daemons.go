@@ -21,6 +21,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/blob"
 	"github.com/nodemgr/nodemgr/internal/datadir"
+	"github.com/nodemgr/nodemgr/internal/runas"
 
 	// Providers register themselves with provision.
 	"github.com/nodemgr/nodemgr/internal/orchestrate"
@@ -37,6 +38,9 @@ import (
 
 // serverFlags are the coordinator's settings, shared by `server` and `dev`.
 type serverFlags struct {
+	// passable: the data dir holds a dev agent's, which runs suites as
+	// other users (datadir.Passable); else it is private.
+	passable                                                       bool
 	listen, dataDir, db, dbListen                                  string
 	heartbeatInterval, offlineAfter, confirmTimeout, credentialTTL time.Duration
 	maxTokenTTL                                                    time.Duration
@@ -201,7 +205,11 @@ func (f *serverFlags) executorSettings() map[string]map[string]string {
 // postgresql:// URL, else the SQLite file (by default in the data dir,
 // which holds the admin token either way).
 func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.Store, error) {
-	if was, err := datadir.Ensure(f.dataDir); err != nil {
+	ensure := datadir.Ensure
+	if f.passable {
+		ensure = datadir.EnsurePassable
+	}
+	if was, err := ensure(f.dataDir); err != nil {
 		return nil, err
 	} else if was != 0 {
 		log.Warn("the data dir holds the store and the admin token and was open to other users; made it private", "dir", f.dataDir, "mode", was.String())
@@ -467,6 +475,15 @@ nodemgr service). Its local API listens on <data dir>/agent.sock, so one agent
 is useful without a server (--standalone). Services keep running when the
 agent stops; the next agent on the data dir adopts them.
 
+Run as root, the agent runs suite hooks, tasks and services as other users:
+a suite's run_as or a service's user, and by default an unprivileged user
+it keeps for this (nodemgr-task, made with useradd when missing, else
+nobody); its log says which. The data dir is then 0711 with everything in
+it private but the suites, software and runtime trees, so they can reach
+their work dirs and nothing else; every directory above the data dir must
+let others pass (o+x). Run as another user, the agent runs them as itself
+and says so once.
+
 Settings come from --config (YAML, e.g. /etc/nodemgr/agent.yaml), then
 NODEMGR_<KEY> variables (NODEMGR_SERVER, NODEMGR_DATA_DIR, NODEMGR_TAGS=a,b,
 NODEMGR_LABELS=k=v,...), then flags; --print-config shows the result and
@@ -583,6 +600,9 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	if f.dataDir, err = filepath.Abs(f.dataDir); err != nil {
 		return err
 	}
+	// The dev agent, run as root, runs suites as other users, who pass
+	// through the server's data dir to the agent's.
+	f.passable = runas.CanSwitch()
 	st, err := f.openStore(ctx, log)
 	if err != nil {
 		return err
@@ -607,6 +627,12 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	caFile := srv.TLS().CAFile // set when dev listens beyond loopback, or with --tls-auto
 
 	agentDir := filepath.Join(f.dataDir, "agent")
+	if f.passable {
+		// Nothing in the server's data dir but the agent's is theirs.
+		if _, err := datadir.Seal(f.dataDir, "agent"); err != nil {
+			return err
+		}
+	}
 	// Always at hand, so the dev agent can register again if its credential
 	// no longer matches the database; gone when dev stops (or in an hour).
 	joinToken, tokenID, err := devJoinToken(ctx, st)

@@ -43,6 +43,17 @@ func readFileOrStdin(path string) ([]byte, error) {
 	return os.ReadFile(path)
 }
 
+// runAsString says who a suite's hooks and tasks run as on its nodes.
+func runAsString(runAs string) string {
+	switch runAs {
+	case "":
+		return "an unprivileged user of each node (nodemgr-task, else nobody)"
+	case api.RunAsAgent:
+		return "agent (each agent's own user and rights)"
+	}
+	return runAs
+}
+
 func suiteCreateCmd(e *env) *cobra.Command {
 	var file string
 	var asJSON bool
@@ -62,7 +73,10 @@ func suiteCreateCmd(e *env) *cobra.Command {
   hooks:
     prepare: {command: [sh, -c, "make data"], timeout: 10m,
               resources: [{url: "http://depot/data.tar", path: data.tar}]}
-    cleanup: {command: [rm, -rf, data]}`,
+    cleanup: {command: [rm, -rf, data]}
+  run_as: builder                # the node's user tasks and hooks run as; absent: an
+                                 # unprivileged one (nodemgr-task, else nobody); root or
+                                 # agent (the agent's own user): group admins only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -160,6 +174,7 @@ func suiteShowCmd(e *env) *cobra.Command {
 				{"Priority", strconv.Itoa(s.Priority)}, {"Assigned to", assigned},
 				{"Workers", fmt.Sprintf("%d, binding %s, prefetch %s", ws.WorkerCount, binding, prefetch)},
 				{"Prepare hook", hookString(s.Hooks.Prepare)}, {"Cleanup hook", hookString(s.Hooks.Cleanup)},
+				{"Runs as", runAsString(s.RunAs)},
 				{"Tasks", fmt.Sprintf("%d: %d ready, %d running, %d finished, %d failed, %d cancelled",
 					c.Total(), c.Ready, c.Running, c.Finished, c.Failed, c.Cancelled)},
 				{"Created", s.CreatedAt.Format(time.RFC3339)},

@@ -73,6 +73,7 @@ processes that take the suite's tasks, and runs the cleanup hook once.
   hooks:
     prepare: {command: [sh, -c, "tar xf data.tar"], timeout: 10m}
     cleanup: {command: [rm, -rf, data]}
+  run_as: builder           # absent: an unprivileged user (nodemgr-task, else nobody)
 
   nodemgr suite create -f suite.yaml
   nodemgr task submit --suite render --timeout 5m -- ./render --frame 1
@@ -89,6 +90,13 @@ Cancelled. A task is given up after 2 crashes by SIGSEGV, SIGILL, SIGBUS or
 SIGFPE, or 3 failures by SIGKILL, SIGABRT, a non-zero exit or a timeout;
 signals nodemgr sent itself never count. Tasks may carry input files, output
 globs and dependencies (README.md "Remote make").
+
+Hooks and tasks never run as the agent's user unless the suite says so: an
+agent run as root starts them as run_as, by default an unprivileged user it
+keeps for this (nodemgr-task, made with useradd when missing, else nobody),
+which cannot read the agent's data dir or change the inputs' cache. run_as
+root or agent (the agent's own rights) is for an admin of the suite's group.
+An agent not run as root runs them as itself and refuses another run_as.
 
 See also: nodemgr suite --help, nodemgr task --help, nodemgr help pools.
 `},

@@ -102,7 +102,7 @@ func TestGuidesWorkedExamples(t *testing.T) {
 
 // runGuide starts a dev server and agent and runs script against them.
 func runGuide(t *testing.T, text, script string) {
-	addr, data := freeAddr(t), t.TempDir()
+	addr, data := freeAddr(t), passable(t, t.TempDir())
 	needs, docker := guideNeeds(t, text)
 	dev := start(t, "dev", "dev", "--no-demo", "--tag", "linux", "--name", "dev", "--listen", addr, "--data-dir", data,
 		"--heartbeat-interval", heartbeat.String())
@@ -124,7 +124,7 @@ func runGuide(t *testing.T, text, script string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
-	cmd.Dir = t.TempDir()
+	cmd.Dir = passable(t, t.TempDir()) // a guide's agents run services as other users
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binary)+":"+os.Getenv("PATH"),
 		"NODEMGR_ADDR=http://"+addr, "NODEMGR_TOKEN="+token, "NODEMGR_TOKEN_FILE=", "GORACE=atexit_sleep_ms=0")
 	cmd.Env = append(cmd.Env, needs...)

@@ -213,7 +213,7 @@ type agent struct {
 
 func startAgent(t *testing.T, s *server, name string, extra ...string) *agent {
 	t.Helper()
-	a := &agent{dataDir: t.TempDir()}
+	a := &agent{dataDir: passable(t, t.TempDir())}
 	a.args = append([]string{"agent", "--server", s.url(), "--data-dir", a.dataDir, "--name", name,
 		"--join-token", s.joinToken(t), "--reconnect-min", "100ms", "--reconnect-max", "500ms"}, extra...)
 	a.proc = start(t, "agent "+name, a.args...)

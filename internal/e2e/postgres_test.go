@@ -202,7 +202,7 @@ func TestReplicasLoseNothingWhenTheLeaderIsKilled(t *testing.T) {
 	waitStatus(t, s2, "rb", api.StatusOnline, 20*time.Second)
 
 	const n = 5000
-	ran := filepath.Join(t.TempDir(), "ran")
+	ran := filepath.Join(sharedDir(t), "ran")
 	tasks := make([]api.TaskSpec, n)
 	for i := range tasks {
 		tasks[i] = api.TaskSpec{Argv: []string{"sh", "-c", `echo "$T" >> ` + ran}, Env: map[string]string{"T": fmt.Sprint("t", i)}}
@@ -272,7 +272,7 @@ func TestReplicasLoseNothingWhenTheLeaderIsKilled(t *testing.T) {
 	// A rolling restart of every server, one by one, with tasks in flight:
 	// nothing is lost or run twice.
 	s1.restart(t)
-	ran2 := filepath.Join(t.TempDir(), "ran2")
+	ran2 := filepath.Join(sharedDir(t), "ran2")
 	for i := range tasks {
 		tasks[i].Argv = []string{"sh", "-c", `sleep 0.01; echo "$T" >> ` + ran2}
 	}
@@ -319,7 +319,7 @@ func TestServersThroughPgBouncer(t *testing.T) {
 	two := waitStatus(t, s1, "pb-two", api.StatusOnline, 20*time.Second)
 
 	const n = 5000 // the suite of TestReplicasLoseNothingWhenTheLeaderIsKilled
-	ran := filepath.Join(t.TempDir(), "ran")
+	ran := filepath.Join(sharedDir(t), "ran")
 	tasks := make([]api.TaskSpec, n)
 	for i := range tasks {
 		tasks[i] = api.TaskSpec{Argv: []string{"sh", "-c", `echo "$T" >> ` + ran}, Env: map[string]string{"T": fmt.Sprint("t", i)}}

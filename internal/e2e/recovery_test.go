@@ -76,7 +76,7 @@ func TestServerRestartsRunNothingTwice(t *testing.T) {
 		startAgent(t, s, name, "--reconnect-max", "1500ms")
 		waitStatus(t, s, name, api.StatusOnline, 20*time.Second)
 	}
-	dir := t.TempDir()
+	dir := sharedDir(t) // the tasks' marks
 	createSuite(t, s, api.SuiteSpec{Name: "restarts", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(8)}})
 	submit(t, s, "restarts", countingTasks(dir, n, "sleep 0.02"))
 	s.client().CloseSuite(context.Background(), "restarts")

@@ -23,13 +23,13 @@ var leaks = []string{
 // NODEMGR_* variables nodemgr gives them, and none of the rest.
 func TestHooksAndTasksGetACleanEnvironment(t *testing.T) {
 	s := startServer(t)
-	hookOut := filepath.Join(t.TempDir(), "hook.env")
+	hookOut := filepath.Join(sharedDir(t), "hook.env")
 	a := startEnv(t, "agent secretive", []string{
 		"NODEMGR_JOIN_TOKEN=" + s.joinToken(t),
 		"NODEMGR_LOCAL_API_TOKEN=local-api-secret-0123456789",
 		"NODEMGR_TOKEN=nmu_must_not_leak",
 		"FOO=bar",
-	}, "agent", "--server", s.url(), "--data-dir", t.TempDir(), "--name", "secretive",
+	}, "agent", "--server", s.url(), "--data-dir", passable(t, t.TempDir()), "--name", "secretive",
 		"--reconnect-min", "100ms", "--reconnect-max", "500ms")
 	waitStatus(t, s, "secretive", api.StatusOnline, 20*time.Second)
 	if strings.Contains(a.output(), "warning:") {

@@ -261,7 +261,7 @@ func TestHooksRunWithSuiteContext(t *testing.T) {
 	s := startServer(t)
 	a := startAgent(t, s, "hooked")
 	waitStatus(t, s, "hooked", api.StatusOnline, 20*time.Second)
-	marker := filepath.Join(t.TempDir(), "cleanup-ran")
+	marker := filepath.Join(sharedDir(t), "cleanup-ran")
 
 	createSuite(t, s, api.SuiteSpec{Name: "with-hooks", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2},
 		Hooks: api.Hooks{
@@ -307,7 +307,7 @@ func TestGracefulShutdownFinishesRunningTasks(t *testing.T) {
 	createSuite(t, s, api.SuiteSpec{Name: "slow", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(16)}})
 	// Each task leaves a mark when it starts: Running counts the agent's
 	// buffer too, and the shutdown must come while both workers run one.
-	marks := t.TempDir()
+	marks := sharedDir(t)
 	var tasks []api.TaskSpec
 	for range 50 {
 		tasks = append(tasks, sh("touch "+marks+"/$$; sleep 0.5"))

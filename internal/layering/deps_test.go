@@ -64,6 +64,9 @@ func TestLayers(t *testing.T) {
 		{"internal/tlsca", []string{"internal/server", "internal/store", "internal/agent", "client"}},
 		{"internal/cleartext", []string{"internal/server", "internal/store", "internal/agent", "client"}},
 		{"internal/procenv", []string{"internal/server", "internal/store", "internal/agent"}},
+		// Who code runs as is the node's question: the agent, its worker
+		// pools and its services ask it.
+		{"internal/runas", []string{"internal/server", "internal/store", "internal/agent", "internal/workerpool", "internal/service"}},
 		// Linked into worker programs (package worker): nothing of the agent's.
 		{"internal/gocrash", []string{"internal/server", "internal/store", "internal/agent", "internal/workerpool"}},
 		{"internal/proctree", []string{"internal/server", "internal/store", "internal/agent", "internal/workerpool"}},

@@ -120,7 +120,7 @@ func (s *Server) replaceReplica(ctx context.Context, e *api.Ensemble, i int, los
 	if err != nil {
 		return err
 	}
-	books, nodes, err := s.ensembleBooks(octx)
+	books, nodes, err := s.ensembleBooks(octx, e.Spec)
 	if err != nil {
 		return err
 	}

@@ -158,7 +158,7 @@ func (s *Server) ensembleDemands(ctx context.Context) ([]orchestrate.Demand, err
 		if err != nil {
 			continue
 		}
-		books, _, err := s.ensembleBooks(octx)
+		books, _, err := s.ensembleBooks(octx, e.Spec)
 		if err != nil {
 			return nil, err
 		}
@@ -176,7 +176,7 @@ func (s *Server) placeWaiting(ctx context.Context, e api.Ensemble) {
 		s.failWaiting(ctx, e, err.Error())
 		return
 	}
-	books, nodes, err := s.ensembleBooks(octx)
+	books, nodes, err := s.ensembleBooks(octx, e.Spec)
 	if err != nil {
 		return
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/ensemble"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/httpapi"
+	"github.com/nodemgr/nodemgr/internal/runas"
 	"github.com/nodemgr/nodemgr/internal/service"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
@@ -52,9 +53,15 @@ func (s *Server) ensembleRoutes() []route {
 }
 
 // ensembleBooks are the books of the online nodes the caller may deploy
-// to, as the placement engine takes them.
-func (s *Server) ensembleBooks(ctx context.Context) ([]ensemble.NodeBooks, map[string]store.Node, error) {
+// spec to, as the placement engine takes them: Write in one of a node's
+// groups, Admin where a service of spec runs with the agent's own rights
+// (privilegedServices).
+func (s *Server) ensembleBooks(ctx context.Context, spec api.EnsembleSpec) ([]ensemble.NodeBooks, map[string]store.Node, error) {
 	p := principalFrom(ctx)
+	role := api.RoleWrite
+	if privilegedServices(spec) {
+		role = api.RoleAdmin
+	}
 	nodes, err := s.store.ListNodes(ctx, store.NodeFilter{Status: api.StatusOnline})
 	if err != nil {
 		return nil, nil, err
@@ -62,7 +69,7 @@ func (s *Server) ensembleBooks(ctx context.Context) ([]ensemble.NodeBooks, map[s
 	var books []ensemble.NodeBooks
 	byID := map[string]store.Node{}
 	for _, n := range nodes {
-		if !p.Can(api.RoleWrite, n.Groups) || !s.connected(n) {
+		if !p.Can(role, n.Groups) || !s.connected(n) {
 			continue
 		}
 		var res api.NodeResources
@@ -95,7 +102,7 @@ func (s *Server) handleDeployEnsemble(w http.ResponseWriter, r *http.Request) er
 	}
 	dry, _ := strconv.ParseBool(q.Get("dry_run"))
 	ctx := r.Context()
-	books, nodes, err := s.ensembleBooks(ctx)
+	books, nodes, err := s.ensembleBooks(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -150,6 +157,18 @@ func (s *Server) startEnsemble(ctx context.Context, e api.Ensemble, plan ensembl
 // validateWorkloads checks each allocation's container job or service
 // spec as its first replica would run it, so that a bad one is refused
 // before anything is placed, naming the field by its path in the spec.
+// privilegedServices says whether a service of spec names a user with the
+// agent's own rights (root, agent), which only a node's group admins may
+// start there, as with a suite's run_as.
+func privilegedServices(spec api.EnsembleSpec) bool {
+	for _, a := range spec.Allocations {
+		if a.Service != nil && runas.Privileged(a.Service.User) {
+			return true
+		}
+	}
+	return false
+}
+
 func validateWorkloads(spec api.EnsembleSpec) error {
 	e := api.Ensemble{Name: spec.Name}
 	for i, a := range spec.Allocations {

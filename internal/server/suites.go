@@ -13,6 +13,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/httpapi"
+	"github.com/nodemgr/nodemgr/internal/runas"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
@@ -99,6 +100,9 @@ func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error
 	} else if err := p.Require(api.RoleWrite, []string{spec.Group}, "create a suite in group "+spec.Group); err != nil {
 		return err
 	}
+	if err := requireRunAs(p, spec); err != nil {
+		return err
+	}
 	now := time.Now().UTC()
 	su := store.Suite{ID: auth.NewID("s-"), Spec: spec, State: api.SuiteOpen, Owner: p.User,
 		CreatedAt: now, UpdatedAt: now, LastTaskAt: now}
@@ -132,6 +136,19 @@ func (s *Server) nameTaken(ctx context.Context, name string, err error) error {
 		return errdefs.Conflict("create suite %s: a live suite that you may not see has that name; choose another name", name)
 	}
 	return fmt.Errorf("create suite %s: look up the suite of that name: %w", name, rerr)
+}
+
+// requireRunAs lets a suite run its code with the agent's own rights
+// (run_as root or agent, which can read the node's credential) only when
+// an admin of its group asks; anyone who may create the suite may name an
+// unprivileged user.
+func requireRunAs(p auth.Principal, spec api.SuiteSpec) error {
+	if !runas.Privileged(spec.RunAs) || p.Can(api.RoleAdmin, []string{spec.Group}) {
+		return nil
+	}
+	return fmt.Errorf("run_as: %q runs the suite's tasks and hooks with the agent's own rights, so only an admin of group %s may ask for it: "+
+		"leave run_as out to run them as an unprivileged user, or ask a group admin to create the suite: %w",
+		spec.RunAs, spec.Group, errdefs.ErrPermission)
 }
 
 func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -74,6 +75,81 @@ func TestSuiteNameClashNamesNothingHidden(t *testing.T) {
 			}
 			if got := strings.Contains(body, sa.ID); got != tc.seesID {
 				t.Errorf("409 body names %s: %v, want %v: %s", sa.ID, got, tc.seesID, body)
+			}
+		})
+	}
+}
+
+// TestRunAsNeedsAGroupAdmin: a suite may run its code with the agent's
+// own rights (run_as root or agent, which can read the node's
+// credential) only when an admin of its group creates it; a writer may
+// name an unprivileged user or none, and a malformed name is a field
+// error. (Issue 26: a group-B writer's task read agent.json.)
+func TestRunAsNeedsAGroupAdmin(t *testing.T) {
+	ts := newTestServer(t)
+	writer := ts.user(t, "wanda", false, map[string]string{"a": api.RoleWrite})
+	groupAdmin := ts.user(t, "gina", false, map[string]string{"a": api.RoleAdmin})
+	otherAdmin := ts.user(t, "oscar", false, map[string]string{"a": api.RoleWrite, "b": api.RoleAdmin})
+	tests := []struct {
+		name   string
+		caller string
+		runAs  string
+		want   int
+		says   string
+	}{
+		{"writer, default", writer, "", http.StatusCreated, ""},
+		{"writer, a named user", writer, "builder", http.StatusCreated, ""},
+		{"writer, root", writer, "root", http.StatusForbidden, "run_as"},
+		{"writer, uid 0", writer, "0", http.StatusForbidden, "run_as"},
+		{"writer, the agent's user", writer, "agent", http.StatusForbidden, "run_as"},
+		{"admin of another group, root", otherAdmin, "root", http.StatusForbidden, "only an admin of group a"},
+		{"group admin, root", groupAdmin, "root", http.StatusCreated, ""},
+		{"group admin, agent", groupAdmin, "agent", http.StatusCreated, ""},
+		{"admin, root", ts.admin, "root", http.StatusCreated, ""},
+		{"writer, a malformed name", writer, "root; rm -rf /", http.StatusBadRequest, "run_as"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := api.SuiteSpec{Name: fmt.Sprintf("runas-%d", i), Group: "a", RunAs: tc.runAs, WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}
+			var su api.Suite
+			code, body := ts.call(t, tc.caller, "POST", "/v1/suites", spec, &su)
+			if code != tc.want || !strings.Contains(body, tc.says) {
+				t.Fatalf("create a suite with run_as %q = %d %s, want %d saying %q", tc.runAs, code, body, tc.want, tc.says)
+			}
+			if code == http.StatusCreated && su.RunAs != tc.runAs {
+				t.Errorf("created suite's run_as = %q, want %q", su.RunAs, tc.runAs)
+			}
+		})
+	}
+}
+
+// TestServiceUserNeedsAGroupAdmin: a service may run with the agent's own
+// rights (user root or agent) only when an admin of the node's group
+// starts it; a writer may name an unprivileged user or none. A start
+// that passes this check goes on to the agent (here: not connected, 503).
+func TestServiceUserNeedsAGroupAdmin(t *testing.T) {
+	ts := newTestServer(t)
+	ts.nodeNamed(t, "svc-host", "a")
+	writer := ts.user(t, "wanda", false, map[string]string{"a": api.RoleWrite})
+	groupAdmin := ts.user(t, "gina", false, map[string]string{"a": api.RoleAdmin})
+	tests := []struct {
+		name   string
+		caller string
+		user   string
+		want   int
+	}{
+		{"writer, default user", writer, "", http.StatusServiceUnavailable},
+		{"writer, a named user", writer, "nobody", http.StatusServiceUnavailable},
+		{"writer, root", writer, "root", http.StatusForbidden},
+		{"writer, the agent's user", writer, "agent", http.StatusForbidden},
+		{"group admin, root", groupAdmin, "root", http.StatusServiceUnavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := api.ServiceSpec{Coordinate: "1.web.ops.prod", Artifact: "acme:web:1.0", Command: []string{"bin/web"}, User: tc.user}
+			code, body := ts.call(t, tc.caller, "POST", "/v1/nodes/svc-host/services", spec, nil)
+			if code != tc.want || (code == http.StatusForbidden && !strings.Contains(body, "user")) {
+				t.Errorf("start a service as %q = %d %s, want %d", tc.user, code, body, tc.want)
 			}
 		})
 	}

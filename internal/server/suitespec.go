@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/runas"
 	"github.com/nodemgr/nodemgr/internal/validate"
 )
 
@@ -68,6 +69,9 @@ func validateSuite(s *api.SuiteSpec) error {
 		if a == "" && i == 0 {
 			return errdefs.Field("worker_schedule.worker_command[0]", "the program must not be empty")
 		}
+	}
+	if err := runas.Validate("run_as", s.RunAs); err != nil {
+		return err
 	}
 	if err := validateHook("hooks.prepare", s.Hooks.Prepare); err != nil {
 		return err

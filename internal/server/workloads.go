@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/httpapi"
+	"github.com/nodemgr/nodemgr/internal/runas"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
@@ -67,8 +69,29 @@ func (s *Server) forward(timeout time.Duration) func(w http.ResponseWriter, r *h
 		if err != nil {
 			return err
 		}
+		if err := requireServiceUser(principalFrom(r.Context()), n, req); err != nil {
+			return err
+		}
 		return s.relay(w, r, n, req, timeout)
 	}
+}
+
+// requireServiceUser lets a service start with the agent's own rights
+// (user root or agent, which can read the node's credential) only when an
+// admin of one of the node's groups asks, as with a suite's run_as; a
+// writer may name an unprivileged user or none.
+func requireServiceUser(p auth.Principal, n store.Node, req api.LocalRequest) error {
+	if req.Method != http.MethodPost || req.Path != "/v1/services" {
+		return nil
+	}
+	var spec struct {
+		User string `json:"user"`
+	}
+	if json.Unmarshal(req.Body, &spec) != nil || !runas.Privileged(spec.User) || p.Can(api.RoleAdmin, n.Groups) {
+		return nil // a body the agent refuses is the agent's to explain
+	}
+	return fmt.Errorf("user: %q runs the service with the agent's own rights, so only an admin of node %s's groups may start it: "+
+		"leave user out to run it as an unprivileged user, or name one: %w", spec.User, n.Name, errdefs.ErrPermission)
 }
 
 // relay carries req to node n's local API and writes its answer as it is.

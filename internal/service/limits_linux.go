@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/proctree"
+	"github.com/nodemgr/nodemgr/internal/runas"
 	"golang.org/x/sys/unix"
 )
 
@@ -213,49 +213,41 @@ func forkIn(rl *runLimits, start func() error) error {
 	return <-done
 }
 
-// credential resolves a spec's user to run the service as: nil for none.
-// A user the node does not have is a field error.
+// credential resolves a spec's user to run the service as, for a
+// supervisor with no Users policy: nil for none. A user the node lacks is
+// a field error.
 func credential(name string) (*syscall.Credential, error) {
 	if name == "" {
 		return nil, nil
 	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		if _, nerr := strconv.Atoi(name); nerr == nil {
-			u, err = user.LookupId(name)
-		}
-	}
+	u, err := runas.Lookup(name)
 	if err != nil {
 		return nil, errdefs.Field("user", "%q is not a user on this node (%v); create it first or choose another", name, err)
 	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	c := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-	ids, err := u.GroupIds()
-	if err != nil {
-		return nil, fmt.Errorf("user %s: supplementary groups: %w", name, err)
-	}
-	for _, id := range ids {
-		if g, err := strconv.ParseUint(id, 10, 32); err == nil {
-			c.Groups = append(c.Groups, uint32(g))
-		}
-	}
-	return c, nil
+	return u.Credential(), nil
 }
 
 // giveRuntimeDir hands a service's runtime dir, its logs dir and the files
 // its spec put in to the user it runs as, so it can write there and only
-// there.
+// there. Inside the dir, through an os.Root: the user may have left links.
 func giveRuntimeDir(runtimeDir string, spec api.ServiceSpec, c *syscall.Credential) error {
 	if c == nil {
 		return nil
 	}
-	paths := []string{runtimeDir, filepath.Join(runtimeDir, "logs"), logFile(runtimeDir)}
+	if err := os.Lchown(runtimeDir, int(c.Uid), int(c.Gid)); err != nil {
+		return fmt.Errorf("give the runtime dir to user %d: %w", c.Uid, err)
+	}
+	root, err := openRuntime(runtimeDir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	paths := []string{"logs", logName}
 	for _, f := range spec.Files {
-		paths = append(paths, filepath.Join(runtimeDir, filepath.Clean(f.Path)))
+		paths = append(paths, filepath.Clean(f.Path))
 	}
 	for _, p := range paths {
-		if err := os.Lchown(p, int(c.Uid), int(c.Gid)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := root.Lchown(p, int(c.Uid), int(c.Gid)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("give the runtime dir to user %d: %w", c.Uid, err)
 		}
 	}

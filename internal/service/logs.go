@@ -27,7 +27,7 @@ func (s *Supervisor) rotateLogs(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 		}
 		for _, l := range s.liveLogs() {
-			if err := rotateIfLarge(l.path, l.max, l.keep); err != nil {
+			if err := rotateIn(l.dir, l.max, l.keep); err != nil {
 				s.log.Warn("rotate service log", "coordinate", l.coord, "err", err)
 			}
 		}
@@ -36,7 +36,7 @@ func (s *Supervisor) rotateLogs(ctx context.Context, interval time.Duration) {
 
 type liveLog struct {
 	coord string
-	path  string
+	dir   string // the runtime dir
 	max   int64
 	keep  int
 }
@@ -51,7 +51,7 @@ func (s *Supervisor) liveLogs() []liveLog {
 		}
 		out = append(out, liveLog{
 			coord: coord,
-			path:  logFile(sv.coord.RuntimeDir(s.cfg.Prefix)),
+			dir:   sv.coord.RuntimeDir(s.cfg.Prefix),
 			max:   int64(logMaxOf(sv.rec.Spec)) * s.cfg.LogUnit,
 			keep:  logKeepOf(sv.rec.Spec),
 		})
@@ -73,9 +73,26 @@ func logKeepOf(spec api.ServiceSpec) int {
 	return spec.Logs.Keep
 }
 
-// rotateIfLarge rotates path once it is larger than limit: path.<keep> is
-// dropped, path.<n> becomes path.<n+1>, path is copied to path.1 and
-// truncated to zero.
+// rotateIn rotates the service log in the runtime dir dir; see
+// rotateIfLarge.
+func rotateIn(dir string, limit int64, keep int) error {
+	root, err := openRuntime(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return rotateIfLarge(root, logName, limit, keep)
+}
+
+// rotateIfLarge rotates path in root once it is larger than limit:
+// path.<keep> is dropped, path.<n> becomes path.<n+1>, path is copied to
+// path.1 and truncated to zero. root is the service's runtime dir, which
+// may be the service's user's: every step goes through it, so a link the
+// service left cannot make the supervisor remove, copy or truncate a file
+// outside.
 //
 // Copy-then-truncate rather than rename, because the service holds the
 // log open (O_APPEND) and would go on writing to the renamed file; the
@@ -84,8 +101,8 @@ func logKeepOf(spec api.ServiceSpec) int {
 // writes between the end of the copy and the truncate are lost. O_APPEND
 // makes its next write land at the new end of the file, not at its old
 // offset, so no hole of zeros appears.
-func rotateIfLarge(path string, limit int64, keep int) error {
-	st, err := os.Stat(path)
+func rotateIfLarge(root *os.Root, path string, limit int64, keep int) error {
+	st, err := root.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -98,28 +115,32 @@ func rotateIfLarge(path string, limit int64, keep int) error {
 	for n := keep; n >= 1; n-- {
 		from := fmt.Sprintf("%s.%d", path, n)
 		if n == keep {
-			if err := os.Remove(from); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := root.Remove(from); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
 			continue
 		}
-		if err := os.Rename(from, fmt.Sprintf("%s.%d", path, n+1)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := root.Rename(from, fmt.Sprintf("%s.%d", path, n+1)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
-	if err := copyFile(path, path+".1"); err != nil {
+	if err := copyFile(root, path, path+".1"); err != nil {
 		return err
 	}
-	return os.Truncate(path, 0)
+	f, err := root.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
-func copyFile(from, to string) error {
-	r, err := os.Open(from)
+func copyFile(root *os.Root, from, to string) error {
+	r, err := root.Open(from)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	w, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	w, err := root.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
@@ -130,16 +151,26 @@ func copyFile(from, to string) error {
 	return w.Close()
 }
 
-// readLog returns part of the file at path and the offset just past it:
-// with from < 0 its last n bytes, else up to n bytes from offset from, or
-// from the start if the file is shorter than from (a rotation truncated
-// it since). n <= 0 or over maxLogRead means maxLogRead. A log not yet
-// written is empty.
-func readLog(path string, from, n int64) ([]byte, int64, error) {
+// readLog returns part of the file name in the dir dir and the offset
+// just past it: with from < 0 its last n bytes, else up to n bytes from
+// offset from, or from the start if the file is shorter than from (a
+// rotation truncated it since). n <= 0 or over maxLogRead means
+// maxLogRead. A log not yet written is empty. The file is opened through
+// an os.Root of dir: a service that made its log a link to a file of the
+// agent's does not get that file back.
+func readLog(dir, name string, from, n int64) ([]byte, int64, error) {
 	if n <= 0 || n > maxLogRead {
 		n = maxLogRead
 	}
-	f, err := os.Open(path)
+	root, err := openRuntime(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	defer root.Close()
+	f, err := root.Open(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, nil
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -102,8 +101,13 @@ func (s *Supervisor) bringUp(ctx context.Context, sv *svc, spec api.ServiceSpec,
 		return nil, 0, err
 	}
 	runtimeDir := sv.coord.RuntimeDir(s.cfg.Prefix)
-	if err := os.MkdirAll(filepath.Join(runtimeDir, "logs"), 0o755); err != nil {
+	if err := os.MkdirAll(runtimeDir, 0o755); err != nil {
 		return nil, 0, fmt.Errorf("runtime dir: %w", err)
+	}
+	if log, err := openLog(runtimeDir); err != nil {
+		return nil, 0, fmt.Errorf("runtime dir: %w", err)
+	} else {
+		log.Close()
 	}
 	if err := s.prepareFiles(ctx, tree, runtimeDir, spec.Files); err != nil {
 		return nil, 0, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/runas"
 )
 
 // process is one run of a service: a child this supervisor started, or a
@@ -56,7 +57,61 @@ func (p *process) signal(sig syscall.Signal) error {
 }
 
 // logFile is the log a service's stdout and stderr are appended to.
-func logFile(runtimeDir string) string { return filepath.Join(runtimeDir, "logs", "service.log") }
+func logFile(runtimeDir string) string { return filepath.Join(runtimeDir, logName) }
+
+// logName is logFile within the runtime dir.
+var logName = filepath.Join("logs", "service.log")
+
+// openRuntime opens a service's runtime dir. It is the service's user's,
+// who may leave links there; the supervisor, often root, reaches what is
+// inside only through this os.Root, so nothing it writes, truncates or
+// reads there is outside. (Its parents are the supervisor's.)
+func openRuntime(runtimeDir string) (*os.Root, error) { return os.OpenRoot(runtimeDir) }
+
+// openLog opens the service log for appending, making its dir if needed.
+func openLog(runtimeDir string) (*os.File, error) {
+	root, err := openRuntime(runtimeDir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	if err := root.MkdirAll("logs", 0o755); err != nil {
+		return nil, err
+	}
+	return root.OpenFile(logName, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+}
+
+// reachable checks that the user cred names (nil: the supervisor's own)
+// can reach the service's program and runtime dir: a prefix under a
+// directory others may not pass is a clear error, not "permission denied"
+// from exec.
+func reachable(cred *syscall.Credential, name string, paths ...string) error {
+	if cred == nil {
+		return nil
+	}
+	u := runas.User{Name: name, UID: cred.Uid, GID: cred.Gid, Groups: cred.Groups}
+	for _, p := range paths {
+		if err := runas.Reach(u, p); err != nil {
+			return fmt.Errorf("the service runs as another user: %w", err)
+		}
+	}
+	return nil
+}
+
+// credential is who a spec's process runs as (nil: the supervisor's own
+// user): its user, resolved by the Users policy, or the policy's
+// unprivileged default where it names none. A user the node lacks, or one
+// this supervisor cannot switch to, is a field error on user.
+func (s *Supervisor) credential(name string) (*syscall.Credential, error) {
+	if s.cfg.Users == nil {
+		return credential(name)
+	}
+	u, err := s.cfg.Users.Resolve("user", name)
+	if err != nil || !s.cfg.Users.Other(u) {
+		return nil, err
+	}
+	return u.Credential(), nil
+}
 
 // launch starts one run of a service. Its stdout and stderr go straight to
 // the log file, opened O_APPEND: no pipe passes through the agent, so the
@@ -68,14 +123,17 @@ func (s *Supervisor) launch(sv *svc, spec api.ServiceSpec, tree string, port int
 	if err != nil {
 		return nil, err
 	}
-	cred, err := credential(spec.User)
+	cred, err := s.credential(spec.User)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(runtimeDir, "logs"), 0o755); err != nil {
+	if err := os.MkdirAll(runtimeDir, 0o755); err != nil {
 		return nil, err
 	}
-	log, err := os.OpenFile(logFile(runtimeDir), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err := reachable(cred, spec.User, prog, runtimeDir); err != nil {
+		return nil, err
+	}
+	log, err := openLog(runtimeDir)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +304,11 @@ func (s *Supervisor) runDrainCommand(ctx context.Context, coord Coordinate, spec
 	if err != nil {
 		return err
 	}
-	log, err := os.OpenFile(logFile(runtimeDir), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	cred, err := s.credential(spec.User)
+	if err != nil {
+		return err
+	}
+	log, err := openLog(runtimeDir)
 	if err != nil {
 		return err
 	}
@@ -256,6 +318,7 @@ func (s *Supervisor) runDrainCommand(ctx context.Context, coord Coordinate, spec
 	cmd.Env = s.serviceEnv(coord, spec, tree, port)
 	cmd.Stdout, cmd.Stderr = log, log
 	detach(cmd)
+	setCredential(cmd, cred) // as the service: it is the service's command
 	cmd.Cancel = func() error { return signalGroup(cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
 	err = cmd.Run()

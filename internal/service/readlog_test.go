@@ -12,7 +12,7 @@ func TestReadLogFollows(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "service.log")
 	step := func(from, n int64, want string, wantEnd int64) {
 		t.Helper()
-		b, end, err := readLog(path, from, n)
+		b, end, err := readLog(filepath.Dir(path), filepath.Base(path), from, n)
 		if err != nil || string(b) != want || end != wantEnd {
 			t.Errorf("readLog(from %d, n %d) = %q, %d, %v; want %q, %d", from, n, b, end, err, want, wantEnd)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/procenv"
 	"github.com/nodemgr/nodemgr/internal/proctree"
+	"github.com/nodemgr/nodemgr/internal/runas"
 )
 
 // Artifacts finds installed artifacts; the agent adapts its artifact store.
@@ -58,6 +59,10 @@ type Config struct {
 	// OnChange, if set, is called after any service changes state, with
 	// no lock held, so the agent can publish its presence again.
 	OnChange func()
+	// Users says who services run as: a spec's user, resolved by the
+	// policy, and for a spec that names none the policy's unprivileged
+	// default. Nil: the supervisor's own user unless the spec names one.
+	Users *runas.Policy
 
 	// LogCheckInterval is how often log sizes are checked (default 1s).
 	LogCheckInterval time.Duration
@@ -509,7 +514,7 @@ func (s *Supervisor) ReadLog(coordinate string, from, n int64) ([]byte, int64, e
 	if !known {
 		return nil, 0, fmt.Errorf("logs of service %s: %w", coordinate, notFound(coordinate))
 	}
-	b, end, err := readLog(logFile(c.RuntimeDir(s.cfg.Prefix)), from, n)
+	b, end, err := readLog(c.RuntimeDir(s.cfg.Prefix), logName, from, n)
 	if err != nil {
 		return nil, 0, fmt.Errorf("logs of service %s: %w", coordinate, err)
 	}

@@ -64,6 +64,8 @@ func helperHandler(ctx context.Context, t worker.Task) worker.Result {
 		return worker.Result{Stdout: "ok " + t.ID}
 	case "env":
 		return worker.Result{Stdout: strings.Join(os.Environ(), "\n")}
+	case "uid":
+		return worker.Result{Stdout: strconv.Itoa(os.Getuid())}
 	case "fail":
 		code, _ := strconv.Atoi(arg(1))
 		return worker.Result{ExitCode: code, Stderr: "failing"}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/runas"
 	"github.com/nodemgr/nodemgr/internal/workerproto"
 )
 
@@ -47,9 +48,26 @@ type Config struct {
 	Command  []string        // the worker program and its arguments
 	Env      []string        // environment for workers, over PATH, HOME, LANG and TZ (procenv); the pool adds NODEMGR_*
 	// Dir is the workers' working directory, and where the pool's socket
-	// lives: keep it short, a socket path has at most 107 bytes.
-	Dir    string
-	Logger *slog.Logger // nil: discard
+	// lives unless SocketDir says otherwise: keep it short, a socket path
+	// has at most 107 bytes.
+	Dir string
+	// SocketDir holds the pool's socket; empty: Dir. Where the suite's
+	// code runs as another user, give a directory of the agent's that
+	// this user cannot change (Dir is that user's): the pool sets the
+	// socket's owner and mode there by path.
+	SocketDir string
+	Logger    *slog.Logger // nil: discard
+
+	// RunAs is the user the suite's code runs as; nil: the pool's own.
+	// The command worker (CommandWorker) then stays the pool's user,
+	// which it needs to track and kill its tasks' processes, and starts
+	// each task as RunAs (workerproto.EnvRunAs); any other worker program
+	// runs the suite's code in its own process, so it is started as
+	// RunAs, and its socket is given to RunAs to connect to.
+	RunAs *runas.User
+	// CommandWorker says Command is `nodemgr worker` (package worker's
+	// RunCommandWorker), which starts tasks as RunAs by itself.
+	CommandWorker bool
 
 	// KillGrace is how long a worker asked to abandon its task (timeout,
 	// Cancel) or to stop at once (Stop(false)) has before it is killed, on
@@ -190,7 +208,16 @@ func New(cfg Config, src Source) (*Pool, error) {
 			return nil, fmt.Errorf("worker pool: %w", errors.Join(errdefs.ErrInvalid, err))
 		}
 	}
-	sock, err := socketPath(dir)
+	if cfg.RunAs != nil && !canRunAs {
+		return nil, fmt.Errorf("worker pool: run as %s: %w", cfg.RunAs, errors.ErrUnsupported)
+	}
+	sockDir := dir
+	if cfg.SocketDir != "" {
+		if sockDir, err = filepath.Abs(cfg.SocketDir); err != nil {
+			return nil, fmt.Errorf("worker pool: socket dir %s: %w", cfg.SocketDir, err)
+		}
+	}
+	sock, err := socketPath(sockDir, cfg.RunAs != nil && !cfg.CommandWorker)
 	if err != nil {
 		return nil, fmt.Errorf("worker pool: %w", err)
 	}
@@ -246,7 +273,15 @@ func (p *Pool) Run(ctx context.Context) error {
 		p.mu.Unlock()
 		return fmt.Errorf("worker pool: listen on %s: %w", p.sock, err)
 	}
-	os.Chmod(p.sock, 0o600) // only this user's processes may play worker
+	// Only the workers' user may connect and play worker: this user's, or
+	// RunAs for a worker program that runs as RunAs.
+	if err := p.ownSocket(); err != nil {
+		ln.Close()
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		return fmt.Errorf("worker pool: socket %s: %w", p.sock, err)
+	}
 	delivered := make(chan struct{})
 	go p.deliverLoop(delivered)
 	p.connWG.Add(1)
@@ -585,14 +620,33 @@ func (p *Pool) Holding() []string {
 	return ids
 }
 
+// workersSwitch says whether the worker processes themselves run as
+// another user than the pool's.
+func (p *Pool) workersSwitch() bool { return p.cfg.RunAs != nil && !p.cfg.CommandWorker }
+
+// ownSocket makes the socket the workers' alone: mode 0600, owned by the
+// user the worker processes run as. Lchown: the socket's directory is the
+// agent's (SocketDir), and a link there is not followed.
+func (p *Pool) ownSocket() error {
+	if err := os.Chmod(p.sock, 0o600); err != nil {
+		return err
+	}
+	if p.workersSwitch() {
+		return os.Lchown(p.sock, int(p.cfg.RunAs.UID), int(p.cfg.RunAs.GID))
+	}
+	return nil
+}
+
 // maxSocketPath is the longest path a unix socket may have (sun_path).
 const maxSocketPath = 107
 
 // socketPath is where the pool's socket goes: in dir, or, when dir's path
 // is too long for a unix socket (a deep data dir), in a private directory
-// of this user's under the system's temp dir. Either way only this user may
-// connect, and a worker must still show its token.
-func socketPath(dir string) (string, error) {
+// of this user's under the system's temp dir (passable, not listable, by
+// others when the workers run as another user: passThrough). Either way
+// only the workers' user may connect, and a worker must still show its
+// token.
+func socketPath(dir string, passThrough bool) (string, error) {
 	name := "w-" + randHex(6) + ".sock"
 	if sock := filepath.Join(dir, name); len(sock) <= maxSocketPath {
 		return sock, nil
@@ -600,6 +654,11 @@ func socketPath(dir string) (string, error) {
 	short := filepath.Join(os.TempDir(), fmt.Sprintf("nodemgr-%d", os.Getuid()))
 	if err := privateDir(short); err != nil {
 		return "", fmt.Errorf("%s is too long for a unix socket, and the short fallback: %w", dir, err)
+	}
+	if passThrough {
+		if err := os.Chmod(short, 0o711); err != nil {
+			return "", fmt.Errorf("%s is too long for a unix socket, and the short fallback: %w", dir, err)
+		}
 	}
 	sock := filepath.Join(short, name)
 	if len(sock) > maxSocketPath {
@@ -610,8 +669,8 @@ func socketPath(dir string) (string, error) {
 }
 
 // privateDir makes dir, or checks the one there: a directory (not a link)
-// of this user's that no one else may enter, so that no one else can put
-// a socket in our way.
+// of this user's that no one else may list or write to (0700, or 0711),
+// so that no one else can put a socket in our way.
 func privateDir(dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
@@ -620,7 +679,7 @@ func privateDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	if !fi.IsDir() || fi.Mode().Perm() != 0o700 || !ownedByMe(fi) {
+	if perm := fi.Mode().Perm(); !fi.IsDir() || (perm != 0o700 && perm != 0o711) || !ownedByMe(fi) {
 		return fmt.Errorf("%s is not a private directory of this user's (mode %v): remove it, or set TMPDIR elsewhere", dir, fi.Mode())
 	}
 	return nil

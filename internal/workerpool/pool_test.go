@@ -15,7 +15,9 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/runas"
 	"github.com/nodemgr/nodemgr/internal/workerpool/workerpooltest"
+	"github.com/nodemgr/nodemgr/internal/workerproto"
 )
 
 // batchMaxForTest is the most tasks a worker (package worker) takes in
@@ -779,5 +781,61 @@ func TestIdleWorkerCutsTheBackoff(t *testing.T) {
 	})
 	if d := time.Since(begin); d > time.Second {
 		t.Errorf("the idle worker got its task %v after it went idle, want well under the backoff of 1.6s or more", d)
+	}
+}
+
+// A pool whose suite runs as another user: a worker program of the
+// suite's own runs as that user and may connect to its socket, which is
+// that user's alone; the command worker stays the pool's user and is told
+// whom to start tasks as.
+func TestRunAs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start workers as another user")
+	}
+	nobody := runas.User{Name: "nobody", UID: 65534, GID: 65534}
+	// The test binary plays the worker: put a copy where nobody may run it.
+	bin := filepath.Join(shortTempDir(t), "worker")
+	os.Chmod(filepath.Dir(bin), 0o755)
+	if b, err := os.ReadFile(os.Args[0]); err != nil || os.WriteFile(bin, b, 0o755) != nil {
+		t.Fatalf("copy the test binary: %v", err)
+	}
+	tests := []struct {
+		name          string
+		commandWorker bool
+		wantUID       string // the worker process's
+		wantSockUID   uint32
+		wantEnv       string // in the worker's environment
+	}{
+		{"worker program of the suite's", false, "65534", 65534, ""},
+		{"command worker", true, "0", 0, workerproto.EnvRunAs + "=65534:65534"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config(t, "worker", 1, 0)
+			cfg.Command = []string{bin}
+			cfg.RunAs, cfg.CommandWorker = &nobody, tc.commandWorker
+			os.Chown(cfg.Dir, int(nobody.UID), int(nobody.GID)) // the suite's work dir is its user's
+			cfg.SocketDir = shortTempDir(t)
+			os.Chmod(cfg.SocketDir, 0o711)
+			src := newSource(task("uid", "uid"), task("env", "env"))
+			p := start(t, cfg, src)
+			waitFor(t, 20*time.Second, "both tasks reported", func() bool { return len(src.Record().Reports) == 2 })
+			fi, err := os.Lstat(p.sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := fi.Sys().(*syscall.Stat_t); st.Uid != tc.wantSockUID || fi.Mode().Perm() != 0o600 || filepath.Dir(p.sock) != cfg.SocketDir {
+				t.Errorf("socket %s: uid %d mode %v; want uid %d, mode 0600, in %s", p.sock, st.Uid, fi.Mode().Perm(), tc.wantSockUID, cfg.SocketDir)
+			}
+			if r, _ := src.ReportFor("uid"); r.Outcome != api.OutcomeSucceeded || r.Result.Stdout != tc.wantUID {
+				t.Errorf("worker's uid: %+v, want %s", r, tc.wantUID)
+			}
+			env, _ := src.ReportFor("env")
+			if got := slices.ContainsFunc(strings.Split(env.Result.Stdout, "\n"), func(kv string) bool {
+				return strings.HasPrefix(kv, workerproto.EnvRunAs+"=")
+			}); got != (tc.wantEnv != "") || (tc.wantEnv != "" && !strings.Contains(env.Result.Stdout, tc.wantEnv)) {
+				t.Errorf("worker environment:\n%s\nwant %q there: %v", env.Result.Stdout, tc.wantEnv, tc.wantEnv != "")
+			}
+		})
 	}
 }

@@ -7,9 +7,16 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+
+	"github.com/nodemgr/nodemgr/internal/runas"
 )
 
 func ownGroup(cmd *exec.Cmd) {}
+
+// canRunAs: no users to switch to here (New refuses a RunAs).
+const canRunAs = false
+
+func startAs(*exec.Cmd, runas.User) {}
 
 func terminate(p *os.Process) error { return errors.ErrUnsupported }
 

@@ -9,12 +9,20 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodemgr/nodemgr/internal/runas"
 )
 
 // ownGroup puts a worker in a process group of its own: a Ctrl-C at the
 // agent's terminal then reaches the agent only, which stops its workers in
 // order, and killing the group takes any helper the worker left behind.
 func ownGroup(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} }
+
+// canRunAs: workers may be started as another user here.
+const canRunAs = true
+
+// startAs makes cmd start as u (after ownGroup).
+func startAs(cmd *exec.Cmd, u runas.User) { cmd.SysProcAttr.Credential = u.Credential() }
 
 // terminate asks a worker to stop.
 func terminate(p *os.Process) error { return p.Signal(syscall.SIGTERM) }

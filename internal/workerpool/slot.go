@@ -107,6 +107,13 @@ func (p *Pool) spawn(s *slot) (*exec.Cmd, error) {
 	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, errW
 	ownGroup(cmd)
+	if u := p.cfg.RunAs; u != nil {
+		if p.cfg.CommandWorker {
+			cmd.Env = append(cmd.Env, workerproto.EnvRunAs+"="+workerproto.FormatRunAs(u.UID, u.GID, u.Groups))
+		} else {
+			startAs(cmd, *u)
+		}
+	}
 	err = startPinned(cmd, s.cpus)
 	errW.Close() // the worker has its own copy now
 	if err != nil {

@@ -73,3 +73,28 @@ func TestReadErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestRunAsRoundTrip(t *testing.T) {
+	tests := []struct {
+		uid, gid uint32
+		groups   []uint32
+		text     string
+	}{
+		{995, 995, nil, "995:995"},
+		{65534, 65534, []uint32{27, 100}, "65534:65534:27,100"},
+	}
+	for _, tc := range tests {
+		if got := FormatRunAs(tc.uid, tc.gid, tc.groups); got != tc.text {
+			t.Errorf("FormatRunAs(%d, %d, %v) = %q, want %q", tc.uid, tc.gid, tc.groups, got, tc.text)
+		}
+		uid, gid, groups, err := ParseRunAs(tc.text)
+		if err != nil || uid != tc.uid || gid != tc.gid || len(groups) != len(tc.groups) {
+			t.Errorf("ParseRunAs(%q) = %d, %d, %v, %v", tc.text, uid, gid, groups, err)
+		}
+	}
+	for _, bad := range []string{"", "995", "a:b", "1:2:3:4", "1:2:x", "-1:2"} {
+		if _, _, _, err := ParseRunAs(bad); err == nil {
+			t.Errorf("ParseRunAs(%q) = nil error, want one", bad)
+		}
+	}
+}

@@ -13,7 +13,13 @@
 // drops a worker that commits one.
 package workerproto
 
-import "github.com/nodemgr/nodemgr/api"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nodemgr/nodemgr/api"
+)
 
 // Version is the protocol version a worker announces in Hello.
 const Version = 1
@@ -32,7 +38,46 @@ const (
 	// (GOMAXPROCS), the command worker one more, unless GOMAXPROCS says
 	// otherwise.
 	EnvProcs = "NODEMGR_WORKER_PROCS"
+	// EnvRunAs tells the command worker (`nodemgr worker`), which stays
+	// the agent's user to look after its tasks' processes, to start each
+	// task as this user: "UID:GID" or "UID:GID:G1,G2,..." with the
+	// supplementary groups (FormatRunAs). Unset: tasks run as the worker.
+	EnvRunAs = "NODEMGR_WORKER_RUN_AS"
 )
+
+// FormatRunAs is the value of EnvRunAs for a user.
+func FormatRunAs(uid, gid uint32, groups []uint32) string {
+	s := strconv.FormatUint(uint64(uid), 10) + ":" + strconv.FormatUint(uint64(gid), 10)
+	if len(groups) == 0 {
+		return s
+	}
+	ids := make([]string, len(groups))
+	for i, g := range groups {
+		ids[i] = strconv.FormatUint(uint64(g), 10)
+	}
+	return s + ":" + strings.Join(ids, ",")
+}
+
+// ParseRunAs reads an EnvRunAs value.
+func ParseRunAs(s string) (uid, gid uint32, groups []uint32, err error) {
+	parts := strings.Split(s, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		return 0, 0, nil, fmt.Errorf("%s=%q: want UID:GID[:GROUPS]", EnvRunAs, s)
+	}
+	ids := []string{parts[0], parts[1]}
+	if len(parts) == 3 && parts[2] != "" {
+		ids = append(ids, strings.Split(parts[2], ",")...)
+	}
+	nums := make([]uint32, len(ids))
+	for i, id := range ids {
+		n, err := strconv.ParseUint(id, 10, 32)
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("%s=%q: %q is not an id", EnvRunAs, s, id)
+		}
+		nums[i] = uint32(n)
+	}
+	return nums[0], nums[1], nums[2:], nil
+}
 
 // Frame operations.
 const (
