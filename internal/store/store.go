@@ -25,6 +25,7 @@ type Store interface {
 	Suites
 	SuiteProblems
 	Tasks
+	TaskFiles
 	Documents
 	Deployments
 	Containers
@@ -362,13 +363,33 @@ type Tasks interface {
 	// node and that are Ready still back to Running on it, at the attempt
 	// it was running: its agent came back holding them.
 	ReattachTasks(ctx context.Context, nodeID string, ids []string) (int, error)
-	// BlobsInUse lists the digests of the files that tasks name as inputs
-	// or hold as outputs, for the blob store's collection.
-	BlobsInUse(ctx context.Context) (map[string]bool, error)
 	// CancelTask moves a Pending, Ready or Running task to Cancelled, with
 	// its dependents, and returns it as it was before (so the caller knows
 	// which node to tell).
 	CancelTask(ctx context.Context, id string) (Task, error)
+}
+
+// TaskFiles answers who may see a file of the blob store, from what tasks
+// name: the inputs of their specs and the outputs of their results. Each
+// answer is one statement over an index, however many files tasks have,
+// so that every blob request is authorized against the store's state at
+// that moment, never a cache.
+type TaskFiles interface {
+	// NodeReadsBlob reports whether the node may download the blob: it
+	// holds (Running on it) a task that names digest as an input, or that
+	// runs after a task whose result output it (input_from takes outputs
+	// of tasks in after, so every such output counts).
+	NodeReadsBlob(ctx context.Context, nodeID, digest string) (bool, error)
+	// NodeBlobScope reports whether the node holds any Running task, and
+	// whether a task of a suite in the group of one of the suites of those
+	// tasks names digest, as an input or an output.
+	NodeBlobScope(ctx context.Context, nodeID, digest string) (holding, named bool, err error)
+	// BlobNamedInGroups reports whether a task of a suite in one of groups
+	// names digest, as an input or an output.
+	BlobNamedInGroups(ctx context.Context, digest string, groups []string) (bool, error)
+	// BlobsInUse lists the digests of the files that tasks name as inputs
+	// or hold as outputs, for the blob store's collection.
+	BlobsInUse(ctx context.Context) (map[string]bool, error)
 }
 
 // Document kinds.
