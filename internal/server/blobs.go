@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/blob"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
@@ -25,8 +28,29 @@ import (
 //   - a user reads outputs through the task they belong to, so that
 //     reading is checked against the suite like every other task read.
 //
-// Anyone who may submit tasks may upload; only nodes and admins read a
-// blob by digest alone.
+// A digest names content that may be anyone's, so who may see a blob
+// follows from the tasks that name it (store.TaskFiles), asked in the
+// request itself, never from a cache:
+//
+//   - GET: a node, only while it holds (Running on it) a task that names
+//     the digest as an input or runs after a task that output it; an
+//     admin, any blob. Everyone else reads through their tasks.
+//   - HEAD: an admin; a user with Write in some group; a node while it
+//     holds a task. A user learns that a blob exists only when a task of a
+//     group they may read names it, and a node only when a task in the
+//     group of a suite it holds a task of does: tasks they could read
+//     anyway. Anything else answers exactly as an absent blob does (404,
+//     same body), so HEAD is no oracle for another group's files. The
+//     submitter's "upload once" still holds: once its tasks name a file,
+//     HEAD finds it. Between the first upload and the submission a second
+//     upload of the same file may happen; that costs bandwidth, not data.
+//   - PUT: the same callers as HEAD. The content must hash to the digest,
+//     so a PUT proves its caller had the content, and it answers the same
+//     whether the blob was there or not. A node uploads outputs before it
+//     reports them, so it may upload while it holds a task and not when
+//     it holds none: a credential of an idle or removed node stores
+//     nothing. An upload that no task names is collected after the
+//     retention.
 
 // Defaults of the blob store.
 const (
@@ -47,19 +71,62 @@ func openBlobs(cfg Config) (blob.Store, error) {
 	return blob.NewDir(dir)
 }
 
-// blobCaller authenticates a node credential or an API token.
-func (s *Server) blobCaller(r *http.Request, read bool) error {
-	if _, err := s.authenticate(r.Context(), r, api.TokenNode); err == nil {
-		return nil
+// blobCaller is who asks for a blob by digest: a node (by its credential)
+// or a user (by an API token).
+type blobCaller struct {
+	nodeID string
+	user   auth.Principal
+}
+
+func (s *Server) blobCaller(r *http.Request) (blobCaller, error) {
+	if auth.KindOf(bearer(r)) == api.TokenNode {
+		t, err := s.authenticate(r.Context(), r, api.TokenNode)
+		if err != nil {
+			return blobCaller{}, err
+		}
+		return blobCaller{nodeID: t.NodeID}, nil
 	}
 	p, err := s.userPrincipal(r.Context(), r)
 	if err != nil {
-		return err
+		return blobCaller{}, err
 	}
-	if read {
-		return p.RequireAdmin("read a blob by digest (read task outputs with GET /v1/tasks/{task}/outputs/{path})")
+	return blobCaller{user: p}, nil
+}
+
+// blobNotFound is the one answer for a blob that is absent and for one the
+// caller may not know of: telling them apart would tell whether another
+// group holds a file.
+func blobNotFound(d blob.Digest) error {
+	return errdefs.NotFound("blob %s: not in the blob store, or named by no task you can see; upload it first (PUT /v1/blobs/{digest})", d)
+}
+
+// mayUpload checks that the caller may check for and store blobs: an
+// admin, a user with Write in some group, or a node that holds a task.
+// With head, it also says whether the caller may learn that d exists: a
+// task it can see names it.
+func (s *Server) mayUpload(ctx context.Context, c blobCaller, d blob.Digest, head bool) (named bool, err error) {
+	if c.nodeID != "" {
+		holding, named, err := s.store.NodeBlobScope(ctx, c.nodeID, d.String())
+		if err != nil {
+			return false, err
+		}
+		if !holding {
+			return false, fmt.Errorf("node %s runs no task: a node checks and uploads task files only while it holds a task: %w", c.nodeID, errdefs.ErrPermission)
+		}
+		return named, nil
 	}
-	return nil
+	if c.user.Admin {
+		return true, nil
+	}
+	groups := slices.Sorted(maps.Keys(c.user.Groups))
+	if !c.user.Can(api.RoleWrite, groups) {
+		return false, fmt.Errorf("upload task files: needs role %s in some group, to submit the tasks that use them; ask a group admin for it: %w",
+			api.RoleWrite, errdefs.ErrPermission)
+	}
+	if !head {
+		return false, nil
+	}
+	return s.store.BlobNamedInGroups(ctx, d.String(), groups)
 }
 
 func blobDigest(r *http.Request) (blob.Digest, error) {
@@ -71,14 +138,25 @@ func blobDigest(r *http.Request) (blob.Digest, error) {
 }
 
 func (s *Server) handleHeadBlob(w http.ResponseWriter, r *http.Request) error {
-	if err := s.blobCaller(r, false); err != nil {
+	c, err := s.blobCaller(r)
+	if err != nil {
 		return err
 	}
 	d, err := blobDigest(r)
 	if err != nil {
 		return err
 	}
+	named, err := s.mayUpload(r.Context(), c, d, true)
+	if err != nil {
+		return err
+	}
+	if !named {
+		return blobNotFound(d)
+	}
 	info, err := s.blobs.Stat(r.Context(), d)
+	if errdefs.IsNotFound(err) {
+		return blobNotFound(d)
+	}
 	if err != nil {
 		return err
 	}
@@ -90,11 +168,15 @@ func (s *Server) handleHeadBlob(w http.ResponseWriter, r *http.Request) error {
 // handlePutBlob stores a file under its digest; the content must hash to
 // it. Storing one that is there already costs only the upload.
 func (s *Server) handlePutBlob(w http.ResponseWriter, r *http.Request) error {
-	if err := s.blobCaller(r, false); err != nil {
+	c, err := s.blobCaller(r)
+	if err != nil {
 		return err
 	}
 	d, err := blobDigest(r)
 	if err != nil {
+		return err
+	}
+	if _, err := s.mayUpload(r.Context(), c, d, false); err != nil {
 		return err
 	}
 	if r.ContentLength > s.cfg.BlobMaxSize {
@@ -110,15 +192,36 @@ func (s *Server) handlePutBlob(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// handleGetBlob serves a blob by digest to a node that holds a task naming
+// it, and to admins.
 func (s *Server) handleGetBlob(w http.ResponseWriter, r *http.Request) error {
-	if err := s.blobCaller(r, true); err != nil {
+	c, err := s.blobCaller(r)
+	if err != nil {
 		return err
 	}
 	d, err := blobDigest(r)
 	if err != nil {
 		return err
 	}
-	return s.serveBlob(w, r, d, "")
+	switch {
+	case c.nodeID != "":
+		ok, err := s.store.NodeReadsBlob(r.Context(), c.nodeID, d.String())
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return blobNotFound(d)
+		}
+	default:
+		if err := c.user.RequireAdmin("read a blob by digest (read task outputs with GET /v1/tasks/{task}/outputs/{path})"); err != nil {
+			return err
+		}
+	}
+	err = s.serveBlob(w, r, d, "")
+	if errdefs.IsNotFound(err) {
+		return blobNotFound(d)
+	}
+	return err
 }
 
 // serveBlob streams a blob; name, when set, is offered as the file name.
