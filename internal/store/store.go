@@ -436,7 +436,12 @@ type Deployment struct {
 	Labels      map[string]string
 	// NodeID is the node whose agent registered from this machine, with a
 	// join token bound to the deployment.
-	NodeID    string
+	NodeID string
+	// MachineID is the machine id the agent on it must register with: the
+	// orchestrator reads it from the machine through its executor (or
+	// gives the machine one) before it makes the join token, so that the
+	// token registers that machine and no other. Empty: not bound.
+	MachineID string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
