@@ -28,29 +28,33 @@ import (
 //   - a user reads outputs through the task they belong to, so that
 //     reading is checked against the suite like every other task read.
 //
-// A digest names content that may be anyone's, so who may see a blob
-// follows from the tasks that name it (store.TaskFiles), asked in the
-// request itself, never from a cache:
+// A digest names content that may be anyone's, so who may see a blob by
+// digest is asked of the store (store.TaskFiles) in the request itself,
+// never from a cache:
 //
 //   - GET: a node, only while it holds (Running on it) a task that names
 //     the digest as an input or runs after a task that output it; an
 //     admin, any blob. Everyone else reads through their tasks.
-//   - HEAD: an admin; a user with Write in some group; a node while it
-//     holds a task. A user learns that a blob exists only when a task of a
-//     group they may read names it, and a node only when a task in the
-//     group of a suite it holds a task of does: tasks they could read
-//     anyway. Anything else answers exactly as an absent blob does (404,
-//     same body), so HEAD is no oracle for another group's files. The
-//     submitter's "upload once" still holds: once its tasks name a file,
-//     HEAD finds it. Between the first upload and the submission a second
-//     upload of the same file may happen; that costs bandwidth, not data.
-//   - PUT: the same callers as HEAD. The content must hash to the digest,
-//     so a PUT proves its caller had the content, and it answers the same
-//     whether the blob was there or not. A node uploads outputs before it
-//     reports them, so it may upload while it holds a task and not when
-//     it holds none: a credential of an idle or removed node stores
-//     nothing. An upload that no task names is collected after the
-//     retention.
+//   - PUT: an admin, a user with Write in some group, or a node while it
+//     holds a task. The content must hash to the digest, so a PUT proves
+//     its caller had the content, and it answers the same whether the blob
+//     was there or not. A node uploads outputs before it reports them, so
+//     it may upload while it holds a task and not when it holds none: the
+//     credential of an idle or removed node stores nothing. An upload that
+//     no task names is collected after the retention.
+//   - HEAD: the same callers as PUT. It says 200 only for a blob uploaded
+//     into a group of the caller's (by a user with Write there, or by a
+//     node running a task of the group; blobs that tasks named before
+//     this rule count as uploaded into their suites' groups), and for a
+//     node into the group of a suite it holds a task of. Anything else
+//     answers exactly as an absent blob does (404, same body): HEAD tells
+//     no group whether another holds a file. A submitter still uploads
+//     each file once: its first upload records it for its groups, so the
+//     next HEAD finds it, before or after tasks name it.
+//
+// Groups are recorded at upload rather than derived from the tasks that
+// name a blob, which would cost an index entry per input of every task
+// submitted, in random order; an upload costs far more than one entry.
 
 // Defaults of the blob store.
 const (
@@ -97,36 +101,56 @@ func (s *Server) blobCaller(r *http.Request) (blobCaller, error) {
 // caller may not know of: telling them apart would tell whether another
 // group holds a file.
 func blobNotFound(d blob.Digest) error {
-	return errdefs.NotFound("blob %s: not in the blob store, or named by no task you can see; upload it first (PUT /v1/blobs/{digest})", d)
+	return errdefs.NotFound("blob %s: not in the blob store, or not uploaded for you; upload it (PUT /v1/blobs/{digest})", d)
 }
 
 // mayUpload checks that the caller may check for and store blobs: an
 // admin, a user with Write in some group, or a node that holds a task.
-// With head, it also says whether the caller may learn that d exists: a
-// task it can see names it.
-func (s *Server) mayUpload(ctx context.Context, c blobCaller, d blob.Digest, head bool) (named bool, err error) {
+// With head, it also says whether the caller may learn that d exists: it
+// was uploaded into one of the caller's groups.
+func (s *Server) mayUpload(ctx context.Context, c blobCaller, d blob.Digest, head bool) (known bool, err error) {
 	if c.nodeID != "" {
-		holding, named, err := s.store.NodeBlobScope(ctx, c.nodeID, d.String())
+		holding, uploaded, err := s.store.NodeBlobScope(ctx, c.nodeID, d.String())
 		if err != nil {
 			return false, err
 		}
 		if !holding {
 			return false, fmt.Errorf("node %s runs no task: a node checks and uploads task files only while it holds a task: %w", c.nodeID, errdefs.ErrPermission)
 		}
-		return named, nil
+		return uploaded, nil
 	}
 	if c.user.Admin {
 		return true, nil
 	}
-	groups := slices.Sorted(maps.Keys(c.user.Groups))
-	if !c.user.Can(api.RoleWrite, groups) {
+	if len(writeGroups(c.user)) == 0 {
 		return false, fmt.Errorf("upload task files: needs role %s in some group, to submit the tasks that use them; ask a group admin for it: %w",
 			api.RoleWrite, errdefs.ErrPermission)
 	}
 	if !head {
 		return false, nil
 	}
-	return s.store.BlobNamedInGroups(ctx, d.String(), groups)
+	return s.store.BlobInGroups(ctx, d.String(), slices.Sorted(maps.Keys(c.user.Groups)))
+}
+
+// writeGroups are the groups in which p may submit tasks.
+func writeGroups(p auth.Principal) []string {
+	var groups []string
+	for g := range p.Groups {
+		if p.Can(api.RoleWrite, []string{g}) {
+			groups = append(groups, g)
+		}
+	}
+	slices.Sort(groups)
+	return groups
+}
+
+// recordUpload notes the groups a blob was uploaded into: a user's
+// groups with Write, a node's tasks' suites' groups.
+func (s *Server) recordUpload(ctx context.Context, c blobCaller, d blob.Digest) error {
+	if c.nodeID != "" {
+		return s.store.AddNodeBlob(ctx, c.nodeID, d.String())
+	}
+	return s.store.AddBlobGroups(ctx, d.String(), writeGroups(c.user))
 }
 
 func blobDigest(r *http.Request) (blob.Digest, error) {
@@ -146,11 +170,11 @@ func (s *Server) handleHeadBlob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	named, err := s.mayUpload(r.Context(), c, d, true)
+	known, err := s.mayUpload(r.Context(), c, d, true)
 	if err != nil {
 		return err
 	}
-	if !named {
+	if !known {
 		return blobNotFound(d)
 	}
 	info, err := s.blobs.Stat(r.Context(), d)
@@ -184,6 +208,9 @@ func (s *Server) handlePutBlob(w http.ResponseWriter, r *http.Request) error {
 	}
 	info, err := s.blobs.Put(r.Context(), r.Body, d, s.cfg.BlobMaxSize)
 	if err != nil {
+		return fmt.Errorf("store blob %s: %w", d, err)
+	}
+	if err := s.recordUpload(r.Context(), c, d); err != nil {
 		return fmt.Errorf("store blob %s: %w", d, err)
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -330,10 +357,31 @@ func (s *Server) collectBlobs(ctx context.Context) (blob.CollectStats, error) {
 	if err != nil {
 		return blob.CollectStats{}, err
 	}
-	st, err := blob.Collect(ctx, s.blobs, func(d blob.Digest) bool { return used[d.String()] },
+	rec := &deleteRecorder{Store: s.blobs}
+	st, err := blob.Collect(ctx, rec, func(d blob.Digest) bool { return used[d.String()] },
 		time.Now().Add(-s.cfg.BlobRetention))
+	if ferr := s.store.ForgetBlobGroups(ctx, rec.deleted); ferr != nil {
+		err = errors.Join(err, ferr)
+	}
 	if err == nil && st.Deleted > 0 {
 		s.log.Info("collected unused task files", "deleted", st.Deleted, "freed_bytes", st.Freed, "kept", st.Kept)
 	}
 	return st, err
+}
+
+// deleteRecorder notes the blobs a collection deleted, so that the groups
+// they were uploaded into are forgotten with them. One uploaded again
+// meanwhile may lose its groups: its next HEAD says 404 and it goes up
+// once more.
+type deleteRecorder struct {
+	blob.Store
+	deleted []string
+}
+
+func (r *deleteRecorder) Delete(ctx context.Context, d blob.Digest) error {
+	err := r.Store.Delete(ctx, d)
+	if err == nil {
+		r.deleted = append(r.deleted, d.String())
+	}
+	return err
 }

@@ -132,7 +132,8 @@ func TestSubmitTaskFilesAndDependencies(t *testing.T) {
 }
 
 // TestCollectBlobsKeepsWhatTasksUse: collection deletes old blobs no task
-// names, and keeps the ones tasks name and the recent ones.
+// names, and keeps the ones tasks name and the recent ones; the groups a
+// deleted blob was uploaded into are forgotten.
 func TestCollectBlobsKeepsWhatTasksUse(t *testing.T) {
 	ts := newTestServer(t)
 	ts.cfg.BlobRetention = time.Millisecond
@@ -144,6 +145,11 @@ func TestCollectBlobsKeepsWhatTasksUse(t *testing.T) {
 		return info.Digest.String()
 	}
 	used, unused := put([]byte("used")), put([]byte("unused"))
+	for _, d := range []string{used, unused} {
+		if err := ts.store.AddBlobGroups(context.Background(), d, []string{"a"}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var su api.Suite
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites", api.SuiteSpec{Name: "s"}, &su)
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites/"+su.ID+"/tasks",
@@ -158,31 +164,36 @@ func TestCollectBlobsKeepsWhatTasksUse(t *testing.T) {
 			t.Errorf("HEAD %s after collect = %d, want %d", d, code, want)
 		}
 	}
+	// The collected blob's groups are forgotten with it; the kept one's stay.
+	for d, want := range map[string]bool{used: true, unused: false} {
+		if got, err := ts.store.BlobInGroups(context.Background(), d, []string{"a"}); err != nil || got != want {
+			t.Errorf("BlobInGroups(%s) after collect = %v, %v, want %v", d, got, err, want)
+		}
+	}
 }
 
 // blobFixture: group a's node n1 holds "use" (input a), which runs after
-// "gen" (finished, output out); group b's node n2 holds a task with input
-// b; n3 of group a holds nothing. unused is stored but named by no task,
-// absent is not stored.
+// "gen" (finished, output out, which n1 uploaded); group b's node n2 holds
+// a task with input b; n3 of group a holds nothing. A writer of group a
+// uploaded a and early (which no task names yet), a writer of group b
+// uploaded b; an admin uploaded unused; absent is not stored.
 type blobFixture struct {
-	ts                        *testServer
-	n1, n2, n3                string
-	reader, writer, outsider  string
-	a, b, out, unused, absent string
-	content                   map[string]string // digest → content
+	ts                               *testServer
+	n1, n2, n3                       string
+	reader, writer, outsider         string
+	a, b, out, early, unused, absent string
+	content                          map[string]string // digest → content
 }
 
 func newBlobFixture(t *testing.T) *blobFixture {
 	ts := newTestServer(t)
 	f := &blobFixture{ts: ts, content: map[string]string{}}
-	put := func(content string) string {
+	put := func(token, content string) string {
 		d := digestOf([]byte(content))
-		ts.mustRaw(t, http.StatusCreated, ts.admin, "PUT", "/v1/blobs/"+d, []byte(content))
+		ts.mustRaw(t, http.StatusCreated, token, "PUT", "/v1/blobs/"+d, []byte(content))
 		f.content[d] = content
 		return d
 	}
-	f.a, f.b, f.out, f.unused = put("group a's input"), put("group b's input"), put("gen's output"), put("named by nobody")
-	f.absent = digestOf([]byte("never uploaded"))
 	var n1, n2 string
 	n1, f.n1 = ts.nodeNamed(t, "n1", "a")
 	n2, f.n2 = ts.nodeNamed(t, "n2", "b")
@@ -190,6 +201,10 @@ func newBlobFixture(t *testing.T) *blobFixture {
 	f.reader = ts.user(t, "reader", false, map[string]string{"a": api.RoleRead})
 	f.writer = ts.user(t, "writer", false, map[string]string{"a": api.RoleWrite})
 	f.outsider = ts.user(t, "outsider", false, map[string]string{"b": api.RoleWrite})
+	f.a, f.early = put(f.writer, "group a's input"), put(f.writer, "uploaded before its tasks")
+	f.b = put(f.outsider, "group b's input")
+	f.unused = put(ts.admin, "named by nobody")
+	f.absent = digestOf([]byte("never uploaded"))
 
 	var sa api.Suite
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites", api.SuiteSpec{Name: "sa", Group: "a"}, &sa)
@@ -203,6 +218,7 @@ func newBlobFixture(t *testing.T) *blobFixture {
 	if err != nil || len(gen) != 1 {
 		t.Fatalf("claim gen = %d, %v", len(gen), err)
 	}
+	f.out = put(f.n1, "gen's output")
 	never := func(*api.RetryPolicy, *api.RetryPolicy, []api.TaskFailure) (bool, time.Duration) { return true, 0 }
 	if _, err := ts.store.FinishAttempts(ctx, n1, []store.Attempt{{TaskID: gen[0].ID, Attempt: gen[0].Attempt, Outcome: api.OutcomeSucceeded,
 		Result: api.TaskResult{Outputs: []api.TaskFile{{Path: "gen.o", Digest: f.out, Size: 1}}}}}, never); err != nil {
@@ -268,17 +284,20 @@ func TestBlobAccess(t *testing.T) {
 
 		{"node checks its input", "n1", "HEAD", "a", http.StatusOK},
 		{"node checks another group's input", "n1", "HEAD", "b", http.StatusNotFound},
-		{"node checks a file no task names", "n1", "HEAD", "unused", http.StatusNotFound},
+		{"node checks a file an admin uploaded", "n1", "HEAD", "unused", http.StatusNotFound},
+		{"node checks a file of its group no task names yet", "n1", "HEAD", "early", http.StatusOK},
 		{"foreign node checks group a's output", "n2", "HEAD", "out", http.StatusNotFound},
 		{"idle node checks", "n3", "HEAD", "a", http.StatusForbidden},
 		{"reader checks", "reader", "HEAD", "a", http.StatusForbidden},
 		{"writer checks an input of the group", "writer", "HEAD", "a", http.StatusOK},
-		{"writer checks an output of the group", "writer", "HEAD", "out", http.StatusOK},
+		{"writer checks an output a node of the group uploaded", "writer", "HEAD", "out", http.StatusOK},
 		{"writer checks another group's input", "writer", "HEAD", "b", http.StatusNotFound},
-		{"writer checks a file no task names", "writer", "HEAD", "unused", http.StatusNotFound},
+		{"writer checks a file it uploaded that no task names yet", "writer", "HEAD", "early", http.StatusOK},
+		{"writer checks a file an admin uploaded", "writer", "HEAD", "unused", http.StatusNotFound},
 		{"writer checks an absent file", "writer", "HEAD", "absent", http.StatusNotFound},
 		{"writer of another group checks group a's input", "outsider", "HEAD", "a", http.StatusNotFound},
 		{"writer of another group checks its own", "outsider", "HEAD", "b", http.StatusOK},
+		{"writer of another group checks one group a uploaded early", "outsider", "HEAD", "early", http.StatusNotFound},
 		{"admin checks a file no task names", "admin", "HEAD", "unused", http.StatusOK},
 
 		{"node uploads", "n1", "PUT", "unused", http.StatusCreated},
@@ -289,7 +308,7 @@ func TestBlobAccess(t *testing.T) {
 	}
 	tokens := map[string]string{"n1": f.n1, "n2": f.n2, "n3": f.n3, "reader": f.reader, "writer": f.writer,
 		"outsider": f.outsider, "admin": f.ts.admin}
-	digests := map[string]string{"a": f.a, "b": f.b, "out": f.out, "unused": f.unused, "absent": f.absent}
+	digests := map[string]string{"a": f.a, "b": f.b, "out": f.out, "early": f.early, "unused": f.unused, "absent": f.absent}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := digests[tc.blob]

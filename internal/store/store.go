@@ -369,11 +369,12 @@ type Tasks interface {
 	CancelTask(ctx context.Context, id string) (Task, error)
 }
 
-// TaskFiles answers who may see a file of the blob store, from what tasks
-// name: the inputs of their specs and the outputs of their results. Each
-// answer is one statement over an index, however many files tasks have,
-// so that every blob request is authorized against the store's state at
-// that moment, never a cache.
+// TaskFiles answers who may see a file of the blob store: a node, the
+// files the tasks it holds name (the inputs of their specs, the outputs of
+// the tasks they run after); anyone, whether a file exists, for the files
+// uploaded into their groups. Each answer is one statement over an index,
+// however many files tasks have, so that every blob request is authorized
+// against the store's state at that moment, never a cache.
 type TaskFiles interface {
 	// NodeReadsBlob reports whether the node may download the blob: it
 	// holds (Running on it) a task that names digest as an input, or that
@@ -381,12 +382,19 @@ type TaskFiles interface {
 	// of tasks in after, so every such output counts).
 	NodeReadsBlob(ctx context.Context, nodeID, digest string) (bool, error)
 	// NodeBlobScope reports whether the node holds any Running task, and
-	// whether a task of a suite in the group of one of the suites of those
-	// tasks names digest, as an input or an output.
-	NodeBlobScope(ctx context.Context, nodeID, digest string) (holding, named bool, err error)
-	// BlobNamedInGroups reports whether a task of a suite in one of groups
-	// names digest, as an input or an output.
-	BlobNamedInGroups(ctx context.Context, digest string, groups []string) (bool, error)
+	// whether digest was uploaded into the group of one of the suites of
+	// those tasks.
+	NodeBlobScope(ctx context.Context, nodeID, digest string) (holding, uploaded bool, err error)
+	// BlobInGroups reports whether digest was uploaded into one of groups.
+	BlobInGroups(ctx context.Context, digest string, groups []string) (bool, error)
+	// AddBlobGroups records that digest was uploaded into groups.
+	AddBlobGroups(ctx context.Context, digest string, groups []string) error
+	// AddNodeBlob records that digest was uploaded into the groups of the
+	// suites of the node's Running tasks (its outputs are theirs).
+	AddNodeBlob(ctx context.Context, nodeID, digest string) error
+	// ForgetBlobGroups forgets the groups of blobs the blob store no
+	// longer holds.
+	ForgetBlobGroups(ctx context.Context, digests []string) error
 	// BlobsInUse lists the digests of the files that tasks name as inputs
 	// or hold as outputs, for the blob store's collection.
 	BlobsInUse(ctx context.Context) (map[string]bool, error)

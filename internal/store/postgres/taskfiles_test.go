@@ -10,3 +10,19 @@ import (
 func BenchmarkNodeReadsBlob(b *testing.B) {
 	storetest.BenchNodeReadsBlob(b, open(b, newDatabase(b)))
 }
+
+// BenchmarkAddTasksWithInputs: see storetest.BenchAddTasksWithInputs.
+func BenchmarkAddTasksWithInputs(b *testing.B) {
+	for _, indexed := range []bool{false, true} {
+		name := map[bool]string{false: "unindexed", true: "indexed"}[indexed]
+		b.Run(name, func(b *testing.B) {
+			s := open(b, newDatabase(b))
+			if !indexed {
+				if _, err := s.pool.Exec(b.Context(), `DROP TRIGGER task_files_added ON tasks`); err != nil {
+					b.Fatal(err)
+				}
+			}
+			storetest.BenchAddTasksWithInputs(b, s)
+		})
+	}
+}

@@ -2,13 +2,14 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
-// Who may see a blob, off task_files (00020), which triggers keep from
-// tasks' specs and results.
+// Who may see a blob, off task_files, which triggers keep from tasks'
+// specs and results, and blob_groups, which uploads add to (00020).
 
 // nodeReadsBlob starts from the node's Running tasks (tasks_running) and
 // probes task_files' primary key for each, for the task's own inputs and
@@ -18,11 +19,11 @@ import (
 const nodeReadsBlob = `SELECT EXISTS (
 		SELECT 1 FROM tasks AS t CROSS JOIN task_files AS f
 		WHERE t.node_id = ?1 AND t.state = 'Running'
-			AND f.task_id = t.id AND f.kind = 'in' AND f.digest = ?2
+			AND f.task_seq = t.seq AND f.kind = 'in' AND f.digest = ?2
 	) OR EXISTS (
-		SELECT 1 FROM tasks AS t CROSS JOIN task_deps AS d CROSS JOIN task_files AS f
-		WHERE t.node_id = ?1 AND t.state = 'Running' AND d.task_id = t.id
-			AND f.task_id = d.after_id AND f.kind = 'out' AND f.digest = ?2
+		SELECT 1 FROM tasks AS t CROSS JOIN task_deps AS d CROSS JOIN tasks AS a CROSS JOIN task_files AS f
+		WHERE t.node_id = ?1 AND t.state = 'Running' AND d.task_id = t.id AND a.id = d.after_id
+			AND f.task_seq = a.seq AND f.kind = 'out' AND f.digest = ?2
 	)`
 
 // NodeReadsBlob reports whether the node holds a task that names the blob;
@@ -35,31 +36,34 @@ func (s *Store) NodeReadsBlob(ctx context.Context, nodeID, digest string) (bool,
 	return ok, nil
 }
 
-// nodeBlobScope finds the groups of the node's Running tasks' suites off
-// tasks_running, then probes task_files_digest once per group.
+// nodeGroups are the groups of the suites of the node's Running tasks.
+const nodeGroups = `SELECT su.group_name FROM tasks AS t JOIN suites AS su ON su.id = t.suite_id
+	WHERE t.node_id = ?1 AND t.state = 'Running'`
+
+// nodeBlobScope finds the node's Running tasks off tasks_running, then
+// probes blob_groups once per group of their suites.
 const nodeBlobScope = `SELECT
 		EXISTS (SELECT 1 FROM tasks WHERE node_id = ?1 AND state = 'Running'),
-		EXISTS (SELECT 1 FROM task_files WHERE digest = ?2 AND grp IN (
-			SELECT su.group_name FROM tasks AS t JOIN suites AS su ON su.id = t.suite_id
-			WHERE t.node_id = ?1 AND t.state = 'Running'))`
+		EXISTS (SELECT 1 FROM blob_groups WHERE digest = ?2 AND grp IN (` + nodeGroups + `))`
 
 // NodeBlobScope reports whether the node holds a task, and whether the
-// groups of its tasks' suites name the blob; see store.TaskFiles.
-func (s *Store) NodeBlobScope(ctx context.Context, nodeID, digest string) (holding, named bool, err error) {
-	err = s.r.QueryRowContext(ctx, nodeBlobScope, nodeID, digest).Scan(&holding, &named)
+// blob was uploaded into the groups of its tasks' suites; see
+// store.TaskFiles.
+func (s *Store) NodeBlobScope(ctx context.Context, nodeID, digest string) (holding, uploaded bool, err error) {
+	err = s.r.QueryRowContext(ctx, nodeBlobScope, nodeID, digest).Scan(&holding, &uploaded)
 	if err != nil {
 		return false, false, fmt.Errorf("authorize blob %s for node %s: %w", digest, nodeID, classify(err))
 	}
-	return holding, named, nil
+	return holding, uploaded, nil
 }
 
-// blobNamedInGroups probes task_files_digest once per group.
-const blobNamedInGroups = `SELECT EXISTS (SELECT 1 FROM task_files
+// blobInGroups probes blob_groups once per group.
+const blobInGroups = `SELECT EXISTS (SELECT 1 FROM blob_groups
 	WHERE digest = ?1 AND grp IN (SELECT value FROM json_each(?2)))`
 
-// BlobNamedInGroups reports whether a task in one of groups names the
-// blob; see store.TaskFiles.
-func (s *Store) BlobNamedInGroups(ctx context.Context, digest string, groups []string) (bool, error) {
+// BlobInGroups reports whether the blob was uploaded into one of groups;
+// see store.TaskFiles.
+func (s *Store) BlobInGroups(ctx context.Context, digest string, groups []string) (bool, error) {
 	if len(groups) == 0 {
 		return false, nil
 	}
@@ -68,16 +72,69 @@ func (s *Store) BlobNamedInGroups(ctx context.Context, digest string, groups []s
 		return false, err
 	}
 	var ok bool
-	err = s.r.QueryRowContext(ctx, blobNamedInGroups, digest, list).Scan(&ok)
-	if err != nil {
+	if err := s.r.QueryRowContext(ctx, blobInGroups, digest, list).Scan(&ok); err != nil {
 		return false, fmt.Errorf("look up blob %s in groups: %w", digest, classify(err))
 	}
 	return ok, nil
 }
 
+// AddBlobGroups records that the blob was uploaded into groups; see
+// store.TaskFiles.
+func (s *Store) AddBlobGroups(ctx context.Context, digest string, groups []string) error {
+	if len(groups) == 0 {
+		return nil
+	}
+	list, err := sqlrow.JSONArg(groups)
+	if err != nil {
+		return err
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO blob_groups (digest, grp)
+			SELECT ?, value FROM json_each(?)`, digest, list)
+		return classify(err)
+	})
+	if err != nil {
+		return fmt.Errorf("record blob %s in groups: %w", digest, err)
+	}
+	return nil
+}
+
+// AddNodeBlob records that the blob was uploaded into the groups of the
+// node's tasks' suites; see store.TaskFiles.
+func (s *Store) AddNodeBlob(ctx context.Context, nodeID, digest string) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO blob_groups (digest, grp)
+			SELECT DISTINCT ?2, g.group_name FROM (`+nodeGroups+`) AS g`, nodeID, digest)
+		return classify(err)
+	})
+	if err != nil {
+		return fmt.Errorf("record blob %s of node %s: %w", digest, nodeID, err)
+	}
+	return nil
+}
+
+// ForgetBlobGroups forgets the groups of blobs that are gone; see
+// store.TaskFiles.
+func (s *Store) ForgetBlobGroups(ctx context.Context, digests []string) error {
+	if len(digests) == 0 {
+		return nil
+	}
+	list, err := sqlrow.JSONArg(digests)
+	if err != nil {
+		return err
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM blob_groups WHERE digest IN (SELECT value FROM json_each(?))`, list)
+		return classify(err)
+	})
+	if err != nil {
+		return fmt.Errorf("forget the groups of %d blobs: %w", len(digests), err)
+	}
+	return nil
+}
+
 // BlobsInUse lists the digests that tasks name as inputs or hold as
-// outputs, off task_files_digest; the blob store's collection calls it
-// hourly.
+// outputs; the blob store's collection calls it hourly.
 func (s *Store) BlobsInUse(ctx context.Context) (map[string]bool, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT digest FROM task_files`)
 	if err != nil {

@@ -16,8 +16,9 @@ import (
 )
 
 // TestTaskFilePlans pins how SQLite authorizes a blob: from the node's
-// Running tasks to task_files' primary key, never through the digest
-// index, whose entries for a popular digest are as many as its tasks.
+// Running tasks to task_files' primary key (never from the digest's side,
+// where a popular digest has as many rows as tasks name it), and by
+// blob_groups' primary key.
 func TestTaskFilePlans(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
 	tests := []struct {
@@ -27,27 +28,28 @@ func TestTaskFilePlans(t *testing.T) {
 		{"node reads blob", nodeReadsBlob, []string{
 			"SCAN CONSTANT ROW",
 			"SCALAR SUBQUERY 1",
-			"SEARCH t USING INDEX tasks_running (node_id=?)",
-			"SEARCH f USING PRIMARY KEY (task_id=? AND kind=? AND digest=?)",
+			"SEARCH t USING COVERING INDEX tasks_running (node_id=?)",
+			"SEARCH f USING PRIMARY KEY (task_seq=? AND kind=? AND digest=?)",
 			"SCALAR SUBQUERY 2",
 			"SEARCH t USING INDEX tasks_running (node_id=?)",
 			"SEARCH d USING COVERING INDEX task_deps_task (task_id=?)",
-			"SEARCH f USING PRIMARY KEY (task_id=? AND kind=? AND digest=?)",
+			"SEARCH a USING COVERING INDEX sqlite_autoindex_tasks_1 (id=?)",
+			"SEARCH f USING PRIMARY KEY (task_seq=? AND kind=? AND digest=?)",
 		}},
 		{"node blob scope", nodeBlobScope, []string{
 			"SCAN CONSTANT ROW",
 			"SCALAR SUBQUERY 1",
 			"SEARCH tasks USING COVERING INDEX tasks_running (node_id=?)",
 			"SCALAR SUBQUERY 3",
-			"SEARCH task_files USING COVERING INDEX task_files_digest (digest=? AND grp=?)",
+			"SEARCH blob_groups USING PRIMARY KEY (digest=? AND grp=?)",
 			"LIST SUBQUERY 2",
 			"SEARCH t USING INDEX tasks_running (node_id=?)",
 			"SEARCH su USING INDEX sqlite_autoindex_suites_1 (id=?)",
 		}},
-		{"blob named in groups", blobNamedInGroups, []string{
+		{"blob in groups", blobInGroups, []string{
 			"SCAN CONSTANT ROW",
 			"SCALAR SUBQUERY 2",
-			"SEARCH task_files USING COVERING INDEX task_files_digest (digest=? AND grp=?)",
+			"SEARCH blob_groups USING PRIMARY KEY (digest=? AND grp=?)",
 			"LIST SUBQUERY 1",
 			"SCAN json_each VIRTUAL TABLE INDEX 1:",
 		}},
@@ -120,8 +122,9 @@ func TestUpgradeIndexesTaskFiles(t *testing.T) {
 	if ok, err := s.NodeReadsBlob(ctx, "n1", in); err != nil || !ok {
 		t.Errorf("NodeReadsBlob(n1, in) after upgrade = %v, %v, want true, nil", ok, err)
 	}
-	if ok, err := s.BlobNamedInGroups(ctx, out, []string{"a"}); err != nil || !ok {
-		t.Errorf("BlobNamedInGroups(out, [a]) after upgrade = %v, %v, want true, nil", ok, err)
+	// What tasks named counts as uploaded for their groups.
+	if ok, err := s.BlobInGroups(ctx, out, []string{"a"}); err != nil || !ok {
+		t.Errorf("BlobInGroups(out, [a]) after upgrade = %v, %v, want true, nil", ok, err)
 	}
 	used, err := s.BlobsInUse(ctx)
 	if err != nil || !used[in] || !used[out] || len(used) != 2 {
@@ -139,4 +142,26 @@ func BenchmarkNodeReadsBlob(b *testing.B) {
 	}
 	defer s.Close()
 	storetest.BenchNodeReadsBlob(b, s)
+}
+
+// BenchmarkAddTasksWithInputs: see storetest.BenchAddTasksWithInputs.
+//
+//	go test -run '^$' -bench AddTasksWithInputs ./internal/store/sqlite ./internal/store/postgres
+func BenchmarkAddTasksWithInputs(b *testing.B) {
+	for _, indexed := range []bool{false, true} {
+		name := map[bool]string{false: "unindexed", true: "indexed"}[indexed]
+		b.Run(name, func(b *testing.B) {
+			s, err := Open(b.Context(), filepath.Join(b.TempDir(), "nodemgr.db"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if !indexed {
+				if _, err := s.w.ExecContext(b.Context(), `DROP TRIGGER task_files_added`); err != nil {
+					b.Fatal(err)
+				}
+			}
+			storetest.BenchAddTasksWithInputs(b, s)
+		})
+	}
 }

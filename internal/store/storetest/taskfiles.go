@@ -26,11 +26,23 @@ func inputs(digests ...string) []api.TaskFile {
 }
 
 // taskFilesFixture: in group a, n1 holds "use", which has input in and
-// shared and runs after "dep" (finished, with input depIn and output out);
-// "idle" (input idle) waits in another suite of group a. In group b, n2
-// holds "b1" (inputs b and shared). n3 holds nothing.
+// shared and runs after "dep" (finished, with input depIn and output out,
+// which n1 uploaded while it ran dep); "idle" (input idle) waits in another
+// suite of group a. In group b, n2 holds "b1" (inputs b and shared). n3
+// holds nothing. Group a's writers uploaded in, shared, depIn and idle;
+// group b's, b and shared.
 func taskFilesFixture(t *testing.T, s store.Store) {
 	t.Helper()
+	upload := func(group string, blobs ...string) {
+		t.Helper()
+		for _, b := range blobs {
+			if err := s.AddBlobGroups(t.Context(), digestOf(b), []string{group}); err != nil {
+				t.Fatalf("AddBlobGroups(%s, %s) = %v", b, group, err)
+			}
+		}
+	}
+	upload("a", "in", "shared", "depIn", "idle")
+	upload("b", "b", "shared")
 	for id, group := range map[string]string{"sa": "a", "sa2": "a", "sb": "b"} {
 		su := newSuite(id)
 		su.Spec.Group = group
@@ -53,6 +65,9 @@ func taskFilesFixture(t *testing.T, s store.Store) {
 	mustAddTasks(t, s, "sb", b1)
 
 	claimed := mustClaim(t, s, "sa", "n1", 10)
+	if err := s.AddNodeBlob(t.Context(), "n1", digestOf("out")); err != nil {
+		t.Fatalf("AddNodeBlob(n1, out) = %v", err)
+	}
 	done := succeeded(task(claimed, "dep"))
 	done.Result.Outputs = []api.TaskFile{{Path: "dep.o", Digest: digestOf("out"), Size: 3}}
 	mustFinish(t, s, "n1", 1, abortAfter(1), done)
@@ -110,60 +125,85 @@ func testNodeReadsBlob(t *testing.T, s store.Store) {
 }
 
 // testNodeBlobScope: a node holds a task or not, and learns of the blobs
-// named in the groups of the suites it holds tasks of, not of others.
+// uploaded into the groups of the suites it holds tasks of, not of others.
 func testNodeBlobScope(t *testing.T, s store.Store) {
 	taskFilesFixture(t, s)
 	tests := []struct {
-		name, node, blob string
-		holding, named   bool
+		name, node, blob  string
+		holding, uploaded bool
 	}{
 		{"own input", "n1", "in", true, true},
-		{"output in its group", "n1", "out", true, true},
+		{"output it uploaded", "n1", "out", true, true},
 		{"input of an idle task in its group", "n1", "idle", true, true},
-		{"another group's input", "n1", "b", true, false},
-		{"never named", "n1", "nothing", true, false},
+		{"another group's upload", "n1", "b", true, false},
+		{"never uploaded", "n1", "nothing", true, false},
 		{"foreign node, group a's input", "n2", "in", true, false},
 		{"foreign node, group a's output", "n2", "out", true, false},
-		{"foreign node, shared input", "n2", "shared", true, true},
+		{"foreign node, uploaded into both", "n2", "shared", true, true},
 		{"node holding nothing", "n3", "in", false, false},
 		{"unknown node", "n9", "in", false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			holding, named, err := s.NodeBlobScope(t.Context(), tc.node, digestOf(tc.blob))
-			if err != nil || holding != tc.holding || named != tc.named {
-				t.Errorf("NodeBlobScope(%s, %s) = %v, %v, %v, want %v, %v, nil", tc.node, tc.blob, holding, named, err, tc.holding, tc.named)
+			holding, uploaded, err := s.NodeBlobScope(t.Context(), tc.node, digestOf(tc.blob))
+			if err != nil || holding != tc.holding || uploaded != tc.uploaded {
+				t.Errorf("NodeBlobScope(%s, %s) = %v, %v, %v, want %v, %v, nil", tc.node, tc.blob, holding, uploaded, err, tc.holding, tc.uploaded)
 			}
 		})
 	}
 }
 
-// testBlobNamedInGroups: a blob is named in a group when a task of a
-// suite of that group has it as an input or an output, in any state.
-func testBlobNamedInGroups(t *testing.T, s store.Store) {
+// testBlobInGroups: a blob is in the groups it was uploaded into, by a
+// user or by a node for its tasks' groups, until its groups are forgotten;
+// recording it twice, or for no group, is no error, and a node that holds
+// no task records nothing.
+func testBlobInGroups(t *testing.T, s store.Store) {
 	taskFilesFixture(t, s)
+	ctx := t.Context()
+	if err := s.AddBlobGroups(ctx, digestOf("in"), []string{"a"}); err != nil {
+		t.Errorf("AddBlobGroups again = %v, want nil", err)
+	}
+	if err := s.AddBlobGroups(ctx, digestOf("none"), nil); err != nil {
+		t.Errorf("AddBlobGroups(no groups) = %v, want nil", err)
+	}
+	if err := s.AddNodeBlob(ctx, "n3", digestOf("idle node's")); err != nil {
+		t.Errorf("AddNodeBlob(n3) = %v, want nil", err)
+	}
 	tests := []struct {
 		name, blob string
 		groups     []string
 		want       bool
 	}{
-		{"input", "in", []string{"a"}, true},
-		{"input of a waiting task", "idle", []string{"a"}, true},
-		{"output", "out", []string{"a"}, true},
-		{"another group's input", "in", []string{"b"}, false},
+		{"uploaded", "in", []string{"a"}, true},
+		{"uploaded by a node", "out", []string{"a"}, true},
+		{"another group's", "in", []string{"b"}, false},
 		{"another group's output", "out", []string{"b", "c"}, false},
 		{"one of several groups", "b", []string{"c", "b"}, true},
-		{"shared", "shared", []string{"b"}, true},
+		{"uploaded into both", "shared", []string{"b"}, true},
 		{"no groups", "in", nil, false},
-		{"never named", "nothing", []string{"a", "b"}, false},
+		{"never uploaded", "nothing", []string{"a", "b"}, false},
+		{"for no group", "none", []string{""}, false},
+		{"by a node holding nothing", "idle node's", []string{"a", "b", ""}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := s.BlobNamedInGroups(t.Context(), digestOf(tc.blob), tc.groups)
+			got, err := s.BlobInGroups(ctx, digestOf(tc.blob), tc.groups)
 			if err != nil || got != tc.want {
-				t.Errorf("BlobNamedInGroups(%s, %v) = %v, %v, want %v, nil", tc.blob, tc.groups, got, err, tc.want)
+				t.Errorf("BlobInGroups(%s, %q) = %v, %v, want %v, nil", tc.blob, tc.groups, got, err, tc.want)
 			}
 		})
+	}
+
+	if err := s.ForgetBlobGroups(ctx, []string{digestOf("shared"), digestOf("never")}); err != nil {
+		t.Fatalf("ForgetBlobGroups() = %v", err)
+	}
+	if err := s.ForgetBlobGroups(ctx, nil); err != nil {
+		t.Errorf("ForgetBlobGroups(none) = %v, want nil", err)
+	}
+	for blob, want := range map[string]bool{"shared": false, "in": true} {
+		if got, err := s.BlobInGroups(ctx, digestOf(blob), []string{"a", "b"}); err != nil || got != want {
+			t.Errorf("BlobInGroups(%s) after forgetting shared = %v, %v, want %v", blob, got, err, want)
+		}
 	}
 }
 

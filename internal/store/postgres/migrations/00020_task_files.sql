@@ -1,25 +1,28 @@
--- The files tasks name, as SQLite's 00020: one row per (task, input or
--- output, digest), so that who may see a blob is answered off an index
--- (a node: a file of a task it holds, off tasks_running and the primary
--- key; a user: a file named in a group, off task_files_digest), and the
--- blob store's collection reads the digests in use without parsing tasks.
+-- Who may see a file of the blob store, as SQLite's 00020: task_files,
+-- one row per (task, input or output, digest), keyed by the task's seq
+-- and kept by triggers, tells whether a node holds a task naming a blob
+-- off tasks_running and the primary key; blob_groups, the groups a blob
+-- was uploaded into, whether a HEAD may say it exists.
 --
--- Triggers keep it, as task_attempts (00019) is kept. Tasks are added a
--- batch per statement, so the insert trigger runs once per statement over
--- its transition table; a result changes row by row, and the row trigger's
--- WHEN skips (without calling the function) results that hold no outputs
--- before or after, as a claim's or an output-less report's do. grp is the
--- suite's group, copied because a suite never changes group.
+-- Tasks are added a batch per statement, so the insert trigger runs once
+-- per statement over its transition table; a result changes row by row,
+-- and the row trigger's WHEN skips (without calling the function) results
+-- that hold no outputs before or after, as a claim's or an output-less
+-- report's do.
 
 -- +goose Up
 CREATE TABLE task_files (
-    task_id TEXT COLLATE "C" NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
-    kind    TEXT COLLATE "C" NOT NULL, -- 'in': an input of the spec; 'out': an output of the result
-    digest  TEXT COLLATE "C" NOT NULL,
-    grp     TEXT COLLATE "C" NOT NULL, -- the task's suite's group
-    PRIMARY KEY (task_id, kind, digest)
+    task_seq BIGINT NOT NULL REFERENCES tasks (seq) ON DELETE CASCADE,
+    kind     TEXT COLLATE "C" NOT NULL, -- 'in': an input of the spec; 'out': an output of the result
+    digest   TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (task_seq, kind, digest)
 );
-CREATE INDEX task_files_digest ON task_files (digest, grp);
+
+CREATE TABLE blob_groups (
+    digest TEXT COLLATE "C" NOT NULL,
+    grp    TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (digest, grp)
+);
 
 -- task_file_digests lists the digests of the files in the array at key of
 -- a spec or result (JSON text; a \u0000 in it reads as U+FFFD, as asJSON
@@ -34,25 +37,25 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 -- +goose StatementEnd
 
-INSERT INTO task_files (task_id, kind, digest, grp)
-    SELECT t.id, 'in', d, s.group_name
-    FROM tasks AS t JOIN suites AS s ON s.id = t.suite_id, task_file_digests(t.spec, 'inputs') AS d
+INSERT INTO task_files (task_seq, kind, digest)
+    SELECT t.seq, 'in', d FROM tasks AS t, task_file_digests(t.spec, 'inputs') AS d
     WHERE t.spec LIKE '%"inputs"%'
     UNION
-    SELECT t.id, 'out', d, s.group_name
-    FROM tasks AS t JOIN suites AS s ON s.id = t.suite_id, task_file_digests(t.result, 'outputs') AS d
+    SELECT t.seq, 'out', d FROM tasks AS t, task_file_digests(t.result, 'outputs') AS d
     WHERE t.result LIKE '%"outputs"%';
+-- What tasks name was uploaded for their groups.
+INSERT INTO blob_groups (digest, grp)
+    SELECT DISTINCT f.digest, s.group_name FROM task_files AS f
+        JOIN tasks AS t ON t.seq = f.task_seq JOIN suites AS s ON s.id = t.suite_id;
 
 -- +goose StatementBegin
 CREATE FUNCTION task_files_added() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO task_files (task_id, kind, digest, grp)
-        SELECT t.id, 'in', d, s.group_name
-        FROM added AS t JOIN suites AS s ON s.id = t.suite_id, task_file_digests(t.spec, 'inputs') AS d
+    INSERT INTO task_files (task_seq, kind, digest)
+        SELECT t.seq, 'in', d FROM added AS t, task_file_digests(t.spec, 'inputs') AS d
         WHERE t.spec LIKE '%"inputs"%'
         UNION
-        SELECT t.id, 'out', d, s.group_name
-        FROM added AS t JOIN suites AS s ON s.id = t.suite_id, task_file_digests(t.result, 'outputs') AS d
+        SELECT t.seq, 'out', d FROM added AS t, task_file_digests(t.result, 'outputs') AS d
         WHERE t.result LIKE '%"outputs"%'
     ON CONFLICT DO NOTHING;
     RETURN NULL;
@@ -67,11 +70,9 @@ CREATE TRIGGER task_files_added AFTER INSERT ON tasks
 -- +goose StatementBegin
 CREATE FUNCTION task_files_result() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    DELETE FROM task_files WHERE task_id = OLD.id AND kind = 'out';
-    INSERT INTO task_files (task_id, kind, digest, grp)
-        SELECT NEW.id, 'out', d, s.group_name
-        FROM suites AS s, task_file_digests(NEW.result, 'outputs') AS d
-        WHERE s.id = NEW.suite_id
+    DELETE FROM task_files WHERE task_seq = OLD.seq AND kind = 'out';
+    INSERT INTO task_files (task_seq, kind, digest)
+        SELECT NEW.seq, 'out', d FROM task_file_digests(NEW.result, 'outputs') AS d
     ON CONFLICT DO NOTHING;
     RETURN NULL;
 END
@@ -89,4 +90,5 @@ DROP FUNCTION task_files_result();
 DROP TRIGGER task_files_added ON tasks;
 DROP FUNCTION task_files_added();
 DROP FUNCTION task_file_digests(TEXT, TEXT);
+DROP TABLE blob_groups;
 DROP TABLE task_files;
