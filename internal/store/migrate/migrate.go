@@ -22,6 +22,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -46,8 +47,8 @@ var skipped = map[string]bool{"goose_db_version": true, "goose_lock": true, "lea
 
 // derived are tables that triggers fill as the tables they index are
 // written: task_files, from tasks. They are not copied (the copy would
-// clash with what the triggers wrote) but verified like the others, so a
-// trigger that indexed the copy differently fails it.
+// clash with what the triggers wrote) but verified like the others, last,
+// so a trigger that indexed the copy differently fails it.
 var derived = map[string]bool{"task_files": true}
 
 // column is a target column and how to fill it.
@@ -167,6 +168,16 @@ func tablesInOrder(ctx context.Context, dst *pgx.Conn) ([]string, error) {
 			return nil, err
 		}
 	}
+	// Derived tables are checked once what fills them is copied.
+	slices.SortStableFunc(order, func(a, b string) int {
+		switch {
+		case derived[a] == derived[b]:
+			return 0
+		case derived[a]:
+			return 1
+		}
+		return -1
+	})
 	return order, nil
 }
 

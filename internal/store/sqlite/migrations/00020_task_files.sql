@@ -22,7 +22,7 @@
 
 -- +goose Up
 CREATE TABLE task_files (
-    task_seq INTEGER NOT NULL REFERENCES tasks (seq) ON DELETE CASCADE,
+    task_seq INTEGER NOT NULL, -- tasks.seq; no foreign key: see task_files_gone
     kind     TEXT    NOT NULL, -- 'in': an input of the spec; 'out': an output of the result
     digest   TEXT    NOT NULL,
     PRIMARY KEY (task_seq, kind, digest)
@@ -70,7 +70,18 @@ BEGIN
 END;
 -- +goose StatementEnd
 
+-- A foreign key would check every row a submission adds; tasks are
+-- deleted only with their suite, if ever, and this takes their files with
+-- them.
+-- +goose StatementBegin
+CREATE TRIGGER task_files_gone AFTER DELETE ON tasks
+BEGIN
+    DELETE FROM task_files WHERE task_seq = OLD.seq;
+END;
+-- +goose StatementEnd
+
 -- +goose Down
+DROP TRIGGER task_files_gone;
 DROP TRIGGER task_files_result;
 DROP TRIGGER task_files_added;
 DROP TABLE blob_groups;
