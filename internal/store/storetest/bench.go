@@ -74,7 +74,7 @@ func LoadHeldInputs(tb testing.TB, s store.Store) HeldInputs {
 			tb.Fatal(err)
 		}
 	}
-	_, err := s.CreateNode(ctx, store.Node{ID: "n1", MachineID: "m1", DataDir: "/d"})
+	_, err := s.CreateNode(ctx, store.Node{ID: "n1", MachineID: "m1", DataDir: "/d", Groups: []string{"a"}})
 	check(err)
 	l := HeldInputs{TokenHash: []byte("0123456789abcdef0123456789abcdef")}
 	check(s.CreateToken(ctx, store.Token{ID: "t1", Kind: api.TokenNode, NodeID: "n1", Hash: l.TokenHash}))

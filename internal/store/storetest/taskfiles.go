@@ -48,8 +48,10 @@ func taskFilesFixture(t *testing.T, s store.Store) {
 		su.Spec.Group = group
 		mustCreateSuite(t, s, su)
 	}
-	for _, n := range []string{"n1", "n2", "n3"} {
-		mustCreateNode(t, s, newNode(n))
+	for n, group := range map[string]string{"n1": "a", "n2": "b", "n3": "a"} {
+		node := newNode(n)
+		node.Groups = []string{group} // claims admit only nodes of the suite's group
+		mustCreateNode(t, s, node)
 	}
 	dep := after("dep", "dep")
 	dep.Spec.Inputs = inputs(digestOf("depIn"))
