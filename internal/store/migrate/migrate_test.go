@@ -42,7 +42,7 @@ func fill(t *testing.T, ctx context.Context, s store.Store) {
 		must(err)
 	}
 	must(s.CreateSuite(ctx, store.Suite{ID: "s-1", State: api.SuiteOpen, Owner: "ada",
-		Spec: api.SuiteSpec{Name: "build", Group: "ml", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2}}}))
+		Spec: api.SuiteSpec{Name: "build", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2}}}))
 	var tasks []store.Task
 	for _, id := range []string{"k-1", "k-2", "k-3", "k-4"} {
 		tasks = append(tasks, store.Task{ID: id, Spec: api.TaskSpec{Name: id, Argv: []string{"sh", "-c", "echo " + id}}})
