@@ -11,9 +11,10 @@ import (
 	"strings"
 )
 
-// systemMachineIDFiles are where the OS keeps its machine id, best first
-// (systemd, then D-Bus on systems without systemd).
-var systemMachineIDFiles = []string{"/etc/machine-id", "/var/lib/dbus/machine-id"}
+// SystemMachineIDFiles are where the OS keeps its machine id, best first
+// (systemd, then D-Bus on systems without systemd). The orchestrator reads
+// them on a pool machine to know the id its agent will register with.
+var SystemMachineIDFiles = []string{"/etc/machine-id", "/var/lib/dbus/machine-id"}
 
 // MachineIDFile is the name of the id MachineID keeps in the data dir when
 // the OS has none (minimal containers, most non-Linux systems).
@@ -23,7 +24,14 @@ const MachineIDFile = "machine-id"
 // across agent restarts: the OS's machine id if it has one, else a random
 // id created on first use and kept in dataDir/machine-id (mode 0600).
 func MachineID(dataDir string) (string, error) {
-	return machineID(dataDir, systemMachineIDFiles)
+	return machineID(dataDir, SystemMachineIDFiles)
+}
+
+// MachineIDFrom is MachineID with the OS's id files given: what an agent
+// whose system files are elsewhere finds (the orchestrator's tests check
+// its reading of a machine against it).
+func MachineIDFrom(dataDir string, systemFiles []string) (string, error) {
+	return machineID(dataDir, systemFiles)
 }
 
 func machineID(dataDir string, systemFiles []string) (string, error) {

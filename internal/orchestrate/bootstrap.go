@@ -3,7 +3,9 @@ package orchestrate
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"debug/elf"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/execute"
+	"github.com/nodemgr/nodemgr/internal/hw"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
@@ -98,6 +101,19 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 	if ttl == 0 {
 		ttl = DefaultBootstrapTimeout
 	}
+	// Bind the token to this machine before it exists: its agent must
+	// register with the machine id read here, through the executor,
+	// which only the orchestrator drives (see Deployment.MachineID).
+	id, err := readMachineID(ctx, ex, d, hw.SystemMachineIDFiles, AgentDataDir)
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := o.store.UpdateDeployment(ctx, d.ID, func(cur *store.Deployment) error {
+		cur.MachineID = id
+		return nil
+	}); err != nil {
+		return 0, 0, fmt.Errorf("record the machine's id: %w", err)
+	}
 	token, err := o.cluster.JoinToken(ctx, d.ID, spec.Groups, ttl)
 	if err != nil {
 		return 0, 0, fmt.Errorf("join token: %w", err)
@@ -127,6 +143,57 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 	}
 	return copied, started, nil
 }
+
+// machineIDScript prints the machine id an agent with data dir dataDir
+// will register with, found as hw.MachineID finds it: the first of
+// systemFiles that holds one ("uninitialized" is none), else the data
+// dir's; a machine with neither is given $1 in the data dir, so that its
+// id is known before its agent starts. It needs only a POSIX shell, tr,
+// mkdir and mv (busybox has them).
+func machineIDScript(systemFiles []string, dataDir string) string {
+	var b strings.Builder
+	b.WriteString("set -e\n")
+	b.WriteString("for f in")
+	for _, f := range systemFiles {
+		b.WriteString(" " + shellQuote(f))
+	}
+	b.WriteString(`; do
+  id=$(tr -d ' \t\r\n' 2>/dev/null <"$f") || id=
+  if [ -n "$id" ] && [ "$id" != uninitialized ]; then echo "$id"; exit 0; fi
+done
+`)
+	file := shellQuote(filepath.Join(dataDir, hw.MachineIDFile))
+	b.WriteString(`id=$(tr -d ' \t\r\n' 2>/dev/null <` + file + `) || id=
+if [ -z "$id" ] || [ "$id" = uninitialized ]; then
+  mkdir -p ` + shellQuote(dataDir) + `
+  (umask 077 && echo "$1" >` + file + `.tmp && mv -f ` + file + `.tmp ` + file + `)
+  id=$1
+fi
+echo "$id"
+`)
+	return b.String()
+}
+
+// readMachineID reads (or gives) a machine the id its agent will register
+// with; see machineIDScript.
+func readMachineID(ctx context.Context, ex execute.Executor, d store.Deployment, systemFiles []string, dataDir string) (string, error) {
+	var seed [16]byte
+	rand.Read(seed[:])
+	var out, errOut bytes.Buffer
+	code, err := ex.Exec(ctx, d.Machine(), execute.Command{
+		Argv:   []string{"/bin/sh", "-c", machineIDScript(systemFiles, dataDir), "sh", hex.EncodeToString(seed[:])},
+		Stdout: &out, Stderr: &errOut, Timeout: execTimeout})
+	if err != nil {
+		return "", fmt.Errorf("read the machine's id: %w", err)
+	}
+	id := strings.TrimSpace(out.String())
+	if code != 0 || id == "" || strings.ContainsAny(id, " \n") {
+		return "", fmt.Errorf("read the machine's id: exit %d, %q: %s", code, lastBytes(id, 100), strings.TrimSpace(lastBytes(errOut.String(), 300)))
+	}
+	return id, nil
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // pickBinary chooses the binary for the machine's architecture. With one
 // candidate there is nothing to choose: start.sh checks the arch on the

@@ -307,6 +307,15 @@ func (o *Orchestrator) stepBootstrapping(ctx context.Context, spec api.PoolSpec,
 		return
 	}
 	if d.NodeID != "" {
+		if why := o.impostor(ctx, d); why != "" {
+			o.goStep(m, func(ctx context.Context, m store.PoolMachine) {
+				if err := o.cluster.ForgetNode(ctx, d.NodeID, why); err != nil && !errdefs.IsNotFound(err) {
+					o.log.Warn("remove a node that registered as a pool machine from another", "node", d.NodeID, "err", err)
+				}
+				o.fail(ctx, m, why, false)
+			})
+			return
+		}
 		readyAt := now
 		m, err = o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error {
 			cur.State, cur.StateReason, cur.NodeID, cur.ReadyAt, cur.BusyAt = api.MachineReady, "", d.NodeID, readyAt, readyAt
@@ -334,6 +343,23 @@ func (o *Orchestrator) stepBootstrapping(ctx context.Context, spec api.PoolSpec,
 		}
 		o.fail(ctx, m, why, true)
 	})
+}
+
+// impostor says why the node linked to a machine is not the machine's
+// own: it registered from a machine id other than the one read from the
+// machine before its join token was made (the server refuses those; this
+// holds for nodes linked otherwise). "" when it is the machine's, or the
+// machine was not bound.
+func (o *Orchestrator) impostor(ctx context.Context, d store.Deployment) string {
+	if d.MachineID == "" {
+		return ""
+	}
+	n, err := o.store.GetNode(ctx, d.NodeID)
+	if err != nil || n.MachineID == d.MachineID {
+		return ""
+	}
+	return fmt.Sprintf("node %s registered with its bootstrap token from machine id %q, not the machine's (%s): not adopted, and removed; the token may have leaked",
+		n.ID, n.MachineID, d.MachineID)
 }
 
 // stepReady keeps a ready machine's idle clock and drains it once it has

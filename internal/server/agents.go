@@ -19,6 +19,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/httpapi"
+	"github.com/nodemgr/nodemgr/internal/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/proto"
 	"github.com/nodemgr/nodemgr/internal/store"
 	"github.com/nodemgr/nodemgr/internal/validate"
@@ -89,6 +90,11 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) error {
 	if err := validateRegister(req); err != nil {
 		return err
 	}
+	if kind == api.TokenJoin && t.DeploymentID != "" {
+		if err := s.checkBootstrapMachine(ctx, t, req, r.RemoteAddr); err != nil {
+			return err
+		}
+	}
 	var n store.Node
 	switch {
 	case kind == api.TokenNode:
@@ -157,6 +163,40 @@ func (s *Server) joinNode(ctx context.Context, jt store.Token, req api.RegisterR
 		s.wakeOrchestrator()
 	}
 	return n, nil
+}
+
+// checkBootstrapMachine refuses a pool machine's join token from any
+// machine but that one: before it made the token, the orchestrator read
+// through its executor the machine id the machine's agent registers with
+// (store.Deployment.MachineID). It runs before the token's use is counted,
+// so an impostor leaves it to the machine's own agent. The answer names
+// neither id, or whoever holds a leaked token would learn which to claim;
+// the pool machine's events say what came from where.
+func (s *Server) checkBootstrapMachine(ctx context.Context, jt store.Token, req api.RegisterRequest, from string) error {
+	d, err := s.store.GetDeployment(ctx, jt.DeploymentID)
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("join token %s was made for a pool machine that is gone; register with a join token of your own (nodemgr join-token create): %w",
+			jt.ID, errdefs.ErrPermission)
+	}
+	if err != nil {
+		return fmt.Errorf("register node: %w", err)
+	}
+	if d.MachineID == "" || d.MachineID == req.MachineID {
+		return nil
+	}
+	pool, machine := d.Labels[orchestrate.LabelPool], d.Labels[orchestrate.LabelMachine]
+	s.log.Warn("bootstrap token used from another machine", "token", jt.ID, "deployment", d.ID, "pool", pool, "machine", machine,
+		"from", from, "machine_id", req.MachineID, "want_machine_id", d.MachineID)
+	if pool != "" {
+		msg := fmt.Sprintf("refused a registration with machine %s's bootstrap token from %s: its agent's machine id %q is not the machine's (%s); "+
+			"the token may have leaked, and stays unused for the machine's own agent", machine, from, req.MachineID, d.MachineID)
+		if _, err := s.store.AddPoolEvent(ctx, api.PoolEvent{Pool: pool, Machine: machine, Kind: "refused", Message: msg}); err != nil {
+			s.log.Warn("record pool event", "pool", pool, "err", err)
+		}
+	}
+	return fmt.Errorf("join token %s was made for one pool machine, and this agent does not run on it (its machine id differs): "+
+		"a pool's bootstrap token registers only its own machine; register another machine with a join token of its own (nodemgr join-token create): %w",
+		jt.ID, errdefs.ErrPermission)
 }
 
 // rejoinWithToken re-joins the node an admin bound the join token to.

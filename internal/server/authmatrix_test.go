@@ -16,16 +16,16 @@ import (
 type need int
 
 const (
-	needAnyUser     need = iota // any API token (lists are filtered by role)
-	needRead                    // Read in group a
-	needWrite                   // Write in group a
-	needGroupAdmin              // Admin in group a
-	needAdmin                   // an admin user
-	needJoin                    // a join token or the node's own credential (registration)
-	needNode                    // the node's own credential (the agent WebSocket)
-	needUserOrNode              // any API token or a node credential (uploading task files)
-	needAdminOrNode             // an admin user or a node credential (reading a task file by digest)
-	needNothing                 // /healthz
+	needAnyUser    need = iota // any API token (lists are filtered by role)
+	needRead                   // Read in group a
+	needWrite                  // Write in group a
+	needGroupAdmin             // Admin in group a
+	needAdmin                  // an admin user
+	needJoin                   // a join token or the node's own credential (registration)
+	needNode                   // the node's own credential (the agent WebSocket)
+	needBlobWrite              // Write in some group, or a node that holds a task (checking for and uploading task files)
+	needBlobRead               // an admin user, or a node that holds a task naming the file (reading a task file by digest)
+	needNothing                // /healthz
 )
 
 // routeNeeds classifies every route. A route missing here fails the test:
@@ -57,9 +57,9 @@ var routeNeeds = map[string]need{
 	"GET /v1/tasks/{task}":                   needRead,
 	"POST /v1/tasks/{task}/cancel":           needWrite,
 	"GET /v1/tasks/{task}/outputs/{path...}": needRead,
-	"HEAD /v1/blobs/{digest}":                needUserOrNode,
-	"PUT /v1/blobs/{digest}":                 needUserOrNode,
-	"GET /v1/blobs/{digest}":                 needAdminOrNode,
+	"HEAD /v1/blobs/{digest}":                needBlobWrite,
+	"PUT /v1/blobs/{digest}":                 needBlobWrite,
+	"GET /v1/blobs/{digest}":                 needBlobRead,
 	// Ensembles are their owner's; deploying needs Write on the nodes the
 	// placement may use (none here, so a user without it gets a 409).
 	"GET /v1/ensembles":                      needAnyUser,
@@ -155,18 +155,40 @@ type credential struct {
 }
 
 // matrixFixture is a server with group a's node n1, suite s1 and its task,
-// and one caller of each kind.
+// and one caller of each kind. n1 holds a task of group a with the input
+// file blob; group b's node n2 holds a task of its own with another input.
 type matrixFixture struct {
 	ts                    *testServer
 	suite, task, tokenID  string
 	joinTokenID, nodeName string
+	blob                  string
 	creds                 []credential
+}
+
+// holdTaskWithInput makes a suite of group in, with a task whose input is
+// content (uploaded), and has node claim it; it returns the digest.
+func holdTaskWithInput(t *testing.T, ts *testServer, group, node, content string) string {
+	t.Helper()
+	d := digestOf([]byte(content))
+	ts.mustRaw(t, http.StatusCreated, ts.admin, "PUT", "/v1/blobs/"+d, []byte(content))
+	var su api.Suite
+	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites", api.SuiteSpec{Name: "files-" + group, Group: group}, &su)
+	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites/"+su.ID+"/tasks", api.SubmitTasks{Tasks: []api.TaskSpec{
+		{Argv: []string{"cat", "in"}, Inputs: []api.TaskFile{{Path: "in", Digest: d, Size: int64(len(content))}}},
+	}}, nil)
+	if got, err := ts.store.ClaimTasks(t.Context(), su.ID, node, 1); err != nil || len(got) != 1 {
+		t.Fatalf("claim in %s for %s = %d tasks, %v; want 1", su.Name, node, len(got), err)
+	}
+	return d
 }
 
 func newMatrixFixture(t *testing.T) *matrixFixture {
 	ts := newTestServer(t)
 	f := &matrixFixture{ts: ts, nodeName: "n1"}
-	_, nodeCred := ts.nodeNamed(t, "n1", "a")
+	n1, nodeCred := ts.nodeNamed(t, "n1", "a")
+	n2, foreignCred := ts.nodeNamed(t, "n2", "b")
+	f.blob = holdTaskWithInput(t, ts, "a", n1, "group a's input")
+	holdTaskWithInput(t, ts, "b", n2, "group b's input")
 
 	var su api.Suite
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites", api.SuiteSpec{Name: "s1", Group: "a", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}, &su)
@@ -192,9 +214,10 @@ func newMatrixFixture(t *testing.T) *matrixFixture {
 	}
 
 	never := func(need) bool { return false }
-	role := func(least need) func(need) bool {
+	// writesSomewhere: Write in some group, here or in another.
+	role := func(least need, writesSomewhere bool) func(need) bool {
 		return func(n need) bool {
-			return n == needNothing || n <= least || n == needUserOrNode || n == needAdminOrNode && least == needAdmin
+			return n == needNothing || n <= least || n == needBlobWrite && writesSomewhere || n == needBlobRead && least == needAdmin
 		}
 	}
 	f.creds = []credential{
@@ -203,14 +226,19 @@ func newMatrixFixture(t *testing.T) *matrixFixture {
 		{"expired", expired, never},
 		{"revoked", revoked, never},
 		{"node credential", nodeCred, func(n need) bool {
-			return n == needNothing || n == needJoin || n == needNode || n == needUserOrNode || n == needAdminOrNode
+			return n == needNothing || n == needJoin || n == needNode || n == needBlobWrite || n == needBlobRead
+		}},
+		// A node of group b holding a task of its own: it may upload, but
+		// not read group a's file, nor re-join as n1.
+		{"foreign node", foreignCred, func(n need) bool {
+			return n == needNothing || n == needNode || n == needBlobWrite
 		}},
 		{"join token", jt.Secret, func(n need) bool { return n == needNothing || n == needJoin }},
-		{"outsider", ts.user(t, "outsider", false, map[string]string{"b": api.RoleAdmin}), role(needAnyUser)},
-		{"reader", ts.user(t, "reader", false, map[string]string{"a": api.RoleRead}), role(needRead)},
-		{"writer", ts.user(t, "writer", false, map[string]string{"a": api.RoleWrite}), role(needWrite)},
-		{"group admin", ts.user(t, "gadmin", false, map[string]string{"a": api.RoleAdmin}), role(needGroupAdmin)},
-		{"admin", ts.admin, role(needAdmin)},
+		{"outsider", ts.user(t, "outsider", false, map[string]string{"b": api.RoleAdmin}), role(needAnyUser, true)},
+		{"reader", ts.user(t, "reader", false, map[string]string{"a": api.RoleRead}), role(needRead, false)},
+		{"writer", ts.user(t, "writer", false, map[string]string{"a": api.RoleWrite}), role(needWrite, true)},
+		{"group admin", ts.user(t, "gadmin", false, map[string]string{"a": api.RoleAdmin}), role(needGroupAdmin, true)},
+		{"admin", ts.admin, role(needAdmin, true)},
 	}
 	for i := range f.creds {
 		allowed := f.creds[i].allowed
@@ -224,7 +252,7 @@ func (f *matrixFixture) path(pattern string) string {
 	r := strings.NewReplacer(
 		"{node}", f.nodeName, "{suite}", f.suite, "{task}", f.task, "{user}", "victim", "{group}", "a",
 		"{name}", "t1", "{deployment}", "d-none", "{verb}", "start", "{id}", "x1",
-		"{coordinate}", "i.s.u.c", "{action}", "stop", "{pool}", "p1",
+		"{coordinate}", "i.s.u.c", "{action}", "stop", "{pool}", "p1", "{digest}", f.blob,
 	)
 	token := f.tokenID
 	if strings.HasPrefix(pattern, "/v1/join-tokens/") {
@@ -250,10 +278,10 @@ func TestAuthMatrix(t *testing.T) {
 			f := newMatrixFixture(t)
 			for _, c := range f.creds {
 				code, body := f.ts.call(t, c.secret, rt.Method, f.path(rt.Path), routeBodies[key], nil)
-				// Who is not a user at all, or not an agent where an agent
-				// must call, is unauthenticated; a user short of a role is not
-				// permitted.
-				unauthenticated := !isUserCred(c.name) || n == needJoin || n == needNode
+				// Who presents no valid credential of a kind the route takes
+				// is unauthenticated; a user or node short of a role, or
+				// another node's credential, is not permitted.
+				unauthenticated := !takes(n, c.name)
 				switch allowed := c.allowed(n); {
 				case allowed && (code == http.StatusUnauthorized || code == http.StatusForbidden):
 					t.Errorf("%s: %s = %d %s, want it allowed", c.name, key, code, firstLine(body))
@@ -275,6 +303,22 @@ func isUserCred(name string) bool {
 		return true
 	}
 	return false
+}
+
+func isNodeCred(name string) bool { return name == "node credential" || name == "foreign node" }
+
+// takes reports whether a route that needs n takes the kind of credential
+// the caller named name presents (valid or not).
+func takes(n need, name string) bool {
+	switch n {
+	case needJoin:
+		return name == "join token" || isNodeCred(name)
+	case needNode:
+		return isNodeCred(name)
+	case needBlobWrite, needBlobRead:
+		return isUserCred(name) || isNodeCred(name)
+	}
+	return isUserCred(name)
 }
 
 func firstLine(s string) string {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/blob"
+	"github.com/nodemgr/nodemgr/internal/store"
 )
 
 func digestOf(b []byte) string {
@@ -36,6 +37,16 @@ func (ts *testServer) rawCall(t *testing.T, token, method, path string, body []b
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(raw)
+}
+
+// mustRaw is rawCall that fails the test unless the answer is want.
+func (ts *testServer) mustRaw(t *testing.T, want int, token, method, path string, body []byte) string {
+	t.Helper()
+	code, got := ts.rawCall(t, token, method, path, body)
+	if code != want {
+		t.Fatalf("%s %s = %d %s, want %d", method, path, code, got, want)
+	}
+	return got
 }
 
 // TestBlobPutChecksTheDigest: a file is stored under the digest of its
@@ -121,7 +132,8 @@ func TestSubmitTaskFilesAndDependencies(t *testing.T) {
 }
 
 // TestCollectBlobsKeepsWhatTasksUse: collection deletes old blobs no task
-// names, and keeps the ones tasks name and the recent ones.
+// names, and keeps the ones tasks name and the recent ones; the groups a
+// deleted blob was uploaded into are forgotten.
 func TestCollectBlobsKeepsWhatTasksUse(t *testing.T) {
 	ts := newTestServer(t)
 	ts.cfg.BlobRetention = time.Millisecond
@@ -133,6 +145,11 @@ func TestCollectBlobsKeepsWhatTasksUse(t *testing.T) {
 		return info.Digest.String()
 	}
 	used, unused := put([]byte("used")), put([]byte("unused"))
+	for _, d := range []string{used, unused} {
+		if err := ts.store.AddBlobGroups(context.Background(), d, []string{"a"}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var su api.Suite
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites", api.SuiteSpec{Name: "s"}, &su)
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites/"+su.ID+"/tasks",
@@ -146,5 +163,191 @@ func TestCollectBlobsKeepsWhatTasksUse(t *testing.T) {
 		if code, _ := ts.rawCall(t, ts.admin, "HEAD", "/v1/blobs/"+d, nil); code != want {
 			t.Errorf("HEAD %s after collect = %d, want %d", d, code, want)
 		}
+	}
+	// The collected blob's groups are forgotten with it; the kept one's stay.
+	for d, want := range map[string]bool{used: true, unused: false} {
+		if got, err := ts.store.BlobInGroups(context.Background(), d, []string{"a"}); err != nil || got != want {
+			t.Errorf("BlobInGroups(%s) after collect = %v, %v, want %v", d, got, err, want)
+		}
+	}
+}
+
+// blobFixture: group a's node n1 holds "use" (input a), which runs after
+// "gen" (finished, output out, which n1 uploaded); group b's node n2 holds
+// a task with input b; n3 of group a holds nothing. A writer of group a
+// uploaded a and early (which no task names yet), a writer of group b
+// uploaded b; an admin uploaded unused; absent is not stored.
+type blobFixture struct {
+	ts                               *testServer
+	n1, n2, n3                       string
+	reader, writer, outsider         string
+	a, b, out, early, unused, absent string
+	content                          map[string]string // digest → content
+}
+
+func newBlobFixture(t *testing.T) *blobFixture {
+	ts := newTestServer(t)
+	f := &blobFixture{ts: ts, content: map[string]string{}}
+	put := func(token, content string) string {
+		d := digestOf([]byte(content))
+		ts.mustRaw(t, http.StatusCreated, token, "PUT", "/v1/blobs/"+d, []byte(content))
+		f.content[d] = content
+		return d
+	}
+	var n1, n2 string
+	n1, f.n1 = ts.nodeNamed(t, "n1", "a")
+	n2, f.n2 = ts.nodeNamed(t, "n2", "b")
+	_, f.n3 = ts.nodeNamed(t, "n3", "a")
+	f.reader = ts.user(t, "reader", false, map[string]string{"a": api.RoleRead})
+	f.writer = ts.user(t, "writer", false, map[string]string{"a": api.RoleWrite})
+	f.outsider = ts.user(t, "outsider", false, map[string]string{"b": api.RoleWrite})
+	f.a, f.early = put(f.writer, "group a's input"), put(f.writer, "uploaded before its tasks")
+	f.b = put(f.outsider, "group b's input")
+	f.unused = put(ts.admin, "named by nobody")
+	f.absent = digestOf([]byte("never uploaded"))
+
+	var sa api.Suite
+	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites", api.SuiteSpec{Name: "sa", Group: "a"}, &sa)
+	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites/"+sa.ID+"/tasks", api.SubmitTasks{Tasks: []api.TaskSpec{
+		{Name: "gen", Argv: []string{"gen"}, Outputs: []string{"*.o"}},
+		{Name: "use", Argv: []string{"cc"}, After: []string{"gen"}, InputFrom: []api.InputFrom{{Task: "gen"}},
+			Inputs: []api.TaskFile{{Path: "a.c", Digest: f.a, Size: 1}}},
+	}}, nil)
+	ctx := t.Context()
+	gen, err := ts.store.ClaimTasks(ctx, sa.ID, n1, 1)
+	if err != nil || len(gen) != 1 {
+		t.Fatalf("claim gen = %d, %v", len(gen), err)
+	}
+	f.out = put(f.n1, "gen's output")
+	never := func(*api.RetryPolicy, *api.RetryPolicy, []api.TaskFailure) (bool, time.Duration) { return true, 0 }
+	if _, err := ts.store.FinishAttempts(ctx, n1, []store.Attempt{{TaskID: gen[0].ID, Attempt: gen[0].Attempt, Outcome: api.OutcomeSucceeded,
+		Result: api.TaskResult{Outputs: []api.TaskFile{{Path: "gen.o", Digest: f.out, Size: 1}}}}}, never); err != nil {
+		t.Fatal(err)
+	}
+	if use, err := ts.store.ClaimTasks(ctx, sa.ID, n1, 1); err != nil || len(use) != 1 {
+		t.Fatalf("claim use = %d, %v", len(use), err)
+	}
+	holdTaskWithInput(t, ts, "b", n2, "group b's input")
+	return f
+}
+
+// blobAnswer is what a blob request answered.
+type blobAnswer struct {
+	code int
+	// head is the headers a caller could tell answers apart by.
+	head string
+	body string
+}
+
+func (f *blobFixture) call(t *testing.T, token, method, digest string) blobAnswer {
+	t.Helper()
+	var body io.Reader
+	if method == "PUT" {
+		body = strings.NewReader(f.content[digest])
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, f.ts.http.URL+"/v1/blobs/"+digest, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := f.ts.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return blobAnswer{code: resp.StatusCode, body: string(raw),
+		head: resp.Header.Get("Content-Type") + " " + resp.Header.Get("Content-Length")}
+}
+
+// TestBlobAccess: who may read, check for and store a blob by digest
+// (issue 26, item 2). A node reads only files of the tasks it holds; a
+// Read-only user neither checks nor uploads; HEAD and GET answer a file
+// the caller may not know of exactly as an absent one.
+func TestBlobAccess(t *testing.T) {
+	f := newBlobFixture(t)
+	tests := []struct {
+		name, caller, method, blob string
+		want                       int
+	}{
+		{"node reads its task's input", "n1", "GET", "a", http.StatusOK},
+		{"node reads the output of the task its task runs after", "n1", "GET", "out", http.StatusOK},
+		{"node reads another group's input", "n1", "GET", "b", http.StatusNotFound},
+		{"node reads a file no task names", "n1", "GET", "unused", http.StatusNotFound},
+		{"node reads an absent file", "n1", "GET", "absent", http.StatusNotFound},
+		{"foreign node reads group a's input", "n2", "GET", "a", http.StatusNotFound},
+		{"foreign node reads group a's output", "n2", "GET", "out", http.StatusNotFound},
+		{"foreign node reads its own task's input", "n2", "GET", "b", http.StatusOK},
+		{"idle node of the group reads its input", "n3", "GET", "a", http.StatusNotFound},
+		{"writer reads by digest", "writer", "GET", "a", http.StatusForbidden},
+		{"admin reads by digest", "admin", "GET", "unused", http.StatusOK},
+
+		{"node checks its input", "n1", "HEAD", "a", http.StatusOK},
+		{"node checks another group's input", "n1", "HEAD", "b", http.StatusNotFound},
+		{"node checks a file an admin uploaded", "n1", "HEAD", "unused", http.StatusNotFound},
+		{"node checks a file of its group no task names yet", "n1", "HEAD", "early", http.StatusOK},
+		{"foreign node checks group a's output", "n2", "HEAD", "out", http.StatusNotFound},
+		{"idle node checks", "n3", "HEAD", "a", http.StatusForbidden},
+		{"reader checks", "reader", "HEAD", "a", http.StatusForbidden},
+		{"writer checks an input of the group", "writer", "HEAD", "a", http.StatusOK},
+		{"writer checks an output a node of the group uploaded", "writer", "HEAD", "out", http.StatusOK},
+		{"writer checks another group's input", "writer", "HEAD", "b", http.StatusNotFound},
+		{"writer checks a file it uploaded that no task names yet", "writer", "HEAD", "early", http.StatusOK},
+		{"writer checks a file an admin uploaded", "writer", "HEAD", "unused", http.StatusNotFound},
+		{"writer checks an absent file", "writer", "HEAD", "absent", http.StatusNotFound},
+		{"writer of another group checks group a's input", "outsider", "HEAD", "a", http.StatusNotFound},
+		{"writer of another group checks its own", "outsider", "HEAD", "b", http.StatusOK},
+		{"writer of another group checks one group a uploaded early", "outsider", "HEAD", "early", http.StatusNotFound},
+		{"admin checks a file no task names", "admin", "HEAD", "unused", http.StatusOK},
+
+		{"node uploads", "n1", "PUT", "unused", http.StatusCreated},
+		{"idle node uploads", "n3", "PUT", "unused", http.StatusForbidden},
+		{"reader uploads", "reader", "PUT", "unused", http.StatusForbidden},
+		{"writer uploads", "writer", "PUT", "unused", http.StatusCreated},
+		{"writer of another group uploads group a's file", "outsider", "PUT", "a", http.StatusCreated},
+	}
+	tokens := map[string]string{"n1": f.n1, "n2": f.n2, "n3": f.n3, "reader": f.reader, "writer": f.writer,
+		"outsider": f.outsider, "admin": f.ts.admin}
+	digests := map[string]string{"a": f.a, "b": f.b, "out": f.out, "early": f.early, "unused": f.unused, "absent": f.absent}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := digests[tc.blob]
+			got := f.call(t, tokens[tc.caller], tc.method, d)
+			if got.code != tc.want {
+				t.Fatalf("%s %s %s = %d %s, want %d", tc.caller, tc.method, tc.blob, got.code, firstLine(got.body), tc.want)
+			}
+			if tc.method == "GET" && got.code == http.StatusOK && got.body != f.content[d] {
+				t.Errorf("%s GET %s = %q, want %q", tc.caller, tc.blob, got.body, f.content[d])
+			}
+		})
+	}
+}
+
+// TestBlobNotYoursLooksAbsent: a blob the caller may not know of is
+// answered exactly as an absent one (status, headers, and body but for the
+// digest it names), so neither HEAD nor GET tells whether another group
+// holds a file.
+func TestBlobNotYoursLooksAbsent(t *testing.T) {
+	f := newBlobFixture(t)
+	tests := []struct {
+		name, token, method string
+	}{
+		{"writer of another group, HEAD", f.outsider, "HEAD"},
+		{"node of another group, HEAD", f.n2, "HEAD"},
+		{"node of another group, GET", f.n2, "GET"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// The absent digest stands in the answer where a's would be.
+			notYours := f.call(t, tc.token, tc.method, f.a)
+			absent := f.call(t, tc.token, tc.method, f.absent)
+			notYours.body = strings.ReplaceAll(notYours.body, f.a, f.absent)
+			if notYours != absent {
+				t.Errorf("%s of group a's file = %+v, of an absent file = %+v; want the same", tc.method, notYours, absent)
+			}
+			if absent.code != http.StatusNotFound {
+				t.Errorf("%s of an absent file = %d, want 404", tc.method, absent.code)
+			}
+		})
 	}
 }

@@ -25,6 +25,7 @@ type Store interface {
 	Suites
 	SuiteProblems
 	Tasks
+	TaskFiles
 	Documents
 	Deployments
 	Containers
@@ -367,13 +368,41 @@ type Tasks interface {
 	// node and that are Ready still back to Running on it, at the attempt
 	// it was running: its agent came back holding them.
 	ReattachTasks(ctx context.Context, nodeID string, ids []string) (int, error)
-	// BlobsInUse lists the digests of the files that tasks name as inputs
-	// or hold as outputs, for the blob store's collection.
-	BlobsInUse(ctx context.Context) (map[string]bool, error)
 	// CancelTask moves a Pending, Ready or Running task to Cancelled, with
 	// its dependents, and returns it as it was before (so the caller knows
 	// which node to tell).
 	CancelTask(ctx context.Context, id string) (Task, error)
+}
+
+// TaskFiles answers who may see a file of the blob store: a node, the
+// files the tasks it holds name (the inputs of their specs, the outputs of
+// the tasks they run after); anyone, whether a file exists, for the files
+// uploaded into their groups. Each answer is one statement over an index,
+// however many files tasks have, so that every blob request is authorized
+// against the store's state at that moment, never a cache.
+type TaskFiles interface {
+	// NodeReadsBlob reports whether the node may download the blob: it
+	// holds (Running on it) a task that names digest as an input, or that
+	// runs after a task whose result output it (input_from takes outputs
+	// of tasks in after, so every such output counts).
+	NodeReadsBlob(ctx context.Context, nodeID, digest string) (bool, error)
+	// NodeBlobScope reports whether the node holds any Running task, and
+	// whether digest was uploaded into the group of one of the suites of
+	// those tasks.
+	NodeBlobScope(ctx context.Context, nodeID, digest string) (holding, uploaded bool, err error)
+	// BlobInGroups reports whether digest was uploaded into one of groups.
+	BlobInGroups(ctx context.Context, digest string, groups []string) (bool, error)
+	// AddBlobGroups records that digest was uploaded into groups.
+	AddBlobGroups(ctx context.Context, digest string, groups []string) error
+	// AddNodeBlob records that digest was uploaded into the groups of the
+	// suites of the node's Running tasks (its outputs are theirs).
+	AddNodeBlob(ctx context.Context, nodeID, digest string) error
+	// ForgetBlobGroups forgets the groups of blobs the blob store no
+	// longer holds.
+	ForgetBlobGroups(ctx context.Context, digests []string) error
+	// BlobsInUse lists the digests of the files that tasks name as inputs
+	// or hold as outputs, for the blob store's collection.
+	BlobsInUse(ctx context.Context) (map[string]bool, error)
 }
 
 // Document kinds.
@@ -420,7 +449,12 @@ type Deployment struct {
 	Labels      map[string]string
 	// NodeID is the node whose agent registered from this machine, with a
 	// join token bound to the deployment.
-	NodeID    string
+	NodeID string
+	// MachineID is the machine id the agent on it must register with: the
+	// orchestrator reads it from the machine through its executor (or
+	// gives the machine one) before it makes the join token, so that the
+	// token registers that machine and no other. Empty: not bound.
+	MachineID string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }

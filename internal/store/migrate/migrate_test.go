@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,11 +48,17 @@ func fill(t *testing.T, ctx context.Context, s store.Store) {
 		tasks = append(tasks, store.Task{ID: id, Spec: api.TaskSpec{Name: id, Argv: []string{"sh", "-c", "echo " + id}}})
 	}
 	tasks[3].After = []string{"k-3"} // still waiting when copied
+	// Files: the copy of tasks indexes them again in task_files;
+	// blob_groups is copied.
+	must(s.AddBlobGroups(ctx, "sha256:"+strings.Repeat("a", 64), []string{"ml"}))
+	tasks[0].Spec.Inputs = []api.TaskFile{{Path: "a.c", Digest: "sha256:" + strings.Repeat("a", 64), Size: 1}}
+	tasks[3].Spec.Inputs = []api.TaskFile{{Path: "b.c", Digest: "sha256:" + strings.Repeat("b", 64), Size: 1}}
 	must(s.AddTasks(ctx, "s-1", tasks))
 	claimed, err := s.ClaimTasks(ctx, "s-1", "n-1", 2)
 	must(err)
 	reports := []store.Attempt{
-		{TaskID: claimed[0].ID, Attempt: claimed[0].Attempt, Outcome: api.OutcomeSucceeded, Result: api.TaskResult{Stdout: "ok\n", DurationMS: 5}},
+		{TaskID: claimed[0].ID, Attempt: claimed[0].Attempt, Outcome: api.OutcomeSucceeded, Result: api.TaskResult{Stdout: "ok\n", DurationMS: 5,
+			Outputs: []api.TaskFile{{Path: "a.o", Digest: "sha256:" + strings.Repeat("c", 64), Size: 1}}}},
 		{TaskID: claimed[1].ID, Attempt: claimed[1].Attempt, Outcome: api.OutcomeFailed, Result: api.TaskResult{ExitCode: 3, Stderr: "boom ü\n"},
 			Failure: &api.TaskFailure{Reason: "exit status 3", Stderr: "boom ü\n"}},
 	}
@@ -93,7 +100,7 @@ func TestCopy(t *testing.T) {
 		byName[tb.Name] = tb
 	}
 	for table, want := range map[string]int64{"nodes": 2, "notifications": 2, "users": 1, "memberships": 1, "tokens": 1, "suites": 1,
-		"tasks": 4, "task_failures": 1, "task_deps": 1, "documents": 1, "ensembles": 1} {
+		"tasks": 4, "task_failures": 1, "task_deps": 1, "task_files": 3, "blob_groups": 1, "documents": 1, "ensembles": 1} {
 		if got := byName[table]; got.Rows != want || got.Checksum == "" {
 			t.Errorf("table %s: copied %+v, want %d rows with a checksum", table, got, want)
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
-const deploymentColumns = `id, provider, resource_id, name, template, state, state_reason, address, executors, extra, labels, node_id, created_at, updated_at`
+const deploymentColumns = `id, provider, resource_id, name, template, state, state_reason, address, executors, extra, labels, node_id, created_at, updated_at, machine_id`
 
 // CreateDeployment stores a new deployment.
 func (s *Store) CreateDeployment(ctx context.Context, d store.Deployment) error {
@@ -37,9 +37,9 @@ func insertDeployment(ctx context.Context, tx pgx.Tx, d store.Deployment) error 
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO deployments (`+deploymentColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+	_, err = tx.Exec(ctx, `INSERT INTO deployments (`+deploymentColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 		d.ID, d.Provider, d.ResourceID, d.Name, d.Template, d.State, d.StateReason, d.Address,
-		executors, extra, labels, d.NodeID, d.CreatedAt.UnixNano(), d.UpdatedAt.UnixNano())
+		executors, extra, labels, d.NodeID, d.CreatedAt.UnixNano(), d.UpdatedAt.UnixNano(), d.MachineID)
 	if isUnique(err) {
 		if constraint(err) == "deployments_pkey" {
 			return errdefs.Conflict("deployment id %s is taken", d.ID)
@@ -126,10 +126,10 @@ func (s *Store) UpdateDeployment(ctx context.Context, id string, fn func(*store.
 		}
 		_, err = tx.Exec(ctx, `UPDATE deployments SET provider = $2, resource_id = $3, name = $4, template = $5,
 				state = $6, state_reason = $7, address = $8, executors = $9, extra = $10, labels = $11,
-				node_id = $12, created_at = $13, updated_at = $14
+				node_id = $12, created_at = $13, updated_at = $14, machine_id = $15
 			WHERE id = $1`,
 			d.ID, d.Provider, d.ResourceID, d.Name, d.Template, d.State, d.StateReason, d.Address,
-			executors, extra, labels, d.NodeID, d.CreatedAt.UnixNano(), d.UpdatedAt.UnixNano())
+			executors, extra, labels, d.NodeID, d.CreatedAt.UnixNano(), d.UpdatedAt.UnixNano(), d.MachineID)
 		if isUnique(err) {
 			return errdefs.Conflict("a live %s deployment is already named %s", d.Provider, d.Name)
 		}
@@ -177,7 +177,7 @@ func scanDeployment(row scanner) (store.Deployment, error) {
 	var executors, extra, labels string
 	var created, updated int64
 	err := row.Scan(&d.ID, &d.Provider, &d.ResourceID, &d.Name, &d.Template, &d.State, &d.StateReason,
-		&d.Address, &executors, &extra, &labels, &d.NodeID, &created, &updated)
+		&d.Address, &executors, &extra, &labels, &d.NodeID, &created, &updated, &d.MachineID)
 	if noRows(err) {
 		return d, errdefs.ErrNotFound
 	}

@@ -265,33 +265,3 @@ func readAfter(ctx context.Context, q querier, tasks []store.Task) error {
 	}
 	return rows.Err()
 }
-
-// BlobsInUse lists the digests that tasks name as inputs or hold as
-// outputs. It reads every task that mentions files; the blob store's
-// collection calls it rarely (hourly).
-func (s *Store) BlobsInUse(ctx context.Context) (map[string]bool, error) {
-	files := func(col, key string) string {
-		return `SELECT f ->> 'digest' FROM tasks CROSS JOIN LATERAL json_array_elements(
-				CASE WHEN json_typeof(` + asJSON(col) + ` -> '` + key + `') = 'array' THEN ` + asJSON(col) + ` -> '` + key + `' ELSE '[]' END) AS f
-			WHERE ` + col + ` LIKE '%"` + key + `"%'`
-	}
-	rows, err := s.pool.Query(ctx, files("tasks.spec", "inputs")+` UNION `+files("tasks.result", "outputs"))
-	if err != nil {
-		return nil, fmt.Errorf("list blobs in use: %w", classify(err))
-	}
-	defer rows.Close()
-	used := map[string]bool{}
-	for rows.Next() {
-		var d *string
-		if err := rows.Scan(&d); err != nil {
-			return nil, fmt.Errorf("list blobs in use: %w", classify(err))
-		}
-		if d != nil {
-			used[*d] = true
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list blobs in use: %w", classify(err))
-	}
-	return used, nil
-}

@@ -14,7 +14,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/store/sqlrow"
 )
 
-const deploymentColumns = `id, provider, resource_id, name, template, state, state_reason, address, executors, extra, labels, node_id, created_at, updated_at`
+const deploymentColumns = `id, provider, resource_id, name, template, state, state_reason, address, executors, extra, labels, node_id, created_at, updated_at, machine_id`
 
 // CreateDeployment stores a new deployment.
 func (s *Store) CreateDeployment(ctx context.Context, d store.Deployment) error {
@@ -37,9 +37,9 @@ func insertDeployment(ctx context.Context, tx *sql.Tx, d store.Deployment) error
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO deployments (`+deploymentColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO deployments (`+deploymentColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		d.ID, d.Provider, d.ResourceID, d.Name, d.Template, d.State, d.StateReason, d.Address,
-		executors, extra, labels, d.NodeID, d.CreatedAt.UnixNano(), d.UpdatedAt.UnixNano())
+		executors, extra, labels, d.NodeID, d.CreatedAt.UnixNano(), d.UpdatedAt.UnixNano(), d.MachineID)
 	if isUnique(err) {
 		return errdefs.Conflict("a live %s deployment is already named %s", d.Provider, d.Name)
 	}
@@ -165,7 +165,7 @@ func scanDeployment(row scanner) (store.Deployment, error) {
 	var executors, extra, labels string
 	var created, updated int64
 	err := row.Scan(&d.ID, &d.Provider, &d.ResourceID, &d.Name, &d.Template, &d.State, &d.StateReason,
-		&d.Address, &executors, &extra, &labels, &d.NodeID, &created, &updated)
+		&d.Address, &executors, &extra, &labels, &d.NodeID, &created, &updated, &d.MachineID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, errdefs.ErrNotFound
 	}

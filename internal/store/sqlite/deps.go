@@ -220,29 +220,3 @@ func readAfter(ctx context.Context, q querier, tasks []task) error {
 	}
 	return classify(rows.Err())
 }
-
-// BlobsInUse lists the digests that tasks name as inputs or hold as
-// outputs. It reads every task that has files; the blob store's collection
-// calls it rarely (hourly).
-func (s *Store) BlobsInUse(ctx context.Context) (map[string]bool, error) {
-	rows, err := s.r.QueryContext(ctx, `
-		SELECT j.value ->> 'digest' FROM tasks, json_each(tasks.spec, '$.inputs') AS j
-		UNION
-		SELECT j.value ->> 'digest' FROM tasks, json_each(tasks.result, '$.outputs') AS j
-			WHERE tasks.result IS NOT NULL`)
-	if err != nil {
-		return nil, fmt.Errorf("list blobs in use: %w", classify(err))
-	}
-	defer rows.Close()
-	used := map[string]bool{}
-	for rows.Next() {
-		var d sql.NullString
-		if err := rows.Scan(&d); err != nil {
-			return nil, fmt.Errorf("list blobs in use: %w", classify(err))
-		}
-		if d.Valid {
-			used[d.String] = true
-		}
-	}
-	return used, classify(rows.Err())
-}

@@ -50,7 +50,7 @@ type Store struct {
 // hotWrites and hotReads are the queries that Open prepares.
 var (
 	hotWrites = []string{claimAuth, claimTasks, finishEnds, recordFailure, afterFailures, addCounts}
-	hotReads  = []string{getSuite}
+	hotReads  = []string{getSuite, nodeReadsBlob}
 )
 
 // Open opens the SQLite database at path, creating the file if needed, and

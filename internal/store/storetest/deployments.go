@@ -25,17 +25,17 @@ func testDeployments(t *testing.T, s store.Store) {
 		t.Errorf("CreateDeployment with a live name = %v, want conflict", err)
 	}
 	got, err := s.UpdateDeployment(ctx, "d1", func(d *store.Deployment) error {
-		d.State, d.ResourceID, d.Executors = "running", "abc123", []string{"exec:docker"}
+		d.State, d.ResourceID, d.Executors, d.MachineID = "running", "abc123", []string{"exec:docker"}, "5e1f00d"
 		return nil
 	})
-	if err != nil || got.State != "running" || got.ResourceID != "abc123" || got.Extra["image"] != "busybox" {
+	if err != nil || got.State != "running" || got.ResourceID != "abc123" || got.Extra["image"] != "busybox" || got.MachineID != "5e1f00d" {
 		t.Fatalf("UpdateDeployment = %+v, %v", got, err)
 	}
 	if _, err := s.UpdateDeployment(ctx, "d1", func(*store.Deployment) error { return errdefs.ErrConflict }); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("UpdateDeployment whose fn fails = %v, want that error", err)
 	}
 	back, err := s.GetDeployment(ctx, "d1")
-	if err != nil || back.State != "running" || len(back.Executors) != 1 || back.Labels["nodemgr.deployment"] != "d1" {
+	if err != nil || back.State != "running" || len(back.Executors) != 1 || back.Labels["nodemgr.deployment"] != "d1" || back.MachineID != "5e1f00d" {
 		t.Errorf("GetDeployment = %+v, %v", back, err)
 	}
 	s.UpdateDeployment(ctx, "d1", func(d *store.Deployment) error { d.State = "terminated"; return nil })

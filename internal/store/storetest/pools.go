@@ -126,14 +126,14 @@ func testBoundJoinToken(t *testing.T, s store.Store) {
 	if err != nil || used.DeploymentID != "d9" {
 		t.Errorf("UseJoinToken = %+v, %v; want bound to d9", used, err)
 	}
-	if err := s.CreateDeployment(ctx, store.Deployment{ID: "d9", Provider: "docker", Name: "m9", State: "running"}); err != nil {
+	if err := s.CreateDeployment(ctx, store.Deployment{ID: "d9", Provider: "docker", Name: "m9", State: "running", MachineID: "mid-9"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.LinkDeploymentNode(ctx, "d9", "n9"); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := s.GetDeployment(ctx, "d9"); d.NodeID != "n9" {
-		t.Errorf("deployment after LinkDeploymentNode = %+v, want node n9", d)
+	if d, _ := s.GetDeployment(ctx, "d9"); d.NodeID != "n9" || d.MachineID != "mid-9" {
+		t.Errorf("deployment after LinkDeploymentNode = %+v, want node n9, machine id mid-9", d)
 	}
 	if got, _ := s.ListDeployments(ctx, store.DeploymentFilter{NodeID: "n9"}); len(got) != 1 || got[0].ID != "d9" {
 		t.Errorf("ListDeployments(node n9) = %+v, want d9", got)

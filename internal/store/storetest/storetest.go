@@ -172,6 +172,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ReclaimNodeKeeps", testReclaimNodeKeeps},
 		{"CancelTask", testCancelTask},
 		{"NodeCurrentSuite", testNodeCurrentSuite},
+		{"NodeReadsBlob", testNodeReadsBlob}, {"NodeBlobScope", testNodeBlobScope}, {"BlobInGroups", testBlobInGroups}, {"BlobsInUse", testBlobsInUse},
 		{"Stats", testStats},
 
 		{"LeaseAcquire", testLeaseAcquire}, {"LeaseTakeover", testLeaseTakeover}, {"LeaseExpiredSelf", testLeaseExpiredSelf}, {"LeaseRelease", testLeaseRelease}, {"FencedWrites", testFencedWrites}, {"FenceRace", testFenceRace},
