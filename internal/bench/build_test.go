@@ -28,6 +28,12 @@ func nodemgrBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
+		// The in-process workers are this binary, started as the suite's
+		// unprivileged user when the tests run as root: it must pass.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			buildErr = err
+			return
+		}
 		builtBin = filepath.Join(dir, "nodemgr")
 		build := exec.Command("go", "build", "-o", builtBin, "github.com/nodemgr/nodemgr/cmd/nodemgr")
 		// Static, so the pool bench can deliver it into busybox machines.
