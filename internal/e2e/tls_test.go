@@ -139,7 +139,7 @@ func TestTLSAgentPinsTheServersCA(t *testing.T) {
 		t.Fatalf("join token %q (ca_fingerprint %q) does not carry the CA's fingerprint %s", tk.Secret, tk.CAFingerprint, fp)
 	}
 
-	dataDir := t.TempDir()
+	dataDir := passable(t, t.TempDir()) // its tasks run as another user, who must pass
 	args := []string{"agent", "--server", s.url(), "--data-dir", dataDir, "--name", "pinned",
 		"--reconnect-min", "100ms", "--reconnect-max", "500ms"}
 	a := start(t, "agent pinned", append(args, "--join-token-file", writeFile0600(t, tk.Secret))...)
