@@ -667,7 +667,15 @@ In another terminal:
 	}
 	fmt.Fprintf(e.stdout, "  nodemgr node ls\n")
 	if demo {
-		if err := createDemoSuite(ctx, client.New(addr, adminToken, opts...)); err != nil {
+		runAs := ""
+		if blocked := closedAbove(f.dataDir); runas.CanSwitch() && blocked != "" {
+			// Its tasks would run as an unprivileged user who cannot
+			// reach them: the first suite a newcomer sees must run.
+			runAs = runas.Agent
+			fmt.Fprintf(e.stderr, "note: %s lets no other user pass, so suites that name no user cannot run under %s (chmod o+x %s, or use a data dir elsewhere); the demo suite runs as the agent's own user (run_as: agent)\n",
+				blocked, f.dataDir, blocked)
+		}
+		if err := createDemoSuite(ctx, client.New(addr, adminToken, opts...), runAs); err != nil {
 			log.Warn("demo suite not created", "err", err)
 		} else {
 			fmt.Fprintf(e.stdout, "  nodemgr suite watch %s      # the demo suite, running now\n", demoSuite)
@@ -702,19 +710,32 @@ func devJoinToken(ctx context.Context, st store.Store) (secret, id string, err e
 	return secret, t.ID, nil
 }
 
+// closedAbove is the first directory above dir that other users may not
+// pass (no o+x), or "".
+func closedAbove(dir string) string {
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			return ""
+		}
+	}
+}
+
 // demoSuite is the suite `nodemgr dev` creates on first start.
 const demoSuite = "hello"
 
 // createDemoSuite gives a new dev setup something to watch: 120 short
 // tasks on two workers, closed so that it completes. It does nothing when
 // the suite exists already.
-func createDemoSuite(ctx context.Context, c *client.Client) error {
+func createDemoSuite(ctx context.Context, c *client.Client, runAs string) error {
 	if _, err := c.Suite(ctx, demoSuite); err == nil {
 		return nil
 	}
 	_, err := c.CreateSuite(ctx, api.SuiteSpec{
 		Name: demoSuite, Description: "created by nodemgr dev: 120 tasks that greet and sleep",
-		WorkerSchedule: api.WorkerSchedule{WorkerCount: 2},
+		WorkerSchedule: api.WorkerSchedule{WorkerCount: 2}, RunAs: runAs,
 	})
 	if err != nil {
 		return err
