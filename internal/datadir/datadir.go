@@ -19,24 +19,8 @@ const Private fs.FileMode = 0o700
 // others may read, write or enter. It returns the mode it found when it had
 // to tighten it, so the caller can say so; zero when nothing changed.
 func Ensure(dir string) (was fs.FileMode, err error) {
-	if err := os.MkdirAll(dir, Private); err != nil {
-		return 0, fmt.Errorf("create data dir %s: %w", dir, err)
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return 0, fmt.Errorf("data dir %s: %w", dir, err)
-	}
-	if !fi.IsDir() {
-		return 0, fmt.Errorf("data dir %s is not a directory; choose another --data-dir", dir)
-	}
-	if fi.Mode().Perm()&0o077 == 0 {
-		return 0, nil
-	}
-	if err := os.Chmod(dir, Private); err != nil {
-		return 0, fmt.Errorf("data dir %s has mode %s and holds secrets, and it could not be made private (%w); "+
-			"run chmod 700 %s or choose another --data-dir", dir, fi.Mode().Perm(), err, dir)
-	}
-	return fi.Mode().Perm(), nil
+	// Fewer rights than 0700 for its owner are left as they are.
+	return ensureMode(dir, Private, func(perm fs.FileMode) bool { return perm&0o077 == 0 }, 0o077)
 }
 
 // Passable is the mode of an agent's data dir when the agent runs suite
@@ -51,7 +35,14 @@ const Passable fs.FileMode = 0o711
 // (read or write), so the caller can say so; zero otherwise (0700 made
 // 0711 is expected, not news).
 func EnsurePassable(dir string) (was fs.FileMode, err error) {
-	if err := os.MkdirAll(dir, Passable); err != nil {
+	return ensureMode(dir, Passable, func(perm fs.FileMode) bool { return perm == Passable }, 0o066)
+}
+
+// ensureMode creates dir with mode, or gives an existing one that mode
+// unless ok takes the mode it has; it returns the mode found when that
+// held any of the news bits.
+func ensureMode(dir string, mode fs.FileMode, ok func(fs.FileMode) bool, news fs.FileMode) (was fs.FileMode, err error) {
+	if err := os.MkdirAll(dir, mode); err != nil {
 		return 0, fmt.Errorf("create data dir %s: %w", dir, err)
 	}
 	fi, err := os.Stat(dir)
@@ -62,14 +53,14 @@ func EnsurePassable(dir string) (was fs.FileMode, err error) {
 		return 0, fmt.Errorf("data dir %s is not a directory; choose another --data-dir", dir)
 	}
 	perm := fi.Mode().Perm()
-	if perm == Passable {
+	if ok(perm) {
 		return 0, nil
 	}
-	if err := os.Chmod(dir, Passable); err != nil {
+	if err := os.Chmod(dir, mode); err != nil {
 		return 0, fmt.Errorf("data dir %s has mode %s and holds secrets, and it could not be made %s (%w); "+
-			"run chmod 711 %s or choose another --data-dir", dir, perm, Passable, err, dir)
+			"run chmod %o %s or choose another --data-dir", dir, perm, mode, err, mode, dir)
 	}
-	if perm&0o066 != 0 {
+	if perm&news != 0 {
 		return perm, nil
 	}
 	return 0, nil
