@@ -234,15 +234,10 @@ const claimTasks = `UPDATE tasks SET state = '` + api.TaskRunning + `', attempt 
 // tasks; see sqlrow.ClaimAuth.
 var claimAuth = fmt.Sprintf(sqlrow.ClaimAuth, "s.spec ->> '$.tags'", "?1", "?2")
 
-// authorizeClaim checks, in the claim's transaction, that the node may run
-// the suite's tasks: whatever the server's caches say, a node outside the
-// suite's group, tags or assignment claims nothing.
-func (s *Store) authorizeClaim(ctx context.Context, tx *sql.Tx, suiteID, nodeID string) error {
-	stmt, err := s.stmt(ctx, tx, claimAuth)
-	if err != nil {
-		return err
-	}
-	row := stmt.QueryRowContext(ctx, suiteID, nodeID)
+// authorizeClaim checks the row of claimAuth: whatever the server's
+// caches say, a node outside the suite's group, tags or assignment claims
+// nothing.
+func authorizeClaim(row *sql.Row, suiteID, nodeID string) error {
 	return sqlrow.AuthorizeClaim(suiteID, nodeID, func(dest ...any) error {
 		err := row.Scan(dest...)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -256,13 +251,22 @@ func (s *Store) authorizeClaim(ctx context.Context, tx *sql.Tx, suiteID, nodeID 
 // with one UPDATE ... RETURNING, and returns them highest priority first,
 // then oldest. The single writer makes concurrent claims take turns. A
 // suite that does not exist is errdefs.ErrNotFound, a node that may not
-// run its tasks errdefs.ErrPermission, checked first even when max <= 0
-// (which claims nothing).
+// run its tasks errdefs.ErrPermission, checked in the claim's transaction,
+// and even when max <= 0 (which claims nothing, on the reader).
 func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int) ([]store.Task, error) {
+	if max <= 0 { // a question, not a claim: the writer is not needed
+		if err := authorizeClaim(s.r.QueryRowContext(ctx, claimAuth, suiteID, nodeID), suiteID, nodeID); err != nil {
+			return nil, fmt.Errorf("claim tasks of suite %s for node %s: %w", suiteID, nodeID, err)
+		}
+		return []store.Task{}, nil
+	}
 	var claimed []task
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		claimed = nil
-		if err := s.authorizeClaim(ctx, tx, suiteID, nodeID); err != nil || max <= 0 {
+		auth, err := s.stmt(ctx, tx, claimAuth)
+		if err != nil {
+			return err
+		}
+		if err := authorizeClaim(auth.QueryRowContext(ctx, suiteID, nodeID), suiteID, nodeID); err != nil {
 			return err
 		}
 		stmt, err := s.stmt(ctx, tx, claimTasks)
