@@ -24,6 +24,11 @@ type Conn interface {
 	Write(ctx context.Context, f api.Frame) error
 	// Close ends the connection, telling the remote code and reason.
 	Close(code CloseCode, reason string) error
+	// Ping asks the remote for a sign of life and waits for it (a
+	// WebSocket ping and its pong): the remote's reading answers it, so a
+	// frozen remote does not, while its kernel keeps the connection open.
+	// It needs a Read running meanwhile.
+	Ping(ctx context.Context) error
 }
 
 // DefaultReadLimit bounds one incoming message when NewWebSocketConn is given
@@ -86,6 +91,8 @@ func (w *wsConn) Write(ctx context.Context, f api.Frame) error {
 	}
 	return nil
 }
+
+func (w *wsConn) Ping(ctx context.Context) error { return w.c.Ping(ctx) }
 
 func (w *wsConn) Close(code CloseCode, reason string) error {
 	return w.c.Close(websocket.StatusCode(code), truncate(reason, maxCloseReason))

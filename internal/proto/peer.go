@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"encoding/json"
 
@@ -54,6 +55,12 @@ type Options struct {
 	OnAck func(seq uint64)
 	// MaxConcurrent bounds the requests handled at once (default 64).
 	MaxConcurrent int
+	// Keepalive, when positive, pings the remote that often; a ping not
+	// answered within KeepaliveDeadline periods closes the connection.
+	// The agent sets it, to leave a frozen server for another replica.
+	Keepalive time.Duration
+	// Heard, when set, is marked for every frame read.
+	Heard *Heard
 }
 
 // DefaultMaxConcurrent is the request concurrency when Options leaves it 0.
@@ -63,15 +70,19 @@ const DefaultMaxConcurrent = 64
 // what the remote sends, all over one Conn. Run must be running for calls to
 // get answers.
 type Peer struct {
-	conn    Conn
-	h       Handler
-	log     *slog.Logger
-	onAck   func(seq uint64)
-	sem     chan struct{} // one slot per running request handler
-	lastSeq atomic.Uint64
-	nextID  atomic.Uint64
-	started atomic.Bool
-	closing atomic.Bool // Close was called: the coming read error is expected
+	conn      Conn
+	h         Handler
+	log       *slog.Logger
+	onAck     func(seq uint64)
+	sem       chan struct{} // one slot per running request handler
+	lastSeq   atomic.Uint64
+	nextID    atomic.Uint64
+	started   atomic.Bool
+	closing   atomic.Bool // Close was called: the coming read error is expected
+	keepalive time.Duration
+	heard     *Heard
+	contact   atomic.Int64          // unix nanos: see Contact
+	silent    atomic.Pointer[error] // why keepaliveLoop closed the connection
 
 	mu      sync.Mutex
 	pending map[uint64]chan api.Frame // calls waiting for a response, by id
@@ -97,14 +108,16 @@ func NewPeer(c Conn, h Handler, o Options) *Peer {
 		h = noHandler{}
 	}
 	p := &Peer{
-		conn:    c,
-		h:       h,
-		log:     o.Logger,
-		onAck:   o.OnAck,
-		sem:     make(chan struct{}, o.MaxConcurrent),
-		pending: make(map[uint64]chan api.Frame),
-		done:    make(chan struct{}),
-		nsignal: make(chan struct{}, 1),
+		conn:      c,
+		h:         h,
+		log:       o.Logger,
+		onAck:     o.OnAck,
+		keepalive: o.Keepalive,
+		heard:     o.Heard,
+		sem:       make(chan struct{}, o.MaxConcurrent),
+		pending:   make(map[uint64]chan api.Frame),
+		done:      make(chan struct{}),
+		nsignal:   make(chan struct{}, 1),
 	}
 	p.lastSeq.Store(o.LastSeq)
 	return p
@@ -139,7 +152,13 @@ func (p *Peer) Run(ctx context.Context) error {
 			_ = p.conn.Close(CloseGoingAway, "shutting down")
 		}
 	})
+	if p.keepalive > 0 {
+		wg.Go(func() { p.keepaliveLoop(hctx, p.keepalive) })
+	}
 	err := p.runErr(p.readLoop(context.WithoutCancel(ctx), hctx, &wg))
+	if silent := p.silent.Load(); silent != nil && ctx.Err() == nil {
+		err = *silent
+	}
 	if !stopClose() {
 		<-closed // the goodbye is under way: let it finish
 	}
@@ -190,6 +209,9 @@ func (p *Peer) readLoop(rctx, hctx context.Context, wg *sync.WaitGroup) error {
 				_ = p.conn.Close(pe.closeCode(), pe.Reason)
 			}
 			return err
+		}
+		if p.heard != nil {
+			p.heard.Mark()
 		}
 		switch f.Type {
 		case api.FrameRequest:

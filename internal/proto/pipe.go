@@ -38,15 +38,24 @@ type pipeConn struct {
 }
 
 func (p *pipeConn) Read(ctx context.Context) (api.Frame, error) {
-	select {
-	case b := <-p.in:
-		return decodeFrame(b)
-	case <-p.s.done:
-		return api.Frame{}, p.closedErr()
-	case <-ctx.Done():
-		return api.Frame{}, ctx.Err()
+	for {
+		select {
+		case b := <-p.in:
+			if b == nil {
+				continue // a ping: reading it was the answer
+			}
+			return decodeFrame(b)
+		case <-p.s.done:
+			return api.Frame{}, p.closedErr()
+		case <-ctx.Done():
+			return api.Frame{}, ctx.Err()
+		}
 	}
 }
+
+// Ping returns once the other end has read a ping: a pipe's writes wait
+// for the reader, as a WebSocket's pong waits for the remote's reading.
+func (p *pipeConn) Ping(ctx context.Context) error { return p.writeRaw(ctx, nil) }
 
 func (p *pipeConn) Write(ctx context.Context, f api.Frame) error {
 	b, err := encodeFrame(f)
