@@ -83,6 +83,11 @@ type Hello struct {
 	// LastSeq is the highest notification sequence the agent has handled; the
 	// server replays everything after it that is not yet acknowledged.
 	LastSeq uint64 `json:"last_seq"`
+	// Keepalive is how often the agent pings the server on the connection
+	// (WebSocket pings). The server counts an agent that pinged for three
+	// periods of silence as gone, as if its connection had dropped; 0: an
+	// agent that does not ping, judged by its heartbeats alone.
+	Keepalive Duration `json:"keepalive,omitempty"`
 }
 
 // Welcome answers Hello.
@@ -91,6 +96,15 @@ type Welcome struct {
 	HeartbeatInterval Duration  `json:"heartbeat_interval"`
 	CredentialExpires time.Time `json:"credential_expires"`
 	ServerVersion     string    `json:"server_version"`
+	// ReclaimAfter is how long the server waits for a node it lost touch
+	// with (connection dropped, or silent) before its tasks go to others.
+	// An agent out of touch for nearly that long starts none of the tasks
+	// it holds until a new welcome says which are still its own.
+	ReclaimAfter Duration `json:"reclaim_after,omitempty"`
+	// Revoked are tasks of Hello.Holding that are no longer this node's:
+	// taken back while it was away and given to another node (or ended).
+	// The agent drops them unstarted and stops those it runs.
+	Revoked []string `json:"revoked,omitempty"`
 }
 
 // Heartbeat is the periodic liveness report.

@@ -71,6 +71,7 @@ type Agent struct {
 	localTLS  *localTLS       // the TCP local API's TLS; nil on loopback or without one
 	stopCtx   context.Context // ends when Run returns
 	peer      atomic.Pointer[proto.Peer]
+	contact   atomic.Pointer[contact] // nil while no welcomed session is up
 	connMu    sync.Mutex
 	connected chan struct{} // closed while a session is up
 
@@ -369,7 +370,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		return fmt.Errorf("connect to %s: %w", server, err)
 	}
 	conn := proto.NewWebSocketConn(c, 1<<20)
-	peer := proto.NewPeer(conn, a, proto.Options{Logger: a.log, LastSeq: lastSeq})
+	peer := proto.NewPeer(conn, a, proto.Options{Logger: a.log, LastSeq: lastSeq, Keepalive: a.cfg.Keepalive})
 	return a.session(ctx, conn, peer)
 }
 
@@ -382,9 +383,11 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 	var welcome api.Welcome
 	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
 	state, suite := a.work()
+	helloSent := time.Now()
 	err := peer.Call(hctx, api.MethodHello, api.Hello{
 		AgentVersion: a.cfg.Version, Name: a.cfg.Name, Hardware: a.hardware,
 		State: state, SuiteID: suite, LastSeq: peer.LastSeq(), Holding: a.runner.holding(),
+		Keepalive: api.Duration(a.cfg.Keepalive),
 	}, &welcome)
 	hcancel()
 	if err != nil {
@@ -403,6 +406,16 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 	a.log.Info("connected", "server", a.server(), "node", welcome.NodeID, "heartbeat", interval)
 	a.setPeer(peer)
 	defer a.setPeer(nil)
+	// What it held and the server gave to others while it was away goes
+	// first; then the rest may start again.
+	if len(welcome.Revoked) > 0 {
+		a.log.Warn("the server gave tasks this agent held to other nodes while it was out of touch; dropping them",
+			"tasks", len(welcome.Revoked))
+		a.runner.revoke(welcome.Revoked)
+	}
+	a.contact.Store(newContact(peer, helloSent, time.Duration(welcome.ReclaimAfter), a.cfg.Keepalive))
+	defer a.contact.Store(nil)
+	a.runner.resume()
 	a.maybeRenew(ctx, peer)
 	a.runner.poke()
 	var published time.Time // UpdatedAt of the presence the server has

@@ -51,9 +51,14 @@ type Config struct {
 
 	// HeartbeatInterval overrides the interval the server asks for.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
-	ReconnectMin      time.Duration `yaml:"reconnect_min"`  // default 1s
-	ReconnectMax      time.Duration `yaml:"reconnect_max"`  // default 60s
-	ShutdownGrace     time.Duration `yaml:"shutdown_grace"` // default 30s
+	// Keepalive is how often the agent pings the server on its
+	// connection; a ping unanswered for two periods means the server is
+	// frozen or cut off, and the agent moves to the next --server.
+	// Default 2s.
+	Keepalive     time.Duration `yaml:"keepalive"`
+	ReconnectMin  time.Duration `yaml:"reconnect_min"`  // default 1s
+	ReconnectMax  time.Duration `yaml:"reconnect_max"`  // default 60s
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"` // default 30s
 	// BlobCacheMax caps the cache of task input files (DATA_DIR/blobs),
 	// in bytes; the least recently used go first. Default 10 GiB.
 	BlobCacheMax int64  `yaml:"blob_cache_max"`
@@ -308,6 +313,9 @@ func (c *Config) fillDefaults() error {
 		h, _ := os.Hostname()
 		c.Name = h
 	}
+	if c.Keepalive == 0 {
+		c.Keepalive = DefaultKeepalive
+	}
 	if c.ReconnectMin == 0 {
 		c.ReconnectMin = time.Second
 	}
@@ -379,6 +387,9 @@ func (c *Config) validate() error {
 	}
 	if c.HeartbeatInterval < 0 {
 		return errdefs.Field("heartbeat_interval", "must not be negative")
+	}
+	if c.Keepalive != 0 && (c.Keepalive < 100*time.Millisecond || c.Keepalive > 5*time.Minute) {
+		return errdefs.Field("keepalive", "must be between 100ms and 5m, got %s", c.Keepalive)
 	}
 	if c.BlobCacheMax < 0 {
 		return errdefs.Field("blob_cache_max", "must be a size in bytes, got %d", c.BlobCacheMax)
@@ -509,3 +520,8 @@ func defaultSocket(dataDir string) string {
 	sum := sha256.Sum256([]byte(dataDir))
 	return filepath.Join(os.TempDir(), "nodemgr-agent-"+hex.EncodeToString(sum[:6])+".sock")
 }
+
+// DefaultKeepalive is how often an agent pings its server by default:
+// with the two-period deadline, a frozen server is left within about 6s,
+// inside the server's 10s grace for a lost connection.
+const DefaultKeepalive = 2 * time.Second

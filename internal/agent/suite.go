@@ -240,7 +240,8 @@ func (r *runner) poolConfig(su api.Suite, workDir string, as *runas.User) worker
 		Workers: ws.WorkerCount, Binding: ws.CPUBinding, Prefetch: prefetch,
 		Command: cmd, Env: env, Dir: workDir, SocketDir: r.a.suitesDir(),
 		RunAs: as, CommandWorker: len(ws.WorkerCommand) == 0,
-		Logger: r.a.log.With("suite", su.ID),
+		Logger:   r.a.log.With("suite", su.ID),
+		MayStart: r.a.inTouch,
 	}
 }
 
@@ -584,6 +585,29 @@ func (r *runner) holding() []string {
 		ids = append(ids, r.run.files.uploadingIDs()...)
 	}
 	return ids
+}
+
+// revoke drops the tasks the server gave to other nodes while this one
+// was out of touch: buffered ones unstarted, running ones stopped.
+func (r *runner) revoke(ids []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.run != nil && r.run.pool != nil {
+		n := r.run.pool.Revoke(ids)
+		if r.run.src != nil {
+			r.run.src.forget(n)
+		}
+	}
+}
+
+// resume lets the pool start the tasks it holds again, once the agent is
+// back in touch with the server.
+func (r *runner) resume() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.run != nil && r.run.pool != nil {
+		r.run.pool.Resume()
+	}
 }
 
 // cancelTask kills that attempt of a task (0: whichever attempt) if one

@@ -150,6 +150,14 @@ func (s *taskSource) pendingIDs() []string {
 	return ids
 }
 
+// forget stops counting n fetched tasks the pool dropped unstarted, as
+// the server took them back: they are neither reported nor returned.
+func (s *taskSource) forget(n int) {
+	s.mu.Lock()
+	s.held = max(0, s.held-n)
+	s.mu.Unlock()
+}
+
 // Return gives unstarted tasks back to the queue.
 func (s *taskSource) Return(ids []string) {
 	if len(ids) == 0 {

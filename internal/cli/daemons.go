@@ -356,6 +356,7 @@ func agentFlags(cmd *cobra.Command) {
 	fl.StringSlice("label", nil, "label key=value, repeatable ($NODEMGR_LABELS)")
 	fl.StringSlice("group", nil, "group, repeatable ($NODEMGR_GROUPS)")
 	fl.Duration("heartbeat-interval", 0, "override the heartbeat interval the server asks for")
+	fl.Duration("keepalive", agent.DefaultKeepalive, "how often to ping the server; two periods unanswered: move to the next --server")
 	fl.Duration("reconnect-min", time.Second, "first reconnect delay")
 	fl.Duration("reconnect-max", 60*time.Second, "longest reconnect delay")
 	fl.Duration("shutdown-grace", 30*time.Second, "how long a graceful shutdown (node shutdown --graceful, SIGTERM) lets running tasks finish before stopping them")
@@ -453,6 +454,7 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 		}
 	}
 	dur("heartbeat-interval", &cfg.HeartbeatInterval)
+	dur("keepalive", &cfg.Keepalive)
 	dur("reconnect-min", &cfg.ReconnectMin)
 	dur("reconnect-max", &cfg.ReconnectMax)
 	dur("shutdown-grace", &cfg.ShutdownGrace)

@@ -275,17 +275,21 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.store.GetNode(ctx, t.NodeID); err != nil {
 		return fmt.Errorf("node %s was removed; the agent must register again: %w", t.NodeID, errdefs.ErrUnauthenticated)
 	}
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	heard := &proto.Heard{}
+	heard.Mark()
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled,
+		OnPingReceived: heard.OnPing})
 	if err != nil {
 		return nil // Accept has answered the client
 	}
 	conn := proto.NewWebSocketConn(c, maxFrame)
-	sess := newSession(t.NodeID, conn)
+	sess := newSession(t.NodeID, conn, heard)
 	sess.addr, _, _ = net.SplitHostPort(r.RemoteAddr)
 	ah := &agentHandler{s: s, sess: sess, credential: t}
 	sess.peer = proto.NewPeer(conn, ah, proto.Options{
 		Logger: s.log.With("node", t.NodeID),
 		OnAck:  func(seq uint64) { go ah.ack(seq) }, // cumulative: order does not matter
+		Heard:  heard,
 	})
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -296,7 +300,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) error {
 		// The server saw the connection end: the agent died, or the
 		// network between us did. Either way, start the clock now.
 		if life := s.lifeCtx(); life.Err() == nil {
-			s.connectionLost(life, t.NodeID, sess.heartbeat())
+			s.connectionLost(life, t.NodeID, sess.heartbeat(), s.lostSince(sess))
 		}
 	}
 	var pe *proto.ProtocolError
@@ -423,6 +427,9 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 	if err := validateHardware("hardware", hello.Hardware); err != nil {
 		return nil, err
 	}
+	if k := time.Duration(hello.Keepalive); k != 0 && (k < minKeepalive || k > maxKeepalive) {
+		return nil, errdefs.Field("keepalive", "must be between %s and %s, got %s", minKeepalive, maxKeepalive, k)
+	}
 	if !h.helloState.CompareAndSwap(helloNone, helloBusy) {
 		return nil, fmt.Errorf("hello sent twice on one connection: %w", errdefs.ErrInvalid)
 	}
@@ -467,6 +474,14 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 	} else if back > 0 {
 		h.s.log.Info("agent came back holding tasks reclaimed from it; they are its again", "node", n.ID, "tasks", back)
 	}
+	revoked, err := h.s.revoked(ctx, n.ID, hello.Holding)
+	if err != nil {
+		return api.Welcome{}, fmt.Errorf("hello: %w", err)
+	}
+	if len(revoked) > 0 {
+		h.s.log.Info("agent came back holding tasks that are no longer its own; told to drop them", "node", n.ID, "tasks", len(revoked))
+	}
+	h.sess.keepalive = time.Duration(hello.Keepalive)
 	h.sess.beat(now, hello.State, hello.SuiteID)
 	h.helloState.Store(helloDone)
 	h.s.hub.add(h.sess)
@@ -478,5 +493,7 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 		HeartbeatInterval: api.Duration(h.s.cfg.HeartbeatInterval),
 		CredentialExpires: h.credential.ExpiresAt,
 		ServerVersion:     h.s.cfg.Version,
+		ReclaimAfter:      api.Duration(h.s.cfg.ReconnectGrace),
+		Revoked:           revoked,
 	}, nil
 }

@@ -90,7 +90,7 @@ func TestFullDisk(t *testing.T) {
 		return b
 	}
 	ts.mustCall(t, http.StatusCreated, admin, "POST", "/v1/suites/keep/tasks", batch(3, 10), nil)
-	h := &agentHandler{s: s, sess: newSession(nodeID, nil)}
+	h := &agentHandler{s: s, sess: newSession(nodeID, nil, nil)}
 	fetched, err := h.tasksFetch(t.Context(), mustJSON(t, api.TasksFetch{SuiteID: su.ID, Max: 1}))
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,11 @@ type session struct {
 	peer   *proto.Peer
 	conn   proto.Conn
 	kick   chan struct{} // wakes the notification sender; capacity 1
+	// heard is when the agent was last heard from on this connection (a
+	// frame or a ping); keepalive is how often it said it pings, 0 for an
+	// agent that does not (set by hello, before the session is in the hub).
+	heard     *proto.Heard
+	keepalive time.Duration
 
 	lastBeat atomic.Int64 // unix nanos
 	// lastWork is when the agent last had work (a suite handed to it, one
@@ -55,9 +60,26 @@ type session struct {
 // work is what an agent last said it was doing.
 type work struct{ state, suite string }
 
-func newSession(nodeID string, conn proto.Conn) *session {
-	return &session{nodeID: nodeID, conn: conn, kick: make(chan struct{}, 1)}
+func newSession(nodeID string, conn proto.Conn, heard *proto.Heard) *session {
+	return &session{nodeID: nodeID, conn: conn, heard: heard, kick: make(chan struct{}, 1)}
 }
+
+// silentFor says how long a pinging agent has not been heard from, once
+// that is three of its keepalive periods or more: it is frozen, or the
+// network dropped its connection without a word. Zero otherwise.
+func (s *session) silentFor(now time.Time) time.Duration {
+	if s.keepalive <= 0 || s.heard == nil {
+		return 0
+	}
+	if d := now.Sub(s.heard.Time()); d >= silentPeriods*s.keepalive {
+		return d
+	}
+	return 0
+}
+
+// silentPeriods is how many keepalive periods of silence count as a lost
+// connection: one ping lost is weather, three are not.
+const silentPeriods = 3
 
 func (s *session) beat(at time.Time, state, suite string) {
 	s.lastBeat.Store(at.UnixNano())

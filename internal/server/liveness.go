@@ -105,10 +105,62 @@ func (s *Server) livenessLoop(ctx context.Context) {
 	}
 }
 
+// The keepalive periods an agent may ask for: pings more often than
+// minKeepalive would cost a server of many agents for nothing, and one
+// rarer than maxKeepalive finds nothing the heartbeats would not.
+const (
+	minKeepalive = 100 * time.Millisecond
+	maxKeepalive = 5 * time.Minute
+)
+
+// silenceLoop finds the sessions of this server whose agents stopped
+// pinging (frozen, or cut off with the connection still open) and treats
+// each as a lost connection: the node goes the way of a dropped one,
+// offline ReconnectGrace after it was last heard from. Every replica runs
+// it for its own sessions.
+func (s *Server) silenceLoop(ctx context.Context) {
+	t := time.NewTicker(silenceTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		for _, sess := range s.hub.all() {
+			silent := sess.silentFor(now)
+			if silent == 0 || !s.hub.remove(sess) {
+				continue
+			}
+			s.metrics.silentAgents.Inc()
+			s.log.Warn("agent stopped answering on an open connection (frozen or cut off); treating it as lost",
+				"node", sess.nodeID, "silent", silent.Round(time.Millisecond))
+			// Closing waits for an answer a frozen agent never sends.
+			go sess.conn.Close(proto.CloseGoingAway, fmt.Sprintf("silent for %s", silent.Round(time.Second)))
+			s.connectionLost(ctx, sess.nodeID, sess.heartbeat(), s.lostSince(sess))
+		}
+	}
+}
+
+// silenceTick is how often silenceLoop looks.
+const silenceTick = 500 * time.Millisecond
+
+// lostSince is when the agent of a session that ended was last known
+// alive: when it was last heard from, if it pings (what it heard then is
+// what it still acts on), else now, as the server saw the end only now.
+func (s *Server) lostSince(sess *session) time.Time {
+	if sess.keepalive > 0 && sess.heard != nil {
+		return sess.heard.Time()
+	}
+	return time.Now()
+}
+
 // connectionLost starts the check of a node whose connection ended without
-// a goodbye: it has ReconnectGrace to come back. heard is the last beat
-// the lost connection carried.
-func (s *Server) connectionLost(ctx context.Context, nodeID string, heard time.Time) {
+// a goodbye, or went silent: it has until ReconnectGrace after since (when
+// it was last known alive) to come back. heard is the last beat the lost
+// connection carried.
+func (s *Server) connectionLost(ctx context.Context, nodeID string, heard, since time.Time) {
 	s.live.startCheck(nodeID, func() {
 		n, err := s.getNodeRetrying(ctx, nodeID)
 		if err != nil {
@@ -122,10 +174,11 @@ func (s *Server) connectionLost(ctx context.Context, nodeID string, heard time.T
 			// connection here end.
 			return
 		}
-		reason := fmt.Sprintf("connection lost; waiting %s for the agent to reconnect", s.cfg.ReconnectGrace)
-		s.log.Info("agent connection lost; waiting for it to reconnect", "node", n.ID, "name", n.Name, "grace", s.cfg.ReconnectGrace)
+		wait := max(0, time.Until(since.Add(s.cfg.ReconnectGrace)))
+		reason := fmt.Sprintf("connection lost; waiting %s for the agent to reconnect", wait.Round(time.Millisecond))
+		s.log.Info("agent connection lost; waiting for it to reconnect", "node", n.ID, "name", n.Name, "grace", wait.Round(time.Millisecond))
 		if s.suspect(ctx, n, reason) {
-			s.confirm(ctx, n, heard, s.cfg.ReconnectGrace, "connection lost at "+time.Now().UTC().Format(time.RFC3339))
+			s.confirm(ctx, n, heard, wait, "connection lost; last heard from at "+since.UTC().Format(time.RFC3339))
 		}
 	})
 }
@@ -246,4 +299,30 @@ func (s *Server) ping(ctx context.Context, sess *session) error {
 	sess.beat(now, state, suite)
 	s.hub.recordBeat(store.Heartbeat{NodeID: sess.nodeID, At: now, AgentState: state, SuiteID: suite})
 	return nil
+}
+
+// revoked returns the tasks among held (what a reconnecting agent holds)
+// that are not running on the node by the store, after the welcome took
+// back what it held at the attempt it lost: they were given to another
+// node, or ended, while it was away. Its agent must not start them, and
+// stops those it runs.
+func (s *Server) revoked(ctx context.Context, nodeID string, held []string) ([]string, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	running, err := s.store.ListTasks(ctx, store.TaskFilter{NodeID: nodeID, States: []string{api.TaskRunning}})
+	if err != nil {
+		return nil, fmt.Errorf("list the tasks running on node %s: %w", nodeID, err)
+	}
+	mine := make(map[string]bool, len(running))
+	for _, t := range running {
+		mine[t.ID] = true
+	}
+	var out []string
+	for _, id := range held {
+		if !mine[id] {
+			out = append(out, id)
+		}
+	}
+	return out, nil
 }

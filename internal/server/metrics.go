@@ -24,6 +24,7 @@ type metrics struct {
 	heartbeatFlush prometheus.Histogram
 	markedOffline  prometheus.Counter
 	confirmedAlive prometheus.Counter
+	silentAgents   prometheus.Counter
 	notifySent     prometheus.Counter
 	protocolErrors prometheus.Counter
 	tasksReported  prometheus.Counter
@@ -66,6 +67,9 @@ func newMetrics(s *Server) *metrics {
 		confirmedAlive: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodemgr_nodes_confirmed_alive_total", Help: "Suspect nodes that answered the confirmation ping.",
 		}),
+		silentAgents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodemgr_agents_silent_total", Help: "Agent connections dropped because the agent stopped answering (frozen or cut off).",
+		}),
 		notifySent: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodemgr_notifications_sent_total", Help: "Notifications pushed to agents (replays included).",
 		}),
@@ -91,7 +95,7 @@ func newMetrics(s *Server) *metrics {
 		m.taskReports.WithLabelValues(o) // a rate of a series that is not there yet is no rate
 	}
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.heartbeats, m.heartbeatFlush,
-		m.markedOffline, m.confirmedAlive, m.notifySent, m.protocolErrors, m.tasksReported,
+		m.markedOffline, m.confirmedAlive, m.silentAgents, m.notifySent, m.protocolErrors, m.tasksReported,
 		m.tasksClaimed, m.tasksReturned, m.taskReports,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -364,6 +364,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.guard.reap(ctx) })
 	wg.Go(func() { s.hub.flushLoop(ctx) })
+	wg.Go(func() { s.silenceLoop(ctx) })
 	wg.Go(func() { s.signalLoop(ctx) })
 	wg.Go(func() { s.sharesLoop(ctx) })
 	if !s.blobsShared() {

@@ -32,7 +32,7 @@ func whySetup(t *testing.T, s *Server, st store.Store, nodes []whyNode, spec api
 			t.Fatal(err)
 		}
 		if n.online {
-			sess := newSession(n.id, nil)
+			sess := newSession(n.id, nil, nil)
 			state := api.AgentIdle
 			if n.doing != "" {
 				state = api.AgentExecuting
@@ -161,7 +161,7 @@ func TestSuiteProblemsShown(t *testing.T) {
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites", api.SuiteSpec{Name: "lic", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}, &su)
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites/lic/tasks", api.SubmitTasks{Tasks: []api.TaskSpec{{Argv: []string{"true"}}}}, nil)
 
-	h := &agentHandler{s: ts.Server, sess: newSession(id, nil)}
+	h := &agentHandler{s: ts.Server, sess: newSession(id, nil, nil)}
 	leave := api.SuiteLeave{SuiteID: su.ID, Reason: "prepare-failed: prepare hook [sh]: exit status 3",
 		Problem: &api.SuiteProblem{NodeID: "forged", Stage: api.StagePrepare, ExitCode: 3, Reason: "exit status 3",
 			OutputTail: strings.Repeat("x", 2*api.MaxProblemOutput) + "\nmissing license file\n"}}
@@ -201,7 +201,7 @@ func TestSuiteProblemsShown(t *testing.T) {
 func TestCreateSuiteWarns(t *testing.T) {
 	ts := newTestServer(t)
 	id, _ := ts.nodeNamed(t, "small")
-	ts.hub.add(newSession(id, nil))
+	ts.hub.add(newSession(id, nil, nil))
 	tests := []struct {
 		name string
 		spec api.SuiteSpec

@@ -216,7 +216,7 @@ func (p *Pool) promoteLocked(s *slot) {
 // more will come, or a place in the queue for the next fetched task.
 func (p *Pool) serveLocked(s *slot) {
 	switch {
-	case len(p.buf) > 0:
+	case len(p.buf) > 0 && p.mayStartLocked():
 		// A worker taking several gets at most its share of the buffer.
 		n := min(s.fetchN, max(1, len(p.buf)/len(p.slots)))
 		tasks := slices.Clone(p.buf[:n])
@@ -224,7 +224,7 @@ func (p *Pool) serveLocked(s *slot) {
 		p.buf = p.buf[n:]
 		p.assignLocked(s, tasks[0], tasks[1:]...)
 		p.needFetchLocked()
-	case p.stop != stopNone || p.done:
+	case len(p.buf) == 0 && (p.stop != stopNone || p.done):
 		p.retireLocked(s)
 	default:
 		p.waiting = append(p.waiting, s)
@@ -235,7 +235,7 @@ func (p *Pool) serveLocked(s *slot) {
 // dispatchLocked hands buffered tasks to waiting workers, and Done to the
 // waiting ones when no more tasks will come.
 func (p *Pool) dispatchLocked() {
-	for len(p.waiting) > 0 && len(p.buf) > 0 {
+	for len(p.waiting) > 0 && len(p.buf) > 0 && p.mayStartLocked() {
 		s := p.waiting[0]
 		p.waiting = p.waiting[1:]
 		t := p.buf[0]
@@ -243,7 +243,9 @@ func (p *Pool) dispatchLocked() {
 		p.buf = p.buf[1:]
 		p.assignLocked(s, t)
 	}
-	if p.stop != stopNone || p.done {
+	// Buffered tasks that may not start yet are still to run, unless the
+	// pool stops.
+	if p.stop != stopNone || (p.done && len(p.buf) == 0) {
 		for len(p.waiting) > 0 {
 			s := p.waiting[0]
 			p.waiting = p.waiting[1:]

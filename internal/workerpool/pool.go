@@ -77,6 +77,11 @@ type Config struct {
 	// StopGrace is how long an idle worker has between SIGTERM and SIGKILL
 	// when the pool winds down; 0 means 5s.
 	StopGrace time.Duration
+	// MayStart, when set, is asked before a buffered task goes to a
+	// worker; while it says no, tasks stay buffered (call Resume once it
+	// would say yes). The agent closes it while it is out of touch with
+	// the server long enough that its tasks may have been given to others.
+	MayStart func() bool
 }
 
 // Limits and timings.
@@ -502,6 +507,53 @@ func (p *Pool) Release(n int) int {
 	p.returnLocked(ids)
 	return n
 }
+
+// Resume hands buffered tasks to waiting workers again after MayStart
+// said no.
+func (p *Pool) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.dispatchLocked()
+	}
+}
+
+// Revoke forgets tasks that are no longer this pool's to run (the server
+// gave them to another node while this one was out of touch): buffered
+// ones are dropped without a report or a return, and a worker that holds
+// one is asked to drop it, as for Cancel, with reason "revoked". It
+// returns how many it dropped from the buffer.
+func (p *Pool) Revoke(ids []string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(ids) == 0 {
+		return 0
+	}
+	gone := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		gone[id] = true
+		if s := p.held[id]; s != nil {
+			if j := s.holding(id); j != nil && j.verdict == "" {
+				p.abandonLocked(s, j, revokedReason)
+			}
+		}
+	}
+	n := len(p.buf)
+	p.buf = slices.DeleteFunc(p.buf, func(t api.Task) bool { return gone[t.ID] })
+	dropped := n - len(p.buf)
+	if dropped > 0 {
+		p.log.Info("dropped buffered tasks the server gave to others", "tasks", dropped)
+		p.needFetchLocked()
+	}
+	return dropped
+}
+
+// revokedReason ends an attempt the server took back while the node was
+// out of touch; the server counts no report of it.
+const revokedReason = "revoked: the server gave this task to another node while this one was out of touch"
+
+// mayStartLocked says whether buffered tasks may go to workers now.
+func (p *Pool) mayStartLocked() bool { return p.cfg.MayStart == nil || p.cfg.MayStart() }
 
 // Wake makes the pool ask its source for tasks now, cutting short the wait
 // after a fetch that found none. Call it when the server says tasks arrived.
