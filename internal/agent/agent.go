@@ -105,7 +105,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	} else if was != 0 {
 		logger.Warn("the data dir holds this node's credential and was open to other users; made it private", "dir", cfg.DataDir, "mode", was.String())
 	}
-	lock, err := lockfile.Acquire(filepath.Join(cfg.DataDir, "agent.lock"))
+	lock, err := lockfile.Acquire(filepath.Join(cfg.DataDir, "agent.lock"), "nodemgr agent")
 	if err != nil {
 		return nil, err
 	}

@@ -31,11 +31,12 @@ func TestServerTightensAdminTokenFile(t *testing.T) {
 			}
 			var logs strings.Builder
 			f := serverFlags{dataDir: dir}
-			st, err := f.openStore(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)))
+			st, lock, err := f.openStore(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)))
 			if err != nil {
 				t.Fatalf("openStore = %v", err)
 			}
 			st.Close()
+			lock.Release()
 			if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
 				t.Errorf("admin-token of mode %s after the server opened its store: %v, %v; want 0600", tc.mode, fi.Mode(), err)
 			}

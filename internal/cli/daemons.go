@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/auth"
 	"github.com/nodemgr/nodemgr/internal/blob"
 	"github.com/nodemgr/nodemgr/internal/datadir"
+	"github.com/nodemgr/nodemgr/internal/lockfile"
 	"github.com/nodemgr/nodemgr/internal/runas"
 
 	// Providers register themselves with provision.
@@ -203,19 +205,21 @@ func (f *serverFlags) executorSettings() map[string]map[string]string {
 
 // openStore opens the store --db names: PostgreSQL for a postgres:// or
 // postgresql:// URL, else the SQLite file (by default in the data dir,
-// which holds the admin token either way).
-func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.Store, error) {
+// which holds the admin token either way). With SQLite it first locks the
+// data dir, and returns the lock to release after the store is closed (a
+// nil lock releases as nothing).
+func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.Store, *lockfile.Lock, error) {
 	ensure := datadir.Ensure
 	if f.passable {
 		ensure = datadir.EnsurePassable
 	}
 	if was, err := ensure(f.dataDir); err != nil {
-		return nil, err
+		return nil, nil, err
 	} else if was != 0 {
 		log.Warn("the data dir holds the store and the admin token and was open to other users; made it private", "dir", f.dataDir, "mode", was.String())
 	}
 	if was, err := datadir.PrivateFile(server.AdminTokenFile(f.dataDir)); err != nil {
-		return nil, fmt.Errorf("%w; run chmod 600 on it, or remove it (nodemgr server --reset-admin-token writes a new one)", err)
+		return nil, nil, fmt.Errorf("%w; run chmod 600 on it, or remove it (nodemgr server --reset-admin-token writes a new one)", err)
 	} else if was != 0 {
 		log.Warn("the admin-token file was readable by other users; made it 0600", "file", server.AdminTokenFile(f.dataDir), "mode", was.String())
 	}
@@ -232,16 +236,36 @@ func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.St
 		if f.dbListen != "" {
 			opts = append(opts, postgres.WithListenURL(f.dbListen))
 		}
-		return postgres.Open(ctx, f.db, log, opts...)
+		st, err := postgres.Open(ctx, f.db, log, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, nil, nil
 	}
 	if f.dbListen != "" {
-		return nil, fmt.Errorf("--db-listen-url is for a PostgreSQL --db (behind PgBouncer); drop it, or give --db a postgres:// URL")
+		return nil, nil, fmt.Errorf("--db-listen-url is for a PostgreSQL --db (behind PgBouncer); drop it, or give --db a postgres:// URL")
 	}
 	path := f.db
 	if path == "" {
 		path = filepath.Join(f.dataDir, "nodemgr.db")
 	}
-	return sqlite.Open(ctx, path, log)
+	// A SQLite store serves one server: its leader lease takes itself
+	// back from any other holder (SoleServer), and the data dir's blobs
+	// and admin token are that server's alone. A second server must not
+	// start there. (Replicas on PostgreSQL may share a data dir.)
+	lock, err := lockfile.Acquire(filepath.Join(f.dataDir, "server.lock"), "nodemgr server")
+	if errors.Is(err, errors.ErrUnsupported) {
+		// As before the lock: the server still runs where it cannot lock.
+		log.Warn("cannot lock the data dir on this system; make sure no other server uses it", "dir", f.dataDir)
+	} else if err != nil {
+		return nil, nil, err
+	}
+	st, err := sqlite.Open(ctx, path, log)
+	if err != nil {
+		lock.Release()
+		return nil, nil, err
+	}
+	return st, lock, nil
 }
 
 func newServerCmd(e *env) *cobra.Command {
@@ -280,10 +304,11 @@ flags; --print-config shows the result and where each value came from.`,
 				return err
 			}
 			ctx := cmd.Context()
-			st, err := f.openStore(ctx, log)
+			st, lock, err := f.openStore(ctx, log)
 			if err != nil {
 				return err
 			}
+			defer lock.Release()
 			defer st.Close()
 			token, created, err := server.Bootstrap(ctx, st, f.dataDir)
 			if err != nil {
@@ -605,10 +630,11 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	// The dev agent, run as root, runs suites as other users, who pass
 	// through the server's data dir to the agent's.
 	f.passable = runas.CanSwitch()
-	st, err := f.openStore(ctx, log)
+	st, lock, err := f.openStore(ctx, log)
 	if err != nil {
 		return err
 	}
+	defer lock.Release()
 	defer st.Close()
 	adminToken, _, err := server.Bootstrap(ctx, st, f.dataDir)
 	if err != nil {

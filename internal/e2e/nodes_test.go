@@ -189,7 +189,7 @@ func TestSecondAgentOnSameDataDirIsRefused(t *testing.T) {
 	if code := second.wait(10 * time.Second); code == 0 {
 		t.Fatalf("second agent on the same data dir exited 0, want a refusal")
 	}
-	if out := second.output(); !strings.Contains(out, "in use by another agent") || !strings.Contains(out, "--data-dir") {
+	if out := second.output(); !strings.Contains(out, "another nodemgr agent (pid ") || !strings.Contains(out, "--data-dir") {
 		t.Errorf("refusal message = %q; want it to say the data dir is in use and how to proceed", out)
 	}
 	if a.exited() {

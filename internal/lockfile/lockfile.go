@@ -1,9 +1,10 @@
-// Package lockfile keeps two agents from sharing one data directory.
+// Package lockfile keeps two daemons from sharing one data directory: two
+// agents, or two servers on one SQLite store.
 //
 // Acquire takes an exclusive advisory lock (flock) on a file such as
 // <data-dir>/agent.lock and writes the holder's PID into it. The kernel
 // drops the lock when the holder's process exits, however it exits, so a
-// crashed agent never leaves a stale lock behind; the PID is only there to
+// crashed daemon never leaves a stale lock behind; the PID is only there to
 // tell a person which process to stop.
 package lockfile
 
@@ -13,6 +14,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
 
 // Lock is a held lock file. Release it, or let the process exit.
@@ -21,10 +24,12 @@ type Lock struct {
 	f    *os.File
 }
 
-// HeldError reports that another process holds the lock.
+// HeldError reports that another process holds the lock. It is an
+// errdefs.ErrConflict.
 type HeldError struct {
-	Path string // the lock file
-	PID  int    // the holder as it recorded itself; 0 if unknown
+	Path   string // the lock file, in the data dir it guards
+	PID    int    // the holder as it recorded itself; 0 if unknown
+	Holder string // what the holder is, as Acquire was told
 }
 
 func (e *HeldError) Error() string {
@@ -32,15 +37,19 @@ func (e *HeldError) Error() string {
 	if e.PID > 0 {
 		pid = "pid " + strconv.Itoa(e.PID)
 	}
-	return fmt.Sprintf("data dir %s is in use by another agent (%s, lock %s): stop that agent or choose another --data-dir",
-		filepath.Dir(e.Path), pid, e.Path)
+	return fmt.Sprintf("another %s (%s) uses data dir %s; stop it or choose another --data-dir",
+		e.Holder, pid, filepath.Dir(e.Path))
 }
 
+// Is makes errors.Is(err, errdefs.ErrConflict) true.
+func (e *HeldError) Is(target error) bool { return target == errdefs.ErrConflict }
+
 // Acquire takes the lock at path, creating the file if needed, and records
-// this process's PID in it. It does not wait: if another process holds the
-// lock it returns a *HeldError. Two Acquires of one path within a process
-// conflict too.
-func Acquire(path string) (*Lock, error) { return acquire(path) }
+// this process's PID in it. holder says what takes such locks ("nodemgr
+// agent"), for the message another taker gets. It does not wait: if
+// another process holds the lock it returns a *HeldError. Two Acquires of
+// one path within a process conflict too.
+func Acquire(path, holder string) (*Lock, error) { return acquire(path, holder) }
 
 // Path returns the lock file's path.
 func (l *Lock) Path() string { return l.path }

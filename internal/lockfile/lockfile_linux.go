@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func acquire(path string) (*Lock, error) {
+func acquire(path, holder string) (*Lock, error) {
 	// os.OpenFile sets O_CLOEXEC, so processes the agent starts do not
 	// inherit the descriptor and cannot keep the lock alive after it dies.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
@@ -20,7 +20,7 @@ func acquire(path string) (*Lock, error) {
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			pid := readPID(f)
 			f.Close()
-			return nil, &HeldError{Path: path, PID: pid}
+			return nil, &HeldError{Path: path, PID: pid, Holder: holder}
 		}
 		f.Close()
 		return nil, fmt.Errorf("acquire lock %s: %w", path, err)

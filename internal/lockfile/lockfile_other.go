@@ -7,6 +7,6 @@ import (
 	"fmt"
 )
 
-func acquire(path string) (*Lock, error) {
+func acquire(path, _ string) (*Lock, error) {
 	return nil, fmt.Errorf("acquire lock %s: %w", path, errors.ErrUnsupported)
 }

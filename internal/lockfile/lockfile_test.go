@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodemgr/nodemgr/internal/errdefs"
 )
 
 const helperEnv = "LOCKFILE_TEST_HELPER_PATH"
@@ -26,7 +28,7 @@ func TestHelperProcess(t *testing.T) {
 	if path == "" {
 		t.Skip("helper process for TestHeldByOtherProcess")
 	}
-	if _, err := Acquire(path); err != nil {
+	if _, err := Acquire(path, "nodemgr agent"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -46,7 +48,7 @@ func TestAcquireRelease(t *testing.T) {
 	skipUnlessLinux(t)
 	path := filepath.Join(t.TempDir(), "agent.lock")
 
-	l, err := Acquire(path)
+	l, err := Acquire(path, "nodemgr agent")
 	if err != nil {
 		t.Fatalf("Acquire(%q) = %v", path, err)
 	}
@@ -59,10 +61,13 @@ func TestAcquireRelease(t *testing.T) {
 	}
 
 	// A second open file description conflicts, even in this process.
-	_, err = Acquire(path)
+	_, err = Acquire(path, "nodemgr agent")
 	var held *HeldError
-	if !errors.As(err, &held) || held.PID != os.Getpid() || held.Path != path {
-		t.Fatalf("second Acquire(%q) = %v, want HeldError{%q, %d}", path, err, path, os.Getpid())
+	if !errors.As(err, &held) || held.PID != os.Getpid() || held.Path != path || held.Holder != "nodemgr agent" {
+		t.Fatalf("second Acquire(%q) = %v, want HeldError{%q, %d, %q}", path, err, path, os.Getpid(), "nodemgr agent")
+	}
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("second Acquire(%q) = %v, want an errdefs.ErrConflict", path, err)
 	}
 
 	if err := l.Release(); err != nil {
@@ -71,7 +76,7 @@ func TestAcquireRelease(t *testing.T) {
 	if err := l.Release(); err != nil {
 		t.Fatalf("second Release() = %v, want nil", err)
 	}
-	l2, err := Acquire(path)
+	l2, err := Acquire(path, "nodemgr agent")
 	if err != nil {
 		t.Fatalf("Acquire(%q) after Release = %v", path, err)
 	}
@@ -83,7 +88,7 @@ func TestAcquireRelease(t *testing.T) {
 func TestAcquireMissingDir(t *testing.T) {
 	skipUnlessLinux(t)
 	path := filepath.Join(t.TempDir(), "missing", "agent.lock")
-	_, err := Acquire(path)
+	_, err := Acquire(path, "nodemgr agent")
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("Acquire(%q) = %v, want ErrNotExist", path, err)
 	}
@@ -97,13 +102,13 @@ func TestHeldErrorMessage(t *testing.T) {
 	}{
 		{
 			name: "pid known",
-			err:  HeldError{Path: "/x/agent.lock", PID: 1234},
-			want: "data dir /x is in use by another agent (pid 1234, lock /x/agent.lock): stop that agent or choose another --data-dir",
+			err:  HeldError{Path: "/x/agent.lock", PID: 1234, Holder: "nodemgr agent"},
+			want: "another nodemgr agent (pid 1234) uses data dir /x; stop it or choose another --data-dir",
 		},
 		{
 			name: "pid unknown",
-			err:  HeldError{Path: "/x/agent.lock"},
-			want: "data dir /x is in use by another agent (pid unknown, lock /x/agent.lock): stop that agent or choose another --data-dir",
+			err:  HeldError{Path: "/x/server.lock", Holder: "nodemgr server"},
+			want: "another nodemgr server (pid unknown) uses data dir /x; stop it or choose another --data-dir",
 		},
 	}
 	for _, tc := range tests {
@@ -159,7 +164,7 @@ func TestHeldByOtherProcess(t *testing.T) {
 		t.Fatal("helper did not take the lock within 10s")
 	}
 
-	_, err = Acquire(path)
+	_, err = Acquire(path, "nodemgr agent")
 	var held *HeldError
 	if !errors.As(err, &held) {
 		t.Fatalf("Acquire(%q) while child holds it = %v, want *HeldError", path, err)
@@ -176,7 +181,7 @@ func TestHeldByOtherProcess(t *testing.T) {
 	// assume when that is.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		l, err := Acquire(path)
+		l, err := Acquire(path, "nodemgr agent")
 		if err == nil {
 			l.Release()
 			return

@@ -27,6 +27,10 @@
 // migration of that number in the other, so the numbers never part. Then
 // run both stores' tests.
 //
+// A database at a migration newer than any this binary embeds (a newer
+// nodemgr migrated it) is refused at Open, as in the SQLite store
+// (sqlrow.CheckSchemaVersion), before anything is written.
+//
 // Opens that find the schema current take no lock. Otherwise goose's
 // table lock serializes the migrators: a row in goose_lock held under a
 // lease that the holder renews, not an advisory lock, so it works through

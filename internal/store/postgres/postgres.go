@@ -200,6 +200,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 
 // hasPending reports, without the migration lock, whether the database's
 // version (goose's record; none yet: 0) is below the newest migration's.
+// A database that a newer nodemgr migrated further is refused.
 func hasPending(ctx context.Context, pool *pgxpool.Pool, p *goose.Provider) (bool, error) {
 	var versioned bool
 	var version int64
@@ -211,7 +212,14 @@ func hasPending(ctx context.Context, pool *pgxpool.Pool, p *goose.Provider) (boo
 		return false, fmt.Errorf("migrate: read the schema version: %w", classify(err))
 	}
 	sources := p.ListSources()
-	return len(sources) > 0 && version < sources[len(sources)-1].Version, nil
+	if len(sources) == 0 {
+		return false, nil
+	}
+	known := sources[len(sources)-1].Version
+	if err := sqlrow.CheckSchemaVersion(version, known); err != nil {
+		return false, err
+	}
+	return version < known, nil
 }
 
 // Close closes the connection pool.

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,24 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { checkCounts(t, url) })
 		return s
 	})
+}
+
+// TestNewerSchema: a database that a newer nodemgr migrated further is
+// refused (downgrading the binary, or one replica left behind), untouched.
+func TestNewerSchema(t *testing.T) {
+	url := newDatabase(t)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	storetest.NewerSchema(t, func(ctx context.Context) (store.Store, error) {
+		s, err := Open(ctx, url, nil)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}, db)
 }
 
 // checkCounts compares suite_counts, summed over the shards, with the

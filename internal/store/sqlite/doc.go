@@ -5,7 +5,8 @@
 // connection pools: a single writer, so writes queue in Go instead of
 // failing with SQLITE_BUSY, and several readers, which WAL lets read the last
 // committed state while a write is in progress. The schema is versioned with
-// goose migrations embedded from migrations/ and applied by Open.
+// goose migrations embedded from migrations/ and applied by Open, which
+// refuses a file that a newer nodemgr migrated further than it knows.
 //
 // The schema is shaped so a PostgreSQL store can mirror it: TEXT ids, times
 // as unix nanoseconds (NULL for "never"), lists and maps as JSON text.

@@ -177,7 +177,8 @@ func dsn(path string, readOnly bool) string {
 	return "file:" + u.EscapedPath() + "?" + q.Encode()
 }
 
-// migrate applies the embedded migrations that db lacks.
+// migrate applies the embedded migrations that db lacks. A file that a
+// newer nodemgr migrated further is refused before anything changes.
 func migrate(ctx context.Context, db *sql.DB, logger *slog.Logger) error {
 	fsys, err := fs.Sub(migrations, "migrations")
 	if err != nil {
@@ -188,6 +189,13 @@ func migrate(ctx context.Context, db *sql.DB, logger *slog.Logger) error {
 		goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
+	}
+	applied, known, err := p.GetVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: read the schema version: %w", err)
+	}
+	if err := sqlrow.CheckSchemaVersion(applied, known); err != nil {
+		return err
 	}
 	results, err := p.Up(ctx)
 	if err != nil {

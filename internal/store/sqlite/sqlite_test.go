@@ -38,6 +38,24 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestNewerSchema: a file that a newer nodemgr migrated further is refused
+// (downgrading the binary), untouched.
+func TestNewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nodemgr.db")
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	storetest.NewerSchema(t, func(ctx context.Context) (store.Store, error) {
+		s, err := Open(ctx, path, nil)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}, db)
+}
+
 // checkCounts compares suite_counts in the file at path with the tasks'
 // states, counted afresh.
 func checkCounts(t *testing.T, path string) {
