@@ -63,8 +63,11 @@ type Node struct {
 	AgentVersion  string
 	CurrentSuite  string    // the suite the agent works on, as it last reported; "" when idle
 	LastHeartbeat time.Time // zero: never
-	RegisteredAt  time.Time
-	UpdatedAt     time.Time
+	// Replica is the server process (replica ID and instance) that held
+	// the agent's session when it last said hello; "" before any.
+	Replica      string
+	RegisteredAt time.Time
+	UpdatedAt    time.Time
 }
 
 // NodeFilter narrows ListNodes. Zero values match everything.
@@ -72,6 +75,8 @@ type NodeFilter struct {
 	Status string
 	// Groups: if non-empty, only nodes in at least one of these groups.
 	Groups []string
+	// Replica: if set, only nodes whose last hello reached that replica.
+	Replica string
 	Page
 }
 
@@ -113,6 +118,9 @@ type Nodes interface {
 	// them; changed reports whether it happened.
 	SetNodeStatus(ctx context.Context, id, status, reason string, onlyIf ...string) (changed bool, err error)
 	// StaleNodes lists nodes whose status is in statuses and whose last
+	// NodeReplicas lists, each once, the replicas (Node.Replica) that the
+	// nodes in one of statuses (any if none) last said hello to.
+	NodeReplicas(ctx context.Context, statuses ...string) ([]string, error)
 	// heartbeat is before cutoff.
 	StaleNodes(ctx context.Context, cutoff time.Time, statuses ...string) ([]Node, error)
 	// DeleteNode removes a node, its notifications and its credentials.

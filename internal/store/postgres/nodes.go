@@ -17,7 +17,7 @@ import (
 )
 
 const nodeColumns = `id, name, machine_id, data_dir, tags, labels, group_names, hardware,
-	status, status_reason, agent_state, agent_version, current_suite, last_heartbeat, registered_at, updated_at`
+	status, status_reason, agent_state, agent_version, current_suite, last_heartbeat, registered_at, updated_at, replica`
 
 // CreateNode stores a new node. A machine has at most one node per data
 // dir: a second one for the same (MachineID, DataDir) is a conflict that
@@ -109,6 +109,9 @@ func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter) ([]store.Node
 		where = append(where, `EXISTS (SELECT 1 FROM json_array_elements_text(nodes.group_names::json) AS g(name)
 			WHERE g.name = ANY(`+a.add(f.Groups)+`))`)
 	}
+	if f.Replica != "" {
+		where = append(where, `replica = `+a.add(f.Replica))
+	}
 	if f.After != "" {
 		var name, id string
 		if err := store.DecodeCursor(f.After, &name, &id); err != nil {
@@ -121,6 +124,25 @@ func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter) ([]store.Node
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	return nodes, nil
+}
+
+// NodeReplicas lists the replicas that the nodes in one of statuses last
+// said hello to, each once.
+func (s *Store) NodeReplicas(ctx context.Context, statuses ...string) ([]string, error) {
+	var a args
+	q := `SELECT DISTINCT replica FROM nodes WHERE replica != ''`
+	if len(statuses) > 0 {
+		q += ` AND status = ANY(` + a.add(statuses) + `)`
+	}
+	rows, err := s.pool.Query(ctx, q+` ORDER BY replica`, a...)
+	if err != nil {
+		return nil, fmt.Errorf("list the replicas of nodes: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list the replicas of nodes: %w", err)
+	}
+	return out, nil
 }
 
 // StaleNodes lists the nodes in one of statuses (any status if none are
@@ -310,7 +332,7 @@ func insertNode(ctx context.Context, tx pgx.Tx, n store.Node) error {
 		return err
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO nodes (`+nodeColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
 		append([]any{n.ID}, a...)...)
 	if isUnique(err) {
 		if constraint(err) == "nodes_pkey" {
@@ -329,8 +351,8 @@ func updateNode(ctx context.Context, tx pgx.Tx, n store.Node) error {
 	_, err = tx.Exec(ctx, `UPDATE nodes SET
 			name = $1, machine_id = $2, data_dir = $3, tags = $4, labels = $5, group_names = $6,
 			hardware = $7, status = $8, status_reason = $9, agent_state = $10, agent_version = $11,
-			current_suite = $12, last_heartbeat = $13, registered_at = $14, updated_at = $15
-		WHERE id = $16`,
+			current_suite = $12, last_heartbeat = $13, registered_at = $14, updated_at = $15, replica = $16
+		WHERE id = $17`,
 		append(a, n.ID)...)
 	if isUnique(err) {
 		return errdefs.Conflict("machine %s already has a node for data dir %s", n.MachineID, n.DataDir)
@@ -348,7 +370,7 @@ func scanNode(row scanner) (store.Node, error) {
 	)
 	err := row.Scan(&n.ID, &n.Name, &n.MachineID, &n.DataDir, &tags, &labels, &groups, &hw,
 		&n.Status, &n.StatusReason, &n.AgentState, &n.AgentVersion, &n.CurrentSuite,
-		&lastHeartbeat, &registeredAt, &updatedAt)
+		&lastHeartbeat, &registeredAt, &updatedAt, &n.Replica)
 	if noRows(err) {
 		return store.Node{}, errdefs.ErrNotFound
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 const nodeColumns = `id, name, machine_id, data_dir, tags, labels, group_names, hardware,
-	status, status_reason, agent_state, agent_version, current_suite, last_heartbeat, registered_at, updated_at`
+	status, status_reason, agent_state, agent_version, current_suite, last_heartbeat, registered_at, updated_at, replica`
 
 // CreateNode stores a new node. A machine has at most one node per data
 // dir: a second one for the same (MachineID, DataDir) is a conflict that
@@ -110,6 +110,10 @@ func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter) ([]store.Node
 			WHERE g.value IN (SELECT value FROM json_each(?)))`)
 		args = append(args, groups)
 	}
+	if f.Replica != "" {
+		where = append(where, `replica = ?`)
+		args = append(args, f.Replica)
+	}
 	if f.After != "" {
 		var name, id string
 		if err := store.DecodeCursor(f.After, &name, &id); err != nil {
@@ -123,6 +127,36 @@ func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter) ([]store.Node
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	return nodes, nil
+}
+
+// NodeReplicas lists the replicas that the nodes in one of statuses last
+// said hello to, each once.
+func (s *Store) NodeReplicas(ctx context.Context, statuses ...string) ([]string, error) {
+	q := `SELECT DISTINCT replica FROM nodes WHERE replica != ''`
+	args := []any{}
+	if len(statuses) > 0 {
+		q += ` AND status IN (` + placeholders(len(statuses)) + `)`
+		for _, st := range statuses {
+			args = append(args, st)
+		}
+	}
+	rows, err := s.r.QueryContext(ctx, q+` ORDER BY replica`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list the replicas of nodes: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			return nil, fmt.Errorf("list the replicas of nodes: %w", classify(err))
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list the replicas of nodes: %w", classify(err))
+	}
+	return out, nil
 }
 
 // StaleNodes lists the nodes in one of statuses (any status if none are
@@ -300,7 +334,7 @@ func insertNode(ctx context.Context, tx *sql.Tx, n store.Node) error {
 		return err
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO nodes (`+nodeColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		append([]any{n.ID}, args...)...)
 	if isUnique(err) {
 		return errdefs.Conflict("node id %s is taken", n.ID)
@@ -316,7 +350,7 @@ func updateNode(ctx context.Context, tx *sql.Tx, n store.Node) error {
 	_, err = tx.ExecContext(ctx, `UPDATE nodes SET
 			name = ?, machine_id = ?, data_dir = ?, tags = ?, labels = ?, group_names = ?,
 			hardware = ?, status = ?, status_reason = ?, agent_state = ?, agent_version = ?,
-			current_suite = ?, last_heartbeat = ?, registered_at = ?, updated_at = ?
+			current_suite = ?, last_heartbeat = ?, registered_at = ?, updated_at = ?, replica = ?
 		WHERE id = ?`,
 		append(args, n.ID)...)
 	if isUnique(err) {
@@ -338,7 +372,7 @@ func scanNode(row scanner) (store.Node, error) {
 	)
 	err := row.Scan(&n.ID, &n.Name, &n.MachineID, &n.DataDir, &tags, &labels, &groups, &hw,
 		&n.Status, &n.StatusReason, &n.AgentState, &n.AgentVersion, &n.CurrentSuite,
-		&lastHeartbeat, &registeredAt, &updatedAt)
+		&lastHeartbeat, &registeredAt, &updatedAt, &n.Replica)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Node{}, errdefs.ErrNotFound
 	}

@@ -237,7 +237,7 @@ func NodeArgs(n store.Node) ([]any, error) {
 	return []any{
 		n.Name, n.MachineID, n.DataDir, tags, labels, groups, hw,
 		n.Status, n.StatusReason, n.AgentState, n.AgentVersion, n.CurrentSuite,
-		TimeArg(n.LastHeartbeat), n.RegisteredAt.UnixNano(), n.UpdatedAt.UnixNano(),
+		TimeArg(n.LastHeartbeat), n.RegisteredAt.UnixNano(), n.UpdatedAt.UnixNano(), n.Replica,
 	}, nil
 }
 

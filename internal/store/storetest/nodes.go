@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -502,6 +503,39 @@ func testStaleNodes(t *testing.T, s store.Store) {
 				t.Errorf("StaleNodes(%v, %q) IDs mismatch (-want +got):\n%s", t0, tc.statuses, diff)
 			}
 		})
+	}
+}
+
+// The replica a node said hello to is stored with it; the leader lists
+// the replicas of live nodes, and a replica's nodes, to find those whose
+// server died.
+func testNodeReplicas(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	for id, rep := range map[string]string{"n1": "s1#a", "n2": "s1#a", "n3": "s2#b", "n4": "s3#c", "n5": ""} {
+		mustCreateNode(t, s, newNode(id))
+		if _, err := s.UpdateNode(ctx, id, func(n *store.Node) error { n.Replica, n.Status = rep, api.StatusOnline; return nil }); err != nil {
+			t.Fatalf("UpdateNode(%s): %v", id, err)
+		}
+	}
+	if _, err := s.SetNodeStatus(ctx, "n4", api.StatusOffline, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGetNode(t, s, "n3").Replica; got != "s2#b" {
+		t.Errorf("GetNode(n3).Replica = %q, want s2#b", got)
+	}
+	got, err := s.NodeReplicas(ctx, api.StatusOnline, api.StatusSuspect)
+	if err != nil {
+		t.Fatalf("NodeReplicas: %v", err)
+	}
+	if want := []string{"s1#a", "s2#b"}; !slices.Equal(got, want) {
+		t.Errorf("NodeReplicas(online, suspect) = %v, want %v: each once, none of offline nodes or of none", got, want)
+	}
+	nodes, err := s.ListNodes(ctx, store.NodeFilter{Replica: "s1#a"})
+	if err != nil {
+		t.Fatalf("ListNodes(replica s1#a): %v", err)
+	}
+	if want := []string{"n1", "n2"}; !slices.Equal(ids(nodes), want) {
+		t.Errorf("ListNodes(replica s1#a) = %v, want %v", ids(nodes), want)
 	}
 }
 

@@ -102,6 +102,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RecordHeartbeatsLargeBatch", testRecordHeartbeatsLargeBatch},
 		{"SetNodeStatus", testSetNodeStatus},
 		{"StaleNodes", testStaleNodes},
+		{"NodeReplicas", testNodeReplicas},
 		{"DeleteNode", testDeleteNode},
 
 		{"EnqueueSeqs", testEnqueueSeqs},
