@@ -455,6 +455,7 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 		n.CurrentSuite = hello.SuiteID
 		n.Status, n.StatusReason = api.StatusOnline, ""
 		n.LastHeartbeat = now
+		n.Replica = h.s.instance
 		return nil
 	})
 	if err != nil {

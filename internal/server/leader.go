@@ -67,7 +67,7 @@ type soleServer interface {
 func (s *Server) singletons() []func(context.Context) {
 	loops := []func(context.Context){
 		s.runOrchestrator,
-		s.livenessLoop, s.suiteLoop, s.ensembleLoop, s.driftLoop,
+		s.livenessLoop, s.deadReplicaLoop, s.suiteLoop, s.ensembleLoop, s.driftLoop,
 	}
 	if s.blobsShared() {
 		loops = append(loops, s.blobLoop)
@@ -86,7 +86,7 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	s.takeOverSole(ctx)
 	for {
 		sent := time.Now()
-		lease, err := s.store.AcquireLease(ctx, leaderLease, s.cfg.ReplicaID, s.cfg.LeaderLease)
+		lease, err := s.store.AcquireLease(ctx, leaderLease, s.instance, s.cfg.LeaderLease)
 		switch {
 		case err == nil:
 			s.lead(ctx, lease, sent)
@@ -130,7 +130,7 @@ func (s *Server) takeOverSole(ctx context.Context) {
 		return
 	}
 	l, err := s.store.GetLease(ctx, leaderLease)
-	if err != nil || l.Holder == "" || l.Holder == s.cfg.ReplicaID {
+	if err != nil || l.Holder == "" || l.Holder == s.instance {
 		return
 	}
 	if err := s.store.ReleaseLease(ctx, leaderLease, l.Holder); err == nil {
@@ -182,7 +182,7 @@ func (s *Server) holdLease(ctx context.Context, lease store.Lease, valid time.Ti
 		}
 		sent := time.Now()
 		rctx, cancel := context.WithDeadline(ctx, valid)
-		l, err := s.store.AcquireLease(rctx, leaderLease, s.cfg.ReplicaID, s.cfg.LeaderLease)
+		l, err := s.store.AcquireLease(rctx, leaderLease, s.instance, s.cfg.LeaderLease)
 		cancel()
 		switch {
 		case err == nil && l.Term == lease.Term:
@@ -210,7 +210,7 @@ func (s *Server) holdLease(ctx context.Context, lease store.Lease, valid time.Ti
 func (s *Server) releaseLeader(lease store.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := s.store.ReleaseLease(ctx, leaderLease, s.cfg.ReplicaID); err != nil {
+	if err := s.store.ReleaseLease(ctx, leaderLease, s.instance); err != nil {
 		s.log.Warn("release the leader lease; another replica leads once it runs out", "term", lease.Term, "ttl", s.cfg.LeaderLease, "err", err)
 		return
 	}

@@ -120,7 +120,7 @@ func TestLeadershipMoves(t *testing.T) {
 
 	// Another replica takes over (the release stands for its lease
 	// running out).
-	if err := st.ReleaseLease(ctx, leaderLease, s.cfg.ReplicaID); err != nil {
+	if err := st.ReleaseLease(ctx, leaderLease, s.instance); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.AcquireLease(ctx, leaderLease, "r-other", time.Hour); err != nil {

@@ -246,6 +246,10 @@ type Server struct {
 	health     healthCheck
 	live       liveness
 	leading    leadership
+	// instance names this process among the replicas: its replica ID and
+	// a random part (replica.go).
+	instance string
+	replicas replicaLives
 	started    time.Time       // when Serve began: every node's heartbeat as far as liveness goes
 	life       context.Context // ends when Serve returns; for work that outlives a request
 	providers  providers
@@ -292,6 +296,7 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	s.metrics = newMetrics(s)
 	s.hub = newHub(s)
 	s.signals = newSignaller(st, cfg.ReplicaID)
+	s.instance = newInstance(cfg.ReplicaID)
 	if err := s.newOrchestrator(); err != nil {
 		return nil, err
 	}
@@ -359,9 +364,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.orch.SetServerURL(s.agentServerURL())
+	replica, err := s.claimReplica(ctx)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	// Every replica runs its own chores; the singleton loops run on the
 	// leader only (leader.go).
 	var wg sync.WaitGroup
+	fatal := make(chan error, 1)
+	wg.Go(func() {
+		if err := s.replicaLoop(ctx, replica); err != nil {
+			fatal <- err
+		}
+	})
 	wg.Go(func() { s.guard.reap(ctx) })
 	wg.Go(func() { s.hub.flushLoop(ctx) })
 	wg.Go(func() { s.silenceLoop(ctx) })
@@ -375,7 +391,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("server listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "tls", s.tls.describe(),
-		"replica", s.cfg.ReplicaID)
+		"replica", s.cfg.ReplicaID, "instance", s.instance)
 
 	select {
 	case err := <-errc:
@@ -383,6 +399,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		wg.Wait()
 		s.live.close()
 		return fmt.Errorf("serve: %w", err)
+	case err := <-fatal:
+		s.log.Error("stopping", "err", err)
+		cancel()
+		srv.Close()
+		wg.Wait()
+		s.live.close()
+		return err
 	case <-ctx.Done():
 	}
 	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)

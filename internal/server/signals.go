@@ -181,10 +181,19 @@ func (s *Server) wakeLocal(suiteID, except string) {
 }
 
 // connectedElsewhere reports whether a node this server holds no session
-// for is online and heard from lately: its agent is connected to another
-// server on the store, which writes its heartbeats a flush late.
+// for is online with its agent connected to another server on the store:
+// the server process it said hello to still renews its replica lease.
 func (s *Server) connectedElsewhere(n store.Node) bool {
-	return s.relayed() && n.Status == api.StatusOnline && time.Since(n.LastHeartbeat) < s.cfg.OfflineAfter+2*s.cfg.FlushInterval
+	if !s.relayed() || n.Status != api.StatusOnline {
+		return false
+	}
+	if n.Replica == "" || n.Replica == s.instance {
+		// Not said hello since replicas were watched; or here, where
+		// the hub knows.
+		return n.Replica == "" && time.Since(n.LastHeartbeat) < s.cfg.OfflineAfter+2*s.cfg.FlushInterval
+	}
+	life, err := s.replicaLife(s.lifeCtx(), n.Replica)
+	return err == nil && life.alive
 }
 
 // connected reports whether the node's agent is connected to this server

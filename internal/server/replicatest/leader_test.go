@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -199,7 +200,7 @@ func waitFenced(t *testing.T, r *replica, term int64) context.Context {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ctx, l := r.store.fencedContext()
-		if ctx != nil && l.Term == term && l.Holder == r.id {
+		if ctx != nil && l.Term == term && strings.HasPrefix(l.Holder, r.id+"#") {
 			return ctx
 		}
 		if time.Now().After(deadline) {
