@@ -103,6 +103,7 @@ type replica struct {
 	store *pausable
 	stop  context.CancelFunc
 	done  chan struct{}
+	err   error // what Serve returned, once done is closed
 }
 
 // startReplica serves a replica named id on the database at dbURL until
@@ -129,7 +130,7 @@ func startReplica(t *testing.T, dbURL, id string) *replica {
 	r := &replica{id: id, url: "http://" + ln.Addr().String(), store: st, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		s.Serve(ctx, ln)
+		r.err = s.Serve(ctx, ln)
 	}()
 	t.Cleanup(func() {
 		st.unpause()
