@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"syscall"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/store/postgres/pgtest"
 )
 
 // Partial failures: one part of the system stalls or dies while the rest
@@ -73,5 +75,149 @@ func TestFrozenAgentStartsNothingTwice(t *testing.T) {
 	}
 	if out := frozen.output(); !strings.Contains(out, "dropping them") {
 		t.Errorf("the woken agent did not say it dropped the tasks given to others:\n%s", out)
+	}
+}
+
+// replicaURLs lists the servers' URLs in this order, for --server.
+func replicaURLs(servers ...*server) string {
+	var u []string
+	for _, s := range servers {
+		u = append(u, s.url())
+	}
+	return strings.Join(u, ",")
+}
+
+// defaultLiveness are the server's liveness settings as shipped: the
+// measurements below are for them.
+var defaultLiveness = []string{"--heartbeat-interval", "30s", "--offline-after", "2m", "--confirm-timeout", "10s",
+	"--reconnect-grace", "10s", "--leader-lease", "10s"}
+
+// startedTwice counts the counting tasks that started more than once.
+func startedTwice(runs []int) int {
+	n := 0
+	for _, r := range runs {
+		if r > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDeadReplicasNodesGoOfflineInTheGrace: three servers on PostgreSQL,
+// an agent on each; q1 knows only s1. s1 is killed (-9) while a suite
+// runs: q1 must be shown offline, and the tasks it held run elsewhere,
+// within the reconnect grace of s1's last renewal (plus the lease that
+// tells it), not after the heartbeat timeout (2 min).
+func TestDeadReplicasNodesGoOfflineInTheGrace(t *testing.T) {
+	const n = 400
+	url := pgtest.NewDatabase(t)
+	s1 := startServer(t, append([]string{"--db", url}, defaultLiveness...)...)
+	s2, s3 := startReplica(t, s1), startReplica(t, s1)
+	startAgent(t, s1, "q1", "--server", s1.url())
+	startAgent(t, s2, "q2", "--server", replicaURLs(s2, s3))
+	startAgent(t, s3, "q3", "--server", replicaURLs(s3, s2))
+	var q1 api.Node
+	for _, name := range []string{"q1", "q2", "q3"} {
+		node := waitStatus(t, s2, name, api.StatusOnline, 30*time.Second)
+		if name == "q1" {
+			q1 = node
+		}
+	}
+	dir := sharedDir(t)
+	createSuite(t, s2, api.SuiteSpec{Name: "deadreplica", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, TaskPrefetchCount: prefetch(8)}})
+	submit(t, s2, "deadreplica", countingTasks(dir, n, "sleep 0.05"))
+	s2.client().CloseSuite(context.Background(), "deadreplica")
+	waitFor(t, time.Minute, "q1 running tasks", func() (bool, string) {
+		return len(runningOn(t, s2, "deadreplica", q1.ID)) > 0, ""
+	})
+	time.Sleep(3 * time.Second)
+
+	s1.signal(syscall.SIGKILL)
+	s1.wait(10 * time.Second)
+	killed := time.Now()
+	waitStatus(t, s2, "q1", api.StatusOffline, 40*time.Second)
+	offline := time.Since(killed)
+	waitFor(t, 20*time.Second, "q1's tasks back in the queue", func() (bool, string) {
+		held := runningOn(t, s2, "deadreplica", q1.ID)
+		return len(held) == 0, fmt.Sprint(len(held), " still Running on q1")
+	})
+	requeued := time.Since(killed)
+	t.Logf("kill -9 of q1's only server: q1 offline after %s, its tasks requeued after %s (heartbeat timeout 2m)",
+		offline.Round(100*time.Millisecond), requeued.Round(100*time.Millisecond))
+	if offline > 30*time.Second {
+		t.Errorf("q1 offline %s after its server died: want the reconnect grace and the lease (about 10s), not the heartbeat timeout", offline)
+	}
+
+	su := waitSuite(t, s2, "deadreplica", api.SuiteComplete, 3*time.Minute)
+	if su.Counts.Finished != n {
+		t.Errorf("suite after the kill: %+v, want all %d finished", su.Counts, n)
+	}
+	runs := runsPerTask(t, dir, n)
+	// q1 keeps running what it had started, but can report it to no one:
+	// the task its one worker ran, and one whose report was on its way
+	// when the server died, are lost with it and run again. Nothing it
+	// held unstarted may start on it after that.
+	if twice := startedTwice(runs); twice > 2 {
+		t.Errorf("%d tasks started twice; want at most what q1 had in flight when its only server died (2)", twice)
+	}
+	if slices.Contains(runs, 0) {
+		t.Errorf("a task never started: %v", runs)
+	}
+}
+
+// TestAgentLeavesAFrozenReplica: three servers on PostgreSQL, three agents
+// that know them all. The server of one agent is frozen (SIGSTOP: its
+// connections stay open): the agent must find it unresponsive by its
+// keepalive and move to the next server within 10s, losing and repeating
+// nothing, and the other servers must not show it connected through the
+// frozen one.
+func TestAgentLeavesAFrozenReplica(t *testing.T) {
+	const n = 300
+	url := pgtest.NewDatabase(t)
+	s1 := startServer(t, append([]string{"--db", url}, defaultLiveness...)...)
+	s2, s3 := startReplica(t, s1), startReplica(t, s1)
+	startAgent(t, s1, "f1", "--server", replicaURLs(s1, s2, s3))
+	moved := startAgent(t, s2, "f2", "--server", replicaURLs(s2, s3, s1))
+	startAgent(t, s3, "f3", "--server", replicaURLs(s3, s1, s2))
+	for _, name := range []string{"f1", "f2", "f3"} {
+		waitStatus(t, s1, name, api.StatusOnline, 30*time.Second)
+	}
+	dir := sharedDir(t)
+	createSuite(t, s1, api.SuiteSpec{Name: "frozenreplica", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, TaskPrefetchCount: prefetch(8)}})
+	submit(t, s1, "frozenreplica", countingTasks(dir, n, "sleep 0.05"))
+	s1.client().CloseSuite(context.Background(), "frozenreplica")
+	waitFor(t, time.Minute, "a tenth of the suite done", func() (bool, string) {
+		f := finished(s1, "frozenreplica")
+		return f >= n/10, fmt.Sprint(f)
+	})
+
+	connects := strings.Count(moved.output(), `msg=connected`)
+	s2.signal(syscall.SIGSTOP)
+	frozen := time.Now()
+	defer s2.signal(syscall.SIGCONT)
+	waitFor(t, 30*time.Second, "f2 connected to another server", func() (bool, string) {
+		return strings.Count(moved.output(), `msg=connected`) > connects, ""
+	})
+	failover := time.Since(frozen)
+	t.Logf("f2 left its frozen server and said hello to another after %s", failover.Round(100*time.Millisecond))
+	if failover > 15*time.Second {
+		t.Errorf("f2 failed over %s after its server froze; want its keepalive deadline and a reconnect (within 10s)", failover)
+	}
+	if node, _ := nodeByName(t, s3, "f2"); node.Status != api.StatusOnline || !node.Connected {
+		t.Errorf("f2 through s3 after the failover: %s, connected %v; want online and connected", node.Status, node.Connected)
+	}
+	time.Sleep(12 * time.Second) // past the frozen server's lease
+	s2.signal(syscall.SIGCONT)
+
+	su := waitSuite(t, s1, "frozenreplica", api.SuiteComplete, 3*time.Minute)
+	if su.Counts.Finished != n {
+		t.Errorf("suite after the freeze: %+v, want all %d finished", su.Counts, n)
+	}
+	runs := runsPerTask(t, dir, n)
+	if twice := startedTwice(runs); twice > 0 || slices.Contains(runs, 0) {
+		t.Errorf("%d tasks started twice, runs %v: an agent that moves in time keeps its tasks", twice, runs)
+	}
+	if node, _ := nodeByName(t, s1, "f2"); node.Status != api.StatusOnline {
+		t.Errorf("f2 after the frozen server woke: %s (%s), want online", node.Status, node.StatusReason)
 	}
 }

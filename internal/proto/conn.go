@@ -24,6 +24,9 @@ type Conn interface {
 	Write(ctx context.Context, f api.Frame) error
 	// Close ends the connection, telling the remote code and reason.
 	Close(code CloseCode, reason string) error
+	// CloseNow ends the connection at once, without waiting for the remote
+	// to answer the close: for a remote that answers nothing any more.
+	CloseNow() error
 	// Ping asks the remote for a sign of life and waits for it (a
 	// WebSocket ping and its pong): the remote's reading answers it, so a
 	// frozen remote does not, while its kernel keeps the connection open.
@@ -93,6 +96,8 @@ func (w *wsConn) Write(ctx context.Context, f api.Frame) error {
 }
 
 func (w *wsConn) Ping(ctx context.Context) error { return w.c.Ping(ctx) }
+
+func (w *wsConn) CloseNow() error { return w.c.CloseNow() }
 
 func (w *wsConn) Close(code CloseCode, reason string) error {
 	return w.c.Close(websocket.StatusCode(code), truncate(reason, maxCloseReason))

@@ -62,8 +62,10 @@ func (p *Peer) keepaliveLoop(ctx context.Context, period time.Duration) {
 			silent := fmt.Errorf("the remote did not answer a ping within %s (frozen or cut off): %w", deadline, unavailable{err})
 			p.silent.Store(&silent)
 			p.log.Warn("closing connection: the remote stopped answering", "deadline", deadline)
+			// A remote that answers no ping would not answer a close
+			// either: do not wait for it.
 			if !p.closing.Swap(true) {
-				_ = p.conn.Close(CloseGoingAway, fmt.Sprintf("no answer to a ping within %s", deadline))
+				_ = p.conn.CloseNow()
 			}
 			return
 		}

@@ -83,6 +83,9 @@ func (p *pipeConn) writeRaw(ctx context.Context, b []byte) error {
 	}
 }
 
+// CloseNow closes the pipe as Close does: a pipe never waits.
+func (p *pipeConn) CloseNow() error { return p.Close(CloseGoingAway, "") }
+
 func (p *pipeConn) Close(code CloseCode, reason string) error {
 	p.s.once.Do(func() {
 		p.s.closer, p.s.code, p.s.reason = p.side, code, reason

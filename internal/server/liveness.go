@@ -136,8 +136,8 @@ func (s *Server) silenceLoop(ctx context.Context) {
 			s.metrics.silentAgents.Inc()
 			s.log.Warn("agent stopped answering on an open connection (frozen or cut off); treating it as lost",
 				"node", sess.nodeID, "silent", silent.Round(time.Millisecond))
-			// Closing waits for an answer a frozen agent never sends.
-			go sess.conn.Close(proto.CloseGoingAway, fmt.Sprintf("silent for %s", silent.Round(time.Second)))
+			// A frozen agent would not answer a close either.
+			sess.conn.CloseNow()
 			s.connectionLost(ctx, sess.nodeID, sess.heartbeat(), s.lostSince(sess))
 		}
 	}

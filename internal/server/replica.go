@@ -15,7 +15,7 @@ import (
 )
 
 // Replica liveness. Each server process holds a lease of its own,
-// "replica/ID", renewed like the leader's (every third of --leader-lease),
+// "replica/ID", of the leader's TTL (--leader-lease) but renewed every second,
 // with itself as the holder: its replica ID and a random instance, so that
 // two processes started with one --replica-id are two holders, and the
 // second is refused at start. A node remembers the process it said hello
@@ -62,7 +62,7 @@ func (s *Server) claimReplica(ctx context.Context) (store.Lease, error) {
 			select {
 			case <-ctx.Done():
 				return store.Lease{}, ctx.Err()
-			case <-time.After(s.renewEvery() + s.renewEvery()/2):
+			case <-time.After(2 * s.replicaRenewEvery()):
 			}
 			now, err := s.store.GetLease(ctx, name)
 			if err != nil {
@@ -86,7 +86,7 @@ func (s *Server) claimReplica(ctx context.Context) (store.Lease, error) {
 func (s *Server) replicaLoop(ctx context.Context, lease store.Lease) error {
 	name := replicaLeaseName(s.cfg.ReplicaID)
 	valid := time.Now().Add(s.cfg.LeaderLease)
-	t := time.NewTicker(s.renewEvery())
+	t := time.NewTicker(s.replicaRenewEvery())
 	defer t.Stop()
 	for {
 		select {
@@ -120,6 +120,12 @@ func (s *Server) replicaLoop(ctx context.Context, lease store.Lease) error {
 		}
 	}
 }
+
+// replicaRenewEvery is how often a process renews its replica lease:
+// often, because when it dies the leader can tell its last sign of life
+// only to within this, and must allow for it before it takes the
+// process's nodes offline. One small write a second per replica.
+func (s *Server) replicaRenewEvery() time.Duration { return min(time.Second, s.renewEvery()) }
 
 // replicaLives caches what this server knows of other processes'
 // replica leases: whether each is alive, and since when it is not.
@@ -222,8 +228,10 @@ const deadReplicaTick = time.Second
 // replicaGone starts the check of every live node whose agent's session
 // was on the dead process inst, last alive at lastAlive.
 func (s *Server) replicaGone(ctx context.Context, inst string, lastAlive time.Time) {
-	since := lastAlive
-	if since.Before(s.started) {
+	// It may have lived, and heard from its agents, until the renewal it
+	// missed: the grace counts from then.
+	since := lastAlive.Add(s.replicaRenewEvery())
+	if lastAlive.Before(s.started) {
 		// It died before this server started: a restart of them all,
 		// after which agents backing off get OfflineAfter to come back,
 		// as for heartbeats.
