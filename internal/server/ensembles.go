@@ -135,8 +135,16 @@ func (s *Server) startEnsemble(ctx context.Context, e api.Ensemble, plan ensembl
 	if err := s.deployEnsemble(ctx, &e, plan, nodes); err != nil {
 		s.undoEnsemble(ctx, &e, nodes)
 		e.State, e.Reason = api.EnsembleFailed, err.Error()
-		if _, uerr := s.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error { *st = e; return nil }); uerr != nil {
+		// Only what the deploy changed: e may be the one the handler made,
+		// without the times the store set when it created it.
+		stored, uerr := s.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
+			st.State, st.Reason, st.Replicas = e.State, e.Reason, e.Replicas
+			return nil
+		})
+		if uerr != nil {
 			s.log.Warn("record a failed ensemble", "ensemble", e.Name, "err", uerr)
+		} else {
+			e = stored
 		}
 		return e, fmt.Errorf("deploy ensemble %s: %w; everything it had placed was undone", e.Name, err)
 	}
