@@ -26,8 +26,8 @@ const (
 	ContainerCreating   = "CREATING"
 	ContainerRunning    = "RUNNING"
 	ContainerCompleted  = "COMPLETED"  // exited with code 0
-	ContainerFailed     = "FAILED"     // exited non-zero, or could not be started
-	ContainerDead       = "DEAD"       // vanished, killed for want of memory, or dead in the engine
+	ContainerFailed     = "FAILED"     // exited non-zero, could not be started, or removed outside nodemgr
+	ContainerDead       = "DEAD"       // killed for want of memory, or dead in the engine
 	ContainerUndeployed = "UNDEPLOYED" // deleted
 )
 
