@@ -26,9 +26,14 @@ const (
 	ContainerCreating   = "CREATING"
 	ContainerRunning    = "RUNNING"
 	ContainerCompleted  = "COMPLETED"  // exited with code 0
-	ContainerFailed     = "FAILED"     // exited non-zero, or could not be started
-	ContainerDead       = "DEAD"       // vanished, killed for want of memory, or dead in the engine
+	ContainerFailed     = "FAILED"     // exited non-zero, could not be started, or removed outside nodemgr
+	ContainerDead       = "DEAD"       // killed for want of memory, or dead in the engine
 	ContainerUndeployed = "UNDEPLOYED" // deleted
+	// ContainerUnknown is the server's word for a job not yet ended
+	// whose node is offline: what it last reported (Reason says) may no
+	// longer hold. No agent reports it, and the server keeps the last
+	// report; the status shows again once the node is back.
+	ContainerUnknown = "UNKNOWN"
 )
 
 // ContainerJob describes a container to run on a node (the seed's "job").

@@ -130,7 +130,8 @@ type EnsembleReplica struct {
 	Why       string `json:"why,omitempty"`
 	Container string `json:"container,omitempty"` // the container job's id, for a container
 	Service   string `json:"service,omitempty"`   // the service's coordinate, for a service
-	// Status is the container's or service's state as last reported.
+	// Status is the container's or service's state as last reported;
+	// ContainerUnknown or ServiceUnknown while its node is offline.
 	Status string `json:"status,omitempty"`
 	// Ports are the host ports bound: a container's by its ports, a
 	// service's one port with container 0.

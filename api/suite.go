@@ -146,7 +146,8 @@ type Suite struct {
 	// node runs or could run it. Only GET /v1/suites/{suite} and suite
 	// creation fill it in.
 	WaitingReason string `json:"waiting_reason,omitempty"`
-	// Problems are the latest prepare failures, one per node, newest first.
+	// Problems are the latest prepare (or cleanup hook) failures, one per
+	// node, newest first.
 	// Only GET /v1/suites/{suite} fills them in.
 	Problems []SuiteProblem `json:"problems,omitempty"`
 }
@@ -155,14 +156,19 @@ type Suite struct {
 const (
 	StagePrepare = "prepare" // the work dir, the binding check, the prepare hook and its resources
 	StageWorkers = "workers" // starting the worker pool
+	// StageCleanup is the cleanup hook after the suite ran on the node:
+	// the suite's tasks are done (it may well be Complete), but the node
+	// may be left as the hook did not mean to.
+	StageCleanup = "cleanup"
 )
 
-// SuiteProblem is why a node could not take a suite up: sent by the agent
-// with suite.leave, kept by the server per (suite, node), newest wins.
+// SuiteProblem is why a node could not take a suite up, or could not
+// clean up after it: sent by the agent with suite.leave, kept by the
+// server per (suite, node), newest wins.
 type SuiteProblem struct {
 	NodeID   string `json:"node_id,omitempty"` // set by the server
 	NodeName string `json:"node_name,omitempty"`
-	Stage    string `json:"stage"` // StagePrepare | StageWorkers
+	Stage    string `json:"stage"` // StagePrepare | StageWorkers | StageCleanup
 	// ExitCode is the hook's exit status; -1 when it did not exit by
 	// itself (timed out, killed, never started, a download failed).
 	ExitCode int    `json:"exit_code"`
@@ -331,8 +337,9 @@ type SuiteNext struct {
 type SuiteLeave struct {
 	SuiteID string `json:"suite_id"`
 	Reason  string `json:"reason"` // complete | prepare-failed: ... | cancelled | shutdown
-	// Problem details a prepare failure; absent otherwise, and from agents
-	// older than it.
+	// Problem details a prepare failure, or a cleanup hook that failed
+	// after the suite ran (Reason is then the one the suite left for);
+	// absent otherwise, and from agents older than it.
 	Problem *SuiteProblem `json:"problem,omitempty"`
 	// Stopped says the suite's pool was stopped by hand on this node
 	// (allocation stop): it is not to be offered to the node again until

@@ -137,6 +137,9 @@ const (
 	ServiceRestarting = "restarting" // exited; waiting to be started again
 	ServiceExited     = "exited"     // exited, and the policy does not restart it
 	ServiceFailed     = "failed"     // died too often; left alone
+	// ServiceUnknown is the server's word for an ensemble's service
+	// replica whose node is offline; no agent reports it.
+	ServiceUnknown = "unknown"
 )
 
 // Service is a service's spec and its live status.

@@ -63,6 +63,36 @@ func TestPrepareProblem(t *testing.T) {
 	}
 }
 
+// TestCleanupProblem: a cleanup hook that fails after the suite ran is a
+// problem of the cleanup stage, with its exit code and output, for the
+// server to show with the suite; one that works is none.
+func TestCleanupProblem(t *testing.T) {
+	tests := []struct {
+		name string
+		hook *api.Hook
+		want *api.SuiteProblem
+	}{
+		{
+			name: "exit 7",
+			hook: &api.Hook{Command: []string{"sh", "-c", "echo scratch busy >&2; exit 7"}},
+			want: &api.SuiteProblem{Stage: api.StageCleanup, ExitCode: 7, Reason: "exit status 7", OutputTail: "scratch busy\n"},
+		},
+		{name: "works", hook: &api.Hook{Command: []string{"true"}}},
+		{name: "no hook"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			log := slog.New(slog.DiscardHandler)
+			r := &runner{a: &Agent{log: log}}
+			su := api.Suite{ID: "s-1", SuiteSpec: api.SuiteSpec{Name: "scratch", Hooks: api.Hooks{Cleanup: tc.hook}}}
+			got := r.cleanup(t.Context(), su, t.TempDir(), nil, log)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("cleanup() problem mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func lines(from, to int) string {
 	var b strings.Builder
 	for i := from; i <= to; i++ {

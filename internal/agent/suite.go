@@ -205,14 +205,26 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 		reason = "moved on: " + src.yielded()
 	}
 	r.mu.Unlock()
+	var problem *api.SuiteProblem
 	if !force {
 		r.a.setWork(api.AgentCleanup, su.ID)
-		if err := r.runHook(parent, su, workDir, "cleanup", su.Hooks.Cleanup, as); err != nil {
-			log.Warn("cleanup hook failed", "err", err)
-		}
+		problem = r.cleanup(parent, su, workDir, as, log)
 	}
-	r.leaveWith(parent, api.SuiteLeave{SuiteID: su.ID, Reason: reason, Stopped: stoppedHere})
+	r.leaveWith(parent, api.SuiteLeave{SuiteID: su.ID, Reason: reason, Stopped: stoppedHere, Problem: problem})
 	log.Info("left suite", "reason", reason)
+}
+
+// cleanup runs the suite's cleanup hook after it ran here. A hook that
+// fails is the suite's problem on this node, for the server to keep and
+// show with the suite as it does a failed prepare; nil when it worked.
+func (r *runner) cleanup(ctx context.Context, su api.Suite, workDir string, as *runas.User, log *slog.Logger) *api.SuiteProblem {
+	err := r.runHook(ctx, su, workDir, "cleanup", su.Hooks.Cleanup, as)
+	if err == nil {
+		return nil
+	}
+	log.Warn("cleanup hook failed", "err", err)
+	p := problemOf(api.StageCleanup, err)
+	return &p
 }
 
 // poolConfig is the suite's worker pool, its code run as as (nil: the
@@ -385,10 +397,10 @@ func (e *hookError) Error() string {
 
 func (e *hookError) Unwrap() error { return e.cause }
 
-// problemOf turns a failure to take a suite up into what the server keeps
-// and shows: a hook's exit code, reason and the end of its output, or
-// for any other error (a download, the binding check, the worker pool)
-// its text with exit code -1.
+// problemOf turns a failure to take a suite up (or to clean up after it)
+// into what the server keeps and shows: a hook's exit code, reason and the
+// end of its output, or for any other error (a download, the binding
+// check, the worker pool) its text with exit code -1.
 func problemOf(stage string, err error) api.SuiteProblem {
 	p := api.SuiteProblem{Stage: stage, ExitCode: -1, Reason: err.Error()}
 	var he *hookError

@@ -351,19 +351,20 @@ func TestAdoptAfterRestart(t *testing.T) {
 		t.Errorf("the cut-short deploy's container is left: %+v", left)
 	}
 
-	// Removed behind the manager's back: DEAD, and its port given back.
+	// Removed behind the manager's back: FAILED (DEAD is for out of
+	// memory), saying so, and its port given back.
 	if _, err := e.engine.ContainerRemove(ctx, cWeb.ContainerID, client.ContainerRemoveOptions{Force: true}); err != nil {
 		t.Fatalf("docker rm -f: %v", err)
 	}
-	dead := waitStatus(t, b, web.ID, api.ContainerDead)
-	if dead.Reason != "container disappeared" {
-		t.Errorf("reason = %q, want %q", dead.Reason, "container disappeared")
+	removed := waitStatus(t, b, web.ID, api.ContainerFailed)
+	if !strings.HasPrefix(removed.Reason, "removed outside nodemgr") {
+		t.Errorf("reason = %q, want it to start %q", removed.Reason, "removed outside nodemgr")
 	}
 	if held := portsB.owned("container:" + web.ID); len(held) != 0 {
-		t.Errorf("ports held by a dead job: %v", held)
+		t.Errorf("ports held by a removed job: %v", held)
 	}
-	waitFor(t, "OnChange to report DEAD", func() bool {
-		return slices.ContainsFunc(ch.list(), func(c api.Container) bool { return c.Job.ID == web.ID && c.Status == api.ContainerDead })
+	waitFor(t, "OnChange to report FAILED", func() bool {
+		return slices.ContainsFunc(ch.list(), func(c api.Container) bool { return c.Job.ID == web.ID && c.Status == api.ContainerFailed })
 	})
 }
 

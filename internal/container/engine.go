@@ -418,12 +418,18 @@ type observation struct {
 	finishedAt *time.Time
 }
 
+// removedReason is why a job whose container is gone from the engine (a
+// docker rm -f behind the agent's back) ended.
+const removedReason = "removed outside nodemgr: the engine no longer has the container"
+
 // observe maps the container's engine state onto a job status. gone says
 // the container no longer exists; oom that the engine called its end an
 // out-of-memory kill (see inspectSettled).
 func observe(insp container.InspectResponse, gone, oom bool) observation {
 	if gone {
-		return observation{status: api.ContainerDead, reason: "container disappeared"}
+		// Someone ended it, as a kill does (FAILED); DEAD says the engine
+		// or the kernel did (out of memory).
+		return observation{status: api.ContainerFailed, reason: removedReason}
 	}
 	st := insp.State
 	o := observation{startedAt: engineTime(st.StartedAt), finishedAt: engineTime(st.FinishedAt)}

@@ -336,6 +336,7 @@ func (s *Server) handleListContainers(w http.ResponseWriter, r *http.Request) er
 	for i := range cs {
 		if n := readable[cs[i].Node]; n != nil {
 			cs[i].NodeName = n.Name
+			cs[i] = asSeen(cs[i], *n)
 		}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, api.ContainerList{Containers: cs, Next: next})
@@ -343,12 +344,25 @@ func (s *Server) handleListContainers(w http.ResponseWriter, r *http.Request) er
 }
 
 func (s *Server) handleGetContainer(w http.ResponseWriter, r *http.Request) error {
-	c, _, err := s.findLive(r.Context(), r.PathValue("id"), api.RoleRead)
+	c, n, err := s.findLive(r.Context(), r.PathValue("id"), api.RoleRead)
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, c)
+	httpapi.WriteJSON(w, http.StatusOK, asSeen(c, n))
 	return nil
+}
+
+// asSeen is a container as the server can vouch for it: a job not yet
+// ended on a node that is offline is UNKNOWN, its reason saying what was
+// last reported, since it may have ended (or the machine with it) since.
+// The store keeps the last report, which shows again once the node is back.
+func asSeen(c api.Container, n store.Node) api.Container {
+	if n.Status != api.StatusOffline || api.ContainerFinal(c.Status) {
+		return c
+	}
+	c.Reason = fmt.Sprintf("node %s is offline; last reported %s", nodeLabel(n.Name, n.ID), c.Status)
+	c.Status, c.Usage = api.ContainerUnknown, nil
+	return c
 }
 
 func (s *Server) handleDeleteContainer(w http.ResponseWriter, r *http.Request) error {

@@ -258,6 +258,16 @@ func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (an
 		return nil, err
 	}
 	h.sess.worked(time.Now())
+	// The agent has reported or returned every task of the suite before
+	// it leaves, so one still Running on the node is one it lost track
+	// of: it goes back to the queue rather than stay Running for ever.
+	if n, err := h.s.store.ReclaimSuiteTasks(ctx, req.SuiteID, h.sess.nodeID); err != nil {
+		return nil, fmt.Errorf("return the tasks node left running in suite %s: %w", req.SuiteID, err)
+	} else if n > 0 {
+		h.s.log.Warn("a node left a suite with tasks still running there; returned them to the queue",
+			"node", h.sess.nodeID, "suite", req.SuiteID, "tasks", n, "reason", req.Reason)
+		h.s.wakeSuite(req.SuiteID, h.sess.nodeID)
+	}
 	if err := h.s.noteSuiteLeave(ctx, h.sess.nodeID, req); err != nil {
 		return nil, fmt.Errorf("note that node left suite %s: %w", req.SuiteID, err)
 	}

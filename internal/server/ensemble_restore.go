@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -43,6 +44,7 @@ func (s *Server) ensembleLoop(ctx context.Context) {
 				s.restoreEnsemble(ctx, e)
 			}
 		}
+		s.restoreFailures.forget(time.Now().Add(-restoreQuietLog))
 	}
 }
 
@@ -56,15 +58,26 @@ func (s *Server) restoreEnsemble(ctx context.Context, e api.Ensemble) {
 	changed := s.dropLost(ctx, &e)
 	if e.State == api.EnsembleRunning && !e.Spec.NoRestore {
 		for i := range e.Replicas {
-			n, err := s.store.GetNode(ctx, e.Replicas[i].NodeID)
+			rep := e.Replicas[i]
+			key := fmt.Sprintf("%s/%s/%d", e.ID, rep.Allocation, rep.Replica)
+			n, err := s.store.GetNode(ctx, rep.NodeID)
 			if err != nil || n.Status == api.StatusOnline || time.Since(n.LastHeartbeat) < deadline {
+				if err == nil && s.restoreFailures.ok(key) {
+					s.log.Info("a lost node's replica is not placed again after all: its node is back", "ensemble", e.Name,
+						"allocation", rep.Allocation, "replica", rep.Replica, "node", n.Name)
+				}
 				continue
 			}
 			if err := s.replaceReplica(ctx, &e, i, n); err != nil {
-				s.log.Warn("place a lost node's replica again", "ensemble", e.Name, "allocation", e.Replicas[i].Allocation,
-					"replica", e.Replicas[i].Replica, "node", n.Name, "err", err)
+				// Tried every tick: logged when it starts failing, when
+				// the reason changes, and once a minute while it stays.
+				if log, quiet := s.restoreFailures.fail(key, err.Error(), time.Now()); log {
+					s.log.Warn("place a lost node's replica again", "ensemble", e.Name, "allocation", rep.Allocation,
+						"replica", rep.Replica, "node", n.Name, "err", err, "failed_quietly_since_last_logged", quiet)
+				}
 				continue
 			}
+			s.restoreFailures.ok(key) // replaceReplica logs the success
 			changed = true
 		}
 	}
@@ -79,6 +92,70 @@ func (s *Server) restoreEnsemble(ctx context.Context, e api.Ensemble) {
 			return nil
 		}); err != nil {
 			s.log.Warn("record an ensemble's restore", "ensemble", e.Name, "err", err)
+		}
+	}
+}
+
+// How often a replica that cannot be placed again is logged: a new
+// reason after restoreChangeLog, the same one after restoreQuietLog.
+const (
+	restoreChangeLog = 10 * time.Second
+	restoreQuietLog  = time.Minute
+)
+
+// failures keeps a failure that repeats every tick out of the log but for
+// its news: its start, a changed reason (at most once a
+// restoreChangeLog), and the same reason once a restoreQuietLog. Keys
+// name what failed; the zero value is ready.
+type failures struct {
+	mu   sync.Mutex
+	seen map[string]failure
+}
+
+type failure struct {
+	reason string
+	logged time.Time // when it was last logged
+	tried  time.Time // when it last failed
+	quiet  int       // failures since it was last logged
+}
+
+// fail notes that key failed with reason at now. It says whether to log
+// it, and how many failures went unlogged since the last line.
+func (f *failures) fail(key, reason string, now time.Time) (log bool, quiet int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seen == nil {
+		f.seen = map[string]failure{}
+	}
+	last, ok := f.seen[key]
+	since := now.Sub(last.logged)
+	if ok && since < restoreQuietLog && (last.reason == reason || since < restoreChangeLog) {
+		last.tried = now
+		last.quiet++
+		f.seen[key] = last
+		return false, 0
+	}
+	f.seen[key] = failure{reason: reason, logged: now, tried: now}
+	return true, last.quiet
+}
+
+// ok forgets key's failure and says whether it had one.
+func (f *failures) ok(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, had := f.seen[key]
+	delete(f.seen, key)
+	return had
+}
+
+// forget drops the failures not tried since before: what failed is gone
+// (the ensemble shut down, the node deleted).
+func (f *failures) forget(before time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k, v := range f.seen {
+		if v.tried.Before(before) {
+			delete(f.seen, k)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,8 +136,16 @@ func (s *Server) startEnsemble(ctx context.Context, e api.Ensemble, plan ensembl
 	if err := s.deployEnsemble(ctx, &e, plan, nodes); err != nil {
 		s.undoEnsemble(ctx, &e, nodes)
 		e.State, e.Reason = api.EnsembleFailed, err.Error()
-		if _, uerr := s.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error { *st = e; return nil }); uerr != nil {
+		// Only what the deploy changed: e may be the one the handler made,
+		// without the times the store set when it created it.
+		stored, uerr := s.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
+			st.State, st.Reason, st.Replicas = e.State, e.Reason, e.Replicas
+			return nil
+		})
+		if uerr != nil {
 			s.log.Warn("record a failed ensemble", "ensemble", e.Name, "err", uerr)
+		} else {
+			e = stored
 		}
 		return e, fmt.Errorf("deploy ensemble %s: %w; everything it had placed was undone", e.Name, err)
 	}
@@ -467,6 +476,9 @@ func (s *Server) withStatus(ctx context.Context, e api.Ensemble) api.Ensemble {
 		if n, err := s.store.GetNode(ctx, rep.NodeID); err == nil && n.Status != api.StatusOnline {
 			down = append(down, fmt.Sprintf("%s replica %d: node %s is %s", rep.Allocation, rep.Replica, rep.NodeName, n.Status))
 			as.State = api.EnsembleDegraded
+			if n.Status == api.StatusOffline {
+				unknownOffline(rep)
+			}
 			continue
 		}
 		if !replicaRuns(*rep) {
@@ -510,6 +522,18 @@ func (s *Server) replicaStatus(ctx context.Context, rep *api.EnsembleReplica) st
 		}
 	}
 	return ""
+}
+
+// unknownOffline marks a replica whose node is offline: a status that
+// could have changed since (a container not ended, a service not stopped,
+// exited or failed) is not known any more, as with container ls.
+func unknownOffline(rep *api.EnsembleReplica) {
+	switch {
+	case rep.Container != "" && !api.ContainerFinal(rep.Status):
+		rep.Status = api.ContainerUnknown
+	case rep.Service != "" && !slices.Contains([]string{api.ServiceStopped, api.ServiceExited, api.ServiceFailed}, rep.Status):
+		rep.Status = api.ServiceUnknown
+	}
 }
 
 // replicaRuns reports whether a replica's workload runs, by its status.

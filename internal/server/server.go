@@ -260,6 +260,9 @@ type Server struct {
 	dashboard  *ui.UI    // /ui/: calls the API in-process, as the logged-in user
 	reasons    reasonCache
 	handler    http.Handler
+	// restoreFailures keeps ensembleLoop's failures to place a lost
+	// node's replica again from logging every tick.
+	restoreFailures failures
 
 	mu       sync.Mutex
 	listener net.Listener

@@ -196,7 +196,7 @@ func (s *Server) busyOrFailed(ctx context.Context, su store.Suite, fit []store.N
 		}
 		var each []string
 		for _, p := range problems {
-			if len(each) < 3 {
+			if len(each) < 3 && p.Stage != api.StageCleanup {
 				each = append(each, fmt.Sprintf("%s: %s", nodeLabel(p.NodeName, p.NodeID), p.Reason))
 			}
 		}
@@ -240,7 +240,9 @@ func nodeLabel(name, id string) string {
 
 // noteSuiteLeave keeps what an agent said when it left a suite: a prepare
 // failure becomes the suite's problem on that node (and the dispatcher
-// backs off); leaving after the suite ran clears an older problem.
+// backs off), and so does a cleanup hook that failed after the suite ran
+// (the suite's state is not touched); leaving after the suite ran, and
+// cleaned up, clears an older problem.
 func (s *Server) noteSuiteLeave(ctx context.Context, nodeID string, req api.SuiteLeave) error {
 	if req.Stopped {
 		return s.stopSuiteOn(ctx, req.SuiteID, nodeID)
@@ -258,13 +260,21 @@ func (s *Server) noteSuiteLeave(ctx context.Context, nodeID string, req api.Suit
 		}
 		return nil
 	}
-	if p.Stage != api.StagePrepare && p.Stage != api.StageWorkers {
-		return errdefs.Field("problem.stage", "must be %s or %s, got %q", api.StagePrepare, api.StageWorkers, p.Stage)
+	switch p.Stage {
+	case api.StagePrepare, api.StageWorkers, api.StageCleanup:
+	default:
+		return errdefs.Field("problem.stage", "must be %s, %s or %s, got %q", api.StagePrepare, api.StageWorkers, api.StageCleanup, p.Stage)
 	}
 	if ok, err := s.mayRun(ctx, req.SuiteID, nodeID); err != nil || !ok {
 		return err // a node that may not run the suite has nothing to say of it
 	}
-	s.dispatch.notePrepareFailed(req.SuiteID, nodeID)
+	if p.Stage == api.StageCleanup {
+		// The suite ran here, so its prepare works: the dispatcher need
+		// not keep it off the node. The problem is kept all the same.
+		s.dispatch.clearPrepareFailed(req.SuiteID, nodeID)
+	} else {
+		s.dispatch.notePrepareFailed(req.SuiteID, nodeID)
+	}
 	kept := api.SuiteProblem{NodeID: nodeID, Stage: p.Stage, ExitCode: p.ExitCode,
 		Reason: cutTail(p.Reason, api.MaxProblemReason, true), OutputTail: cutTail(p.OutputTail, api.MaxProblemOutput, false),
 		At: time.Now().UTC()}

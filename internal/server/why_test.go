@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
@@ -193,6 +196,43 @@ func TestSuiteProblemsShown(t *testing.T) {
 	ts.mustCall(t, http.StatusOK, ts.admin, "GET", "/v1/suites/lic", nil, &got)
 	if len(got.Problems) != 0 {
 		t.Errorf("problems after a good run = %+v, want none", got.Problems)
+	}
+}
+
+// TestCleanupProblemShown: a cleanup hook that failed after the suite ran
+// (exit 7) comes with a leave that says the suite completed; it is kept and
+// shown as the suite's problem on that node, stage cleanup, without
+// keeping the suite off the node as a failed prepare does. A later clean
+// leave clears it.
+func TestCleanupProblemShown(t *testing.T) {
+	ts := newTestServer(t)
+	id, _ := ts.nodeNamed(t, "scratch-node")
+	var su api.Suite
+	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites", api.SuiteSpec{Name: "scratch", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}, &su)
+
+	h := &agentHandler{s: ts.Server, sess: newSession(id, nil, nil)}
+	leave := api.SuiteLeave{SuiteID: su.ID, Reason: "complete",
+		Problem: &api.SuiteProblem{Stage: api.StageCleanup, ExitCode: 7, Reason: "exit status 7", OutputTail: "scratch busy\n"}}
+	if _, err := h.suiteLeave(t.Context(), mustJSON(t, leave)); err != nil {
+		t.Fatalf("suiteLeave(cleanup exit 7) = %v, want nil", err)
+	}
+	var got api.Suite
+	ts.mustCall(t, http.StatusOK, ts.admin, "GET", "/v1/suites/scratch", nil, &got)
+	want := []api.SuiteProblem{{NodeID: id, NodeName: "scratch-node", Stage: api.StageCleanup, ExitCode: 7, Reason: "exit status 7", OutputTail: "scratch busy\n"}}
+	if diff := cmp.Diff(want, got.Problems, cmpopts.IgnoreFields(api.SuiteProblem{}, "At")); diff != "" {
+		t.Errorf("GET suite problems mismatch (-want +got):\n%s", diff)
+	}
+	if ts.dispatch.prepareFailedRecently(su.ID, id) {
+		t.Errorf("a failed cleanup keeps the suite off %s as a failed prepare would", id)
+	}
+
+	if _, err := h.suiteLeave(t.Context(), mustJSON(t, api.SuiteLeave{SuiteID: su.ID, Reason: "complete"})); err != nil {
+		t.Fatal(err)
+	}
+	got = api.Suite{}
+	ts.mustCall(t, http.StatusOK, ts.admin, "GET", "/v1/suites/scratch", nil, &got)
+	if len(got.Problems) != 0 {
+		t.Errorf("problems after a clean run = %+v, want none", got.Problems)
 	}
 }
 

@@ -372,6 +372,10 @@ type Tasks interface {
 	// (an agent that reconnected still holds those); attempts already
 	// counted stay counted.
 	ReclaimNode(ctx context.Context, nodeID string, keep ...string) (int, error)
+	// ReclaimSuiteTasks moves the suite's tasks Running on the node back to
+	// Ready as ReclaimNode does (attempts stay counted; a late success of
+	// the attempt still wins): the node left the suite and holds none.
+	ReclaimSuiteTasks(ctx context.Context, suiteID, nodeID string) (int, error)
 	// ReattachTasks moves tasks among ids that ReclaimNode took from the
 	// node and that are Ready still back to Running on it, at the attempt
 	// it was running: its agent came back holding them.

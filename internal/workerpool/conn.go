@@ -217,8 +217,12 @@ func (p *Pool) promoteLocked(s *slot) {
 func (p *Pool) serveLocked(s *slot) {
 	switch {
 	case len(p.buf) > 0 && p.mayStartLocked():
-		// A worker taking several gets at most its share of the buffer.
+		// A worker taking several gets at most its share of the buffer,
+		// and one while a giveback wants tasks kept in the buffer.
 		n := min(s.fetchN, max(1, len(p.buf)/len(p.slots)))
+		if time.Now().Before(p.leanUntil) {
+			n = 1
+		}
 		tasks := slices.Clone(p.buf[:n])
 		clear(p.buf[:n])
 		p.buf = p.buf[n:]

@@ -117,6 +117,10 @@ const (
 	healthyLife = time.Second
 	// maxFetchPerWorker bounds the tasks one worker takes in one fetch.
 	maxFetchPerWorker = 16
+	// leanAfterRelease is how long workers take one task per fetch after
+	// a Release that wanted tasks they held queued: the server asks again
+	// within a second or two while another node still lacks tasks.
+	leanAfterRelease = 10 * time.Second
 	// Waits between fetches that found nothing.
 	fetchMinWait = 50 * time.Millisecond
 	fetchMaxWait = 2 * time.Second
@@ -166,6 +170,9 @@ type Pool struct {
 	conns     map[*workerproto.Conn]bool
 	outbox    []delivery
 	outClosed bool
+	// leanUntil: until then a worker's fetch takes one task, not a
+	// batch (Release).
+	leanUntil time.Time
 	respawns  int
 	dropped   int
 	reported  int
@@ -486,11 +493,24 @@ func (p *Pool) Cancel(taskID string, attempt int) bool {
 // source's Return; it returns how many. The server asks for this when
 // another node of the suite has nothing to run while this one holds more
 // than its share.
+//
+// Tasks a worker holds queued behind the one it runs (a batch) are not
+// taken back: the worker starts the next the moment it has sent the last
+// one's report, so the pool cannot know it has not started one, and the
+// protocol's only way to take a task from a worker (OpCancel) abandons it
+// if it runs and has it reported failed — a task cut short, an attempt
+// charged, for a hint about fairness. When the buffer cannot meet n while
+// workers hold queued tasks, the pool hands out one task per fetch for
+// leanAfterRelease instead, so that what it holds unstarted stays in the
+// buffer, where the next ask finds it.
 func (p *Pool) Release(n int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.stop != stopNone || n <= 0 {
 		return 0
+	}
+	if n > len(p.buf) && p.queuedLocked() > 0 {
+		p.leanUntil = time.Now().Add(leanAfterRelease)
 	}
 	n = min(n, len(p.buf))
 	if n == 0 {
@@ -554,6 +574,15 @@ const revokedReason = "revoked: the server gave this task to another node while 
 
 // mayStartLocked says whether buffered tasks may go to workers now.
 func (p *Pool) mayStartLocked() bool { return p.cfg.MayStart == nil || p.cfg.MayStart() }
+
+// queuedLocked counts the tasks workers hold behind the ones they run.
+func (p *Pool) queuedLocked() int {
+	n := 0
+	for _, s := range p.slots {
+		n += len(s.queued)
+	}
+	return n
+}
 
 // Wake makes the pool ask its source for tasks now, cutting short the wait
 // after a fetch that found none. Call it when the server says tasks arrived.

@@ -761,6 +761,44 @@ func TestRelease(t *testing.T) {
 	}
 }
 
+// A Release that wants more than the buffer holds while a worker holds a
+// batch queued leaves the batch alone (the worker may have started it),
+// and the worker then takes one task per fetch, so that what the pool
+// holds unstarted stays in the buffer for the next Release.
+func TestReleaseWhileWorkersHoldBatches(t *testing.T) {
+	list := append(tasks("warm", 4, "ok"), task("first", "sleep", "1500ms"))
+	list = append(list, tasks("queued", 3, "ok")...)
+	src := newSource(list...)
+	src.SetOpen(true)
+	p := start(t, config(t, "worker", 1, 32), src)
+	waitFor(t, 10*time.Second, "first running", func() bool {
+		st := p.Stats()
+		return len(st.PerWorker) == 1 && st.PerWorker[0].TaskID == "first"
+	})
+	p.mu.Lock()
+	batched := len(p.slots[0].queued) > 0
+	p.mu.Unlock()
+	if !batched {
+		t.Fatal("no task is queued behind first; the batch this test is about did not happen")
+	}
+	if before, got := p.Stats().Buffered, p.Release(10); got != before {
+		t.Errorf("Release(10) = %d, want the %d buffered", got, before)
+	}
+	late := tasks("late", 3, "sleep", "30s")
+	src.Add(late...)
+	p.Wake()
+	waitFor(t, 10*time.Second, "a late task running", func() bool {
+		st := p.Stats()
+		return len(st.PerWorker) == 1 && strings.HasPrefix(st.PerWorker[0].TaskID, "late")
+	})
+	if st := p.Stats(); st.Buffered != 2 {
+		t.Errorf("after a Release that wanted queued tasks, the worker's next fetch left %d buffered, want 2 (it takes one at a time)", st.Buffered)
+	}
+	if got := p.Release(2); got != 2 {
+		t.Errorf("Release(2) of the late tasks = %d, want 2", got)
+	}
+}
+
 // A fetch that found nothing backs off, but a worker that goes idle since
 // fetches again at once: the server may have held the fetch to the node's
 // fair share, and it never holds back what an idle worker needs.
@@ -818,6 +856,7 @@ func TestRunAs(t *testing.T) {
 			cfg.SocketDir = shortTempDir(t)
 			os.Chmod(cfg.SocketDir, 0o711)
 			src := newSource(task("uid", "uid"), task("env", "env"))
+			src.SetOpen(true) // the pool, and its socket, outlive the two tasks
 			p := start(t, cfg, src)
 			waitFor(t, 20*time.Second, "both tasks reported", func() bool { return len(src.Record().Reports) == 2 })
 			fi, err := os.Lstat(p.sock)

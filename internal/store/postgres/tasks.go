@@ -415,6 +415,20 @@ func (s *Store) ReclaimNode(ctx context.Context, nodeID string, keep ...string) 
 	return n, nil
 }
 
+// ReclaimSuiteTasks moves the suite's tasks Running on the node back to
+// Ready, as ReclaimNode does.
+func (s *Store) ReclaimSuiteTasks(ctx context.Context, suiteID, nodeID string) (int, error) {
+	n, err := s.moveTasks(ctx, api.TaskRunning, `UPDATE tasks SET state = '`+api.TaskReady+`', updated_at = $1,
+			reclaimed_from = node_id, reclaimed_attempt = attempt
+		WHERE node_id = $2 AND state = '`+api.TaskRunning+`' AND suite_id = $3
+		RETURNING suite_id, state`,
+		s.now().UnixNano(), nodeID, suiteID)
+	if err != nil {
+		return 0, fmt.Errorf("reclaim tasks of suite %s on node %s: %w", suiteID, nodeID, err)
+	}
+	return n, nil
+}
+
 // ReattachTasks gives a node back the Ready tasks among ids that were
 // reclaimed from it, at the attempt it runs.
 func (s *Store) ReattachTasks(ctx context.Context, nodeID string, ids []string) (int, error) {

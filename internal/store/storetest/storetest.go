@@ -61,7 +61,7 @@
 //     of an attempt is the one that counts, whatever the outcomes;
 //   - a suite's Counts always agree with its tasks' states;
 //   - a task keeps its NodeID when it goes back to Ready (stop, failure,
-//     ReturnTasks, ReclaimNode);
+//     ReturnTasks, ReclaimNode, ReclaimSuiteTasks);
 //   - CancelTask of a Finished, Failed or Cancelled task is
 //     errdefs.ErrConflict and changes nothing.
 //
@@ -171,6 +171,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ReturnTasks", testReturnTasks},
 		{"ReclaimNode", testReclaimNode},
 		{"ReclaimNodeKeeps", testReclaimNodeKeeps},
+		{"ReclaimSuiteTasks", testReclaimSuiteTasks},
 		{"CancelTask", testCancelTask},
 		{"NodeCurrentSuite", testNodeCurrentSuite},
 		{"NodeReadsBlob", testNodeReadsBlob}, {"NodeBlobScope", testNodeBlobScope}, {"BlobInGroups", testBlobInGroups}, {"BlobsInUse", testBlobsInUse},

@@ -916,6 +916,52 @@ func testReclaimNodeKeeps(t *testing.T, s store.Store) {
 	}
 }
 
+// testReclaimSuiteTasks: a node that left a suite gives back that suite's
+// tasks still Running on it, and only those; attempts stay counted and the
+// lost attempt's late success still wins, as with ReclaimNode.
+func testReclaimSuiteTasks(t *testing.T, s store.Store) {
+	mustCreateSuite(t, s, newSuite("s1"))
+	mustCreateSuite(t, s, newSuite("s2"))
+	mustAddTasks(t, s, "s1", newTasks("s1", 4)...)
+	mustAddTasks(t, s, "s2", newTasks("s2", 1)...)
+	c := mustClaim(t, s, "s1", "n1", 3)             // t0 t1 t2
+	mustClaim(t, s, "s2", "n1", 1)                  // s2-t0
+	mustClaim(t, s, "s1", "n2", 1)                  // t3
+	mustFinish(t, s, "n1", 1, nil, succeeded(c[0])) // t0 Finished
+
+	n, err := s.ReclaimSuiteTasks(t.Context(), "s1", "n1")
+	if err != nil || n != 2 {
+		t.Fatalf("ReclaimSuiteTasks(s1, n1) = %d, %v, want 2, nil", n, err)
+	}
+	for id, want := range map[string]string{
+		"s1-t0": api.TaskFinished, "s1-t1": api.TaskReady, "s1-t2": api.TaskReady,
+		"s2-t0": api.TaskRunning, "s1-t3": api.TaskRunning,
+	} {
+		got := mustGetTask(t, s, id)
+		if got.State != want || got.Attempt != 1 {
+			t.Errorf("GetTask(%q) after ReclaimSuiteTasks = %q, attempt %d; want %q, 1 (attempts stay counted)", id, got.State, got.Attempt, want)
+		}
+	}
+	if got := mustGetTask(t, s, c[1].ID); got.NodeID != "n1" {
+		t.Errorf("GetTask(%q).NodeID = %q, want %q", c[1].ID, got.NodeID, "n1")
+	}
+	su, err := s.GetSuite(t.Context(), "s1")
+	if err != nil || su.Counts.Ready != 2 || su.Counts.Running != 1 || su.Counts.Finished != 1 {
+		t.Errorf("s1 counts after ReclaimSuiteTasks = %+v, %v; want 2 ready, 1 running, 1 finished", su.Counts, err)
+	}
+	// The late success of the lost attempt finishes the task.
+	mustFinish(t, s, "n1", 1, nil, succeeded(c[1]))
+	if got := mustGetTask(t, s, c[1].ID); got.State != api.TaskFinished {
+		t.Errorf("GetTask(%q) after the lost attempt's late success = %s, want %s", c[1].ID, got.State, api.TaskFinished)
+	}
+
+	for _, tc := range []struct{ suite, node string }{{"s1", "n1"}, {"s2", "n2"}, {"ghost", "n1"}, {"s1", "ghost"}} {
+		if n, err := s.ReclaimSuiteTasks(t.Context(), tc.suite, tc.node); err != nil || n != 0 {
+			t.Errorf("ReclaimSuiteTasks(%q, %q) with nothing running = %d, %v, want 0, nil", tc.suite, tc.node, n, err)
+		}
+	}
+}
+
 func testCancelTask(t *testing.T, s store.Store) {
 	mustCreateSuite(t, s, newSuite("s1"))
 	mustAddTasks(t, s, "s1", newTasks("s1", 5)...)
