@@ -22,10 +22,15 @@ type contact struct {
 // newContact makes the contact of a welcomed session. An answered ping
 // proves the server heard from the agent when it was sent; the agent
 // stops starting tasks a keepalive period before the server would take
-// them back (half the grace, if that is less), for the time between
-// the check and a task's start and the servers' clocks.
+// them back (for the time between the check and a task's start), and in
+// any case once two pings in a row went unanswered, but never sooner: a
+// grace shorter than that (tests use such) cannot be kept without
+// stalling on every late answer.
 func newContact(peer *proto.Peer, helloSent time.Time, reclaimAfter, keepalive time.Duration) *contact {
-	limit := max(reclaimAfter-keepalive, reclaimAfter/2)
+	limit := max(min(reclaimAfter-keepalive, 3*keepalive), 2*keepalive)
+	if reclaimAfter <= 0 {
+		limit = 0 // a server that does not say
+	}
 	return &contact{peer: peer, since: helloSent, limit: limit}
 }
 
