@@ -221,3 +221,50 @@ func TestAgentLeavesAFrozenReplica(t *testing.T) {
 		t.Errorf("f2 after the frozen server woke: %s (%s), want online", node.Status, node.StatusReason)
 	}
 }
+
+// withListen returns args with --listen's value replaced by addr.
+func withListen(args []string, addr string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		if a == "--listen" {
+			out[i+1] = addr
+		}
+	}
+	return out
+}
+
+// TestOneProcessPerReplicaAndDataDir: a second server on the same
+// replica ID of one PostgreSQL database, or on the same SQLite data dir,
+// would lead beside the first (a pool with max 2 then made 4 machines);
+// each is refused at start with the reason and what to do, and the first
+// keeps serving.
+func TestOneProcessPerReplicaAndDataDir(t *testing.T) {
+	t.Run("replica id", func(t *testing.T) {
+		s1 := startServer(t, "--db", pgtest.NewDatabase(t), "--replica-id", "r-same")
+		twin := start(t, "server twin", withListen(s1.args, freeAddr(t))...)
+		if code := twin.wait(30 * time.Second); code == 0 {
+			t.Fatalf("a second server on replica id r-same exited 0:\n%s", twin.output())
+		}
+		if out := twin.output(); !strings.Contains(out, `another server is running with replica id "r-same"`) ||
+			!strings.Contains(out, "--replica-id") {
+			t.Errorf("the refusal does not say why and what to do:\n%s", out)
+		}
+		if h, err := health(t, s1); err != nil || !h.Leader {
+			t.Errorf("the first server after the refusal: %+v, %v; want it leading", h, err)
+		}
+	})
+	t.Run("sqlite data dir", func(t *testing.T) {
+		s1 := startServer(t)
+		twin := start(t, "server twin", withListen(s1.args, freeAddr(t))...)
+		if code := twin.wait(30 * time.Second); code == 0 {
+			t.Fatalf("a second server on one data dir exited 0:\n%s", twin.output())
+		}
+		want := fmt.Sprintf("another nodemgr server (pid %d) uses data dir", s1.cmd.Process.Pid)
+		if out := twin.output(); !strings.Contains(out, want) {
+			t.Errorf("the refusal does not name the first server's pid (%q):\n%s", want, out)
+		}
+		if _, err := s1.client().Health(context.Background()); err != nil {
+			t.Errorf("the first server after the refusal: %v", err)
+		}
+	})
+}
