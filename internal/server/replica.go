@@ -31,7 +31,9 @@ import (
 func replicaLeaseName(id string) string { return "replica/" + id }
 
 // newInstance names this process: its replica ID and a random part.
-func newInstance(replicaID string) string { return replicaID + "#" + strings.TrimPrefix(auth.NewID("i-"), "i-")[:8] }
+func newInstance(replicaID string) string {
+	return replicaID + "#" + strings.TrimPrefix(auth.NewID("i-"), "i-")[:8]
+}
 
 // replicaOf returns the replica ID of an instance.
 func replicaOf(instance string) string {

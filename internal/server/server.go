@@ -248,18 +248,18 @@ type Server struct {
 	leading    leadership
 	// instance names this process among the replicas: its replica ID and
 	// a random part (replica.go).
-	instance string
-	replicas replicaLives
-	started    time.Time       // when Serve began: every node's heartbeat as far as liveness goes
-	life       context.Context // ends when Serve returns; for work that outlives a request
-	providers  providers
-	executors  executors
-	orch       *orchestrate.Orchestrator // nil until Serve
-	metrics    *metrics
-	usage      usageBook // the nodes' recent machine usage, for the dashboard's charts
-	dashboard  *ui.UI    // /ui/: calls the API in-process, as the logged-in user
-	reasons    reasonCache
-	handler    http.Handler
+	instance  string
+	replicas  replicaLives
+	started   time.Time       // when Serve began: every node's heartbeat as far as liveness goes
+	life      context.Context // ends when Serve returns; for work that outlives a request
+	providers providers
+	executors executors
+	orch      *orchestrate.Orchestrator // nil until Serve
+	metrics   *metrics
+	usage     usageBook // the nodes' recent machine usage, for the dashboard's charts
+	dashboard *ui.UI    // /ui/: calls the API in-process, as the logged-in user
+	reasons   reasonCache
+	handler   http.Handler
 	// restoreFailures keeps ensembleLoop's failures to place a lost
 	// node's replica again from logging every tick.
 	restoreFailures failures
