@@ -272,8 +272,10 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.store.GetNode(ctx, t.NodeID); err != nil {
+	if _, err := s.store.GetNode(ctx, t.NodeID); errdefs.IsNotFound(err) {
 		return fmt.Errorf("node %s was removed; the agent must register again: %w", t.NodeID, errdefs.ErrUnauthenticated)
+	} else if err != nil {
+		return fmt.Errorf("connect node %s: %w", t.NodeID, err)
 	}
 	heard := &proto.Heard{}
 	heard.Mark()

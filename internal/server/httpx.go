@@ -93,8 +93,11 @@ func (s *Server) userPrincipal(ctx context.Context, r *http.Request) (auth.Princ
 		return auth.Principal{}, err
 	}
 	u, err := s.store.GetUser(ctx, t.User)
-	if err != nil {
+	if errdefs.IsNotFound(err) {
 		return auth.Principal{}, fmt.Errorf("token's user %q is gone: %w", t.User, errdefs.ErrUnauthenticated)
+	}
+	if err != nil {
+		return auth.Principal{}, fmt.Errorf("authenticate: %w", err)
 	}
 	return auth.Principal{User: u.Name, Admin: u.Admin, Groups: u.Groups, TokenExpires: t.ExpiresAt}, nil
 }
