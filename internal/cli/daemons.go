@@ -47,7 +47,7 @@ type serverFlags struct {
 	heartbeatInterval, offlineAfter, confirmTimeout, credentialTTL time.Duration
 	maxTokenTTL                                                    time.Duration
 	suiteCloseAfter, driftInterval                                 time.Duration
-	leaderLease                                                    time.Duration
+	leaderLease, storeTimeout                                      time.Duration
 	replicaID                                                      string
 	reconnectGrace, retryBackoff, idleSuiteGrace                   time.Duration
 	dockerHost                                                     string
@@ -90,6 +90,7 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.suiteCloseAfter, "suite-close-after", 180*time.Second, "an Open suite that gets no new task for this long is Closed")
 	fl.DurationVar(&f.driftInterval, "drift-interval", 30*time.Second, "how often provisioned machines are compared with what their providers report")
 	fl.DurationVar(&f.leaderLease, "leader-lease", 10*time.Second, "of the servers sharing a database, the one holding the leader lease runs the orchestrator, liveness and other once-for-all loops; it renews the lease every third of this, and another takes over within about this long after it dies (at once after a clean shutdown)")
+	fl.DurationVar(&f.storeTimeout, "store-timeout", server.DefaultStoreTimeout, "an API request whose store call takes longer than this is answered 503 (the store did not answer) rather than left hanging")
 	fl.StringVar(&f.replicaID, "replica-id", "", "this server's name among those sharing a database, as /healthz and the logs show it (default a random r-... per process)")
 	fl.StringVar(&f.dockerHost, "docker-host", "", "Docker engine for the docker provider (default $DOCKER_HOST or the local socket)")
 	fl.StringVar(&f.awsRegion, "aws-region", "", "AWS region for the aws provider (default the standard AWS environment: $AWS_REGION, the shared config)")
@@ -151,7 +152,7 @@ func (f *serverFlags) config() server.Config {
 		OfflineAfter: f.offlineAfter, ConfirmTimeout: f.confirmTimeout, ReconnectGrace: f.reconnectGrace,
 		RetryBackoff: f.retryBackoff, RetryBackoffMax: max(time.Minute, f.retryBackoff), IdleSuiteGrace: f.idleSuiteGrace,
 		CredentialTTL: f.credentialTTL, MaxTokenTTL: f.maxTokenTTL, SuiteCloseAfter: f.suiteCloseAfter, DriftInterval: f.driftInterval,
-		LeaderLease: f.leaderLease, ReplicaID: f.replicaID,
+		LeaderLease: f.leaderLease, ReplicaID: f.replicaID, StoreTimeout: f.storeTimeout,
 		ProviderSettings: f.providerSettings(), ExecutorSettings: f.executorSettings(), Version: Version,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
 		AgentServerURL: f.agentServerURL, AgentInsecureHTTP: f.agentInsecureHTTP, AgentBinaries: f.agentBinaries, AgentBinaryDir: f.agentBinaryDir,

@@ -40,7 +40,7 @@ type healthCheck struct {
 // the previous answer rather than queueing behind it (a store that hangs
 // must not hang every /healthz).
 func (s *Server) storeHealth(ctx context.Context) error {
-	p, ok := s.store.(prober)
+	p, ok := s.backend.(prober)
 	if !ok {
 		return nil
 	}

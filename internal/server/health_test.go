@@ -152,7 +152,7 @@ func TestFullDisk(t *testing.T) {
 func TestHealthIsCached(t *testing.T) {
 	ts := newTestServer(t)
 	probes := 0
-	ts.store = countingProber{ts.store, &probes, nil}
+	ts.backend = countingProber{ts.backend, &probes, nil}
 	for range 20 {
 		ts.mustCall(t, http.StatusOK, "", "GET", "/healthz", nil, nil)
 	}
@@ -189,7 +189,7 @@ func TestHealthFailsWithTheStore(t *testing.T) {
 	for _, tc := range tests {
 		ts := newTestServer(t)
 		probes := 0
-		ts.store = countingProber{ts.store, &probes, tc.err}
+		ts.backend = countingProber{ts.backend, &probes, tc.err}
 		code, body := ts.call(t, "", "GET", "/healthz", nil, nil)
 		if code != http.StatusServiceUnavailable || !strings.Contains(body, `"code": "`+tc.wantCode+`"`) {
 			t.Errorf("GET /healthz with probe error %v = %d %s, want 503 %s", tc.err, code, body, tc.wantCode)

@@ -126,7 +126,7 @@ func (s *Server) follow(ctx context.Context) {
 // for another replica: a previous run of this server that stopped without
 // releasing it. Waiting for it to expire would only delay the loops.
 func (s *Server) takeOverSole(ctx context.Context) {
-	if st, ok := s.store.(soleServer); !ok || !st.SoleServer() {
+	if st, ok := s.backend.(soleServer); !ok || !st.SoleServer() {
 		return
 	}
 	l, err := s.store.GetLease(ctx, leaderLease)

@@ -59,7 +59,7 @@ func (s *Server) claimReplica(ctx context.Context) (store.Lease, error) {
 		if err != nil {
 			return store.Lease{}, fmt.Errorf("read the replica lease %s: %w", name, err)
 		}
-		if st, ok := s.store.(soleServer); !ok || !st.SoleServer() {
+		if st, ok := s.backend.(soleServer); !ok || !st.SoleServer() {
 			// Watch it for a renewal period: a live holder renews it.
 			select {
 			case <-ctx.Done():

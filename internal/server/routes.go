@@ -175,6 +175,9 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt route) er
 	if r.Body != http.NoBody && !streamsBody(rt) {
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
 	}
+	if !holdsSession(rt) {
+		r = r.WithContext(withStoreBound(r.Context(), s.cfg.StoreTimeout))
+	}
 	if rt.Auth == authUser || rt.Auth == authAdmin {
 		p, err := s.userPrincipal(r.Context(), r)
 		if err != nil {
@@ -189,6 +192,11 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt route) er
 	}
 	return rt.handler(w, r)
 }
+
+// holdsSession reports whether a route's request lasts as long as an
+// agent's session, whose store calls are not an API request's: the store
+// bound (storebound.go) is left off it.
+func holdsSession(rt route) bool { return rt.Path == "/v1/agent/connect" }
 
 func streamsBody(rt route) bool {
 	return rt.Path == "/v1/agent/connect" || rt.Path == "/v1/deployments/{deployment}/files" || rt.Path == "/v1/blobs/{digest}"

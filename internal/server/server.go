@@ -49,7 +49,11 @@ type Config struct {
 	UnauthIdle        time.Duration // an unauthenticated connection idle this long is closed; default 10s
 	IdleTimeout       time.Duration // an authenticated keep-alive connection idle this long is closed; default 2m
 	FlushInterval     time.Duration // heartbeat batch interval; default 1s
-	SuiteCloseAfter   time.Duration // an Open suite with no new task this long is Closed; default 180s
+	// StoreTimeout is how long one store call of an API request may take
+	// before the request is answered 503 (the store did not answer);
+	// default 5s.
+	StoreTimeout    time.Duration
+	SuiteCloseAfter time.Duration // an Open suite with no new task this long is Closed; default 180s
 	// EnsembleRestoreDeadline is how long a running ensemble's replicas
 	// wait for their lost (offline) node before they are placed again
 	// elsewhere, unless the ensemble sets its own; default 5m (DMS's).
@@ -173,6 +177,9 @@ func (c *Config) setDefaults() {
 	if c.FlushInterval == 0 {
 		c.FlushInterval = time.Second
 	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
 	if c.SuiteCloseAfter == 0 {
 		c.SuiteCloseAfter = 180 * time.Second
 	}
@@ -218,6 +225,9 @@ func (c *Config) validate() error {
 	if c.MaxTokenTTL < time.Hour {
 		return errdefs.Field("max_token_ttl", "must be at least 1h, got %s", c.MaxTokenTTL)
 	}
+	if c.StoreTimeout < 10*time.Millisecond {
+		return errdefs.Field("store_timeout", "must be at least 10ms, got %s", c.StoreTimeout)
+	}
 	if c.LeaderLease < 30*time.Millisecond {
 		return errdefs.Field("leader_lease", "must be at least 30ms, got %s", c.LeaderLease)
 	}
@@ -233,8 +243,11 @@ func (c *Config) validate() error {
 
 // Server is the coordinator.
 type Server struct {
-	cfg       Config
+	cfg Config
+	// store bounds the store calls of API requests (storebound.go);
+	// backend is the store itself, for its optional capabilities.
 	store     store.Store
+	backend   store.Store
 	log       *slog.Logger
 	hub       *hub
 	signals   *signaller // to and from the other servers on the store
@@ -286,7 +299,7 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	if err := checkExecutorSettings(cfg.ExecutorSettings); err != nil {
 		return nil, fmt.Errorf("server config: %w", err)
 	}
-	s := &Server{cfg: cfg, store: st, log: logger, ready: make(chan struct{}),
+	s := &Server{cfg: cfg, store: &boundedStore{st: st}, backend: st, log: logger, ready: make(chan struct{}),
 		providers: providers{settings: cfg.ProviderSettings}, executors: executors{settings: cfg.ExecutorSettings}}
 	var err error
 	if s.tls, err = setupTLS(cfg); err != nil {
@@ -420,6 +433,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.hub.flush(shutdownCtx) // keep the last heartbeats
 	return nil
 }
+
+// DefaultStoreTimeout bounds each store call of an API request unless
+// configured otherwise: well above what a working store takes, well below
+// what a client or a load balancer waits.
+const DefaultStoreTimeout = 5 * time.Second
 
 // DefaultMaxTokenTTL caps token lifetimes unless configured otherwise; the
 // first admin token lives this long too (rotate it with nodemgr token rotate).
