@@ -90,7 +90,7 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.suiteCloseAfter, "suite-close-after", 180*time.Second, "an Open suite that gets no new task for this long is Closed")
 	fl.DurationVar(&f.driftInterval, "drift-interval", 30*time.Second, "how often provisioned machines are compared with what their providers report")
 	fl.DurationVar(&f.leaderLease, "leader-lease", 10*time.Second, "of the servers sharing a database, the one holding the leader lease runs the orchestrator, liveness and other once-for-all loops; it renews the lease every third of this, and another takes over within about this long after it dies (at once after a clean shutdown)")
-	fl.DurationVar(&f.storeTimeout, "store-timeout", server.DefaultStoreTimeout, "an API request whose store call takes longer than this is answered 503 (the store did not answer) rather than left hanging")
+	fl.DurationVar(&f.storeTimeout, "store-timeout", server.DefaultStoreTimeout, "an API request whose store call takes longer than this is answered 503 (the store did not answer) rather than left hanging; /metrics then serves the last counts, marked stale")
 	fl.StringVar(&f.replicaID, "replica-id", "", "this server's name among those sharing a database, as /healthz and the logs show it (default a random r-... per process)")
 	fl.StringVar(&f.dockerHost, "docker-host", "", "Docker engine for the docker provider (default $DOCKER_HOST or the local socket)")
 	fl.StringVar(&f.awsRegion, "aws-region", "", "AWS region for the aws provider (default the standard AWS environment: $AWS_REGION, the shared config)")

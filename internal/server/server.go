@@ -51,7 +51,7 @@ type Config struct {
 	FlushInterval     time.Duration // heartbeat batch interval; default 1s
 	// StoreTimeout is how long one store call of an API request may take
 	// before the request is answered 503 (the store did not answer);
-	// default 5s.
+	// default 5s. /metrics then serves its last figures, marked stale.
 	StoreTimeout    time.Duration
 	SuiteCloseAfter time.Duration // an Open suite with no new task this long is Closed; default 180s
 	// EnsembleRestoreDeadline is how long a running ensemble's replicas
@@ -269,8 +269,9 @@ type Server struct {
 	executors executors
 	orch      *orchestrate.Orchestrator // nil until Serve
 	metrics   *metrics
-	usage     usageBook // the nodes' recent machine usage, for the dashboard's charts
-	dashboard *ui.UI    // /ui/: calls the API in-process, as the logged-in user
+	scrapers  scraperAuth // /metrics tokens last accepted, for while the store does not answer
+	usage     usageBook   // the nodes' recent machine usage, for the dashboard's charts
+	dashboard *ui.UI      // /ui/: calls the API in-process, as the logged-in user
 	reasons   reasonCache
 	handler   http.Handler
 	// restoreFailures keeps ensembleLoop's failures to place a lost

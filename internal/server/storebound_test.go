@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -157,9 +158,47 @@ func TestSilentStoreIs503WithinTheBound(t *testing.T) {
 	}
 }
 
+// TestMetricsServeStaleCountsWhileTheStoreIsSilent: while the store does
+// not answer, /metrics answers at once with the counts last read, marked
+// stale with their age, and the server's own series (issue 27: /metrics
+// hung for 29 s while PostgreSQL was stopped).
+func TestMetricsServeStaleCountsWhileTheStoreIsSilent(t *testing.T) {
+	const bound = 200 * time.Millisecond
+	ts, st := silentServer(t, bound)
+	code, body, _ := ts.timedCall(t, 5*time.Second, "GET", "/metrics")
+	if code != http.StatusOK || !strings.Contains(body, "nodemgr_metrics_stale 0") || !strings.Contains(body, `nodemgr_nodes{status="online"} 1`) {
+		t.Fatalf("GET /metrics = %d, want 200 with fresh counts:\n%s", code, grepLines(body, "nodemgr_"))
+	}
+	st.auth.Store(true)
+	st.data.Store(true)
+	ts.metrics.stats.mu.Lock()
+	ts.metrics.stats.at = ts.metrics.stats.at.Add(-statsTTL) // due to be read again
+	ts.metrics.stats.mu.Unlock()
+
+	for i := range 2 { // the second while the first's read still waits
+		code, body, took := ts.timedCall(t, 5*time.Second, "GET", "/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("scrape %d with a silent store = %d %s, want 200", i+1, code, body)
+		}
+		for _, want := range []string{"nodemgr_metrics_stale 1", `nodemgr_nodes{status="online"} 1`, "nodemgr_agents_connected 0"} {
+			if !strings.Contains(body, want) {
+				t.Errorf("scrape %d with a silent store has no %s:\n%s", i+1, want, grepLines(body, "nodemgr_"))
+			}
+		}
+		age := regexp.MustCompile(`(?m)^nodemgr_metrics_age_seconds (\S+)$`).FindStringSubmatch(body)
+		if age == nil || parseFloat(age[1]) < statsTTL.Seconds() {
+			t.Errorf("scrape %d with a silent store: age %v, want nodemgr_metrics_age_seconds of at least %s", i+1, age, statsTTL)
+		}
+		if took > bound+time.Second {
+			t.Errorf("scrape %d with a silent store took %s, want about the bound (%s)", i+1, took, bound)
+		}
+	}
+}
+
 // TestEveryRouteBoundsItsStoreTime calls every route the server
 // authenticates with a store that does not answer: each is 503 within the
-// bound. (The agent's WebSocket authenticates itself and holds a session.)
+// bound, but /metrics (stale counts, above) and the agent's WebSocket,
+// which authenticates itself and holds a session.
 func TestEveryRouteBoundsItsStoreTime(t *testing.T) {
 	const bound = 100 * time.Millisecond
 	ts, st := silentServer(t, bound)
@@ -167,7 +206,7 @@ func TestEveryRouteBoundsItsStoreTime(t *testing.T) {
 	st.data.Store(true)
 	params := regexp.MustCompile(`\{[a-z.]+\}`)
 	for _, rt := range ts.routeTable() {
-		if rt.Auth != authUser && rt.Auth != authAdmin {
+		if (rt.Auth != authUser && rt.Auth != authAdmin) || rt.Path == metricsPath {
 			continue
 		}
 		t.Run(rt.Method+" "+rt.Path, func(t *testing.T) {
@@ -181,4 +220,9 @@ func TestEveryRouteBoundsItsStoreTime(t *testing.T) {
 			}
 		})
 	}
+}
+
+func parseFloat(s string) float64 {
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
 }
