@@ -124,7 +124,8 @@ var camelCase = regexp.MustCompile(`^[a-z][a-zA-Z0-9]*$`)
 
 // TestOpenAPIOperations checks what a client generator and a reader rely
 // on: unique camelCase operation IDs, the 401 of every authenticated route
-// and the 403 of every admin-only one, the 413 of every body, a success
+// and the 403 of every admin-only one, the 503 of every route (the store
+// may not answer in time), the 413 of every body, a success
 // answer, and error answers that are error bodies.
 func TestOpenAPIOperations(t *testing.T) {
 	doc := servedDoc(t)
@@ -170,6 +171,9 @@ func checkResponses(t *testing.T, name string, kind authKind, responses map[stri
 	}
 	if _, ok := responses["403"]; kind == authAdmin && !ok {
 		t.Errorf("%s: is for admins only but does not list 403", name)
+	}
+	if _, ok := responses["503"]; !ok {
+		t.Errorf("%s: does not list 503 (every route meets the store, which may not answer in time)", name)
 	}
 	success := false
 	for code, raw := range responses {
