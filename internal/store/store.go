@@ -560,9 +560,13 @@ type PoolMachine struct {
 	MemoryMB     int64
 	CreatedAt    time.Time
 	LaunchedAt   time.Time // the provider gave the machine; zero before
-	ReadyAt      time.Time // its agent registered; zero before
-	BusyAt       time.Time // work last seen on its node
-	UpdatedAt    time.Time
+	// DeliveredAt is when its agent was delivered and started, from when
+	// it has the bootstrap timeout to register; zero before, and for a
+	// bootstrap that a stopping server cut off.
+	DeliveredAt time.Time
+	ReadyAt     time.Time // its agent registered; zero before
+	BusyAt      time.Time // work last seen on its node
+	UpdatedAt   time.Time
 }
 
 // Live reports whether the machine exists or is on its way.

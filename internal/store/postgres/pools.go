@@ -15,7 +15,7 @@ import (
 )
 
 const poolMachineColumns = `id, pool, template, provider, state, state_reason, deployment_id, node_id,
-	cpus, memory_mb, created_at, launched_at, ready_at, busy_at, updated_at`
+	cpus, memory_mb, created_at, launched_at, ready_at, busy_at, updated_at, delivered_at`
 
 // CreatePoolMachine stores a machine and its deployment in one transaction.
 func (s *Store) CreatePoolMachine(ctx context.Context, m store.PoolMachine, d store.Deployment) error {
@@ -39,9 +39,10 @@ func (s *Store) CreatePoolMachine(ctx context.Context, m store.PoolMachine, d st
 
 func insertPoolMachine(ctx context.Context, tx pgx.Tx, m store.PoolMachine) error {
 	_, err := tx.Exec(ctx, `INSERT INTO pool_machines (`+poolMachineColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
 		m.ID, m.Pool, m.Template, m.Provider, m.State, m.StateReason, m.DeploymentID, m.NodeID,
-		m.CPUs, m.MemoryMB, m.CreatedAt.UnixNano(), sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano())
+		m.CPUs, m.MemoryMB, m.CreatedAt.UnixNano(), sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano(),
+		sqlrow.ZeroNano(m.DeliveredAt))
 	if isUnique(err) {
 		return errdefs.Conflict("pool machine %s exists", m.ID)
 	}
@@ -117,9 +118,10 @@ func (s *Store) UpdatePoolMachine(ctx context.Context, id string, fn func(*store
 		}
 		m.UpdatedAt = s.now()
 		_, err = tx.Exec(ctx, `UPDATE pool_machines SET state = $1, state_reason = $2, deployment_id = $3, node_id = $4,
-			cpus = $5, memory_mb = $6, launched_at = $7, ready_at = $8, busy_at = $9, updated_at = $10 WHERE id = $11`,
+			cpus = $5, memory_mb = $6, launched_at = $7, ready_at = $8, busy_at = $9, updated_at = $10, delivered_at = $11 WHERE id = $12`,
 			m.State, m.StateReason, m.DeploymentID, m.NodeID, m.CPUs, m.MemoryMB,
-			sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano(), id)
+			sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano(),
+			sqlrow.ZeroNano(m.DeliveredAt), id)
 		return err
 	})
 	if err != nil {
@@ -211,9 +213,9 @@ func (s *Store) DeletePoolEvents(ctx context.Context, pool string, cutoff time.T
 
 func scanPoolMachine(row scanner) (store.PoolMachine, error) {
 	var m store.PoolMachine
-	var created, launched, ready, busy, updated int64
+	var created, launched, ready, busy, updated, delivered int64
 	err := row.Scan(&m.ID, &m.Pool, &m.Template, &m.Provider, &m.State, &m.StateReason, &m.DeploymentID, &m.NodeID,
-		&m.CPUs, &m.MemoryMB, &created, &launched, &ready, &busy, &updated)
+		&m.CPUs, &m.MemoryMB, &created, &launched, &ready, &busy, &updated, &delivered)
 	if noRows(err) {
 		return m, errdefs.ErrNotFound
 	}
@@ -222,5 +224,6 @@ func scanPoolMachine(row scanner) (store.PoolMachine, error) {
 	}
 	m.CreatedAt, m.UpdatedAt = sqlrow.FromNanos(created), sqlrow.FromNanos(updated)
 	m.LaunchedAt, m.ReadyAt, m.BusyAt = sqlrow.NanoTime(launched), sqlrow.NanoTime(ready), sqlrow.NanoTime(busy)
+	m.DeliveredAt = sqlrow.NanoTime(delivered)
 	return m, nil
 }

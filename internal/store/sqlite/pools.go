@@ -14,7 +14,7 @@ import (
 )
 
 const poolMachineColumns = `id, pool, template, provider, state, state_reason, deployment_id, node_id,
-	cpus, memory_mb, created_at, launched_at, ready_at, busy_at, updated_at`
+	cpus, memory_mb, created_at, launched_at, ready_at, busy_at, updated_at, delivered_at`
 
 // CreatePoolMachine stores a machine and its deployment in one transaction.
 func (s *Store) CreatePoolMachine(ctx context.Context, m store.PoolMachine, d store.Deployment) error {
@@ -37,9 +37,10 @@ func (s *Store) CreatePoolMachine(ctx context.Context, m store.PoolMachine, d st
 }
 
 func insertPoolMachine(ctx context.Context, tx *sql.Tx, m store.PoolMachine) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO pool_machines (`+poolMachineColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err := tx.ExecContext(ctx, `INSERT INTO pool_machines (`+poolMachineColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		m.ID, m.Pool, m.Template, m.Provider, m.State, m.StateReason, m.DeploymentID, m.NodeID,
-		m.CPUs, m.MemoryMB, m.CreatedAt.UnixNano(), sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano())
+		m.CPUs, m.MemoryMB, m.CreatedAt.UnixNano(), sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano(),
+		sqlrow.ZeroNano(m.DeliveredAt))
 	if isUnique(err) {
 		return errdefs.Conflict("pool machine %s exists", m.ID)
 	}
@@ -110,9 +111,10 @@ func (s *Store) UpdatePoolMachine(ctx context.Context, id string, fn func(*store
 		}
 		m.UpdatedAt = s.now()
 		_, err = tx.ExecContext(ctx, `UPDATE pool_machines SET state = ?, state_reason = ?, deployment_id = ?, node_id = ?,
-			cpus = ?, memory_mb = ?, launched_at = ?, ready_at = ?, busy_at = ?, updated_at = ? WHERE id = ?`,
+			cpus = ?, memory_mb = ?, launched_at = ?, ready_at = ?, busy_at = ?, updated_at = ?, delivered_at = ? WHERE id = ?`,
 			m.State, m.StateReason, m.DeploymentID, m.NodeID, m.CPUs, m.MemoryMB,
-			sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano(), id)
+			sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano(),
+			sqlrow.ZeroNano(m.DeliveredAt), id)
 		return classify(err)
 	})
 	if err != nil {
@@ -203,9 +205,9 @@ func (s *Store) DeletePoolEvents(ctx context.Context, pool string, cutoff time.T
 
 func scanPoolMachine(row scanner) (store.PoolMachine, error) {
 	var m store.PoolMachine
-	var created, launched, ready, busy, updated int64
+	var created, launched, ready, busy, updated, delivered int64
 	err := row.Scan(&m.ID, &m.Pool, &m.Template, &m.Provider, &m.State, &m.StateReason, &m.DeploymentID, &m.NodeID,
-		&m.CPUs, &m.MemoryMB, &created, &launched, &ready, &busy, &updated)
+		&m.CPUs, &m.MemoryMB, &created, &launched, &ready, &busy, &updated, &delivered)
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, errdefs.ErrNotFound
 	}
@@ -214,5 +216,6 @@ func scanPoolMachine(row scanner) (store.PoolMachine, error) {
 	}
 	m.CreatedAt, m.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, updated).UTC()
 	m.LaunchedAt, m.ReadyAt, m.BusyAt = sqlrow.NanoTime(launched), sqlrow.NanoTime(ready), sqlrow.NanoTime(busy)
+	m.DeliveredAt = sqlrow.NanoTime(delivered)
 	return m, nil
 }

@@ -30,15 +30,16 @@ func testPoolMachines(t *testing.T, s store.Store) {
 		t.Errorf("GetPoolMachine of a machine whose deployment clashed = %v, want not found (all or nothing)", err)
 	}
 	ready := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	delivered := ready.Add(-time.Minute)
 	got, err := s.UpdatePoolMachine(ctx, "pm1", func(m *store.PoolMachine) error {
-		m.State, m.NodeID, m.ReadyAt = api.MachineReady, "n1", ready
+		m.State, m.NodeID, m.ReadyAt, m.DeliveredAt = api.MachineReady, "n1", ready, delivered
 		return nil
 	})
 	if err != nil || got.State != api.MachineReady || !got.ReadyAt.Equal(ready) || !got.LaunchedAt.IsZero() {
 		t.Fatalf("UpdatePoolMachine = %+v, %v", got, err)
 	}
 	back, err := s.GetPoolMachine(ctx, "pm1")
-	if err != nil || back.NodeID != "n1" || !back.ReadyAt.Equal(ready) || back.CPUs != 1 || back.MemoryMB != 96 || !back.BusyAt.IsZero() {
+	if err != nil || back.NodeID != "n1" || !back.ReadyAt.Equal(ready) || !back.DeliveredAt.Equal(delivered) || back.CPUs != 1 || back.MemoryMB != 96 || !back.BusyAt.IsZero() {
 		t.Errorf("GetPoolMachine = %+v, %v", back, err)
 	}
 	if _, err := s.UpdatePoolMachine(ctx, "nosuch", func(*store.PoolMachine) error { return nil }); !errors.Is(err, errdefs.ErrNotFound) {
