@@ -2,6 +2,7 @@ package orchestrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"slices"
@@ -303,6 +304,9 @@ func (o *Orchestrator) provisionAndBootstrap(ctx context.Context, spec api.PoolS
 	}
 	start := time.Now()
 	made, err := pr.Provision(ctx, provision.Spec{Name: d.Name, Template: d.Template, Extra: d.Extra, Labels: d.Labels})
+	if err != nil && stopping(ctx) {
+		return // the next run replaces it, uncharged ("the server stopped while launching it")
+	}
 	if err != nil {
 		o.failLaunch(ctx, m, "provision: "+errdefs.Message(err))
 		return
@@ -329,13 +333,33 @@ func (o *Orchestrator) provisionAndBootstrap(ctx context.Context, spec api.PoolS
 		m.ID, time.Since(start).Round(time.Millisecond), d.Provider, d.ResourceID))
 	copied, started, err := o.bootstrap(ctx, spec, d)
 	if err != nil {
+		if stopping(ctx) {
+			return // the next run replaces it, uncharged (stepBootstrapping)
+		}
 		o.fail(ctx, m, "bootstrap: "+errdefs.Message(err), true)
+		return
+	}
+	// From now on its agent has the bootstrap timeout to register, and a
+	// server that restarts waits for it rather than replace the machine.
+	if _, err := o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error {
+		cur.DeliveredAt = time.Now()
+		return nil
+	}); err != nil {
+		if !stopping(ctx) {
+			o.fail(ctx, m, "record the agent's delivery: "+errdefs.Message(err), false)
+		}
 		return
 	}
 	o.event(ctx, m.Pool, m.ID, "bootstrapped", fmt.Sprintf("agent delivered to machine %s (copy %s, start %s); waiting for it to register",
 		m.ID, copied.Round(time.Millisecond), started.Round(time.Millisecond)))
 	o.Wake()
 }
+
+// stopping reports whether a launch's context ended because the server
+// stops or no longer leads (not the launch's own time limit): what failed
+// then is the server's doing, and is left for the next run to clean up
+// without charging the candidate.
+func stopping(ctx context.Context) bool { return errors.Is(ctx.Err(), context.Canceled) }
 
 // failLaunch marks a launch failed: the deployment first (the provider
 // cleaned up what it made), then the machine.

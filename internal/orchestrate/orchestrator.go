@@ -329,6 +329,20 @@ func (o *Orchestrator) stepBootstrapping(ctx context.Context, spec api.PoolSpec,
 			m.ID, d.NodeID, readyAt.Sub(m.CreatedAt).Round(time.Millisecond), m.Template, m.Provider))
 		return
 	}
+	if m.DeliveredAt.IsZero() {
+		// No goroutine works on it (stepMachines passes those by) and its
+		// agent was never delivered: the server stopped mid-bootstrap, and
+		// no agent will come. Bootstrapping it again is not safe (a second
+		// start.sh would start a second agent beside one the cut-off run
+		// may have started, with another join token), so it is replaced
+		// now rather than after the bootstrap timeout, and its candidate
+		// does not back off: the failure is the server's, not the
+		// provider's or the template's.
+		o.goStep(m, func(ctx context.Context, m store.PoolMachine) {
+			o.fail(ctx, m, "the server restarted while bootstrapping it", false)
+		})
+		return
+	}
 	timeout := time.Duration(spec.BootstrapTimeout)
 	if timeout == 0 {
 		timeout = DefaultBootstrapTimeout
