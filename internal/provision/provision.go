@@ -45,6 +45,18 @@ const (
 // Verbs are all lifecycle verbs, in a stable order.
 var Verbs = []string{VerbStart, VerbStop, VerbHibernate, VerbReboot, VerbTerminate}
 
+// ErrNoCapacity is a Provision the backend refused for want of capacity
+// or quota now (EC2's InsufficientInstanceCapacity, a spot request's
+// capacity-not-available, an account limit): the same request at once
+// gets the same answer, so a caller tries another template or provider
+// rather than again. It is errdefs.ErrUnavailable too.
+var ErrNoCapacity error = noCapacity{}
+
+type noCapacity struct{}
+
+func (noCapacity) Error() string        { return "no capacity" }
+func (noCapacity) Is(target error) bool { return target == errdefs.ErrUnavailable }
+
 // Spec asks a provider for one machine.
 type Spec struct {
 	Name     string            // machine name, unique per provider

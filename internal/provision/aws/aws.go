@@ -490,7 +490,11 @@ func (a *AWS) awaitRunning(ctx context.Context, id string) (awaited, error) {
 			case types.InstanceStateNameRunning:
 				return awaited{a.deploymentOf(inst), awssdk.ToString(inst.ImageId), string(inst.InstanceType)}, nil
 			case types.InstanceStateNameShuttingDown, types.InstanceStateNameTerminated:
-				return awaited{}, errdefs.Class(fmt.Errorf("instance %s ended while launching: %s", id, reasonOf(inst)), errdefs.ErrUnavailable)
+				class := errdefs.ErrUnavailable
+				if inst.StateReason != nil && noCapacity(awssdk.ToString(inst.StateReason.Code)) {
+					class = provision.ErrNoCapacity
+				}
+				return awaited{}, errdefs.Class(fmt.Errorf("instance %s ended while launching: %s", id, reasonOf(inst)), class)
 			case types.InstanceStateNameStopping, types.InstanceStateNameStopped:
 				return awaited{}, fmt.Errorf("instance %s, launched earlier for this deployment, is %s (%s); start it, or destroy it and provision again: %w",
 					id, stateOf(inst), reasonOf(inst), errStopped)

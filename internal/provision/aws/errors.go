@@ -10,6 +10,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/provision"
 )
 
 // ec2Error is an error EC2 answered: its code and message, without the
@@ -29,6 +30,19 @@ var capacityCodes = []string{
 	"InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientReservedInstanceCapacity",
 	"InsufficientCapacity", "InsufficientFreeAddressesInSubnet", "InstanceLimitExceeded",
 	"VcpuLimitExceeded", "MaxSpotInstanceCountExceeded", "SpotMaxPriceTooLow",
+	"InsufficientCapacityOnHost", "SpotInstanceCountExceeded",
+	// A spot request's status codes, as some answers carry them.
+	"capacity-not-available", "capacity-oversubscribed", "price-too-low",
+}
+
+// noCapacity reports whether an EC2 error or state-reason code says there
+// is no capacity (or quota) for the request now; state reasons are
+// prefixed ("Server.InsufficientInstanceCapacity").
+func noCapacity(code string) bool {
+	if _, after, ok := strings.Cut(code, "."); ok {
+		code = after
+	}
+	return slices.Contains(capacityCodes, code)
 }
 
 // errorCode returns the EC2 error code in err, if EC2 answered with one.
@@ -65,7 +79,9 @@ func classify(err error) error {
 	case strings.HasPrefix(code, "IncorrectInstanceState"), code == "IncorrectState",
 		code == "IdempotentParameterMismatch", strings.HasPrefix(code, "OperationNotPermitted"):
 		class = errdefs.ErrConflict
-	case slices.Contains(capacityCodes, code), code == "RequestLimitExceeded", code == "Unavailable",
+	case slices.Contains(capacityCodes, code):
+		class = provision.ErrNoCapacity // errdefs.ErrUnavailable too
+	case code == "RequestLimitExceeded", code == "Unavailable",
 		code == "ServiceUnavailable", code == "InternalError", code == "InternalFailure",
 		ae.ErrorFault() == smithy.FaultServer, httpStatus(err) >= 500:
 		class = errdefs.ErrUnavailable

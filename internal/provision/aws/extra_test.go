@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/provision"
 	"github.com/nodemgr/nodemgr/internal/provision/aws/ec2test"
 )
 
@@ -148,7 +149,11 @@ func TestClassify(t *testing.T) {
 		{"UnsupportedHibernationConfiguration", smithy.FaultClient, errdefs.ErrInvalid},
 		{"IncorrectInstanceState", smithy.FaultClient, errdefs.ErrConflict},
 		{"IdempotentParameterMismatch", smithy.FaultClient, errdefs.ErrConflict},
+		{"InsufficientInstanceCapacity", smithy.FaultServer, provision.ErrNoCapacity},
 		{"InsufficientInstanceCapacity", smithy.FaultServer, errdefs.ErrUnavailable},
+		{"MaxSpotInstanceCountExceeded", smithy.FaultClient, provision.ErrNoCapacity},
+		{"capacity-not-available", smithy.FaultServer, provision.ErrNoCapacity},
+		{"VcpuLimitExceeded", smithy.FaultClient, provision.ErrNoCapacity},
 		{"VcpuLimitExceeded", smithy.FaultClient, errdefs.ErrUnavailable},
 		{"RequestLimitExceeded", smithy.FaultClient, errdefs.ErrUnavailable},
 		{"SomethingNew", smithy.FaultServer, errdefs.ErrUnavailable},
@@ -165,8 +170,33 @@ func TestClassify(t *testing.T) {
 			t.Errorf("classify(%s) lost the SDK's error", tc.code)
 		}
 	}
-	if err := classify(errors.New("dial tcp: connection refused")); !errors.Is(err, errdefs.ErrUnavailable) {
-		t.Errorf("classify(network error) = %v, want unavailable", err)
+	if err := classify(errors.New("dial tcp: connection refused")); !errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, provision.ErrNoCapacity) {
+		t.Errorf("classify(network error) = %v, want unavailable, not no capacity", err)
+	}
+	for _, code := range []string{"RequestLimitExceeded", "InternalError", "SomethingNew"} {
+		if err := classify(&smithy.GenericAPIError{Code: code, Fault: smithy.FaultServer}); errors.Is(err, provision.ErrNoCapacity) {
+			t.Errorf("classify(%s) is no capacity, want a plain unavailable: retrying may help", code)
+		}
+	}
+}
+
+// TestNoCapacityReason: an instance that ended while launching for want
+// of capacity says so in its state reason's code.
+func TestNoCapacityReason(t *testing.T) {
+	tests := []struct {
+		code string
+		want bool
+	}{
+		{"Server.InsufficientInstanceCapacity", true},
+		{"InsufficientInstanceCapacity", true},
+		{"Server.SpotInstanceTermination", false},
+		{"Client.UserInitiatedShutdown", false},
+		{"", false},
+	}
+	for _, tc := range tests {
+		if got := noCapacity(tc.code); got != tc.want {
+			t.Errorf("noCapacity(%q) = %v, want %v", tc.code, got, tc.want)
+		}
 	}
 }
 

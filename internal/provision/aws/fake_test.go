@@ -182,8 +182,8 @@ func TestCapacityError(t *testing.T) {
 	p, srv := fakeProvider(t)
 	srv.NoCapacity("t3.micro")
 	_, err := p.Provision(ctxFor(t), provision.Spec{Name: "full", Extra: map[string]any{"ami": ec2test.ImageAL2023, "instance_type": "t3.micro", "spot": true}})
-	if !errors.Is(err, errdefs.ErrUnavailable) {
-		t.Fatalf("Provision = %v, want unavailable", err)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !errors.Is(err, provision.ErrNoCapacity) {
+		t.Fatalf("Provision = %v, want unavailable and no capacity", err)
 	}
 	msg := errdefs.Message(err)
 	for _, want := range []string{"no t3.micro capacity", "another instance type", "another zone", "InsufficientInstanceCapacity"} {
