@@ -197,6 +197,13 @@ func (o *Orchestrator) scalePool(ctx context.Context, v poolView, pl *plan, cand
 	if pl.limited != "" {
 		waiting = append(waiting, fmt.Sprintf("%d machine%s wanted but the pool is %s", pl.wanted-pl.add, plural(pl.wanted-pl.add), pl.limited))
 	}
+	o.mu.Lock()
+	for _, m := range v.live {
+		if msg := o.trouble[m.ID]; msg != "" {
+			waiting = append(waiting, msg)
+		}
+	}
+	o.mu.Unlock()
 	live := slices.Clone(v.live)
 	started := 0
 	for range start {
@@ -283,6 +290,9 @@ func (o *Orchestrator) launch(ctx context.Context, spec api.PoolSpec, ci candida
 		return m, fmt.Errorf("store the intent to make a machine: %w", err)
 	}
 	o.event(ctx, spec.Name, id, "scale-up", fmt.Sprintf("requesting machine %s: %s on %s (%s) for %s", id, ci.Template, ci.Provider, why, demand))
+	o.mu.Lock()
+	o.ours[id] = true
+	o.mu.Unlock()
 	o.goWork(id, func(ctx context.Context) { o.provisionAndBootstrap(ctx, spec, m, d) })
 	return m, nil
 }
@@ -299,16 +309,16 @@ func (o *Orchestrator) provisionAndBootstrap(ctx context.Context, spec api.PoolS
 	}
 	pr, err := o.cluster.Provider(d.Provider)
 	if err != nil {
-		o.failLaunch(ctx, m, "provider: "+errdefs.Message(err))
+		o.failLaunch(ctx, m, "provider: "+errdefs.Message(err), true)
 		return
 	}
 	start := time.Now()
-	made, err := pr.Provision(ctx, provision.Spec{Name: d.Name, Template: d.Template, Extra: d.Extra, Labels: d.Labels})
+	made, err := o.provision(ctx, pr, m, d)
 	if err != nil && stopping(ctx) {
 		return // the next run replaces it, uncharged ("the server stopped while launching it")
 	}
 	if err != nil {
-		o.failLaunch(ctx, m, "provision: "+errdefs.Message(err))
+		o.failLaunch(ctx, m, "provision: "+errdefs.Message(err), true)
 		return
 	}
 	d, err = o.store.UpdateDeployment(ctx, d.ID, func(cur *store.Deployment) error {
@@ -319,7 +329,7 @@ func (o *Orchestrator) provisionAndBootstrap(ctx context.Context, spec api.PoolS
 	if err != nil {
 		// Unrecorded, the machine would leak: take it back now.
 		pr.Destroy(context.WithoutCancel(ctx), made)
-		o.failLaunch(ctx, m, "record the machine: "+errdefs.Message(err))
+		o.failLaunch(ctx, m, "record the machine: "+errdefs.Message(err), true)
 		return
 	}
 	m, err = o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error {
@@ -355,6 +365,55 @@ func (o *Orchestrator) provisionAndBootstrap(ctx context.Context, spec api.PoolS
 	o.Wake()
 }
 
+// launchRetryFor bounds a launch's retries: no try starts later than
+// this after the first.
+const launchRetryFor = 2 * time.Minute
+
+// provision calls the provider's Provision, retrying a failure with
+// back-off (LaunchTries, LaunchRetry): an endpoint that blinks should not
+// fail the machine. A failure that another try would only repeat is
+// returned at once: no capacity now (the next candidate serves instead),
+// an invalid spec, a refused credential. While it waits, the pool's
+// status says why.
+func (o *Orchestrator) provision(ctx context.Context, pr provision.Provider, m store.PoolMachine, d store.Deployment) (provision.Deployment, error) {
+	defer func() {
+		o.mu.Lock()
+		delete(o.trouble, m.ID)
+		o.mu.Unlock()
+	}()
+	first := time.Now()
+	wait := o.cfg.LaunchRetry
+	for try := 1; ; try++ {
+		made, err := pr.Provision(ctx, provision.Spec{Name: d.Name, Template: d.Template, Extra: d.Extra, Labels: d.Labels})
+		if err == nil || ctx.Err() != nil || !retryable(err) || try >= o.cfg.LaunchTries || time.Since(first)+wait > launchRetryFor {
+			return made, err
+		}
+		msg := fmt.Sprintf("provisioning machine %s (%s on %s) failed (try %d of %d), retrying in %s: %s",
+			m.ID, m.Template, m.Provider, try, o.cfg.LaunchTries, wait, errdefs.Message(err))
+		o.mu.Lock()
+		o.trouble[m.ID] = msg
+		o.mu.Unlock()
+		o.event(ctx, m.Pool, m.ID, "retry", msg)
+		select {
+		case <-ctx.Done():
+			return made, err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// retryable reports whether a failed Provision may succeed if tried
+// again soon.
+func retryable(err error) bool {
+	for _, final := range []error{provision.ErrNoCapacity, errdefs.ErrInvalid, errdefs.ErrPermission, errdefs.ErrUnauthenticated, errdefs.ErrNotFound} {
+		if errors.Is(err, final) {
+			return false
+		}
+	}
+	return true
+}
+
 // stopping reports whether a launch's context ended because the server
 // stops or no longer leads (not the launch's own time limit): what failed
 // then is the server's doing, and is left for the next run to clean up
@@ -362,15 +421,28 @@ func (o *Orchestrator) provisionAndBootstrap(ctx context.Context, spec api.PoolS
 func stopping(ctx context.Context) bool { return errors.Is(ctx.Err(), context.Canceled) }
 
 // failLaunch marks a launch failed: the deployment first (the provider
-// cleaned up what it made), then the machine.
-func (o *Orchestrator) failLaunch(ctx context.Context, m store.PoolMachine, why string) {
-	o.store.UpdateDeployment(ctx, m.DeploymentID, func(cur *store.Deployment) error {
+// cleaned up what it made), then the machine, and its candidate backs
+// off if counted. The machine fails even when the provider cannot be asked to
+// destroy what it may have made (it is down: that is often why the
+// launch failed), so that it stops counting against max and the next
+// candidate serves: what it may have made carries the owner's labels and
+// a failed deployment, which the sweep destroys once the provider answers.
+func (o *Orchestrator) failLaunch(ctx context.Context, m store.PoolMachine, why string, counted bool) {
+	d, err := o.store.UpdateDeployment(ctx, m.DeploymentID, func(cur *store.Deployment) error {
 		if cur.ResourceID == "" {
 			cur.State, cur.StateReason = api.DeploymentFailed, why
 		}
 		return nil
 	})
-	o.fail(ctx, m, why, true)
+	if err != nil || d.ResourceID != "" {
+		o.fail(ctx, m, why, counted)
+		return
+	}
+	if err := o.destroy(ctx, m.DeploymentID, "pool "+m.Pool+": "+why); err != nil {
+		o.event(ctx, m.Pool, m.ID, "error", fmt.Sprintf("cleaning up after machine %s failed: %s; the sweep destroys what it may have made once %s answers",
+			m.ID, errdefs.Message(err), m.Provider))
+	}
+	o.markFailed(ctx, m, why, counted)
 }
 
 // Explain ranks every candidate of every pool for a request: the answer

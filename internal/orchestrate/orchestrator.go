@@ -80,6 +80,15 @@ type Config struct {
 	// BackoffMin and BackoffMax bound a failing candidate's pause, which
 	// doubles with each failure in a row; defaults 10s and 5m.
 	BackoffMin, BackoffMax time.Duration
+	// LaunchTries is how many times a launch calls the provider's
+	// Provision before it fails the machine; default 3. A refusal for want
+	// of capacity (provision.ErrNoCapacity), an invalid spec or a refused
+	// credential is not retried: the next candidate serves instead.
+	LaunchTries int
+	// LaunchRetry is the pause before a launch's second try, doubling
+	// after; default 2s. No try starts later than LaunchRetryFor after the
+	// first.
+	LaunchRetry time.Duration
 	// SweepInterval is how often providers are asked for resources that
 	// no machine accounts for; default 30s.
 	SweepInterval time.Duration
@@ -100,6 +109,12 @@ func (c *Config) setDefaults() {
 	if c.BackoffMax < c.BackoffMin {
 		c.BackoffMax = max(5*time.Minute, c.BackoffMin)
 	}
+	if c.LaunchTries <= 0 {
+		c.LaunchTries = 3
+	}
+	if c.LaunchRetry <= 0 {
+		c.LaunchRetry = 2 * time.Second
+	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = 30 * time.Second
 	}
@@ -117,8 +132,10 @@ type Orchestrator struct {
 	wake    chan struct{}
 
 	mu       sync.Mutex
-	runCtx   context.Context // Run's; launches end with it
-	inflight map[string]bool // machines a goroutine works on now
+	runCtx   context.Context   // Run's; launches end with it
+	inflight map[string]bool   // machines a goroutine works on now
+	ours     map[string]bool   // machines this run launched: a restart did not cut them off
+	trouble  map[string]string // per machine, the provider error its launch retries after
 	backoff  map[candidateKey]*backoffState
 	status   map[string]PoolStatus // per pool, from the last round
 	running  bool                  // in Run: this server leads, status is its own
@@ -151,7 +168,7 @@ type PoolStatus struct {
 func New(cfg Config, st store.Store, cluster Cluster, log *slog.Logger) *Orchestrator {
 	cfg.setDefaults()
 	return &Orchestrator{cfg: cfg, store: st, cluster: cluster, log: log, wake: make(chan struct{}, 1),
-		inflight: map[string]bool{}, backoff: map[candidateKey]*backoffState{}, status: map[string]PoolStatus{},
+		inflight: map[string]bool{}, ours: map[string]bool{}, trouble: map[string]string{}, backoff: map[candidateKey]*backoffState{}, status: map[string]PoolStatus{},
 		said: map[string]string{}}
 }
 
@@ -184,6 +201,7 @@ func (o *Orchestrator) Wake() {
 func (o *Orchestrator) Run(ctx context.Context) error {
 	o.mu.Lock()
 	o.runCtx, o.running = ctx, true
+	clear(o.ours) // launches of an earlier run were cut off when it ended
 	o.mu.Unlock()
 	defer func() {
 		o.mu.Lock()
@@ -281,10 +299,19 @@ func (o *Orchestrator) stepMachines(ctx context.Context, spec api.PoolSpec, exis
 		}
 		switch m.State {
 		case api.MachineRequested, api.MachineProvisioning:
-			// Nothing works on it: the server stopped while launching it.
-			o.goStep(m, func(ctx context.Context, m store.PoolMachine) {
-				o.fail(ctx, m, "the server stopped while launching it", false)
-			})
+			// Nothing works on it: the server stopped while launching it,
+			// or this run's launch ended without moving it on (the store
+			// failed it), which is no fault of the candidate's either.
+			why := "the server stopped while launching it"
+			o.mu.Lock()
+			if o.ours[m.ID] {
+				why = "its launch ended unrecorded"
+				if m.StateReason != "" {
+					why += ": " + m.StateReason
+				}
+			}
+			o.mu.Unlock()
+			o.goStep(m, func(ctx context.Context, m store.PoolMachine) { o.failLaunch(ctx, m, why, false) })
 		case api.MachineBootstrapping:
 			o.stepBootstrapping(ctx, spec, m, now)
 		case api.MachineReady:
@@ -492,6 +519,12 @@ func (o *Orchestrator) fail(ctx context.Context, m store.PoolMachine, why string
 		o.event(ctx, m.Pool, m.ID, "error", fmt.Sprintf("destroying failed machine %s failed (retrying): %s", m.ID, errdefs.Message(err)))
 		return
 	}
+	o.markFailed(ctx, m, why, counted)
+}
+
+// markFailed marks a machine failed, once what it made is destroyed or
+// left to the sweep.
+func (o *Orchestrator) markFailed(ctx context.Context, m store.PoolMachine, why string, counted bool) {
 	if m.NodeID != "" {
 		o.cluster.ForgetNode(ctx, m.NodeID, "its machine failed")
 	}
