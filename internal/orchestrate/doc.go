@@ -12,9 +12,13 @@
 //     the agent through an executor (a static binary, a config with a
 //     single-use join token bound to the deployment), and wait for the
 //     agent to register: requested → provisioning → bootstrapping → ready;
-//   - replace: a launch that fails or whose agent does not register within
-//     the bootstrap timeout is destroyed, its candidate backs off
-//     exponentially, and the next candidate serves in the same round;
+//   - replace: a provider call that fails during a launch is retried with
+//     back-off (not a refusal for want of capacity); a launch that still
+//     fails, or whose agent does not register within the bootstrap
+//     timeout, is destroyed (or left to the sweep while its provider does
+//     not answer), stops counting against max, its candidate backs off
+//     exponentially, and the next candidate serves in the round that the
+//     failure wakes;
 //   - scale down: a ready machine that ran no suite, service or container
 //     for the idle timeout (and is older than the minimum age) is drained
 //     with a graceful shutdown, destroyed and its node forgotten:
