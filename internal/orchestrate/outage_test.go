@@ -278,7 +278,7 @@ func TestLaunchMovesOnAtOnceWithoutCapacity(t *testing.T) {
 	a := &flakyProvider{name: "a", err: noCap, fails: -1}
 	b := &flakyProvider{name: "b", err: errDown}
 	o, st := outage(t, a, b)
-	o.cfg.LaunchRetry = time.Hour // a retry would hang the test
+	o.cfg.LaunchRetry = 50 * time.Millisecond
 	round(t, o)
 
 	if n := a.Calls(); n != 1 {
@@ -294,5 +294,33 @@ func TestLaunchMovesOnAtOnceWithoutCapacity(t *testing.T) {
 	round(t, o)
 	if ms = machinesOf(t, st); len(ms) != 2 || ms[1].Provider != "b" {
 		t.Errorf("machines after the second round = %+v, want a second on b", ms)
+	}
+}
+
+// TestCutOffLaunchFailsWhileItsProviderIsDown: a launch an earlier run
+// left provisioning is failed by the next run with the true reason, and
+// stops counting against max, even while its provider does not answer
+// (the sweep destroys what it may have made later); the next candidate
+// serves.
+func TestCutOffLaunchFailsWhileItsProviderIsDown(t *testing.T) {
+	a := &flakyProvider{name: "a", err: errDown, fails: -1}
+	b := &flakyProvider{name: "b", err: errDown}
+	o, st := outage(t, a, b)
+	m := store.PoolMachine{ID: "pm-1", Pool: "p1", Template: "small", Provider: "a", State: api.MachineProvisioning, DeploymentID: "d-1"}
+	d := store.Deployment{ID: "d-1", Provider: "a", Name: "p1-pm-1", Template: "small", State: provision.StatePending}
+	if err := st.CreatePoolMachine(t.Context(), m, d); err != nil {
+		t.Fatal(err)
+	}
+	round(t, o)
+	got, err := st.GetPoolMachine(t.Context(), "pm-1")
+	if err != nil || got.State != api.MachineFailed || !strings.Contains(got.StateReason, "the server stopped while launching it") {
+		t.Fatalf("cut-off machine = %s (%q), %v; want failed, the server stopped; events:%s", got.State, got.StateReason, err, dumpEvents(t, st))
+	}
+	if _, ok := o.backoff[candidateKey{"small", "a"}]; ok {
+		t.Errorf("small on a backs off for the server's stop")
+	}
+	round(t, o)
+	if ms := machinesOf(t, st); len(ms) != 2 {
+		t.Errorf("machines after the second round = %+v, want a replacement (max 1: the failed one does not count)", ms)
 	}
 }
