@@ -48,9 +48,11 @@ type PoolSpec struct {
 
 // PoolCandidate is one template/provider pair a pool may make machines from.
 type PoolCandidate struct {
-	Template string  `json:"template"`
-	Provider string  `json:"provider"`
-	Price    float64 `json:"price,omitempty"` // per hour, for the cheapest policy; 0 unknown
+	Template string `json:"template"`
+	Provider string `json:"provider"`
+	// Price is per hour, for the cheapest policy: absent is unknown
+	// (ranked after priced candidates), 0 is free (ranked first).
+	Price *float64 `json:"price,omitempty"`
 }
 
 // Pool machine states. A machine moves requested → provisioning →
@@ -146,7 +148,7 @@ type ScheduleVerdict struct {
 	Pool     string   `json:"pool,omitempty"`
 	Template string   `json:"template"`
 	Provider string   `json:"provider"`
-	Price    float64  `json:"price,omitempty"`
+	Price    *float64 `json:"price,omitempty"` // absent: unknown; 0: free
 	CPUs     float64  `json:"cpus,omitempty"`
 	MemoryMB int64    `json:"memory_mb,omitempty"`
 	BootP50  Duration `json:"boot_p50,omitempty"`

@@ -275,12 +275,15 @@ func printPoolMachines(e *env, ms []api.PoolMachine, now time.Time) error {
 	return t.flush()
 }
 
-// priceText is a price per hour, or says it is unknown.
-func priceText(p float64) string {
-	if p <= 0 {
+// priceText is a price per hour (free for 0), or says it is unknown.
+func priceText(p *float64) string {
+	switch {
+	case p == nil || !(*p >= 0):
 		return "price unknown"
+	case *p == 0:
+		return "free"
 	}
-	return fmt.Sprintf("$%g/h", p)
+	return fmt.Sprintf("$%g/h", *p)
 }
 
 func poolRmCmd(e *env) *cobra.Command {
@@ -426,7 +429,7 @@ after a failure, its arch differs, it is too small, its pool lacks a tag, or
 its pool is at max, max_cpus or max_memory_mb. The feasible ones are ranked
 by the policy:
 
-  cheapest       lowest price per hour first; unknown prices last (default)
+  cheapest       lowest price per hour first (0 is free); no price last (default)
   fastest        shortest measured boot (request to ready, p50) first
   spread         fewest machines alive first
   binpack        the smallest machine that fits first
@@ -468,8 +471,8 @@ func printExplanation(e *env, x api.ScheduleExplanation) error {
 			rank, feasible, why = strconv.Itoa(v.Rank), "yes", v.Why
 		}
 		price, cpus, mem, boot := "-", "-", "-", "-"
-		if v.Price > 0 {
-			price = fmt.Sprintf("$%g/h", v.Price)
+		if v.Price != nil && *v.Price >= 0 {
+			price = fmt.Sprintf("$%g/h", *v.Price)
 		}
 		if v.CPUs > 0 {
 			cpus = strconv.FormatFloat(v.CPUs, 'g', -1, 64)

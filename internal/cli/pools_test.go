@@ -171,7 +171,8 @@ func TestPoolShow(t *testing.T) {
 	idle := now.Add(-2 * time.Minute)
 	p := api.PoolDetail{
 		Pool: api.Pool{
-			Spec: api.PoolSpec{Name: "ci", Candidates: []api.PoolCandidate{{Template: "small", Provider: "docker", Price: 0.02}, {Template: "big", Provider: "aws"}},
+			Spec: api.PoolSpec{Name: "ci", Candidates: []api.PoolCandidate{{Template: "small", Provider: "docker", Price: ptr(0.02)}, {Template: "big", Provider: "aws"},
+				{Template: "tiny", Provider: "local", Price: ptr(0.0)}},
 				Policy: "cheapest", Tags: []string{"linux"}, Groups: []string{"ci"}, Min: 1, Max: 4, MaxCPUs: 8,
 				IdleTimeout: api.Duration(5 * time.Minute), MinAge: api.Duration(time.Minute), BootstrapTimeout: api.Duration(3 * time.Minute), MaxLaunching: 4},
 			Machines: map[string]int{api.MachineReady: 1, api.MachineFailed: 0}, Desired: 2,
@@ -189,7 +190,7 @@ func TestPoolShow(t *testing.T) {
 	}
 	got := out.String()
 	for _, want := range []string{
-		"Candidate 1  small on docker, $0.02/h", "Candidate 2  big on aws, price unknown", "Policy       cheapest",
+		"Candidate 1  small on docker, $0.02/h", "Candidate 2  big on aws, price unknown", "Candidate 3  tiny on local, free", "Policy       cheapest",
 		"min 1, max 4 machines, max 8 CPUs", "at most 4 at once", "idle 5m0s (min age 1m0s), bootstrap 3m0s",
 		"Tags         linux", "Groups       ci", "Desired      2", "suite build: 8 ready", "max_launching 4", "1 ready",
 		"ID", "STATE", "TEMPLATE", "PROVIDER", "NODE", "DEPLOYMENT", "AGE", "REASON",
@@ -208,7 +209,7 @@ func TestScheduleExplainTable(t *testing.T) {
 	x := api.ScheduleExplanation{Policy: "fastest", Candidates: []api.ScheduleVerdict{
 		{Pool: "ci", Template: "small", Provider: "docker", CPUs: 2, MemoryMB: 2048, BootP50: api.Duration(4321 * time.Millisecond),
 			Feasible: true, Rank: 1, Why: "p50 4.3s"},
-		{Pool: "ci", Template: "big", Provider: "aws", Price: 0.1, Feasible: false, Reasons: []string{"backing off until 10:00:00", "lacks tag gpu"}},
+		{Pool: "ci", Template: "big", Provider: "aws", Price: ptr(0.1), Feasible: false, Reasons: []string{"backing off until 10:00:00", "lacks tag gpu"}},
 	}}
 	var out bytes.Buffer
 	if err := printExplanation(&env{stdout: &out}, x); err != nil {
@@ -351,3 +352,5 @@ func TestPoolHelpExampleLoads(t *testing.T) {
 		t.Errorf("the example of pool --help loads as %+v", spec)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

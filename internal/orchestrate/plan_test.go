@@ -128,7 +128,7 @@ func TestNormalize(t *testing.T) {
 			s.Template, s.Provider, s.Candidates = "", "", []api.PoolCandidate{{Provider: "docker"}}
 		}, "candidates[0].template"},
 		{"negative price", func(s *api.PoolSpec) {
-			s.Template, s.Provider, s.Candidates = "", "", []api.PoolCandidate{{Template: "a", Provider: "docker", Price: -1}}
+			s.Template, s.Provider, s.Candidates = "", "", []api.PoolCandidate{{Template: "a", Provider: "docker", Price: ptr(-1.0)}}
 		}, "candidates[0].price"},
 		{"a candidate twice", func(s *api.PoolSpec) {
 			s.Template, s.Provider = "", ""
