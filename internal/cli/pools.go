@@ -433,7 +433,8 @@ by the policy:
   fastest        shortest measured boot (request to ready, p50) first
   spread         fewest machines alive first
   binpack        the smallest machine that fits first
-  prefer-local   providers on the server's own host (docker, local) first, then cheapest
+  prefer-local   providers on the server's own host first (docker, local, and libvirt
+                 on a URI with no remote host, e.g. qemu:///system), then cheapest
 
 Example:
   nodemgr schedule explain --cpus 2 --memory-mb 2048 --tag linux --policy fastest`,
