@@ -44,6 +44,22 @@ type PoolSpec struct {
 	// down, so that bursty demand does not make machines flap; default 1m
 	// (capped by IdleTimeout).
 	MinAge Duration `json:"min_age,omitempty"`
+	// Paused, when true, stops the pool launching machines (min and demand
+	// alike); the machines it has stay, and go as their idle timeout says.
+	Paused bool `json:"paused,omitempty"`
+	// Priority orders pools that compete for the same demand: higher
+	// first, then the cheaper (by their best known candidate price), then
+	// by name. Default 0.
+	Priority int `json:"priority,omitempty"`
+}
+
+// PoolPatch is the body of PATCH /v1/pools/{pool}: only the fields
+// present change.
+type PoolPatch struct {
+	Min      *int  `json:"min,omitempty"`
+	Max      *int  `json:"max,omitempty"`
+	Paused   *bool `json:"paused,omitempty"`
+	Priority *int  `json:"priority,omitempty"`
 }
 
 // PoolCandidate is one template/provider pair a pool may make machines from.
