@@ -44,6 +44,9 @@ func (o *Orchestrator) candidates(ctx context.Context, spec api.PoolSpec, live [
 			ci.Arch = machineArch(pr, extra)
 			ci.Local = isLocal(pr)
 		}
+		if spec.Paused {
+			ci.Unavailable = "pool " + spec.Name + " is paused"
+		}
 		k := candidateKey{c.Template, c.Provider}
 		o.mu.Lock()
 		if b := o.backoff[k]; b != nil {
@@ -221,6 +224,9 @@ func (o *Orchestrator) scalePool(ctx context.Context, v poolView, pl *plan, cand
 	onway := v.launching()
 	start := min(pl.add, max(0, spec.MaxLaunching-onway))
 	var waiting []string
+	if spec.Paused {
+		waiting = append(waiting, "paused: launches no machine (nodemgr pool resume "+spec.Name+")")
+	}
 	if pl.add > start {
 		waiting = append(waiting, fmt.Sprintf("%d more machine%s wanted after the %d launching (max_launching %d)", pl.add-start, plural(pl.add-start), onway, spec.MaxLaunching))
 	}
