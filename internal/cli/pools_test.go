@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -354,3 +355,68 @@ func TestPoolHelpExampleLoads(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// pool scale, pause and resume send a PATCH with only the fields they
+// change, and say what the pool is now; pool ls and show say it is paused.
+func TestPoolScalePauseResume(t *testing.T) {
+	var got []map[string]any
+	spec := api.PoolSpec{Name: "ci", Template: "worker", Provider: "docker", Min: 1, Max: 4}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPatch || r.URL.Path != "/v1/pools/ci" {
+			http.NotFound(w, r)
+			return
+		}
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		got = append(got, body)
+		var p api.PoolPatch
+		b, _ := json.Marshal(body)
+		json.Unmarshal(b, &p)
+		if p.Min != nil {
+			spec.Min = *p.Min
+		}
+		if p.Max != nil {
+			spec.Max = *p.Max
+		}
+		if p.Paused != nil {
+			spec.Paused = *p.Paused
+		}
+		json.NewEncoder(w).Encode(api.Pool{Spec: spec, Machines: map[string]int{}})
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		args []string
+		body string
+		out  string
+	}{
+		{[]string{"pool", "scale", "ci", "--max", "8"}, `{"max":8}`, "pool ci: min 1, max 8; desired 0, machines: none\n"},
+		{[]string{"pool", "scale", "ci", "--min", "0", "--max", "2"}, `{"max":2,"min":0}`, "pool ci: min 0, max 2; desired 0, machines: none\n"},
+		{[]string{"pool", "pause", "ci"}, `{"paused":true}`, "pool ci: min 0, max 2, paused; desired 0, machines: none\n"},
+		{[]string{"pool", "resume", "ci"}, `{"paused":false}`, "pool ci: min 0, max 2; desired 0, machines: none\n"},
+	} {
+		got = nil
+		code, stdout, stderr := runArgs(t, append(tc.args, "--addr", srv.URL)...)
+		b, _ := json.Marshal(got)
+		if code != 0 || stdout != tc.out || string(b) != "["+tc.body+"]" {
+			t.Errorf("%v = exit %d, %q (stderr %q), sent %s; want 0, %q, sent [%s]", tc.args, code, stdout, stderr, b, tc.out, tc.body)
+		}
+	}
+	if code, _, stderr := runArgs(t, "pool", "scale", "ci", "--addr", srv.URL); code == 0 || !strings.Contains(stderr, "--min") {
+		t.Errorf("pool scale without --min or --max = exit %d, %q; want an error naming the flags", code, stderr)
+	}
+
+	var out bytes.Buffer
+	if err := printPools(&env{stdout: &out}, []api.Pool{{Spec: spec}, {Spec: api.PoolSpec{Name: "gpu", Paused: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "gpu (paused)") || strings.Contains(out.String(), "ci (paused)") {
+		t.Errorf("pool ls:\n%s\nwant gpu alone marked paused", out.String())
+	}
+	out.Reset()
+	if err := printPool(&env{stdout: &out}, api.PoolDetail{Pool: api.Pool{Spec: api.PoolSpec{Name: "gpu", Paused: true, Priority: 3}}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^Paused +yes`).MatchString(out.String()) || !regexp.MustCompile(`(?m)^Priority +3$`).MatchString(out.String()) {
+		t.Errorf("pool show:\n%s\nwant it paused, priority 3", out.String())
+	}
+}
