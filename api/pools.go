@@ -44,13 +44,31 @@ type PoolSpec struct {
 	// down, so that bursty demand does not make machines flap; default 1m
 	// (capped by IdleTimeout).
 	MinAge Duration `json:"min_age,omitempty"`
+	// Paused, when true, stops the pool launching machines (min and demand
+	// alike); the machines it has stay, and go as their idle timeout says.
+	Paused bool `json:"paused,omitempty"`
+	// Priority orders pools that compete for the same demand: higher
+	// first, then the cheaper (by their best known candidate price), then
+	// by name. Default 0.
+	Priority int `json:"priority,omitempty"`
+}
+
+// PoolPatch is the body of PATCH /v1/pools/{pool}: only the fields
+// present change.
+type PoolPatch struct {
+	Min      *int  `json:"min,omitempty"`
+	Max      *int  `json:"max,omitempty"`
+	Paused   *bool `json:"paused,omitempty"`
+	Priority *int  `json:"priority,omitempty"`
 }
 
 // PoolCandidate is one template/provider pair a pool may make machines from.
 type PoolCandidate struct {
-	Template string  `json:"template"`
-	Provider string  `json:"provider"`
-	Price    float64 `json:"price,omitempty"` // per hour, for the cheapest policy; 0 unknown
+	Template string `json:"template"`
+	Provider string `json:"provider"`
+	// Price is per hour, for the cheapest policy: absent is unknown
+	// (ranked after priced candidates), 0 is free (ranked first).
+	Price *float64 `json:"price,omitempty"`
 }
 
 // Pool machine states. A machine moves requested → provisioning →
@@ -146,7 +164,7 @@ type ScheduleVerdict struct {
 	Pool     string   `json:"pool,omitempty"`
 	Template string   `json:"template"`
 	Provider string   `json:"provider"`
-	Price    float64  `json:"price,omitempty"`
+	Price    *float64 `json:"price,omitempty"` // absent: unknown; 0: free
 	CPUs     float64  `json:"cpus,omitempty"`
 	MemoryMB int64    `json:"memory_mb,omitempty"`
 	BootP50  Duration `json:"boot_p50,omitempty"`

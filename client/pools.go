@@ -14,6 +14,13 @@ func (c *Client) ApplyPool(ctx context.Context, spec api.PoolSpec) (api.Pool, er
 	return p, c.Do(ctx, http.MethodPut, "/v1/pools/"+url.PathEscape(spec.Name), spec, &p)
 }
 
+// PatchPool changes the fields of a pool's spec that p sets (min, max,
+// paused, priority) and leaves the rest.
+func (c *Client) PatchPool(ctx context.Context, name string, p api.PoolPatch) (api.Pool, error) {
+	var out api.Pool
+	return out, c.Do(ctx, http.MethodPatch, "/v1/pools/"+url.PathEscape(name), p, &out)
+}
+
 // Pools lists every pool.
 func (c *Client) Pools(ctx context.Context) ([]api.Pool, error) {
 	return All(ctx, func(ctx context.Context, p Page) ([]api.Pool, string, error) {

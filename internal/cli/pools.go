@@ -39,6 +39,8 @@ const poolFileHelp = `A pool file (YAML or JSON; - reads standard input):
   min_age: 1m                 # no scale-down younger than this
   bootstrap_timeout: 3m       # its agent must register within this
   max_launching: 4            # machines being made at once
+  priority: 0                 # pools serving the same work: higher asked first
+  paused: false               # true: launches no machine (pool pause/resume)
 
 A server listening on loopback takes docker templates only with
 overrides: {docker: {network_mode: host}}; otherwise start it with
@@ -57,7 +59,8 @@ idle_timeout.
 Machines move requested → provisioning → bootstrapping → ready → draining →
 terminating → gone, or failed (with the reason, after what was made is
 destroyed). pool events says why each step happened.`}
-	cmd.AddCommand(poolApplyCmd(e), poolLsCmd(e), poolShowCmd(e), poolRmCmd(e), poolEventsCmd(e))
+	cmd.AddCommand(poolApplyCmd(e), poolLsCmd(e), poolShowCmd(e), poolRmCmd(e), poolEventsCmd(e),
+		poolScaleCmd(e), poolPauseCmd(e, true), poolPauseCmd(e, false))
 	return cmd
 }
 
@@ -150,7 +153,11 @@ const maxWaitingWidth = 60
 func printPools(e *env, pools []api.Pool) error {
 	t := newTable(e.stdout, "NAME", "TEMPLATE/PROVIDER", "MIN", "MAX", "DESIRED", "MACHINES", "WAITING")
 	for _, p := range pools {
-		t.row(p.Spec.Name, poolSource(p.Spec), strconv.Itoa(p.Spec.Min), strconv.Itoa(p.Spec.Max), strconv.Itoa(p.Desired),
+		name := p.Spec.Name
+		if p.Spec.Paused {
+			name += " (paused)"
+		}
+		t.row(name, poolSource(p.Spec), strconv.Itoa(p.Spec.Min), strconv.Itoa(p.Spec.Max), strconv.Itoa(p.Desired),
 			machineCounts(p.Machines), orDash(clip(p.Waiting, maxWaitingWidth)))
 	}
 	return t.flush()
@@ -232,6 +239,8 @@ func printPool(e *env, p api.PoolDetail, now time.Time) error {
 		limits = append(limits, fmt.Sprintf("max %d MiB memory", s.MaxMemoryMB))
 	}
 	for _, r := range [][2]string{
+		{"Paused", pausedText(s.Paused)},
+		{"Priority", strconv.Itoa(s.Priority)},
 		{"Policy", orDash(s.Policy)},
 		{"Limits", strings.Join(limits, ", ")},
 		{"Launching", fmt.Sprintf("at most %d at once", s.MaxLaunching)},
@@ -275,12 +284,78 @@ func printPoolMachines(e *env, ms []api.PoolMachine, now time.Time) error {
 	return t.flush()
 }
 
-// priceText is a price per hour, or says it is unknown.
-func priceText(p float64) string {
-	if p <= 0 {
-		return "price unknown"
+// pausedText says whether a pool launches machines.
+func pausedText(paused bool) string {
+	if paused {
+		return "yes: launches no machine (nodemgr pool resume)"
 	}
-	return fmt.Sprintf("$%g/h", p)
+	return "no"
+}
+
+// priceText is a price per hour (free for 0), or says it is unknown.
+func priceText(p *float64) string {
+	switch {
+	case p == nil || !(*p >= 0):
+		return "price unknown"
+	case *p == 0:
+		return "free"
+	}
+	return fmt.Sprintf("$%g/h", *p)
+}
+
+func poolScaleCmd(e *env) *cobra.Command {
+	var minN, maxN int
+	cmd := &cobra.Command{
+		Use:   "scale POOL [--min N] [--max N]",
+		Short: "Change a pool's min or max machines, leaving the rest of its spec",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var p api.PoolPatch
+			if cmd.Flags().Changed("min") {
+				p.Min = &minN
+			}
+			if cmd.Flags().Changed("max") {
+				p.Max = &maxN
+			}
+			if p.Min == nil && p.Max == nil {
+				return fmt.Errorf("give --min N, --max N or both")
+			}
+			return patchPool(cmd, e, args[0], p)
+		},
+	}
+	cmd.Flags().IntVar(&minN, "min", 0, "machines kept running whatever the demand")
+	cmd.Flags().IntVar(&maxN, "max", 0, "machines never exceeded")
+	return cmd
+}
+
+func poolPauseCmd(e *env, pause bool) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "pause POOL",
+		Short: "Stop a pool launching machines; the machines it has stay",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return patchPool(cmd, e, args[0], api.PoolPatch{Paused: &pause})
+		},
+	}
+	if !pause {
+		cmd.Use, cmd.Short = "resume POOL", "Let a paused pool launch machines again"
+	}
+	return cmd
+}
+
+// patchPool changes part of a pool's spec and says what it is now.
+func patchPool(cmd *cobra.Command, e *env, name string, patch api.PoolPatch) error {
+	p, err := clientFor(cmd, e).PatchPool(cmd.Context(), name, patch)
+	if err != nil {
+		return err
+	}
+	state := ""
+	if p.Spec.Paused {
+		state = ", paused"
+	}
+	fmt.Fprintf(e.stdout, "pool %s: min %d, max %d%s; desired %d, machines: %s\n",
+		p.Spec.Name, p.Spec.Min, p.Spec.Max, state, p.Desired, machineCounts(p.Machines))
+	return nil
 }
 
 func poolRmCmd(e *env) *cobra.Command {
@@ -426,11 +501,12 @@ after a failure, its arch differs, it is too small, its pool lacks a tag, or
 its pool is at max, max_cpus or max_memory_mb. The feasible ones are ranked
 by the policy:
 
-  cheapest       lowest price per hour first; unknown prices last (default)
+  cheapest       lowest price per hour first (0 is free); no price last (default)
   fastest        shortest measured boot (request to ready, p50) first
   spread         fewest machines alive first
   binpack        the smallest machine that fits first
-  prefer-local   providers on the server's own host (docker, local) first, then cheapest
+  prefer-local   providers on the server's own host first (docker, local, and libvirt
+                 on a URI with no remote host, e.g. qemu:///system), then cheapest
 
 Example:
   nodemgr schedule explain --cpus 2 --memory-mb 2048 --tag linux --policy fastest`,
@@ -468,8 +544,8 @@ func printExplanation(e *env, x api.ScheduleExplanation) error {
 			rank, feasible, why = strconv.Itoa(v.Rank), "yes", v.Why
 		}
 		price, cpus, mem, boot := "-", "-", "-", "-"
-		if v.Price > 0 {
-			price = fmt.Sprintf("$%g/h", v.Price)
+		if v.Price != nil && *v.Price >= 0 {
+			price = fmt.Sprintf("$%g/h", *v.Price)
 		}
 		if v.CPUs > 0 {
 			cpus = strconv.FormatFloat(v.CPUs, 'g', -1, 64)

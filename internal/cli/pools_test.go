@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -171,7 +172,8 @@ func TestPoolShow(t *testing.T) {
 	idle := now.Add(-2 * time.Minute)
 	p := api.PoolDetail{
 		Pool: api.Pool{
-			Spec: api.PoolSpec{Name: "ci", Candidates: []api.PoolCandidate{{Template: "small", Provider: "docker", Price: 0.02}, {Template: "big", Provider: "aws"}},
+			Spec: api.PoolSpec{Name: "ci", Candidates: []api.PoolCandidate{{Template: "small", Provider: "docker", Price: ptr(0.02)}, {Template: "big", Provider: "aws"},
+				{Template: "tiny", Provider: "local", Price: ptr(0.0)}},
 				Policy: "cheapest", Tags: []string{"linux"}, Groups: []string{"ci"}, Min: 1, Max: 4, MaxCPUs: 8,
 				IdleTimeout: api.Duration(5 * time.Minute), MinAge: api.Duration(time.Minute), BootstrapTimeout: api.Duration(3 * time.Minute), MaxLaunching: 4},
 			Machines: map[string]int{api.MachineReady: 1, api.MachineFailed: 0}, Desired: 2,
@@ -189,7 +191,7 @@ func TestPoolShow(t *testing.T) {
 	}
 	got := out.String()
 	for _, want := range []string{
-		"Candidate 1  small on docker, $0.02/h", "Candidate 2  big on aws, price unknown", "Policy       cheapest",
+		"Candidate 1  small on docker, $0.02/h", "Candidate 2  big on aws, price unknown", "Candidate 3  tiny on local, free", "Policy       cheapest",
 		"min 1, max 4 machines, max 8 CPUs", "at most 4 at once", "idle 5m0s (min age 1m0s), bootstrap 3m0s",
 		"Tags         linux", "Groups       ci", "Desired      2", "suite build: 8 ready", "max_launching 4", "1 ready",
 		"ID", "STATE", "TEMPLATE", "PROVIDER", "NODE", "DEPLOYMENT", "AGE", "REASON",
@@ -208,7 +210,7 @@ func TestScheduleExplainTable(t *testing.T) {
 	x := api.ScheduleExplanation{Policy: "fastest", Candidates: []api.ScheduleVerdict{
 		{Pool: "ci", Template: "small", Provider: "docker", CPUs: 2, MemoryMB: 2048, BootP50: api.Duration(4321 * time.Millisecond),
 			Feasible: true, Rank: 1, Why: "p50 4.3s"},
-		{Pool: "ci", Template: "big", Provider: "aws", Price: 0.1, Feasible: false, Reasons: []string{"backing off until 10:00:00", "lacks tag gpu"}},
+		{Pool: "ci", Template: "big", Provider: "aws", Price: ptr(0.1), Feasible: false, Reasons: []string{"backing off until 10:00:00", "lacks tag gpu"}},
 	}}
 	var out bytes.Buffer
 	if err := printExplanation(&env{stdout: &out}, x); err != nil {
@@ -349,5 +351,72 @@ func TestPoolHelpExampleLoads(t *testing.T) {
 	}
 	if spec.Name != "ci" || spec.Max != 4 || time.Duration(spec.IdleTimeout) != 5*time.Minute || spec.Labels["team"] != "build" {
 		t.Errorf("the example of pool --help loads as %+v", spec)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// pool scale, pause and resume send a PATCH with only the fields they
+// change, and say what the pool is now; pool ls and show say it is paused.
+func TestPoolScalePauseResume(t *testing.T) {
+	var got []map[string]any
+	spec := api.PoolSpec{Name: "ci", Template: "worker", Provider: "docker", Min: 1, Max: 4}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPatch || r.URL.Path != "/v1/pools/ci" {
+			http.NotFound(w, r)
+			return
+		}
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		got = append(got, body)
+		var p api.PoolPatch
+		b, _ := json.Marshal(body)
+		json.Unmarshal(b, &p)
+		if p.Min != nil {
+			spec.Min = *p.Min
+		}
+		if p.Max != nil {
+			spec.Max = *p.Max
+		}
+		if p.Paused != nil {
+			spec.Paused = *p.Paused
+		}
+		json.NewEncoder(w).Encode(api.Pool{Spec: spec, Machines: map[string]int{}})
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		args []string
+		body string
+		out  string
+	}{
+		{[]string{"pool", "scale", "ci", "--max", "8"}, `{"max":8}`, "pool ci: min 1, max 8; desired 0, machines: none\n"},
+		{[]string{"pool", "scale", "ci", "--min", "0", "--max", "2"}, `{"max":2,"min":0}`, "pool ci: min 0, max 2; desired 0, machines: none\n"},
+		{[]string{"pool", "pause", "ci"}, `{"paused":true}`, "pool ci: min 0, max 2, paused; desired 0, machines: none\n"},
+		{[]string{"pool", "resume", "ci"}, `{"paused":false}`, "pool ci: min 0, max 2; desired 0, machines: none\n"},
+	} {
+		got = nil
+		code, stdout, stderr := runArgs(t, append(tc.args, "--addr", srv.URL)...)
+		b, _ := json.Marshal(got)
+		if code != 0 || stdout != tc.out || string(b) != "["+tc.body+"]" {
+			t.Errorf("%v = exit %d, %q (stderr %q), sent %s; want 0, %q, sent [%s]", tc.args, code, stdout, stderr, b, tc.out, tc.body)
+		}
+	}
+	if code, _, stderr := runArgs(t, "pool", "scale", "ci", "--addr", srv.URL); code == 0 || !strings.Contains(stderr, "--min") {
+		t.Errorf("pool scale without --min or --max = exit %d, %q; want an error naming the flags", code, stderr)
+	}
+
+	var out bytes.Buffer
+	if err := printPools(&env{stdout: &out}, []api.Pool{{Spec: spec}, {Spec: api.PoolSpec{Name: "gpu", Paused: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "gpu (paused)") || strings.Contains(out.String(), "ci (paused)") {
+		t.Errorf("pool ls:\n%s\nwant gpu alone marked paused", out.String())
+	}
+	out.Reset()
+	if err := printPool(&env{stdout: &out}, api.PoolDetail{Pool: api.Pool{Spec: api.PoolSpec{Name: "gpu", Paused: true, Priority: 3}}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^Paused +yes`).MatchString(out.String()) || !regexp.MustCompile(`(?m)^Priority +3$`).MatchString(out.String()) {
+		t.Errorf("pool show:\n%s\nwant it paused, priority 3", out.String())
 	}
 }

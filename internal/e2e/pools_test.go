@@ -281,8 +281,8 @@ func TestPoolFallsBackToTheNextCandidate(t *testing.T) {
 	p.template("pool-good", "")
 	name := "fallback-" + strings.ToLower(dockertest.Name(t)[:6])
 	p.apply(api.PoolSpec{Name: name, Min: 1, Max: 1, Candidates: []api.PoolCandidate{
-		{Template: "pool-noimage", Provider: "docker", Price: 0.01},
-		{Template: "pool-good", Provider: "docker", Price: 0.05},
+		{Template: "pool-noimage", Provider: "docker", Price: ptr(0.01)},
+		{Template: "pool-good", Provider: "docker", Price: ptr(0.05)},
 	}})
 	d := p.waitMachines(name, api.MachineReady, 1, 90*time.Second)
 	if got := d.MachineList[len(d.MachineList)-1]; got.Template != "pool-good" {
@@ -530,3 +530,5 @@ func TestPoolSaysWhyASuiteWaits(t *testing.T) {
 		t.Errorf("schedule explain with policy random = %+v, want a field error", ex)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -33,15 +34,18 @@ func (o *Orchestrator) candidates(ctx context.Context, spec api.PoolSpec, live [
 	for _, c := range Candidates(spec) {
 		ci := candidateInfo{Candidate: schedule.Candidate{Pool: spec.Name, Template: c.Template, Provider: c.Provider,
 			Price: c.Price, Tags: spec.Tags}}
-		if _, err := o.cluster.Provider(c.Provider); err != nil {
+		if pr, err := o.cluster.Provider(c.Provider); err != nil {
 			ci.Unavailable = "provider " + c.Provider + ": " + errdefs.Message(err)
 		} else if extra, err := o.cluster.Render(ctx, c.Template, c.Provider); err != nil {
 			ci.Unavailable = "template " + c.Template + ": " + errdefs.Message(err)
 		} else {
 			ci.extra = extra
 			ci.CPUs, ci.MemoryMB = size(extra)
-			ci.Arch, _ = extra["arch"].(string)
-			ci.Local = c.Provider == "docker" || c.Provider == "local"
+			ci.Arch = machineArch(pr, extra)
+			ci.Local = isLocal(pr)
+		}
+		if spec.Paused {
+			ci.Unavailable = "pool " + spec.Name + " is paused"
 		}
 		k := candidateKey{c.Template, c.Provider}
 		o.mu.Lock()
@@ -58,6 +62,35 @@ func (o *Orchestrator) candidates(ctx context.Context, spec api.PoolSpec, live [
 		out = append(out, ci)
 	}
 	return out
+}
+
+// machineArch is the arch a candidate's machines get, as its provider
+// tells from the rendered template; docker and local machines are the
+// server's own. "" when unknown (the scheduler then takes any).
+func machineArch(pr provision.Provider, extra map[string]any) string {
+	if a, ok := pr.(provision.Archer); ok {
+		return a.MachineArch(extra)
+	}
+	switch pr.Name() {
+	case "docker", "local":
+		return runtime.GOARCH
+	}
+	a, _ := extra["arch"].(string)
+	return a
+}
+
+// isLocal reports whether a provider's machines run on the server's own
+// host: as it says (a libvirt daemon on a URI without a remote host), or
+// docker and local.
+func isLocal(pr provision.Provider) bool {
+	if l, ok := pr.(provision.Locality); ok {
+		return l.Local()
+	}
+	switch pr.Name() {
+	case "docker", "local":
+		return true
+	}
+	return false
 }
 
 // size reads a rendered template's CPUs and memory (0 when it does not
@@ -191,6 +224,9 @@ func (o *Orchestrator) scalePool(ctx context.Context, v poolView, pl *plan, cand
 	onway := v.launching()
 	start := min(pl.add, max(0, spec.MaxLaunching-onway))
 	var waiting []string
+	if spec.Paused {
+		waiting = append(waiting, "paused: launches no machine (nodemgr pool resume "+spec.Name+")")
+	}
 	if pl.add > start {
 		waiting = append(waiting, fmt.Sprintf("%d more machine%s wanted after the %d launching (max_launching %d)", pl.add-start, plural(pl.add-start), onway, spec.MaxLaunching))
 	}

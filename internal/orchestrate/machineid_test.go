@@ -72,4 +72,4 @@ func TestReadMachineID(t *testing.T) {
 	}
 }
 
-func ptr(s string) *string { return &s }
+func ptr[T any](v T) *T { return &v }

@@ -1,6 +1,7 @@
 package orchestrate
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -154,11 +155,12 @@ type plan struct {
 // planPools shares the demand out among the pools. Suites go in priority
 // order; each first uses machines already on their way in pools that
 // serve it (so nothing is counted twice), then asks those pools for more,
-// in name order, up to each pool's room. A pool below min asks for the
-// difference whatever the demand.
+// in poolOrder, up to each pool's room. A pool below min asks for the
+// difference whatever the demand. A paused pool is asked for nothing: its
+// machines on their way still count, and the demand goes to the next pool.
 func planPools(pools []poolView, demands []Demand) map[string]*plan {
 	sort.SliceStable(demands, func(i, j int) bool { return demands[i].Priority > demands[j].Priority })
-	sort.Slice(pools, func(i, j int) bool { return pools[i].spec.Name < pools[j].spec.Name })
+	slices.SortFunc(pools, poolOrder)
 	plans := map[string]*plan{}
 	onway := map[string]int{}
 	room := map[string]int{}
@@ -167,6 +169,9 @@ func planPools(pools []poolView, demands []Demand) map[string]*plan {
 		plans[p.spec.Name] = &plan{serving: map[string]bool{}}
 		onway[p.spec.Name] = p.onTheWay()
 		room[p.spec.Name], limit[p.spec.Name] = p.room()
+		if p.spec.Paused {
+			room[p.spec.Name], limit[p.spec.Name] = 0, "paused (nodemgr pool resume "+p.spec.Name+")"
+		}
 		// min first: machines below it are wanted whatever the demand.
 		if short := p.spec.Min - len(p.counted()); short > 0 {
 			n := min(short, room[p.spec.Name])
@@ -210,6 +215,38 @@ func planPools(pools []poolView, demands []Demand) map[string]*plan {
 		}
 	}
 	return plans
+}
+
+// poolOrder is the order pools are asked for machines: higher priority
+// first, then the cheaper (by the lowest known price among their
+// candidates; a pool with none after priced ones), then by name.
+func poolOrder(a, b poolView) int {
+	ap, aKnown := lowestPrice(a.spec)
+	bp, bKnown := lowestPrice(b.spec)
+	switch {
+	case a.spec.Priority != b.spec.Priority:
+		return cmp.Compare(b.spec.Priority, a.spec.Priority)
+	case aKnown != bKnown:
+		if aKnown {
+			return -1
+		}
+		return 1
+	case ap != bp:
+		return cmp.Compare(ap, bp)
+	}
+	return strings.Compare(a.spec.Name, b.spec.Name)
+}
+
+// lowestPrice is the lowest known price among a pool's candidates.
+func lowestPrice(spec api.PoolSpec) (float64, bool) {
+	var low float64
+	known := false
+	for _, c := range Candidates(spec) {
+		if c.Price != nil && *c.Price >= 0 && (!known || *c.Price < low) {
+			low, known = *c.Price, true
+		}
+	}
+	return low, known
 }
 
 // line is the demand in a few words, for events and pool show.

@@ -75,6 +75,19 @@ func TestPlanPools(t *testing.T) {
 		{"a replica for one of several groups", []poolView{{spec: build}, {spec: gpu}},
 			[]Demand{{Ensemble: "shop", Suite: "shop/train", Ready: 1, WorkerCount: 1, Groups: []string{"ops", "ml"}}},
 			map[string]int{"build": 0, "gpu": 1}, nil},
+		{"a paused pool launches nothing, min included", []poolView{{spec: api.PoolSpec{Name: "build", Tags: []string{"linux"}, Min: 1, Max: 4, Paused: true}}},
+			[]Demand{suite("s", 3, 1, "linux")}, map[string]int{"build": 0}, map[string]string{"build": "paused"}},
+		{"demand passes a paused pool by", []poolView{{spec: api.PoolSpec{Name: "a", Max: 4, Paused: true}}, {spec: api.PoolSpec{Name: "b", Max: 4}}},
+			[]Demand{suite("s", 2, 1)}, map[string]int{"a": 0, "b": 2}, map[string]string{"a": "paused"}},
+		{"a paused pool's machines on their way still serve", []poolView{{spec: api.PoolSpec{Name: "a", Max: 4, Paused: true}, live: machines(api.MachineProvisioning)}, {spec: api.PoolSpec{Name: "b", Max: 4}}},
+			[]Demand{suite("s", 2, 1)}, map[string]int{"a": 0, "b": 1}, map[string]string{"a": "paused"}},
+		{"higher priority pool asked first", []poolView{{spec: api.PoolSpec{Name: "a", Max: 1}}, {spec: api.PoolSpec{Name: "z", Max: 1, Priority: 1}}},
+			[]Demand{suite("s", 1, 1)}, map[string]int{"a": 0, "z": 1}, nil},
+		{"same priority: the cheaper pool first", []poolView{
+			{spec: api.PoolSpec{Name: "a", Max: 1, Candidates: []api.PoolCandidate{{Template: "t", Provider: "aws", Price: ptr(0.5)}}}},
+			{spec: api.PoolSpec{Name: "b", Max: 1}},
+			{spec: api.PoolSpec{Name: "c", Max: 1, Candidates: []api.PoolCandidate{{Template: "t", Provider: "local", Price: ptr(0.0)}, {Template: "u", Provider: "aws", Price: ptr(2.0)}}}}},
+			[]Demand{suite("s", 2, 1)}, map[string]int{"a": 1, "b": 0, "c": 1}, map[string]string{"c": "at max"}},
 		{"higher priority first", []poolView{{spec: api.PoolSpec{Name: "build", Max: 1}}},
 			[]Demand{{Suite: "low", Ready: 1, WorkerCount: 1}, {Suite: "high", Priority: 9, Ready: 1, WorkerCount: 1}},
 			map[string]int{"build": 1}, map[string]string{"build": "at max"}},
@@ -128,7 +141,7 @@ func TestNormalize(t *testing.T) {
 			s.Template, s.Provider, s.Candidates = "", "", []api.PoolCandidate{{Provider: "docker"}}
 		}, "candidates[0].template"},
 		{"negative price", func(s *api.PoolSpec) {
-			s.Template, s.Provider, s.Candidates = "", "", []api.PoolCandidate{{Template: "a", Provider: "docker", Price: -1}}
+			s.Template, s.Provider, s.Candidates = "", "", []api.PoolCandidate{{Template: "a", Provider: "docker", Price: ptr(-1.0)}}
 		}, "candidates[0].price"},
 		{"a candidate twice", func(s *api.PoolSpec) {
 			s.Template, s.Provider = "", ""

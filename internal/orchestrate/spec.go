@@ -47,8 +47,8 @@ func Normalize(spec api.PoolSpec) (api.PoolSpec, error) {
 		if c.Provider == "" {
 			return spec, errdefs.Field(join(field, "provider"), "required")
 		}
-		if c.Price < 0 {
-			return spec, errdefs.Field(join(field, "price"), "must not be negative, got %g", c.Price)
+		if c.Price != nil && !(*c.Price >= 0) {
+			return spec, errdefs.Field(join(field, "price"), "must be 0 (free) or more, got %g; leave it out when unknown", *c.Price)
 		}
 		key := [2]string{c.Template, c.Provider}
 		if seen[key] {

@@ -115,6 +115,24 @@ type VerbChecker interface {
 	CheckVerb(d Deployment, verb string) error
 }
 
+// Locality is the optional capability of a provider that knows whether
+// its machines run on the server's own host (the prefer-local policy
+// ranks those first). A provider without it is taken to be local when it
+// is docker or local.
+type Locality interface {
+	Local() bool
+}
+
+// Archer is the optional capability of a provider that can tell from a
+// rendered template's Extra which architecture its machine would have
+// (x86_64, aarch64, arm64 ... as the provider names it), so that the
+// scheduler can refuse a candidate of the wrong one; "" when it cannot
+// tell. A provider without it (docker, local) makes machines of the
+// server's own architecture.
+type Archer interface {
+	MachineArch(extra map[string]any) string
+}
+
 // StateReasoner is the optional capability of a Lifecycle that says why a
 // machine is in its state, in words a person can act on: an EC2 spot
 // instance that AWS took back, a launch that failed for want of capacity.

@@ -112,17 +112,21 @@ var policies = map[string]policy{
 	},
 }
 
-// byPrice orders by known price, lowest first, unknown prices last.
+// byPrice orders by known price, lowest first (a free one, 0, first of
+// all), unknown prices last.
 func byPrice(_ Request, a, b Candidate) int {
-	return cmp.Or(unknownLast(a.Price > 0, b.Price > 0), cmp.Compare(knownPrice(a.Price), knownPrice(b.Price)))
+	ap, aKnown := knownPrice(a.Price)
+	bp, bKnown := knownPrice(b.Price)
+	return cmp.Or(unknownLast(aKnown, bKnown), cmp.Compare(ap, bp))
 }
 
-// knownPrice is p, or 0 when unknown (NaN included), so unknowns tie.
-func knownPrice(p float64) float64 {
-	if p > 0 {
-		return p
+// knownPrice is *p and true, or 0 and false when p is unknown: nil,
+// negative or NaN (so unknowns tie).
+func knownPrice(p *float64) (float64, bool) {
+	if p == nil || !(*p >= 0) {
+		return 0, false
 	}
-	return 0
+	return *p, true
 }
 
 // unknownLast orders a known value before an unknown one.
@@ -150,9 +154,11 @@ func spare(req Request, c Candidate) (milliCPU, memoryMB int64) {
 	return milliCPU, memoryMB
 }
 
-// price prints a price per hour with at least cents: $0.10/h, $0.0042/h.
-func price(p float64) string {
-	if !(p > 0) {
+// price prints a price per hour with at least cents: $0.10/h, $0.0042/h,
+// $0.00/h (free).
+func price(pp *float64) string {
+	p, ok := knownPrice(pp)
+	if !ok {
 		return "price unknown, ranked after priced ones"
 	}
 	s := strconv.FormatFloat(p, 'f', -1, 64)

@@ -14,12 +14,13 @@ import (
 // Candidate is one way to get a machine: a template rendered for a
 // provider. Sizes, price and arch come from the rendered template and the
 // pool; the observed fields are filled in by the caller. A zero (or
-// negative, or NaN) size or price means unknown.
+// negative, or NaN) size means unknown; a price is unknown when nil (or
+// negative, or NaN), and 0 is a real price: free.
 type Candidate struct {
 	Pool     string   // the pool offering it; "" when not from a pool
 	Template string   // template name
 	Provider string   // provider name (local, docker, libvirt, aws)
-	Price    float64  // per hour, as the pool says; 0 = unknown
+	Price    *float64 // per hour, as the pool says; nil = unknown, 0 = free
 	CPUs     float64  // what one machine of it has (the rendered cpu); 0 = unknown
 	MemoryMB int64    // the rendered memoryMB; 0 = unknown
 	Arch     string   // "" = unknown, taken to be any

@@ -27,6 +27,8 @@ func with(c Candidate, f func(*Candidate)) Candidate {
 	return c
 }
 
+func ptr[T any](v T) *T { return &v }
+
 func name(c Candidate) string { return c.Pool + "/" + c.Template + "@" + c.Provider }
 
 // summary is one line per verdict: "RANK NAME: WHY" for the feasible,
@@ -44,7 +46,7 @@ func summary(vs []Verdict) []string {
 }
 
 func TestExplainPolicies(t *testing.T) {
-	price := func(c Candidate, p float64) Candidate { return with(c, func(c *Candidate) { c.Price = p }) }
+	price := func(c Candidate, p float64) Candidate { return with(c, func(c *Candidate) { c.Price = &p }) }
 	boot := func(c Candidate, d time.Duration) Candidate { return with(c, func(c *Candidate) { c.BootP50 = d }) }
 	alive := func(c Candidate, n int) Candidate { return with(c, func(c *Candidate) { c.Machines = n }) }
 	size := func(c Candidate, cpus float64, mem int64) Candidate {
@@ -75,6 +77,21 @@ func TestExplainPolicies(t *testing.T) {
 				"3 p/d@docker: cheapest: $0.10/h; tied with rank 2, then by pool, template, provider name",
 				"4 p/a@docker: cheapest: $0.20/h",
 				"5 p/c@docker: cheapest: price unknown, ranked after priced ones",
+			},
+		},
+		{
+			// A price of 0 is free, not unknown: it ranks first.
+			name: "cheapest, free first, unknown last",
+			req:  Request{Policy: Cheapest},
+			cands: []Candidate{
+				price(sized("p", "a", "aws"), 0.01),
+				sized("p", "b", "docker"),
+				price(sized("p", "c", "local"), 0),
+			},
+			want: []string{
+				"1 p/c@local: cheapest: $0.00/h",
+				"2 p/a@aws: cheapest: $0.01/h",
+				"3 p/b@docker: cheapest: price unknown, ranked after priced ones",
 			},
 		},
 		{
@@ -473,9 +490,9 @@ func TestExplainReasons(t *testing.T) {
 func TestExplainOrder(t *testing.T) {
 	cands := []Candidate{
 		with(sized("p", "d", "docker"), func(c *Candidate) { c.Unavailable = "gone" }),
-		with(sized("p", "c", "docker"), func(c *Candidate) { c.Price = 0.3 }),
+		with(sized("p", "c", "docker"), func(c *Candidate) { c.Price = ptr(0.3) }),
 		with(sized("p", "b", "docker"), func(c *Candidate) { c.Tags = nil }),
-		with(sized("p", "a", "docker"), func(c *Candidate) { c.Price = 0.2 }),
+		with(sized("p", "a", "docker"), func(c *Candidate) { c.Price = ptr(0.2) }),
 		with(sized("o", "z", "docker"), func(c *Candidate) { c.Arch = "arm64" }),
 	}
 	req := Request{Tags: []string{"linux"}, Arch: "amd64"}
@@ -564,8 +581,8 @@ func nan() float64 {
 }
 
 func TestChoose(t *testing.T) {
-	cheap := with(sized("p", "cheap", "aws"), func(c *Candidate) { c.Price = 0.01 })
-	dear := with(sized("p", "dear", "aws"), func(c *Candidate) { c.Price = 1 })
+	cheap := with(sized("p", "cheap", "aws"), func(c *Candidate) { c.Price = ptr(0.01) })
+	dear := with(sized("p", "dear", "aws"), func(c *Candidate) { c.Price = ptr(1.0) })
 	tests := []struct {
 		name   string
 		cands  []Candidate

@@ -45,7 +45,7 @@ var wireTypes = map[string]any{
 	"ProvisionRequest": api.ProvisionRequest{}, "ExecRequest": api.ExecRequest{}, "ExecEvent": api.ExecEvent{},
 	"User": api.User{}, "UserList": api.UserList{}, "CreateUserRequest": api.CreateUserRequest{},
 	"MembershipRequest": membershipRequest{}, "Token": api.Token{}, "TokenList": api.TokenList{},
-	"CreateTokenRequest": api.CreateTokenRequest{}, "PoolCandidate": api.PoolCandidate{}, "PoolSpec": api.PoolSpec{}, "Pool": api.Pool{}, "PoolDetail": api.PoolDetail{},
+	"CreateTokenRequest": api.CreateTokenRequest{}, "PoolCandidate": api.PoolCandidate{}, "PoolSpec": api.PoolSpec{}, "PoolPatch": api.PoolPatch{}, "Pool": api.Pool{}, "PoolDetail": api.PoolDetail{},
 	"PoolMachine": api.PoolMachine{}, "PoolList": api.PoolList{}, "PoolEvent": api.PoolEvent{}, "PoolEventList": api.PoolEventList{},
 	"EnsembleSpec": api.EnsembleSpec{}, "AllocationSpec": api.AllocationSpec{}, "Placement": api.Placement{},
 	"EnsembleReplica": api.EnsembleReplica{}, "Ensemble": api.Ensemble{}, "EnsembleList": api.EnsembleList{},

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -315,6 +316,56 @@ func (s *Server) handlePutPool(w http.ResponseWriter, r *http.Request) error {
 		status = http.StatusCreated
 	}
 	httpapi.WriteJSON(w, status, s.apiPool(r.Context(), spec, doc, s.orch.Status(r.Context(), spec.Name)))
+	return nil
+}
+
+// handlePatchPool changes only the fields of a pool's spec that the body
+// has (min, max, paused, priority): scale, pause and resume without the
+// pool's file.
+func (s *Server) handlePatchPool(w http.ResponseWriter, r *http.Request) error {
+	var p api.PoolPatch
+	if err := decodeJSON(r, &p); err != nil {
+		return err
+	}
+	spec, _, err := s.getPool(r.Context(), r.PathValue("pool"))
+	if err != nil {
+		return err
+	}
+	var changes []string
+	if p.Min != nil {
+		spec.Min = *p.Min
+		changes = append(changes, fmt.Sprintf("min %d", spec.Min))
+	}
+	if p.Max != nil {
+		spec.Max = *p.Max
+		changes = append(changes, fmt.Sprintf("max %d", spec.Max))
+	}
+	if p.Paused != nil {
+		spec.Paused = *p.Paused
+		changes = append(changes, map[bool]string{true: "paused", false: "resumed"}[spec.Paused])
+	}
+	if p.Priority != nil {
+		spec.Priority = *p.Priority
+		changes = append(changes, fmt.Sprintf("priority %d", spec.Priority))
+	}
+	if len(changes) == 0 {
+		return fmt.Errorf("nothing to change: give min, max, paused or priority: %w", errdefs.ErrInvalid)
+	}
+	if p.Max != nil && p.Min == nil && spec.Min > spec.Max {
+		// Name the field the caller gave, not the one Normalize would.
+		return errdefs.Field("max", "must be at least the pool's min (%d), got %d; lower min too", spec.Min, spec.Max)
+	}
+	if spec, err = orchestrate.Normalize(spec); err != nil {
+		return err
+	}
+	body, _ := json.Marshal(spec)
+	doc, err := s.store.PutDocument(r.Context(), store.Document{Kind: store.KindPool, Name: spec.Name, Body: body})
+	if err != nil {
+		return fmt.Errorf("store pool %s: %w", spec.Name, err)
+	}
+	s.orch.Record(r.Context(), spec.Name, "applied", fmt.Sprintf("pool %s changed (version %d) by %s: %s", spec.Name, doc.Version, principalFrom(r.Context()).User, strings.Join(changes, ", ")))
+	s.wakeOrchestrator()
+	httpapi.WriteJSON(w, http.StatusOK, s.apiPool(r.Context(), spec, doc, s.orch.Status(r.Context(), spec.Name)))
 	return nil
 }
 

@@ -88,6 +88,7 @@ func (s *Server) coreRoutes() []route {
 		{"GET", "/v1/pools", authAdmin, s.handleListPools},
 		{"GET", "/v1/pools/{pool}", authAdmin, s.handleGetPool},
 		{"PUT", "/v1/pools/{pool}", authAdmin, s.handlePutPool},
+		{"PATCH", "/v1/pools/{pool}", authAdmin, s.handlePatchPool},
 		{"DELETE", "/v1/pools/{pool}", authAdmin, s.handleDeletePool},
 		{"GET", "/v1/pools/{pool}/events", authAdmin, s.handlePoolEvents},
 		{"POST", "/v1/schedule/explain", authAdmin, s.handleScheduleExplain},

@@ -152,6 +152,38 @@ func (r capacityNotRetried) IsErrorRetryable(err error) bool {
 // Name is "aws".
 func (a *AWS) Name() string { return "aws" }
 
+// MachineArch is the arch an instance of this Extra gets, read without
+// calling EC2: its instance type's (a Graviton family, such as t4g or
+// m7gd, is arm64), else its ami_lookup's architecture (x86_64 when not
+// given); "" when only an AMI ID says.
+func (a *AWS) MachineArch(extra map[string]any) string {
+	if it, _ := extra["instance_type"].(string); it != "" {
+		return instanceArch(it)
+	}
+	if l, err := parseLookup(extra); err == nil && l != nil {
+		return l.arch
+	}
+	return ""
+}
+
+// instanceArch is an instance type's arch by its family: Graviton
+// families carry a g after their generation (t4g, m6gd, c7gn, g5g), and
+// a1 was the first.
+func instanceArch(instanceType string) string {
+	family, _, _ := strings.Cut(instanceType, ".")
+	if family == "a1" {
+		return archARM
+	}
+	i := strings.IndexAny(family, "0123456789")
+	if i < 0 {
+		return ""
+	}
+	if strings.Contains(strings.TrimLeft(family[i:], "0123456789"), "g") {
+		return archARM
+	}
+	return archX86
+}
+
 // Region is the region the provider launches in.
 func (a *AWS) Region() string { return a.region }
 
@@ -624,5 +656,6 @@ var (
 	_ provision.Lifecycle     = (*AWS)(nil)
 	_ provision.VerbChecker   = (*AWS)(nil)
 	_ provision.StateReasoner = (*AWS)(nil)
+	_ provision.Archer        = (*AWS)(nil)
 	_ ec2API                  = (*ec2.Client)(nil)
 )

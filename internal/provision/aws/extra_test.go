@@ -248,3 +248,27 @@ func TestClientToken(t *testing.T) {
 		t.Errorf("token %q is longer than EC2's 64", a)
 	}
 }
+
+// TestMachineArch: the scheduler's arch filter reads an instance's arch
+// from its instance type, else its AMI lookup.
+func TestMachineArch(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		extra map[string]any
+		want  string
+	}{
+		{"x86 type", map[string]any{"instance_type": "m5.large"}, "x86_64"},
+		{"graviton type", map[string]any{"instance_type": "t4g.small"}, "arm64"},
+		{"graviton with disk and network", map[string]any{"instance_type": "c6gdn.xlarge"}, "arm64"},
+		{"x86 gpu type", map[string]any{"instance_type": "g5.xlarge"}, "x86_64"},
+		{"graviton gpu type", map[string]any{"instance_type": "g5g.xlarge"}, "arm64"},
+		{"first graviton", map[string]any{"instance_type": "a1.medium"}, "arm64"},
+		{"lookup, default arch", map[string]any{"ami_lookup": map[string]any{"name": "al2023-*", "owner": "amazon"}}, "x86_64"},
+		{"lookup, arm64", map[string]any{"ami_lookup": map[string]any{"name": "al2023-*", "owner": "amazon", "architecture": "arm64"}}, "arm64"},
+		{"an AMI ID alone", map[string]any{"ami": "ami-0123456789abcdef0"}, ""},
+	} {
+		if got := (*AWS)(nil).MachineArch(tc.extra); got != tc.want {
+			t.Errorf("%s: MachineArch(%v) = %q, want %q", tc.name, tc.extra, got, tc.want)
+		}
+	}
+}

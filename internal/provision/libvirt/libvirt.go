@@ -175,6 +175,33 @@ func (p *Libvirt) Name() string { return "libvirt" }
 // URI is the libvirt URI the provider connects to.
 func (p *Libvirt) URI() string { return p.uri.String() }
 
+// MachineArch is the arch a domain of this Extra gets: extra.arch, or the
+// server's when absent (as Provision does); "" when extra.arch is not one
+// the provider knows.
+func (p *Libvirt) MachineArch(extra map[string]any) string {
+	a, _ := extra["arch"].(string)
+	arch, err := normArch(a)
+	if err != nil {
+		return ""
+	}
+	return arch
+}
+
+// Local reports whether the daemon, and so its domains, runs on this
+// host: a URI with no host (qemu:///system, qemu:///session,
+// qemu+unix:///system) or a loopback one (localhost, 127.0.0.1, ::1).
+// It is the prefer-local policy's measure, not how to connect (local
+// says that).
+func (p *Libvirt) Local() bool {
+	switch h := p.uri.Hostname(); h {
+	case "", "localhost":
+		return true
+	default:
+		ip := net.ParseIP(h)
+		return ip != nil && ip.IsLoopback()
+	}
+}
+
 // Close drops the connection to the daemon.
 func (p *Libvirt) Close() error {
 	p.mu.Lock()
@@ -725,5 +752,7 @@ var (
 	_ provision.Provider      = (*Libvirt)(nil)
 	_ provision.Lifecycle     = (*Libvirt)(nil)
 	_ provision.StateReasoner = (*Libvirt)(nil)
+	_ provision.Locality      = (*Libvirt)(nil)
+	_ provision.Archer        = (*Libvirt)(nil)
 	_ client                  = (*golibvirt.Libvirt)(nil)
 )

@@ -534,3 +534,30 @@ func TestDeclaredKeys(t *testing.T) {
 		t.Errorf("overrides.libvirt.netwrok = %v, want refused with a suggestion", err)
 	}
 }
+
+// TestLocal: a URI without a host, or with a loopback one, is a daemon on
+// this host, whatever its transport; any other host is remote.
+func TestLocal(t *testing.T) {
+	for _, tc := range []struct {
+		uri  string
+		want bool
+	}{
+		{"qemu:///system", true},
+		{"qemu:///session", true},
+		{"qemu+unix:///system", true},
+		{"qemu+unix:///system?socket=/run/libvirt/libvirt-sock", true},
+		{"qemu+ssh://localhost/system", true},
+		{"qemu+tcp://127.0.0.1/system", true},
+		{"qemu+ssh://[::1]/system", true},
+		{"qemu+ssh://root@kvm1.example.com/system", false},
+		{"qemu+tcp://10.0.0.5:16509/system", false},
+	} {
+		p, err := libvirt.New(map[string]string{"uri": tc.uri})
+		if err != nil {
+			t.Fatalf("New(%q): %v", tc.uri, err)
+		}
+		if got := p.Local(); got != tc.want {
+			t.Errorf("New(%q).Local() = %v, want %v", tc.uri, got, tc.want)
+		}
+	}
+}
