@@ -122,7 +122,7 @@ func outage(t *testing.T, providers ...*flakyProvider) (*Orchestrator, store.Sto
 	spec := api.PoolSpec{Name: "p1", Max: 1, MaxLaunching: 1}
 	cl := &outageCluster{providers: map[string]*flakyProvider{}}
 	for i, p := range providers {
-		spec.Candidates = append(spec.Candidates, api.PoolCandidate{Template: "small", Provider: p.name, Price: float64(i + 1)})
+		spec.Candidates = append(spec.Candidates, api.PoolCandidate{Template: "small", Provider: p.name, Price: ptr(float64(i + 1))})
 		cl.providers[p.name] = p
 	}
 	body, err := json.Marshal(spec)
