@@ -302,7 +302,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) error {
 		// The server saw the connection end: the agent died, or the
 		// network between us did. Either way, start the clock now.
 		if life := s.lifeCtx(); life.Err() == nil {
-			s.connectionLost(life, t.NodeID, sess.heartbeat(), s.lostSince(sess))
+			s.connectionLost(life, t.NodeID, sess.heartbeat(), time.Now())
 		}
 	}
 	var pe *proto.ProtocolError

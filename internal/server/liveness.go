@@ -138,7 +138,9 @@ func (s *Server) silenceLoop(ctx context.Context) {
 				"node", sess.nodeID, "silent", silent.Round(time.Millisecond))
 			// A frozen agent would not answer a close either.
 			sess.conn.CloseNow()
-			s.connectionLost(ctx, sess.nodeID, sess.heartbeat(), s.lostSince(sess))
+			// Its grace counts from when it was last heard: what it heard
+			// then is what it still acts on.
+			s.connectionLost(ctx, sess.nodeID, sess.heartbeat(), sess.heard.Time())
 		}
 	}
 }
@@ -146,19 +148,10 @@ func (s *Server) silenceLoop(ctx context.Context) {
 // silenceTick is how often silenceLoop looks.
 const silenceTick = 500 * time.Millisecond
 
-// lostSince is when the agent of a session that ended was last known
-// alive: when it was last heard from, if it pings (what it heard then is
-// what it still acts on), else now, as the server saw the end only now.
-func (s *Server) lostSince(sess *session) time.Time {
-	if sess.keepalive > 0 && sess.heard != nil {
-		return sess.heard.Time()
-	}
-	return time.Now()
-}
-
 // connectionLost starts the check of a node whose connection ended without
-// a goodbye, or went silent: it has until ReconnectGrace after since (when
-// it was last known alive) to come back. heard is the last beat the lost
+// a goodbye (since: when the server saw it end), or went silent (since:
+// when the agent was last heard): it has until ReconnectGrace after since
+// to come back. heard is the last beat the lost
 // connection carried.
 func (s *Server) connectionLost(ctx context.Context, nodeID string, heard, since time.Time) {
 	s.live.startCheck(nodeID, func() {

@@ -43,7 +43,7 @@ func replicaOf(instance string) string {
 
 // claimReplica takes this process's replica lease at start. A lease held
 // by another instance is either a previous run that died (it renews no
-// more: taken over once that is clear, a renewal period later) or a
+// more: taken over when it runs out, at most --leader-lease later) or a
 // second live server started with the same --replica-id: refused.
 func (s *Server) claimReplica(ctx context.Context) (store.Lease, error) {
 	name := replicaLeaseName(s.cfg.ReplicaID)
@@ -60,19 +60,8 @@ func (s *Server) claimReplica(ctx context.Context) (store.Lease, error) {
 			return store.Lease{}, fmt.Errorf("read the replica lease %s: %w", name, err)
 		}
 		if st, ok := s.backend.(soleServer); !ok || !st.SoleServer() {
-			// Watch it for a renewal period: a live holder renews it.
-			select {
-			case <-ctx.Done():
-				return store.Lease{}, ctx.Err()
-			case <-time.After(2 * s.replicaRenewEvery()):
-			}
-			now, err := s.store.GetLease(ctx, name)
-			if err != nil {
-				return store.Lease{}, fmt.Errorf("read the replica lease %s: %w", name, err)
-			}
-			if now.Holder == held.Holder && now.Expires.After(held.Expires) {
-				return store.Lease{}, fmt.Errorf("another server is running with replica id %q (instance %s renews its lease): "+
-					"give each server its own --replica-id, or stop the other one first: %w", s.cfg.ReplicaID, now.Holder, errdefs.ErrConflict)
+			if err := s.watchReplicaLease(ctx, held); err != nil {
+				return store.Lease{}, err
 			}
 		}
 		s.log.Info("taking over the replica lease a previous run of this replica left", "replica", s.cfg.ReplicaID, "previous", held.Holder)
@@ -80,6 +69,34 @@ func (s *Server) claimReplica(ctx context.Context) (store.Lease, error) {
 			return store.Lease{}, fmt.Errorf("take over the replica lease %s: %w", name, err)
 		}
 	}
+}
+
+// watchReplicaLease watches a replica lease another instance holds until
+// it expires: a live holder renews it meanwhile (every second), and this
+// process is a second server on its replica ID, refused; a holder that
+// renews no more is a previous run that died, whose lease may be taken
+// over. A lease released or taken by another meanwhile ends the watch too.
+func (s *Server) watchReplicaLease(ctx context.Context, held store.Lease) error {
+	s.log.Info("the replica lease is held by another process; waiting to see whether it is alive",
+		"replica", s.cfg.ReplicaID, "holder", held.Holder, "until", held.Expires)
+	for time.Now().Before(held.Expires) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(s.replicaRenewEvery()):
+		}
+		now, err := s.store.GetLease(ctx, held.Name)
+		switch {
+		case err != nil:
+			return fmt.Errorf("read the replica lease %s: %w", held.Name, err)
+		case now.Holder != held.Holder:
+			return nil
+		case now.Expires.After(held.Expires):
+			return fmt.Errorf("another server is running with replica id %q (instance %s renews its lease): "+
+				"give each server its own --replica-id, or stop the other one first: %w", s.cfg.ReplicaID, now.Holder, errdefs.ErrConflict)
+		}
+	}
+	return nil
 }
 
 // replicaLoop renews this process's replica lease until ctx ends. It

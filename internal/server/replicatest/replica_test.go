@@ -31,17 +31,17 @@ func TestSecondServerOnOneReplicaIDIsRefused(t *testing.T) {
 }
 
 // TestRestartedReplicaTakesItsLeaseBack: a replica killed without
-// releasing its lease comes back at once under the same id; its old
-// instance renews no more, so it is not mistaken for a twin.
+// releasing its lease comes back under the same id once that lease runs
+// out: its old instance renews no more, so it is not mistaken for a twin.
 func TestRestartedReplicaTakesItsLeaseBack(t *testing.T) {
 	db := pgtest.NewDatabase(t)
 	r := startReplica(t, db, "r-again")
 	waitLeader(t, time.Minute, r, r)
-	if _, err := r.store.AcquireLease(t.Context(), "replica/r-crashed", "r-crashed#00000000", time.Hour); err != nil {
+	if _, err := r.store.AcquireLease(t.Context(), "replica/r-crashed", "r-crashed#00000000", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	back := startReplica(t, db, "r-crashed")
-	time.Sleep(2 * time.Second)
+	time.Sleep(3 * time.Second) // past the old lease
 	select {
 	case <-back.done:
 		t.Fatalf("the restarted replica stopped: %v", back.err)
