@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // The lease the tests elect with, and how often it is renewed (a third).
 const (
-	lease = 300 * time.Millisecond
+	lease = time.Second
 	renew = lease / 3
 )
 
