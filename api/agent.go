@@ -98,8 +98,9 @@ type Welcome struct {
 	ServerVersion     string    `json:"server_version"`
 	// ReclaimAfter is how long the server waits for a node it lost touch
 	// with (connection dropped, or silent) before its tasks go to others.
-	// An agent out of touch for nearly that long starts none of the tasks
-	// it holds until a new welcome says which are still its own.
+	// An agent out of touch for a keepalive period less than that (three
+	// periods at most) starts none of the tasks it holds until a new
+	// welcome says which are still its own.
 	ReclaimAfter Duration `json:"reclaim_after,omitempty"`
 	// Revoked are tasks of Hello.Holding that are no longer this node's:
 	// taken back while it was away and given to another node (or ended).
