@@ -18,32 +18,67 @@ func setChildSubreaper() error {
 // walkMembers finds the group's live processes: this process's children
 // that carry the group's mark (the task's process, and orphans that were
 // reparented here), and all their descendants, marked or not.
+//
+// The tree changes while it is read: a process whose parent exits moves
+// from the part not yet visited to this process's children, already
+// listed. So the roots are read again until a pass finds no new one.
 func (g *Group) walkMembers() []int {
-	seen := map[int]bool{}
-	var out []int
-	var visit func(pid int)
-	visit = func(pid int) {
-		if seen[pid] {
-			return
-		}
-		seen[pid] = true
-		if alive(pid) {
-			out = append(out, pid)
-		}
-		for _, c := range children(pid) {
-			visit(c)
-		}
-	}
-	roots := children(os.Getpid())
+	w := walk{mark: g.mark, seen: map[int]bool{}}
 	if g.name != "" {
-		roots = allPIDs() // a Persistent group's processes are anyone's children
+		// A Persistent group's processes are anyone's children: every
+		// process is a root, and one pass sees each marked one.
+		w.roots(allPIDs())
+		return w.out
 	}
-	for _, c := range roots {
-		if hasMark(c, g.mark) {
-			visit(c)
+	self := os.Getpid()
+	for {
+		n := len(w.seen)
+		w.roots(children(self))
+		if len(w.seen) == n {
+			return w.out
 		}
 	}
-	return out
+}
+
+type walk struct {
+	mark string
+	seen map[int]bool
+	out  []int
+}
+
+func (w *walk) roots(pids []int) {
+	for _, pid := range pids {
+		w.root(pid)
+	}
+}
+
+func (w *walk) root(pid int) {
+	if w.seen[pid] {
+		return
+	}
+	switch marked, known := markOf(pid, w.mark); {
+	case marked:
+		w.visit(pid)
+	case !known:
+		// A dying orphan has lost its environment but may still hold
+		// children the kernel has not yet moved here: they are roots
+		// too, a moment early.
+		w.roots(children(pid))
+	}
+}
+
+// visit takes pid and all its descendants, marked or not.
+func (w *walk) visit(pid int) {
+	if w.seen[pid] {
+		return
+	}
+	w.seen[pid] = true
+	if alive(pid) {
+		w.out = append(w.out, pid)
+	}
+	for _, c := range children(pid) {
+		w.visit(c)
+	}
 }
 
 // allPIDs lists every process in /proc.
@@ -129,20 +164,27 @@ func children(pid int) []int {
 	return out
 }
 
-// hasMark says whether pid's environment marks it as one of the group's.
-// A zombie has no environment left: it is not counted.
-func hasMark(pid int, mark string) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
-	if err != nil {
-		return false
-	}
+// markOf reads pid's environment: marked says it carries the group's
+// mark, known that there was an environment to read. A process in the
+// middle of exec shows none for a moment, so a live one is read again; an
+// exiting one has lost it for good.
+func markOf(pid int, mark string) (marked, known bool) {
 	want := []byte(EnvGroup + "=" + mark)
-	for kv := range bytes.SplitSeq(b, []byte{0}) {
-		if bytes.Equal(kv, want) {
-			return true
+	for try := 0; ; try++ {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+		if err == nil && len(b) > 0 {
+			for kv := range bytes.SplitSeq(b, []byte{0}) {
+				if bytes.Equal(kv, want) {
+					return true, true
+				}
+			}
+			return false, true
 		}
+		if err != nil || try == 20 || !alive(pid) {
+			return false, false
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
-	return false
 }
 
 // stat returns the fields of /proc/PID/stat after the command name: state
