@@ -42,6 +42,10 @@ type BootstrapConfig struct {
 	// StageDir is where the server stages each machine's files; default
 	// the system's temporary directory.
 	StageDir string
+	// ServerCA is the PEM file of the CA the server's certificate comes
+	// from, when the server made its own: pull-bootstrapped machines get
+	// it to fetch their agent over TLS.
+	ServerCA string
 }
 
 // On the machine: the binary, its config and its log live in AgentDir,
@@ -123,7 +127,11 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 		return 0, 0, fmt.Errorf("stage the agent's files: %w", err)
 	}
 	defer os.RemoveAll(stage)
-	if err := stageFiles(stage, bin, o.agentConfig(spec, d, token)); err != nil {
+	art, err := o.cfg.Bootstrap.artifact(bin)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := stageFiles(stage, art, o.agentConfig(spec, d, token, false)); err != nil {
 		return 0, 0, err
 	}
 	t0 := time.Now()
@@ -341,7 +349,7 @@ func goArch(uname string) string {
 }
 
 // agentConfig is the agent's config file for a machine.
-func (o *Orchestrator) agentConfig(spec api.PoolSpec, d store.Deployment, token string) []byte {
+func (o *Orchestrator) agentConfig(spec api.PoolSpec, d store.Deployment, token string, withCA bool) []byte {
 	labels := map[string]string{}
 	for k, v := range spec.Labels {
 		labels[k] = v
@@ -360,6 +368,9 @@ func (o *Orchestrator) agentConfig(spec api.PoolSpec, d store.Deployment, token 
 	if o.cfg.Bootstrap.InsecureHTTP {
 		cfg["insecure_http"] = true
 	}
+	if withCA {
+		cfg["server_ca"] = AgentDir + "/server-ca.crt"
+	}
 	if len(spec.Tags) > 0 {
 		cfg["tags"] = spec.Tags
 	}
@@ -373,7 +384,8 @@ func (o *Orchestrator) agentConfig(spec api.PoolSpec, d store.Deployment, token 
 // startScript checks the machine's arch and starts the agent in the
 // background under a loop that restarts it after a crash and ends when it
 // exits 0 (a graceful shutdown).
-func startScript(arch string) string {
+func startScript(art Artifact) string {
+	arch := art.Arch
 	return `#!/bin/sh
 # Written by nodemgr's orchestrator: starts the agent, restarting it after
 # a crash, until it stops cleanly.
@@ -386,26 +398,25 @@ if command -v uname >/dev/null 2>&1; then
     exit 3
   fi
 fi
-chmod 0700 "$dir"
-chmod 0600 "$dir/agent.yaml"
-# Fail now, with the reason, if the binary cannot run here at all.
-"$dir/nodemgr" --version >/dev/null
-mkdir -p ` + AgentDataDir + `
-# No nohup in minimal images: the loop ignores SIGHUP itself, and
-# without a terminal there is none to send it anyway.
-sh -c 'trap "" HUP; while :; do "$0/nodemgr" agent --config "$0/agent.yaml" && exit 0; echo "nodemgr agent exited $?; restarting in 1s"; sleep 1; done' "$dir" >>"$dir/agent.log" 2>&1 </dev/null &
+gzip -dc "$dir/nodemgr.gz" >"$dir/nodemgr.new"
+rm -f "$dir/nodemgr.gz"
+chmod 0755 "$dir/nodemgr.new"
+mv -f "$dir/nodemgr.new" "$dir/nodemgr"
+` + superviseScript + `
 `
 }
 
-// stageFiles writes the tree copied onto the machine.
-func stageFiles(dir string, bin Binary, config []byte) error {
-	if err := linkOrCopy(bin.Path, filepath.Join(dir, "nodemgr")); err != nil {
-		return fmt.Errorf("stage the agent binary %s: %w", bin.Path, err)
+// stageFiles writes the tree copied onto the machine: the agent as its
+// artifact (compressed: it travels a fifth of the binary's size), its
+// config and the script that unpacks and starts it.
+func stageFiles(dir string, art Artifact, config []byte) error {
+	if err := linkOrCopy(art.Path, filepath.Join(dir, "nodemgr.gz")); err != nil {
+		return fmt.Errorf("stage the agent binary %s: %w", art.Path, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "agent.yaml"), config, 0o600); err != nil {
 		return fmt.Errorf("stage the agent config: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "start.sh"), []byte(startScript(bin.Arch)), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "start.sh"), []byte(startScript(art)), 0o755); err != nil {
 		return fmt.Errorf("stage the start script: %w", err)
 	}
 	return os.Chmod(dir, 0o700)

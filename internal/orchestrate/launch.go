@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	"runtime"
 	"slices"
@@ -348,8 +349,13 @@ func (o *Orchestrator) provisionAndBootstrap(ctx context.Context, spec api.PoolS
 		o.failLaunch(ctx, m, "provider: "+errdefs.Message(err), true)
 		return
 	}
+	pull, err := o.pullFor(ctx, pr, spec, d)
+	if err != nil {
+		o.failLaunch(ctx, m, "bootstrap: "+errdefs.Message(err), true)
+		return
+	}
 	start := time.Now()
-	made, err := o.provision(ctx, pr, m, d)
+	made, err := o.provision(ctx, pr, m, d, pull)
 	if err != nil && stopping(ctx) {
 		return // the next run replaces it, uncharged ("the server stopped while launching it")
 	}
@@ -360,6 +366,13 @@ func (o *Orchestrator) provisionAndBootstrap(ctx context.Context, spec api.PoolS
 	d, err = o.store.UpdateDeployment(ctx, d.ID, func(cur *store.Deployment) error {
 		cur.State, cur.StateReason = made.State, ""
 		cur.ResourceID, cur.Address, cur.Executors = made.ResourceID, made.Address, made.Executors
+		if pull != nil {
+			cur.Extra = maps.Clone(cur.Extra)
+			if cur.Extra == nil {
+				cur.Extra = map[string]any{}
+			}
+			cur.Extra[provision.ExtraSSHHostKey] = pull.hostKey.public
+		}
 		return nil
 	})
 	if err != nil {
@@ -370,9 +383,20 @@ func (o *Orchestrator) provisionAndBootstrap(ctx context.Context, spec api.PoolS
 	}
 	m, err = o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error {
 		cur.State, cur.LaunchedAt = api.MachineBootstrapping, time.Now()
+		if pull != nil {
+			// Its agent came with the launch: from now on it has the
+			// bootstrap timeout to fetch it and register.
+			cur.DeliveredAt = cur.LaunchedAt
+		}
 		return nil
 	})
 	if err != nil {
+		return
+	}
+	if pull != nil {
+		o.event(ctx, m.Pool, m.ID, "launched", fmt.Sprintf("machine %s launched in %s (%s %.12s); it fetches its agent itself (cloud-init), waiting for it to register",
+			m.ID, time.Since(start).Round(time.Millisecond), d.Provider, d.ResourceID))
+		o.Wake()
 		return
 	}
 	o.event(ctx, m.Pool, m.ID, "launched", fmt.Sprintf("machine %s launched in %s (%s %.12s); bootstrapping its agent",
@@ -411,7 +435,15 @@ const launchRetryFor = 2 * time.Minute
 // returned at once: no capacity now (the next candidate serves instead),
 // an invalid spec, a refused credential. While it waits, the pool's
 // status says why.
-func (o *Orchestrator) provision(ctx context.Context, pr provision.Provider, m store.PoolMachine, d store.Deployment) (provision.Deployment, error) {
+func (o *Orchestrator) provision(ctx context.Context, pr provision.Provider, m store.PoolMachine, d store.Deployment, pull *pullBootstrap) (provision.Deployment, error) {
+	spec := provision.Spec{Name: d.Name, Template: d.Template, Extra: d.Extra, Labels: d.Labels}
+	if pull != nil {
+		ud, err := pull.userData()
+		if err != nil {
+			return provision.Deployment{}, err
+		}
+		spec.UserData = ud
+	}
 	defer func() {
 		o.mu.Lock()
 		delete(o.trouble, m.ID)
@@ -420,7 +452,7 @@ func (o *Orchestrator) provision(ctx context.Context, pr provision.Provider, m s
 	first := time.Now()
 	wait := o.cfg.LaunchRetry
 	for try := 1; ; try++ {
-		made, err := pr.Provision(ctx, provision.Spec{Name: d.Name, Template: d.Template, Extra: d.Extra, Labels: d.Labels})
+		made, err := pr.Provision(ctx, spec)
 		if err == nil || ctx.Err() != nil || !retryable(err) || try >= o.cfg.LaunchTries || time.Since(first)+wait > launchRetryFor {
 			return made, err
 		}

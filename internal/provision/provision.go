@@ -63,6 +63,10 @@ type Spec struct {
 	Template string            // the template it was rendered from
 	Extra    map[string]any    // the rendered template for this provider
 	Labels   map[string]string // attached to the provider's resource, so nodemgr can find it again
+	// UserData, when set, is the cloud-init user data the machine boots
+	// with (a provider that is a CloudInit and said yes to PullBootstrap
+	// passes it); it holds a secret and is never stored or shown.
+	UserData string
 }
 
 // Deployment is a machine a provider made.
@@ -114,6 +118,29 @@ type VerbChecker interface {
 	// looks at d alone (its Extra), never at the provider's API.
 	CheckVerb(d Deployment, verb string) error
 }
+
+// CloudInit is the optional capability of a provider whose machines run
+// cloud-init on user data nodemgr gives them (Spec.UserData): EC2's user
+// data, a libvirt NoCloud seed. Such a machine fetches its agent from the
+// server itself (pull bootstrap), with no SSH before its agent runs.
+type CloudInit interface {
+	// PullBootstrap says whether a machine made from extra runs
+	// cloud-init on Spec.UserData: its image has cloud-init, the template
+	// leaves the user data to nodemgr, and it did not ask for
+	// bootstrap: push.
+	PullBootstrap(extra map[string]any) bool
+}
+
+// ExtraBootstrap is the Extra key a template sets to push to have its
+// machines bootstrapped over SSH even where the provider could give them
+// user data (an image without cloud-init).
+const ExtraBootstrap = "bootstrap"
+
+// ExtraSSHHostKey is the deployment Extra key that pins a machine's SSH
+// host key (an authorized_keys line): the orchestrator made the key and
+// gave it to the machine in its user data, so the ssh executors check the
+// machine against it, not against known_hosts.
+const ExtraSSHHostKey = "ssh_host_key"
 
 // Locality is the optional capability of a provider that knows whether
 // its machines run on the server's own host (the prefer-local policy
