@@ -180,6 +180,15 @@ func (o *Orchestrator) SetServerURL(u string) {
 	o.cfg.Bootstrap.ServerURL = u
 }
 
+// AgentArtifact is the agent for a machine of arch (uname -m's name), as
+// a pull-bootstrapped machine fetches it.
+func (o *Orchestrator) AgentArtifact(arch string) (Artifact, error) {
+	o.mu.Lock()
+	cfg := o.cfg.Bootstrap
+	o.mu.Unlock()
+	return cfg.Artifact(arch)
+}
+
 // SetOwner sets the coordinator's owner ID, the label on every machine its
 // pools make; before Run.
 func (o *Orchestrator) SetOwner(id string) {

@@ -190,9 +190,7 @@ func (s *Server) checkBootstrapMachine(ctx context.Context, jt store.Token, req 
 	if pool != "" {
 		msg := fmt.Sprintf("refused a registration with machine %s's bootstrap token from %s: its agent's machine id %q is not the machine's (%s); "+
 			"the token may have leaked, and stays unused for the machine's own agent", machine, from, req.MachineID, d.MachineID)
-		if _, err := s.store.AddPoolEvent(ctx, api.PoolEvent{Pool: pool, Machine: machine, Kind: "refused", Message: msg}); err != nil {
-			s.log.Warn("record pool event", "pool", pool, "err", err)
-		}
+		s.poolEvent(ctx, pool, machine, "refused", msg)
 	}
 	return fmt.Errorf("join token %s was made for one pool machine, and this agent does not run on it (its machine id differs): "+
 		"a pool's bootstrap token registers only its own machine; register another machine with a join token of its own (nodemgr join-token create): %w",

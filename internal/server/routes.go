@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodemgr/nodemgr/internal/orchestrate"
 	"net/http"
 	"slices"
 	"strconv"
@@ -53,6 +54,7 @@ func (s *Server) coreRoutes() []route {
 
 		{"POST", "/v1/agent/register", authSelf, s.handleRegister},
 		{"GET", "/v1/agent/connect", authSelf, s.handleConnect},
+		{"GET", orchestrate.AgentBinaryPath, authSelf, s.handleAgentBinary},
 
 		{"GET", "/v1/suites", authUser, s.handleListSuites},
 		{"POST", "/v1/suites", authUser, s.handleCreateSuite},
