@@ -184,6 +184,15 @@ func instanceArch(instanceType string) string {
 	return archX86
 }
 
+// PullBootstrap says yes unless the template gives user data of its own
+// or asks for bootstrap: push: EC2's images run cloud-init on the user
+// data, and its machines answer SSH only tens of seconds after they run.
+func (a *AWS) PullBootstrap(extra map[string]any) bool {
+	ud, _ := extra["user_data"].(string)
+	how, _ := extra[provision.ExtraBootstrap].(string)
+	return ud == "" && how != "push"
+}
+
 // Region is the region the provider launches in.
 func (a *AWS) Region() string { return a.region }
 
@@ -194,6 +203,9 @@ func (a *AWS) Region() string { return a.region }
 func (a *AWS) Provision(ctx context.Context, spec provision.Spec) (provision.Deployment, error) {
 	cfg, err := parseExtra(spec.Extra)
 	if err != nil {
+		return provision.Deployment{}, fmt.Errorf("provision %s: %w", spec.Name, err)
+	}
+	if err := cfg.takeUserData(spec.UserData); err != nil {
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", spec.Name, err)
 	}
 	name := spec.Name

@@ -16,7 +16,7 @@ import (
 // fields): overrides.aws may name only these.
 var extraKeys = []string{
 	"ami", "image_type", "ami_lookup", "instance_type", "subnet", "security_groups",
-	"key_name", "user_data", "spot", "max_price", "hibernation", "tags",
+	"key_name", "user_data", "spot", "max_price", "hibernation", "tags", provision.ExtraBootstrap,
 }
 
 // Architectures ami_lookup and the instance type table know.
@@ -152,6 +152,11 @@ func parseExtra(extra map[string]any) (config, error) {
 		return c, errdefs.TooLarge("extra.user_data", "is %d bytes; EC2 takes %d at most", len(c.userData), maxUserData)
 	}
 
+	if how, err := str(extra, provision.ExtraBootstrap); err != nil {
+		return c, err
+	} else if how != "" && how != "pull" && how != "push" {
+		return c, errdefs.Field("extra."+provision.ExtraBootstrap, "%q is neither pull (cloud-init fetches the agent) nor push (over SSH)", how)
+	}
 	if c.spot, err = boolean(extra, "spot"); err != nil {
 		return c, err
 	}
@@ -250,3 +255,17 @@ var (
 	stringMap  = provision.ExtraStringMap
 	typeName   = provision.TypeName
 )
+
+// takeUserData sets the user data nodemgr gives the machine (a pull
+// bootstrap); the template's own, if any, wins: the orchestrator gives
+// none then.
+func (c *config) takeUserData(ud string) error {
+	if ud == "" || c.userData != "" {
+		return nil
+	}
+	if len(ud) > maxUserData {
+		return errdefs.TooLarge("user_data", "nodemgr's bootstrap user data is %d bytes; EC2 takes %d at most", len(ud), maxUserData)
+	}
+	c.userData = ud
+	return nil
+}

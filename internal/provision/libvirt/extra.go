@@ -20,7 +20,7 @@ var extraKeys = []string{
 	"image_type", "base_image", "iso", "kernel", "initrd", "cmdline",
 	"diskGB", "pool",
 	"network", "network_mode", "ssh_port",
-	"user_data", "ssh_authorized_keys", "hostname",
+	"user_data", "ssh_authorized_keys", "hostname", provision.ExtraBootstrap,
 	"console_log",
 	// Not read here: the deployment carries them to the ssh executor.
 	"ssh_user", "ssh_identity_file", "ssh_jump_host",
@@ -141,6 +141,9 @@ func parseExtra(extra map[string]any) (config, error) {
 	if c.userData, err = userData(extra, c.user); err != nil {
 		return c, err
 	}
+	if how, _ := extra[provision.ExtraBootstrap].(string); extra[provision.ExtraBootstrap] != nil && how != "pull" && how != "push" {
+		return c, errdefs.Field("extra."+provision.ExtraBootstrap, "want pull (cloud-init fetches the agent) or push (over SSH), got %v", extra[provision.ExtraBootstrap])
+	}
 	if c.consoleLog != "" && !path.IsAbs(c.consoleLog) {
 		return c, errdefs.Field("extra.console_log", "%q is not an absolute path on the libvirt host", c.consoleLog)
 	}
@@ -253,17 +256,50 @@ func userData(extra map[string]any, user string) (string, error) {
 	if len(keys) == 0 {
 		return "", nil
 	}
-	cc := map[string]any{"ssh_authorized_keys": keys}
-	if user != "" && user != "root" {
-		cc = map[string]any{"users": []any{"default", map[string]any{
-			"name": user, "sudo": "ALL=(ALL) NOPASSWD:ALL", "shell": "/bin/sh", "ssh_authorized_keys": keys,
-		}}}
-	}
-	b, err := yaml.Marshal(cc)
+	b, err := yaml.Marshal(withKeys(map[string]any{}, keys, user))
 	if err != nil {
 		return "", err
 	}
 	return "#cloud-config\n" + string(b), nil
+}
+
+// withKeys adds to a cloud-config the keys that log in as the template's
+// user.
+func withKeys(cc map[string]any, keys []string, user string) map[string]any {
+	if user != "" && user != "root" {
+		cc["users"] = []any{"default", map[string]any{
+			"name": user, "sudo": "ALL=(ALL) NOPASSWD:ALL", "shell": "/bin/sh", "ssh_authorized_keys": keys,
+		}}
+		return cc
+	}
+	cc["ssh_authorized_keys"] = keys
+	return cc
+}
+
+// takeUserData makes nodemgr's user data (a pull bootstrap's
+// #cloud-config) the machine's, with the template's ssh_authorized_keys
+// added; a template's own user_data wins (the orchestrator gives none
+// then).
+func (c *config) takeUserData(ud string, extra map[string]any) error {
+	if ud == "" || extra["user_data"] != nil {
+		return nil
+	}
+	keys, err := stringList(extra, "ssh_authorized_keys")
+	if err != nil || len(keys) == 0 {
+		c.userData = ud
+		return err
+	}
+	body, ok := strings.CutPrefix(ud, "#cloud-config\n")
+	cc := map[string]any{}
+	if !ok || yaml.Unmarshal([]byte(body), &cc) != nil {
+		return errdefs.Field("user_data", "nodemgr's bootstrap user data is not a #cloud-config to add ssh_authorized_keys to")
+	}
+	b, err := yaml.Marshal(withKeys(cc, keys, c.user))
+	if err != nil {
+		return err
+	}
+	c.userData = "#cloud-config\n" + string(b)
+	return nil
 }
 
 // normArch returns libvirt's name for an architecture; "" is the server's.

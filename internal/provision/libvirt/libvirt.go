@@ -172,6 +172,26 @@ func New(settings map[string]string) (*Libvirt, error) {
 // Name is "libvirt".
 func (p *Libvirt) Name() string { return "libvirt" }
 
+// PullBootstrap says yes for a machine booted from a disk image, which
+// cloud images are (they run cloud-init on the NoCloud seed), unless the
+// template gives user data of its own; a kernel or ISO boot, or an image
+// without cloud-init, is bootstrapped over SSH (bootstrap: push). The
+// template's bootstrap: pull or push decides where it is set.
+func (p *Libvirt) PullBootstrap(extra map[string]any) bool {
+	if extra["user_data"] != nil {
+		return false
+	}
+	switch how, _ := extra[provision.ExtraBootstrap].(string); how {
+	case "push":
+		return false
+	case "pull":
+		return true
+	}
+	kernel, _ := extra["kernel"].(string)
+	iso, _ := extra["iso"].(string)
+	return kernel == "" && iso == ""
+}
+
 // URI is the libvirt URI the provider connects to.
 func (p *Libvirt) URI() string { return p.uri.String() }
 
@@ -311,6 +331,9 @@ var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 func (p *Libvirt) Provision(ctx context.Context, spec provision.Spec) (provision.Deployment, error) {
 	cfg, err := parseExtra(spec.Extra)
 	if err != nil {
+		return provision.Deployment{}, fmt.Errorf("provision %s: %w", spec.Name, err)
+	}
+	if err := cfg.takeUserData(spec.UserData, spec.Extra); err != nil {
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", spec.Name, err)
 	}
 	name := spec.Name
