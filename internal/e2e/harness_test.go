@@ -161,8 +161,16 @@ func freeAddr(t *testing.T) string {
 
 func startServer(t *testing.T, extra ...string) *server {
 	t.Helper()
+	return startServerWith(t, func(string) []string { return extra })
+}
+
+// startServerWith starts a server whose extra flags depend on the address
+// it listens on.
+func startServerWith(t *testing.T, flags func(listen string) []string) *server {
+	t.Helper()
 	s := &server{addr: freeAddr(t), dataDir: t.TempDir()}
 	listen := s.addr
+	extra := flags(listen)
 	if checksSchemas(extra) {
 		// Clients reach the server through a proxy that checks every
 		// answer against the OpenAPI document (schemacheck_test.go).

@@ -302,6 +302,9 @@ func (s *Server) runInstances(form url.Values) (any, *apiError) {
 		s.move(inst, "pending", "running", [2]string{})
 	}
 	s.instances = append(s.instances, inst)
+	if img.FailLaunch == "" {
+		s.launched(inst)
+	}
 	if token != "" {
 		s.tokens[token] = inst
 	}
@@ -493,6 +496,7 @@ func (s *Server) terminateInstances(form url.Values) (any, *apiError) {
 		}
 		inst.transition = "User initiated (" + time.Now().UTC().Format("2006-01-02 15:04:05 MST") + ")"
 		s.move(inst, "shutting-down", "terminated", [2]string{"Client.UserInitiatedShutdown", "Client.UserInitiatedShutdown: User initiated shutdown"})
+		s.ended(inst)
 	}), nil
 }
 

@@ -82,6 +82,10 @@ type Server struct {
 	lose       int                  // RunInstances responses still to lose
 	calls      map[string]int
 	seq        int
+	// onLaunch and onEnd, when set (RunMachines), are told of each
+	// instance launched and each that starts to end, on a goroutine of
+	// their own.
+	onLaunch, onEnd func(Instance)
 }
 
 // Instance is what the fake holds of an instance.
@@ -208,7 +212,21 @@ func (s *Server) InterruptSpot(id string) error {
 	}
 	s.move(inst, "shutting-down", "terminated", [2]string{"Server.SpotInstanceTermination", "Server.SpotInstanceTermination: Spot instance termination"})
 	inst.transition = "Service initiated (" + time.Now().UTC().Format("2006-01-02 15:04:05 MST") + ")"
+	s.ended(inst)
 	return nil
+}
+
+// launched and ended tell RunMachines of an instance; under s.mu.
+func (s *Server) launched(inst *instance) { s.tell(s.onLaunch, inst) }
+func (s *Server) ended(inst *instance)    { s.tell(s.onEnd, inst) }
+
+func (s *Server) tell(f func(Instance), inst *instance) {
+	if f == nil {
+		return
+	}
+	cp := inst.Instance
+	cp.Tags = cloneMap(inst.Tags)
+	go f(cp)
 }
 
 // Instances returns every instance the fake launched, terminated ones
