@@ -31,7 +31,10 @@ func TestNotices(t *testing.T) {
 			[]api.Notice{{Kind: api.NoticeInterruption, Action: "stop", Time: at}}},
 		{"rebalance", func(m *ec2test.IMDS) { m.RecommendRebalance(at) },
 			[]api.Notice{{Kind: api.NoticeRebalance, Time: at}}},
-		{"both", func(m *ec2test.IMDS) { m.RecommendRebalance(at.Add(-time.Minute)); m.NoticeInterruption("hibernate", at) },
+		{"both", func(m *ec2test.IMDS) {
+			m.RecommendRebalance(at.Add(-time.Minute))
+			m.NoticeInterruption("hibernate", at)
+		},
 			[]api.Notice{{Kind: api.NoticeInterruption, Action: "hibernate", Time: at}, {Kind: api.NoticeRebalance, Time: at.Add(-time.Minute)}}},
 	}
 	for _, tc := range tests {
