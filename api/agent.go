@@ -35,6 +35,9 @@ const (
 	MethodHeartbeat = "heartbeat" // periodic liveness and state
 	MethodGoodbye   = "goodbye"   // the agent is leaving on purpose
 	MethodRenew     = "credential.renew"
+	// MethodNotices tells the server every notice the machine's provider
+	// gives now (Notices): sent when one appears, and in Hello.
+	MethodNotices = "node.notices"
 )
 
 // Server → agent request and notification methods.
@@ -88,6 +91,46 @@ type Hello struct {
 	// periods of silence as gone, as if its connection had dropped; 0: an
 	// agent that does not ping, judged by its heartbeats alone.
 	Keepalive Duration `json:"keepalive,omitempty"`
+	// Notices are the provider's notices the agent hears now; the server
+	// keeps exactly these (none: it forgets the ones it had, as a machine
+	// that was stopped and started again no longer has them).
+	Notices []Notice `json:"notices,omitempty"`
+}
+
+// Notice kinds.
+const (
+	// NoticeInterruption: the provider takes the machine back at Time
+	// (EC2's spot/instance-action). The agent drains.
+	NoticeInterruption = "interruption"
+	// NoticeRebalance: the provider says the machine is at raised risk
+	// of interruption (EC2's rebalance recommendation). The agent keeps
+	// working; the server may prepare a replacement.
+	NoticeRebalance = "rebalance"
+)
+
+// Notice is something a machine's provider announced about it.
+type Notice struct {
+	Kind string `json:"kind"` // NoticeInterruption or NoticeRebalance
+	// Action is what happens to the machine at Time: terminate, stop or
+	// hibernate (interruptions only).
+	Action string `json:"action,omitempty"`
+	// Time is when the action happens (interruption), or when the
+	// recommendation was made (rebalance).
+	Time time.Time `json:"time"`
+}
+
+// Message says the notice in a few words, for node show and events.
+func (n Notice) Message() string {
+	at := n.Time.UTC().Format(time.RFC3339)
+	if n.Kind == NoticeInterruption {
+		return "spot interruption: " + n.Action + " at " + at
+	}
+	return "rebalance recommendation at " + at
+}
+
+// Notices is the body of MethodNotices.
+type Notices struct {
+	Notices []Notice `json:"notices"`
 }
 
 // Welcome answers Hello.

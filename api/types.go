@@ -29,6 +29,10 @@ const (
 	AgentExecuting    = "Executing"
 	AgentCleanup      = "Cleanup"
 	AgentShuttingDown = "ShuttingDown"
+	// AgentDraining: its machine is about to go (a spot interruption
+	// notice): it takes no new work, has returned what it had not
+	// started, and lets what runs go on until the machine's deadline.
+	AgentDraining = "Draining"
 )
 
 // Node is a machine that nodemgr knows.
@@ -51,6 +55,10 @@ type Node struct {
 	// Presence is what the agent publishes about itself while it is
 	// connected: services, artifacts, where its local API listens.
 	Presence *Presence `json:"presence,omitempty"`
+	// Notices are what the machine's provider announced and the agent
+	// heard (a spot interruption, a rebalance recommendation), in
+	// GET /v1/nodes/{node} only.
+	Notices []Notice `json:"notices,omitempty"`
 	// Deployment is the machine the node runs on when nodemgr made it
 	// (a pool's), in GET /v1/nodes/{node} only.
 	Deployment   string    `json:"deployment,omitempty"`

@@ -78,6 +78,8 @@ type Agent struct {
 	// workChanged says the agent's state or suite changed: the server
 	// hears it with a heartbeat at once, not at the next tick.
 	workChanged chan struct{}
+	// notices are the provider's notices heard from the metadata service.
+	notices     *notices
 	caPinned    atomic.Bool // the join token's CA was kept
 	saidGoodbye atomic.Bool // the server heard this agent leave
 }
@@ -111,7 +113,8 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: logger, lock: lock, users: users, agState: api.AgentIdle,
 		shutdown: make(chan string, 1), stopReq: make(chan struct{}),
-		connected: make(chan struct{}), stopCtx: context.Background(), workChanged: make(chan struct{}, 1)}
+		connected: make(chan struct{}), stopCtx: context.Background(), workChanged: make(chan struct{}, 1),
+		notices: newNotices()}
 	a.runner = newRunner(a)
 	if a.st, err = loadState(cfg.DataDir); err != nil {
 		lock.Release()
@@ -229,6 +232,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		case err := <-localErr:
 			return err
 		}
+	}
+
+	if a.cfg.IMDS != "" {
+		bg.Go(func() { a.watchIMDS(runCtx) })
 	}
 
 	bo := &backoff.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
@@ -383,11 +390,12 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 	var welcome api.Welcome
 	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
 	state, suite := a.work()
+	notices, noticesSent := a.notices.now()
 	helloSent := time.Now()
 	err := peer.Call(hctx, api.MethodHello, api.Hello{
 		AgentVersion: a.cfg.Version, Name: a.cfg.Name, Hardware: a.hardware,
 		State: state, SuiteID: suite, LastSeq: peer.LastSeq(), Holding: a.runner.holding(),
-		Keepalive: api.Duration(a.cfg.Keepalive),
+		Keepalive: api.Duration(a.cfg.Keepalive), Notices: notices,
 	}, &welcome)
 	hcancel()
 	if err != nil {
@@ -516,6 +524,8 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 		case <-a.wl.reported:
 			report(false)
 			publishBooks()
+		case <-a.notices.changed:
+			a.sendNotices(ctx, peer, &noticesSent)
 		case <-a.workChanged:
 			// Preparing, Executing, Cleanup, Idle: node ls shows it now.
 			tick.Reset(interval)
@@ -525,7 +535,8 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 		case <-tick.C:
 			tick.Reset(interval)
 			a.maybeRenew(ctx, peer)
-			publish() // catches what changed without a poke
+			a.sendNotices(ctx, peer, &noticesSent) // one that failed
+			publish()                              // catches what changed without a poke
 			publishBooks()
 			if err := beat(); err != nil {
 				return err
@@ -649,10 +660,16 @@ func answerError(resp *http.Response) error {
 	return fmt.Errorf("HTTP %s: %s", resp.Status, bytes.TrimSpace(b))
 }
 
-// work returns the agent state and the suite it works on.
+// work returns the agent state and the suite it works on. An agent that
+// drains for an interruption says Draining whatever stage its suite is
+// at, until it shuts down.
 func (a *Agent) work() (state, suite string) {
+	draining := a.notices.draining() != nil
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if draining && a.agState != api.AgentShuttingDown {
+		return api.AgentDraining, a.suiteID
+	}
 	return a.agState, a.suiteID
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/cleartext"
 	"github.com/nodemgr/nodemgr/internal/container"
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/imds"
 	"github.com/nodemgr/nodemgr/internal/portalloc"
 	"github.com/nodemgr/nodemgr/internal/template/yamlfield"
 	"github.com/nodemgr/nodemgr/internal/validate"
@@ -106,6 +107,15 @@ type Config struct {
 	// PortRange is the range the port allocator hands out, "min-max";
 	// default 16384-65535.
 	PortRange string `yaml:"port_range"`
+
+	// IMDS is the endpoint of the machine's instance metadata service
+	// (on EC2 http://169.254.169.254); set, the agent polls it for spot
+	// interruption notices and rebalance recommendations, drains on an
+	// interruption and tells the server of both. Empty: not on EC2, off.
+	// The orchestrator sets it for the spot machines it makes.
+	IMDS string `yaml:"imds"`
+	// IMDSInterval is how often it is polled; default 5s.
+	IMDSInterval time.Duration `yaml:"imds_interval"`
 
 	// openSecretFiles are secret files other users may read, to warn about.
 	openSecretFiles []string
@@ -343,6 +353,9 @@ func (c *Config) fillDefaults() error {
 	if c.OnboardShare == 0 {
 		c.OnboardShare = 90
 	}
+	if c.IMDS != "" && c.IMDSInterval == 0 {
+		c.IMDSInterval = imds.DefaultInterval
+	}
 	if c.PortRange == "" {
 		c.PortRange = fmt.Sprintf("%d-%d", portalloc.DefaultMin, portalloc.DefaultMax)
 	}
@@ -397,8 +410,26 @@ func (c *Config) validate() error {
 	if c.ShutdownGrace < 0 {
 		return errdefs.Field("shutdown_grace", "must not be negative, got %s", c.ShutdownGrace)
 	}
+	if err := c.validateIMDS(); err != nil {
+		return err
+	}
 	if c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin {
 		return errdefs.Field("reconnect_max", "must be at least reconnect_min (%s), got %s", c.ReconnectMin, c.ReconnectMax)
+	}
+	return nil
+}
+
+// validateIMDS checks the metadata service's settings: plain http (IMDS
+// speaks nothing else) to a host.
+func (c *Config) validateIMDS() error {
+	if c.IMDS != "" {
+		u, err := url.Parse(c.IMDS)
+		if err != nil || u.Scheme != "http" || u.Host == "" {
+			return errdefs.Field("imds", "must be an http:// URL, like %s on EC2, got %q", imds.DefaultEndpoint, c.IMDS)
+		}
+	}
+	if c.IMDSInterval < 0 || (c.IMDSInterval > 0 && c.IMDSInterval < 10*time.Millisecond) {
+		return errdefs.Field("imds_interval", "must be at least 10ms, got %s", c.IMDSInterval)
 	}
 	return nil
 }

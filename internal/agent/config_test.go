@@ -98,6 +98,9 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"backoff upside down", Config{Server: "http://127.0.0.1:1", DataDir: t.TempDir(), ReconnectMin: time.Minute, ReconnectMax: time.Second}, "reconnect_max"},
 		{"plain HTTP beyond loopback", Config{Server: "http://192.0.2.1:7070", DataDir: t.TempDir()}, "server"},
 		{"one replica in clear", Config{Server: "http://127.0.0.1:7070,http://192.0.2.1:7070", DataDir: t.TempDir()}, "server"},
+		{"imds over https", Config{Server: "http://127.0.0.1:1", DataDir: t.TempDir(), IMDS: "https://169.254.169.254"}, "imds"},
+		{"imds without a host", Config{Server: "http://127.0.0.1:1", DataDir: t.TempDir(), IMDS: "169.254.169.254"}, "imds"},
+		{"imds polled too often", Config{Server: "http://127.0.0.1:1", DataDir: t.TempDir(), IMDS: "http://169.254.169.254", IMDSInterval: time.Millisecond}, "imds_interval"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

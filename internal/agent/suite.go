@@ -36,6 +36,7 @@ type runner struct {
 	mu       sync.Mutex
 	run      *suiteRun // nil when idle
 	stopping string    // shutdown mode once asked
+	draining string    // why it takes no new suite (a spot interruption)
 	stopped  chan struct{}
 }
 
@@ -73,6 +74,14 @@ func (r *runner) poke() {
 func (r *runner) loop(ctx context.Context) {
 	defer close(r.stopped)
 	for ctx.Err() == nil && !r.shuttingDown() {
+		if r.drainingFor() != "" {
+			// No new suite: wait for the shutdown, or the machine's end.
+			select {
+			case <-ctx.Done():
+			case <-r.wake:
+			}
+			continue
+		}
 		su, err := r.next(ctx)
 		if err != nil && ctx.Err() == nil {
 			r.a.log.Debug("ask for a suite", "err", err)
@@ -168,10 +177,12 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	}
 	r.mu.Lock()
 	run.pool, run.src, run.files = pool, src, files
-	stop := r.stopping
+	stop, draining := r.stopping, r.draining
 	r.mu.Unlock()
 	if stop != "" {
 		pool.Stop(stop == api.ShutdownGraceful)
+	} else if draining != "" {
+		pool.Stop(true) // the drain began while it prepared
 	}
 	log.Info("executing suite", "workers", su.WorkerSchedule.WorkerCount)
 	var cores []int
@@ -201,6 +212,8 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 		reason = "cancelled"
 	case r.stopping != "":
 		reason = "shutdown (" + r.stopping + ")"
+	case r.draining != "":
+		reason = "draining: " + r.draining
 	case src.yielded() != "":
 		reason = "moved on: " + src.yielded()
 	}

@@ -398,6 +398,8 @@ func agentFlags(cmd *cobra.Command) {
 	fl.String("docker-host", "", "Docker engine for containers (default $DOCKER_HOST, else the local socket)")
 	fl.String("container-host-ip", "", "address containers' host ports bind to (default all)")
 	fl.Duration("container-usage-interval", 0, "how often running containers' CPU and memory are sampled and reported (default 10s)")
+	fl.String("imds", "", "instance metadata service to poll for spot interruption notices, e.g. http://169.254.169.254 on EC2 (default off); on a notice the agent drains and tells the server")
+	fl.Duration("imds-interval", 0, "how often --imds is polled (default 5s)")
 }
 
 // agentConfig merges config file < NODEMGR_* environment < flags.
@@ -438,6 +440,10 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	str("local-api-listen", &cfg.LocalAPIListen)
 	secret("local-api-token", &cfg.LocalAPIToken, &cfg.LocalAPITokenFile)
 	str("port-range", &cfg.PortRange)
+	str("imds", &cfg.IMDS)
+	if fl.Changed("imds-interval") {
+		cfg.IMDSInterval, _ = fl.GetDuration("imds-interval")
+	}
 	if fl.Changed("container-usage-interval") {
 		cfg.ContainerUsageInterval, _ = fl.GetDuration("container-usage-interval")
 	}

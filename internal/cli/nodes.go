@@ -109,6 +109,9 @@ func printNode(e *env, n api.Node) {
 	if n.Deployment != "" {
 		rows = append(rows, [2]string{"Deployment", n.Deployment + " (a pool's machine; nodemgr deployment show " + n.Deployment + ")"})
 	}
+	for _, x := range n.Notices {
+		rows = append(rows, [2]string{"Notice", x.Message()})
+	}
 	for _, r := range rows {
 		t.row(r[0], r[1])
 	}

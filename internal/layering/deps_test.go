@@ -64,6 +64,8 @@ func TestLayers(t *testing.T) {
 		{"internal/tlsca", []string{"internal/server", "internal/store", "internal/agent", "client"}},
 		{"internal/cleartext", []string{"internal/server", "internal/store", "internal/agent", "client"}},
 		{"internal/procenv", []string{"internal/server", "internal/store", "internal/agent"}},
+		// The machine's notices are read by the agent, never decided on here.
+		{"internal/imds", []string{"internal/server", "internal/store", "internal/agent"}},
 		// Who code runs as is the node's question: the agent, its worker
 		// pools and its services ask it.
 		{"internal/runas", []string{"internal/server", "internal/store", "internal/agent", "internal/workerpool", "internal/service"}},

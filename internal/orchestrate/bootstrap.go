@@ -19,6 +19,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/execute"
 	"github.com/nodemgr/nodemgr/internal/hw"
+	"github.com/nodemgr/nodemgr/internal/provision"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
@@ -371,6 +372,9 @@ func (o *Orchestrator) agentConfig(spec api.PoolSpec, d store.Deployment, token 
 	if withCA {
 		cfg["server_ca"] = AgentDir + "/server-ca.crt"
 	}
+	if ep := o.noticeEndpoint(d); ep != "" {
+		cfg["imds"] = ep // a spot machine: drain and be replaced on notice
+	}
 	if len(spec.Tags) > 0 {
 		cfg["tags"] = spec.Tags
 	}
@@ -379,6 +383,19 @@ func (o *Orchestrator) agentConfig(spec api.PoolSpec, d store.Deployment, token 
 	}
 	b, _ := yaml.Marshal(cfg) // maps of strings always encode
 	return append([]byte("# Written by nodemgr's orchestrator for deployment "+d.ID+"; the join token works once.\n"), b...)
+}
+
+// noticeEndpoint is the metadata service where d's agent hears its
+// provider's notices about the machine (provision.Noticer); "" none.
+func (o *Orchestrator) noticeEndpoint(d store.Deployment) string {
+	pr, err := o.cluster.Provider(d.Provider)
+	if err != nil {
+		return ""
+	}
+	if n, ok := pr.(provision.Noticer); ok {
+		return n.NoticeEndpoint(d.Machine())
+	}
+	return ""
 }
 
 // startScript checks the machine's arch and starts the agent in the

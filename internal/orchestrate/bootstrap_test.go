@@ -174,7 +174,7 @@ func TestWorldWritableBinariesAreRefused(t *testing.T) {
 // http:// server beyond loopback only when the operator accepted it.
 func TestAgentConfigInsecureHTTP(t *testing.T) {
 	for _, insecure := range []bool{false, true} {
-		o := &Orchestrator{cfg: Config{Bootstrap: BootstrapConfig{ServerURL: "http://10.0.0.5:7070", InsecureHTTP: insecure}}}
+		o := &Orchestrator{cfg: Config{Bootstrap: BootstrapConfig{ServerURL: "http://10.0.0.5:7070", InsecureHTTP: insecure}}, cluster: &recordingCluster{}}
 		got := string(o.agentConfig(api.PoolSpec{Name: "p"}, store.Deployment{ID: "d-1", Name: "m1"}, "nmj_x", false))
 		if strings.Contains(got, "insecure_http: true") != insecure {
 			t.Errorf("agentConfig with InsecureHTTP %v =\n%s\nwant insecure_http only when set", insecure, got)

@@ -56,6 +56,24 @@ type NodeState struct {
 	Connected bool
 	Busy      bool      // a suite, a service or a container
 	LastWork  time.Time // when it last had a suite, even one shorter than a round
+	// Notices are what its machine's provider announced (a spot
+	// interruption, a rebalance recommendation), as its agent heard them.
+	Notices []api.Notice
+}
+
+// Interruption is the node's interruption notice, if it has one.
+func (ns NodeState) Interruption() *api.Notice { return ns.notice(api.NoticeInterruption) }
+
+// Rebalance is the node's rebalance recommendation, if it has one.
+func (ns NodeState) Rebalance() *api.Notice { return ns.notice(api.NoticeRebalance) }
+
+func (ns NodeState) notice(kind string) *api.Notice {
+	for _, n := range ns.Notices {
+		if n.Kind == kind {
+			return &n
+		}
+	}
+	return nil
 }
 
 // Finder is a provider that lists the resources it made by their labels;
@@ -430,6 +448,12 @@ func (o *Orchestrator) stepReady(ctx context.Context, spec api.PoolSpec, exists 
 	if err != nil {
 		return false
 	}
+	if n := ns.Interruption(); n != nil {
+		return o.interrupted(ctx, m, *n)
+	}
+	if n := ns.Rebalance(); n != nil {
+		o.rebalance(ctx, m, *n)
+	}
 	busyAt := m.BusyAt
 	if ns.Busy {
 		busyAt = now
@@ -483,11 +507,19 @@ func (o *Orchestrator) stepDraining(ctx context.Context, m store.PoolMachine, no
 		return
 	}
 	connected := ns.Connected
-	if connected && now.Sub(m.UpdatedAt) < o.cfg.DrainTimeout {
+	if n := ns.Interruption(); n != nil && connected && ns.Busy && now.Before(n.Time) {
+		return // its running tasks go on until the provider takes it
+	}
+	if ns.Interruption() == nil && connected && now.Sub(m.UpdatedAt) < o.cfg.DrainTimeout {
 		return
 	}
 	why := m.StateReason
-	if connected {
+	switch n := ns.Interruption(); {
+	case n != nil && connected && ns.Busy:
+		why += "; its time came"
+	case n != nil && connected:
+		why += "; it finished its work"
+	case connected:
 		why += fmt.Sprintf("; its agent did not stop within %s", o.cfg.DrainTimeout)
 	}
 	m, err = o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error {
@@ -518,6 +550,9 @@ func (o *Orchestrator) terminate(ctx context.Context, m store.PoolMachine, why s
 	}); err != nil {
 		return
 	}
+	o.mu.Lock()
+	delete(o.said, "rebalance/"+m.ID)
+	o.mu.Unlock()
 	o.event(ctx, m.Pool, m.ID, "gone", fmt.Sprintf("machine %s is gone: %s", m.ID, why))
 }
 
@@ -786,4 +821,38 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// interrupted drains a ready machine whose provider is taking it back (a
+// spot interruption notice): it stops counting against max and min at
+// once, so that the round this wakes launches its replacement while it
+// finishes what it runs. Its agent drains by itself; it is destroyed
+// once idle, or when the notice's time has come (stepDraining).
+func (o *Orchestrator) interrupted(ctx context.Context, m store.PoolMachine, n api.Notice) bool {
+	why := n.Message()
+	m, err := o.store.UpdatePoolMachine(ctx, m.ID, func(cur *store.PoolMachine) error {
+		cur.State, cur.StateReason = api.MachineDraining, why
+		return nil
+	})
+	if err != nil {
+		return false
+	}
+	o.event(ctx, m.Pool, m.ID, "interrupted", fmt.Sprintf("machine %s (node %s) is being taken back by its provider (%s): draining, and a replacement is launched if the pool still needs one",
+		m.ID, m.NodeID, why))
+	o.Wake()
+	return true
+}
+
+// rebalance records, once per machine, that its provider recommends
+// moving off it: it is at raised risk of interruption. The machine
+// keeps working; nothing is launched before an interruption notice.
+func (o *Orchestrator) rebalance(ctx context.Context, m store.PoolMachine, n api.Notice) {
+	key := "rebalance/" + m.ID
+	o.mu.Lock()
+	said := o.said[key] != ""
+	o.said[key] = n.Message()
+	o.mu.Unlock()
+	if !said {
+		o.event(ctx, m.Pool, m.ID, "rebalance", fmt.Sprintf("machine %s (node %s): %s; it may be interrupted soon", m.ID, m.NodeID, n.Message()))
+	}
 }

@@ -171,6 +171,18 @@ type StateReasoner interface {
 	StateReason(ctx context.Context, d Deployment) (state, reason string, err error)
 }
 
+// Noticer is the optional capability of a provider whose machines hear
+// notices about themselves from a metadata service on the machine (EC2's
+// instance metadata service: spot interruption notices and rebalance
+// recommendations). The orchestrator turns the agent's watch on for the
+// machines it returns an endpoint for, so that they drain and are
+// replaced before the provider takes them.
+type Noticer interface {
+	// NoticeEndpoint is the URL of the metadata service d's agent
+	// polls, as the machine reaches it; "" when d gets no notices.
+	NoticeEndpoint(d Deployment) string
+}
+
 // Do performs a lifecycle verb on a deployment, refusing, before anything is
 // touched, a verb the provider cannot do (Verbs) or this machine cannot
 // (VerbChecker).

@@ -30,7 +30,7 @@ const maxFrame = 1 << 20
 
 func validState(s string) bool {
 	switch s {
-	case api.AgentIdle, api.AgentPreparing, api.AgentExecuting, api.AgentCleanup, api.AgentShuttingDown:
+	case api.AgentIdle, api.AgentPreparing, api.AgentExecuting, api.AgentCleanup, api.AgentShuttingDown, api.AgentDraining:
 		return true
 	}
 	return false
@@ -386,6 +386,8 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		return h.resourcesReport(ctx, body)
 	case api.MethodContainersReport:
 		return h.containersReport(ctx, body)
+	case api.MethodNotices:
+		return h.noticesReq(ctx, body)
 	case api.MethodSuiteNext:
 		return h.suiteNext(ctx)
 	case api.MethodSuiteLeave:
@@ -425,6 +427,9 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 		}
 	}
 	if err := validateHardware("hardware", hello.Hardware); err != nil {
+		return nil, err
+	}
+	if err := validateNotices(hello.Notices); err != nil {
 		return nil, err
 	}
 	if k := time.Duration(hello.Keepalive); k != 0 && (k < minKeepalive || k > maxKeepalive) {
@@ -484,6 +489,11 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 	}
 	h.sess.keepalive = time.Duration(hello.Keepalive)
 	h.sess.beat(now, hello.State, hello.SuiteID)
+	// The notices it has now replace those kept: a machine stopped and
+	// started again has none.
+	if err := h.s.keepNotices(ctx, h.sess, hello.Notices); err != nil {
+		return api.Welcome{}, fmt.Errorf("hello: %w", err)
+	}
 	h.helloState.Store(helloDone)
 	h.s.hub.add(h.sess)
 	go h.s.hub.sendLoop(h.ctx, h.sess, hello.LastSeq)

@@ -227,6 +227,9 @@ func (s *Server) giveback(suiteID, nodeID string, n int) {
 // Agent requests about suites and tasks.
 
 func (h *agentHandler) suiteNext(ctx context.Context) (any, error) {
+	if h.sess.draining() {
+		return api.SuiteNext{}, nil // its machine is about to go
+	}
 	su, err := h.s.nextSuite(ctx, h.sess.nodeID)
 	if err != nil || su == nil {
 		return api.SuiteNext{}, err
@@ -284,6 +287,11 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	}
 	if req.Max < 0 || req.Max > maxFetch {
 		return nil, errdefs.Field("max", "must be between 0 and %d, got %d", maxFetch, req.Max)
+	}
+	if h.sess.draining() {
+		// Its machine is about to go: what it would claim now would
+		// only come back.
+		return api.TasksFetched{Tasks: []api.Task{}, Remaining: -1, Yield: "this node drains: its machine is about to be taken back"}, nil
 	}
 	if why, err := h.s.moveOn(ctx, req.SuiteID, h.sess.nodeID); err != nil {
 		return nil, err

@@ -165,6 +165,7 @@ func (s *Server) handleGetNode(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := s.apiNode(n)
+	s.showNotices(r.Context(), &out)
 	if ds, err := s.store.ListDeployments(r.Context(), store.DeploymentFilter{NodeID: n.ID, Page: store.Page{Limit: 1}}); err == nil && len(ds) > 0 {
 		out.Deployment = ds[0].ID
 	}

@@ -28,7 +28,7 @@ var wireTypes = map[string]any{
 	"ServiceFile": api.ServiceFile{}, "RestartPolicy": api.RestartPolicy{}, "DrainSpec": api.DrainSpec{},
 	"LogSpec": api.LogSpec{}, "ServiceSpec": api.ServiceSpec{}, "Service": api.Service{},
 	"ServiceSummary": api.ServiceSummary{}, "LocalAPI": api.LocalAPI{}, "Presence": api.Presence{},
-	"GPU": api.GPU{}, "Hardware": api.Hardware{}, "Node": api.Node{}, "NodeList": api.NodeList{}, "ContainerList": api.ContainerList{},
+	"GPU": api.GPU{}, "Hardware": api.Hardware{}, "Node": api.Node{}, "Notice": api.Notice{}, "NodeList": api.NodeList{}, "ContainerList": api.ContainerList{},
 	"NodePatch": api.NodePatch{}, "ShutdownRequest": api.ShutdownRequest{},
 	"RegisterRequest": api.RegisterRequest{}, "RegisterResponse": api.RegisterResponse{},
 	"HookResource": api.Resource{}, "Hook": api.Hook{}, "Hooks": api.Hooks{}, "CPUBinding": api.CPUBinding{},

@@ -87,7 +87,8 @@ func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
 			}
 			state, cur := sess.work()
 			switch {
-			case state == api.AgentShuttingDown:
+			case state == api.AgentShuttingDown || state == api.AgentDraining:
+				// Leaving: what it runs now will want another node.
 			case cur == su.ID:
 				d.Serving++
 			case !claimed[n.ID] && s.whyNot(su, n) == nil && !s.busy(n.ID):
@@ -114,6 +115,9 @@ func (c cluster) NodeState(ctx context.Context, nodeID string) (orchestrate.Node
 	var st orchestrate.NodeState
 	n, err := s.store.GetNode(ctx, nodeID)
 	if err != nil {
+		return st, err
+	}
+	if st.Notices, err = s.nodeNotices(ctx, nodeID); err != nil {
 		return st, err
 	}
 	if sess := s.hub.get(nodeID); sess != nil {
@@ -184,6 +188,9 @@ func (s *Server) forgetNode(ctx context.Context, nodeID, reason string) error {
 	}
 	if err := s.store.DeleteDocument(ctx, booksKind, nodeID); err != nil && !errdefs.IsNotFound(err) {
 		s.log.Warn("forget a removed node's books", "node", nodeID, "err", err)
+	}
+	if err := s.store.DeleteDocument(ctx, noticesKind, nodeID); err != nil && !errdefs.IsNotFound(err) {
+		s.log.Warn("forget a removed node's notices", "node", nodeID, "err", err)
 	}
 	s.log.Info("node removed", "node", nodeID, "reason", reason)
 	return nil

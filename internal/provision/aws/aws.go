@@ -668,6 +668,7 @@ var (
 	_ provision.Lifecycle     = (*AWS)(nil)
 	_ provision.VerbChecker   = (*AWS)(nil)
 	_ provision.StateReasoner = (*AWS)(nil)
+	_ provision.Noticer       = (*AWS)(nil)
 	_ provision.Archer        = (*AWS)(nil)
 	_ ec2API                  = (*ec2.Client)(nil)
 )

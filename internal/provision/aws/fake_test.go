@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/imds"
 	"github.com/nodemgr/nodemgr/internal/provision"
 	"github.com/nodemgr/nodemgr/internal/provision/aws"
 	"github.com/nodemgr/nodemgr/internal/provision/aws/ec2test"
@@ -146,6 +147,22 @@ func TestSpotInterruption(t *testing.T) {
 	}
 	if inst := srv.Instances()[0]; !inst.Spot || inst.MaxPrice != "0.004" {
 		t.Errorf("launched spot %v at %q, want spot at 0.004", inst.Spot, inst.MaxPrice)
+	}
+	// Its agent would hear the two minutes' notice first, on the
+	// metadata service the provider names for spot instances only.
+	if ep := p.NoticeEndpoint(d); ep != imds.DefaultEndpoint {
+		t.Errorf("NoticeEndpoint(a spot instance) = %q, want %s", ep, imds.DefaultEndpoint)
+	}
+	if ep := p.NoticeEndpoint(provision.Deployment{Extra: map[string]any{"spot": false}}); ep != "" {
+		t.Errorf("NoticeEndpoint(an on-demand instance) = %q, want none", ep)
+	}
+	at := time.Now().Add(2 * time.Minute).UTC().Truncate(time.Second)
+	if err := srv.NoticeInterruption(t, d.ResourceID, "terminate", at); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := srv.IMDS(t, d.ResourceID)
+	if ns, err := imds.New(md.URL).Notices(ctxFor(t)); err != nil || len(ns) != 1 || !ns[0].Time.Equal(at) {
+		t.Errorf("the instance's metadata service gives %v, %v; want the interruption at %s", ns, err, at)
 	}
 	if err := srv.InterruptSpot(d.ResourceID); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/imds"
 	"github.com/nodemgr/nodemgr/internal/provision"
 )
 
@@ -280,4 +281,15 @@ func (a *AWS) await(ctx context.Context, d provision.Deployment, verb, want stri
 		case <-time.After(a.pollInterval):
 		}
 	}
+}
+
+// NoticeEndpoint is the instance metadata service for a spot instance's
+// agent: EC2 posts the two-minute interruption notice and rebalance
+// recommendations there, and the instance cannot be told otherwise. An
+// on-demand instance gets none (EC2 does not take it back).
+func (a *AWS) NoticeEndpoint(d provision.Deployment) string {
+	if !spotOf(d.Extra) {
+		return ""
+	}
+	return imds.DefaultEndpoint
 }

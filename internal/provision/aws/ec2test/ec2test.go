@@ -8,7 +8,8 @@
 // DescribeInstances, DescribeImages, StartInstances, StopInstances,
 // RebootInstances, TerminateInstances), and does what moto cannot:
 // states that take a while to change (SetDelay), spot interruptions
-// (InterruptSpot), launches refused for want of capacity (NoCapacity) or
+// (InterruptSpot, after the notice its instance metadata service gives
+// with NoticeInterruption: IMDS), launches refused for want of capacity (NoCapacity) or
 // that fail after they started (an Image with FailLaunch), responses lost
 // on the way (LoseRunResponses), and EC2's rules on stopping spot
 // instances and hibernating ones launched without hibernation.
@@ -86,6 +87,7 @@ type Server struct {
 	// instance launched and each that starts to end, on a goroutine of
 	// their own.
 	onLaunch, onEnd func(Instance)
+	imds            map[string]*IMDS // instance → its metadata service (IMDS)
 }
 
 // Instance is what the fake holds of an instance.
