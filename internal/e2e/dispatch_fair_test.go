@@ -3,6 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,5 +102,55 @@ func TestLateAgentGetsTasksGivenBack(t *testing.T) {
 	t.Logf("tasks run by node: %v; %d were unfinished when the late agent came", ran, left)
 	if got, want := ran[tardy.ID], left/2-4; got < want {
 		t.Errorf("the late agent ran %d tasks of the %d unfinished when it came, want %d or more (all: %v)", got, left, want, ran)
+	}
+}
+
+// An agent that comes when another has claimed every task of the suite,
+// none Ready, still gets its share (issue 28: a 0→2 pool with
+// worker_count 2 ran 8 × sleep 3 in 12 s, the second machine idle): the
+// first gives back tasks it has not started, and every task runs exactly
+// once.
+func TestLateAgentGetsAShareOfAFullyClaimedSuite(t *testing.T) {
+	s := startServer(t)
+	startAgent(t, s, "early")
+	waitStatus(t, s, "early", api.StatusOnline, 20*time.Second)
+	createSuite(t, s, api.SuiteSpec{Name: "claimed",
+		WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(32)}})
+	dir := sharedDir(t)
+	const n = 8
+	tasks := make([]api.TaskSpec, n)
+	for i := range tasks {
+		tasks[i] = sh(fmt.Sprintf("echo %d >> %s/ran; sleep 2", i, dir))
+	}
+	submit(t, s, "claimed", tasks)
+	if _, err := s.client().CloseSuite(context.Background(), "claimed"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the early agent to claim every task", func() (bool, string) {
+		su, err := s.client().Suite(context.Background(), "claimed")
+		return err == nil && su.Counts.Running == n, fmt.Sprintf("%+v %v", su.Counts, err)
+	})
+
+	startAgent(t, s, "tardy")
+	tardy := waitStatus(t, s, "tardy", api.StatusOnline, 20*time.Second)
+	su := waitSuite(t, s, "claimed", api.SuiteComplete, 2*time.Minute)
+	if su.Counts.Finished != n {
+		t.Fatalf("suite ended with %+v, want %d finished", su.Counts, n)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "ran"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := strings.Fields(string(b))
+	slices.Sort(ran)
+	if want := strings.Fields("0 1 2 3 4 5 6 7"); !slices.Equal(ran, want) {
+		t.Errorf("tasks started %v, want each of %v once", ran, want)
+	}
+	// Two of the 8 run on the early agent when the late one comes; of
+	// the 6 unstarted, its share is 4, less what starts meanwhile.
+	byNode := ranOn(t, s, "claimed")
+	t.Logf("tasks run by node: %v", byNode)
+	if got := byNode[tardy.ID]; got < 3 {
+		t.Errorf("the late agent ran %d of the %d tasks, want 3 or more (all: %v)", got, n, byNode)
 	}
 }
