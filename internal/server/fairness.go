@@ -151,8 +151,9 @@ func (s *Server) moveOn(ctx context.Context, suiteID, nodeID string) (string, er
 // tasks run faster, may still hold tasks unstarted when another runs out.
 // Then the server asks the holders of more than their share to give the
 // excess back (api.MethodTasksGiveback), at most once a givebackEvery per
-// holder; their pools return buffered tasks with tasks.return, and the
-// server wakes the suite's other nodes to claim them.
+// holder; their pools return unstarted tasks (buffered, then those queued
+// to workers behind the one they run) with tasks.return, and the server
+// wakes the suite's other nodes to claim them.
 //
 // A node that comes when every task of the suite is claimed finds none
 // Ready, yet it should still take the suite up: the holders give it its
