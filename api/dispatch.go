@@ -7,8 +7,9 @@ import "math"
 // The server caps each tasks.fetch at the node's fair share of the suite's
 // unfinished tasks, and when a node runs out while another holds more than
 // its share unstarted, it asks the holder to give some back: the holder's
-// pool returns up to Count of its buffered, unstarted tasks with
-// tasks.return, and the server wakes the others to claim them.
+// pool returns up to Count of its unstarted tasks (buffered, or queued to
+// a worker behind the one it runs) with tasks.return, and the server wakes
+// the others to claim them.
 //
 // It is a request, not a notification: notifications are stored and
 // replayed after a reconnect, but a giveback is a hint about this moment,
@@ -25,7 +26,8 @@ type TasksGiveback struct {
 
 // TasksGivenBack answers TasksGiveback: how many tasks the agent is
 // returning (0 when it runs another suite or holds none unstarted). They
-// reach the server with tasks.return.
+// reach the server with tasks.return; of those a worker holds queued, only
+// the ones it turns out not to have started, so possibly fewer.
 type TasksGivenBack struct {
 	Returned int `json:"returned"`
 }

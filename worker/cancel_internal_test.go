@@ -14,8 +14,9 @@ import (
 
 // fakeAgent plays the pool's side of one worker's connection.
 type fakeAgent struct {
-	t *testing.T
-	c *workerproto.Conn
+	t     *testing.T
+	c     *workerproto.Conn
+	hello workerproto.Frame
 }
 
 // startFakeAgent listens where run will connect and runs h in a worker
@@ -45,8 +46,8 @@ func startFakeAgent(t *testing.T, h Handler) (*fakeAgent, <-chan error) {
 	}
 	a := &fakeAgent{t: t, c: workerproto.NewConn(nc)}
 	t.Cleanup(func() { a.c.Close() })
-	if f := a.read(); f.Op != workerproto.OpHello {
-		t.Fatalf("first frame %q, want hello", f.Op)
+	if a.hello = a.read(); a.hello.Op != workerproto.OpHello {
+		t.Fatalf("first frame %q, want hello", a.hello.Op)
 	}
 	a.write(workerproto.Frame{Op: workerproto.OpAck, Ack: &workerproto.Ack{}})
 	return a, errc

@@ -155,7 +155,8 @@ func run(ctx context.Context, h Handler, extraProcs int) error {
 	go s.read()
 
 	hello := workerproto.Frame{Op: workerproto.OpHello, Hello: &workerproto.Hello{
-		Version: workerproto.Version, WorkerID: id, Token: os.Getenv(workerproto.EnvToken), PID: os.Getpid()}}
+		Version: workerproto.Version, WorkerID: id, Token: os.Getenv(workerproto.EnvToken), PID: os.Getpid(),
+		Release: true}}
 	if err := c.Write(hello); err != nil {
 		return fmt.Errorf("worker: hello: %w", err)
 	}
@@ -170,9 +171,9 @@ func run(ctx context.Context, h Handler, extraProcs int) error {
 			return fmt.Errorf("worker: agent answered hello with %q", fe.f.Op)
 		}
 	}
-	var queue []*api.Task // tasks held, not started, in order
 	for {
-		if len(queue) == 0 {
+		t := s.take()
+		if t == nil {
 			// The last task's report travels with this fetch: one write,
 			// one wake-up of the agent.
 			out := []workerproto.Frame{{Op: workerproto.OpFetch, Fetch: s.fetchSize()}}
@@ -193,10 +194,11 @@ func run(ctx context.Context, h Handler, extraProcs int) error {
 			if err != nil || ts == nil {
 				return err
 			}
-			queue = ts
+			s.mu.Lock()
+			s.queue = ts
+			s.mu.Unlock()
+			continue
 		}
-		t := queue[0]
-		queue = queue[1:]
 		s.mu.Lock()
 		reason, cancelled := s.cancelledLocked(t)
 		s.mu.Unlock()
@@ -210,12 +212,13 @@ func run(ctx context.Context, h Handler, extraProcs int) error {
 				return err
 			}
 		}
-		if len(queue) > 0 {
+		more := s.holds()
+		if more {
 			// The pool knows which task runs by the reports: the next
 			// one starts only once this one's is on its way.
 			s.flush()
 		}
-		if ctx.Err() != nil && len(queue) == 0 {
+		if ctx.Err() != nil && !more {
 			return nil
 		}
 	}
@@ -251,6 +254,10 @@ type session struct {
 	batch   int                // tasks to ask for in the next fetch
 
 	mu sync.Mutex
+	// queue holds the tasks fetched and not started, in order. The reader
+	// takes from it what the agent asks back (Release), so Run takes the
+	// next task from it under mu: a task taken has started.
+	queue []*api.Task
 	// running is the task the handler runs, if any: the reader cancels it
 	// when the agent says so or the connection fails.
 	running *runningTask
@@ -286,6 +293,49 @@ type runningTask struct {
 	lost    error // why the connection failed while it ran
 }
 
+// take returns the next task to start, nil if none is held.
+func (s *session) take() *api.Task {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return nil
+	}
+	t := s.queue[0]
+	s.queue[0] = nil
+	s.queue = s.queue[1:]
+	return t
+}
+
+// holds says whether tasks wait to start.
+func (s *session) holds() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue) > 0
+}
+
+// release drops the tasks named that wait to start and tells the agent
+// which. It writes the answer with mu held: Run sees the queue empty, and
+// fetches, only after the answer is on its way, and the agent wants it
+// before the fetch. A Release that comes between a batch's arrival and
+// Run's keeping it finds nothing to drop: those tasks then run here.
+func (s *session) release(ids []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	asked := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		asked[id] = true
+	}
+	dropped := []string{}
+	s.queue = slices.DeleteFunc(s.queue, func(t *api.Task) bool {
+		if asked[t.ID] {
+			dropped = append(dropped, t.ID)
+			return true
+		}
+		return false
+	})
+	s.c.Write(workerproto.Frame{Op: workerproto.OpReleased, Released: &workerproto.Released{TaskIDs: dropped}})
+}
+
 // flush sends a report still waiting for the next fetch.
 func (s *session) flush() {
 	if s.pending != nil {
@@ -294,15 +344,19 @@ func (s *session) flush() {
 	}
 }
 
-// read reads the agent's frames. It acts on cancels itself, so that the
-// handler runs on Run's goroutine with no other waiting on it, and hands
-// the rest to Run; a frame other than a cancel while a task runs, or a
-// failed connection, cancels that task.
+// read reads the agent's frames. It acts on cancels and releases itself,
+// so that the handler runs on Run's goroutine with no other waiting on it,
+// and hands the rest to Run; another frame while a task runs, or a failed
+// connection, cancels that task.
 func (s *session) read() {
 	for {
 		f, err := s.c.Read()
 		if err == nil && f.Op == workerproto.OpCancel && f.Cancel != nil {
 			s.cancel(f.Cancel.TaskID, f.Cancel.Attempt, f.Cancel.Reason)
+			continue
+		}
+		if err == nil && f.Op == workerproto.OpRelease && f.Release != nil {
+			s.release(f.Release.TaskIDs)
 			continue
 		}
 		s.mu.Lock()

@@ -268,8 +268,9 @@ func (s *taskSource) linger(d time.Duration) bool {
 }
 
 // giveBack answers the server's tasks.giveback: the pool running the suite
-// returns up to count of its buffered, unstarted tasks, for another node of
-// the suite that has run out. The tasks go back through tasks.return.
+// returns up to count of its unstarted tasks (buffered, or queued to its
+// workers: Pool.Release), for another node of the suite that has run out.
+// The tasks go back through tasks.return.
 func (r *runner) giveBack(req api.TasksGiveback) api.TasksGivenBack {
 	r.mu.Lock()
 	defer r.mu.Unlock()

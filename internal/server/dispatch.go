@@ -58,7 +58,8 @@ func (d *dispatcher) prepareFailedRecently(suiteID, nodeID string) bool {
 }
 
 // nextSuite picks the suite a node should run: the highest-priority
-// eligible suite with tasks ready.
+// eligible suite with tasks ready, or with tasks other nodes would give
+// back to it (fairness.go).
 func (s *Server) nextSuite(ctx context.Context, nodeID string) (*store.Suite, error) {
 	n, err := s.store.GetNode(ctx, nodeID)
 	if err != nil {
@@ -69,12 +70,25 @@ func (s *Server) nextSuite(ctx context.Context, nodeID string) (*store.Suite, er
 		return nil, err
 	}
 	for _, su := range suites {
-		if su.Counts.Ready == 0 || s.whyNot(su, n) != nil {
+		if su.Counts.Ready == 0 && !s.wouldGetGivenBack(su, n) {
+			continue
+		}
+		if s.whyNot(su, n) != nil {
 			continue // the same test explains a waiting suite (why.go)
 		}
 		return &su, nil
 	}
 	return nil, nil
+}
+
+// wouldGetGivenBack says whether node n, joining suite su, would be given
+// tasks the suite's nodes hold unstarted.
+func (s *Server) wouldGetGivenBack(su store.Suite, n store.Node) bool {
+	if su.Counts.Running == 0 {
+		return false
+	}
+	workers := su.Spec.WorkerSchedule.WorkersOn(n.Hardware)
+	return s.dispatch.shares.joinWouldGet(su.ID, n.ID, workers, su.Counts.Ready+su.Counts.Running, s.hub.get)
 }
 
 // suiteChanged wakes the agents that might now have work for the suite:

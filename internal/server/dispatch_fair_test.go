@@ -72,6 +72,28 @@ func TestPlanGiveback(t *testing.T) {
 	}
 }
 
+func TestUnstartedExcess(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		total int
+		all   []share
+		want  bool
+	}{
+		{"a holder buffers more than its share", 8, []share{{"b", 2, 0}, {"a", 2, 8}}, true},
+		{"a holder runs all it holds", 2, []share{{"b", 2, 0}, {"a", 2, 2}}, false},
+		{"every holder within its share", 12, []share{{"c", 2, 0}, {"a", 2, 4}, {"b", 2, 4}}, false},
+		{"the share of one of many", 8, []share{{"c", 2, 0}, {"a", 2, 5}, {"b", 2, 3}}, true},
+		{"weight not known counts as one worker", 3, []share{{"b", 0, 0}, {"a", 0, 3}}, true},
+		{"alone", 8, []share{{"b", 2, 0}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := unstartedExcess(tc.total, tc.all); got != tc.want {
+				t.Errorf("unstartedExcess(%d, %v) = %v, want %v", tc.total, tc.all, got, tc.want)
+			}
+		})
+	}
+}
+
 // testAgent speaks the agent protocol to a real server over a WebSocket
 // with the real Peer: it says hello, then calls what the test asks, and
 // records the server's wake and giveback requests. On a giveback it returns
@@ -300,5 +322,58 @@ func TestSuiteCompletesWithItsLastReport(t *testing.T) {
 	report(a.held[2])
 	if got := state(); got != api.SuiteComplete {
 		t.Errorf("suite %s once its last task reported, want %s at once", got, api.SuiteComplete)
+	}
+}
+
+// A node that comes when the only other one has claimed every task (none
+// Ready) is still offered the suite, as the holder would give it its share
+// (issue 28: a 0→2 pool's second machine idled while the first ran all 8).
+// Nothing is offered while the holder may be running all it holds.
+func TestLateNodeIsOfferedAFullyClaimedSuite(t *testing.T) {
+	_, suiteID, a, b := fairSetupWith(t, Config{}, 8, fairNodes{workers: 2, coresA: 1, coresB: 1})
+	a.join(suiteID)
+	if got := a.fetch(suiteID, 32); got != 8 {
+		t.Fatalf("fetch of 32 by the only node got %d tasks, want 8", got)
+	}
+	b.join(suiteID)
+	if got := b.fetch(suiteID, 32); got != 0 {
+		t.Fatalf("the latecomer's first fetch got %d tasks, want 0: none is Ready", got)
+	}
+	waitGivebacks(t, a, []api.TasksGiveback{{SuiteID: suiteID, Count: 4}})
+	if got := b.fetch(suiteID, 32); got != 4 {
+		t.Errorf("after the giveback the latecomer's fetch got %d tasks, want 4", got)
+	}
+}
+
+// Nothing is offered while the holder may be running all it holds.
+func TestLateNodeIsNotOfferedWhatMayAllRun(t *testing.T) {
+	_, suiteID, a, b := fairSetupWith(t, Config{}, 2, fairNodes{workers: 2, coresA: 1, coresB: 1})
+	a.join(suiteID)
+	if got := a.fetch(suiteID, 32); got != 2 {
+		t.Fatalf("fetch of 32 by the only node got %d tasks, want 2", got)
+	}
+	var next api.SuiteNext
+	b.call(api.MethodSuiteNext, struct{}{}, &next)
+	if next.Suite != nil {
+		t.Errorf("suite.next offered %s, whose 2 tasks the other node's 2 workers may run", next.Suite.ID)
+	}
+}
+
+// waitGivebacks waits until the agent was asked to give back what want says.
+func waitGivebacks(t *testing.T, a *testAgent, want []api.TasksGiveback) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, gb := a.seen()
+		if len(gb) >= len(want) {
+			if !slices.Equal(gb, want) {
+				t.Errorf("the holder was asked %+v, want %+v", gb, want)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder was asked %+v, want %+v", gb, want)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

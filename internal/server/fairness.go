@@ -151,8 +151,17 @@ func (s *Server) moveOn(ctx context.Context, suiteID, nodeID string) (string, er
 // tasks run faster, may still hold tasks unstarted when another runs out.
 // Then the server asks the holders of more than their share to give the
 // excess back (api.MethodTasksGiveback), at most once a givebackEvery per
-// holder; their pools return buffered tasks with tasks.return, and the
-// server wakes the suite's other nodes to claim them.
+// holder; their pools return unstarted tasks (buffered, then those queued
+// to workers behind the one they run) with tasks.return, and the server
+// wakes the suite's other nodes to claim them.
+//
+// A node that comes when every task of the suite is claimed finds none
+// Ready, yet it should still take the suite up: the holders give it its
+// share as soon as it fetches. So suite.next also offers a suite with
+// nothing Ready where a member holds more than its share with the node
+// counted in, and more than its workers can be running (so some of it is
+// surely unstarted): see joinWouldGet. Without this, a 0→2 pool's second
+// machine idled while the first ran all 8 tasks it had prefetched.
 //
 // Members are the nodes that took the suite with suite.next or fetched from
 // it, over their current connection, and have not left it. This is the
@@ -367,4 +376,33 @@ func planGiveback(total int, all []share) map[string]int {
 		lack -= n
 	}
 	return plan
+}
+
+// joinWouldGet says whether the node, with its workers, would be given
+// tasks back if it joined the suite now, with total tasks Ready or Running
+// there: see unstartedExcess. Members no longer connected through the
+// session they joined with are left out (members forgets them later).
+func (sh *shares) joinWouldGet(suiteID, nodeID string, workers, total int, live func(nodeID string) *session) bool {
+	sh.mu.Lock()
+	all := []share{{nodeID, workers, 0}}
+	for id, m := range sh.suites[suiteID] {
+		if id != nodeID && live(id) == m.sess {
+			all = append(all, share{id, m.workers, m.held})
+		}
+	}
+	sh.mu.Unlock()
+	return unstartedExcess(total, all)
+}
+
+// unstartedExcess says whether some member of all but all[0] holds more
+// than its share and more than its workers run at once: tasks it has
+// surely not started, which it would give back to all[0]. A member that
+// holds no more than its workers may be running all of them.
+func unstartedExcess(total int, all []share) bool {
+	for i, m := range all[1:] {
+		if m.held > fairShare(total, all, i+1) && m.held > max(1, m.workers) {
+			return true
+		}
+	}
+	return false
 }

@@ -98,6 +98,7 @@ func (p *Pool) hello(c *workerproto.Conn, f workerproto.Frame, done chan struct{
 		return nil, 0
 	}
 	s.conn, s.connDone, s.helloed, s.silent = c, done, true, 0
+	s.releases = h.Release
 	return s, s.gen
 }
 
@@ -144,6 +145,12 @@ func (p *Pool) frame(s *slot, gen int, c *workerproto.Conn, f workerproto.Frame,
 			return false
 		}
 		p.finishLocked(s, r.TaskReport)
+	case workerproto.OpReleased:
+		if f.Released == nil {
+			p.dropLocked(s, errors.New("released frame without task IDs"))
+			return false
+		}
+		return p.releasedLocked(s, f.Released.TaskIDs)
 	default:
 		p.dropLocked(s, fmt.Errorf("unexpected %q frame", f.Op))
 		return false

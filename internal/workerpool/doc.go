@@ -17,5 +17,6 @@
 // worker to abandon the task and kill it if it does not within a grace.
 //
 // Every task the pool takes from its Source ends in exactly one Report or
-// one Return (unstarted tasks given back when the pool stops).
+// one Return (unstarted tasks given back when the pool stops, or for
+// another node: Release).
 package workerpool

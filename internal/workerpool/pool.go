@@ -488,30 +488,38 @@ func (p *Pool) Cancel(taskID string, attempt int) bool {
 	return false
 }
 
-// Release gives back up to n buffered tasks that no worker has started,
-// the last fetched first (those the pool would have run last), through the
-// source's Return; it returns how many. The server asks for this when
-// another node of the suite has nothing to run while this one holds more
-// than its share.
+// Release gives back up to n tasks that no worker has started, through
+// the source's Return, and returns how many it gives or asked workers for.
+// The server asks for this when another node of the suite has nothing to
+// run while this one holds more than its share.
 //
-// Tasks a worker holds queued behind the one it runs (a batch) are not
-// taken back: the worker starts the next the moment it has sent the last
-// one's report, so the pool cannot know it has not started one, and the
-// protocol's only way to take a task from a worker (OpCancel) abandons it
-// if it runs and has it reported failed — a task cut short, an attempt
-// charged, for a hint about fairness. When the buffer cannot meet n while
-// workers hold queued tasks, the pool hands out one task per fetch for
-// leanAfterRelease instead, so that what it holds unstarted stays in the
-// buffer, where the next ask finds it.
+// Buffered tasks go first, the last fetched first (those the pool would
+// have run last). Then tasks workers hold queued behind the one they run
+// (a batch), the last queued first, from the workers that hold the most:
+// the pool cannot know a worker has not started one (it starts the next
+// the moment it has sent the last one's report), so it asks the worker
+// (workerproto.Release), which gives back only those it has not taken up,
+// and returns them when the answer comes (releasedLocked). Workers too old
+// to answer keep theirs; the pool then hands out one task per fetch for
+// leanAfterRelease, so that what it holds unstarted stays in the buffer,
+// where the next ask finds it.
 func (p *Pool) Release(n int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.stop != stopNone || n <= 0 {
 		return 0
 	}
-	if n > len(p.buf) && p.queuedLocked() > 0 {
+	got := p.releaseBufferedLocked(n)
+	got += p.releaseQueuedLocked(n - got)
+	if got < n && p.unreleasableLocked() > 0 {
 		p.leanUntil = time.Now().Add(leanAfterRelease)
 	}
+	// No fetch now: the server would cap it at the share this pool holds.
+	return got
+}
+
+// releaseBufferedLocked returns up to n buffered tasks, the last first.
+func (p *Pool) releaseBufferedLocked(n int) int {
 	n = min(n, len(p.buf))
 	if n == 0 {
 		return 0
@@ -523,9 +531,116 @@ func (p *Pool) Release(n int) int {
 	}
 	clear(p.buf[keep:])
 	p.buf = p.buf[:keep]
-	// No fetch now: the server would cap it at the share this pool holds.
 	p.returnLocked(ids)
 	return n
+}
+
+// releaseQueuedLocked asks workers for up to n of the tasks they hold
+// queued, each from the worker with the most left to ask for, the last of
+// its queue first, and returns how many it asked for.
+func (p *Pool) releaseQueuedLocked(n int) int {
+	asks := map[*slot][]string{}
+	for range n {
+		var from *slot
+		var pick *job
+		most := 0
+		for _, s := range p.slots {
+			if c, last := releasable(s); c > most {
+				from, pick, most = s, last, c
+			}
+		}
+		if from == nil {
+			break
+		}
+		pick.releasing = true
+		asks[from] = append(asks[from], pick.task.ID)
+	}
+	asked := 0
+	for s, ids := range asks {
+		err := s.conn.Write(workerproto.Frame{Op: workerproto.OpRelease, Release: &workerproto.Release{TaskIDs: ids}})
+		if err != nil { // the connection is failing: its end requeues them
+			continue
+		}
+		asked += len(ids)
+	}
+	return asked
+}
+
+// releasable counts the queued tasks s's worker may be asked to give
+// back, and returns the last of them: not asked already, not cancelled,
+// and the worker connected and able to answer.
+func releasable(s *slot) (int, *job) {
+	if s.conn == nil || !s.releases || s.retired {
+		return 0, nil
+	}
+	n := 0
+	var last *job
+	for i := len(s.queued) - 1; i >= 0; i-- {
+		if j := s.queued[i]; !j.releasing && j.verdict == "" {
+			if last == nil {
+				last = j
+			}
+			n++
+		}
+	}
+	return n, last
+}
+
+// unreleasableLocked counts the tasks workers hold queued that the pool
+// cannot ask back: their workers do not answer Release.
+func (p *Pool) unreleasableLocked() int {
+	n := 0
+	for _, s := range p.slots {
+		if !s.releases {
+			n += len(s.queued)
+		}
+	}
+	return n
+}
+
+// releasedLocked takes back the tasks s's worker gave up unstarted when
+// asked (Release) and returns them to the source; one the pool meanwhile
+// decided to end (cancelled, revoked) is reported so, as the worker would
+// have when its turn came. The first may be the one the pool took to run
+// since: the answer crossed the report of the task before it, and the
+// worker then runs the next it kept. It says false, having dropped the
+// worker, if the worker names a task it does not hold queued or was not
+// asked for.
+func (p *Pool) releasedLocked(s *slot, ids []string) bool {
+	for _, id := range ids {
+		if j := s.holding(id); j == nil || !j.releasing {
+			p.dropLocked(s, fmt.Errorf("released task %q it was not asked for", id))
+			return false
+		}
+	}
+	var back []string
+	promote := false
+	for _, id := range ids {
+		j := s.holding(id)
+		if j == nil { // named twice
+			continue
+		}
+		if s.job == j {
+			s.job, promote = nil, true
+		} else {
+			s.queued = slices.DeleteFunc(s.queued, func(q *job) bool { return q == j })
+		}
+		p.releaseLocked(j)
+		if j.verdict != "" {
+			p.reportLocked(api.TaskReport{TaskID: id, Attempt: j.task.Attempt, Outcome: api.OutcomeFailed,
+				Reason: j.verdict, Result: api.TaskResult{ExitCode: -1}})
+			continue
+		}
+		back = append(back, id)
+	}
+	if promote {
+		p.promoteLocked(s)
+	}
+	if len(back) > 0 {
+		p.log.Debug("workers gave back unstarted tasks", "worker", s.id, "tasks", len(back))
+	}
+	p.returnLocked(back)
+	return true
 }
 
 // Resume hands buffered tasks to waiting workers again after MayStart
@@ -574,15 +689,6 @@ const revokedReason = "revoked: the server gave this task to another node while 
 
 // mayStartLocked says whether buffered tasks may go to workers now.
 func (p *Pool) mayStartLocked() bool { return p.cfg.MayStart == nil || p.cfg.MayStart() }
-
-// queuedLocked counts the tasks workers hold behind the ones they run.
-func (p *Pool) queuedLocked() int {
-	n := 0
-	for _, s := range p.slots {
-		n += len(s.queued)
-	}
-	return n
-}
 
 // Wake makes the pool ask its source for tasks now, cutting short the wait
 // after a fetch that found none. Call it when the server says tasks arrived.

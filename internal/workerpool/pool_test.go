@@ -3,6 +3,7 @@ package workerpool
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -761,11 +762,11 @@ func TestRelease(t *testing.T) {
 	}
 }
 
-// A Release that wants more than the buffer holds while a worker holds a
-// batch queued leaves the batch alone (the worker may have started it),
-// and the worker then takes one task per fetch, so that what the pool
-// holds unstarted stays in the buffer for the next Release.
-func TestReleaseWhileWorkersHoldBatches(t *testing.T) {
+// startBatched runs a pool of one worker that holds a batch queued behind
+// a task that runs 1.5 s: a few short tasks first make the worker fetch
+// several at once.
+func startBatched(t *testing.T) (*running, *workerpooltest.Source) {
+	t.Helper()
 	list := append(tasks("warm", 4, "ok"), task("first", "sleep", "1500ms"))
 	list = append(list, tasks("queued", 3, "ok")...)
 	src := newSource(list...)
@@ -775,12 +776,74 @@ func TestReleaseWhileWorkersHoldBatches(t *testing.T) {
 		st := p.Stats()
 		return len(st.PerWorker) == 1 && st.PerWorker[0].TaskID == "first"
 	})
-	p.mu.Lock()
-	batched := len(p.slots[0].queued) > 0
-	p.mu.Unlock()
-	if !batched {
+	if len(queued(p)) == 0 {
 		t.Fatal("no task is queued behind first; the batch this test is about did not happen")
 	}
+	return p, src
+}
+
+// queued lists the tasks the pool's workers hold behind the ones they run.
+func queued(p *running) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []string
+	for _, s := range p.slots {
+		for _, j := range s.queued {
+			ids = append(ids, j.task.ID)
+		}
+	}
+	return ids
+}
+
+// A Release that wants more than the buffer holds asks the workers for
+// the tasks they hold queued; the worker gives back those it has not
+// started, the pool returns them, and each task is reported or returned
+// exactly once.
+func TestReleaseTakesBackQueuedTasks(t *testing.T) {
+	p, src := startBatched(t)
+	held := queued(p)
+	before := p.Stats().Buffered
+	if got, want := p.Release(10), before+len(held); got != want {
+		t.Errorf("Release(10) = %d, want the %d buffered and the %d queued", got, before, len(held))
+	}
+	waitFor(t, 10*time.Second, "the queued tasks to go back", func() bool {
+		return len(src.Record().Returned) == before+len(held)
+	})
+	if got := queued(p); len(got) != 0 {
+		t.Errorf("the worker still holds %v queued after giving them back", got)
+	}
+	waitFor(t, 10*time.Second, "first to be reported", func() bool {
+		_, ok := src.ReportFor("first")
+		return ok
+	})
+	p.Stop(true)
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	rec := src.Record()
+	for _, id := range held {
+		if _, ok := src.ReportFor(id); ok {
+			t.Errorf("%s was given back and reported too", id)
+		}
+	}
+	ended := slices.Clone(rec.Returned)
+	for _, r := range rec.Reports {
+		ended = append(ended, r.TaskID)
+	}
+	slices.Sort(ended)
+	if fetched := slices.Sorted(slices.Values(rec.Fetched)); !slices.Equal(ended, fetched) {
+		t.Errorf("reported+returned = %v, want each fetched task once: %v", ended, fetched)
+	}
+}
+
+// A worker too old to answer Release keeps its batch (it may have started
+// the next task), and then takes one task per fetch, so that what the
+// pool holds unstarted stays in the buffer for the next Release.
+func TestReleaseWhileOldWorkersHoldBatches(t *testing.T) {
+	p, src := startBatched(t)
+	p.mu.Lock()
+	p.slots[0].releases = false // as a worker whose hello does not offer it
+	p.mu.Unlock()
 	if before, got := p.Stats().Buffered, p.Release(10); got != before {
 		t.Errorf("Release(10) = %d, want the %d buffered", got, before)
 	}
@@ -796,6 +859,84 @@ func TestReleaseWhileWorkersHoldBatches(t *testing.T) {
 	}
 	if got := p.Release(2); got != 2 {
 		t.Errorf("Release(2) of the late tasks = %d, want 2", got)
+	}
+}
+
+// playWorker connects to slot 0 of a pool of the "idle" helper as its
+// worker, as one that answers Release.
+func playWorker(t *testing.T, p *running) *workerproto.Conn {
+	t.Helper()
+	waitFor(t, 20*time.Second, "the slot's process to start", func() bool { return p.Stats().Alive == 1 })
+	p.mu.Lock()
+	token := p.slots[0].token
+	p.mu.Unlock()
+	nc, err := net.Dial("unix", p.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := workerproto.NewConn(nc)
+	t.Cleanup(func() { c.Close() })
+	c.Write(workerproto.Frame{Op: workerproto.OpHello, Hello: &workerproto.Hello{
+		Version: workerproto.Version, Token: token, PID: os.Getpid(), Release: true}})
+	if f := readFrame(t, c); f.Op != workerproto.OpAck {
+		t.Fatalf("answer to hello: %q, want ack", f.Op)
+	}
+	return c
+}
+
+func readFrame(t *testing.T, c *workerproto.Conn) workerproto.Frame {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	f, err := c.Read()
+	if err != nil {
+		t.Fatalf("read from the pool: %v", err)
+	}
+	return f
+}
+
+// A worker's Released may cross the report of the task before the ones it
+// gives back: the pool has by then taken the first of them to run, and
+// takes it back all the same; the worker then fetches again without
+// breaking the protocol.
+func TestReleasedCrossesAReport(t *testing.T) {
+	src := newSource(tasks("t", 4, "ok")...)
+	p := start(t, config(t, "idle", 1, 32), src)
+	c := playWorker(t, p)
+	waitFor(t, 10*time.Second, "the tasks buffered", func() bool { return p.Stats().Buffered == 4 })
+	c.Write(workerproto.Frame{Op: workerproto.OpFetch, Fetch: &workerproto.Fetch{Max: 3}})
+	f := readFrame(t, c)
+	if f.Op != workerproto.OpTask || f.Task.Task == nil || len(f.Task.More) != 2 {
+		t.Fatalf("answer to a fetch of 3: %+v, want a task and 2 more", f)
+	}
+	if got := p.Release(3); got != 3 {
+		t.Errorf("Release(3) = %d, want 1 buffered and 2 queued", got)
+	}
+	f = readFrame(t, c)
+	if f.Op != workerproto.OpRelease || f.Release == nil {
+		t.Fatalf("frame %q, want release", f.Op)
+	}
+	if want := []string{"t-002", "t-001"}; !slices.Equal(f.Release.TaskIDs, want) {
+		t.Errorf("asked to release %v, want the queued %v, last first", f.Release.TaskIDs, want)
+	}
+	c.Write(workerproto.Frame{Op: workerproto.OpReport, Report: &workerproto.Report{
+		TaskReport: api.TaskReport{TaskID: "t-000", Attempt: 1, Outcome: api.OutcomeSucceeded}}})
+	c.Write(workerproto.Frame{Op: workerproto.OpReleased, Released: &workerproto.Released{TaskIDs: []string{"t-001", "t-002"}}})
+	c.Write(workerproto.Frame{Op: workerproto.OpFetch})
+	if f := readFrame(t, c); f.Op != workerproto.OpTask || !f.Task.Done {
+		t.Errorf("answer to the next fetch: %+v, want done: every task is reported or returned", f.Task)
+	}
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	rec := src.Record()
+	if got, want := slices.Sorted(slices.Values(rec.Returned)), []string{"t-001", "t-002", "t-003"}; !slices.Equal(got, want) {
+		t.Errorf("returned %v, want %v", got, want)
+	}
+	if len(rec.Reports) != 1 || rec.Reports[0].TaskID != "t-000" {
+		t.Errorf("reports %+v, want t-000's alone", rec.Reports)
+	}
+	if st := p.Stats(); st.Dropped != 0 {
+		t.Errorf("%d workers dropped, want none", st.Dropped)
 	}
 }
 

@@ -34,6 +34,7 @@ type slot struct {
 	// then in.
 	connDone chan struct{}
 	helloed  bool        // this generation said hello
+	releases bool        // its worker answers Release (its hello said so)
 	retired  bool        // told Done: its exit is expected
 	dropped  bool        // killed for a protocol error
 	fetchAt  time.Time   // when its unanswered fetch arrived; zero: none
@@ -56,6 +57,9 @@ type job struct {
 	// "cancelled"), is the reason it is reported failed with, whatever the
 	// worker says.
 	verdict string
+	// releasing: the worker was asked to give it back (Release), if it
+	// has not started it.
+	releasing bool
 }
 
 var errStopping = errors.New("worker pool is stopping")

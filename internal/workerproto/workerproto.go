@@ -9,8 +9,10 @@
 // A Fetch may ask for several tasks; they come in one Task frame and are
 // run and reported one by one before the next Fetch. The pool may send
 // Cancel for a task the worker holds: abandon it if it runs, skip it if it
-// has not started, and report it at once. Anything else is a protocol error, and the pool
-// drops a worker that commits one.
+// has not started, and report it at once. A worker that says so in Hello
+// (Release) also answers Release, which takes back tasks it holds and has
+// not started, with Released. Anything else is a protocol error, and the
+// pool drops a worker that commits one.
 package workerproto
 
 import (
@@ -87,6 +89,10 @@ const (
 	OpTask   = "task"   // pool → worker: a task, or Done (TaskFrame)
 	OpReport = "report" // worker → pool: how the held task ended (Report)
 	OpCancel = "cancel" // pool → worker: abandon the running task (Cancel)
+	// OpRelease and OpReleased take back tasks a worker holds unstarted
+	// (Release), for a worker whose Hello says it answers them.
+	OpRelease  = "release"  // pool → worker: give back unstarted tasks (Release)
+	OpReleased = "released" // worker → pool: these were not started (Released)
 )
 
 // Frame is one line on the socket. Op says which body is set.
@@ -98,6 +104,9 @@ type Frame struct {
 	Task   *TaskFrame `json:"task,omitempty"`
 	Report *Report    `json:"report,omitempty"`
 	Cancel *Cancel    `json:"cancel,omitempty"`
+
+	Release  *Release  `json:"release,omitempty"`
+	Released *Released `json:"released,omitempty"`
 }
 
 // Hello introduces a worker.
@@ -106,6 +115,10 @@ type Hello struct {
 	WorkerID int    `json:"worker_id"`
 	Token    string `json:"token"`
 	PID      int    `json:"pid"`
+	// Release says the worker answers Release. An older worker does not
+	// say it and is never sent one; an older pool ignores it, so the
+	// version stays 1.
+	Release bool `json:"release,omitempty"`
 }
 
 // Ack accepts a Hello.
@@ -145,4 +158,23 @@ type Cancel struct {
 	TaskID  string `json:"task_id"`
 	Attempt int    `json:"attempt,omitempty"`
 	Reason  string `json:"reason"`
+}
+
+// Release asks the worker to give back the tasks named that it holds
+// behind the one it runs and has not started: the server gives them to
+// another node. The worker answers at once with Released, and in any
+// case before its next Fetch, naming those it dropped: it will neither
+// run nor report them, and the pool returns them to the server. One it
+// has started, or no longer holds, it leaves out and runs and reports as
+// usual. Released may cross the report of the task before them: the pool
+// takes it that the first one it names did not start either. Task IDs suffice, without attempts: a worker holds one attempt
+// of a task at a time, and a later attempt comes in a Task frame after
+// this one.
+type Release struct {
+	TaskIDs []string `json:"task_ids"`
+}
+
+// Released answers Release: the tasks the worker dropped unstarted.
+type Released struct {
+	TaskIDs []string `json:"task_ids"`
 }
