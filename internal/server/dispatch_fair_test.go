@@ -330,7 +330,7 @@ func TestSuiteCompletesWithItsLastReport(t *testing.T) {
 // (issue 28: a 0→2 pool's second machine idled while the first ran all 8).
 // Nothing is offered while the holder may be running all it holds.
 func TestLateNodeIsOfferedAFullyClaimedSuite(t *testing.T) {
-	_, suiteID, a, b := fairSetupWith(t, Config{}, 8, fairNodes{workers: 2, coresA: 1, coresB: 1})
+	ts, suiteID, a, b := fairSetupWith(t, Config{}, 8, fairNodes{workers: 2, coresA: 1, coresB: 1})
 	a.join(suiteID)
 	if got := a.fetch(suiteID, 32); got != 8 {
 		t.Fatalf("fetch of 32 by the only node got %d tasks, want 8", got)
@@ -340,6 +340,17 @@ func TestLateNodeIsOfferedAFullyClaimedSuite(t *testing.T) {
 		t.Fatalf("the latecomer's first fetch got %d tasks, want 0: none is Ready", got)
 	}
 	waitGivebacks(t, a, []api.TasksGiveback{{SuiteID: suiteID, Count: 4}})
+	// The holder returns them on its own time.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var su api.Suite
+		ts.mustCall(t, http.StatusOK, ts.admin, "GET", "/v1/suites/"+suiteID, nil, &su)
+		if su.Counts.Ready == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the giveback the suite counts %+v, want 4 Ready", su.Counts)
+		}
+	}
 	if got := b.fetch(suiteID, 32); got != 4 {
 		t.Errorf("after the giveback the latecomer's fetch got %d tasks, want 4", got)
 	}
