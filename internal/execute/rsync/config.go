@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 
+	gossh "golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/execute/ssh"
 )
@@ -43,6 +46,17 @@ func SSHConfig(t ssh.Target) (string, error) {
 	line("Port", strconv.Itoa(t.Port))
 	if err := line("User", t.User); err != nil {
 		return "", err
+	}
+	if t.HostKey != "" {
+		// The target's key is pinned; the jump host's, if any, is
+		// checked as the settings say (Host * below).
+		if t.HostKeyFile == "" {
+			return "", fmt.Errorf("host key of %s is pinned and no file holds it for OpenSSH", t.Addr())
+		}
+		if err := line("UserKnownHostsFile", escapeTokens(t.HostKeyFile)); err != nil {
+			return "", err
+		}
+		line("StrictHostKeyChecking", "yes")
 	}
 	if j := t.Jump; j != nil {
 		if err := line("ProxyJump", j.User+"@"+hostPort(j.Host, j.Port)); err != nil {
@@ -106,19 +120,35 @@ type configs struct {
 }
 
 func (c *configs) path(t ssh.Target) (string, error) {
-	body, err := SSHConfig(t)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256([]byte(body))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dir == "" {
+		var err error
 		if c.dir, err = os.MkdirTemp("", "nodemgr-rsync-"); err != nil {
 			return "", fmt.Errorf("rsync executor: %w", err)
 		}
 	}
-	p := filepath.Join(c.dir, "ssh_config-"+hex.EncodeToString(sum[:8]))
+	if t.HostKey != "" {
+		key, _, _, _, err := gossh.ParseAuthorizedKey([]byte(t.HostKey))
+		if err != nil {
+			return "", fmt.Errorf("rsync executor: the pinned host key of %s: %w", t.Addr(), err)
+		}
+		known := knownhosts.Line([]string{knownhosts.Normalize(t.Addr())}, key) + "\n"
+		if t.HostKeyFile, err = c.write("known_hosts", known); err != nil {
+			return "", err
+		}
+	}
+	body, err := SSHConfig(t)
+	if err != nil {
+		return "", err
+	}
+	return c.write("ssh_config", body)
+}
+
+// write writes body once, to a file named by prefix and its content.
+func (c *configs) write(prefix, body string) (string, error) {
+	sum := sha256.Sum256([]byte(body))
+	p := filepath.Join(c.dir, prefix+"-"+hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(p); err == nil {
 		return p, nil
 	}

@@ -301,7 +301,7 @@ func (p *pool) handshake(ctx context.Context, t Target, nc net.Conn) (*ssh.Clien
 		User:              t.User,
 		Auth:              auth,
 		HostKeyCallback:   hostKeyCallback(t),
-		HostKeyAlgorithms: knownAlgorithms(t.KnownHosts, addr),
+		HostKeyAlgorithms: hostKeyAlgorithms(t, addr),
 		Timeout:           t.ConnectTimeout,
 	}
 	// The handshake knows no context: a deadline and a close bound it.

@@ -24,6 +24,9 @@ var knownHostsMu sync.Mutex
 // for each connection so that edits take effect, and adds the key of an
 // unknown host when t.AcceptNewHostKeys.
 func hostKeyCallback(t Target) ssh.HostKeyCallback {
+	if t.HostKey != "" {
+		return pinnedKeyCallback(t.HostKey)
+	}
 	return func(hostname string, remote net.Addr, key ssh.PublicKey) error {
 		knownHostsMu.Lock()
 		defer knownHostsMu.Unlock()
@@ -52,6 +55,32 @@ func hostKeyCallback(t Target) ssh.HostKeyCallback {
 		}
 		return fmt.Errorf("check the host key of %s against known_hosts %s: %w", hostname, t.KnownHosts, err)
 	}
+}
+
+// pinnedKeyCallback accepts the pinned key alone.
+func pinnedKeyCallback(line string) ssh.HostKeyCallback {
+	pinned, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
+	return func(hostname string, _ net.Addr, key ssh.PublicKey) error {
+		if err != nil {
+			return fmt.Errorf("the host key pinned for %s: %w", hostname, err)
+		}
+		if !bytes.Equal(key.Marshal(), pinned.Marshal()) {
+			return errdefs.Class(fmt.Errorf("host key of %s (%s %s) is not the one nodemgr made for this machine (%s %s): someone is in the way, or the address now belongs to another machine",
+				hostname, key.Type(), ssh.FingerprintSHA256(key), pinned.Type(), ssh.FingerprintSHA256(pinned)), errdefs.ErrPermission)
+		}
+		return nil
+	}
+}
+
+// hostKeyAlgorithms are the algorithms to ask the host for: the pinned
+// key's, else those of the keys known_hosts holds for it.
+func hostKeyAlgorithms(t Target, addr string) []string {
+	if t.HostKey != "" {
+		if k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(t.HostKey)); err == nil {
+			return algorithmsFor(k.Type())
+		}
+	}
+	return knownAlgorithms(t.KnownHosts, addr)
 }
 
 // checkKnown checks key for hostname against the file. A missing file

@@ -227,6 +227,40 @@ func TestHostKeys(t *testing.T) {
 	}
 }
 
+// A deployment that pins its host key (a pool machine given the key in
+// its user data) is checked against that key alone: it connects with no
+// known_hosts entry and no trust on first use, and another key is refused
+// even where known_hosts holds the right one.
+func TestPinnedHostKey(t *testing.T) {
+	srv := sshtest.Shared(t)
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e, d, _ := node(t, map[string]string{"known_hosts": empty})
+	d.Extra = map[string]any{provision.ExtraSSHHostKey: string(xssh.MarshalAuthorizedKey(srv.HostKey))}
+	if code, err := e.Exec(context.Background(), d, execute.Command{Argv: []string{"true"}}); code != 0 || err != nil {
+		t.Fatalf("Exec with the pinned key = %d, %v; want 0", code, err)
+	}
+	if b, _ := os.ReadFile(empty); len(b) != 0 {
+		t.Errorf("known_hosts gained %q; a pinned key needs no entry", b)
+	}
+
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	other, _ := xssh.NewPublicKey(pub)
+	e2, d2, _ := node(t, nil) // known_hosts holds the server's real key
+	d2.Extra = map[string]any{provision.ExtraSSHHostKey: string(xssh.MarshalAuthorizedKey(other))}
+	code, err := e2.Exec(context.Background(), d2, execute.Command{Argv: []string{"true"}})
+	if code != -1 || !errors.Is(err, errdefs.ErrPermission) || !strings.Contains(err.Error(), "not the one nodemgr made for this machine") {
+		t.Errorf("Exec with another key pinned = %d, %v; want permission denied naming the pinned key", code, err)
+	}
+	d2.Extra[provision.ExtraSSHHostKey] = "not a key"
+	if _, err := e2.Exec(context.Background(), d2, execute.Command{Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("Exec with a pinned key that is no key = %v; want a field error", err)
+	}
+}
+
 // TestTrustOnFirstUse checks that accept_new_host_keys adds an unknown
 // host's key to known_hosts, which then serves without the setting.
 func TestTrustOnFirstUse(t *testing.T) {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/provision"
 )
@@ -116,6 +118,14 @@ type Target struct {
 	// added to it (trust on first use). A changed key is always refused.
 	KnownHosts        string
 	AcceptNewHostKeys bool
+	// HostKey, when set, is the one key the host may show (an
+	// authorized_keys line): the orchestrator made it and gave it to the
+	// machine before it booted (provision.ExtraSSHHostKey), so neither
+	// known_hosts nor trust on first use is needed.
+	HostKey string
+	// HostKeyFile is a known_hosts file that holds HostKey alone for
+	// this host, for OpenSSH (the rsync executor writes it).
+	HostKeyFile string
 	// Jump is the host connected through, or nil.
 	Jump           *Target
 	ConnectTimeout time.Duration
@@ -172,6 +182,14 @@ func (e *SSH) Target(d provision.Deployment) (Target, error) {
 			return Target{}, errdefs.Field("extra."+ExtraPort, "deployment %s: %v", d.Name, err)
 		}
 		t.Port = n
+	}
+	if v, ok, err := extraString(d, provision.ExtraSSHHostKey); err != nil {
+		return Target{}, err
+	} else if ok {
+		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(v)); err != nil {
+			return Target{}, errdefs.Field("extra."+provision.ExtraSSHHostKey, "deployment %s: not an SSH public key: %v", d.Name, err)
+		}
+		t.HostKey = v
 	}
 	if v, ok, err := extraString(d, ExtraIdentityFile); err != nil {
 		return Target{}, err
