@@ -138,6 +138,10 @@ The agent delivered is --agent-binary FILE, or from --agent-binaries DIR
 (nodemgr-linux-amd64, nodemgr-linux-arm64, as go run ./cmd/release builds
 them) by the machine's uname -m, else the server's own binary if static.
 The server must be reachable from the machines: --agent-server-url.
+The agent runs as root; a template whose user is not (cloud images say
+user: debian or ubuntu) needs passwordless sudo on the machine, through
+which bootstrap installs and starts it (else the machine fails saying so),
+and suites that name no run_as run there as that user.
 
 See also: nodemgr pool --help, nodemgr help templates, README.md "Pools".
 `},
