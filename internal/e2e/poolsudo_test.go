@@ -33,9 +33,10 @@ const passwordSudo = "#!/bin/sh\necho 'sudo: a password is required' >&2\nexit 1
 // to do.
 func TestPoolTemplateUserNotRoot(t *testing.T) {
 	p := startPoolServer(t)
-	sudoer := p.imageWithSudo("nodemgr-test/busybox-sudo:latest", fakeSudo(t))
-	asking := p.imageWithSudo("nodemgr-test/busybox-sudo-password:latest", []byte(passwordSudo))
-	suffix := strings.ToLower(dockertest.Name(t)[:6])
+	unique := dockertest.Name(t)
+	suffix := unique[len(unique)-8:] // its random part
+	sudoer := p.imageWithSudo("sudo", fakeSudo(t))
+	asking := p.imageWithSudo("sudo-password", []byte(passwordSudo))
 
 	p.userTemplate("as-user", sudoer, "nodemgr")
 	name := "sudoer-" + suffix
@@ -102,10 +103,11 @@ func fakeSudo(t *testing.T) []byte {
 }
 
 // imageWithSudo commits the test image with sudo at /usr/bin/sudo,
-// setuid root, as ref.
-func (p *poolEnv) imageWithSudo(ref string, sudo []byte) string {
+// setuid root, as an image of this test's own, removed when it ends.
+func (p *poolEnv) imageWithSudo(kind string, sudo []byte) string {
 	p.t.Helper()
 	ctx := context.Background()
+	ref := "nodemgr-test/busybox-" + kind + ":" + strings.ToLower(dockertest.Name(p.t))
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
 	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "sudo", Mode: 0o4755, Size: int64(len(sudo)), ModTime: time.Unix(0, 0)})
@@ -122,5 +124,8 @@ func (p *poolEnv) imageWithSudo(ref string, sudo []byte) string {
 	if _, err := p.eng.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{Reference: ref}); err != nil {
 		p.t.Fatalf("commit %s: %v", ref, err)
 	}
+	// Registered before the pools' containers are, so it runs after
+	// their removal.
+	p.t.Cleanup(func() { p.eng.ImageRemove(ctx, ref, client.ImageRemoveOptions{Force: true, PruneChildren: true}) })
 	return ref
 }
