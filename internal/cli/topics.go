@@ -138,10 +138,11 @@ The agent delivered is --agent-binary FILE, or from --agent-binaries DIR
 (nodemgr-linux-amd64, nodemgr-linux-arm64, as go run ./cmd/release builds
 them) by the machine's uname -m, else the server's own binary if static.
 The server must be reachable from the machines: --agent-server-url.
-The agent runs as root; a template whose user is not (cloud images say
-user: debian or ubuntu) needs passwordless sudo on the machine, through
-which bootstrap installs and starts it (else the machine fails saying so),
-and suites that name no run_as run there as that user.
+The agent runs as root. Where it is pushed (docker exec, or SSH with
+bootstrap: push) as a template user that is not root (cloud images say
+user: debian or ubuntu), that user needs passwordless sudo, through which
+the agent is installed and started (else the machine fails saying so), and
+suites that name no run_as run there as that user.
 
 A libvirt template names a guest image on the libvirt host: take a cloud
 image, which runs cloud-init. The provider makes its storage pool
