@@ -92,7 +92,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	users, err := runas.NewPolicy(logger)
+	users, err := runas.NewPolicy(logger, cfg.TaskUser)
 	if err != nil {
 		return nil, fmt.Errorf("agent users: %w", err)
 	}

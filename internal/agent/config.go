@@ -19,6 +19,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/errdefs"
 	"github.com/nodemgr/nodemgr/internal/imds"
 	"github.com/nodemgr/nodemgr/internal/portalloc"
+	"github.com/nodemgr/nodemgr/internal/runas"
 	"github.com/nodemgr/nodemgr/internal/template/yamlfield"
 	"github.com/nodemgr/nodemgr/internal/validate"
 )
@@ -104,6 +105,12 @@ type Config struct {
 	// the cores are for the workloads. Default one per 8 cores, at least
 	// one; the GOMAXPROCS variable, when set, wins.
 	Procs int `yaml:"procs"`
+	// TaskUser is who suite tasks, hooks and services that name no user
+	// run as: an existing user, not root. Default runas.TaskUser (made
+	// when missing), else nobody. A pool machine's bootstrap sets it to
+	// the template's user when that user is not root, as the template
+	// asks its code to run as that user.
+	TaskUser string `yaml:"task_user"`
 	// PortRange is the range the port allocator hands out, "min-max";
 	// default 16384-65535.
 	PortRange string `yaml:"port_range"`
@@ -384,6 +391,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.validateWorkloads(); err != nil {
+		return err
+	}
+	if err := runas.Validate("task_user", c.TaskUser); err != nil {
 		return err
 	}
 	if err := validate.Name("name", c.Name); err != nil {

@@ -52,7 +52,7 @@ type serverFlags struct {
 	reconnectGrace, retryBackoff, idleSuiteGrace                   time.Duration
 	dockerHost                                                     string
 	awsRegion, awsEndpoint, awsProfile                             string
-	libvirtURI, libvirtPool, libvirtDomainType                     string
+	libvirtURI, libvirtPool, libvirtPoolDir, libvirtDomainType     string
 	libvirtStopTimeout, libvirtReadyTimeout                        string
 	tlsCert, tlsKey                                                string
 	tlsAuto                                                        bool
@@ -97,7 +97,8 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.StringVar(&f.awsEndpoint, "aws-endpoint", "", "EC2 endpoint URL for the aws provider, e.g. an emulator's (default AWS's own)")
 	fl.StringVar(&f.awsProfile, "aws-profile", "", "shared-config profile the aws provider takes its credentials from (default $AWS_PROFILE or default)")
 	fl.StringVar(&f.libvirtURI, "libvirt-uri", "", "libvirtd connection for the libvirt provider: qemu:///system (default), qemu+ssh://host/system, test:///default")
-	fl.StringVar(&f.libvirtPool, "libvirt-pool", "", "libvirt storage pool the machines' volumes go in (default: default)")
+	fl.StringVar(&f.libvirtPool, "libvirt-pool", "", "libvirt storage pool the machines' volumes go in, made when missing (default: default)")
+	fl.StringVar(&f.libvirtPoolDir, "libvirt-pool-dir", "", "directory on the libvirt host of the storage pool made when --libvirt-pool is missing (default /var/lib/libvirt/images)")
 	fl.StringVar(&f.libvirtDomainType, "libvirt-domain-type", "", "libvirt domain type: qemu (TCG, the default) or kvm")
 	fl.StringVar(&f.libvirtStopTimeout, "libvirt-stop-timeout", "", "how long a libvirt machine has to power off after the ACPI button before it is forced (default 30s)")
 	fl.StringVar(&f.libvirtReadyTimeout, "libvirt-ready-timeout", "", "how long provisioning waits for a libvirt machine's ssh banner (default 5m; 0 does not wait)")
@@ -179,6 +180,7 @@ func (f *serverFlags) providerSettings() map[string]map[string]string {
 	set("aws", "profile", f.awsProfile)
 	set("libvirt", "uri", f.libvirtURI)
 	set("libvirt", "pool", f.libvirtPool)
+	set("libvirt", "pool_dir", f.libvirtPoolDir)
 	set("libvirt", "domain_type", f.libvirtDomainType)
 	set("libvirt", "stop_timeout", f.libvirtStopTimeout)
 	set("libvirt", "ready_timeout", f.libvirtReadyTimeout)

@@ -427,6 +427,7 @@ func agentTemplate(b *strings.Builder, cmd *cobra.Command) error {
 var fileOnlyUsage = map[string]string{
 	"blob_cache_max":     "bytes of task input files the agent caches (DATA_DIR/blobs); the least recently used go first",
 	"onboard_share":      "percent (10-90) of the machine the node offers to containers and services when it first starts; negative leaves it to nodemgr node onboard",
+	"task_user":          "who suite tasks, hooks and services that name no user run as: an existing user, not root (default nodemgr-task, made when missing, else nobody)",
 	"container_defaults": "cpus and memory_mb a container job gets when it names none, e.g. {cpus: 0.5, memory_mb: 256} (unset: those); 0 makes jobs name their own",
 }
 

@@ -138,6 +138,36 @@ The agent delivered is --agent-binary FILE, or from --agent-binaries DIR
 (nodemgr-linux-amd64, nodemgr-linux-arm64, as go run ./cmd/release builds
 them) by the machine's uname -m, else the server's own binary if static.
 The server must be reachable from the machines: --agent-server-url.
+The agent runs as root. Where it is pushed (docker exec, or SSH with
+bootstrap: push) as a template user that is not root (cloud images say
+user: debian or ubuntu), that user needs passwordless sudo, through which
+the agent is installed and started (else the machine fails saying so), and
+suites that name no run_as run there as that user.
+
+A libvirt template names a guest image on the libvirt host: take a cloud
+image, which runs cloud-init. The provider makes its storage pool
+(--libvirt-pool, "default", in /var/lib/libvirt/images) when the daemon
+has none, and finds an image put there by its file name:
+
+  sudo wget -P /var/lib/libvirt/images \
+    https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2
+
+  # debian-vm.yaml
+  name: debian-vm
+  user: debian              # made by cloud-init, with passwordless sudo
+  cpu: 2
+  memoryMB: 2048
+  diskMB: 10240
+  overrides:
+    libvirt:
+      base_image: debian-12-genericcloud-amd64.qcow2
+      ssh_authorized_keys: ["ssh-ed25519 AAAA... you@host"]
+
+For Ubuntu take noble-server-cloudimg-amd64.img from
+https://cloud-images.ubuntu.com/noble/current/ with user: ubuntu. The
+server's ssh executor logs in with the key's private half
+(--ssh-identity-file) and must accept the new machine's host key
+(--ssh-accept-new-host-keys).
 
 See also: nodemgr pool --help, nodemgr help templates, README.md "Pools".
 `},

@@ -71,7 +71,14 @@ func topicFiles(text string) map[string]string {
 // loader its command uses, so the pages cannot teach a key that is gone.
 func TestHelpTopicExamplesLoad(t *testing.T) {
 	load := map[string]func(path string, b []byte) error{
-		"web.yaml":    func(path string, b []byte) error { _, err := template.Parse(b, path); return err },
+		"web.yaml": func(path string, b []byte) error { _, err := template.Parse(b, path); return err },
+		"debian-vm.yaml": func(path string, b []byte) error {
+			tp, err := template.Parse(b, path)
+			if err == nil {
+				_, _, err = template.Render(tp, "libvirt", nil)
+			}
+			return err
+		},
 		"images.yaml": func(path string, b []byte) error { _, err := mapping.Parse(b, path); return err },
 		"suite.yaml":  func(path string, _ []byte) error { _, err := LoadSuiteFile(path); return err },
 		"pool.yaml":   func(path string, _ []byte) error { _, err := LoadPoolFile(path); return err },

@@ -92,13 +92,18 @@ func CheckBinary(path string) (Binary, error) {
 // starts it, supervised: the binary, a config with a single-use join token
 // bound to the deployment, and a start script, copied in one tree, then
 // one command that checks the machine's arch and starts the agent in the
-// background, restarting it if it crashes until it stops cleanly.
+// background, restarting it if it crashes until it stops cleanly. A
+// template user other than root reaches root through sudo (privilege.go).
 func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store.Deployment) (copied, started time.Duration, err error) {
 	ex, err := o.cluster.Executor(d.Machine())
 	if err != nil {
 		return 0, 0, err
 	}
 	bin, err := o.pickBinary(ctx, ex, d)
+	if err != nil {
+		return 0, 0, err
+	}
+	who, err := checkLogin(ctx, ex, d)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -132,16 +137,16 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := stageFiles(stage, art, o.agentConfig(spec, d, token, false)); err != nil {
+	if err := stageFiles(stage, art, who.withTaskUser(o.agentConfig(spec, d, token, false))); err != nil {
 		return 0, 0, err
 	}
 	t0 := time.Now()
-	if err := ex.CopyTo(ctx, d.Machine(), stage, AgentDir); err != nil {
+	if err := deliver(ctx, ex, d, who, stage); err != nil {
 		return 0, 0, fmt.Errorf("copy the agent to the machine: %w", err)
 	}
 	copied = time.Since(t0)
 	var out bytes.Buffer
-	code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: []string{"/bin/sh", AgentDir + "/start.sh"},
+	code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: asRoot("/bin/sh", AgentDir+"/start.sh"),
 		Stdout: &out, Stderr: &out, Timeout: execTimeout})
 	started = time.Since(t0) - copied
 	if err != nil {
@@ -190,7 +195,7 @@ func readMachineID(ctx context.Context, ex execute.Executor, d store.Deployment,
 	rand.Read(seed[:])
 	var out, errOut bytes.Buffer
 	code, err := ex.Exec(ctx, d.Machine(), execute.Command{
-		Argv:   []string{"/bin/sh", "-c", machineIDScript(systemFiles, dataDir), "sh", hex.EncodeToString(seed[:])},
+		Argv:   asRoot("/bin/sh", "-c", machineIDScript(systemFiles, dataDir), "sh", hex.EncodeToString(seed[:])),
 		Stdout: &out, Stderr: &errOut, Timeout: execTimeout})
 	if err != nil {
 		return "", fmt.Errorf("read the machine's id: %w", err)
@@ -468,7 +473,7 @@ func (o *Orchestrator) agentLog(ctx context.Context, d store.Deployment) string 
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: []string{"tail", "-n", "5", AgentDir + "/agent.log"},
+	if code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: asRoot("tail", "-n", "5", AgentDir+"/agent.log"),
 		Stdout: &out, Timeout: 5 * time.Second}); err != nil || code != 0 {
 		return ""
 	}

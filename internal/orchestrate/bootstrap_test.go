@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
@@ -178,6 +180,30 @@ func TestAgentConfigInsecureHTTP(t *testing.T) {
 		got := string(o.agentConfig(api.PoolSpec{Name: "p"}, store.Deployment{ID: "d-1", Name: "m1"}, "nmj_x", false))
 		if strings.Contains(got, "insecure_http: true") != insecure {
 			t.Errorf("agentConfig with InsecureHTTP %v =\n%s\nwant insecure_http only when set", insecure, got)
+		}
+	}
+}
+
+// TestAgentConfigTaskUser: a machine reached as a user other than root
+// runs code that names no user as that user; one reached as root, or as a
+// bare uid, keeps the agent's own default.
+func TestAgentConfigTaskUser(t *testing.T) {
+	o := &Orchestrator{cfg: Config{Bootstrap: BootstrapConfig{ServerURL: "https://10.0.0.5:7070"}}, cluster: &recordingCluster{}}
+	for _, tc := range []struct {
+		login login
+		want  string // "": none
+	}{
+		{login{user: "ubuntu", stage: "/tmp/x"}, "ubuntu"},
+		{login{root: true, user: "root"}, ""},
+		{login{stage: "/tmp/x"}, ""},
+	} {
+		b := tc.login.withTaskUser(o.agentConfig(api.PoolSpec{Name: "p"}, store.Deployment{ID: "d-1", Name: "m1"}, "nmj_x", false))
+		var cfg map[string]any
+		if err := yaml.Unmarshal(b, &cfg); err != nil {
+			t.Fatalf("agent config for login %+v does not parse: %v\n%s", tc.login, err, b)
+		}
+		if got, _ := cfg["task_user"].(string); got != tc.want || cfg["server"] != "https://10.0.0.5:7070" {
+			t.Errorf("agent config for login %+v =\n%s\nwant task_user %q and the rest kept", tc.login, b, tc.want)
 		}
 	}
 }

@@ -3,7 +3,8 @@
 //
 // Code that names no user runs as an unprivileged one, never as the
 // agent's: a dedicated system user, TaskUser, that the agent creates when
-// the machine lacks it, else nobody. The agent's own user (root, most
+// the machine lacks it, else nobody, or the unprivileged user its config
+// names instead (task_user: a pool machine's template user). The agent's own user (root, most
 // often) is for suites that ask for it by a privileged name (Root, Agent),
 // which the server grants to group admins only. An agent that does not run
 // as root cannot start processes as anyone else: its Policy then runs
@@ -117,15 +118,23 @@ type Policy struct {
 	Default User
 }
 
-// NewPolicy looks at who this process is and, where it runs as root,
-// finds or creates TaskUser (else takes nobody). It says in log which
-// user code that names none will run as, and why.
-func NewPolicy(log *slog.Logger) (Policy, error) {
+// NewPolicy looks at who this process is and picks the user that code
+// naming none runs as: taskUser where the agent's config names one (a
+// pool machine's template user), else TaskUser, found or created where
+// the agent runs as root (else nobody). It says in log which, and why.
+func NewPolicy(log *slog.Logger, taskUser string) (Policy, error) {
 	self, err := current()
 	if err != nil {
 		return Policy{}, err
 	}
 	p := Policy{Self: self, Switch: canSwitch(), Default: self}
+	if taskUser != "" {
+		if p.Default, err = p.configured(taskUser); err != nil {
+			return Policy{}, err
+		}
+		log.Info("suite tasks, hooks and services that name no user run as the configured task_user", "user", p.Default.String())
+		return p, nil
+	}
 	if !p.Switch {
 		log.Warn("the agent does not run as root, so it cannot start processes as other users: "+
 			"suite tasks, hooks and services run as the agent's own user and can read its data dir; run the agent as root to isolate them",
@@ -144,6 +153,31 @@ func NewPolicy(log *slog.Logger) (Policy, error) {
 	p.Default = u
 	log.Info("suite tasks, hooks and services that name no user run as an unprivileged user", "user", u.String(), "account", how)
 	return p, nil
+}
+
+// configured checks the agent's task_user setting. It must be an
+// existing user other than root: the default is what anyone who may
+// create a suite gets, so it never carries the agent's rights by name
+// (the server grants those to group admins only). An agent that is not
+// root can start nobody but itself.
+func (p Policy) configured(name string) (User, error) {
+	const field = "task_user"
+	if err := Validate(field, name); err != nil {
+		return User{}, err
+	}
+	if Privileged(name) {
+		return User{}, errdefs.Field(field, "%q would give code that names no user the agent's rights; name an unprivileged user, or leave %s out for %s", name, field, TaskUser)
+	}
+	u, err := Lookup(name)
+	switch {
+	case err != nil:
+		return User{}, errdefs.Field(field, "%q is not a user on this machine (%v): create it, or leave %s out for %s", name, err, field, TaskUser)
+	case u.UID == 0:
+		return User{}, errdefs.Field(field, "%q is root (uid 0); name an unprivileged user, or leave %s out for %s", name, field, TaskUser)
+	case !p.Switch && u.UID != p.Self.UID:
+		return User{}, errdefs.Field(field, "the agent runs as %s, not root, so it cannot start processes as %q: run the agent as root, or leave %s out", p.Self, name, field)
+	}
+	return u, nil
 }
 
 // nobody is the nobody account, or uid and gid 65534 where the machine

@@ -110,7 +110,7 @@ func TestNewPolicyAsRoot(t *testing.T) {
 	if os.Geteuid() != 0 || runtime.GOOS != "linux" {
 		t.Skip("needs root on Linux")
 	}
-	p, err := NewPolicy(slog.New(slog.DiscardHandler))
+	p, err := NewPolicy(slog.New(slog.DiscardHandler), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,8 +120,46 @@ func TestNewPolicyAsRoot(t *testing.T) {
 	if u, err := Lookup(TaskUser); err == nil && u.UID != p.Default.UID {
 		t.Errorf("default = %v, want %s (it exists: %v)", p.Default, TaskUser, u)
 	}
-	again, err := NewPolicy(slog.New(slog.DiscardHandler))
+	again, err := NewPolicy(slog.New(slog.DiscardHandler), "")
 	if err != nil || again.Default.UID != p.Default.UID {
 		t.Errorf("second NewPolicy = %+v, %v; want the same default user", again, err)
+	}
+}
+
+// A configured task_user becomes the default only when it is an
+// unprivileged user the agent can start code as; otherwise the error
+// names the setting and what to do.
+func TestConfiguredTaskUser(t *testing.T) {
+	nobody, err := Lookup("nobody")
+	if err != nil {
+		t.Skip("no nobody user here")
+	}
+	root := Policy{Self: User{Name: "root"}, Switch: true}
+	daemon := Policy{Self: User{Name: "svc", UID: 4242, GID: 4242}}
+	for _, tc := range []struct {
+		name   string
+		p      Policy
+		user   string
+		want   uint32 // the default's uid, when ok
+		refuse string // a part of the error, when not
+	}{
+		{"an unprivileged user", root, "nobody", nobody.UID, ""},
+		{"by uid", root, "65534", nobody.UID, ""},
+		{"root by name", root, "root", 0, "the agent's rights"},
+		{"the agent alias", root, "agent", 0, "the agent's rights"},
+		{"root by uid", root, "0", 0, "the agent's rights"},
+		{"a missing user", root, "no-such-user-x", 0, "not a user on this machine"},
+		{"a bad name", root, "a b", 0, "not a user name"},
+		{"another user, agent not root", daemon, "nobody", 0, "not root, so it cannot start processes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, err := tc.p.configured(tc.user)
+			switch {
+			case tc.refuse == "" && (err != nil || u.UID != tc.want):
+				t.Errorf("configured(%q) = %v, %v; want uid %d", tc.user, u, err, tc.want)
+			case tc.refuse != "" && (err == nil || !strings.Contains(err.Error(), tc.refuse) || !strings.Contains(err.Error(), "task_user")):
+				t.Errorf("configured(%q) = %v, %v; want an error on task_user saying %q", tc.user, u, err, tc.refuse)
+			}
+		})
 	}
 }

@@ -9,7 +9,12 @@
 //	               in-memory test driver: state lives as long as the
 //	               connection). A local daemon is reached through its unix
 //	               socket (?socket=PATH picks another).
-//	pool           storage pool for the machines' volumes; default "default"
+//	pool           storage pool for the machines' volumes; default "default".
+//	               Made when the daemon lacks it (a fresh libvirtd has no
+//	               pool): a directory pool at pool_dir, built, started and
+//	               autostarted; started when it is stopped
+//	pool_dir       that pool's directory on the libvirt host; default
+//	               /var/lib/libvirt/images (where virt-manager puts "default")
 //	domain_type    qemu (default: emulation, TCG, works anywhere) or kvm
 //	stop_timeout   how long stop and reboot wait for the guest before they
 //	               power it off or reset it, a Go duration; default 30s
@@ -33,7 +38,9 @@
 //	kernel, initrd, cmdline
 //	               direct kernel boot (host paths); with base_image or
 //	               diskGB the guest also gets a root disk as /dev/vda
-//	pool           storage pool, overriding the setting
+//	pool           storage pool, overriding the setting; never made or
+//	               started here: one missing or stopped is refused with the
+//	               virsh commands that make or start it
 //	network        an existing libvirt network (seed 000's "network:
 //	               default"): the guest's address comes from the network's
 //	               DHCP leases, else from the guest agent
@@ -84,5 +91,12 @@
 // stop_timeout); terminate (as Destroy: power off, the volumes, then
 // undefine with its managed save image and NVRAM). States map onto EC2's
 // (see State); StateReason adds libvirt's reason where a person can act
-// on it (a crashed guest, a disk error that paused it). Not yet: downloading known distributions' images.
+// on it (a crashed guest, a disk error that paused it).
+//
+// Images are not downloaded: a template's base_image names a cloud image
+// already on the libvirt host (Debian's genericcloud or Ubuntu's cloud
+// qcow2, which run cloud-init from the NoCloud seed); the README says how
+// to fetch one. The package's tests boot a guest made from the Debian
+// kernel package instead (libvirttest.Guest): a few MB through apt,
+// cached, rather than a cloud image's hundreds.
 package libvirt

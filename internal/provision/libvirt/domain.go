@@ -33,12 +33,9 @@ func (p *Libvirt) planStorage(c client, name string, cfg config, seed []byte) (l
 	if lo.pool == "" {
 		lo.pool = p.pool
 	}
-	pool, err := c.StoragePoolLookupByName(lo.pool)
+	pool, err := p.storagePool(c, lo.pool)
 	if err != nil {
-		if isCode(err, golibvirt.ErrNoStoragePool) {
-			return lo, errdefs.NotFound("storage pool %q (set the pool setting or extra.pool; see virsh pool-list --all)", lo.pool)
-		}
-		return lo, fmt.Errorf("storage pool %s: %w", lo.pool, classify(err))
+		return lo, err
 	}
 	refreshed := false
 	lookup := func(vol string) (golibvirt.StorageVol, error) {

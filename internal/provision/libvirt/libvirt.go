@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -96,6 +97,12 @@ type client interface {
 	SubscribeEvents(ctx context.Context, eventID golibvirt.DomainEventID, dom golibvirt.OptDomain) (<-chan any, error)
 	StoragePoolLookupByName(name string) (golibvirt.StoragePool, error)
 	StoragePoolRefresh(pool golibvirt.StoragePool, flags uint32) error
+	StoragePoolIsActive(pool golibvirt.StoragePool) (int32, error)
+	StoragePoolDefineXML(xml string, flags uint32) (golibvirt.StoragePool, error)
+	StoragePoolBuild(pool golibvirt.StoragePool, flags golibvirt.StoragePoolBuildFlags) error
+	StoragePoolCreate(pool golibvirt.StoragePool, flags golibvirt.StoragePoolCreateFlags) error
+	StoragePoolSetAutostart(pool golibvirt.StoragePool, autostart int32) error
+	StoragePoolUndefine(pool golibvirt.StoragePool) error
 	StorageVolLookupByName(pool golibvirt.StoragePool, name string) (golibvirt.StorageVol, error)
 	StorageVolLookupByPath(path string) (golibvirt.StorageVol, error)
 	StorageVolGetXMLDesc(vol golibvirt.StorageVol, flags uint32) (string, error)
@@ -112,6 +119,7 @@ type client interface {
 type Libvirt struct {
 	uri          *url.URL
 	pool         string
+	poolDir      string // where pool is made when missing
 	domainType   string
 	stopTimeout  time.Duration
 	readyTimeout time.Duration
@@ -120,13 +128,15 @@ type Libvirt struct {
 
 	mu   sync.Mutex
 	conn client
+	// poolMu keeps this server's provisions from making the pool twice.
+	poolMu sync.Mutex
 }
 
 // New returns a provider for the libvirt daemon that settings name (see
 // the package doc). It does not contact the daemon: the first call that
 // needs it connects, and a lost connection is made again.
 func New(settings map[string]string) (*Libvirt, error) {
-	p := &Libvirt{pool: DefaultPool, domainType: "qemu", stopTimeout: DefaultStopTimeout, readyTimeout: DefaultReadyTimeout}
+	p := &Libvirt{pool: DefaultPool, poolDir: DefaultPoolDir, domainType: "qemu", stopTimeout: DefaultStopTimeout, readyTimeout: DefaultReadyTimeout}
 	uri := DefaultURI
 	for k, v := range settings {
 		switch k {
@@ -137,6 +147,13 @@ func New(settings map[string]string) (*Libvirt, error) {
 		case "pool":
 			if v != "" {
 				p.pool = v
+			}
+		case "pool_dir":
+			if v != "" && !path.IsAbs(v) {
+				return nil, errdefs.Field("settings.pool_dir", "%q is not an absolute path on the libvirt host", v)
+			}
+			if v != "" {
+				p.poolDir = v
 			}
 		case "domain_type":
 			switch v {
@@ -157,7 +174,7 @@ func New(settings map[string]string) (*Libvirt, error) {
 				p.readyTimeout = t
 			}
 		default:
-			return nil, errdefs.Field("settings."+k, "unknown libvirt provider setting; known: uri, pool, domain_type, stop_timeout, ready_timeout")
+			return nil, errdefs.Field("settings."+k, "unknown libvirt provider setting; known: uri, pool, pool_dir, domain_type, stop_timeout, ready_timeout")
 		}
 	}
 	u, err := url.Parse(uri)

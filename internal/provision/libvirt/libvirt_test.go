@@ -482,6 +482,8 @@ func TestSettings(t *testing.T) {
 	}{
 		{nil, ""},
 		{map[string]string{"uri": "qemu+ssh://root@vmhost/system", "pool": "images", "domain_type": "kvm", "stop_timeout": "10s", "ready_timeout": "0"}, ""},
+		{map[string]string{"pool": "vms", "pool_dir": "/srv/vms"}, ""},
+		{map[string]string{"pool_dir": "images"}, "settings.pool_dir"},
 		{map[string]string{"uri": "not a uri"}, "settings.uri"},
 		{map[string]string{"domain_type": "xen"}, "settings.domain_type"},
 		{map[string]string{"stop_timeout": "soon"}, "settings.stop_timeout"},
