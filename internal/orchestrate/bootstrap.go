@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"debug/elf"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -99,6 +100,13 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 	if err != nil {
 		return 0, 0, err
 	}
+	ttl := time.Duration(spec.BootstrapTimeout)
+	if ttl == 0 {
+		ttl = DefaultBootstrapTimeout
+	}
+	if err := awaitLogin(ctx, ex, d, ttl); err != nil {
+		return 0, 0, err
+	}
 	bin, err := o.pickBinary(ctx, ex, d)
 	if err != nil {
 		return 0, 0, err
@@ -106,10 +114,6 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 	who, err := checkLogin(ctx, ex, d)
 	if err != nil {
 		return 0, 0, err
-	}
-	ttl := time.Duration(spec.BootstrapTimeout)
-	if ttl == 0 {
-		ttl = DefaultBootstrapTimeout
 	}
 	// Bind the token to this machine before it exists: its agent must
 	// register with the machine id read here, through the executor,
@@ -156,6 +160,32 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 		return copied, started, fmt.Errorf("start the agent: %s/start.sh exited %d: %s", AgentDir, code, strings.TrimSpace(lastBytes(out.String(), 500)))
 	}
 	return copied, started, nil
+}
+
+// awaitLogin waits, up to within, until the machine's executor can run a
+// command: a cloud machine's SSH server answers tens of seconds after its
+// provider says it runs, and until then the port refuses or times out
+// (errdefs.ErrUnavailable). Any other failure is returned at once.
+func awaitLogin(ctx context.Context, ex execute.Executor, d store.Deployment, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	wait := 250 * time.Millisecond
+	for {
+		code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: []string{"true"}, Timeout: execTimeout})
+		switch {
+		case err == nil && code == 0:
+			return nil
+		case err == nil:
+			return fmt.Errorf("reach the machine: `true` exited %d", code)
+		case !errors.Is(err, errdefs.ErrUnavailable) || time.Now().Add(wait).After(deadline):
+			return fmt.Errorf("reach the machine: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("reach the machine: %w", err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // machineIDScript prints the machine id an agent with data dir dataDir

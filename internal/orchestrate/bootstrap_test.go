@@ -1,16 +1,22 @@
 package orchestrate
 
 import (
+	"context"
 	"debug/elf"
+	"errors"
 	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/execute"
+	"github.com/nodemgr/nodemgr/internal/provision"
 	"github.com/nodemgr/nodemgr/internal/store"
 )
 
@@ -205,5 +211,47 @@ func TestAgentConfigTaskUser(t *testing.T) {
 		if got, _ := cfg["task_user"].(string); got != tc.want || cfg["server"] != "https://10.0.0.5:7070" {
 			t.Errorf("agent config for login %+v =\n%s\nwant task_user %q and the rest kept", tc.login, b, tc.want)
 		}
+	}
+}
+
+// flakyLogin is an executor whose machine refuses connections for its
+// first refusals calls, then fails with err (nil: runs the command).
+type flakyLogin struct {
+	refusals int
+	err      error
+	calls    int
+}
+
+func (f *flakyLogin) Name() string       { return "flaky" }
+func (f *flakyLogin) Capability() string { return "exec:flaky" }
+func (f *flakyLogin) Exec(context.Context, provision.Deployment, execute.Command) (int, error) {
+	f.calls++
+	if f.calls <= f.refusals {
+		return -1, errdefs.Class(errors.New("connect: connection refused"), errdefs.ErrUnavailable)
+	}
+	if f.err != nil {
+		return -1, f.err
+	}
+	return 0, nil
+}
+func (f *flakyLogin) CopyTo(context.Context, provision.Deployment, string, string) error   { return nil }
+func (f *flakyLogin) CopyFrom(context.Context, provision.Deployment, string, string) error { return nil }
+
+// Bootstrap waits for a machine whose SSH server does not answer yet (an
+// EC2 instance for 10-60 s after it runs), within the bootstrap timeout,
+// and gives up at once on a failure that waiting does not mend.
+func TestAwaitLogin(t *testing.T) {
+	ctx := context.Background()
+	late := &flakyLogin{refusals: 3}
+	if err := awaitLogin(ctx, late, store.Deployment{}, time.Minute); err != nil || late.calls != 4 {
+		t.Errorf("a machine that answers on the 4th try: %v after %d tries; want success after 4", err, late.calls)
+	}
+	never := &flakyLogin{refusals: 1 << 30}
+	if err := awaitLogin(ctx, never, store.Deployment{}, 2*time.Second); !errors.Is(err, errdefs.ErrUnavailable) || never.calls > 5 {
+		t.Errorf("a machine that never answers: %v after %d tries; want unavailable after a few tries in the 2s given", err, never.calls)
+	}
+	refused := &flakyLogin{err: errdefs.Class(errors.New("host key mismatch"), errdefs.ErrPermission)}
+	if err := awaitLogin(ctx, refused, store.Deployment{}, time.Minute); !errors.Is(err, errdefs.ErrPermission) || refused.calls != 1 {
+		t.Errorf("a refused login: %v after %d tries; want it at once", err, refused.calls)
 	}
 }
