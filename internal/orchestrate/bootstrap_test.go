@@ -3,8 +3,8 @@ package orchestrate
 import (
 	"context"
 	"debug/elf"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -234,8 +234,10 @@ func (f *flakyLogin) Exec(context.Context, provision.Deployment, execute.Command
 	}
 	return 0, nil
 }
-func (f *flakyLogin) CopyTo(context.Context, provision.Deployment, string, string) error   { return nil }
-func (f *flakyLogin) CopyFrom(context.Context, provision.Deployment, string, string) error { return nil }
+func (f *flakyLogin) CopyTo(context.Context, provision.Deployment, string, string) error { return nil }
+func (f *flakyLogin) CopyFrom(context.Context, provision.Deployment, string, string) error {
+	return nil
+}
 
 // Bootstrap waits for a machine whose SSH server does not answer yet (an
 // EC2 instance for 10-60 s after it runs), within the bootstrap timeout,
