@@ -15,6 +15,14 @@ import (
 	"github.com/nodemgr/nodemgr/internal/provision"
 )
 
+// HostForgetter is the optional capability of an executor that keeps
+// what it learnt of each machine (an SSH host key in known_hosts): once
+// the machine is destroyed, ForgetHost drops it, so that another machine
+// at the same address starts afresh.
+type HostForgetter interface {
+	ForgetHost(d provision.Deployment) error
+}
+
 // Command is what to run.
 type Command struct {
 	Argv    []string

@@ -198,6 +198,23 @@ func (o *Orchestrator) SetServerURL(u string) {
 	o.cfg.Bootstrap.ServerURL = u
 }
 
+// ForgetHost drops what the executor of a destroyed machine learnt of it
+// (its SSH host key in known_hosts), so that a machine the provider later
+// gives the same address is not refused as a changed host.
+func ForgetHost(c interface {
+	Executor(provision.Deployment) (execute.Executor, error)
+}, d store.Deployment, log *slog.Logger) {
+	ex, err := c.Executor(d.Machine())
+	if err != nil {
+		return
+	}
+	if f, ok := ex.(execute.HostForgetter); ok {
+		if err := f.ForgetHost(d.Machine()); err != nil {
+			log.Warn("forget a destroyed machine's host key", "deployment", d.ID, "err", err)
+		}
+	}
+}
+
 // AgentArtifact is the agent for a machine of arch (uname -m's name), as
 // a pull-bootstrapped machine fetches it.
 func (o *Orchestrator) AgentArtifact(arch string) (Artifact, error) {
@@ -621,6 +638,7 @@ func (o *Orchestrator) destroy(ctx context.Context, deploymentID, why string) er
 			return fmt.Errorf("destroy %s: %w", d.Name, err)
 		}
 	}
+	ForgetHost(o.cluster, d, o.log)
 	state := provision.StateTerminated
 	if d.State == api.DeploymentFailed {
 		state = api.DeploymentFailed

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodemgr/nodemgr/internal/orchestrate"
 	"io"
 	"net/http"
 	"slices"
@@ -238,6 +239,7 @@ func (s *Server) handleDestroyDeployment(w http.ResponseWriter, r *http.Request)
 		if err := pr.Destroy(r.Context(), d.Machine()); err != nil {
 			return fmt.Errorf("destroy %s: %w", d.Name, err)
 		}
+		orchestrate.ForgetHost(cluster{s}, d, s.log)
 	}
 	d, err = s.store.UpdateDeployment(r.Context(), d.ID, func(cur *store.Deployment) error {
 		cur.State, cur.StateReason = provision.StateTerminated, "destroyed by "+principalFrom(r.Context()).User

@@ -261,6 +261,32 @@ func TestPinnedHostKey(t *testing.T) {
 	}
 }
 
+// A destroyed machine's key learnt on first use is forgotten, plain or
+// hashed as OpenSSH writes it, so the next machine at its address is
+// trusted afresh; other hosts' lines, comments, and lines that name
+// several hosts stay.
+func TestForgetHost(t *testing.T) {
+	srv := sshtest.Shared(t)
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	e, d, _ := node(t, map[string]string{"known_hosts": kh, "accept_new_host_keys": "true"})
+	if code, _ := run(t, e, d, "true"); code != 0 {
+		t.Fatalf("Exec(true) = %d", code)
+	}
+	learnt, _ := os.ReadFile(kh)
+	host := knownhosts.Normalize(srv.Addr)
+	hashed := knownhosts.Line([]string{knownhosts.HashHostname(host)}, srv.HostKey)
+	others := "# mine\n" + srv.KnownHostsLine("10.9.9.9:22") + "\n" + knownhosts.Line([]string{host, "10.9.9.8"}, srv.HostKey) + "\n"
+	if err := os.WriteFile(kh, []byte(others+string(learnt)+hashed+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ForgetHost(d); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(kh); string(b) != others {
+		t.Errorf("known_hosts after ForgetHost =\n%s\nwant only the other lines:\n%s", b, others)
+	}
+}
+
 // TestTrustOnFirstUse checks that accept_new_host_keys adds an unknown
 // host's key to known_hosts, which then serves without the setting.
 func TestTrustOnFirstUse(t *testing.T) {
