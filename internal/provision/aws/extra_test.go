@@ -272,3 +272,32 @@ func TestMachineArch(t *testing.T) {
 		}
 	}
 }
+
+// EC2 machines take nodemgr's bootstrap user data unless the template
+// gives its own or asks for bootstrap: push; what is too large for EC2 is
+// refused before a launch.
+func TestPullBootstrapUserData(t *testing.T) {
+	a := &AWS{}
+	for _, tc := range []struct {
+		extra map[string]any
+		want  bool
+	}{
+		{map[string]any{"ami": "ami-1"}, true},
+		{map[string]any{"ami": "ami-1", "user_data": "#!/bin/sh\n"}, false},
+		{map[string]any{"ami": "ami-1", provision.ExtraBootstrap: "push"}, false},
+	} {
+		if got := a.PullBootstrap(tc.extra); got != tc.want {
+			t.Errorf("PullBootstrap(%v) = %v, want %v", tc.extra, got, tc.want)
+		}
+	}
+	var c config
+	if err := c.takeUserData("#cloud-config\n"); err != nil || c.userData != "#cloud-config\n" {
+		t.Errorf("takeUserData = %v, %q", err, c.userData)
+	}
+	if err := (&config{}).takeUserData(strings.Repeat("x", maxUserData+1)); !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Errorf("takeUserData of %d bytes = %v; want too large", maxUserData+1, err)
+	}
+	if _, err := parseExtra(map[string]any{"ami": "ami-1", provision.ExtraBootstrap: "ssh"}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("bootstrap: ssh = %v; want a field error", err)
+	}
+}

@@ -133,3 +133,43 @@ func TestArchDefaultsToTheServers(t *testing.T) {
 		t.Fatalf("normArch(\"\") on %s = %q, %v, want %q", runtime.GOARCH, got, err, want)
 	}
 }
+
+// A machine booted from a disk image (a cloud image) takes nodemgr's
+// bootstrap user data; a kernel or ISO boot, a template with user data of
+// its own, or bootstrap: push does not. The template's keys are added to
+// the user data it takes.
+func TestPullBootstrapUserData(t *testing.T) {
+	p := &Libvirt{}
+	for _, tc := range []struct {
+		extra map[string]any
+		want  bool
+	}{
+		{map[string]any{"base_image": "/img/debian.qcow2"}, true},
+		{map[string]any{"base_image": "/img/debian.qcow2", "bootstrap": "push"}, false},
+		{map[string]any{"base_image": "/img/debian.qcow2", "user_data": "#cloud-config\n"}, false},
+		{map[string]any{"kernel": "/k", "initrd": "/i"}, false},
+		{map[string]any{"kernel": "/k", "initrd": "/i", "bootstrap": "pull"}, true},
+		{map[string]any{"iso": "/x.iso"}, false},
+	} {
+		if got := p.PullBootstrap(tc.extra); got != tc.want {
+			t.Errorf("PullBootstrap(%v) = %v, want %v", tc.extra, got, tc.want)
+		}
+	}
+	extra := map[string]any{"base_image": "/img/debian.qcow2", "user": "debian", "ssh_authorized_keys": []any{"ssh-ed25519 AAAA me"}}
+	c, err := parseExtra(extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := "#cloud-config\nruncmd:\n- [/bin/sh, /opt/nodemgr/bootstrap.sh]\n"
+	if err := c.takeUserData(ours, extra); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"#cloud-config\n", "/opt/nodemgr/bootstrap.sh", "name: debian", "ssh-ed25519 AAAA me"} {
+		if !strings.Contains(c.userData, want) {
+			t.Errorf("user data has no %q:\n%s", want, c.userData)
+		}
+	}
+	if _, err := parseExtra(map[string]any{"base_image": "/img/x.qcow2", "bootstrap": "ssh"}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("bootstrap: ssh = %v; want a field error", err)
+	}
+}
