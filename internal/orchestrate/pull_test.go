@@ -20,7 +20,7 @@ func TestPullUserData(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := pullBootstrap{serverURL: "https://nodemgr.example:7070/", token: "nmj_secret'x",
-		serverCA: []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
+		serverCA:  []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
 		artifacts: []Artifact{{Arch: "x86_64", SHA256: "aa11"}, {Arch: "aarch64", SHA256: "bb22"}},
 		config:    []byte("server: https://nodemgr.example:7070\njoin_token: nmj_secret'x\n"), hostKey: key}
 	ud, err := p.userData()
@@ -31,9 +31,9 @@ func TestPullUserData(t *testing.T) {
 		t.Fatalf("user data starts %.30q; want #cloud-config", ud)
 	}
 	var cc struct {
-		SSHKeys    map[string]string `yaml:"ssh_keys"`
+		SSHKeys    map[string]string                             `yaml:"ssh_keys"`
 		WriteFiles []struct{ Path, Content, Permissions string } `yaml:"write_files"`
-		RunCmd     [][]string `yaml:"runcmd"`
+		RunCmd     [][]string                                    `yaml:"runcmd"`
 	}
 	if err := yaml.Unmarshal([]byte(ud), &cc); err != nil {
 		t.Fatal(err)
