@@ -22,7 +22,7 @@ import (
 // fetches the agent from the server (bound to its machine id), checks its
 // digest and starts it; the agent registers, the suite runs on it, and
 // after the idle timeout the instance is terminated and its container
-// gone. The machine's SSH host key is the one the orchestrator made and
+// gone. Its tasks run as the template's user. The machine's SSH host key is the one the orchestrator made and
 // pinned on its deployment.
 func TestPoolOnEC2PullBootstrap(t *testing.T) {
 	fake := ec2test.New(t)
@@ -51,7 +51,7 @@ func TestPoolOnEC2PullBootstrap(t *testing.T) {
 		}
 		t.Logf("running the instances: %v", machines.Err())
 	})
-	body := "name: ec2-small\nimage: al2023\ncpu: 1\nmemoryMB: 512\noverrides:\n  aws:\n    ami: " + ec2test.ImageAL2023 + "\n    instance_type: t3.nano\n"
+	body := "name: ec2-small\nimage: al2023\nuser: nodemgr\ncpu: 1\nmemoryMB: 512\noverrides:\n  aws:\n    ami: " + ec2test.ImageAL2023 + "\n    instance_type: t3.nano\n"
 	if _, err := s.client().PutDocument(context.Background(), "templates", "ec2-small", []byte(body)); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestPoolOnEC2PullBootstrap(t *testing.T) {
 
 	createSuite(t, s, api.SuiteSpec{Name: "on-ec2", Tags: []string{"ec2"},
 		WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, TaskPrefetchCount: prefetch(0)}})
-	submit(t, s, "on-ec2", slices.Repeat([]api.TaskSpec{sh("echo ran on $(hostname)")}, 4))
+	submit(t, s, "on-ec2", slices.Repeat([]api.TaskSpec{sh("echo ran on $(hostname) as $(id -un)")}, 4))
 	s.client().CloseSuite(context.Background(), "on-ec2")
 	d := p.waitMachines(name, api.MachineReady, 1, 35*time.Second)
 	su := waitSuite(t, s, "on-ec2", api.SuiteComplete, 2*time.Minute)
@@ -79,8 +79,8 @@ func TestPoolOnEC2PullBootstrap(t *testing.T) {
 	for _, tk := range allTasks(t, s, "on-ec2") {
 		if tk.Result == nil || tk.Result.NodeID != m.Node {
 			t.Errorf("task %s: result %+v, want one from the pool's node %s", tk.ID, tk.Result, m.Node)
-		} else if !strings.Contains(tk.Result.Stdout, dep.ResourceID) {
-			t.Errorf("task %s printed %q; want it to run in instance %s", tk.ID, tk.Result.Stdout, dep.ResourceID)
+		} else if !strings.Contains(tk.Result.Stdout, dep.ResourceID+" as nodemgr") {
+			t.Errorf("task %s printed %q; want it to run in instance %s as the template's user nodemgr", tk.ID, tk.Result.Stdout, dep.ResourceID)
 		}
 	}
 	pinned, _ := dep.Extra[provision.ExtraSSHHostKey].(string)

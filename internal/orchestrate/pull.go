@@ -73,8 +73,9 @@ func (o *Orchestrator) pullFor(ctx context.Context, pr provision.Provider, spec 
 	if err != nil {
 		return nil, fmt.Errorf("join token: %w", err)
 	}
+	user, _ := d.Extra["user"].(string)
 	return &pullBootstrap{serverURL: cfg.ServerURL, token: token, serverCA: ca, artifacts: arts,
-		config: o.agentConfig(spec, d, token, ca != nil), hostKey: key}, nil
+		config: o.agentConfig(spec, d, token, ca != nil), hostKey: key, user: user}, nil
 }
 
 // pullLaunchAllowance is how long a provider may take to make a machine,
@@ -112,6 +113,7 @@ type pullBootstrap struct {
 	artifacts []Artifact
 	config    []byte // agent.yaml
 	hostKey   hostKey
+	user      string // the template's user: tasks run as it where the image has it
 }
 
 // userData is the machine's #cloud-config.
@@ -188,6 +190,12 @@ if [ "$got" != "$want" ]; then
 fi
 chmod 0755 "$dir/nodemgr.new"
 mv -f "$dir/nodemgr.new" "$dir/nodemgr"
+# Tasks that name no run_as run as the template's user, as where the agent
+# is pushed through that user's sudo, if cloud-init made it.
+user=` + shellQuote(p.user) + `
+if [ -n "$user" ] && [ "$user" != root ] && id -u "$user" >/dev/null 2>&1; then
+  echo "task_user: '$user'" >>"$dir/agent.yaml"
+fi
 ` + superviseScript + `
 `
 }

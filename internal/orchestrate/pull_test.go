@@ -22,7 +22,7 @@ func TestPullUserData(t *testing.T) {
 	p := pullBootstrap{serverURL: "https://nodemgr.example:7070/", token: "nmj_secret'x",
 		serverCA:  []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
 		artifacts: []Artifact{{Arch: "x86_64", SHA256: "aa11"}, {Arch: "aarch64", SHA256: "bb22"}},
-		config:    []byte("server: https://nodemgr.example:7070\njoin_token: nmj_secret'x\n"), hostKey: key}
+		config:    []byte("server: https://nodemgr.example:7070\njoin_token: nmj_secret'x\n"), hostKey: key, user: "ubuntu"}
 	ud, err := p.userData()
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func TestPullUserData(t *testing.T) {
 		files[f.Path] = f.Permissions
 		if f.Path == AgentDir+"/bootstrap.sh" {
 			for _, want := range []string{"x86_64) want=aa11", "aarch64) want=bb22", `token='nmj_secret'\''x'`,
-				"server='https://nodemgr.example:7070'", AgentBinaryPath + "?arch=$arch&machine_id=$id", "sha256sum"} {
+				"server='https://nodemgr.example:7070'", "user='ubuntu'", AgentBinaryPath + "?arch=$arch&machine_id=$id", "sha256sum"} {
 				if !strings.Contains(f.Content, want) {
 					t.Errorf("bootstrap.sh has no %q:\n%s", want, f.Content)
 				}
