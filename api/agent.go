@@ -119,6 +119,12 @@ type Notice struct {
 	Time time.Time `json:"time"`
 }
 
+// Equal says whether two notices say the same (times compared as
+// instants).
+func (n Notice) Equal(o Notice) bool {
+	return n.Kind == o.Kind && n.Action == o.Action && n.Time.Equal(o.Time)
+}
+
 // Message says the notice in a few words, for node show and events.
 func (n Notice) Message() string {
 	at := n.Time.UTC().Format(time.RFC3339)

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,21 +188,9 @@ func Watch(ctx context.Context, c *Client, interval time.Duration, log *slog.Log
 			log.Info("the instance metadata service answers again")
 			failing = false
 		}
-		if !same(got, last) {
+		if !slices.EqualFunc(got, last, api.Notice.Equal) {
 			last = got
 			changed(got)
 		}
 	}
-}
-
-func same(a, b []api.Notice) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Kind != b[i].Kind || a[i].Action != b[i].Action || !a[i].Time.Equal(b[i].Time) {
-			return false
-		}
-	}
-	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -82,7 +83,7 @@ func (s *Server) keepNotices(ctx context.Context, sess *session, ns []api.Notice
 	if err != nil {
 		return err
 	}
-	if sameNotices(old, ns) {
+	if slices.EqualFunc(old, ns, api.Notice.Equal) {
 		return nil
 	}
 	if len(ns) == 0 {
@@ -116,18 +117,6 @@ func (s *Server) nodeNotices(ctx context.Context, nodeID string) ([]api.Notice, 
 		return nil, fmt.Errorf("read node %s's notices: %w", nodeID, err)
 	}
 	return ns, nil
-}
-
-func sameNotices(a, b []api.Notice) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Kind != b[i].Kind || a[i].Action != b[i].Action || !a[i].Time.Equal(b[i].Time) {
-			return false
-		}
-	}
-	return true
 }
 
 // draining says whether a connected node takes no new work: its agent
