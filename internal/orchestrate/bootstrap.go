@@ -503,12 +503,21 @@ func (o *Orchestrator) agentLog(ctx context.Context, d store.Deployment) string 
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: asRoot("tail", "-n", "5", AgentDir+"/agent.log"),
+	if code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: asRoot("/bin/sh", "-c", agentLogScript),
 		Stdout: &out, Timeout: 5 * time.Second}); err != nil || code != 0 {
 		return ""
 	}
 	return strings.Join(strings.Fields(lastBytes(out.String(), 600)), " ")
 }
+
+// agentLogScript prints the end of what tells why an agent did not
+// register: its log where the restart loop runs it, its unit's journal
+// under systemd, else cloud-init's output (a pull bootstrap that failed
+// before the agent ran).
+const agentLogScript = `if [ -s ` + AgentDir + `/agent.log ]; then tail -n 5 ` + AgentDir + `/agent.log
+elif command -v journalctl >/dev/null 2>&1 && [ -n "$(journalctl -u nodemgr-agent -q --no-pager -n 1 2>/dev/null)" ]; then journalctl -u nodemgr-agent -q --no-pager -n 5
+elif [ -f /var/log/cloud-init-output.log ]; then tail -n 5 /var/log/cloud-init-output.log
+fi`
 
 func lastBytes(s string, n int) string {
 	if len(s) <= n {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -255,5 +256,19 @@ func TestAwaitLogin(t *testing.T) {
 	refused := &flakyLogin{err: errdefs.Class(errors.New("host key mismatch"), errdefs.ErrPermission)}
 	if err := awaitLogin(ctx, refused, store.Deployment{}, time.Minute); !errors.Is(err, errdefs.ErrPermission) || refused.calls != 1 {
 		t.Errorf("a refused login: %v after %d tries; want it at once", err, refused.calls)
+	}
+}
+
+// The scripts run on machines parse as POSIX shell (dash, as Debian's
+// /bin/sh): a syntax error would only show on a machine.
+func TestMachineScriptsParse(t *testing.T) {
+	key, _ := newHostKey()
+	pull := pullBootstrap{serverURL: "http://s:1", token: "t", artifacts: []Artifact{{Arch: "x86_64", SHA256: "00"}}, hostKey: key, user: "u"}
+	for name, script := range map[string]string{
+		"agent log": agentLogScript, "start.sh": startScript(Artifact{Arch: "x86_64"}), "bootstrap.sh": pull.script(),
+	} {
+		if out, err := exec.Command("sh", "-n", "-c", script).CombinedOutput(); err != nil {
+			t.Errorf("%s does not parse: %v: %s", name, err, out)
+		}
 	}
 }
