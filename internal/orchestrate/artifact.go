@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -22,6 +23,9 @@ type Artifact struct {
 	Path   string // the gzip file
 	Size   int64  // of the gzip file
 	SHA256 string // hex, of the decompressed binary
+	// Stripped is the decompressed binary, for a copy that costs less
+	// than unpacking it would (to a container on this host).
+	Stripped string
 }
 
 // artifactCache holds the artifacts made in this process, by source file
@@ -40,7 +44,12 @@ func (c BootstrapConfig) Artifacts() ([]Artifact, error) {
 		return nil, err
 	}
 	out := make([]Artifact, 0, len(bins))
+	seen := map[string]bool{}
 	for _, b := range bins {
+		if seen[b.Arch] {
+			continue // chooseBinary takes the first of an arch
+		}
+		seen[b.Arch] = true
 		a, err := c.artifact(b)
 		if err != nil {
 			return nil, err
@@ -82,12 +91,56 @@ func (c BootstrapConfig) artifact(b Binary) (Artifact, error) {
 		return Artifact{}, fmt.Errorf("agent artifacts: %w", err)
 	}
 	sum := sha256.Sum256([]byte(key))
-	a, err := makeArtifact(b, filepath.Join(dir, hex.EncodeToString(sum[:8])+"-"+b.Arch+".gz"))
+	path := filepath.Join(dir, hex.EncodeToString(sum[:8])+"-"+b.Arch+".gz")
+	a, err := readArtifact(b, path)
+	if err != nil {
+		a, err = makeArtifact(b, path)
+	}
 	if err != nil {
 		return Artifact{}, fmt.Errorf("prepare agent binary %s for delivery: %w", b.Path, err)
 	}
 	artifactCache.m[key] = a
+	removeOlder(dir, path, b.Arch)
 	return a, nil
+}
+
+// removeOlder removes the artifacts of earlier builds for arch: one binary
+// serves an arch, and a developer who rebuilds would otherwise collect
+// about 90 MB a build in the data dir.
+func removeOlder(dir, keep, arch string) {
+	old, _ := filepath.Glob(filepath.Join(dir, "*-"+arch+"*"))
+	for _, f := range old {
+		if !strings.HasPrefix(f, strippedPath(keep)) {
+			os.Remove(f)
+		}
+	}
+}
+
+// readArtifact finds an artifact an earlier run of the server made (the
+// stage directory is the data dir): its files and its digest, written
+// last.
+func readArtifact(b Binary, path string) (Artifact, error) {
+	digest, err := os.ReadFile(path + ".sha256")
+	if err != nil {
+		return Artifact{}, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return Artifact{}, err
+	}
+	if _, err := os.Stat(strippedPath(path)); err != nil {
+		return Artifact{}, err
+	}
+	return Artifact{Arch: b.Arch, Path: path, Size: fi.Size(), SHA256: string(digest), Stripped: strippedPath(path)}, nil
+}
+
+func strippedPath(gz string) string { return strings.TrimSuffix(gz, ".gz") }
+
+// Prepare makes the artifacts of every binary the server can deliver
+// ahead of the first launch, which would otherwise wait for them.
+func (c BootstrapConfig) Prepare() error {
+	_, err := c.Artifacts()
+	return err
 }
 
 func stageRoot(dir string) string {
@@ -97,7 +150,8 @@ func stageRoot(dir string) string {
 	return dir
 }
 
-// makeArtifact writes b's artifact to path.
+// makeArtifact writes b's artifact to path, the stripped binary beside
+// it, and their digest last.
 func makeArtifact(b Binary, path string) (Artifact, error) {
 	in, err := os.Open(b.Path)
 	if err != nil {
@@ -113,10 +167,17 @@ func makeArtifact(b Binary, path string) (Artifact, error) {
 		return Artifact{}, err
 	}
 	defer os.Remove(tmp.Name())
+	raw, err := os.CreateTemp(filepath.Dir(path), ".stripped-")
+	if err != nil {
+		return Artifact{}, err
+	}
+	defer os.Remove(raw.Name())
+	defer raw.Close()
+	rawBuf := bufio.NewWriterSize(raw, 1<<20)
 	digest := sha256.New()
 	buf := bufio.NewWriterSize(tmp, 1<<20)
 	zw, _ := gzip.NewWriterLevel(buf, gzip.BestSpeed)
-	w := io.MultiWriter(zw, digest)
+	w := io.MultiWriter(zw, digest, rawBuf)
 	if _, err := w.Write(head); err != nil {
 		return Artifact{}, err
 	}
@@ -129,6 +190,18 @@ func makeArtifact(b Binary, path string) (Artifact, error) {
 	if err := buf.Flush(); err != nil {
 		return Artifact{}, err
 	}
+	if err := rawBuf.Flush(); err != nil {
+		return Artifact{}, err
+	}
+	if err := raw.Chmod(0o755); err != nil {
+		return Artifact{}, err
+	}
+	if err := raw.Close(); err != nil {
+		return Artifact{}, err
+	}
+	if err := os.Rename(raw.Name(), strippedPath(path)); err != nil {
+		return Artifact{}, err
+	}
 	fi, err := tmp.Stat()
 	if err != nil {
 		return Artifact{}, err
@@ -139,7 +212,11 @@ func makeArtifact(b Binary, path string) (Artifact, error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return Artifact{}, err
 	}
-	return Artifact{Arch: b.Arch, Path: path, Size: fi.Size(), SHA256: hex.EncodeToString(digest.Sum(nil))}, nil
+	sum := hex.EncodeToString(digest.Sum(nil))
+	if err := os.WriteFile(path+".sha256", []byte(sum), 0o600); err != nil {
+		return Artifact{}, err
+	}
+	return Artifact{Arch: b.Arch, Path: path, Size: fi.Size(), SHA256: sum, Stripped: strippedPath(path)}, nil
 }
 
 // strippedHead reads an ELF executable's header and says where what the

@@ -61,8 +61,26 @@ func TestArtifactRuns(t *testing.T) {
 	if err != nil || !strings.Contains(string(v), "nodemgr version") {
 		t.Errorf("the stripped binary does not run: %v: %s", err, v)
 	}
+	if b, err := os.ReadFile(a.Stripped); err != nil || hex.EncodeToString(sha256Of(b)) != a.SHA256 {
+		t.Errorf("the stripped binary beside the artifact (%v) is not what it decompresses to", err)
+	}
 	again, err := cfg.Artifact("x86_64")
 	if err != nil || again != a {
 		t.Errorf("second Artifact = %+v, %v; want the cached %+v", again, err, a)
 	}
+	// A restarted server finds it in its stage directory.
+	before, _ := os.Stat(a.Path)
+	artifactCache.Lock()
+	clear(artifactCache.m)
+	artifactCache.Unlock()
+	again, err = cfg.Artifact("x86_64")
+	after, _ := os.Stat(a.Path)
+	if err != nil || again != a || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("after a restart Artifact = %+v, %v (made again: %v); want the one on disk %+v", again, err, !after.ModTime().Equal(before.ModTime()), a)
+	}
+}
+
+func sha256Of(b []byte) []byte {
+	s := sha256.Sum256(b)
+	return s[:]
 }

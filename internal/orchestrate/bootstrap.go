@@ -141,7 +141,7 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := stageFiles(stage, art, who.withTaskUser(o.agentConfig(spec, d, token, false))); err != nil {
+	if err := stageFiles(stage, art, compressFor(ex), who.withTaskUser(o.agentConfig(spec, d, token, false))); err != nil {
 		return 0, 0, err
 	}
 	t0 := time.Now()
@@ -450,20 +450,27 @@ if command -v uname >/dev/null 2>&1; then
     exit 3
   fi
 fi
-gzip -dc "$dir/nodemgr.gz" >"$dir/nodemgr.new"
-rm -f "$dir/nodemgr.gz"
+if [ -f "$dir/nodemgr.gz" ]; then
+  gzip -dc "$dir/nodemgr.gz" >"$dir/nodemgr.new"
+  rm -f "$dir/nodemgr.gz"
+fi
 chmod 0755 "$dir/nodemgr.new"
 mv -f "$dir/nodemgr.new" "$dir/nodemgr"
 ` + superviseScript + `
 `
 }
 
-// stageFiles writes the tree copied onto the machine: the agent as its
-// artifact (compressed: it travels a fifth of the binary's size), its
-// config and the script that unpacks and starts it.
-func stageFiles(dir string, art Artifact, config []byte) error {
-	if err := linkOrCopy(art.Path, filepath.Join(dir, "nodemgr.gz")); err != nil {
-		return fmt.Errorf("stage the agent binary %s: %w", art.Path, err)
+// stageFiles writes the tree copied onto the machine: the agent (as its
+// compressed artifact, a fifth of the binary's size, where the copy
+// crosses a network; stripped only where it does not), its config and the
+// script that unpacks and starts it.
+func stageFiles(dir string, art Artifact, compress bool, config []byte) error {
+	src, name := art.Stripped, "nodemgr.new"
+	if compress {
+		src, name = art.Path, "nodemgr.gz"
+	}
+	if err := linkOrCopy(src, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("stage the agent binary %s: %w", src, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "agent.yaml"), config, 0o600); err != nil {
 		return fmt.Errorf("stage the agent config: %w", err)
@@ -472,6 +479,17 @@ func stageFiles(dir string, art Artifact, config []byte) error {
 		return fmt.Errorf("stage the start script: %w", err)
 	}
 	return os.Chmod(dir, 0o700)
+}
+
+// compressFor says whether the agent crosses a network on its way through
+// ex: not into a container on the server's engine or onto this host,
+// where unpacking it would cost more than the copy saves.
+func compressFor(ex execute.Executor) bool {
+	switch ex.Capability() {
+	case "exec:docker", "exec:local":
+		return false
+	}
+	return true
 }
 
 func linkOrCopy(src, dst string) error {

@@ -198,6 +198,24 @@ func (o *Orchestrator) SetServerURL(u string) {
 	o.cfg.Bootstrap.ServerURL = u
 }
 
+// goPrepare makes the agents' artifacts in the background while this
+// server leads, so that the first machine it launches does not wait for
+// them. A failure is said again by the launch that needs them.
+func (o *Orchestrator) goPrepare(ctx context.Context) {
+	o.mu.Lock()
+	cfg := o.cfg.Bootstrap
+	o.mu.Unlock()
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		if ctx.Err() == nil {
+			if err := cfg.Prepare(); err != nil {
+				o.log.Debug("prepare the agents to deliver", "err", err)
+			}
+		}
+	}()
+}
+
 // ForgetHost drops what the executor of a destroyed machine learnt of it
 // (its SSH host key in known_hosts), so that a machine the provider later
 // gives the same address is not refused as a changed host.
@@ -253,6 +271,7 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 		o.mu.Unlock()
 	}()
 	defer o.wg.Wait()
+	o.goPrepare(ctx)
 	t := time.NewTicker(o.cfg.Tick)
 	defer t.Stop()
 	for {
