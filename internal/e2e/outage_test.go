@@ -40,7 +40,9 @@ func TestPoolFailsOverWhileEC2IsDown(t *testing.T) {
 		return []string{"--agent-binary", staticNodemgr(t), "--agent-server-url", "http://" + exposed(t, listen), "--agent-insecure-http",
 			"--aws-region", ec2test.Region, "--aws-endpoint", down,
 			"--pool-tick", tick.String(), "--pool-backoff", "500ms", "--pool-sweep", "500ms", "--pool-drain-timeout", "10s",
-			"--pool-launch-tries", "2", "--pool-launch-retry", "500ms"}
+			// The pause between the tries spans several rounds, each of
+			// which shows the provider's error in the pool's WAITING.
+			"--pool-launch-tries", "2", "--pool-launch-retry", "1s"}
 	})
 	p := &poolEnv{server: s, t: t, eng: eng, image: image}
 	body := "name: ec2-down\nimage: al2023\ncpu: 1\nmemoryMB: 96\noverrides:\n  aws:\n    ami: " + ec2test.ImageAL2023 + "\n    instance_type: t3.nano\n"
