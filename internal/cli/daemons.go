@@ -62,6 +62,8 @@ type serverFlags struct {
 	agentBinaries                                                  []string
 	agentBinaryDir                                                 string
 	poolBackoff, poolTick, poolSweep, poolDrainTimeout             time.Duration
+	poolLaunchTries                                                int
+	poolLaunchRetry                                                time.Duration
 	sshUser, sshKnownHosts, sshJumpHost                            string
 	sshIdentityFiles                                               []string
 	sshAcceptNewHostKeys                                           bool
@@ -111,6 +113,8 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.StringSliceVar(&f.agentBinaries, "agent-binary", nil, "static nodemgr binary to deliver onto pool machines, one per architecture (repeatable)")
 	fl.StringVar(&f.agentBinaryDir, "agent-binaries", "", "directory of static nodemgr binaries to deliver onto pool machines by their arch, named nodemgr-linux-amd64, nodemgr-linux-arm64 (go run ./cmd/release builds them); this binary, if static, serves its own arch when neither this nor --agent-binary does. Refused when every user may write it or a binary in it")
 	fl.DurationVar(&f.poolBackoff, "pool-backoff", 10*time.Second, "a pool candidate whose machine failed to launch or bootstrap waits this long before it is tried again; doubles with each failure in a row, up to 5m")
+	fl.IntVar(&f.poolLaunchTries, "pool-launch-tries", 3, "how many times a pool machine's launch calls its provider before the machine fails and the next candidate serves (a refusal for want of capacity is not tried again)")
+	fl.DurationVar(&f.poolLaunchRetry, "pool-launch-retry", 2*time.Second, "the pause before a pool machine's launch calls its failing provider again; doubles with each try")
 	fl.DurationVar(&f.poolTick, "pool-tick", time.Second, "the longest time between two rounds of the pools' loop (demand wakes it sooner)")
 	fl.DurationVar(&f.poolSweep, "pool-sweep", 30*time.Second, "how often providers are asked for machines of this server that no pool machine accounts for (they are destroyed)")
 	fl.StringVar(&f.sshUser, "ssh-user", "", "user the ssh, sftp and rsync executors log in as (default this process's user; a deployment's ssh_user wins)")
@@ -159,7 +163,8 @@ func (f *serverFlags) config() server.Config {
 		AgentServerURL: f.agentServerURL, AgentInsecureHTTP: f.agentInsecureHTTP, AgentBinaries: f.agentBinaries, AgentBinaryDir: f.agentBinaryDir,
 		BlobMaxSize: f.blobMaxSize, BlobRetention: f.blobRetention, EnsembleRestoreDeadline: f.ensembleRestoreDeadline,
 		EnsembleProvisionDeadline: f.ensembleProvisionDeadline,
-		Orchestrator:              orchestrate.Config{Tick: f.poolTick, BackoffMin: f.poolBackoff, SweepInterval: f.poolSweep, DrainTimeout: f.poolDrainTimeout},
+		Orchestrator: orchestrate.Config{Tick: f.poolTick, BackoffMin: f.poolBackoff, SweepInterval: f.poolSweep, DrainTimeout: f.poolDrainTimeout,
+			LaunchTries: f.poolLaunchTries, LaunchRetry: f.poolLaunchRetry},
 	}
 }
 

@@ -130,7 +130,7 @@ Machine states: requested -> provisioning -> bootstrapping -> ready ->
 draining -> terminating -> gone, or failed (its candidate backs off,
 --pool-backoff, doubling up to 5m, and the next candidate serves). A
 provider call that fails during a launch is tried 3 times (2s, then 4s
-apart); a refusal for want of capacity moves to the next candidate at
+apart: --pool-launch-tries, --pool-launch-retry); a refusal for want of capacity moves to the next candidate at
 once. Intents are stored before provider calls
 and resources carry owner labels, so a server crash leaks no machine.
 
