@@ -462,6 +462,7 @@ func (o *Orchestrator) provision(ctx context.Context, pr provision.Provider, m s
 		o.trouble[m.ID] = msg
 		o.mu.Unlock()
 		o.event(ctx, m.Pool, m.ID, "retry", msg)
+		o.Wake() // a round now, so that the pool's status says why at once
 		select {
 		case <-ctx.Done():
 			return made, err

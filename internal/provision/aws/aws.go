@@ -15,6 +15,7 @@ import (
 	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
@@ -74,6 +75,10 @@ type AWS struct {
 	waitTimeout  time.Duration
 }
 
+// DefaultRequestTimeout bounds one EC2 API request (the SDK retries a
+// timed-out one); the request_timeout setting changes it.
+const DefaultRequestTimeout = 20 * time.Second
+
 // New returns a provider for the region and credentials that settings
 // and the standard AWS environment give (see the package doc). It reads
 // the shared config files but does not contact AWS.
@@ -81,6 +86,7 @@ func New(settings map[string]string) (*AWS, error) {
 	a := &AWS{pollInterval: 5 * time.Second, waitTimeout: 10 * time.Minute}
 	var opts []func(*awsconfig.LoadOptions) error
 	var endpoint string
+	requestTimeout := DefaultRequestTimeout
 	for k, v := range settings {
 		switch k {
 		case "region":
@@ -104,20 +110,27 @@ func New(settings map[string]string) (*AWS, error) {
 			default:
 				return nil, errdefs.Field("settings.address", "%q is not public or private", v)
 			}
-		case "poll_interval", "wait_timeout":
+		case "poll_interval", "wait_timeout", "request_timeout":
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
 				return nil, errdefs.Field("settings."+k, "%q is not a positive duration such as 5s", v)
 			}
-			if k == "poll_interval" {
+			switch k {
+			case "poll_interval":
 				a.pollInterval = d
-			} else {
+			case "wait_timeout":
 				a.waitTimeout = d
+			default:
+				requestTimeout = d
 			}
 		default:
-			return nil, errdefs.Field("settings."+k, "unknown aws provider setting; known: region, endpoint, profile, address, poll_interval, wait_timeout")
+			return nil, errdefs.Field("settings."+k, "unknown aws provider setting; known: region, endpoint, profile, address, poll_interval, wait_timeout, request_timeout")
 		}
 	}
+	// An endpoint that takes connections and never answers must fail a
+	// call, not hold it (and the pool machine waiting on it) until the
+	// launch's own limit: the SDK's client has no timeout of its own.
+	opts = append(opts, awsconfig.WithHTTPClient(awshttp.NewBuildableClient().WithTimeout(requestTimeout)))
 	cfg, err := awsconfig.LoadDefaultConfig(context.Background(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("aws provider: load the AWS configuration: %w", errdefs.Class(err, errdefs.ErrInvalid))

@@ -15,6 +15,8 @@
 //	poll_interval  how often a wait asks EC2 for a state, a Go duration; default 5s
 //	wait_timeout   how long Provision waits for running and a verb for its
 //	               state, a Go duration; default 10m
+//	request_timeout   how long one EC2 API request may take before it fails
+//	               (the SDK tries it again), a Go duration; default 20s
 //
 // Extra keys Provision understands (any other key, such as the template's
 // name or diskMB or another provider's override, is ignored):

@@ -1,9 +1,12 @@
 package aws
 
 import (
+	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/smithy-go"
 	"github.com/google/go-cmp/cmp"
@@ -211,6 +214,7 @@ func TestNewSettings(t *testing.T) {
 		{map[string]string{"address": "elastic"}, "settings.address"},
 		{map[string]string{"poll_interval": "often"}, "settings.poll_interval"},
 		{map[string]string{"wait_timeout": "-1s"}, "settings.wait_timeout"},
+		{map[string]string{"request_timeout": "0s"}, "settings.request_timeout"},
 	}
 	for _, tc := range tests {
 		_, err := New(tc.settings)
@@ -299,5 +303,36 @@ func TestPullBootstrapUserData(t *testing.T) {
 	}
 	if _, err := parseExtra(map[string]any{"ami": "ami-1", provision.ExtraBootstrap: "ssh"}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("bootstrap: ssh = %v; want a field error", err)
+	}
+}
+
+// An EC2 endpoint that takes connections and never answers fails a call
+// within the request timeout (the SDK's tries of it included), so the
+// launch can move on, instead of holding it until its own limit.
+func TestSilentEndpointFailsTheCall(t *testing.T) {
+	ec2test.Env(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	a, err := New(map[string]string{"endpoint": "http://" + ln.Addr().String(), "request_timeout": "200ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = a.Provision(ctx, provision.Spec{Name: "silent", Extra: map[string]any{"ami": ec2test.ImageAL2023, "instance_type": "t3.nano"}})
+	if err == nil || ctx.Err() != nil {
+		t.Errorf("Provision against a silent endpoint = %v (context: %v); want the call to fail by its request timeout", err, ctx.Err())
 	}
 }
