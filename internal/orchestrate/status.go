@@ -92,6 +92,9 @@ func (o *Orchestrator) ForSuite(ctx context.Context, suite string) string {
 				continue
 			}
 			switch {
+			case st.Starting > 0 && st.Waiting != "":
+				// A launch that retries says why (the provider's error).
+				parts = append(parts, fmt.Sprintf("pool %s is starting %d machine%s (%s)", name, st.Starting, plural(st.Starting), st.Waiting))
 			case st.Starting > 0:
 				parts = append(parts, fmt.Sprintf("pool %s is starting %d machine%s", name, st.Starting, plural(st.Starting)))
 			case st.Waiting != "":

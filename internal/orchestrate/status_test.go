@@ -46,4 +46,9 @@ func TestStatusReachesTheOtherServers(t *testing.T) {
 	if got := leader.Status(ctx, "gpu"); got.Desired != 4 {
 		t.Errorf("Status() on the leader = %+v, want its own round's", got)
 	}
+	// A launch that retries: the suite's reason names the provider's error.
+	leader.status["gpu"] = PoolStatus{Suites: []string{"render"}, Starting: 1, Waiting: "provisioning machine pm-1 failed (try 1 of 3), retrying in 2s: connection refused"}
+	if line := leader.ForSuite(ctx, "render"); line != "pool gpu is starting 1 machine (provisioning machine pm-1 failed (try 1 of 3), retrying in 2s: connection refused)" {
+		t.Errorf("ForSuite() while a launch retries = %q; want it to name the error", line)
+	}
 }
