@@ -26,6 +26,10 @@ const (
 	needBlobWrite              // Write in some group, or a node that holds a task (checking for and uploading task files)
 	needBlobRead               // an admin user, or a node that holds a task naming the file (reading a task file by digest)
 	needNothing                // /healthz
+	// needBootstrap: an unspent join token bound to a pool machine's
+	// deployment (fetching its agent); the fixture's join token is bound
+	// to none, so every caller is refused.
+	needBootstrap
 )
 
 // routeNeeds classifies every route. A route missing here fails the test:
@@ -45,6 +49,7 @@ var routeNeeds = map[string]need{
 	"GET /v1/nodes/{node}/usage":     needRead,
 	"POST /v1/agent/register":        needJoin,
 	"GET /v1/agent/connect":          needNode,
+	"GET /v1/agent/binary":           needBootstrap,
 
 	"GET /v1/suites":                         needAnyUser,
 	"POST /v1/suites":                        needWrite,
@@ -317,6 +322,8 @@ func takes(n need, name string) bool {
 		return name == "join token" || isNodeCred(name)
 	case needNode:
 		return isNodeCred(name)
+	case needBootstrap:
+		return name == "join token"
 	case needBlobWrite, needBlobRead:
 		return isUserCred(name) || isNodeCred(name)
 	}

@@ -87,3 +87,45 @@ func TestBootstrapTokenRegistersOnlyItsMachine(t *testing.T) {
 		})
 	}
 }
+
+// A pull-bootstrapped machine's first fetch of its agent binds its
+// deployment to the machine id it sends: a fetch from another machine id
+// is refused, and so is its registration, and once the machine's agent
+// registered, the spent token fetches nothing.
+func TestAgentBinaryBindsTheMachine(t *testing.T) {
+	ts := newTestServer(t)
+	ctx := t.Context()
+	d := store.Deployment{ID: "d-2", Provider: "aws", Name: "p2-pm-2", State: "running",
+		Labels: map[string]string{orchestrate.LabelPool: "p2", orchestrate.LabelMachine: "pm-2", orchestrate.LabelDeploymentID: "d-2"}}
+	m := store.PoolMachine{ID: "pm-2", Pool: "p2", Template: "small", Provider: "aws", State: api.MachineBootstrapping, DeploymentID: "d-2"}
+	if err := ts.store.CreatePoolMachine(ctx, m, d); err != nil {
+		t.Fatal(err)
+	}
+	token, err := cluster{ts.Server}.JoinToken(ctx, "d-2", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(machineID string) (int, string) {
+		return ts.call(t, token, "GET", orchestrate.AgentBinaryPath+"?arch=x86_64&machine_id="+machineID, nil, nil)
+	}
+	const mine = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+	fetch(mine) // binds, whether or not this test's server has a binary to give
+	if got, _ := ts.store.GetDeployment(ctx, "d-2"); got.MachineID != mine {
+		t.Fatalf("after the first fetch the deployment's machine id = %q, want %q", got.MachineID, mine)
+	}
+	if code, body := fetch("someone-else"); code != http.StatusForbidden {
+		t.Errorf("fetch from another machine = %d %s, want 403", code, body)
+	}
+	if code, _, body := ts.register(t, token, api.RegisterRequest{MachineID: "someone-else", DataDir: orchestrate.AgentDataDir, Name: "x"}); code != http.StatusForbidden {
+		t.Errorf("registration from another machine = %d %s, want 403", code, body)
+	}
+	if code, body := ts.call(t, token, "GET", orchestrate.AgentBinaryPath+"?arch=x86%2F64&machine_id="+mine, nil, nil); code != http.StatusBadRequest || !strings.Contains(body, "arch") {
+		t.Errorf("fetch for arch x86/64 = %d %s, want 400 naming arch", code, body)
+	}
+	if code, _, body := ts.register(t, token, api.RegisterRequest{MachineID: mine, DataDir: orchestrate.AgentDataDir, Name: "p2-pm-2"}); code != http.StatusOK {
+		t.Fatalf("the machine's own registration = %d %s", code, body)
+	}
+	if code, body := fetch(mine); code != http.StatusForbidden || !strings.Contains(body, "used already") {
+		t.Errorf("fetch with the spent token = %d %s, want 403 saying it was used", code, body)
+	}
+}
