@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -185,6 +187,13 @@ func coldPoolRound(b *testing.B, c *client.Client, pool, tag string, i int) pool
 	b.Helper()
 	ctx := context.Background()
 	waitPoolEmptyFor(b, c, pool, 3*time.Minute, true)
+	// The pool's list keeps the machines of earlier rounds, gone.
+	before := map[string]bool{}
+	if d, err := c.Pool(ctx, pool); err == nil {
+		for _, m := range d.MachineList {
+			before[m.ID] = true
+		}
+	}
 	suite := fmt.Sprintf("lvbench-%d-%s", i, randHex(3))
 	start := time.Now()
 	if _, err := c.CreateSuite(ctx, api.SuiteSpec{Name: suite, Tags: []string{tag}, WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}); err != nil {
@@ -201,9 +210,7 @@ func coldPoolRound(b *testing.B, c *client.Client, pool, tag string, i int) pool
 	deadline := time.Now().Add(6 * time.Minute)
 	for {
 		if machine.ReadyAt == nil {
-			if d, err := c.Pool(ctx, pool); err == nil && len(d.MachineList) > 0 {
-				machine = d.MachineList[0]
-			}
+			machine = newMachine(c, pool, before, machine)
 		}
 		t, err := c.Task(ctx, ids[0])
 		if err == nil && t.State == api.TaskFinished {
@@ -221,12 +228,7 @@ func coldPoolRound(b *testing.B, c *client.Client, pool, tag string, i int) pool
 	}
 	c.CancelSuite(ctx, suite)
 	if machine.ReadyAt == nil { // the task ran before a poll saw it ready
-		d, _ := c.Pool(ctx, pool)
-		for _, m := range d.MachineList {
-			if m.ID == machine.ID || machine.ID == "" {
-				machine = m
-			}
-		}
+		machine = newMachine(c, pool, before, machine)
 	}
 	if machine.ReadyAt == nil {
 		b.Fatalf("the task ran, but no pool machine says when it was ready: %+v", machine)
@@ -257,6 +259,20 @@ func coldPoolRound(b *testing.B, c *client.Client, pool, tag string, i int) pool
 	return r
 }
 
+// newMachine is the pool's machine that is not one of before, else m.
+func newMachine(c *client.Client, pool string, before map[string]bool, m api.PoolMachine) api.PoolMachine {
+	d, err := c.Pool(context.Background(), pool)
+	if err != nil {
+		return m
+	}
+	for _, pm := range d.MachineList {
+		if !before[pm.ID] {
+			return pm
+		}
+	}
+	return m
+}
+
 func poolEvents(c *client.Client, pool string) []api.PoolEvent {
 	evs, _ := c.PoolEvents(context.Background(), pool)
 	return evs
@@ -269,6 +285,9 @@ func waitPoolEmptyFor(b *testing.B, c *client.Client, pool string, within time.D
 	deadline := time.Now().Add(within)
 	for {
 		d, err := c.Pool(context.Background(), pool)
+		if ae := (*client.Error)(nil); errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+			return // removed with its machines
+		}
 		live := 0
 		for _, n := range d.Machines {
 			live += n
