@@ -60,7 +60,7 @@ const (
 
 // proc is a nodemgr process with its output captured.
 type proc struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 	cmd  *exec.Cmd
 	mu   sync.Mutex
@@ -77,13 +77,13 @@ func (w lockedWriter) Write(b []byte) (int, error) {
 	return w.p.out.Write(b)
 }
 
-func start(t *testing.T, name string, args ...string) *proc {
+func start(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
 	return startEnv(t, name, []string{"NODEMGR_TOKEN=", "NODEMGR_ADDR="}, args...)
 }
 
 // startEnv is start with env added to the process's environment.
-func startEnv(t *testing.T, name string, env []string, args ...string) *proc {
+func startEnv(t testing.TB, name string, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
@@ -149,7 +149,7 @@ type server struct {
 	args    []string
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -159,14 +159,14 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func startServer(t *testing.T, extra ...string) *server {
+func startServer(t testing.TB, extra ...string) *server {
 	t.Helper()
 	return startServerWith(t, func(string) []string { return extra })
 }
 
 // startServerWith starts a server whose extra flags depend on the address
 // it listens on.
-func startServerWith(t *testing.T, flags func(listen string) []string) *server {
+func startServerWith(t testing.TB, flags func(listen string) []string) *server {
 	t.Helper()
 	s := &server{addr: freeAddr(t), dataDir: t.TempDir()}
 	listen := s.addr
@@ -190,7 +190,7 @@ func startServerWith(t *testing.T, flags func(listen string) []string) *server {
 }
 
 // restart starts the server process (again) on the same address and data dir.
-func (s *server) restart(t *testing.T) {
+func (s *server) restart(t testing.TB) {
 	t.Helper()
 	s.proc = start(t, "server", s.args...)
 	waitFor(t, 20*time.Second, "server healthy", func() (bool, string) {
@@ -248,7 +248,7 @@ func (s *server) run(t *testing.T, args ...string) (string, string, int) {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""

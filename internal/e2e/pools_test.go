@@ -34,7 +34,7 @@ var (
 
 // staticNodemgr builds nodemgr without cgo, once: the binary the
 // orchestrator copies into busybox containers.
-func staticNodemgr(t *testing.T) string {
+func staticNodemgr(t testing.TB) string {
 	t.Helper()
 	staticOnce.Do(func() {
 		staticBin = filepath.Join(filepath.Dir(binary), "nodemgr-static")

@@ -61,7 +61,7 @@ func checksSchemas(flags []string) bool {
 // schemaProxy listens for a server's clients, forwards their connections
 // to the server at backend, and checks every answer.
 type schemaProxy struct {
-	t       *testing.T
+	t       testing.TB
 	ln      net.Listener
 	backend string
 	wg      sync.WaitGroup
@@ -75,7 +75,7 @@ type schemaProxy struct {
 // startSchemaProxy starts a proxy for a server that will listen on
 // backend, and returns the address clients should use. At the end of the
 // test it reports every answer that did not match the document.
-func startSchemaProxy(t *testing.T, backend string) string {
+func startSchemaProxy(t testing.TB, backend string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

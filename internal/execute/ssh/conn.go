@@ -298,6 +298,7 @@ func (p *pool) handshake(ctx context.Context, t Target, nc net.Conn) (*ssh.Clien
 		}
 	}
 	cfg := &ssh.ClientConfig{
+		Config:            ssh.Config{Ciphers: ciphers},
 		User:              t.User,
 		Auth:              auth,
 		HostKeyCallback:   hostKeyCallback(t),
@@ -320,6 +321,14 @@ func (p *pool) handshake(ctx context.Context, t Target, nc net.Conn) (*ssh.Clien
 	nc.SetDeadline(time.Time{})
 	return ssh.NewClient(sc, chans, reqs), nil
 }
+
+// ciphers are x/crypto/ssh's default ciphers with ChaCha20-Poly1305
+// first, as OpenSSH's ssh and scp order them: a machine whose CPU has no
+// AES instructions (QEMU TCG's, small ARM boards) decrypts it about
+// twice as fast as AES-GCM, and pushing the agent to it is bound by that;
+// with AES-NI both are far faster than the network.
+var ciphers = []string{ssh.CipherChaCha20Poly1305, ssh.CipherAES128GCM, ssh.CipherAES256GCM,
+	ssh.CipherAES128CTR, ssh.CipherAES192CTR, ssh.CipherAES256CTR}
 
 // dialErr classes a failure to reach a host.
 func dialErr(ctx context.Context, err error) error {
