@@ -211,25 +211,52 @@ func (e *Docker) kill(execID, containerID string) {
 		return
 	}
 	p := strconv.Itoa(pid)
-	// runc makes every exec'd process a session and group leader.
-	for _, argv := range [][]string{
-		{"kill", "-KILL", "-" + p, p},
-		{"/bin/sh", "-c", "kill -KILL -" + p + " " + p},
-	} {
-		cr, err := e.engine.ExecCreate(ctx, containerID, client.ExecCreateOptions{User: "0", Cmd: argv, AttachStdout: true, AttachStderr: true})
-		if err != nil {
-			return
+	// runc makes every exec'd process a session and group leader. On a
+	// busy machine a kill can miss what the command forks at that moment,
+	// or not run at all: it is repeated until no process of the group is
+	// left (kill -0 fails), a few times at most.
+	for range 5 {
+		if code, ran := e.runAsRoot(ctx, containerID, "kill", "-KILL", "-"+p, p); !ran || code != 0 {
+			e.runAsRoot(ctx, containerID, "/bin/sh", "-c", "kill -KILL -"+p+" "+p)
 		}
-		att, err := e.engine.ExecAttach(ctx, cr.ID, client.ExecAttachOptions{})
-		if err != nil {
-			return
+		if code, ran := e.runAsRoot(ctx, containerID, "/bin/sh", "-c", groupLives, "sh", p); ran && code != 0 {
+			return // none left
 		}
-		io.Copy(io.Discard, att.Reader)
-		att.Close()
-		if r, err := e.waitExit(ctx, cr.ID); err == nil && r.PID != 0 {
+		if ctx.Err() != nil {
 			return
 		}
 	}
+}
+
+// groupLives exits 0 while a process of group $1 runs in the container
+// (a zombie does not count: the container's first process may never reap
+// it); it needs only a POSIX shell and /proc.
+const groupLives = `g=$1
+for s in /proc/[0-9]*/stat; do
+  read -r l <"$s" 2>/dev/null || continue
+  set -- ${l##*) }
+  [ "$1" != Z ] && [ "$3" = "$g" ] && exit 0
+done
+exit 1`
+
+// runAsRoot runs a helper command in a container as root; ran is false
+// when it could not be run.
+func (e *Docker) runAsRoot(ctx context.Context, containerID string, argv ...string) (code int, ran bool) {
+	cr, err := e.engine.ExecCreate(ctx, containerID, client.ExecCreateOptions{User: "0", Cmd: argv, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return -1, false
+	}
+	att, err := e.engine.ExecAttach(ctx, cr.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return -1, false
+	}
+	io.Copy(io.Discard, att.Reader)
+	att.Close()
+	r, err := e.waitExit(ctx, cr.ID)
+	if err != nil || r.PID == 0 && (r.ExitCode == 126 || r.ExitCode == 127) {
+		return -1, false
+	}
+	return r.ExitCode, true
 }
 
 // runningExec inspects an exec that is to be killed. A command cut off
