@@ -143,8 +143,8 @@ agent themselves through cloud-init (pull: GET /v1/agent/binary with their
 single-use token, digest checked, no SSH needed; their SSH host key is made
 by the server and pinned); others are pushed over docker exec or SSH, which
 is awaited within bootstrap_timeout. A template with user_data of its own,
-or bootstrap: push in its overrides, is pushed. The agent travels stripped
-and gzip-compressed.
+or bootstrap: push in its overrides, is pushed. The agent travels stripped,
+and gzip-compressed where it crosses a network.
 The agent runs as root. Where it is pushed (docker exec, or SSH with
 bootstrap: push) as a template user that is not root (cloud images say
 user: debian or ubuntu), that user needs passwordless sudo, through which
