@@ -119,7 +119,13 @@ func (e *Docker) Exec(ctx context.Context, d provision.Deployment, cmd execute.C
 	if err != nil {
 		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cutOff(ctx, cmd.Timeout, dockerengine.Classify(err)))
 	}
-	att, err := e.engine.ExecAttach(ctx, cr.ID, client.ExecAttachOptions{})
+	// Attaching starts the command. A cut-off during the request would
+	// leave the engine starting a process the client no longer knows
+	// about, and nothing to kill it: the request runs to its end (bounded
+	// on its own), and a cut-off then takes the kill path below.
+	startCtx, cancelStart := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
+	att, err := e.engine.ExecAttach(startCtx, cr.ID, client.ExecAttachOptions{})
+	cancelStart()
 	if err != nil {
 		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cutOff(ctx, cmd.Timeout, dockerengine.Classify(err)))
 	}
@@ -157,6 +163,10 @@ func (e *Docker) Exec(ctx context.Context, d provision.Deployment, cmd execute.C
 
 	insp, err := e.waitExit(ctx, cr.ID)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Cut off after it closed its output: it may still run.
+			e.kill(cr.ID, id)
+		}
 		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cutOff(ctx, cmd.Timeout, err))
 	}
 	if insp.PID == 0 && (insp.ExitCode == 126 || insp.ExitCode == 127) {
@@ -173,6 +183,10 @@ func (e *Docker) Exec(ctx context.Context, d provision.Deployment, cmd execute.C
 	}
 	return insp.ExitCode, nil
 }
+
+// startTimeout bounds the request that starts a command, which a cut-off
+// does not end (see Exec).
+const startTimeout = 30 * time.Second
 
 // waitExit polls exec inspect until the engine has recorded the exit: the
 // output stream can end a moment before it does.
