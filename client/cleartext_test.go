@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/cleartext"
+	"github.com/nodemgr/nodemgr/internal/base/cleartext"
 )
 
 // dialCounter is a transport that counts its dials and fails them: it

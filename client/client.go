@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/archive"
-	"github.com/nodemgr/nodemgr/internal/cleartext"
-	"github.com/nodemgr/nodemgr/internal/tlsca"
+	"github.com/nodemgr/nodemgr/internal/base/archive"
+	"github.com/nodemgr/nodemgr/internal/base/cleartext"
+	"github.com/nodemgr/nodemgr/internal/base/tlsca"
 )
 
 // Client talks to one nodemgr server.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/workerproto"
+	"github.com/nodemgr/nodemgr/internal/node/workerproto"
 )
 
 // fakeAgent plays the pool's side of one worker's connection.

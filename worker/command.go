@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodemgr/nodemgr/internal/gocrash"
-	"github.com/nodemgr/nodemgr/internal/workerproto"
+	"github.com/nodemgr/nodemgr/internal/node/gocrash"
+	"github.com/nodemgr/nodemgr/internal/node/workerproto"
 )
 
 // outputDrainWait bounds how long RunCommand waits for a task's output

@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/proctree"
-	"github.com/nodemgr/nodemgr/internal/workerproto"
+	"github.com/nodemgr/nodemgr/internal/node/proctree"
+	"github.com/nodemgr/nodemgr/internal/node/workerproto"
 )
 
 // A command task is started with fork+exec and watched through one epoll

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/workerpool"
-	"github.com/nodemgr/nodemgr/internal/workerpool/workerpooltest"
+	"github.com/nodemgr/nodemgr/internal/node/workerpool"
+	"github.com/nodemgr/nodemgr/internal/node/workerpool/workerpooltest"
 	"github.com/nodemgr/nodemgr/worker"
 )
 

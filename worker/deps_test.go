@@ -14,11 +14,11 @@ func TestDependencies(t *testing.T) {
 		t.Skipf("go list: %v", err)
 	}
 	allowed := map[string]bool{
-		"github.com/nodemgr/nodemgr/worker":               true,
-		"github.com/nodemgr/nodemgr/api":                  true,
-		"github.com/nodemgr/nodemgr/internal/workerproto": true,
-		"github.com/nodemgr/nodemgr/internal/gocrash":     true,
-		"github.com/nodemgr/nodemgr/internal/proctree":    true,
+		"github.com/nodemgr/nodemgr/worker":                    true,
+		"github.com/nodemgr/nodemgr/api":                       true,
+		"github.com/nodemgr/nodemgr/internal/node/workerproto": true,
+		"github.com/nodemgr/nodemgr/internal/node/gocrash":     true,
+		"github.com/nodemgr/nodemgr/internal/node/proctree":    true,
 	}
 	for _, pkg := range strings.Fields(string(out)) {
 		if strings.HasPrefix(pkg, "github.com/nodemgr/nodemgr/") && !allowed[pkg] {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/workerproto"
+	"github.com/nodemgr/nodemgr/internal/node/workerproto"
 )
 
 // A worker gives back the tasks it holds behind the running one when the

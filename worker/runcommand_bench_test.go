@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodemgr/nodemgr/internal/proctree"
+	"github.com/nodemgr/nodemgr/internal/node/proctree"
 )
 
 // BenchmarkRunCommandTrue compares the command worker's way of running a

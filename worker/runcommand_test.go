@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodemgr/nodemgr/internal/proctree"
-	"github.com/nodemgr/nodemgr/internal/workerproto"
+	"github.com/nodemgr/nodemgr/internal/node/proctree"
+	"github.com/nodemgr/nodemgr/internal/node/workerproto"
 )
 
 // treeModeEnv makes the test binary run TestRunCommandStopsTheWholeTree's

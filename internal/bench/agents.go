@@ -25,7 +25,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/proto"
+	"github.com/nodemgr/nodemgr/internal/base/proto"
 )
 
 // AgentsConfig sets up one run of the agents harness.

@@ -12,9 +12,9 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	nmclient "github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/execute"
-	"github.com/nodemgr/nodemgr/internal/execute/dockerexec"
-	"github.com/nodemgr/nodemgr/internal/provision"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/dockerexec"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
 // PoolConfig sets up the pool cold-path harness.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 )
 
 // TestRunProvisionSmall runs the provisioning harness for two rounds and

@@ -20,8 +20,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/cleartext"
-	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/cleartext"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 )
 
 // Version and Commit are stamped at build time by the release tool

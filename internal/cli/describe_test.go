@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 )
 
 // TestDescribe: what `error:` prints says each thing once and keeps the

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/server"
-	"github.com/nodemgr/nodemgr/internal/store/sqlite"
+	"github.com/nodemgr/nodemgr/internal/coordinator/server"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
 )
 
 // realServer is a real server over SQLite on 127.0.0.1, with its admin

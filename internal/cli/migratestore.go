@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
-	"github.com/nodemgr/nodemgr/internal/store/migrate"
-	"github.com/nodemgr/nodemgr/internal/store/postgres"
-	"github.com/nodemgr/nodemgr/internal/store/sqlite"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/migrate"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/postgres"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
 )
 
 func newMigrateStoreCmd(e *env) *cobra.Command {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/agent"
+	"github.com/nodemgr/nodemgr/internal/node/agent"
 )
 
 func newNodeCmd(e *env) *cobra.Command {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/schedule"
+	"github.com/nodemgr/nodemgr/internal/coordinator/schedule"
 )
 
 // poolFileHelp describes a pool file, for pool --help and pool apply --help.

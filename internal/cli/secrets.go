@@ -9,9 +9,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/nodemgr/nodemgr/internal/auth"
-	"github.com/nodemgr/nodemgr/internal/cleartext"
-	"github.com/nodemgr/nodemgr/internal/tlsca"
+	"github.com/nodemgr/nodemgr/internal/base/auth"
+	"github.com/nodemgr/nodemgr/internal/base/cleartext"
+	"github.com/nodemgr/nodemgr/internal/base/tlsca"
 )
 
 // secretFlags are the flags that take a secret, and what to use instead:

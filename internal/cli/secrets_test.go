@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nodemgr/nodemgr/internal/tlsca"
+	"github.com/nodemgr/nodemgr/internal/base/tlsca"
 )
 
 // runRoot runs the command line with args and environment vars, and

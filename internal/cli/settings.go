@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/nodemgr/nodemgr/internal/agent"
-	"github.com/nodemgr/nodemgr/internal/template/yamlfield"
+	"github.com/nodemgr/nodemgr/internal/base/yamlfield"
+	"github.com/nodemgr/nodemgr/internal/node/agent"
 )
 
 // The daemons' settings come in four layers, each overriding the one

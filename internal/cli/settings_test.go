@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/nodemgr/nodemgr/internal/agent"
+	"github.com/nodemgr/nodemgr/internal/node/agent"
 )
 
 // runEnv is runArgs with environment variables.

@@ -16,8 +16,8 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/agent"
-	"github.com/nodemgr/nodemgr/internal/template/yamlfield"
+	"github.com/nodemgr/nodemgr/internal/base/yamlfield"
+	"github.com/nodemgr/nodemgr/internal/node/agent"
 )
 
 func newSuiteCmd(e *env) *cobra.Command {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/mapping"
-	"github.com/nodemgr/nodemgr/internal/template"
+	"github.com/nodemgr/nodemgr/internal/coordinator/template"
+	"github.com/nodemgr/nodemgr/internal/drivers/mapping"
 )
 
 // docKind describes one kind of stored YAML document for the shared verbs.

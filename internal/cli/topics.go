@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodemgr/nodemgr/internal/template/yamlfield"
+	"github.com/nodemgr/nodemgr/internal/base/yamlfield"
 )
 
 // helpTopic is a page of `nodemgr help TOPIC`: a concept that spans

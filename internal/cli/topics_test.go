@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/mapping"
-	"github.com/nodemgr/nodemgr/internal/template"
+	"github.com/nodemgr/nodemgr/internal/coordinator/template"
+	"github.com/nodemgr/nodemgr/internal/drivers/mapping"
 )
 
 func TestHelpTopics(t *testing.T) {

@@ -1,6 +1,6 @@
 package cli
 
-import "github.com/nodemgr/nodemgr/internal/template/yamlfield"
+import "github.com/nodemgr/nodemgr/internal/base/yamlfield"
 
 // maxTaskFile caps a tasks file: thousands of tasks, far more than the
 // one megabyte a spec file may be.

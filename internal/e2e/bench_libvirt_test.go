@@ -24,9 +24,9 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/provision"
-	"github.com/nodemgr/nodemgr/internal/provision/libvirt"
-	"github.com/nodemgr/nodemgr/internal/provision/libvirt/libvirttest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/libvirt"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/libvirt/libvirttest"
 )
 
 // BenchmarkLibvirtPoolColdStart is issue 28's measure: a libvirt pool

@@ -16,9 +16,9 @@ import (
 	dockerclient "github.com/moby/moby/client"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/artifact/artifacttest"
-	"github.com/nodemgr/nodemgr/internal/container"
-	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/node/artifact/artifacttest"
+	"github.com/nodemgr/nodemgr/internal/node/container"
 )
 
 // TestBooksMatchWhatRuns runs a random mix of service starts, stops,

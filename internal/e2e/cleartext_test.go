@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/tlsca"
+	"github.com/nodemgr/nodemgr/internal/base/tlsca"
 )
 
 // runBinary runs the nodemgr binary with env and returns stderr and the

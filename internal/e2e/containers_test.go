@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 )
 
 // TestContainersOnCommand is issue 6's containers end to end: deploy

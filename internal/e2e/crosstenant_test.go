@@ -17,7 +17,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/proto"
+	"github.com/nodemgr/nodemgr/internal/base/proto"
 )
 
 // TestCrossTenantIsolation: group a's suite holds a secret in a task's

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/provision"
-	"github.com/nodemgr/nodemgr/internal/provision/aws/ec2test"
-	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/aws/ec2test"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 )
 
 // TestPoolOnEC2PullBootstrap: a pool on the aws provider, against the

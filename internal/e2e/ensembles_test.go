@@ -16,8 +16,8 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	nmclient "github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/artifact/artifacttest"
-	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/node/artifact/artifacttest"
 )
 
 // TestEnsembles deploys an ensemble of two tiers on three agents of

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 )
 
 // The guides under docs/ (from-*.md and operations.md) each carry a worked example: the ```sh test

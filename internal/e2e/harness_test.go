@@ -20,8 +20,8 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/provision/aws/ec2test"
-	"github.com/nodemgr/nodemgr/internal/store/postgres/pgtest"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/postgres/pgtest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/aws/ec2test"
 )
 
 var binary string // the nodemgr binary under test

@@ -12,8 +12,8 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/provision/aws/ec2test"
-	"github.com/nodemgr/nodemgr/internal/provision/libvirt/libvirttest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/aws/ec2test"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/libvirt/libvirttest"
 )
 
 // Machines of the libvirt and aws providers, driven through the server

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/provision/aws/ec2test"
-	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/aws/ec2test"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 )
 
 // TestPoolFailsOverWhileEC2IsDown: a pool of max 1 whose cheapest

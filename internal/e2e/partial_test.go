@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/store/postgres/pgtest"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/postgres/pgtest"
 )
 
 // Partial failures: one part of the system stalls or dies while the rest

@@ -16,10 +16,10 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/orchestrate"
-	"github.com/nodemgr/nodemgr/internal/provision"
-	dockerprov "github.com/nodemgr/nodemgr/internal/provision/docker"
-	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
+	dockerprov "github.com/nodemgr/nodemgr/internal/drivers/provision/docker"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 )
 
 // Pools on the docker provider: machines appear for demand, take an agent,

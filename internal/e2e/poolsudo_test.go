@@ -15,7 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 )
 
 // Pools of machines whose template names a user other than root, as

@@ -14,7 +14,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/store/postgres/pgtest"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/postgres/pgtest"
 )
 
 // TestMigrateStoreThenServeFromPostgres: a coordinator on SQLite with a

@@ -14,7 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	nmclient "github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 )
 
 // TestProvisionDockerFromTemplate drives seed 000 end to end on a real

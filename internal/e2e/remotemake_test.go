@@ -14,7 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/blob/blobtest"
+	"github.com/nodemgr/nodemgr/internal/coordinator/blob/blobtest"
 )
 
 // runIn runs a CLI command against s from dir ("": the test's own) and

@@ -249,7 +249,7 @@ func (p *schemaProxy) close() {
 	}
 	sort.Strings(problems)
 	for _, pr := range problems {
-		p.t.Errorf("answer does not match internal/server/openapi.yaml: %s", pr)
+		p.t.Errorf("answer does not match internal/coordinator/server/openapi.yaml: %s", pr)
 	}
 	p.t.Logf("schema proxy: checked %d answers against the OpenAPI document", p.checked)
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/provision/aws/ec2test"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/aws/ec2test"
 )
 
 // TestSpotNoticeDrainsTheNode: an agent whose machine gets a spot

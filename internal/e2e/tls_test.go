@@ -15,7 +15,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/tlsca"
+	"github.com/nodemgr/nodemgr/internal/base/tlsca"
 )
 
 // tlsServer is a `nodemgr server` speaking HTTPS, and the CA its clients

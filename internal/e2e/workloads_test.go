@@ -20,8 +20,8 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/artifact"
-	"github.com/nodemgr/nodemgr/internal/artifact/artifacttest"
+	"github.com/nodemgr/nodemgr/internal/node/artifact"
+	"github.com/nodemgr/nodemgr/internal/node/artifact/artifacttest"
 )
 
 var (

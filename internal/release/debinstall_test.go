@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodemgr/nodemgr/internal/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 )
 
 // The Debian the package is installed into: a minbase bookworm with

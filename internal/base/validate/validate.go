@@ -1,0 +1,86 @@
+// Package validate checks the names users give things — tags, labels, groups,
+// node names — and reports a bad one as an errdefs.FieldError naming the field.
+package validate
+
+import (
+	"regexp"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+)
+
+var (
+	tagRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/+=-]{0,63}$`)
+	keyRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}$`)
+	groupRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+	nameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$`)
+)
+
+// Tags checks a list of tags such as "gpu" or "cuda:11.8".
+func Tags(field string, tags []string) error {
+	seen := map[string]bool{}
+	for i, t := range tags {
+		if !tagRE.MatchString(t) {
+			return errdefs.Field(indexed(field, i), "tag %q must be 1-64 characters of letters, digits and _.:/+=- starting with a letter or digit", t)
+		}
+		if seen[t] {
+			return errdefs.Field(indexed(field, i), "tag %q is listed twice", t)
+		}
+		seen[t] = true
+	}
+	return nil
+}
+
+// Labels checks key=value labels.
+func Labels(field string, labels map[string]string) error {
+	for k, v := range labels {
+		if !keyRE.MatchString(k) {
+			return errdefs.Field(field+"."+k, "label key must be 1-63 characters of letters, digits and _./- starting with a letter or digit")
+		}
+		if len(v) > 256 || !utf8.ValidString(v) {
+			return errdefs.Field(field+"."+k, "label value must be valid UTF-8 of at most 256 bytes")
+		}
+	}
+	return nil
+}
+
+// LabelKeys checks label keys alone (for removal).
+func LabelKeys(field string, keys []string) error {
+	for i, k := range keys {
+		if !keyRE.MatchString(k) {
+			return errdefs.Field(indexed(field, i), "label key %q must be 1-63 characters of letters, digits and _./-", k)
+		}
+	}
+	return nil
+}
+
+// Groups checks group names.
+func Groups(field string, groups []string) error {
+	for i, g := range groups {
+		if err := Group(indexed(field, i), g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Group checks one group name.
+func Group(field, g string) error {
+	if !groupRE.MatchString(g) {
+		return errdefs.Field(field, "group %q must be 1-64 characters of lowercase letters, digits and _.- starting with a letter or digit", g)
+	}
+	return nil
+}
+
+// Name checks a node or user name.
+func Name(field, name string) error {
+	if !nameRE.MatchString(name) {
+		return errdefs.Field(field, "name %q must be 1-253 characters of letters, digits and _.- starting with a letter or digit", name)
+	}
+	return nil
+}
+
+func indexed(field string, i int) string {
+	return field + "[" + strconv.Itoa(i) + "]"
+}

@@ -1,0 +1,52 @@
+package validate
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+)
+
+func TestTags(t *testing.T) {
+	tests := []struct {
+		name  string
+		tags  []string
+		field string // "" = valid
+	}{
+		{"ok", []string{"gpu", "cuda:11.8", "linux", "x86_64"}, ""},
+		{"empty tag", []string{"gpu", ""}, "tags[1]"},
+		{"space", []string{"a b"}, "tags[0]"},
+		{"duplicate", []string{"a", "b", "a"}, "tags[2]"},
+		{"too long", []string{string(make([]byte, 65))}, "tags[0]"},
+		{"index 12", append(make([]string, 0), "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "!"), "tags[12]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Tags("tags", tc.tags)
+			assertField(t, err, tc.field)
+		})
+	}
+}
+
+func TestLabelsAndGroups(t *testing.T) {
+	assertField(t, Labels("labels", map[string]string{"zone": "eu-1", "rack/row": "7"}), "")
+	assertField(t, Labels("labels", map[string]string{"bad key": "x"}), "labels.bad key")
+	assertField(t, Groups("groups", []string{"ml-team", "ops"}), "")
+	assertField(t, Groups("groups", []string{"ok", "Upper"}), "groups[1]")
+	assertField(t, Name("name", "host-01.example"), "")
+	assertField(t, Name("name", "-x"), "name")
+}
+
+func assertField(t *testing.T, err error, field string) {
+	t.Helper()
+	if field == "" {
+		if err != nil {
+			t.Fatalf("unexpected error %v", err)
+		}
+		return
+	}
+	var fe *errdefs.FieldError
+	if !errors.As(err, &fe) || fe.Field != field {
+		t.Fatalf("error = %v, want a field error on %q", err, field)
+	}
+}

@@ -1,0 +1,390 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/proto"
+)
+
+func TestFairCap(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		total, want int
+		all         []share
+		allowed     int
+	}{
+		{"alone", 40, 32, []share{{"a", 1, 0}}, 32},
+		{"first of two", 40, 32, []share{{"a", 1, 0}, {"b", 1, 0}}, 20},
+		{"second of two", 40, 32, []share{{"b", 1, 0}, {"a", 1, 20}}, 20},
+		{"came after a greedy one", 40, 32, []share{{"b", 1, 0}, {"a", 1, 32}}, 20},
+		{"holds its share", 24, 21, []share{{"a", 1, 12}, {"b", 1, 12}}, 0},
+		{"odd total rounds up", 23, 32, []share{{"a", 1, 0}, {"b", 1, 11}}, 12},
+		{"weighted by workers", 40, 32, []share{{"a", 3, 0}, {"b", 1, 0}}, 30},
+		{"idle workers beat the share", 4, 8, []share{{"a", 4, 0}, {"b", 4, 4}}, 4},
+		{"idle workers of a holder", 10, 8, []share{{"a", 8, 6}, {"b", 1, 0}}, 3},
+		{"many tasks: the buffer fits", 100000, 32, []share{{"a", 2, 30}, {"b", 2, 30}}, 32},
+		{"nothing left", 0, 32, []share{{"a", 1, 0}, {"b", 1, 0}}, 1},
+		{"weight not known counts as one worker", 40, 32, []share{{"a", 0, 0}, {"b", 1, 0}}, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := fairCap(tc.total, tc.want, tc.all); got != tc.allowed {
+				t.Errorf("fairCap(%d, %d, %v) = %d, want %d", tc.total, tc.want, tc.all, got, tc.allowed)
+			}
+		})
+	}
+}
+
+func TestPlanGiveback(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		total int
+		all   []share
+		want  map[string]int
+	}{
+		{"the greedy one gives the excess", 40, []share{{"b", 1, 8}, {"a", 1, 32}}, map[string]int{"a": 12}},
+		{"as the tasks run down", 24, []share{{"b", 1, 0}, {"a", 1, 24}}, map[string]int{"a": 12}},
+		{"nobody over their share", 24, []share{{"b", 1, 12}, {"a", 1, 12}}, nil},
+		{"asker not short", 24, []share{{"b", 1, 13}, {"a", 1, 11}}, nil},
+		{"largest excess first, only what is lacking", 30, []share{{"c", 1, 0}, {"a", 1, 14}, {"b", 1, 16}}, map[string]int{"b": 6, "a": 4}},
+		{"one last task each", 2, []share{{"b", 1, 0}, {"a", 1, 2}}, map[string]int{"a": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := planGiveback(tc.total, tc.all)
+			if len(got) == 0 && len(tc.want) == 0 {
+				return
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("planGiveback(%d, %v) = %v, want %v", tc.total, tc.all, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnstartedExcess(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		total int
+		all   []share
+		want  bool
+	}{
+		{"a holder buffers more than its share", 8, []share{{"b", 2, 0}, {"a", 2, 8}}, true},
+		{"a holder runs all it holds", 2, []share{{"b", 2, 0}, {"a", 2, 2}}, false},
+		{"every holder within its share", 12, []share{{"c", 2, 0}, {"a", 2, 4}, {"b", 2, 4}}, false},
+		{"the share of one of many", 8, []share{{"c", 2, 0}, {"a", 2, 5}, {"b", 2, 3}}, true},
+		{"weight not known counts as one worker", 3, []share{{"b", 0, 0}, {"a", 0, 3}}, true},
+		{"alone", 8, []share{{"b", 2, 0}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := unstartedExcess(tc.total, tc.all); got != tc.want {
+				t.Errorf("unstartedExcess(%d, %v) = %v, want %v", tc.total, tc.all, got, tc.want)
+			}
+		})
+	}
+}
+
+// testAgent speaks the agent protocol to a real server over a WebSocket
+// with the real Peer: it says hello, then calls what the test asks, and
+// records the server's wake and giveback requests. On a giveback it returns
+// the last tasks it claimed, as a pool returns its last buffered ones.
+type testAgent struct {
+	t    *testing.T
+	peer *proto.Peer
+
+	mu        sync.Mutex
+	held      []string
+	wakes     int
+	givebacks []api.TasksGiveback
+}
+
+func connectTestAgent(t *testing.T, url, cred string, cores int) *testAgent {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/v1/agent/connect",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + cred}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &testAgent{t: t}
+	a.peer = proto.NewPeer(proto.NewWebSocketConn(c, 1<<20), a, proto.Options{})
+	done := make(chan struct{})
+	go func() { defer close(done); a.peer.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	a.call(api.MethodHello, api.Hello{State: api.AgentIdle, Hardware: api.Hardware{Cores: cores}}, nil)
+	return a
+}
+
+func (a *testAgent) call(method string, req, resp any) {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.peer.Call(ctx, method, req, resp); err != nil {
+		a.t.Fatalf("%s: %v", method, err)
+	}
+}
+
+// join takes the suite up as an agent does: suite.next, then a heartbeat
+// saying it executes it.
+func (a *testAgent) join(suiteID string) {
+	a.t.Helper()
+	var next api.SuiteNext
+	a.call(api.MethodSuiteNext, struct{}{}, &next)
+	if next.Suite == nil || next.Suite.ID != suiteID {
+		a.t.Fatalf("suite.next = %+v, want suite %s", next.Suite, suiteID)
+	}
+	a.call(api.MethodHeartbeat, api.Heartbeat{State: api.AgentExecuting, SuiteID: suiteID}, nil)
+}
+
+// fetch claims up to max tasks and returns how many came.
+func (a *testAgent) fetch(suiteID string, max int) int {
+	a.t.Helper()
+	var resp api.TasksFetched
+	a.call(api.MethodTasksFetch, api.TasksFetch{SuiteID: suiteID, Max: max}, &resp)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, tk := range resp.Tasks {
+		a.held = append(a.held, tk.ID)
+	}
+	return len(resp.Tasks)
+}
+
+func (a *testAgent) HandleRequest(ctx context.Context, method string, body json.RawMessage) (any, error) {
+	switch method {
+	case api.MethodWake:
+		a.mu.Lock()
+		a.wakes++
+		a.mu.Unlock()
+		return struct{}{}, nil
+	case api.MethodTasksGiveback:
+		var req api.TasksGiveback
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		a.givebacks = append(a.givebacks, req)
+		n := min(req.Count, len(a.held))
+		ids := slices.Clone(a.held[len(a.held)-n:])
+		a.held = a.held[:len(a.held)-n]
+		a.mu.Unlock()
+		go a.peer.Call(context.Background(), api.MethodTasksReturn, api.TasksReturn{TaskIDs: ids}, nil)
+		return api.TasksGivenBack{Returned: n}, nil
+	}
+	return nil, proto.UnknownMethod(method)
+}
+
+func (a *testAgent) HandleNotify(context.Context, uint64, string, json.RawMessage) error { return nil }
+
+func (a *testAgent) seen() (wakes int, givebacks []api.TasksGiveback) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.wakes, slices.Clone(a.givebacks)
+}
+
+// fairSetup serves a real server with two agents of one core connected
+// and a suite of n tasks for one worker each, and returns them.
+func fairSetup(t *testing.T, n int) (suiteID string, a, b *testAgent) {
+	t.Helper()
+	_, suiteID, a, b = fairSetupWith(t, Config{}, n, fairNodes{workers: 1, coresA: 1, coresB: 1})
+	return suiteID, a, b
+}
+
+// fairNodes is the suite's worker count and the agents' cores.
+type fairNodes struct{ workers, coresA, coresB int }
+
+func fairSetupWith(t *testing.T, cfg Config, n int, fn fairNodes) (ts *testServer, suiteID string, a, b *testAgent) {
+	t.Helper()
+	s, _, admin := newServer(t, "", cfg)
+	url := serve(t, s)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	ts = &testServer{Server: s, http: hs, admin: admin}
+	_, credA := ts.nodeNamed(t, "a")
+	_, credB := ts.nodeNamed(t, "b")
+	a, b = connectTestAgent(t, url, credA, fn.coresA), connectTestAgent(t, url, credB, fn.coresB)
+
+	var su api.Suite
+	ts.mustCall(t, http.StatusCreated, admin, "POST", "/v1/suites",
+		api.SuiteSpec{Name: "fair", WorkerSchedule: api.WorkerSchedule{WorkerCount: fn.workers}}, &su)
+	specs := make([]api.TaskSpec, n)
+	for i := range specs {
+		specs[i] = api.TaskSpec{Argv: []string{"true"}}
+	}
+	ts.mustCall(t, http.StatusCreated, admin, "POST", "/v1/suites/"+su.ID+"/tasks", api.SubmitTasks{Tasks: specs}, nil)
+	return ts, su.ID, a, b
+}
+
+// Two nodes on a suite of 40 tasks: the first to fetch 32 gets its half,
+// and so does the second. Without the cap the first got 32.
+func TestFetchIsCappedAtTheFairShare(t *testing.T) {
+	suiteID, a, b := fairSetup(t, 40)
+	a.join(suiteID)
+	b.join(suiteID)
+	if got := a.fetch(suiteID, 32); got != 20 {
+		t.Errorf("first fetch of 32 by one of two nodes got %d tasks, want 20", got)
+	}
+	if got := b.fetch(suiteID, 32); got != 20 {
+		t.Errorf("second fetch of 32 got %d tasks, want 20", got)
+	}
+	if got := a.fetch(suiteID, 12); got != 0 {
+		t.Errorf("fetch beyond the share got %d tasks, want 0", got)
+	}
+}
+
+// With one worker per CPU of the node, a node of three cores gets three
+// quarters of the suite beside a node of one.
+func TestFairShareIsWeightedByWorkers(t *testing.T) {
+	_, suiteID, a, b := fairSetupWith(t, Config{}, 40, fairNodes{workers: 0, coresA: 3, coresB: 1})
+	a.join(suiteID)
+	b.join(suiteID)
+	if got := a.fetch(suiteID, 32); got != 30 {
+		t.Errorf("the 3-core node's fetch of 32 got %d tasks, want 30", got)
+	}
+	if got := b.fetch(suiteID, 32); got != 10 {
+		t.Errorf("the 1-core node's fetch of 32 got %d tasks, want 10", got)
+	}
+}
+
+// A node that came late finds the first one holding most tasks: the
+// server asks the holder to give back its excess, wakes the latecomer when
+// they are back, and the latecomer claims them.
+func TestIdleNodeGetsTasksGivenBack(t *testing.T) {
+	suiteID, a, b := fairSetup(t, 40)
+	a.join(suiteID)
+	if got := a.fetch(suiteID, 32); got != 32 {
+		t.Fatalf("fetch of 32 by the only node got %d tasks, want 32", got)
+	}
+	b.join(suiteID)
+	wakesBefore, _ := b.seen()
+	if got := b.fetch(suiteID, 32); got != 8 {
+		t.Fatalf("the latecomer's fetch got %d tasks, want the 8 left", got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, gb := a.seen()
+		wakes, _ := b.seen()
+		if len(gb) > 0 && wakes > wakesBefore {
+			if want := []api.TasksGiveback{{SuiteID: suiteID, Count: 12}}; !slices.Equal(gb, want) {
+				t.Errorf("the holder was asked %+v, want %+v", gb, want)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("holder asked %+v, latecomer woken %d times: want a giveback of 12 and a wake", gb, wakes-wakesBefore)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := b.fetch(suiteID, 32); got != 12 {
+		t.Errorf("after the giveback the latecomer's fetch got %d tasks, want 12", got)
+	}
+	if got := a.fetch(suiteID, 32); got != 0 {
+		t.Errorf("the holder's fetch after giving back got %d tasks, want 0: it holds its share", got)
+	}
+}
+
+// A closed suite completes with the report of its last task, not at the
+// next tick of the suite loop (an hour here).
+func TestSuiteCompletesWithItsLastReport(t *testing.T) {
+	ts, suiteID, a, _ := fairSetupWith(t, Config{SuiteTick: time.Hour}, 3, fairNodes{workers: 1, coresA: 1, coresB: 1})
+	a.join(suiteID)
+	if got := a.fetch(suiteID, 32); got != 3 {
+		t.Fatalf("fetch got %d tasks, want 3", got)
+	}
+	ts.mustCall(t, http.StatusOK, ts.admin, "POST", "/v1/suites/"+suiteID+"/close", nil, nil)
+	report := func(ids ...string) {
+		t.Helper()
+		var reports []api.TaskReport
+		for _, id := range ids {
+			reports = append(reports, api.TaskReport{TaskID: id, Attempt: 1, Outcome: api.OutcomeSucceeded})
+		}
+		a.call(api.MethodTasksReport, api.TasksReport{Reports: reports}, nil)
+	}
+	state := func() string {
+		t.Helper()
+		var su api.Suite
+		ts.mustCall(t, http.StatusOK, ts.admin, "GET", "/v1/suites/"+suiteID, nil, &su)
+		return su.State
+	}
+	report(a.held[:2]...)
+	if got := state(); got != api.SuiteClosed {
+		t.Errorf("suite %s with a task still running, want %s", got, api.SuiteClosed)
+	}
+	report(a.held[2])
+	if got := state(); got != api.SuiteComplete {
+		t.Errorf("suite %s once its last task reported, want %s at once", got, api.SuiteComplete)
+	}
+}
+
+// A node that comes when the only other one has claimed every task (none
+// Ready) is still offered the suite, as the holder would give it its share
+// (issue 28: a 0→2 pool's second machine idled while the first ran all 8).
+// Nothing is offered while the holder may be running all it holds.
+func TestLateNodeIsOfferedAFullyClaimedSuite(t *testing.T) {
+	ts, suiteID, a, b := fairSetupWith(t, Config{}, 8, fairNodes{workers: 2, coresA: 1, coresB: 1})
+	a.join(suiteID)
+	if got := a.fetch(suiteID, 32); got != 8 {
+		t.Fatalf("fetch of 32 by the only node got %d tasks, want 8", got)
+	}
+	b.join(suiteID)
+	if got := b.fetch(suiteID, 32); got != 0 {
+		t.Fatalf("the latecomer's first fetch got %d tasks, want 0: none is Ready", got)
+	}
+	waitGivebacks(t, a, []api.TasksGiveback{{SuiteID: suiteID, Count: 4}})
+	// The holder returns them on its own time.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var su api.Suite
+		ts.mustCall(t, http.StatusOK, ts.admin, "GET", "/v1/suites/"+suiteID, nil, &su)
+		if su.Counts.Ready == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the giveback the suite counts %+v, want 4 Ready", su.Counts)
+		}
+	}
+	if got := b.fetch(suiteID, 32); got != 4 {
+		t.Errorf("after the giveback the latecomer's fetch got %d tasks, want 4", got)
+	}
+}
+
+// Nothing is offered while the holder may be running all it holds.
+func TestLateNodeIsNotOfferedWhatMayAllRun(t *testing.T) {
+	_, suiteID, a, b := fairSetupWith(t, Config{}, 2, fairNodes{workers: 2, coresA: 1, coresB: 1})
+	a.join(suiteID)
+	if got := a.fetch(suiteID, 32); got != 2 {
+		t.Fatalf("fetch of 32 by the only node got %d tasks, want 2", got)
+	}
+	var next api.SuiteNext
+	b.call(api.MethodSuiteNext, struct{}{}, &next)
+	if next.Suite != nil {
+		t.Errorf("suite.next offered %s, whose 2 tasks the other node's 2 workers may run", next.Suite.ID)
+	}
+}
+
+// waitGivebacks waits until the agent was asked to give back what want says.
+func waitGivebacks(t *testing.T, a *testAgent, want []api.TasksGiveback) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, gb := a.seen()
+		if len(gb) >= len(want) {
+			if !slices.Equal(gb, want) {
+				t.Errorf("the holder was asked %+v, want %+v", gb, want)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder was asked %+v, want %+v", gb, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,517 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/archive"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/dockerexec"
+	localexec "github.com/nodemgr/nodemgr/internal/drivers/execute/local"
+	rsyncexec "github.com/nodemgr/nodemgr/internal/drivers/execute/rsync"
+	sftpexec "github.com/nodemgr/nodemgr/internal/drivers/execute/sftp"
+	sshexec "github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
+)
+
+const (
+	// maxExecStdin caps what an exec hands its command on stdin; more
+	// belongs in a file copied to the node.
+	maxExecStdin = 16 << 20
+	// maxExecBody fits maxExecStdin in base64 with the rest of the request.
+	maxExecBody = maxExecStdin/3*4 + maxBody
+	// maxCopyBody caps an uploaded archive, which the server holds on disk
+	// while the executor copies it.
+	maxCopyBody = 1 << 30
+)
+
+// executorByCapability names the executor that takes each capability; a
+// deployment's own list says which is tried first.
+var executorByCapability = map[string]string{
+	localexec.Capability:  "local",
+	dockerexec.Capability: "docker",
+	sshexec.Capability:    "ssh",
+	sftpexec.Capability:   "sftp",
+	rsyncexec.Capability:  "rsync",
+}
+
+// executorNames are the executors nodemgr has, as the API names them.
+var executorNames = []string{"local", "docker", "ssh", "sftp", "rsync"}
+
+// capabilityOf is the capability a deployment must carry for the
+// executor name.
+func capabilityOf(name string) (string, bool) {
+	for c, n := range executorByCapability {
+		if n == name {
+			return c, true
+		}
+	}
+	return "", false
+}
+
+// executors makes each executor once: the docker one with the docker
+// provider's host setting, so that it reaches the engine the containers
+// were made on; ssh with the executor settings, and sftp and rsync over
+// ssh's connections.
+type executors struct {
+	settings map[string]map[string]string // Config.ExecutorSettings
+
+	mu   sync.Mutex
+	made map[string]execute.Executor
+}
+
+// checkExecutorSettings refuses settings for an executor that takes none,
+// and ssh settings ssh.New would refuse, before the server starts.
+func checkExecutorSettings(settings map[string]map[string]string) error {
+	for name, s := range settings {
+		switch name {
+		case "ssh":
+			e, err := sshexec.New(s)
+			if err != nil {
+				return err
+			}
+			e.Close()
+		case "sftp", "rsync":
+			if len(s) > 0 {
+				return errdefs.Field("executor_settings."+name, "the %s executor takes the ssh executor's settings; set them under ssh", name)
+			}
+		default:
+			return errdefs.Field("executor_settings."+name, "no executor %q takes settings (ssh does: user, port, identity_file, known_hosts, accept_new_host_keys, jump_host, connect_timeout)", name)
+		}
+	}
+	return nil
+}
+
+// close closes the executors that hold connections.
+func (x *executors) close() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var errs []error
+	for _, e := range x.made {
+		if c, ok := e.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	x.made = nil
+	return errors.Join(errs...)
+}
+
+func (x *executors) get(name string, settings map[string]map[string]string) (execute.Executor, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.getLocked(name, settings)
+}
+
+func (x *executors) getLocked(name string, settings map[string]map[string]string) (execute.Executor, error) {
+	if e := x.made[name]; e != nil {
+		return e, nil
+	}
+	var e execute.Executor
+	switch name {
+	case "local":
+		e = localexec.New()
+	case "docker":
+		var s map[string]string
+		if host := settings["docker"]["host"]; host != "" {
+			s = map[string]string{"host": host}
+		}
+		d, err := dockerexec.New(s)
+		if err != nil {
+			return nil, err
+		}
+		e = d
+	case "ssh":
+		s, err := sshexec.New(x.settings["ssh"])
+		if err != nil {
+			return nil, err
+		}
+		e = s
+	case "sftp", "rsync":
+		// One set of connections per machine, whichever executor uses
+		// it.
+		s, err := x.getLocked("ssh", settings)
+		if err != nil {
+			return nil, err
+		}
+		if name == "sftp" {
+			e = sftpexec.NewWith(s.(*sshexec.SSH))
+		} else if e, err = rsyncexec.NewWith(s.(*sshexec.SSH)); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, errdefs.NotFound("executor %q", name)
+	}
+	if x.made == nil {
+		x.made = map[string]execute.Executor{}
+	}
+	x.made[name] = e
+	return e, nil
+}
+
+// pickExecutor names the executor for a command (copy false) or a copy
+// on a deployment carrying capabilities: via when given, which it must
+// carry; else, in the deployment's order, the first exec: capability for
+// a command and the first copy: capability for a copy, falling back to
+// the first executor it carries (local and docker copy too; sftp and
+// rsync run commands through ssh).
+func pickExecutor(name string, capabilities []string, via string, copy bool) (string, error) {
+	if via != "" {
+		c, ok := capabilityOf(via)
+		if !ok {
+			return "", errdefs.Field("via", "no executor %q; nodemgr has %s", via, strings.Join(executorNames, ", "))
+		}
+		if !slices.Contains(capabilities, c) {
+			return "", errdefs.Field("via", "deployment %s does not offer the %s executor (%s); it offers %s", name, via, c, offered(capabilities))
+		}
+		return via, nil
+	}
+	prefix := "exec:"
+	if copy {
+		prefix = "copy:"
+	}
+	first := ""
+	for _, c := range capabilities {
+		n, ok := executorByCapability[c]
+		if !ok {
+			continue
+		}
+		if strings.HasPrefix(c, prefix) {
+			return n, nil
+		}
+		if first == "" {
+			first = n
+		}
+	}
+	if first == "" {
+		return "", errdefs.ErrNotFound
+	}
+	return first, nil
+}
+
+// offered lists the executors capabilities name: "ssh (exec:ssh), sftp
+// (copy:sftp)", or none.
+func offered(capabilities []string) string {
+	var out []string
+	for _, c := range capabilities {
+		if n, ok := executorByCapability[c]; ok {
+			out = append(out, n+" ("+c+")")
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+// execTarget resolves a deployment and picks its executor: the one via
+// names, or the default for a command or a copy (see pickExecutor).
+func (s *Server) execTarget(ctx context.Context, ref, via string, copy bool) (provision.Deployment, execute.Executor, error) {
+	d, err := s.resolveDeployment(ctx, ref)
+	if err != nil {
+		return provision.Deployment{}, nil, err
+	}
+	switch d.State {
+	case provision.StatePending:
+		return provision.Deployment{}, nil, errdefs.Conflict("deployment %s is still being provisioned; try again once it is running", d.Name)
+	case provision.StateTerminated:
+		return provision.Deployment{}, nil, errdefs.Conflict("deployment %s is terminated; there is no machine to reach", d.Name)
+	}
+	pd := d.Machine()
+	name, err := pickExecutor(d.Name, d.Executors, via, copy)
+	switch {
+	case err == nil:
+		e, err := s.executors.get(name, s.cfg.ProviderSettings)
+		if err != nil {
+			return pd, nil, err
+		}
+		return pd, e, execute.Check(e, pd)
+	case !errors.Is(err, errdefs.ErrNotFound):
+		return pd, nil, err
+	}
+	has := "none"
+	if len(d.Executors) > 0 {
+		has = strings.Join(d.Executors, ", ")
+	}
+	why := ""
+	if d.State == api.DeploymentFailed {
+		why = "; it failed to provision: " + d.StateReason
+	}
+	return pd, nil, fmt.Errorf("deployment %s (provider %s, %s) carries no executor capability (it has %s); commands and copies need one of %s, %s, %s, %s or %s%s: %w",
+		d.Name, d.Provider, d.State, has, localexec.Capability, dockerexec.Capability, sshexec.Capability, sftpexec.Capability, rsyncexec.Capability, why, errdefs.ErrInvalid)
+}
+
+// viaParam checks the executor a request names, if any.
+func viaParam(via string) error {
+	if via == "" {
+		return nil
+	}
+	if _, ok := capabilityOf(via); !ok {
+		return errdefs.Field("via", "no executor %q; nodemgr has %s", via, strings.Join(executorNames, ", "))
+	}
+	return nil
+}
+
+// handleExec runs a command on a deployment and streams its output as
+// NDJSON events, the exit code last. Errors found before the command is
+// tried are ordinary error answers; after that, the last event says what
+// went wrong.
+func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) error {
+	var req api.ExecRequest
+	if err := decodeJSONMax(r, &req, maxExecBody); err != nil {
+		return err
+	}
+	if len(req.Argv) == 0 {
+		return errdefs.Field("argv", "required: the command and its arguments")
+	}
+	if req.Argv[0] == "" {
+		return errdefs.Field("argv[0]", "empty; name the program to run")
+	}
+	for i, kv := range req.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return errdefs.Field(fmt.Sprintf("env[%d]", i), "%q is not KEY=VALUE", kv)
+		}
+	}
+	var timeout time.Duration
+	if req.Timeout != "" {
+		t, err := time.ParseDuration(req.Timeout)
+		if err != nil || t <= 0 {
+			return errdefs.Field("timeout", "%q is not a positive Go duration (30s, 5m)", req.Timeout)
+		}
+		timeout = t
+	}
+	if len(req.Stdin) > maxExecStdin {
+		return errdefs.Field("stdin", "larger than %d MiB; copy the data to the node with nodemgr cp and redirect from the file", maxExecStdin>>20)
+	}
+	if err := viaParam(req.Via); err != nil {
+		return err
+	}
+	if err := principalFrom(r.Context()).RequireAdmin("run commands on machines"); err != nil {
+		return err
+	}
+	d, e, err := s.execTarget(r.Context(), r.PathValue("deployment"), req.Via, false)
+	if err != nil {
+		return err
+	}
+
+	out := &execStream{w: w}
+	out.start()
+	cmd := execute.Command{Argv: req.Argv, Env: req.Env, Dir: req.Dir, Timeout: timeout,
+		Stdout: execOutput{out, "stdout"}, Stderr: execOutput{out, "stderr"}}
+	if len(req.Stdin) > 0 {
+		cmd.Stdin = bytes.NewReader(req.Stdin)
+	}
+	code, err := e.Exec(r.Context(), d, cmd)
+	last := api.ExecEvent{Exit: &code}
+	switch {
+	case err == nil:
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		last = api.ExecEvent{Error: err.Error(), Code: api.CodeTimeout}
+	default:
+		if errdefs.Code(err) == "internal" && r.Context().Err() == nil {
+			s.log.Error("exec failed", "deployment", d.ID, "name", d.Name, "argv0", req.Argv[0], "err", err)
+		}
+		last = api.ExecEvent{Error: errdefs.Message(err), Code: errdefs.Code(err)}
+	}
+	out.send(last) // a client that went away hears nothing more anyway
+	return nil
+}
+
+// execStream writes an exec's events, one flushed NDJSON line each. Safe
+// for concurrent use: the executors copy stdout and stderr in goroutines
+// of their own.
+type execStream struct {
+	w http.ResponseWriter
+
+	mu  sync.Mutex
+	err error // the first write error: the client is gone
+}
+
+// start sends the status line, so that the client knows the command is
+// being tried however long it stays silent.
+func (s *execStream) start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.w.Header().Set("Content-Type", "application/x-ndjson")
+	s.w.WriteHeader(http.StatusOK)
+	s.flush()
+}
+
+func (s *execStream) send(ev api.ExecEvent) error {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if _, err := s.w.Write(append(b, '\n')); err != nil {
+		s.err = err
+		return err
+	}
+	s.flush()
+	return s.err
+}
+
+func (s *execStream) flush() {
+	if err := http.NewResponseController(s.w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		s.err = err
+	}
+}
+
+// execOutput is one of an exec's output streams.
+type execOutput struct {
+	s      *execStream
+	stream string
+}
+
+func (o execOutput) Write(p []byte) (int, error) {
+	if err := o.s.send(api.ExecEvent{Stream: o.stream, Data: p}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// handleCopyTo takes a tar stream with one top-level entry (see
+// archive.Write), unpacks it in a temporary directory and has the
+// executor copy it to the path given.
+func (s *Server) handleCopyTo(w http.ResponseWriter, r *http.Request) error {
+	dst := r.URL.Query().Get("path")
+	if err := nodePath(dst); err != nil {
+		return err
+	}
+	via := r.URL.Query().Get("via")
+	if err := viaParam(via); err != nil {
+		return err
+	}
+	if err := principalFrom(r.Context()).RequireAdmin("copy files to machines"); err != nil {
+		return err
+	}
+	d, e, err := s.execTarget(r.Context(), r.PathValue("deployment"), via, true)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "nodemgr-copy-")
+	if err != nil {
+		return fmt.Errorf("copy to %s: %w", d.Name, err)
+	}
+	defer removeTree(tmp)
+	src, err := archive.Extract(r.Context(), http.MaxBytesReader(w, r.Body, maxCopyBody), tmp+string(filepath.Separator))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return errdefs.TooLarge("body", "the archive is larger than %d GiB; copy less at a time", maxCopyBody>>30)
+		}
+		return fmt.Errorf("read the uploaded archive: %w: %w", err, errdefs.ErrInvalid)
+	}
+	if err := e.CopyTo(r.Context(), d, src, dst); err != nil {
+		return hideTemp(err, tmp)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// handleCopyFrom has the executor copy a file or tree from the path given
+// into a temporary directory, and answers with it as a tar stream with one
+// top-level entry named after it.
+func (s *Server) handleCopyFrom(w http.ResponseWriter, r *http.Request) error {
+	src := r.URL.Query().Get("path")
+	if err := nodePath(src); err != nil {
+		return err
+	}
+	name := path.Base(src)
+	if name == "/" {
+		return errdefs.Field("path", "cannot copy the node's root directory; name a directory under it")
+	}
+	via := r.URL.Query().Get("via")
+	if err := viaParam(via); err != nil {
+		return err
+	}
+	if err := principalFrom(r.Context()).RequireAdmin("copy files from machines"); err != nil {
+		return err
+	}
+	d, e, err := s.execTarget(r.Context(), r.PathValue("deployment"), via, true)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "nodemgr-copy-")
+	if err != nil {
+		return fmt.Errorf("copy from %s: %w", d.Name, err)
+	}
+	defer removeTree(tmp)
+	local := filepath.Join(tmp, name)
+	if err := e.CopyFrom(r.Context(), d, src, local); err != nil {
+		return hideTemp(err, tmp)
+	}
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.WriteHeader(http.StatusOK)
+	if err := archive.Write(r.Context(), w, local, name); err != nil {
+		if r.Context().Err() == nil {
+			s.log.Error("send archive", "deployment", d.ID, "path", src, "err", err)
+		}
+		// The status is out: cut the connection, so that the client
+		// sees a broken archive rather than a short one.
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+// nodePath checks the path query parameter: an absolute path on the node.
+func nodePath(p string) error {
+	if p == "" {
+		return errdefs.Field("path", "required: an absolute path on the node")
+	}
+	if !path.IsAbs(p) {
+		return errdefs.Field("path", "%q is not absolute; give the full path on the node", p)
+	}
+	if len(p) > 4096 {
+		return errdefs.TooLarge("path", "longer than 4096 bytes")
+	}
+	if i := strings.IndexFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }); i >= 0 {
+		return errdefs.Field("path", "has a control character (%q) at byte %d; no file name on the node has one", p[i], i)
+	}
+	return nil
+}
+
+// hideTemp drops the server's temporary directory from the paths in an
+// executor's error: the client knows the copy by its name alone.
+func hideTemp(err error, tmp string) error {
+	return &reworded{msg: strings.ReplaceAll(err.Error(), tmp+string(filepath.Separator), ""), err: err}
+}
+
+// reworded is an error with another message; its class is still found.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (e *reworded) Error() string { return e.msg }
+func (e *reworded) Unwrap() error { return e.err }
+
+// removeTree removes a temporary tree, even one whose directories the copy
+// made read-only.
+func removeTree(dir string) {
+	filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
+		if err == nil && de.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	os.RemoveAll(dir)
+}

@@ -1,0 +1,226 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/archive"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/executetest"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh/sshtest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
+)
+
+func TestMain(m *testing.M) { os.Exit(sshtest.Main(m)) }
+
+func TestExecPickExecutor(t *testing.T) {
+	ssh := []string{"exec:ssh", "copy:sftp", "copy:rsync"}
+	tests := []struct {
+		name  string
+		caps  []string
+		via   string
+		copy  bool
+		want  string
+		class error
+		says  string
+	}{
+		{name: "command: first exec", caps: ssh, want: "ssh"},
+		{name: "copy: first copy", caps: ssh, copy: true, want: "sftp"},
+		{name: "copy: the deployment's order", caps: []string{"copy:rsync", "exec:ssh", "copy:sftp"}, copy: true, want: "rsync"},
+		{name: "command: exec after copies", caps: []string{"copy:rsync", "exec:ssh"}, want: "ssh"},
+		{name: "copy: no copy capability", caps: []string{"exec:docker"}, copy: true, want: "docker"},
+		{name: "command: no exec capability", caps: []string{"copy:sftp"}, want: "sftp"},
+		{name: "unknown capabilities skipped", caps: []string{"exec:elsewhere", "exec:local"}, want: "local"},
+		{name: "via", caps: ssh, via: "rsync", want: "rsync"},
+		{name: "via for a command", caps: ssh, via: "sftp", want: "sftp"},
+		{name: "via not offered", caps: ssh, via: "docker", class: errdefs.ErrInvalid,
+			says: "does not offer the docker executor (exec:docker); it offers ssh (exec:ssh), sftp (copy:sftp), rsync (copy:rsync)"},
+		{name: "via unknown", caps: ssh, via: "scp", class: errdefs.ErrInvalid, says: `no executor "scp"; nodemgr has local, docker, ssh, sftp, rsync`},
+		{name: "none", caps: []string{"exec:elsewhere"}, class: errdefs.ErrNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := pickExecutor("m", tc.caps, tc.via, tc.copy)
+			if tc.class != nil {
+				if !errors.Is(err, tc.class) || !strings.Contains(errString(err), tc.says) {
+					t.Errorf("pickExecutor(%v, via %q, copy %v) = %q, %v; want %v saying %q", tc.caps, tc.via, tc.copy, got, err, tc.class, tc.says)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("pickExecutor(%v, via %q, copy %v) = %q, %v; want %q", tc.caps, tc.via, tc.copy, got, err, tc.want)
+			}
+		})
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// TestExecCopyVia runs commands and copies through the API on a machine
+// reached over SSH (a real sshd), with each executor it offers, and
+// checks that one it does not offer is refused.
+func TestExecCopyVia(t *testing.T) {
+	srv := sshtest.Shared(t)
+	sshtest.Need(t, "rsync")
+	s, st, admin := newServer(t, "", Config{ExecutorSettings: map[string]map[string]string{"ssh": srv.Settings()}})
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	ts := &testServer{Server: s, http: hs, admin: admin}
+	now := time.Now()
+	d := store.Deployment{ID: "dep-ssh", Provider: "local", ResourceID: "r", Name: "vm-1", State: provision.StateRunning,
+		Address: srv.Addr, Executors: []string{"exec:ssh", "copy:sftp", "copy:rsync"}, CreatedAt: now, UpdatedAt: now}
+	if err := st.CreateDeployment(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, via := range []string{"", "ssh", "sftp", "rsync"} {
+		t.Run("exec via "+via, func(t *testing.T) {
+			code, stdout, errMsg := execCall(t, ts, api.ExecRequest{Argv: []string{"sh", "-c", "id -un; exit 3"}, Via: via})
+			if errMsg != "" || code != 3 || stdout != srv.User+"\n" {
+				t.Errorf("exec via %q = %d, %q, error %q; want 3, %s", via, code, stdout, errMsg, srv.User)
+			}
+		})
+	}
+	src := executetest.Tree(t, t.TempDir(), "tree")
+	want := executetest.Listing(t, src)
+	for _, via := range []string{"", "ssh", "sftp", "rsync"} {
+		t.Run("copy via "+via, func(t *testing.T) {
+			// The machine is this host: its paths are local ones.
+			remote := filepath.Join(t.TempDir(), "copy")
+			var body bytes.Buffer
+			if err := archive.Write(t.Context(), &body, src, "tree"); err != nil {
+				t.Fatal(err)
+			}
+			if code, msg := raw(t, ts, "PUT", "/v1/deployments/vm-1/files?"+query(remote, via), &body); code != http.StatusNoContent {
+				t.Fatalf("PUT files via %q = %d %s", via, code, msg)
+			}
+			if diff := cmp.Diff(want, executetest.Listing(t, remote)); diff != "" {
+				t.Errorf("copied via %q (-want +got):\n%s", via, diff)
+			}
+			code, tarball := raw(t, ts, "GET", "/v1/deployments/vm-1/files?"+query(remote, via), nil)
+			if code != http.StatusOK {
+				t.Fatalf("GET files via %q = %d %s", via, code, tarball)
+			}
+			back := filepath.Join(t.TempDir(), "back")
+			if err := archive.ExtractAt(t.Context(), strings.NewReader(tarball), back); err != nil {
+				t.Fatalf("the copy back via %q: %v", via, err)
+			}
+			if diff := cmp.Diff(want, executetest.Listing(t, back)); diff != "" {
+				t.Errorf("copied back via %q (-want +got):\n%s", via, diff)
+			}
+		})
+	}
+
+	refused := []struct {
+		via, says string
+	}{
+		{"docker", "does not offer the docker executor (exec:docker); it offers ssh (exec:ssh), sftp (copy:sftp), rsync (copy:rsync)"},
+		{"scp", `no executor \"scp\"`},
+	}
+	for _, tc := range refused {
+		t.Run("refused via "+tc.via, func(t *testing.T) {
+			code, body := ts.call(t, admin, "POST", "/v1/deployments/vm-1/exec", api.ExecRequest{Argv: []string{"true"}, Via: tc.via}, nil)
+			if code != http.StatusBadRequest || !strings.Contains(body, tc.says) || !strings.Contains(body, `"field": "via"`) {
+				t.Errorf("exec via %s = %d %s; want 400 naming via and saying %q", tc.via, code, body, tc.says)
+			}
+			code, body = raw(t, ts, "GET", "/v1/deployments/vm-1/files?"+query("/etc/hostname", tc.via), nil)
+			if code != http.StatusBadRequest || !strings.Contains(body, tc.says) {
+				t.Errorf("GET files via %s = %d %s; want 400 saying %q", tc.via, code, body, tc.says)
+			}
+		})
+	}
+}
+
+func TestExecutorSettingsChecked(t *testing.T) {
+	for _, tc := range []struct {
+		settings map[string]map[string]string
+		says     string
+	}{
+		{map[string]map[string]string{"ssh": {"colour": "blue"}}, "unknown ssh executor setting"},
+		{map[string]map[string]string{"ssh": {"port": "0"}}, "port"},
+		{map[string]map[string]string{"rsync": {"user": "x"}}, "set them under ssh"},
+		{map[string]map[string]string{"telnet": {"user": "x"}}, `no executor "telnet" takes settings`},
+	} {
+		if err := checkExecutorSettings(tc.settings); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("checkExecutorSettings(%v) = %v, want invalid saying %q", tc.settings, err, tc.says)
+		}
+	}
+}
+
+func query(path, via string) string {
+	q := url.Values{"path": {path}}
+	if via != "" {
+		q.Set("via", via)
+	}
+	return q.Encode()
+}
+
+// execCall runs a command through the API and returns its exit code,
+// stdout and the error event's message.
+func execCall(t *testing.T, ts *testServer, req api.ExecRequest) (int, string, string) {
+	t.Helper()
+	b, _ := json.Marshal(req)
+	code, body := raw(t, ts, "POST", "/v1/deployments/vm-1/exec", bytes.NewReader(b))
+	if code != http.StatusOK {
+		t.Fatalf("exec = %d %s", code, body)
+	}
+	var stdout strings.Builder
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		var ev api.ExecEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("exec event %q: %v", sc.Text(), err)
+		}
+		switch {
+		case ev.Exit != nil:
+			return *ev.Exit, stdout.String(), ""
+		case ev.Error != "":
+			return -1, stdout.String(), ev.Error
+		case ev.Stream == "stdout":
+			stdout.Write(ev.Data)
+		}
+	}
+	t.Fatalf("exec: no exit event in %q", body)
+	return 0, "", ""
+}
+
+// raw sends a request with the admin token and returns the status and
+// body.
+func raw(t *testing.T, ts *testServer, method, path string, body io.Reader) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, ts.http.URL+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+ts.admin)
+	if method == "POST" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := ts.http.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}

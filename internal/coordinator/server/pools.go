@@ -1,0 +1,568 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/auth"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/proto"
+	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
+	"github.com/nodemgr/nodemgr/internal/coordinator/schedule"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
+)
+
+// Pools: the HTTP edge of the orchestrator, and the Cluster the
+// orchestrator sees the server through.
+
+// cluster is the server as the orchestrator sees it.
+type cluster struct{ s *Server }
+
+var _ orchestrate.Cluster = cluster{}
+
+func (c cluster) Provider(name string) (provision.Provider, error) { return c.s.providers.get(name) }
+
+// Executor is the deployment's executor for commands (exec:docker,
+// exec:ssh, exec:local), which copies too: the agent goes in through it.
+func (c cluster) Executor(d provision.Deployment) (execute.Executor, error) {
+	name, err := pickExecutor(d.Name, d.Executors, "", false)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s (provider %s) offers no executor nodemgr can bootstrap an agent through (it offers %s): %w",
+			d.Name, d.Provider, offered(d.Executors), errdefs.ErrInvalid)
+	}
+	e, err := c.s.executors.get(name, c.s.cfg.ProviderSettings)
+	if err != nil {
+		return nil, err
+	}
+	return e, execute.Check(e, d)
+}
+
+func (c cluster) Render(ctx context.Context, template, provider string) (map[string]any, error) {
+	r, err := c.s.Render(ctx, template, provider)
+	return r.Extra, err
+}
+
+// Demands lists the Open and Closed suites with Ready tasks that are not
+// assigned to named nodes, and how many online nodes serve each.
+func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
+	s := c.s
+	suites, err := s.store.ListSuites(ctx, store.SuiteFilter{States: []string{api.SuiteOpen, api.SuiteClosed}})
+	if err != nil {
+		return nil, err
+	}
+	var nodes []store.Node
+	var out []orchestrate.Demand
+	claimed := map[string]bool{}
+	for _, su := range suites {
+		if su.Counts.Ready == 0 || len(su.AssignedNodes) > 0 {
+			continue
+		}
+		if nodes == nil {
+			if nodes, err = s.store.ListNodes(ctx, store.NodeFilter{Status: api.StatusOnline}); err != nil {
+				return nil, err
+			}
+		}
+		d := orchestrate.Demand{SuiteID: su.ID, Suite: su.Spec.Name, Priority: su.Spec.Priority, Ready: su.Counts.Ready,
+			WorkerCount: su.Spec.WorkerSchedule.WorkerCount, Tags: su.Spec.Tags, Group: su.Spec.Group}
+		if b := su.Spec.WorkerSchedule.CPUBinding; b != nil {
+			for _, core := range b.Cores {
+				d.Cores = max(d.Cores, core+1)
+			}
+		}
+		for _, n := range nodes {
+			sess := s.hub.get(n.ID)
+			if sess == nil {
+				continue
+			}
+			state, cur := sess.work()
+			switch {
+			case state == api.AgentShuttingDown || state == api.AgentDraining:
+				// Leaving: what it runs now will want another node.
+			case cur == su.ID:
+				d.Serving++
+			case !claimed[n.ID] && s.whyNot(su, n) == nil && !s.busy(n.ID):
+				// A free node takes one suite up: the first, by
+				// priority, that it may run.
+				claimed[n.ID] = true
+				d.Serving++
+			}
+		}
+		out = append(out, d)
+	}
+	ens, err := s.ensembleDemands(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, ens...), nil
+}
+
+// NodeState says whether a node is connected, whether it has work (a
+// suite, a service or a container in its books, or a live container
+// report), and when it last had a suite.
+func (c cluster) NodeState(ctx context.Context, nodeID string) (orchestrate.NodeState, error) {
+	s := c.s
+	var st orchestrate.NodeState
+	n, err := s.store.GetNode(ctx, nodeID)
+	if err != nil {
+		return st, err
+	}
+	if st.Notices, err = s.nodeNotices(ctx, nodeID); err != nil {
+		return st, err
+	}
+	if sess := s.hub.get(nodeID); sess != nil {
+		st.Connected = true
+		if n := sess.lastWork.Load(); n != 0 {
+			st.LastWork = time.Unix(0, n)
+		}
+		if state, cur := sess.work(); cur != "" && state != api.AgentIdle {
+			st.Busy = true
+			return st, nil
+		}
+	} else if s.connectedElsewhere(n) {
+		// Its heartbeats, written by the server holding its session, say
+		// what it does (a flush late).
+		st.Connected = true
+		if n.CurrentSuite != "" && n.AgentState != api.AgentIdle {
+			s.remoteWork.Store(nodeID, n.LastHeartbeat)
+			st.Busy = true
+			return st, nil
+		}
+		if t, ok := s.remoteWork.Load(nodeID); ok {
+			st.LastWork = t.(time.Time)
+		}
+	} else {
+		return st, nil
+	}
+	if cs, err := s.store.ListContainers(ctx, store.ContainerFilter{NodeID: nodeID, Live: true, Page: store.Page{Limit: 1}}); err == nil && len(cs) > 0 {
+		st.Busy = true
+		return st, nil
+	}
+	if doc, err := s.store.GetDocument(ctx, booksKind, nodeID); err == nil {
+		var nr api.NodeResources
+		if json.Unmarshal(doc.Body, &nr) == nil {
+			for _, a := range nr.Allocations {
+				if a.Kind != api.AllocationPool {
+					st.Busy = true
+				}
+			}
+		}
+	}
+	return st, nil
+}
+
+func (c cluster) DrainNode(ctx context.Context, nodeID string) error {
+	body, _ := json.Marshal(api.ShutdownRequest{Mode: api.ShutdownGraceful})
+	return c.s.hub.notify(ctx, nodeID, api.NotifyShutdown, body)
+}
+
+func (c cluster) ForgetNode(ctx context.Context, nodeID, reason string) error {
+	return c.s.forgetNode(ctx, nodeID, reason)
+}
+
+func (c cluster) JoinToken(ctx context.Context, deploymentID string, groups []string, ttl time.Duration) (string, error) {
+	t, err := c.s.storeNewToken(ctx, store.Token{Kind: api.TokenJoin, Name: "bootstrap of " + deploymentID,
+		DeploymentID: deploymentID, Groups: groups, MaxUses: 1}, ttl)
+	return t.Secret, err
+}
+
+// forgetNode returns a node's running tasks to the queue and removes it:
+// its machine is gone, so it is not coming back.
+func (s *Server) forgetNode(ctx context.Context, nodeID, reason string) error {
+	if sess := s.hub.get(nodeID); sess != nil {
+		sess.conn.Close(proto.CloseGoingAway, reason)
+	}
+	s.reclaim(ctx, nodeID, reason)
+	if err := s.store.DeleteNode(ctx, nodeID); err != nil {
+		return fmt.Errorf("forget node %s: %w", nodeID, err)
+	}
+	if err := s.store.DeleteDocument(ctx, booksKind, nodeID); err != nil && !errdefs.IsNotFound(err) {
+		s.log.Warn("forget a removed node's books", "node", nodeID, "err", err)
+	}
+	if err := s.store.DeleteDocument(ctx, noticesKind, nodeID); err != nil && !errdefs.IsNotFound(err) {
+		s.log.Warn("forget a removed node's notices", "node", nodeID, "err", err)
+	}
+	s.log.Info("node removed", "node", nodeID, "reason", reason)
+	return nil
+}
+
+// runOrchestrator runs the orchestrator while this server leads. The
+// coordinator's owner ID is read, or made on the first term, here: by the
+// leader alone and fenced by its term, so servers that start at once on an
+// empty store cannot each make one of their own.
+func (s *Server) runOrchestrator(ctx context.Context) {
+	for {
+		owner, err := s.ownerID(ctx)
+		if err == nil {
+			s.orch.SetOwner(owner)
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("read the coordinator's owner id; retrying in 5s", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+	s.orch.Run(ctx)
+}
+
+// ownerID is this coordinator's ID, made on first start and kept in the
+// store: the owner label on every machine its pools make.
+func (s *Server) ownerID(ctx context.Context) (string, error) {
+	d, err := s.store.GetDocument(ctx, "cluster", "owner")
+	if err == nil {
+		return string(d.Body), nil
+	}
+	if !errdefs.IsNotFound(err) {
+		return "", err
+	}
+	id := auth.NewID("c-")
+	if _, err := s.store.PutDocument(ctx, store.Document{Kind: "cluster", Name: "owner", Body: []byte(id)}); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// agentServerURL is the URL pool machines' agents reach the server on.
+func (s *Server) agentServerURL() string {
+	if s.cfg.AgentServerURL != "" {
+		return s.cfg.AgentServerURL
+	}
+	select {
+	case <-s.ready:
+		return s.URL()
+	default:
+		return "" // not listening yet (a handler served without Serve)
+	}
+}
+
+// newOrchestrator makes the orchestrator; Serve tells it the server's URL
+// and runs it.
+func (s *Server) newOrchestrator() error {
+	cfg := s.cfg.Orchestrator
+	cfg.Bootstrap.ServerURL = s.cfg.AgentServerURL
+	cfg.Bootstrap.InsecureHTTP = s.cfg.AgentInsecureHTTP
+	cfg.Bootstrap.Binaries = s.cfg.AgentBinaries
+	cfg.Bootstrap.BinaryDir = s.cfg.AgentBinaryDir
+	if cfg.Bootstrap.BinaryDir != "" {
+		// Fail at start, not at the first bootstrap, for a wrong path.
+		if _, err := orchestrate.ReadBinaryDir(cfg.Bootstrap.BinaryDir); err != nil {
+			return err
+		}
+	}
+	// This very binary, for machines of its arch that the binaries given
+	// do not serve, if it is a static one (CheckBinary says why not at
+	// bootstrap otherwise).
+	if self, err := os.Executable(); err == nil {
+		cfg.Bootstrap.Self = self
+	}
+	cfg.Bootstrap.StageDir = s.cfg.DataDir
+	if s.tls != nil && s.tls.caFile != "" {
+		cfg.Bootstrap.ServerCA = s.tls.caFile
+	}
+	s.orch = orchestrate.New(cfg, s.store, cluster{s}, s.log.With("component", "orchestrator"))
+	return nil
+}
+
+// wakeOrchestrator asks for a round soon: demand or nodes changed. The
+// orchestrator runs on the leader: another server asks it by a signal.
+func (s *Server) wakeOrchestrator() {
+	if s.orch == nil {
+		return
+	}
+	if _, leads := s.leading.current(); leads {
+		s.orch.Wake()
+		return
+	}
+	s.signals.send(orchestrateChannel, "")
+}
+
+func (s *Server) handlePutPool(w http.ResponseWriter, r *http.Request) error {
+	var spec api.PoolSpec
+	if err := decodeJSON(r, &spec); err != nil {
+		return err
+	}
+	if name := r.PathValue("pool"); spec.Name == "" {
+		spec.Name = name
+	} else if spec.Name != name {
+		return errdefs.Field("name", "%q differs from the pool in the path, %q", spec.Name, name)
+	}
+	spec, err := orchestrate.Normalize(spec)
+	if err != nil {
+		return err
+	}
+	for i, c := range orchestrate.Candidates(spec) {
+		if err := s.checkCandidate(r.Context(), spec, i, c); err != nil {
+			return err
+		}
+	}
+	body, _ := json.Marshal(spec)
+	doc, err := s.store.PutDocument(r.Context(), store.Document{Kind: store.KindPool, Name: spec.Name, Body: body})
+	if err != nil {
+		return fmt.Errorf("store pool %s: %w", spec.Name, err)
+	}
+	verb := "updated"
+	if doc.Version == 1 {
+		verb = "created"
+	}
+	s.orch.Record(r.Context(), spec.Name, "applied", fmt.Sprintf("pool %s %s (version %d) by %s", spec.Name, verb, doc.Version, principalFrom(r.Context()).User))
+	s.wakeOrchestrator()
+	status := http.StatusOK
+	if doc.Version == 1 {
+		status = http.StatusCreated
+	}
+	httpapi.WriteJSON(w, status, s.apiPool(r.Context(), spec, doc, s.orch.Status(r.Context(), spec.Name)))
+	return nil
+}
+
+// handlePatchPool changes only the fields of a pool's spec that the body
+// has (min, max, paused, priority): scale, pause and resume without the
+// pool's file.
+func (s *Server) handlePatchPool(w http.ResponseWriter, r *http.Request) error {
+	var p api.PoolPatch
+	if err := decodeJSON(r, &p); err != nil {
+		return err
+	}
+	spec, _, err := s.getPool(r.Context(), r.PathValue("pool"))
+	if err != nil {
+		return err
+	}
+	var changes []string
+	if p.Min != nil {
+		spec.Min = *p.Min
+		changes = append(changes, fmt.Sprintf("min %d", spec.Min))
+	}
+	if p.Max != nil {
+		spec.Max = *p.Max
+		changes = append(changes, fmt.Sprintf("max %d", spec.Max))
+	}
+	if p.Paused != nil {
+		spec.Paused = *p.Paused
+		changes = append(changes, map[bool]string{true: "paused", false: "resumed"}[spec.Paused])
+	}
+	if p.Priority != nil {
+		spec.Priority = *p.Priority
+		changes = append(changes, fmt.Sprintf("priority %d", spec.Priority))
+	}
+	if len(changes) == 0 {
+		return fmt.Errorf("nothing to change: give min, max, paused or priority: %w", errdefs.ErrInvalid)
+	}
+	if p.Max != nil && p.Min == nil && spec.Min > spec.Max {
+		// Name the field the caller gave, not the one Normalize would.
+		return errdefs.Field("max", "must be at least the pool's min (%d), got %d; lower min too", spec.Min, spec.Max)
+	}
+	if spec, err = orchestrate.Normalize(spec); err != nil {
+		return err
+	}
+	body, _ := json.Marshal(spec)
+	doc, err := s.store.PutDocument(r.Context(), store.Document{Kind: store.KindPool, Name: spec.Name, Body: body})
+	if err != nil {
+		return fmt.Errorf("store pool %s: %w", spec.Name, err)
+	}
+	s.orch.Record(r.Context(), spec.Name, "applied", fmt.Sprintf("pool %s changed (version %d) by %s: %s", spec.Name, doc.Version, principalFrom(r.Context()).User, strings.Join(changes, ", ")))
+	s.wakeOrchestrator()
+	httpapi.WriteJSON(w, http.StatusOK, s.apiPool(r.Context(), spec, doc, s.orch.Status(r.Context(), spec.Name)))
+	return nil
+}
+
+// checkCandidate refuses a candidate whose provider or template does not
+// exist, or whose machines could not reach the server.
+func (s *Server) checkCandidate(ctx context.Context, spec api.PoolSpec, i int, c api.PoolCandidate) error {
+	field := func(f string) string {
+		if len(spec.Candidates) == 0 {
+			return f
+		}
+		return fmt.Sprintf("candidates[%d].%s", i, f)
+	}
+	if _, err := s.providers.get(c.Provider); err != nil {
+		return errdefs.Field(field("provider"), "%s", errdefs.Message(err))
+	}
+	r, err := s.Render(ctx, c.Template, c.Provider)
+	if err != nil {
+		return errdefs.Field(field("template"), "%s", errdefs.Message(err))
+	}
+	if why := unreachable(s.agentServerURL(), c.Provider, r.Extra); why != "" {
+		return errdefs.Field(field("template"), "%s", why)
+	}
+	return nil
+}
+
+// unreachable says why a machine could not reach the server at url: a
+// server on loopback is reachable only from machines that share the
+// host's network.
+func unreachable(serverURL, provider string, extra map[string]any) string {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return ""
+	}
+	ip := net.ParseIP(u.Hostname())
+	if u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return ""
+	}
+	switch provider {
+	case "local":
+		return ""
+	case "docker":
+		if mode, _ := extra["network_mode"].(string); mode == "host" {
+			return ""
+		}
+	}
+	return fmt.Sprintf("its %s machines could not reach the server at %s (loopback): run the server with --agent-server-url set to an address they reach "+
+		"(and --listen on it), or give the template overrides: {docker: {network_mode: host}}", provider, serverURL)
+}
+
+func (s *Server) handleListPools(w http.ResponseWriter, r *http.Request) error {
+	pg, err := readPage(r.URL.Query(), "pools")
+	if err != nil {
+		return err
+	}
+	docs, next, err := fillPage(pg, func(sp store.Page) ([]store.Document, error) {
+		return s.store.ListDocuments(r.Context(), store.KindPool, sp)
+	}, store.Document.Cursor, nil)
+	if err != nil {
+		return err
+	}
+	out := api.PoolList{Pools: []api.Pool{}, Next: next}
+	statuses := s.orch.Statuses(r.Context()) // once for the page: another server reads the leader's from the store
+	for _, d := range docs {
+		spec, err := orchestrate.DecodeSpec(d.Body)
+		if err != nil {
+			return err
+		}
+		out.Pools = append(out.Pools, s.apiPool(r.Context(), spec, d, statuses[spec.Name]))
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) getPool(ctx context.Context, name string) (api.PoolSpec, store.Document, error) {
+	d, err := s.store.GetDocument(ctx, store.KindPool, name)
+	if errdefs.IsNotFound(err) {
+		return api.PoolSpec{}, d, errdefs.NotFound("pool %q (see nodemgr pool ls)", name)
+	}
+	if err != nil {
+		return api.PoolSpec{}, d, err
+	}
+	spec, err := orchestrate.DecodeSpec(d.Body)
+	return spec, d, err
+}
+
+func (s *Server) handleGetPool(w http.ResponseWriter, r *http.Request) error {
+	spec, doc, err := s.getPool(r.Context(), r.PathValue("pool"))
+	if err != nil {
+		return err
+	}
+	out := api.PoolDetail{Pool: s.apiPool(r.Context(), spec, doc, s.orch.Status(r.Context(), spec.Name)), MachineList: []api.PoolMachine{}}
+	ms, err := s.store.ListPoolMachines(r.Context(), store.PoolMachineFilter{Pool: spec.Name})
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Live() || time.Since(m.UpdatedAt) < time.Hour {
+			out.MachineList = append(out.MachineList, apiMachine(m))
+		}
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// handleDeletePool removes a pool: its machines are drained and destroyed
+// by the orchestrator's next rounds, whatever their idle time.
+func (s *Server) handleDeletePool(w http.ResponseWriter, r *http.Request) error {
+	spec, _, err := s.getPool(r.Context(), r.PathValue("pool"))
+	if err != nil {
+		return err
+	}
+	if err := s.store.DeleteDocument(r.Context(), store.KindPool, spec.Name); err != nil {
+		return err
+	}
+	s.orch.Record(r.Context(), spec.Name, "removed", fmt.Sprintf("pool %s removed by %s: its machines are drained and destroyed", spec.Name, principalFrom(r.Context()).User))
+	s.wakeOrchestrator()
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) handlePoolEvents(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("pool")
+	if _, _, err := s.getPool(r.Context(), name); err != nil {
+		// A removed pool's events still tell what happened to it.
+		if evs, _ := s.store.PoolEvents(r.Context(), name, store.Page{Limit: 1}); len(evs) == 0 {
+			return err
+		}
+	}
+	pg, err := readPage(r.URL.Query(), "pool-events", name)
+	if err != nil {
+		return err
+	}
+	evs, next, err := fillPage(pg, func(sp store.Page) ([]api.PoolEvent, error) {
+		return s.store.PoolEvents(r.Context(), name, sp)
+	}, store.PoolEventCursor, nil)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, api.PoolEventList{Events: evs, Next: next})
+	return nil
+}
+
+func (s *Server) handleScheduleExplain(w http.ResponseWriter, r *http.Request) error {
+	var req api.ScheduleRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	sreq := schedule.Request{CPUs: req.CPUs, MemoryMB: req.MemoryMB, Tags: req.Tags, Arch: req.Arch, Policy: req.Policy}
+	verdicts, err := s.orch.Explain(r.Context(), sreq)
+	if err != nil {
+		return err
+	}
+	out := api.ScheduleExplanation{Policy: req.Policy, Candidates: []api.ScheduleVerdict{}}
+	if out.Policy == "" {
+		out.Policy = schedule.Cheapest
+	}
+	for _, v := range verdicts {
+		out.Candidates = append(out.Candidates, api.ScheduleVerdict{Pool: v.Pool, Template: v.Template, Provider: v.Provider,
+			Price: v.Price, CPUs: v.CPUs, MemoryMB: v.MemoryMB, BootP50: api.Duration(v.BootP50), Feasible: v.Feasible,
+			Reasons: v.Reasons, Rank: v.Rank, Why: v.Why})
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// apiPool is a pool with what it has now.
+func (s *Server) apiPool(ctx context.Context, spec api.PoolSpec, doc store.Document, st orchestrate.PoolStatus) api.Pool {
+	p := api.Pool{Spec: spec, Machines: map[string]int{}, CreatedAt: doc.CreatedAt, UpdatedAt: doc.UpdatedAt}
+	if ms, err := s.store.ListPoolMachines(ctx, store.PoolMachineFilter{Pool: spec.Name, Live: true}); err == nil {
+		for _, m := range ms {
+			p.Machines[m.State]++
+		}
+	}
+	p.Desired, p.Demand, p.Waiting = max(st.Desired, spec.Min), st.Demand, st.Waiting
+	return p
+}
+
+func apiMachine(m store.PoolMachine) api.PoolMachine {
+	out := api.PoolMachine{ID: m.ID, Pool: m.Pool, Template: m.Template, Provider: m.Provider, State: m.State,
+		StateReason: m.StateReason, Deployment: m.DeploymentID, Node: m.NodeID, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt}
+	if !m.ReadyAt.IsZero() {
+		t := m.ReadyAt
+		out.ReadyAt = &t
+	}
+	if m.State == api.MachineReady && !m.BusyAt.IsZero() && time.Since(m.BusyAt) > 2*time.Second {
+		t := m.BusyAt
+		out.IdleSince = &t
+	}
+	return out
+}

@@ -1,0 +1,533 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/atomicfile"
+	"github.com/nodemgr/nodemgr/internal/base/auth"
+	"github.com/nodemgr/nodemgr/internal/base/cleartext"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/coordinator/blob"
+	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+	"github.com/nodemgr/nodemgr/internal/coordinator/ui"
+)
+
+// Config is the coordinator's configuration. Zero values take the defaults
+// of DESIGN.md.
+type Config struct {
+	Listen            string        // address to listen on; default 127.0.0.1:7070
+	DataDir           string        // where the admin token file is written
+	HeartbeatInterval time.Duration // told to agents; default 30s
+	OfflineAfter      time.Duration // no heartbeat for this long → confirm, then offline; default 2m
+	ConfirmTimeout    time.Duration // how long confirmation may take; default 10s
+	// ReconnectGrace is how long an agent whose connection ended without
+	// a goodbye has to come back before its running tasks are reclaimed;
+	// default 10s. (An agent whose connection was healthy retries after
+	// about a second.)
+	ReconnectGrace time.Duration
+	// RetryBackoff is the pause before a task's first counted retry; it
+	// doubles with each failure up to RetryBackoffMax. Defaults 1s and 1m.
+	RetryBackoff, RetryBackoffMax time.Duration
+	// IdleSuiteGrace is how long an agent may find nothing to run in its
+	// suite before it is sent to another suite with work; default 5s.
+	IdleSuiteGrace    time.Duration
+	CredentialTTL     time.Duration // node credential lifetime; default 30 days
+	MaxTokenTTL       time.Duration // the longest lifetime a user may give an API or join token; default 365 days
+	MaxSubmitInFlight int64         // bytes of task batches the server receives at once; default 128 MiB
+	MaxUnauthConns    int           // connections open at once that have not authenticated; default 1024
+	UnauthIdle        time.Duration // an unauthenticated connection idle this long is closed; default 10s
+	IdleTimeout       time.Duration // an authenticated keep-alive connection idle this long is closed; default 2m
+	FlushInterval     time.Duration // heartbeat batch interval; default 1s
+	// StoreTimeout is how long one store call of an API request may take
+	// before the request is answered 503 (the store did not answer);
+	// default 5s. /metrics then serves its last figures, marked stale.
+	StoreTimeout    time.Duration
+	SuiteCloseAfter time.Duration // an Open suite with no new task this long is Closed; default 180s
+	// EnsembleRestoreDeadline is how long a running ensemble's replicas
+	// wait for their lost (offline) node before they are placed again
+	// elsewhere, unless the ensemble sets its own; default 5m (DMS's).
+	EnsembleRestoreDeadline time.Duration
+	// EnsembleProvisionDeadline is how long an ensemble that fits on no
+	// node waits for the machines pools start for it; default 10m.
+	EnsembleProvisionDeadline time.Duration
+	SuiteTick                 time.Duration // how often suites are closed and completed; default 1s
+	DriftInterval             time.Duration // how often deployments are compared with their providers; default 30s
+	// AgentServerURL is the server's URL as pool machines reach it;
+	// default the URL it listens on. A plain http:// one beyond loopback
+	// would carry their join tokens and credentials in clear: it is
+	// refused unless AgentInsecureHTTP, which their agents are then
+	// configured with too.
+	AgentServerURL    string
+	AgentInsecureHTTP bool
+	// AgentBinaries are static nodemgr binaries the orchestrator delivers
+	// onto pool machines, one per architecture, and AgentBinaryDir holds
+	// more, named nodemgr-linux-GOARCH; this executable serves its own
+	// arch when they do not.
+	AgentBinaries  []string
+	AgentBinaryDir string
+	// Orchestrator tunes the pools' loop (tick, drain timeout, backoff).
+	Orchestrator orchestrate.Config
+	// ProviderSettings configures providers by name (e.g. docker: host).
+	ProviderSettings map[string]map[string]string
+	// ExecutorSettings configures executors by name: ssh (user, port,
+	// identity_file, known_hosts, accept_new_host_keys, jump_host,
+	// connect_timeout; see package ssh), whose settings and connections
+	// the sftp and rsync executors share.
+	ExecutorSettings map[string]map[string]string
+	Version          string
+
+	// TLSCert and TLSKey are PEM files of a certificate to serve HTTPS
+	// with. Without them, a server listening on an address other than
+	// loopback (or with TLSAuto) makes a CA in DataDir on first start and
+	// serves a certificate from it for its names and addresses, plus
+	// TLSSANs (names behind NAT). On loopback it serves plain HTTP.
+	TLSCert, TLSKey string
+	TLSAuto         bool
+	TLSSANs         []string
+
+	// Blobs stores task input and output files; nil: a directory blobs
+	// in DataDir. An S3-compatible store lets several replicas share them.
+	Blobs blob.Store
+	// BlobMaxSize caps one task file; 0: 1 GiB.
+	BlobMaxSize int64
+	// BlobRetention is how long a task file no task refers to is kept;
+	// 0: 24h.
+	BlobRetention time.Duration
+
+	// Dashboard tunes the web dashboard under /ui/ (sessions, live
+	// updates); zero values take its defaults.
+	Dashboard ui.Config
+
+	// ReplicaID names this server among the replicas that share its
+	// store; default a random one per process (r-...).
+	ReplicaID string
+	// LeaderLease is the TTL of the lease that elects the replica running
+	// the singleton loops; it is renewed every third of it, and another
+	// replica takes over within about this long after the leader stops
+	// without releasing it. Default 10s.
+	LeaderLease time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.EnsembleRestoreDeadline == 0 {
+		c.EnsembleRestoreDeadline = 5 * time.Minute
+	}
+	if c.EnsembleProvisionDeadline == 0 {
+		c.EnsembleProvisionDeadline = 10 * time.Minute
+	}
+	if c.BlobMaxSize == 0 {
+		c.BlobMaxSize = defaultBlobMaxSize
+	}
+	if c.BlobRetention == 0 {
+		c.BlobRetention = defaultBlobRetention
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7070"
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 30 * time.Second
+	}
+	if c.OfflineAfter == 0 {
+		c.OfflineAfter = 2 * time.Minute
+	}
+	if c.ConfirmTimeout == 0 {
+		c.ConfirmTimeout = 10 * time.Second
+	}
+	if c.ReconnectGrace == 0 {
+		c.ReconnectGrace = 10 * time.Second
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = time.Second
+	}
+	if c.RetryBackoffMax == 0 {
+		c.RetryBackoffMax = time.Minute
+	}
+	if c.IdleSuiteGrace == 0 {
+		c.IdleSuiteGrace = 5 * time.Second
+	}
+	if c.CredentialTTL == 0 {
+		c.CredentialTTL = 30 * 24 * time.Hour
+	}
+	if c.MaxUnauthConns == 0 {
+		c.MaxUnauthConns = 1024
+	}
+	if c.UnauthIdle == 0 {
+		c.UnauthIdle = 10 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.MaxSubmitInFlight == 0 {
+		c.MaxSubmitInFlight = 2 * maxTaskBody
+	}
+	if c.MaxTokenTTL == 0 {
+		c.MaxTokenTTL = DefaultMaxTokenTTL
+	}
+	if c.FlushInterval == 0 {
+		c.FlushInterval = time.Second
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.SuiteCloseAfter == 0 {
+		c.SuiteCloseAfter = 180 * time.Second
+	}
+	if c.SuiteTick == 0 {
+		c.SuiteTick = time.Second
+	}
+	if c.DriftInterval == 0 {
+		c.DriftInterval = 30 * time.Second
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.ReplicaID == "" {
+		c.ReplicaID = auth.NewID("r-")
+	}
+	if c.LeaderLease == 0 {
+		c.LeaderLease = 10 * time.Second
+	}
+}
+
+func (c *Config) validate() error {
+	if c.HeartbeatInterval < 10*time.Millisecond {
+		return errdefs.Field("heartbeat_interval", "must be at least 10ms, got %s", c.HeartbeatInterval)
+	}
+	if c.OfflineAfter < 2*c.HeartbeatInterval {
+		return errdefs.Field("offline_after", "must be at least twice the heartbeat interval (%s), got %s", c.HeartbeatInterval, c.OfflineAfter)
+	}
+	if c.ConfirmTimeout <= 0 {
+		return errdefs.Field("confirm_timeout", "must be positive, got %s", c.ConfirmTimeout)
+	}
+	if c.ReconnectGrace < 0 {
+		return errdefs.Field("reconnect_grace", "must be positive, got %s", c.ReconnectGrace)
+	}
+	if c.RetryBackoff < 0 || c.RetryBackoffMax < c.RetryBackoff {
+		return errdefs.Field("retry_backoff", "must be positive and at most retry_backoff_max (%s), got %s", c.RetryBackoffMax, c.RetryBackoff)
+	}
+	if c.IdleSuiteGrace < 0 {
+		return errdefs.Field("idle_suite_grace", "must be positive, got %s", c.IdleSuiteGrace)
+	}
+	if c.MaxSubmitInFlight < maxTaskBody {
+		return errdefs.Field("max_submit_in_flight", "must be at least one batch, %d bytes, got %d", maxTaskBody, c.MaxSubmitInFlight)
+	}
+	if c.MaxTokenTTL < time.Hour {
+		return errdefs.Field("max_token_ttl", "must be at least 1h, got %s", c.MaxTokenTTL)
+	}
+	if c.StoreTimeout < 10*time.Millisecond {
+		return errdefs.Field("store_timeout", "must be at least 10ms, got %s", c.StoreTimeout)
+	}
+	if c.LeaderLease < 30*time.Millisecond {
+		return errdefs.Field("leader_lease", "must be at least 30ms, got %s", c.LeaderLease)
+	}
+	if err := cleartext.Check(c.AgentServerURL, c.AgentInsecureHTTP, "--agent-insecure-http"); err != nil {
+		return errdefs.Field("agent_server_url", "pool machines would send their join token and credential in clear: %v", err)
+	}
+	if c.CredentialTTL < 3*c.HeartbeatInterval {
+		// Agents renew at two thirds of the lifetime, checked every heartbeat.
+		return errdefs.Field("credential_ttl", "must be at least three heartbeat intervals (%s), got %s", 3*c.HeartbeatInterval, c.CredentialTTL)
+	}
+	return nil
+}
+
+// Server is the coordinator.
+type Server struct {
+	cfg Config
+	// store bounds the store calls of API requests (storebound.go);
+	// backend is the store itself, for its optional capabilities.
+	store     store.Store
+	backend   store.Store
+	log       *slog.Logger
+	hub       *hub
+	signals   *signaller // to and from the other servers on the store
+	relayWait relayWaiters
+	// remoteWork is when agents connected to other servers were last seen
+	// working, as the leader's orchestrator read it (their idle time).
+	remoteWork sync.Map
+	dispatch   dispatcher
+	health     healthCheck
+	live       liveness
+	leading    leadership
+	// instance names this process among the replicas: its replica ID and
+	// a random part (replica.go).
+	instance  string
+	replicas  replicaLives
+	started   time.Time       // when Serve began: every node's heartbeat as far as liveness goes
+	life      context.Context // ends when Serve returns; for work that outlives a request
+	providers providers
+	executors executors
+	orch      *orchestrate.Orchestrator // nil until Serve
+	metrics   *metrics
+	scrapers  scraperAuth // /metrics tokens last accepted, for while the store does not answer
+	usage     usageBook   // the nodes' recent machine usage, for the dashboard's charts
+	dashboard *ui.UI      // /ui/: calls the API in-process, as the logged-in user
+	reasons   reasonCache
+	handler   http.Handler
+	// restoreFailures keeps ensembleLoop's failures to place a lost
+	// node's replica again from logging every tick.
+	restoreFailures failures
+
+	mu       sync.Mutex
+	listener net.Listener
+	ready    chan struct{}
+
+	tls *serverTLS // nil: plain HTTP
+
+	// submitBudget caps the bytes of task batches received at once.
+	submitBudget *byteBudget
+	blobs        blob.Store
+	// guard bounds unauthenticated connections; nil until Serve.
+	guard *connGuard
+}
+
+// New makes a server over st. It does not listen until Run.
+func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("server config: %w", err)
+	}
+	if err := checkExecutorSettings(cfg.ExecutorSettings); err != nil {
+		return nil, fmt.Errorf("server config: %w", err)
+	}
+	s := &Server{cfg: cfg, store: &boundedStore{st: st}, backend: st, log: logger, ready: make(chan struct{}),
+		providers: providers{settings: cfg.ProviderSettings}, executors: executors{settings: cfg.ExecutorSettings}}
+	var err error
+	if s.tls, err = setupTLS(cfg); err != nil {
+		return nil, fmt.Errorf("server TLS: %w", err)
+	}
+	s.submitBudget = newByteBudget(cfg.MaxSubmitInFlight)
+	if s.blobs, err = openBlobs(cfg); err != nil {
+		return nil, fmt.Errorf("server config: %w", err)
+	}
+	s.metrics = newMetrics(s)
+	s.hub = newHub(s)
+	s.signals = newSignaller(st, cfg.ReplicaID)
+	s.instance = newInstance(cfg.ReplicaID)
+	if err := s.newOrchestrator(); err != nil {
+		return nil, err
+	}
+	// The dashboard calls the API through s.handler, set just below.
+	apiHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) })
+	if s.dashboard, err = ui.New(cfg.Dashboard, apiHandler, logger); err != nil {
+		return nil, fmt.Errorf("server dashboard: %w", err)
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// lifeCtx is the context of the running server: Background when the
+// handler is served by something other than Serve (tests).
+func (s *Server) lifeCtx() context.Context {
+	if s.life == nil {
+		return context.Background()
+	}
+	return s.life
+}
+
+// Handler is the server's HTTP handler (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Addr returns the address the server listens on, once Run has started.
+func (s *Server) Addr() string {
+	<-s.ready
+	return s.listener.Addr().String()
+}
+
+// Run listens and serves until ctx is done. Cancellation is not an error.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (is another server running? choose another --listen)", s.cfg.Listen, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx is done, with TLS when the server has it.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ln = s.tls.listener(ln)
+	s.mu.Lock()
+	s.listener = ln
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.started, s.life = time.Now(), ctx
+	s.guard = newConnGuard(s.cfg.MaxUnauthConns, s.cfg.UnauthIdle)
+	// Ready once what every request reads is set: a handler served on
+	// another listener (tests do) may run from here on.
+	close(s.ready)
+	// No ReadTimeout or WriteTimeout: copies, exec streams and agents'
+	// WebSockets run long. Slow or silent clients meet ReadHeaderTimeout,
+	// the guard, and each route's body deadline (wrap).
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ConnState:         s.guard.connState,
+		ConnContext:       s.guard.connContext,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.orch.SetServerURL(s.agentServerURL())
+	replica, err := s.claimReplica(ctx)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	// Every replica runs its own chores; the singleton loops run on the
+	// leader only (leader.go).
+	var wg sync.WaitGroup
+	fatal := make(chan error, 1)
+	wg.Go(func() {
+		if err := s.replicaLoop(ctx, replica); err != nil {
+			fatal <- err
+		}
+	})
+	wg.Go(func() { s.guard.reap(ctx) })
+	wg.Go(func() { s.hub.flushLoop(ctx) })
+	wg.Go(func() { s.silenceLoop(ctx) })
+	wg.Go(func() { s.signalLoop(ctx) })
+	wg.Go(func() { s.sharesLoop(ctx) })
+	if !s.blobsShared() {
+		wg.Go(func() { s.blobLoop(ctx) })
+	}
+	wg.Go(func() { s.leaderLoop(ctx) })
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("server listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "tls", s.tls.describe(),
+		"replica", s.cfg.ReplicaID, "instance", s.instance)
+
+	select {
+	case err := <-errc:
+		cancel()
+		wg.Wait()
+		s.live.close()
+		return fmt.Errorf("serve: %w", err)
+	case err := <-fatal:
+		s.log.Error("stopping", "err", err)
+		cancel()
+		srv.Close()
+		wg.Wait()
+		s.live.close()
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	s.hub.closeAll("server shutting down")
+	_ = srv.Shutdown(shutdownCtx)
+	wg.Wait()
+	s.live.close()
+	s.hub.flush(shutdownCtx) // keep the last heartbeats
+	return nil
+}
+
+// DefaultStoreTimeout bounds each store call of an API request unless
+// configured otherwise: well above what a working store takes, well below
+// what a client or a load balancer waits.
+const DefaultStoreTimeout = 5 * time.Second
+
+// DefaultMaxTokenTTL caps token lifetimes unless configured otherwise; the
+// first admin token lives this long too (rotate it with nodemgr token rotate).
+const DefaultMaxTokenTTL = 365 * 24 * time.Hour
+
+// AdminTokenFile is where the first admin token is written, mode 0600.
+func AdminTokenFile(dataDir string) string { return filepath.Join(dataDir, "admin-token") }
+
+// Bootstrap creates the admin user and its first API token when the store has
+// no users yet, and writes the token to AdminTokenFile. It returns the token
+// and whether it was created now; on later starts it returns the token read
+// back from the file if it is still there.
+func Bootstrap(ctx context.Context, st store.Store, dataDir string) (token string, created bool, err error) {
+	users, err := st.ListUsers(ctx, store.Page{Limit: 1}) // is there any?
+	if err != nil {
+		return "", false, fmt.Errorf("bootstrap: %w", err)
+	}
+	path := AdminTokenFile(dataDir)
+	if len(users) > 0 {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", false, nil
+		}
+		return string(trimNL(b)), false, nil
+	}
+	now := time.Now().UTC()
+	if err := st.CreateUser(ctx, store.User{Name: "admin", Admin: true, CreatedAt: now}); err != nil {
+		if errors.Is(err, errdefs.ErrConflict) {
+			// Another server on the store bootstrapped at the same moment:
+			// the admin's first token is in its data dir.
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("bootstrap: create admin: %w", err)
+	}
+	secret, hash := auth.NewSecret(api.TokenAPI)
+	t := store.Token{ID: auth.NewID("t-"), Kind: api.TokenAPI, Name: "bootstrap", Hash: hash, User: "admin",
+		CreatedAt: now, ExpiresAt: now.Add(DefaultMaxTokenTTL)}
+	if err := st.CreateToken(ctx, t); err != nil {
+		return "", false, fmt.Errorf("bootstrap: create admin token: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", false, fmt.Errorf("bootstrap: %w", err)
+	}
+	// A fresh file, mode 0600, whatever a file already there had: writing
+	// over one in place would keep its mode, 0644 say.
+	if err := atomicfile.Write(path, []byte(secret+"\n")); err != nil {
+		return "", false, fmt.Errorf("bootstrap: write %s: %w", path, err)
+	}
+	return secret, true, nil
+}
+
+// ResetAdminToken gives the user "admin" (made again, as an admin, if it
+// was removed) a fresh API token and writes it to AdminTokenFile: the way
+// back in for whoever holds the data dir when every admin token expired or
+// was lost. It is what nodemgr server --reset-admin-token does.
+func ResetAdminToken(ctx context.Context, st store.Store, dataDir string) (string, error) {
+	now := time.Now().UTC()
+	u, err := st.GetUser(ctx, "admin")
+	switch {
+	case errdefs.IsNotFound(err):
+		if err := st.CreateUser(ctx, store.User{Name: "admin", Admin: true, CreatedAt: now}); err != nil {
+			return "", fmt.Errorf("reset admin token: create admin: %w", err)
+		}
+	case err != nil:
+		return "", fmt.Errorf("reset admin token: %w", err)
+	case !u.Admin:
+		return "", fmt.Errorf("reset admin token: user admin is no longer an admin; make another admin user's token instead: %w", errdefs.ErrConflict)
+	}
+	secret, hash := auth.NewSecret(api.TokenAPI)
+	t := store.Token{ID: auth.NewID("t-"), Kind: api.TokenAPI, Name: "reset", Hash: hash, User: "admin",
+		CreatedAt: now, ExpiresAt: now.Add(DefaultMaxTokenTTL)}
+	if err := st.CreateToken(ctx, t); err != nil {
+		return "", fmt.Errorf("reset admin token: %w", err)
+	}
+	if err := atomicfile.Write(AdminTokenFile(dataDir), []byte(secret+"\n")); err != nil {
+		return "", fmt.Errorf("reset admin token: write %s: %w", AdminTokenFile(dataDir), err)
+	}
+	return secret, nil
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// Close releases the provider and executor connections (the Docker
+// engine's, for one). The store belongs to the caller.
+func (s *Server) Close() error {
+	return errors.Join(s.providers.close(), s.executors.close(), s.dashboard.Close())
+}

@@ -1,0 +1,203 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/backoff"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+)
+
+// Servers that share a store (PostgreSQL) each hold the sessions of the
+// agents connected to them. What one server does for an agent connected
+// to another travels as a signal (store.Signals):
+//
+//   - outboxChannel, payload a node ID: a notification was enqueued for
+//     that node; the server holding its session sends its outbox;
+//   - wakeChannel, payload "SENDER SUITE": tasks of the suite may be
+//     taken; every other server wakes its agents that are idle or run it
+//     (SUITE empty: its idle agents), as the sender did its own;
+//   - cancelChannel, payload "SENDER SUITE": the suite was cancelled;
+//     every other server tells its agents that run it to stop (the
+//     store's note of what a node runs lags by a heartbeat flush);
+//   - relayChannel: calls to an agent's local API made elsewhere
+//     (relay.go);
+//   - pingChannel, payload a node ID: the leader's liveness check of a
+//     node whose heartbeats are overdue; the server holding its session
+//     pings it, and an answer is a heartbeat, written to the store.
+//
+// A server that starts listening, or listens again after its connection
+// dropped, may have missed signals: it sends every outbox it holds and
+// wakes its idle agents. A store without Signals (SQLite) has one server,
+// and none of this runs.
+const (
+	outboxChannel = "nodemgr_outbox"
+	wakeChannel   = "nodemgr_wake"
+	cancelChannel = "nodemgr_cancel"
+	pingChannel   = "nodemgr_ping"
+	// orchestrateChannel asks the leader for an orchestrator round now: a
+	// pool or demand changed through another server.
+	orchestrateChannel = "nodemgr_orchestrate"
+)
+
+// signaller sends signals and hears other servers'.
+type signaller struct {
+	sig store.Signals // nil with one server
+	id  string        // this server's replica ID, to skip its own signals
+
+	mu     sync.Mutex
+	recent map[string]time.Time // channel+payload → last sent (debounce)
+}
+
+// signalDebounce drops a signal equal to one sent this recently: a burst
+// of submissions to one suite wakes the other servers once.
+const signalDebounce = 50 * time.Millisecond
+
+func newSignaller(st store.Store, replicaID string) *signaller {
+	sig, _ := st.(store.Signals)
+	return &signaller{sig: sig, id: replicaID, recent: map[string]time.Time{}}
+}
+
+// send signals in the background, unless the same went out just now.
+func (g *signaller) send(channel, payload string) {
+	if g.sig == nil {
+		return
+	}
+	key := channel + "\x00" + payload
+	now := time.Now()
+	g.mu.Lock()
+	if now.Sub(g.recent[key]) < signalDebounce {
+		g.mu.Unlock()
+		return
+	}
+	g.recent[key] = now
+	if len(g.recent) > 10_000 {
+		clear(g.recent)
+	}
+	g.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		g.sig.Signal(ctx, channel, payload) // a hint: a lost one is made good by the next
+	}()
+}
+
+// signalOutbox tells the server holding node's session to send its outbox.
+func (s *Server) signalOutbox(nodeID string) { s.signals.send(outboxChannel, nodeID) }
+
+// sendFrom signals payload with this server's id before it, so that the
+// others act on it and this one skips its own.
+func (g *signaller) sendFrom(channel, payload string) { g.send(channel, g.id+" "+payload) }
+
+// signalWake tells the other servers to wake their agents for the suite.
+func (s *Server) signalWake(suiteID string) { s.signals.sendFrom(wakeChannel, suiteID) }
+
+// signalLoop hears other servers' signals until ctx ends.
+func (s *Server) signalLoop(ctx context.Context) {
+	if s.signals.sig == nil {
+		return
+	}
+	bo := &backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for {
+		err := s.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel, cancelChannel, relayChannel, pingChannel, orchestrateChannel}, s.heard)
+		if ctx.Err() != nil {
+			return
+		}
+		d := bo.Next()
+		s.log.Warn("listening for other servers' signals failed; listening again", "err", err, "in", d)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+// heard acts on one signal.
+func (s *Server) heard(channel, payload string) {
+	switch channel {
+	case outboxChannel:
+		if payload == "" { // maybe missed some: send every outbox held here
+			for _, sess := range s.hub.all() {
+				sess.wake()
+			}
+			return
+		}
+		if sess := s.hub.get(payload); sess != nil {
+			sess.wake()
+		}
+	case wakeChannel:
+		from, suite, _ := strings.Cut(payload, " ")
+		if payload != "" && from == s.signals.id {
+			return // its own: its agents were woken when it was sent
+		}
+		s.wakeLocal(suite, "")
+	case relayChannel:
+		s.heardRelay(payload)
+	case orchestrateChannel:
+		if _, leads := s.leading.current(); leads {
+			s.orch.Wake()
+		}
+	case pingChannel:
+		if sess := s.hub.get(payload); sess != nil {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.ConfirmTimeout)
+				defer cancel()
+				// An answer is a heartbeat, written at once: the leader
+				// reads it within its confirm timeout. None, and it decides.
+				if s.ping(ctx, sess) == nil {
+					s.hub.flush(ctx)
+				}
+			}()
+		}
+	case cancelChannel:
+		from, suite, _ := strings.Cut(payload, " ")
+		if payload == "" || from == s.signals.id {
+			return // a missed cancel shows at the agent's next fetch, which is refused
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.tellLocalCancelled(ctx, suite)
+	}
+}
+
+// wakeLocal wakes the agents connected here, but the one of node except,
+// that are idle or run the suite (any suite: only the idle ones).
+func (s *Server) wakeLocal(suiteID, except string) {
+	for _, sess := range s.hub.all() {
+		state, suite := sess.work()
+		if sess.nodeID == except || state != api.AgentIdle && (suiteID == "" || suite != suiteID) {
+			continue
+		}
+		go func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			sess.peer.Call(cctx, api.MethodWake, api.SuiteRef{SuiteID: suiteID}, nil)
+		}()
+	}
+}
+
+// connectedElsewhere reports whether a node this server holds no session
+// for is online with its agent connected to another server on the store:
+// the server process it said hello to still renews its replica lease.
+func (s *Server) connectedElsewhere(n store.Node) bool {
+	if !s.relayed() || n.Status != api.StatusOnline {
+		return false
+	}
+	if n.Replica == "" || n.Replica == s.instance {
+		// Not said hello since replicas were watched; or here, where
+		// the hub knows.
+		return n.Replica == "" && time.Since(n.LastHeartbeat) < s.cfg.OfflineAfter+2*s.cfg.FlushInterval
+	}
+	life, err := s.replicaLife(s.lifeCtx(), n.Replica)
+	return err == nil && life.alive
+}
+
+// connected reports whether the node's agent is connected to this server
+// or to another on the store.
+func (s *Server) connected(n store.Node) bool {
+	return s.hub.get(n.ID) != nil || s.connectedElsewhere(n)
+}

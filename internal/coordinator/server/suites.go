@@ -1,0 +1,445 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/auth"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+	"github.com/nodemgr/nodemgr/internal/node/runas"
+)
+
+func apiSuite(s store.Suite) api.Suite {
+	out := api.Suite{ID: s.ID, SuiteSpec: s.Spec, State: s.State, Owner: s.Owner,
+		AssignedNodes: s.AssignedNodes, StoppedNodes: s.StoppedNodes, Counts: s.Counts,
+		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, LastTaskAt: s.LastTaskAt}
+	if out.AssignedNodes == nil {
+		out.AssignedNodes = []string{}
+	}
+	return out
+}
+
+func apiTask(t store.Task) api.Task {
+	out := api.Task{ID: t.ID, SuiteID: t.SuiteID, TaskSpec: t.Spec, State: t.State, Reason: t.Reason, Attempt: t.Attempt,
+		NodeID: t.NodeID, Result: t.Result, Failures: t.Failures, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+	if out.Failures == nil {
+		out.Failures = []api.TaskFailure{}
+	}
+	return out
+}
+
+func suiteGroups(s store.Suite) []string {
+	if s.Spec.Group == "" {
+		return nil
+	}
+	return []string{s.Spec.Group}
+}
+
+// suiteAccess is what a caller wants to do with a suite.
+type suiteAccess int
+
+const (
+	suiteRead suiteAccess = iota // see it and its tasks: its owner, or Read in its group
+	suiteStop                    // close or cancel it or its tasks: its owner, or Write
+	suiteWork                    // add tasks or assign nodes, which runs commands on the group's nodes: Write, always
+)
+
+// resolveSuite finds a suite by ID or name and checks the caller may do
+// what with it. Owning a suite never outlives the role it was created
+// with: a user whose Write role in the group was taken away may still read
+// and stop their suites, but no longer make them run anything.
+func (s *Server) resolveSuite(ctx context.Context, ref string, what suiteAccess) (store.Suite, error) {
+	su, err := s.store.GetSuite(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		su, err = s.store.SuiteByName(ctx, ref)
+	}
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return store.Suite{}, errdefs.NotFound("suite %q (see nodemgr suite ls)", ref)
+		}
+		return store.Suite{}, err
+	}
+	p := principalFrom(ctx)
+	if p.User == su.Owner && what != suiteWork {
+		return su, nil
+	}
+	if !p.Can(api.RoleRead, suiteGroups(su)) {
+		if p.User == su.Owner {
+			return su, p.Require(api.RoleWrite, suiteGroups(su), "suite "+su.Spec.Name)
+		}
+		return store.Suite{}, errdefs.NotFound("suite %q (see nodemgr suite ls)", ref)
+	}
+	role := api.RoleWrite
+	if what == suiteRead {
+		role = api.RoleRead
+	}
+	return su, p.Require(role, suiteGroups(su), "suite "+su.Spec.Name)
+}
+
+func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error {
+	var spec api.SuiteSpec
+	if err := decodeJSON(r, &spec); err != nil {
+		return err
+	}
+	if err := validateSuite(&spec); err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	if spec.Group == "" {
+		if err := p.RequireAdmin("create a suite in no group (set group)"); err != nil {
+			return err
+		}
+	} else if err := p.Require(api.RoleWrite, []string{spec.Group}, "create a suite in group "+spec.Group); err != nil {
+		return err
+	}
+	if err := requireRunAs(p, spec); err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	su := store.Suite{ID: auth.NewID("s-"), Spec: spec, State: api.SuiteOpen, Owner: p.User,
+		CreatedAt: now, UpdatedAt: now, LastTaskAt: now}
+	err := s.store.CreateSuite(r.Context(), su)
+	if errors.Is(err, errdefs.ErrConflict) {
+		return s.nameTaken(r.Context(), spec.Name, err)
+	}
+	if err != nil {
+		return fmt.Errorf("create suite %s: %w", spec.Name, err)
+	}
+	s.log.Info("suite created", "suite", su.ID, "name", spec.Name, "owner", p.User)
+	out := apiSuite(su)
+	// Accepted even if no node could run it now (nodes may come later),
+	// but said at once rather than found out after a long wait.
+	if out.WaitingReason, err = s.creationWarning(r.Context(), su); err != nil {
+		s.log.Warn("explain new suite", "suite", su.ID, "err", err)
+	}
+	httpapi.WriteJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// nameTaken explains a suite name that a live suite holds. The store's
+// error names that suite; the caller sees it only if they may read it, so
+// a clash never tells a user another group's suite ID.
+func (s *Server) nameTaken(ctx context.Context, name string, err error) error {
+	_, rerr := s.resolveSuite(ctx, name, suiteRead)
+	switch {
+	case rerr == nil:
+		return fmt.Errorf("create suite %s: %w", name, err)
+	case errdefs.IsNotFound(rerr) || errors.Is(rerr, errdefs.ErrPermission):
+		return errdefs.Conflict("create suite %s: a live suite that you may not see has that name; choose another name", name)
+	}
+	return fmt.Errorf("create suite %s: look up the suite of that name: %w", name, rerr)
+}
+
+// requireRunAs lets a suite run its code with the agent's own rights
+// (run_as root or agent, which can read the node's credential) only when
+// an admin of its group asks; anyone who may create the suite may name an
+// unprivileged user.
+func requireRunAs(p auth.Principal, spec api.SuiteSpec) error {
+	if !runas.Privileged(spec.RunAs) || p.Can(api.RoleAdmin, []string{spec.Group}) {
+		return nil
+	}
+	return fmt.Errorf("run_as: %q runs the suite's tasks and hooks with the agent's own rights, so only an admin of group %s may ask for it: "+
+		"leave run_as out to run them as an unprivileged user, or ask a group admin to create the suite: %w",
+		spec.RunAs, spec.Group, errdefs.ErrPermission)
+}
+
+func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error {
+	p := principalFrom(r.Context())
+	var f store.SuiteFilter
+	if st := r.URL.Query().Get("state"); st != "" {
+		if !slices.Contains([]string{api.SuiteOpen, api.SuiteClosed, api.SuiteComplete, api.SuiteCancelled}, st) {
+			return errdefs.Field("state", "must be Open, Closed, Complete or Cancelled, got %q", st)
+		}
+		f.States = []string{st}
+	}
+	pg, err := readPage(r.URL.Query(), "suites", r.URL.Query().Get("state"))
+	if err != nil {
+		return err
+	}
+	suites, next, err := fillPage(pg, func(sp store.Page) ([]store.Suite, error) {
+		f.Page = sp
+		return s.store.ListSuites(r.Context(), f)
+	}, store.Suite.Cursor, func(su store.Suite) bool {
+		return su.Owner == p.User || p.Can(api.RoleRead, suiteGroups(su))
+	})
+	if err != nil {
+		return fmt.Errorf("list suites: %w", err)
+	}
+	out := api.SuiteList{Suites: make([]api.Suite, 0, len(suites)), Next: next}
+	for _, su := range suites {
+		out.Suites = append(out.Suites, apiSuite(su))
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) handleGetSuite(w http.ResponseWriter, r *http.Request) error {
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteRead)
+	if err != nil {
+		return err
+	}
+	out := apiSuite(su)
+	problems, err := s.store.SuiteProblems(r.Context(), su.ID, "")
+	if err != nil {
+		return fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
+	}
+	out.Problems = apiProblems(problems)
+	if out.WaitingReason, err = s.reasons.get(su, func() (string, error) { return s.waitingReason(r.Context(), su) }); err != nil {
+		return fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// setSuiteState closes or cancels a suite.
+func (s *Server) setSuiteState(w http.ResponseWriter, r *http.Request, to string) error {
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteStop)
+	if err != nil {
+		return err
+	}
+	su, err = s.store.UpdateSuite(r.Context(), su.ID, func(su *store.Suite) error {
+		switch {
+		case su.State == to:
+			return nil
+		case su.State == api.SuiteComplete || su.State == api.SuiteCancelled:
+			return errdefs.Conflict("suite %s is already %s", su.Spec.Name, su.State)
+		}
+		su.State = to
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s suite: %w", to, err)
+	}
+	if to == api.SuiteCancelled {
+		s.tellSuiteCancelled(r.Context(), su.ID)
+	}
+	if to == api.SuiteClosed {
+		// Closed with nothing left: it completes now, not at the tick.
+		s.completeIfDone(r.Context(), su.ID)
+		if su, err = s.store.GetSuite(r.Context(), su.ID); err != nil {
+			return err
+		}
+	}
+	s.suiteChanged(r.Context(), su.ID)
+	httpapi.WriteJSON(w, http.StatusOK, apiSuite(su))
+	return nil
+}
+
+func (s *Server) handleCloseSuite(w http.ResponseWriter, r *http.Request) error {
+	return s.setSuiteState(w, r, api.SuiteClosed)
+}
+
+func (s *Server) handleCancelSuite(w http.ResponseWriter, r *http.Request) error {
+	return s.setSuiteState(w, r, api.SuiteCancelled)
+}
+
+// AssignRequest is the body of POST /v1/suites/{suite}/assign.
+// stopSuiteOn keeps a suite off a node where its pool was stopped by hand,
+// until it is assigned there again.
+func (s *Server) stopSuiteOn(ctx context.Context, suiteID, nodeID string) error {
+	_, err := s.store.UpdateSuite(ctx, suiteID, func(su *store.Suite) error {
+		if !slices.Contains(su.StoppedNodes, nodeID) {
+			su.StoppedNodes = append(su.StoppedNodes, nodeID)
+		}
+		return nil
+	})
+	if errdefs.IsNotFound(err) {
+		return nil // the suite is gone
+	}
+	if err != nil {
+		return fmt.Errorf("keep suite %s off node %s: %w", suiteID, nodeID, err)
+	}
+	s.log.Info("suite stopped by hand on a node; it is not offered there until assigned again", "suite", suiteID, "node", nodeID)
+	return nil
+}
+
+type assignRequest struct {
+	Nodes []string `json:"nodes"` // node IDs or names; empty: back to automatic assignment
+	// Add keeps the nodes assigned already: the suite runs on those and
+	// these. Without it the list replaces the assignment, and nodes left
+	// out stop taking the suite's tasks.
+	Add bool `json:"add,omitempty"`
+}
+
+func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error {
+	var req assignRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteWork)
+	if err != nil {
+		return err
+	}
+	ids := []string{}
+	if req.Add {
+		if len(req.Nodes) == 0 {
+			return errdefs.Field("nodes", "name the nodes to add")
+		}
+		ids = append(ids, su.AssignedNodes...)
+	}
+	for i, ref := range req.Nodes {
+		n, err := s.resolveNode(r.Context(), ref, api.RoleWrite)
+		if err != nil {
+			return fmt.Errorf("nodes[%d]: %w", i, err)
+		}
+		if err := validateCoresOn(su.Spec.WorkerSchedule.CPUBinding, n.Name, n.Hardware.Cores); err != nil {
+			return err
+		}
+		if !slices.Contains(ids, n.ID) {
+			ids = append(ids, n.ID)
+		}
+	}
+	su, err = s.store.UpdateSuite(r.Context(), su.ID, func(su *store.Suite) error {
+		su.AssignedNodes = ids
+		// Assigning a node brings back a suite stopped there by hand;
+		// going back to automatic assignment brings it back everywhere.
+		su.StoppedNodes = slices.DeleteFunc(su.StoppedNodes, func(id string) bool {
+			return len(req.Nodes) == 0 || slices.Contains(ids, id)
+		})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("assign suite: %w", err)
+	}
+	s.dispatch.fetches.recheck(su.ID, "") // nodes left out take no more
+	s.suiteChanged(r.Context(), su.ID)
+	httpapi.WriteJSON(w, http.StatusOK, apiSuite(su))
+	return nil
+}
+
+// handleSubmitTasks adds a batch of tasks to a suite, all or none. The
+// caller's role is checked before the body is read, and the body is
+// decoded as a stream within the server's budget for batches in flight.
+func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error {
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteWork)
+	if err != nil {
+		return err
+	}
+	reserve := batchReservation(r)
+	if err := s.submitBudget.acquire(r.Context(), reserve, submitBudgetWait); err != nil {
+		w.Header().Set("Retry-After", "5")
+		return err
+	}
+	defer s.submitBudget.release(reserve)
+	specs, err := readTaskBatch(w, r)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	tasks := make([]store.Task, len(specs))
+	ids := make([]string, len(specs))
+	for i, spec := range specs {
+		ids[i] = auth.NewID("k-")
+		tasks[i] = store.Task{ID: ids[i], SuiteID: su.ID, Spec: spec, State: api.TaskReady, CreatedAt: now, UpdatedAt: now}
+	}
+	if err := s.resolveAfter(r.Context(), su.ID, tasks); err != nil {
+		return fmt.Errorf("submit tasks to suite %s: %w", su.Spec.Name, err)
+	}
+	if err := s.store.AddTasks(r.Context(), su.ID, tasks); err != nil {
+		return fmt.Errorf("submit tasks to suite %s: %w", su.Spec.Name, err)
+	}
+	s.suiteChanged(r.Context(), su.ID)
+	httpapi.WriteJSON(w, http.StatusCreated, api.SubmitResult{IDs: ids})
+	return nil
+}
+
+func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteRead)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	f := store.TaskFilter{SuiteID: su.ID}
+	if st := q.Get("state"); st != "" {
+		if !slices.Contains([]string{api.TaskPending, api.TaskReady, api.TaskRunning, api.TaskFinished, api.TaskFailed, api.TaskCancelled}, st) {
+			return errdefs.Field("state", "must be Pending, Ready, Running, Finished, Failed or Cancelled, got %q", st)
+		}
+		f.States = []string{st}
+	}
+	f.Name = q.Get("name")
+	for _, l := range q["label"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return errdefs.Field("label", "must be key=value, got %q", l)
+		}
+		if f.Labels == nil {
+			f.Labels = map[string]string{}
+		}
+		f.Labels[k] = v
+	}
+	pg, err := readPage(q, "tasks", su.ID, q.Get("state"), f.Name, strings.Join(q["label"], ","))
+	if err != nil {
+		return err
+	}
+	tasks, next, err := fillPage(pg, func(sp store.Page) ([]store.Task, error) {
+		f.Page = sp
+		return s.store.ListTasks(r.Context(), f)
+	}, store.Task.Cursor, nil)
+	if err != nil {
+		return fmt.Errorf("list tasks: %w", err)
+	}
+	out := api.TaskList{Tasks: make([]api.Task, 0, len(tasks)), Next: next}
+	for _, t := range tasks {
+		out.Tasks = append(out.Tasks, apiTask(t))
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// resolveTask finds a task and checks the caller's role on its suite.
+func (s *Server) resolveTask(ctx context.Context, id string, what suiteAccess) (store.Task, error) {
+	t, err := s.store.GetTask(ctx, id)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return t, errdefs.NotFound("task %q", id)
+		}
+		return t, err
+	}
+	if _, err := s.resolveSuite(ctx, t.SuiteID, what); err != nil {
+		return t, err
+	}
+	return t, nil
+}
+
+func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.resolveTask(r.Context(), r.PathValue("task"), suiteRead)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, apiTask(t))
+	return nil
+}
+
+func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.resolveTask(r.Context(), r.PathValue("task"), suiteStop)
+	if err != nil {
+		return err
+	}
+	before, err := s.store.CancelTask(r.Context(), t.ID)
+	if err != nil {
+		return fmt.Errorf("cancel task %s: %w", t.ID, err)
+	}
+	if before.State == api.TaskRunning && before.NodeID != "" {
+		// The attempt, so that the agent leaves alone a retry that
+		// started after this attempt ended.
+		body, _ := jsonBody(api.TaskRef{TaskID: t.ID, Attempt: before.Attempt})
+		if err := s.hub.notify(r.Context(), before.NodeID, api.NotifyTaskCancel, body); err != nil {
+			s.log.Warn("tell node to cancel task", "task", t.ID, "node", before.NodeID, "err", err)
+		}
+	}
+	s.completeIfDone(r.Context(), t.SuiteID)
+	t, err = s.store.GetTask(r.Context(), t.ID)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, apiTask(t))
+	return nil
+}

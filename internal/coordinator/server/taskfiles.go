@@ -1,0 +1,256 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+)
+
+// Bounds on a task's files and dependencies.
+const (
+	maxTaskInputs  = 10000
+	maxTaskOutputs = 100
+	maxTaskAfter   = 1000
+)
+
+var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// validateTaskFiles checks a task's inputs, outputs and dependencies.
+func validateTaskFiles(field string, t api.TaskSpec) error {
+	if len(t.Inputs) > maxTaskInputs {
+		return errdefs.Field(field+".inputs", "at most %d files, got %d; pack many small files into an archive", maxTaskInputs, len(t.Inputs))
+	}
+	seen := map[string]bool{}
+	for i, in := range t.Inputs {
+		f := fmt.Sprintf("%s.inputs[%d]", field, i)
+		if err := sandboxPath(f+".path", in.Path); err != nil {
+			return err
+		}
+		if seen[in.Path] {
+			return errdefs.Field(f+".path", "%s is given twice", in.Path)
+		}
+		seen[in.Path] = true
+		if !digestRE.MatchString(in.Digest) {
+			return errdefs.Field(f+".digest", "must be sha256:<64 lowercase hex digits>, got %q; upload the file first (PUT /v1/blobs/{digest})", in.Digest)
+		}
+		if in.Size < 0 {
+			return errdefs.Field(f+".size", "must not be negative")
+		}
+		if in.Mode > 0o777 {
+			return errdefs.Field(f+".mode", "only permission bits (at most 0777), got %#o", in.Mode)
+		}
+		if in.Error != "" {
+			return errdefs.Field(f+".error", "is set by the server, not by a submitter")
+		}
+	}
+	if len(t.Outputs) > maxTaskOutputs {
+		return errdefs.Field(field+".outputs", "at most %d globs, got %d", maxTaskOutputs, len(t.Outputs))
+	}
+	for i, g := range t.Outputs {
+		f := fmt.Sprintf("%s.outputs[%d]", field, i)
+		if err := sandboxPath(f, g); err != nil {
+			return err
+		}
+		if _, err := path.Match(g, ""); err != nil {
+			return errdefs.Field(f, "bad glob %q: %v", g, err)
+		}
+	}
+	if (len(t.Inputs) > 0 || len(t.Outputs) > 0 || len(t.InputFrom) > 0) && t.Workdir != "" {
+		if err := sandboxPath(field+".workdir", t.Workdir); err != nil {
+			return errdefs.Field(field+".workdir", "a task with files runs in a sandbox of its own: workdir must be relative to it (%v)", err)
+		}
+	}
+	if len(t.After) > maxTaskAfter {
+		return errdefs.Field(field+".after", "at most %d tasks, got %d", maxTaskAfter, len(t.After))
+	}
+	for i, a := range t.After {
+		if a == "" {
+			return errdefs.Field(fmt.Sprintf("%s.after[%d]", field, i), "name a task by ID or name")
+		}
+		if a == t.Name {
+			return errdefs.Field(fmt.Sprintf("%s.after[%d]", field, i), "a task cannot run after itself")
+		}
+	}
+	for i, in := range t.InputFrom {
+		f := fmt.Sprintf("%s.input_from[%d]", field, i)
+		if !slices.Contains(t.After, in.Task) {
+			return errdefs.Field(f+".task", "%q must also be in after: a task takes outputs only of tasks it runs after", in.Task)
+		}
+		if in.Path != "" {
+			if err := sandboxPath(f+".path", in.Path); err != nil {
+				return err
+			}
+		}
+		if in.As != "" {
+			if in.Path == "" {
+				return errdefs.Field(f+".as", "renames one file: give path too")
+			}
+			if err := sandboxPath(f+".as", in.As); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkResultFiles checks the output files an agent reports for an
+// attempt as a submitter's inputs are checked: at most
+// api.MaxTaskOutputFiles, each a clean path inside the sandbox, named once,
+// with a digest. A result that fails is not stored as it came.
+func checkResultFiles(field string, res api.TaskResult) error {
+	if len(res.Outputs) > api.MaxTaskOutputFiles {
+		return errdefs.Field(field+".outputs", "at most %d files, got %d", api.MaxTaskOutputFiles, len(res.Outputs))
+	}
+	seen := make(map[string]bool, len(res.Outputs))
+	for i, f := range res.Outputs {
+		at := fmt.Sprintf("%s.outputs[%d]", field, i)
+		if err := sandboxPath(at+".path", f.Path); err != nil {
+			return err
+		}
+		if seen[f.Path] {
+			return errdefs.Field(at+".path", "%s is given twice", f.Path)
+		}
+		seen[f.Path] = true
+		switch {
+		case !digestRE.MatchString(f.Digest):
+			return errdefs.Field(at+".digest", "must be sha256:<64 lowercase hex digits>, got %q", f.Digest)
+		case f.Size < 0:
+			return errdefs.Field(at+".size", "must not be negative")
+		case f.Mode > 0o777:
+			return errdefs.Field(at+".mode", "only permission bits (at most 0777), got %#o", f.Mode)
+		case f.Error != "":
+			return errdefs.Field(at+".error", "is for inputs, not outputs")
+		}
+	}
+	if len(res.Missing) > maxTaskOutputs {
+		return errdefs.Field(field+".missing", "at most %d globs (a task has no more), got %d", maxTaskOutputs, len(res.Missing))
+	}
+	return nil
+}
+
+// sandboxPath checks that p names a place inside a task's sandbox.
+func sandboxPath(field, p string) error {
+	switch {
+	case p == "":
+		return errdefs.Field(field, "must not be empty")
+	case strings.HasPrefix(p, "/"):
+		return errdefs.Field(field, "%q must be relative to the task's sandbox", p)
+	case strings.ContainsRune(p, 0) || strings.Contains(p, "\\"):
+		return errdefs.Field(field, "%q holds a NUL or a backslash", p)
+	case path.Clean(p) != p && path.Clean(p)+"/" != p:
+		return errdefs.Field(field, "%q is not clean; write %q", p, path.Clean(p))
+	case p == ".." || strings.HasPrefix(p, "../"):
+		return errdefs.Field(field, "%q leaves the task's sandbox", p)
+	}
+	return nil
+}
+
+// resolveAfter turns each task's After (IDs or names, of tasks in the
+// batch or already in the suite) into task IDs, and refuses names given
+// twice and cycles. ids are the batch's new task IDs, in order.
+func (s *Server) resolveAfter(ctx context.Context, suiteID string, tasks []store.Task) error {
+	byName := map[string]int{}
+	byID := map[string]int{}
+	for i, t := range tasks {
+		byID[t.ID] = i
+		if n := t.Spec.Name; n != "" {
+			if j, ok := byName[n]; ok {
+				return errdefs.Field(fmt.Sprintf("tasks[%d].name", i), "%q is also the name of tasks[%d]; names are unique in a suite", n, j)
+			}
+			byName[n] = i
+		}
+	}
+	edges := make([][]int, len(tasks)) // dependencies inside the batch
+	for i := range tasks {
+		t := &tasks[i]
+		for k, ref := range t.Spec.After {
+			if j, ok := byName[ref]; ok {
+				t.After = append(t.After, tasks[j].ID)
+				edges[i] = append(edges[i], j)
+				continue
+			}
+			if j, ok := byID[ref]; ok {
+				t.After = append(t.After, ref)
+				edges[i] = append(edges[i], j)
+				continue
+			}
+			dep, err := s.taskInSuite(ctx, suiteID, ref)
+			if err != nil {
+				return errdefs.Field(fmt.Sprintf("tasks[%d].after[%d]", i, k), "%v", err)
+			}
+			t.After = append(t.After, dep.ID)
+		}
+	}
+	if cycle := findCycle(edges); cycle != nil {
+		names := make([]string, len(cycle))
+		for k, i := range cycle {
+			names[k] = fmt.Sprintf("tasks[%d]", i)
+			if n := tasks[i].Spec.Name; n != "" {
+				names[k] += " (" + n + ")"
+			}
+		}
+		return errdefs.Field(fmt.Sprintf("tasks[%d].after", cycle[0]), "dependencies form a cycle: %s", strings.Join(names, " → "))
+	}
+	return nil
+}
+
+// taskInSuite finds a stored task of the suite by ID or name.
+func (s *Server) taskInSuite(ctx context.Context, suiteID, ref string) (store.Task, error) {
+	if t, err := s.store.GetTask(ctx, ref); err == nil && t.SuiteID == suiteID {
+		return t, nil
+	}
+	found, err := s.store.ListTasks(ctx, store.TaskFilter{SuiteID: suiteID, Name: ref, Page: store.Page{Limit: 1}})
+	if err != nil {
+		return store.Task{}, err
+	}
+	if len(found) == 0 {
+		return store.Task{}, fmt.Errorf("no task %q in this suite or this batch; give a task ID or the name of a task submitted before or with it", ref)
+	}
+	return found[0], nil
+}
+
+// findCycle returns the tasks of a cycle in the dependency graph (first
+// one again at the end), or nil when there is none.
+func findCycle(edges [][]int) []int {
+	const (
+		unseen = iota
+		onPath
+		done
+	)
+	mark := make([]int, len(edges))
+	var path []int
+	var visit func(i int) []int
+	visit = func(i int) []int {
+		mark[i] = onPath
+		path = append(path, i)
+		for _, j := range edges[i] {
+			switch mark[j] {
+			case onPath:
+				start := slices.Index(path, j)
+				return append(slices.Clone(path[start:]), j)
+			case unseen:
+				if c := visit(j); c != nil {
+					return c
+				}
+			}
+		}
+		path = path[:len(path)-1]
+		mark[i] = done
+		return nil
+	}
+	for i := range edges {
+		if mark[i] == unseen {
+			if c := visit(i); c != nil {
+				return c
+			}
+		}
+	}
+	return nil
+}

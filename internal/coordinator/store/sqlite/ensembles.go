@@ -1,0 +1,132 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlrow"
+)
+
+const ensembleColumns = `id, name, spec, state, reason, owner, replicas, lost, created_at, updated_at`
+
+// CreateEnsemble stores a new ensemble; a zero CreatedAt means now.
+func (s *Store) CreateEnsemble(ctx context.Context, e api.Ensemble) error {
+	if e.ID == "" || e.Name == "" {
+		return fmt.Errorf("create ensemble: %w", errdefs.Field("id", "ID and name are required"))
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		now := s.now()
+		e.CreatedAt = sqlrow.OrNow(e.CreatedAt, now)
+		e.UpdatedAt = now
+		args, err := sqlrow.EnsembleArgs(e)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO ensembles (`+ensembleColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...)
+		if isUnique(err) {
+			return errdefs.Conflict("an ensemble named %s is deployed already; shut it down first or choose another name", e.Name)
+		}
+		return classify(err)
+	})
+	if err != nil {
+		return fmt.Errorf("create ensemble %s: %w", e.Name, err)
+	}
+	return nil
+}
+
+// GetEnsemble finds an ensemble by ID, or else the newest of that name.
+func (s *Store) GetEnsemble(ctx context.Context, ref string) (api.Ensemble, error) {
+	e, err := scanEnsemble(s.r.QueryRowContext(ctx, `SELECT `+ensembleColumns+` FROM ensembles
+		WHERE id = ?1 OR name = ?1 ORDER BY id = ?1 DESC, created_at DESC LIMIT 1`, ref))
+	if err != nil {
+		return api.Ensemble{}, fmt.Errorf("get ensemble %s: %w", ref, err)
+	}
+	return e, nil
+}
+
+// ListEnsembles lists ensembles newest first; live ones only unless all.
+func (s *Store) ListEnsembles(ctx context.Context, all bool) ([]api.Ensemble, error) {
+	q := `SELECT ` + ensembleColumns + ` FROM ensembles`
+	if !all {
+		q += ` WHERE state NOT IN ('` + api.EnsembleShutDown + `', '` + api.EnsembleFailed + `')`
+	}
+	rows, err := s.r.QueryContext(ctx, q+` ORDER BY created_at DESC, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list ensembles: %w", classify(err))
+	}
+	defer rows.Close()
+	out := []api.Ensemble{}
+	for rows.Next() {
+		e, err := scanEnsemble(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list ensembles: %w", err)
+		}
+		out = append(out, e)
+	}
+	return out, classify(rows.Err())
+}
+
+// UpdateEnsemble applies fn to the ensemble inside one transaction.
+func (s *Store) UpdateEnsemble(ctx context.Context, id string, fn func(*api.Ensemble) error) (api.Ensemble, error) {
+	var out api.Ensemble
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		e, err := scanEnsemble(tx.QueryRowContext(ctx, `SELECT `+ensembleColumns+` FROM ensembles WHERE id = ?`, id))
+		if err != nil {
+			return err
+		}
+		if err := fn(&e); err != nil {
+			return err
+		}
+		e.ID, e.UpdatedAt = id, s.now()
+		args, err := sqlrow.EnsembleArgs(e)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE ensembles SET name = ?2, spec = ?3, state = ?4, reason = ?5, owner = ?6,
+			replicas = ?7, lost = ?8, created_at = ?9, updated_at = ?10 WHERE id = ?1`, args...)
+		if isUnique(err) {
+			return errdefs.Conflict("another live ensemble is named %s", e.Name)
+		}
+		out = e
+		return classify(err)
+	})
+	if err != nil {
+		return api.Ensemble{}, fmt.Errorf("update ensemble %s: %w", id, err)
+	}
+	return out, nil
+}
+
+func scanEnsemble(row scanner) (api.Ensemble, error) {
+	var (
+		e                api.Ensemble
+		spec, replicas   string
+		lost             string
+		created, updated int64
+	)
+	err := row.Scan(&e.ID, &e.Name, &spec, &e.State, &e.Reason, &e.Owner, &replicas, &lost, &created, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return api.Ensemble{}, errdefs.ErrNotFound
+	}
+	if err != nil {
+		return api.Ensemble{}, classify(err)
+	}
+	if err := json.Unmarshal([]byte(spec), &e.Spec); err != nil {
+		return api.Ensemble{}, fmt.Errorf("ensemble %s spec: %w", e.ID, err)
+	}
+	if err := json.Unmarshal([]byte(replicas), &e.Replicas); err != nil {
+		return api.Ensemble{}, fmt.Errorf("ensemble %s replicas: %w", e.ID, err)
+	}
+	if err := json.Unmarshal([]byte(lost), &e.Lost); err != nil {
+		return api.Ensemble{}, fmt.Errorf("ensemble %s lost replicas: %w", e.ID, err)
+	}
+	if len(e.Lost) == 0 {
+		e.Lost = nil
+	}
+	e.CreatedAt, e.UpdatedAt = sqlrow.FromNanos(created), sqlrow.FromNanos(updated)
+	return e, nil
+}

@@ -1,0 +1,228 @@
+package storetest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+)
+
+// digestOf is a blob digest named after s.
+func digestOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func inputs(digests ...string) []api.TaskFile {
+	files := make([]api.TaskFile, len(digests))
+	for i, d := range digests {
+		files[i] = api.TaskFile{Path: "in/" + d[len(d)-8:], Digest: d, Size: 1}
+	}
+	return files
+}
+
+// taskFilesFixture: in group a, n1 holds "use", which has input in and
+// shared and runs after "dep" (finished, with input depIn and output out,
+// which n1 uploaded while it ran dep); "idle" (input idle) waits in another
+// suite of group a. In group b, n2 holds "b1" (inputs b and shared). n3
+// holds nothing. Group a's writers uploaded in, shared, depIn and idle;
+// group b's, b and shared.
+func taskFilesFixture(t *testing.T, s store.Store) {
+	t.Helper()
+	upload := func(group string, blobs ...string) {
+		t.Helper()
+		for _, b := range blobs {
+			if err := s.AddBlobGroups(t.Context(), digestOf(b), []string{group}); err != nil {
+				t.Fatalf("AddBlobGroups(%s, %s) = %v", b, group, err)
+			}
+		}
+	}
+	upload("a", "in", "shared", "depIn", "idle")
+	upload("b", "b", "shared")
+	for id, group := range map[string]string{"sa": "a", "sa2": "a", "sb": "b"} {
+		su := newSuite(id)
+		su.Spec.Group = group
+		mustCreateSuite(t, s, su)
+	}
+	for n, group := range map[string]string{"n1": "a", "n2": "b", "n3": "a"} {
+		node := newNode(n)
+		node.Groups = []string{group} // claims admit only nodes of the suite's group
+		mustCreateNode(t, s, node)
+	}
+	dep := after("dep", "dep")
+	dep.Spec.Inputs = inputs(digestOf("depIn"))
+	use := after("use", "use", "dep")
+	use.Spec.Inputs = inputs(digestOf("in"), digestOf("shared"), digestOf("in")) // a digest twice: two paths, one row
+	use.Spec.InputFrom = []api.InputFrom{{Task: "dep"}}
+	mustAddTasks(t, s, "sa", dep, use)
+	idle := after("idle", "idle")
+	idle.Spec.Inputs = inputs(digestOf("idle"))
+	mustAddTasks(t, s, "sa2", idle)
+	b1 := after("b1", "b1")
+	b1.Spec.Inputs = inputs(digestOf("b"), digestOf("shared"))
+	mustAddTasks(t, s, "sb", b1)
+
+	claimed := mustClaim(t, s, "sa", "n1", 10)
+	if err := s.AddNodeBlob(t.Context(), "n1", digestOf("out")); err != nil {
+		t.Fatalf("AddNodeBlob(n1, out) = %v", err)
+	}
+	done := succeeded(task(claimed, "dep"))
+	done.Result.Outputs = []api.TaskFile{{Path: "dep.o", Digest: digestOf("out"), Size: 3}}
+	mustFinish(t, s, "n1", 1, abortAfter(1), done)
+	if got := mustClaim(t, s, "sa", "n1", 10); len(got) != 1 || got[0].ID != "use" {
+		t.Fatalf("claim in sa after dep = %v, want [use]", taskIDs(got))
+	}
+	if got := mustClaim(t, s, "sb", "n2", 10); len(got) != 1 {
+		t.Fatalf("claim in sb = %v, want [b1]", taskIDs(got))
+	}
+}
+
+// testNodeReadsBlob: a node reads a blob only while it holds a task that
+// names it as an input, or that runs after a task that output it.
+func testNodeReadsBlob(t *testing.T, s store.Store) {
+	taskFilesFixture(t, s)
+	tests := []struct {
+		name, node, blob string
+		want             bool
+	}{
+		{"input of a held task", "n1", "in", true},
+		{"input shared with another group", "n1", "shared", true},
+		{"output of a task it runs after", "n1", "out", true},
+		{"input of the task it runs after", "n1", "depIn", false},
+		{"input of a task nobody holds", "n1", "idle", false},
+		{"input of another group's task", "n1", "b", false},
+		{"never named", "n1", "nothing", false},
+		{"foreign node, group a's input", "n2", "in", false},
+		{"foreign node, group a's output", "n2", "out", false},
+		{"foreign node, its own input", "n2", "b", true},
+		{"foreign node, a shared input", "n2", "shared", true},
+		{"node holding nothing", "n3", "in", false},
+		{"unknown node", "n9", "in", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.NodeReadsBlob(t.Context(), tc.node, digestOf(tc.blob))
+			if err != nil || got != tc.want {
+				t.Errorf("NodeReadsBlob(%s, %s) = %v, %v, want %v, nil", tc.node, tc.blob, got, err, tc.want)
+			}
+		})
+	}
+
+	// Once the task is no longer Running on the node, its files are not
+	// the node's: a report, or a reclaim.
+	claimed := []store.Task{mustGetTask(t, s, "use")}
+	mustFinish(t, s, "n1", 1, abortAfter(1), succeeded(task(claimed, "use")))
+	if n, err := s.ReclaimNode(t.Context(), "n2"); err != nil || n != 1 {
+		t.Fatalf("ReclaimNode(n2) = %d, %v, want 1, nil", n, err)
+	}
+	for _, c := range []struct{ node, blob string }{{"n1", "in"}, {"n1", "out"}, {"n2", "b"}} {
+		if got, err := s.NodeReadsBlob(t.Context(), c.node, digestOf(c.blob)); err != nil || got {
+			t.Errorf("NodeReadsBlob(%s, %s) after its task left it = %v, %v, want false, nil", c.node, c.blob, got, err)
+		}
+	}
+}
+
+// testNodeBlobScope: a node holds a task or not, and learns of the blobs
+// uploaded into the groups of the suites it holds tasks of, not of others.
+func testNodeBlobScope(t *testing.T, s store.Store) {
+	taskFilesFixture(t, s)
+	tests := []struct {
+		name, node, blob  string
+		holding, uploaded bool
+	}{
+		{"own input", "n1", "in", true, true},
+		{"output it uploaded", "n1", "out", true, true},
+		{"input of an idle task in its group", "n1", "idle", true, true},
+		{"another group's upload", "n1", "b", true, false},
+		{"never uploaded", "n1", "nothing", true, false},
+		{"foreign node, group a's input", "n2", "in", true, false},
+		{"foreign node, group a's output", "n2", "out", true, false},
+		{"foreign node, uploaded into both", "n2", "shared", true, true},
+		{"node holding nothing", "n3", "in", false, false},
+		{"unknown node", "n9", "in", false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			holding, uploaded, err := s.NodeBlobScope(t.Context(), tc.node, digestOf(tc.blob))
+			if err != nil || holding != tc.holding || uploaded != tc.uploaded {
+				t.Errorf("NodeBlobScope(%s, %s) = %v, %v, %v, want %v, %v, nil", tc.node, tc.blob, holding, uploaded, err, tc.holding, tc.uploaded)
+			}
+		})
+	}
+}
+
+// testBlobInGroups: a blob is in the groups it was uploaded into, by a
+// user or by a node for its tasks' groups, until its groups are forgotten;
+// recording it twice, or for no group, is no error, and a node that holds
+// no task records nothing.
+func testBlobInGroups(t *testing.T, s store.Store) {
+	taskFilesFixture(t, s)
+	ctx := t.Context()
+	if err := s.AddBlobGroups(ctx, digestOf("in"), []string{"a"}); err != nil {
+		t.Errorf("AddBlobGroups again = %v, want nil", err)
+	}
+	if err := s.AddBlobGroups(ctx, digestOf("none"), nil); err != nil {
+		t.Errorf("AddBlobGroups(no groups) = %v, want nil", err)
+	}
+	if err := s.AddNodeBlob(ctx, "n3", digestOf("idle node's")); err != nil {
+		t.Errorf("AddNodeBlob(n3) = %v, want nil", err)
+	}
+	tests := []struct {
+		name, blob string
+		groups     []string
+		want       bool
+	}{
+		{"uploaded", "in", []string{"a"}, true},
+		{"uploaded by a node", "out", []string{"a"}, true},
+		{"another group's", "in", []string{"b"}, false},
+		{"another group's output", "out", []string{"b", "c"}, false},
+		{"one of several groups", "b", []string{"c", "b"}, true},
+		{"uploaded into both", "shared", []string{"b"}, true},
+		{"no groups", "in", nil, false},
+		{"never uploaded", "nothing", []string{"a", "b"}, false},
+		{"for no group", "none", []string{""}, false},
+		{"by a node holding nothing", "idle node's", []string{"a", "b", ""}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.BlobInGroups(ctx, digestOf(tc.blob), tc.groups)
+			if err != nil || got != tc.want {
+				t.Errorf("BlobInGroups(%s, %q) = %v, %v, want %v, nil", tc.blob, tc.groups, got, err, tc.want)
+			}
+		})
+	}
+
+	if err := s.ForgetBlobGroups(ctx, []string{digestOf("shared"), digestOf("never")}); err != nil {
+		t.Fatalf("ForgetBlobGroups() = %v", err)
+	}
+	if err := s.ForgetBlobGroups(ctx, nil); err != nil {
+		t.Errorf("ForgetBlobGroups(none) = %v, want nil", err)
+	}
+	for blob, want := range map[string]bool{"shared": false, "in": true} {
+		if got, err := s.BlobInGroups(ctx, digestOf(blob), []string{"a", "b"}); err != nil || got != want {
+			t.Errorf("BlobInGroups(%s) after forgetting shared = %v, %v, want %v", blob, got, err, want)
+		}
+	}
+}
+
+// testBlobsInUse: the digests named by every task's inputs and results,
+// whatever its state, and no others.
+func testBlobsInUse(t *testing.T, s store.Store) {
+	taskFilesFixture(t, s)
+	got, err := s.BlobsInUse(t.Context())
+	if err != nil {
+		t.Fatalf("BlobsInUse() = %v", err)
+	}
+	var want []string
+	for _, b := range []string{"in", "shared", "depIn", "out", "idle", "b"} {
+		want = append(want, digestOf(b))
+	}
+	slices.Sort(want)
+	if keys := slices.Sorted(maps.Keys(got)); !slices.Equal(keys, want) {
+		t.Errorf("BlobsInUse() = %v, want %v", keys, want)
+	}
+}

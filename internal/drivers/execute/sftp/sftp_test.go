@@ -1,0 +1,97 @@
+package sftp_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/executetest"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/sftp"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh/sshtest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
+)
+
+func TestMain(m *testing.M) { os.Exit(sshtest.Main(m)) }
+
+func node(t *testing.T) (*sftp.SFTP, provision.Deployment, *sshtest.Server) {
+	t.Helper()
+	srv := sshtest.Shared(t)
+	f, err := sftp.New(srv.Settings())
+	if err != nil {
+		t.Fatalf("sftp.New: %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, srv.Deployment("node", ssh.Capability, sftp.Capability), srv
+}
+
+func TestConformance(t *testing.T) {
+	executetest.Run(t, func(t *testing.T) executetest.Target {
+		f, d, srv := node(t)
+		return executetest.Target{Executor: f, Deployment: d, User: srv.User, Env: sshtest.EnvVar}
+	})
+}
+
+// TestExecNeedsSSH checks that commands go through the ssh executor,
+// which a deployment with copy:sftp alone does not carry.
+func TestExecNeedsSSH(t *testing.T) {
+	f, d, _ := node(t)
+	d.Executors = []string{sftp.Capability}
+	code, err := f.Exec(context.Background(), d, execute.Command{Argv: []string{"true"}})
+	if code != -1 || !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), ssh.Capability) {
+		t.Errorf("Exec on a copy:sftp-only deployment = %d, %v; want -1 and invalid naming %s", code, err, ssh.Capability)
+	}
+	// Copies need no exec:ssh.
+	src := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(src, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "copied")
+	if err := f.CopyTo(context.Background(), d, src, dst); err != nil {
+		t.Errorf("CopyTo on a copy:sftp-only deployment = %v", err)
+	}
+}
+
+// TestNoWriteThroughLinks checks that a link on the machine where the
+// copied tree has a directory is replaced, not written through.
+func TestNoWriteThroughLinks(t *testing.T) {
+	f, d, _ := node(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	src := executetest.Tree(t, t.TempDir(), "tree")
+	// The machine here is this host: its paths are local paths.
+	remote := t.TempDir()
+	outside := filepath.Join(remote, "outside")
+	if err := os.Mkdir(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(remote, "copy")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dst, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CopyTo(ctx, d, src, dst); err != nil {
+		t.Fatalf("CopyTo = %v", err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dst, "sub")); err != nil || !fi.IsDir() {
+		t.Errorf("sub on the machine after the copy: %v, %v; want a directory", fi, err)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("the copy wrote through the link into %s: %v", outside, ents)
+	}
+	// No temporary file is left behind.
+	filepath.WalkDir(dst, func(p string, de os.DirEntry, err error) error {
+		if err == nil && strings.HasPrefix(de.Name(), ".nodemgr-") {
+			t.Errorf("temporary %s left on the machine", p)
+		}
+		return nil
+	})
+}

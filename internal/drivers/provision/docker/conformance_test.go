@@ -1,0 +1,46 @@
+package docker_test
+
+import (
+	"testing"
+
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/provisiontest"
+)
+
+func TestConformance(t *testing.T) {
+	provisiontest.Run(t, func(t *testing.T) provisiontest.Target {
+		c := dockertest.Client(t)
+		img := dockertest.EnsureImage(t, c)
+		d, err := docker.New(nil)
+		if err != nil {
+			t.Fatalf("docker.New: %v", err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return provisiontest.Target{
+			Provider: d,
+			Spec:     provision.Spec{Extra: map[string]any{"image": img}, Labels: dockertest.Labels(t, c)},
+			Invalid: []provisiontest.Invalid{
+				{Extra: map[string]any{"image": 42}, Field: "extra.image"},
+				{Extra: map[string]any{"cpu": "lots"}, Field: "extra.cpu"},
+				{Extra: map[string]any{"privileged": true}, Field: "extra.privileged"},
+				{Extra: map[string]any{"env": []any{"=x"}}, Field: "extra.env[0]"},
+			},
+			Failures: []provisiontest.Failure{
+				// Both fail at start, after the container was made. (A
+				// command that exits at once may still run when Provision
+				// looks, so it would not fail every time.)
+				{Name: "unknown user", Extra: map[string]any{"user": "nosuchuser"}},
+				{Name: "no such program", Extra: map[string]any{"entrypoint": []any{"/no/such/program"}}},
+			},
+			Leftovers: func(t *testing.T, labels map[string]string) []string {
+				var out []string
+				for _, s := range dockertest.Containers(t, c, labels) {
+					out = append(out, s.ID[:12]+" "+s.State)
+				}
+				return out
+			},
+		}
+	})
+}

@@ -1,0 +1,76 @@
+package container
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+)
+
+// FuzzValidate reads container jobs as the API (JSON, strictly, alone or
+// in the seed's {command, job} message) and the CLI (YAML, known fields
+// only) do. Validate must refuse with a field error, or pass a job that
+// validates again unchanged after a JSON round trip.
+func FuzzValidate(f *testing.F) {
+	for _, s := range []string{
+		`{"name":"web","image":"busybox:1.36","command":["httpd","-f"],"env":{"A":"1"},"cpus":0.5,"memory_mb":64,"ports":[{"container":80},{"container":53,"host":5353,"protocol":"udp"}],"labels":{"team":"a"}}`,
+		`{"command":"deploy","job":{"id":"42","name":"web-1","image":"registry.example.com:5000/team/web@sha256:` + "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" + `"},"cluster":["n1"],"worker":["n2"]}`,
+		"name: web\nimage: busybox\nports: [{container: 80}]\ncommitment: c1\n",
+		`{"name":"Web","image":"busybox"}`, `{"name":"web","image":"UPPER"}`, `{"name":"web","image":"busybox","cpus":1e308}`,
+		`{"name":"web","image":"busybox","cpus":-1}`, `{"name":"web","image":"busybox","memory_mb":5}`,
+		`{"name":"web","image":"busybox","ports":[{"container":80},{"container":80}]}`,
+		`{"name":"web","image":"busybox","ports":[{"container":0}]}`, `{"name":"web","image":"busybox","labels":{"nodemgr.job":"x"}}`,
+		`{"name":"web","image":"busybox","technology":"unikernel"}`, `{}`, "",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var job api.ContainerJob
+		if httpapi.DecodeStrict(data, &job) == nil {
+			checkJob(t, job)
+		}
+		var cmd api.ContainerCommand
+		if httpapi.DecodeStrict(data, &cmd) == nil {
+			checkJob(t, cmd.Job)
+		}
+		var fromYAML api.ContainerJob
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if dec.Decode(&fromYAML) == nil {
+			checkJob(t, fromYAML)
+		}
+	})
+}
+
+func checkJob(t *testing.T, job api.ContainerJob) {
+	t.Helper()
+	if err := Validate(job); err != nil {
+		var fe *errdefs.FieldError
+		if !errors.Is(err, errdefs.ErrInvalid) || !errors.As(err, &fe) || fe.Field == "" || fe.Reason == "" {
+			t.Fatalf("Validate(%+v) = %v, want a field error naming the field", job, err)
+		}
+		return
+	}
+	b, err := json.Marshal(job)
+	if err != nil {
+		t.Fatalf("json.Marshal(%+v) = %v", job, err)
+	}
+	var again api.ContainerJob
+	if err := httpapi.DecodeStrict(b, &again); err != nil {
+		t.Fatalf("DecodeStrict(%s) = %v", b, err)
+	}
+	if err := Validate(again); err != nil {
+		t.Fatalf("Validate(%s) = %v after a JSON round trip", b, err)
+	}
+	if diff := cmp.Diff(job, again, cmpopts.EquateEmpty()); diff != "" {
+		t.Fatalf("job changed on a JSON round trip (-first +again):\n%s", diff)
+	}
+}
