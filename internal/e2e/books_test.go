@@ -16,9 +16,9 @@ import (
 	dockerclient "github.com/moby/moby/client"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 	"github.com/nodemgr/nodemgr/internal/node/artifact/artifacttest"
-	"github.com/nodemgr/nodemgr/internal/node/container"
 )
 
 // TestBooksMatchWhatRuns runs a random mix of service starts, stops,
@@ -216,7 +216,7 @@ func (b *booksRun) check() (bool, string) {
 	running := map[string]bool{}
 	for _, ct := range dockertest.Containers(b.t, b.eng, b.labels) {
 		if ct.State == "running" {
-			running[ct.Labels[container.LabelJob]] = true
+			running[ct.Labels[workload.LabelJob]] = true
 		}
 	}
 	booked := map[string]string{} // allocation id → node

@@ -3,7 +3,6 @@ package ensemble
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // Limits on a spec, so that one request cannot ask Place for unbounded
@@ -24,28 +24,23 @@ const (
 	MaxRestoreDeadline = 24 * time.Hour
 )
 
-// The engine's minimums, as container.Validate has them: a replica's
-// resources become its container's limits.
+// The engine's CPU bounds, as workload.CheckContainer has them: a
+// replica's resources become its container's limits.
 const (
-	minCPUs     = 0.01
-	minMemoryMB = 6
-	maxCPUs     = 1 << 20
+	minCPUs = 0.01
+	maxCPUs = 1 << 20
 )
-
-// dnsLabel is what ensemble and allocation names look like: they go into
-// container names and environment variable names.
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Validate checks a spec before it is placed. It returns an errdefs field
 // error (ErrInvalid) naming the first bad field by its path, e.g.
 // "allocations[1].count". It checks what the ensemble adds; the container
-// job or service spec of each allocation is for container.Validate and
-// service.Validate, which the caller runs with the field prefixed.
+// job or service spec of each allocation is for workload.CheckContainer and
+// workload.CheckService, which the caller runs with the field prefixed.
 func Validate(spec api.EnsembleSpec) error {
 	switch {
 	case spec.Name == "":
 		return errdefs.Field("name", "an ensemble needs a name")
-	case !dnsLabel.MatchString(spec.Name):
+	case !workload.DNSLabel.MatchString(spec.Name):
 		return errdefs.Field("name", "%q is not a valid name: use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit", spec.Name)
 	}
 	switch n := len(spec.Allocations); {
@@ -89,7 +84,7 @@ func validateAllocation(field string, a api.AllocationSpec) error {
 	switch {
 	case a.Name == "":
 		return errdefs.Field(field+".name", "an allocation needs a name")
-	case !dnsLabel.MatchString(a.Name):
+	case !workload.DNSLabel.MatchString(a.Name):
 		return errdefs.Field(field+".name", "%q is not a valid name: use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit", a.Name)
 	}
 	if err := validateKind(field, a); err != nil {
@@ -171,8 +166,8 @@ func validateResources(field string, r api.Resources) error {
 		return errdefs.Field(field+".cpus", "%v cores is out of range", c)
 	}
 	switch m := r.MemoryMB; {
-	case m < minMemoryMB:
-		return errdefs.Field(field+".memory_mb", "must be at least %d: the books need what each replica takes; got %d", minMemoryMB, m)
+	case m < workload.MinContainerMemoryMB:
+		return errdefs.Field(field+".memory_mb", "must be at least %d: the books need what each replica takes; got %d", workload.MinContainerMemoryMB, m)
 	case m > math.MaxInt64>>20:
 		return errdefs.Field(field+".memory_mb", "%d MiB is out of range", m)
 	}

@@ -18,11 +18,9 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ensemble"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
-	"github.com/nodemgr/nodemgr/internal/node/container"
-	"github.com/nodemgr/nodemgr/internal/node/runas"
-	"github.com/nodemgr/nodemgr/internal/node/service"
 )
 
 // An ensemble (seed 004) is deployed in three steps, all or nothing:
@@ -171,7 +169,7 @@ func (s *Server) startEnsemble(ctx context.Context, e api.Ensemble, plan ensembl
 // start there, as with a suite's run_as.
 func privilegedServices(spec api.EnsembleSpec) bool {
 	for _, a := range spec.Allocations {
-		if a.Service != nil && runas.Privileged(a.Service.User) {
+		if a.Service != nil && workload.Privileged(a.Service.User) {
 			return true
 		}
 	}
@@ -185,10 +183,10 @@ func validateWorkloads(spec api.EnsembleSpec) error {
 		var err error
 		field := fmt.Sprintf("allocations[%d].container", i)
 		if a.Container != nil {
-			err = container.Validate(ensembleJob(e, a, rep, a.Resources, "", nil))
+			err = workload.CheckContainer(ensembleJob(e, a, rep, a.Resources, "", nil))
 		} else {
 			field = fmt.Sprintf("allocations[%d].service", i)
-			err = service.Validate(ensembleService(e, a, rep, a.Resources, "", nil))
+			err = workload.CheckService(ensembleService(e, a, rep, a.Resources, "", nil))
 		}
 		var fe *errdefs.FieldError
 		if errors.As(err, &fe) {

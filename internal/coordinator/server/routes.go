@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 )

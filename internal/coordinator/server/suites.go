@@ -13,8 +13,8 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
-	"github.com/nodemgr/nodemgr/internal/node/runas"
 )
 
 func apiSuite(s store.Suite) api.Suite {
@@ -143,7 +143,7 @@ func (s *Server) nameTaken(ctx context.Context, name string, err error) error {
 // an admin of its group asks; anyone who may create the suite may name an
 // unprivileged user.
 func requireRunAs(p auth.Principal, spec api.SuiteSpec) error {
-	if !runas.Privileged(spec.RunAs) || p.Can(api.RoleAdmin, []string{spec.Group}) {
+	if !workload.Privileged(spec.RunAs) || p.Can(api.RoleAdmin, []string{spec.Group}) {
 		return nil
 	}
 	return fmt.Errorf("run_as: %q runs the suite's tasks and hooks with the agent's own rights, so only an admin of group %s may ask for it: "+

@@ -11,7 +11,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
-	"github.com/nodemgr/nodemgr/internal/node/runas"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // Limits of a suite's worker schedule.
@@ -70,7 +70,7 @@ func validateSuite(s *api.SuiteSpec) error {
 			return errdefs.Field("worker_schedule.worker_command[0]", "the program must not be empty")
 		}
 	}
-	if err := runas.Validate("run_as", s.RunAs); err != nil {
+	if err := workload.CheckUser("run_as", s.RunAs); err != nil {
 		return err
 	}
 	if err := validateHook("hooks.prepare", s.Hooks.Prepare); err != nil {

@@ -12,8 +12,8 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
-	"github.com/nodemgr/nodemgr/internal/node/runas"
 )
 
 // A node's artifacts, services, resource books and allocations live on the node: the agent owns them and
@@ -87,7 +87,7 @@ func requireServiceUser(p auth.Principal, n store.Node, req api.LocalRequest) er
 	var spec struct {
 		User string `json:"user"`
 	}
-	if json.Unmarshal(req.Body, &spec) != nil || !runas.Privileged(spec.User) || p.Can(api.RoleAdmin, n.Groups) {
+	if json.Unmarshal(req.Body, &spec) != nil || !workload.Privileged(spec.User) || p.Can(api.RoleAdmin, n.Groups) {
 		return nil // a body the agent refuses is the agent's to explain
 	}
 	return fmt.Errorf("user: %q runs the service with the agent's own rights, so only an admin of node %s's groups may start it: "+

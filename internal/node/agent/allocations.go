@@ -19,6 +19,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/node/capacity"
 	"github.com/nodemgr/nodemgr/internal/node/container"
 	"github.com/nodemgr/nodemgr/internal/node/service"
@@ -106,7 +107,7 @@ func (w *workloads) booked(kind, name string) bool {
 // deployContainer books a job's CPUs and memory, then deploys it; the
 // booking is given back when the deploy fails or the job ends.
 func (w *workloads) deployContainer(ctx context.Context, job api.ContainerJob) (api.Container, error) {
-	if err := container.Validate(job); err != nil {
+	if err := workload.CheckContainer(job); err != nil {
 		return api.Container{}, err
 	}
 	// What is booked is what the engine enforces: a job without limits

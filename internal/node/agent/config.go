@@ -18,10 +18,10 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/imds"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/base/yamlfield"
 	"github.com/nodemgr/nodemgr/internal/node/container"
 	"github.com/nodemgr/nodemgr/internal/node/portalloc"
-	"github.com/nodemgr/nodemgr/internal/node/runas"
 )
 
 // Config is the agent's configuration: a YAML file, overridden by NODEMGR_*
@@ -393,7 +393,7 @@ func (c *Config) validate() error {
 	if err := c.validateWorkloads(); err != nil {
 		return err
 	}
-	if err := runas.Validate("task_user", c.TaskUser); err != nil {
+	if err := workload.CheckUser("task_user", c.TaskUser); err != nil {
 		return err
 	}
 	if err := validate.Name("name", c.Name); err != nil {

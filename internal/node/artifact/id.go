@@ -1,76 +1,10 @@
 package artifact
 
-import (
-	"fmt"
-	"regexp"
-	"strings"
+import "github.com/nodemgr/nodemgr/internal/base/workload"
 
-	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-)
+// ID names one version of an artifact, group:artifact:version. Its form is
+// checked in workload, where the server checks service specs too.
+type ID = workload.ArtifactID
 
-// ID names one version of an artifact, written group:artifact:version, as
-// in "com.example:search:1.4.2".
-type ID struct {
-	Group, Artifact, Version string
-}
-
-// Each part becomes one path element under <prefix>/software and one in the
-// depot URL, so it must be a plain name: no separators, no "..", and not
-// starting with a dot (which also keeps it clear of the store's .tmp).
-var partRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`)
-
-// ParseID parses "group:artifact:version". A malformed id is an
-// errdefs.ErrInvalid that names it and the part at fault.
-func ParseID(s string) (ID, error) {
-	parts := strings.Split(s, ":")
-	if len(parts) != 3 {
-		return ID{}, fmt.Errorf("artifact id %q: want group:artifact:version: %w", s, errdefs.ErrInvalid)
-	}
-	id := ID{Group: parts[0], Artifact: parts[1], Version: parts[2]}
-	if err := id.Validate(); err != nil {
-		return ID{}, err
-	}
-	return id, nil
-}
-
-// Validate reports whether each part of id is a plain name.
-func (id ID) Validate() error {
-	for _, p := range []struct{ field, value string }{
-		{"group", id.Group}, {"artifact", id.Artifact}, {"version", id.Version},
-	} {
-		if why := checkPart(p.value); why != "" {
-			return fmt.Errorf("artifact id %q: %s %q %s: %w", id.String(), p.field, p.value, why, errdefs.ErrInvalid)
-		}
-	}
-	return nil
-}
-
-func checkPart(s string) string {
-	switch {
-	case s == "":
-		return "is empty"
-	case strings.ContainsAny(s, `/\`):
-		return "must not contain a slash"
-	case strings.Contains(s, ".."):
-		return `must not contain ".."`
-	case !partRE.MatchString(s):
-		return "must be 1-128 letters, digits and ._+- starting with a letter or digit"
-	}
-	return ""
-}
-
-// String returns "group:artifact:version".
-func (id ID) String() string { return id.Group + ":" + id.Artifact + ":" + id.Version }
-
-// MarshalText writes id as "group:artifact:version".
-func (id ID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
-
-// UnmarshalText parses "group:artifact:version".
-func (id *ID) UnmarshalText(b []byte) error {
-	v, err := ParseID(string(b))
-	if err != nil {
-		return err
-	}
-	*id = v
-	return nil
-}
+// ParseID parses "group:artifact:version"; see workload.ParseArtifactID.
+func ParseID(s string) (ID, error) { return workload.ParseArtifactID(s) }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // Defaults for zero Options fields.
@@ -128,7 +129,7 @@ func New(prefix string, depots map[string]string, opts Options) (*Store, error) 
 	}
 	s.tmp = filepath.Join(s.software, ".tmp")
 	for group, base := range depots {
-		if why := checkPart(group); why != "" {
+		if why := workload.CheckArtifactPart(group); why != "" {
 			return nil, fmt.Errorf("new artifact store: depot group %q %s: %w", group, why, errdefs.ErrInvalid)
 		}
 		u, err := url.Parse(base)
@@ -392,7 +393,7 @@ func readDirs(dir string) ([]string, error) {
 	}
 	var names []string
 	for _, e := range entries {
-		if e.IsDir() && checkPart(e.Name()) == "" {
+		if e.IsDir() && workload.CheckArtifactPart(e.Name()) == "" {
 			names = append(names, e.Name())
 		}
 	}

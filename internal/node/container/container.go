@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // Ports is the node's port allocator as the manager needs it; the agent
@@ -182,7 +183,7 @@ func New(cfg Config) (*Manager, error) {
 // a port behind. Deploying an ID that exists is ErrConflict unless that
 // job is UNDEPLOYED.
 func (m *Manager) Deploy(ctx context.Context, spec api.ContainerJob) (api.Container, error) {
-	if err := Validate(spec); err != nil {
+	if err := workload.CheckContainer(spec); err != nil {
 		return api.Container{}, fmt.Errorf("deploy container %s: %w", cmp.Or(spec.ID, spec.Name), err)
 	}
 	spec = normalize(spec)
@@ -270,7 +271,7 @@ func (m *Manager) deploy(ctx context.Context, j *job) (api.Container, error) {
 	if err := m.makeBindDirs(spec.ID, mounts); err != nil {
 		return fail(err)
 	}
-	if slices.ContainsFunc(spec.Volumes, func(v api.ContainerVolume) bool { return isPath(v.Source) }) {
+	if slices.ContainsFunc(spec.Volumes, func(v api.ContainerVolume) bool { return workload.IsVolumePath(v.Source) }) {
 		m.set(j, func(c *api.Container) { c.RuntimeDir = m.jobRuntimeDir(spec.ID) })
 	}
 	ports, err := m.allocatePorts(spec.ID, spec.Ports)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/node/container"
 )
 
@@ -87,8 +88,8 @@ func TestDeployRunsAndDeleteUndeploys(t *testing.T) {
 	}{
 		{"NanoCPUs", insp.HostConfig.NanoCPUs, int64(5e8)},
 		{"Memory", insp.HostConfig.Memory, int64(64 << 20)},
-		{"label " + container.LabelJob, insp.Config.Labels[container.LabelJob], job.ID},
-		{"label " + container.LabelName, insp.Config.Labels[container.LabelName], "web"},
+		{"label " + workload.LabelJob, insp.Config.Labels[workload.LabelJob], job.ID},
+		{"label " + workload.LabelName, insp.Config.Labels[workload.LabelName], "web"},
 		{"restart policy", string(insp.HostConfig.RestartPolicy.Name), "no"},
 	}
 	for _, ch := range checks {
@@ -316,7 +317,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 	cut := e.job("cut")
 	created, err := e.engine.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &mobycontainer.Config{Image: e.image, Cmd: []string{"sleep", "300"},
-			Labels: map[string]string{container.LabelJob: cut.ID, "nodemgr.test": e.labels["nodemgr.test"]}},
+			Labels: map[string]string{workload.LabelJob: cut.ID, "nodemgr.test": e.labels["nodemgr.test"]}},
 	})
 	if err != nil {
 		t.Fatalf("create the cut-short deploy's container: %v", err)

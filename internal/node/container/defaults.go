@@ -5,6 +5,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // Defaults are the limits a node gives a job that names none (the agent's
@@ -35,8 +36,8 @@ func (d Defaults) Check(field string) error {
 	switch m := d.MemoryMB; {
 	case m < 0 || m > math.MaxInt64>>20:
 		return errdefs.Field(field+".memory_mb", "%d is not a number of MiB (0 for no default)", m)
-	case m > 0 && m < minMemoryMB:
-		return errdefs.Field(field+".memory_mb", "%d MiB is below the engine's minimum of %d MiB", m, minMemoryMB)
+	case m > 0 && m < workload.MinContainerMemoryMB:
+		return errdefs.Field(field+".memory_mb", "%d MiB is below the engine's minimum of %d MiB", m, workload.MinContainerMemoryMB)
 	}
 	return nil
 }

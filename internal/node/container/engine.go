@@ -24,6 +24,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/dockerengine"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // engine is the part of the Engine API client the manager uses.
@@ -98,7 +99,7 @@ func (m *Manager) containerName(job api.ContainerJob) string {
 // sharing an engine never touch each other's containers.
 func (m *Manager) scoped(f client.Filters) client.Filters {
 	if m.scope != "" {
-		f.Add("label", LabelScope+"="+m.scope)
+		f.Add("label", workload.LabelScope+"="+m.scope)
 	}
 	return f
 }
@@ -110,10 +111,10 @@ func (m *Manager) createOptions(job api.ContainerJob, ports []api.ContainerPort,
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[LabelJob] = job.ID
-	labels[LabelName] = job.Name
+	labels[workload.LabelJob] = job.ID
+	labels[workload.LabelName] = job.Name
 	if m.scope != "" {
-		labels[LabelScope] = m.scope
+		labels[workload.LabelScope] = m.scope
 	}
 
 	env := make([]string, 0, len(job.Env))
@@ -285,7 +286,7 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 // label: what a deploy cut short, or an agent crash, left behind.
 func (m *Manager) removeJobContainers(ctx context.Context, jobID string) error {
 	f := client.Filters{}
-	f.Add("label", LabelJob+"="+jobID)
+	f.Add("label", workload.LabelJob+"="+jobID)
 	res, err := m.engine.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: m.scoped(f)})
 	if err != nil {
 		return fmt.Errorf("list containers of job %s: %w", jobID, dockerengine.Classify(err))

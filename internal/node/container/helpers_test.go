@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 	"github.com/nodemgr/nodemgr/internal/node/container"
 )
@@ -182,7 +183,7 @@ func (e *env) job(name string, command ...string) api.ContainerJob {
 
 // jobContainers lists the containers that carry the job's label.
 func (e *env) jobContainers(id string) []dockertest.ContainerSummary {
-	return dockertest.Containers(e.t, e.engine, map[string]string{container.LabelJob: id})
+	return dockertest.Containers(e.t, e.engine, map[string]string{workload.LabelJob: id})
 }
 
 func ctxFor(t *testing.T) context.Context {

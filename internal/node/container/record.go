@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/atomicfile"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // recordVersion is the version of a record file's format.
@@ -100,5 +101,5 @@ func loadRecord(path, id string) (api.Container, error) {
 
 func corrupt(path, why string) error {
 	return fmt.Errorf("container record %s is unusable (%s): move it away; its container, if any, carries the label %s and can be removed with docker rm -f",
-		path, why, LabelJob)
+		path, why, workload.LabelJob)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // jobRuntimeDir is the job's directory on the node: relative volume
@@ -24,7 +25,7 @@ func (m *Manager) jobRuntimeDir(id string) string {
 func (m *Manager) mounts(job api.ContainerJob) ([]mount.Mount, error) {
 	var out []mount.Mount
 	for i, v := range job.Volumes {
-		if !isPath(v.Source) {
+		if !workload.IsVolumePath(v.Source) {
 			out = append(out, mount.Mount{Type: mount.TypeVolume, Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // Backoff of the event stream's reconnects.
@@ -71,7 +72,7 @@ func (m *Manager) watchEvents(ctx context.Context, nudge chan<- string) {
 	for ctx.Err() == nil {
 		f := client.Filters{}
 		f.Add("type", "container")
-		f.Add("label", LabelJob)
+		f.Add("label", workload.LabelJob)
 		f.Add("event", "die", "oom", "destroy")
 		res := m.engine.Events(ctx, client.EventsListOptions{Filters: m.scoped(f)})
 		send(ctx, nudge, "")
@@ -80,7 +81,7 @@ func (m *Manager) watchEvents(ctx context.Context, nudge chan<- string) {
 			select {
 			case msg := <-res.Messages:
 				retry = eventsRetryMin
-				if id := msg.Actor.Attributes[LabelJob]; id != "" {
+				if id := msg.Actor.Attributes[workload.LabelJob]; id != "" {
 					send(ctx, nudge, id)
 				}
 			case err := <-res.Err:

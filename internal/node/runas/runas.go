@@ -18,11 +18,11 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"regexp"
 	"strconv"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // TaskUser is the account the agent creates for code that names no user.
@@ -35,22 +35,6 @@ const (
 	Root  = api.RunAsRoot  // root, and so only where the agent is root
 	Agent = api.RunAsAgent // whatever user the agent runs as
 )
-
-// Privileged says whether a run_as value asks for the agent's rights:
-// root by name or uid, or the agent's own user.
-func Privileged(name string) bool { return name == Root || name == Agent || name == "0" }
-
-// nameRE is what a user name (or numeric uid) may look like in a spec:
-// useradd's portable set, a little wider for existing accounts.
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,31}$`)
-
-// Validate checks the form of a run_as or user value; "" is the default.
-func Validate(field, name string) error {
-	if name != "" && !nameRE.MatchString(name) {
-		return errdefs.Field(field, "%q is not a user name (letters, digits, '.', '_' and '-', at most 32) or a numeric uid", name)
-	}
-	return nil
-}
 
 // User is an account of this machine that a process can be started as.
 type User struct {
@@ -162,10 +146,10 @@ func NewPolicy(log *slog.Logger, taskUser string) (Policy, error) {
 // root can start nobody but itself.
 func (p Policy) configured(name string) (User, error) {
 	const field = "task_user"
-	if err := Validate(field, name); err != nil {
+	if err := workload.CheckUser(field, name); err != nil {
 		return User{}, err
 	}
-	if Privileged(name) {
+	if workload.Privileged(name) {
 		return User{}, errdefs.Field(field, "%q would give code that names no user the agent's rights; name an unprivileged user, or leave %s out for %s", name, field, TaskUser)
 	}
 	u, err := Lookup(name)
@@ -193,7 +177,7 @@ func nobody() (User, error) {
 // service's user; "" for none) runs as. field names the spec's field in
 // errors, which say what to do instead.
 func (p Policy) Resolve(field, name string) (User, error) {
-	if err := Validate(field, name); err != nil {
+	if err := workload.CheckUser(field, name); err != nil {
 		return User{}, err
 	}
 	switch {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // prepareFiles puts a spec's Files into the runtime dir. A file already
@@ -59,7 +60,7 @@ func (s *Supervisor) prepareFiles(ctx context.Context, tree, runtimeDir string, 
 func (s *Supervisor) prepareFile(ctx context.Context, src, dst *os.Root, field string, f api.ServiceFile) error {
 	mode := uint32(0o644)
 	if f.Mode != "" {
-		m, err := parseMode(f.Mode)
+		m, err := workload.ParseMode(f.Mode)
 		if err != nil {
 			return errdefs.Field(field+".mode", "%v", err)
 		}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -483,4 +484,17 @@ func logOf(t *testing.T, s *Supervisor, coord string) string {
 		t.Fatalf("Logs(%s): %v", coord, err)
 	}
 	return string(b)
+}
+
+// errContains says what is wrong with err if it is nil or leaves out a part.
+func errContains(err error, parts ...string) error {
+	if err == nil {
+		return fmt.Errorf("no error")
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			return fmt.Errorf("error %q does not mention %q", err, p)
+		}
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/node/proctree"
 	"github.com/nodemgr/nodemgr/internal/node/runas"
 	"golang.org/x/sys/unix"
@@ -263,7 +264,7 @@ func setCredential(cmd *exec.Cmd, c *syscall.Credential) {
 
 // removeLimits removes a forgotten service's v1 limit groups (its v2 ones
 // are its tree group, which Remove closes).
-func (s *Supervisor) removeLimits(c Coordinate) {
+func (s *Supervisor) removeLimits(c workload.Coordinate) {
 	for _, ctrl := range []string{"memory", "cpu"} {
 		if home, err := proctree.OwnCgroupDir(ctrl); err == nil {
 			os.Remove(filepath.Join(home, "nodemgr-"+s.treeName, c.String()))

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 type runLimits struct{ runMB int64 }
@@ -31,4 +32,4 @@ func credential(name string) (*syscall.Credential, error) {
 func giveRuntimeDir(string, api.ServiceSpec, *syscall.Credential) error { return nil }
 func setCredential(*exec.Cmd, *syscall.Credential)                      {}
 
-func (s *Supervisor) removeLimits(Coordinate) {}
+func (s *Supervisor) removeLimits(workload.Coordinate) {}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // maxLogRead caps what Logs returns when asked for the whole file.
@@ -61,14 +62,14 @@ func (s *Supervisor) liveLogs() []liveLog {
 
 func logMaxOf(spec api.ServiceSpec) int {
 	if spec.Logs.MaxSizeMB == 0 {
-		return DefaultLogMaxMB
+		return workload.DefaultLogMaxMB
 	}
 	return spec.Logs.MaxSizeMB
 }
 
 func logKeepOf(spec api.ServiceSpec) int {
 	if spec.Logs.Keep == 0 {
-		return DefaultLogKeep
+		return workload.DefaultLogKeep
 	}
 	return spec.Logs.Keep
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 // killWait bounds the wait for a process to die after SIGKILL; only a
@@ -42,10 +43,10 @@ func (s *Supervisor) Start(ctx context.Context, spec api.ServiceSpec) (api.Servi
 }
 
 func (s *Supervisor) start(ctx context.Context, spec api.ServiceSpec) (api.Service, error) {
-	if err := Validate(spec); err != nil {
+	if err := workload.CheckService(spec); err != nil {
 		return api.Service{}, err
 	}
-	c, _ := ParseCoordinate(spec.Coordinate)
+	c, _ := workload.ParseCoordinate(spec.Coordinate)
 	if err := s.waitReady(ctx); err != nil {
 		return api.Service{}, err
 	}

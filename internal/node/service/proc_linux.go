@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,7 +31,7 @@ func signalPID(pid int, sig syscall.Signal) error { return syscall.Kill(pid, sig
 
 // signalByName maps a drain signal name (see signalName) to the signal.
 func signalByName(name string) (syscall.Signal, error) {
-	if s := unix.SignalNum(signalName(name)); s != 0 {
+	if s := unix.SignalNum(workload.SignalName(name)); s != 0 {
 		return s, nil
 	}
 	return 0, fmt.Errorf("unknown signal %q", name)

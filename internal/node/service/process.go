@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/node/runas"
 )
 
@@ -249,7 +252,7 @@ func within(dir, path string) bool {
 // key order so that restarts see the same argv.
 func serviceArgs(spec api.ServiceSpec) []string {
 	args := append([]string(nil), spec.Command[1:]...)
-	for _, k := range sortedKeys(spec.Options) {
+	for _, k := range slices.Sorted(maps.Keys(spec.Options)) {
 		args = append(args, "--"+k+"="+spec.Options[k])
 	}
 	return args
@@ -257,9 +260,9 @@ func serviceArgs(spec api.ServiceSpec) []string {
 
 // serviceEnv is the environment of a service and of its drain command.
 // Later entries win, so the spec's Env cannot mask what nodemgr sets.
-func (s *Supervisor) serviceEnv(coord Coordinate, spec api.ServiceSpec, tree string, port int) []string {
+func (s *Supervisor) serviceEnv(coord workload.Coordinate, spec api.ServiceSpec, tree string, port int) []string {
 	env := append([]string(nil), s.baseEnv...)
-	for _, k := range sortedKeys(spec.Env) {
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])
 	}
 	env = append(env,
@@ -271,7 +274,7 @@ func (s *Supervisor) serviceEnv(coord Coordinate, spec api.ServiceSpec, tree str
 		"NODEMGR_SERVICE_USER="+coord.User,
 		"NODEMGR_SERVICE_CELL="+coord.Cell,
 	)
-	for _, k := range sortedKeys(spec.Options) {
+	for _, k := range slices.Sorted(maps.Keys(spec.Options)) {
 		env = append(env, "NODEMGR_OPT_"+envName(k)+"="+spec.Options[k])
 	}
 	if port > 0 {
@@ -298,7 +301,7 @@ func envName(k string) string {
 // runDrainCommand runs a spec's drain command in the runtime dir with the
 // service's environment, its output appended to the service log. It is
 // killed, with its process group, when ctx ends.
-func (s *Supervisor) runDrainCommand(ctx context.Context, coord Coordinate, spec api.ServiceSpec, tree string, port int) error {
+func (s *Supervisor) runDrainCommand(ctx context.Context, coord workload.Coordinate, spec api.ServiceSpec, tree string, port int) error {
 	runtimeDir := coord.RuntimeDir(s.cfg.Prefix)
 	prog, err := resolveProgram(tree, "drain.command[0]", spec.Drain.Command[0])
 	if err != nil {

@@ -2,6 +2,7 @@ package service
 
 import (
 	"github.com/nodemgr/nodemgr/internal/base/atomicfile"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 
 	"encoding/json"
 	"errors"
@@ -96,7 +97,7 @@ func readRecord(path string) (*record, error) {
 	if want := strings.TrimSuffix(filepath.Base(path), recordExt); rec.Spec.Coordinate != want {
 		return nil, fmt.Errorf("holds coordinate %q, want %q", rec.Spec.Coordinate, want)
 	}
-	if _, err := ParseCoordinate(rec.Spec.Coordinate); err != nil {
+	if _, err := workload.ParseCoordinate(rec.Spec.Coordinate); err != nil {
 		return nil, err
 	}
 	return &rec, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/procenv"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/node/proctree"
 	"github.com/nodemgr/nodemgr/internal/node/runas"
 )
@@ -103,7 +104,7 @@ type Supervisor struct {
 
 // svc is one service the supervisor knows of.
 type svc struct {
-	coord Coordinate
+	coord workload.Coordinate
 	// op is held, as a one-slot semaphore (so waiting for it can be
 	// cancelled), through a whole operation on the service: start, stop,
 	// drain, restart, remove, a scheduled restart. Operations on one
@@ -123,7 +124,7 @@ type svc struct {
 	removed bool
 }
 
-func newSvc(c Coordinate) *svc { return &svc{coord: c, op: make(chan struct{}, 1)} }
+func newSvc(c workload.Coordinate) *svc { return &svc{coord: c, op: make(chan struct{}, 1)} }
 
 func (sv *svc) lock(ctx context.Context) error {
 	select {
@@ -188,7 +189,7 @@ func New(cfg Config) (*Supervisor, error) {
 		s.log.Error("skip unreadable service record; fix or remove the file", "err", err)
 	}
 	for _, rec := range recs {
-		c, _ := ParseCoordinate(rec.Spec.Coordinate) // checked by loadRecords
+		c, _ := workload.ParseCoordinate(rec.Spec.Coordinate) // checked by loadRecords
 		sv := newSvc(c)
 		sv.rec, sv.onDisk = *rec, true
 		s.svcs[c.String()] = sv
@@ -269,7 +270,7 @@ func notFound(c string) error {
 
 // lookup finds a service and takes its operation lock.
 func (s *Supervisor) lookup(ctx context.Context, coordinate string) (*svc, error) {
-	c, err := ParseCoordinate(coordinate)
+	c, err := workload.ParseCoordinate(coordinate)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +296,7 @@ func (s *Supervisor) lookup(ctx context.Context, coordinate string) (*svc, error
 
 // claim is lookup for Start: a service not known yet is created, born
 // locked so no other operation gets in before the Start.
-func (s *Supervisor) claim(ctx context.Context, c Coordinate) (*svc, error) {
+func (s *Supervisor) claim(ctx context.Context, c workload.Coordinate) (*svc, error) {
 	for {
 		s.mu.Lock()
 		sv := s.svcs[c.String()]
@@ -367,12 +368,12 @@ func (s *Supervisor) tree(id string) (string, error) {
 	return tree, nil
 }
 
-func portOwner(c Coordinate) string { return "service:" + c.String() }
+func portOwner(c workload.Coordinate) string { return "service:" + c.String() }
 
 // allocatePort gets a service its port: none for -1, the one asked for,
 // or any free one, trying prefer first (or keeping it, if the service
 // still holds it) so a restarted service keeps its port when it can.
-func (s *Supervisor) allocatePort(c Coordinate, want, prefer int) (int, error) {
+func (s *Supervisor) allocatePort(c workload.Coordinate, want, prefer int) (int, error) {
 	if want == -1 {
 		return 0, nil
 	}
@@ -406,7 +407,7 @@ func (s *Supervisor) allocatePort(c Coordinate, want, prefer int) (int, error) {
 	return p, nil
 }
 
-func (s *Supervisor) releasePort(c Coordinate) {
+func (s *Supervisor) releasePort(c workload.Coordinate) {
 	if s.cfg.Ports != nil {
 		s.cfg.Ports.Release(portOwner(c))
 	}
@@ -414,7 +415,7 @@ func (s *Supervisor) releasePort(c Coordinate) {
 
 // keepPort makes sure an adopted service still holds the port it listens
 // on, in case the allocator's state was lost with the agent.
-func (s *Supervisor) keepPort(c Coordinate, port int) {
+func (s *Supervisor) keepPort(c workload.Coordinate, port int) {
 	if s.cfg.Ports == nil || port <= 0 || s.cfg.Ports.Holds(portOwner(c), port) {
 		return
 	}
@@ -425,7 +426,7 @@ func (s *Supervisor) keepPort(c Coordinate, port int) {
 
 // Get returns a service and its live status.
 func (s *Supervisor) Get(coordinate string) (api.Service, error) {
-	c, err := ParseCoordinate(coordinate)
+	c, err := workload.ParseCoordinate(coordinate)
 	if err != nil {
 		return api.Service{}, fmt.Errorf("get service: %w", err)
 	}
@@ -503,7 +504,7 @@ func (s *Supervisor) Logs(coordinate string, tail int64) ([]byte, error) {
 // to n bytes from offset from, or from the start again if the log is
 // shorter than from (it was rotated since). At most 1 MiB.
 func (s *Supervisor) ReadLog(coordinate string, from, n int64) ([]byte, int64, error) {
-	c, err := ParseCoordinate(coordinate)
+	c, err := workload.ParseCoordinate(coordinate)
 	if err != nil {
 		return nil, 0, fmt.Errorf("logs of service: %w", err)
 	}

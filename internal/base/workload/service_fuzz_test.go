@@ -1,4 +1,4 @@
-package service
+package workload
 
 import (
 	"bytes"
@@ -42,11 +42,11 @@ func FuzzParseCoordinate(f *testing.F) {
 	})
 }
 
-// FuzzValidate reads service specs as the API (JSON, strictly) and the
+// FuzzCheckService reads service specs as the API (JSON, strictly) and the
 // CLI (YAML, known fields only) do. Validate must refuse with a field
 // error, or pass a spec whose paths stay inside the artifact's tree and
 // the runtime dir, and which survives a JSON round trip unchanged.
-func FuzzValidate(f *testing.F) {
+func FuzzCheckService(f *testing.F) {
 	for _, s := range []string{
 		`{"coordinate":"i1.web.alice.c1","artifact":"com.example:web:1.0","command":["bin/server","--x"],"options":{"threads":"4"},"env":{"A":"1"},"port":0,"expected_memory_mb":64,"files":[{"path":"conf/app.yaml","from":"etc/app.yaml","mode":"0640"},{"path":"data.bin","url":"https://example.com/d"}],"restart":{"policy":"on-failure","min_period":"10s","max_restarts":3,"delay":"1s"},"drain":{"signal":"usr1","timeout":"30s"},"stop_grace":"5s","logs":{"max_size_mb":10,"keep":3}}`,
 		"coordinate: i1.web.alice.c1\nartifact: com.example:web:1.0\ncommand: [/usr/bin/env, x]\ndrain:\n  command: [bin/drain]\n",
@@ -76,7 +76,7 @@ func FuzzValidate(f *testing.F) {
 
 func checkSpec(t *testing.T, spec api.ServiceSpec) {
 	t.Helper()
-	if err := Validate(spec); err != nil {
+	if err := CheckService(spec); err != nil {
 		checkFieldError(t, "Validate", err)
 		return
 	}
@@ -97,8 +97,8 @@ func checkSpec(t *testing.T, spec api.ServiceSpec) {
 	if err := httpapi.DecodeStrict(b, &again); err != nil {
 		t.Fatalf("DecodeStrict(%s) = %v", b, err)
 	}
-	if err := Validate(again); err != nil {
-		t.Fatalf("Validate(%s) = %v after a JSON round trip", b, err)
+	if err := CheckService(again); err != nil {
+		t.Fatalf("CheckService(%s) = %v after a JSON round trip", b, err)
 	}
 	if diff := cmp.Diff(spec, again, cmpopts.EquateEmpty()); diff != "" {
 		t.Fatalf("spec changed on a JSON round trip (-first +again):\n%s", diff)

@@ -1,4 +1,4 @@
-package service
+package workload
 
 import (
 	"fmt"
@@ -14,7 +14,6 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/node/artifact"
 )
 
 // Defaults for the zero values of a ServiceSpec.
@@ -70,9 +69,9 @@ func (c Coordinate) RuntimeDir(prefix string) string {
 // left out: neither lets a service drain.
 var drainSignals = []string{"SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGTERM", "SIGWINCH"}
 
-// signalName returns the canonical name of a drain signal written as
+// SignalName returns the canonical name of a drain signal written as
 // "SIGUSR1", "USR1" or "usr1", or "" if it is not one.
-func signalName(s string) string {
+func SignalName(s string) string {
 	n := strings.ToUpper(s)
 	if !strings.HasPrefix(n, "SIG") {
 		n = "SIG" + n
@@ -83,13 +82,13 @@ func signalName(s string) string {
 	return ""
 }
 
-// Validate checks spec without touching the node. The error is a field
+// CheckService checks a service spec without touching the node. The error is a field
 // error naming the first wrong field by its full path, e.g. "files[1].path".
-func Validate(spec api.ServiceSpec) error {
+func CheckService(spec api.ServiceSpec) error {
 	if _, err := ParseCoordinate(spec.Coordinate); err != nil {
 		return err
 	}
-	if _, err := artifact.ParseID(spec.Artifact); err != nil {
+	if _, err := ParseArtifactID(spec.Artifact); err != nil {
 		return errdefs.Field("artifact", "%q must be group:artifact:version of an artifact installed on the node (%v)", spec.Artifact, errdefs.Message(err))
 	}
 	if err := validateCommand("command", spec.Command); err != nil {
@@ -117,14 +116,14 @@ func Validate(spec api.ServiceSpec) error {
 	if spec.ExpectedMemoryMB < 0 {
 		return errdefs.Field("expected_memory_mb", "must not be negative")
 	}
-	if err := validateLimits(spec.Limits); err != nil {
+	if err := validateServiceLimits(spec.Limits); err != nil {
 		return err
 	}
 	if err := validateResources(spec.Resources); err != nil {
 		return err
 	}
-	if spec.User != "" && !userRE.MatchString(spec.User) {
-		return errdefs.Field("user", "%q is not a user name (letters, digits, '.', '_' and '-', at most 32) or a numeric uid", spec.User)
+	if err := CheckUser("user", spec.User); err != nil {
+		return err
 	}
 	if err := validateFiles(spec.Files); err != nil {
 		return err
@@ -188,7 +187,7 @@ func validateFiles(files []api.ServiceFile) error {
 			}
 		}
 		if f.Mode != "" {
-			if _, err := parseMode(f.Mode); err != nil {
+			if _, err := ParseMode(f.Mode); err != nil {
 				return errdefs.Field(field+".mode", "%v", err)
 			}
 		}
@@ -196,8 +195,8 @@ func validateFiles(files []api.ServiceFile) error {
 	return nil
 }
 
-// parseMode parses an octal permission like "0644" or "755".
-func parseMode(s string) (uint32, error) {
+// ParseMode parses an octal permission like "0644" or "755".
+func ParseMode(s string) (uint32, error) {
 	m, err := strconv.ParseUint(s, 8, 32)
 	if err != nil || m > 0o777 {
 		return 0, fmt.Errorf("%q must be octal permissions from 0000 to 0777, e.g. \"0644\"", s)
@@ -205,17 +204,15 @@ func parseMode(s string) (uint32, error) {
 	return uint32(m), nil
 }
 
-var userRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,31}$`)
+// minServiceMemoryMB is the least memory limit: below it a service barely starts.
+const minServiceMemoryMB = 4
 
-// minMemoryMB is the least memory limit: below it a service barely starts.
-const minMemoryMB = 4
-
-func validateLimits(l *api.ServiceLimits) error {
+func validateServiceLimits(l *api.ServiceLimits) error {
 	if l == nil {
 		return nil
 	}
-	if l.MemoryMB < 0 || (l.MemoryMB > 0 && l.MemoryMB < minMemoryMB) {
-		return errdefs.Field("limits.memory_mb", "%d: use at least %d (MB), or 0 for no limit", l.MemoryMB, minMemoryMB)
+	if l.MemoryMB < 0 || (l.MemoryMB > 0 && l.MemoryMB < minServiceMemoryMB) {
+		return errdefs.Field("limits.memory_mb", "%d: use at least %d (MB), or 0 for no limit", l.MemoryMB, minServiceMemoryMB)
 	}
 	if l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01) || l.CPUs != l.CPUs {
 		return errdefs.Field("limits.cpus", "%v: use at least 0.01 (cores), or 0 for no limit", l.CPUs)
@@ -268,58 +265,13 @@ func validateDrain(d api.DrainSpec) error {
 			return err
 		}
 	}
-	if d.Signal != "" && signalName(d.Signal) == "" {
+	if d.Signal != "" && SignalName(d.Signal) == "" {
 		return errdefs.Field("drain.signal", "%q is not a signal a drain can send; use one of %s", d.Signal, strings.Join(drainSignals, ", "))
 	}
 	if d.Timeout < 0 {
 		return errdefs.Field("drain.timeout", "must not be negative")
 	}
 	return nil
-}
-
-// The getters below apply the defaults of a spec's zero values.
-
-func policyOf(s api.ServiceSpec) string {
-	if s.Restart.Policy == "" {
-		return api.RestartAlways
-	}
-	return s.Restart.Policy
-}
-
-func minPeriodOf(s api.ServiceSpec) time.Duration {
-	return orDefault(time.Duration(s.Restart.MinPeriod), DefaultMinPeriod)
-}
-
-func maxRestartsOf(s api.ServiceSpec) int {
-	if s.Restart.MaxRestarts == 0 {
-		return DefaultMaxRestarts
-	}
-	return s.Restart.MaxRestarts
-}
-
-// restartDelay is Delay doubled for each quick death after the first, up
-// to MaxDelay.
-func restartDelay(s api.ServiceSpec, quickDeaths int) time.Duration {
-	d := orDefault(time.Duration(s.Restart.Delay), DefaultDelay)
-	for i := 1; i < quickDeaths && d < MaxDelay; i++ {
-		d *= 2
-	}
-	return min(d, MaxDelay)
-}
-
-func stopGraceOf(s api.ServiceSpec) time.Duration {
-	return orDefault(time.Duration(s.StopGrace), DefaultStopGrace)
-}
-
-func drainTimeoutOf(s api.ServiceSpec) time.Duration {
-	return orDefault(time.Duration(s.Drain.Timeout), DefaultDrainTime)
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

@@ -1,4 +1,4 @@
-package container
+package workload
 
 import (
 	"bytes"
@@ -15,11 +15,11 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 )
 
-// FuzzValidate reads container jobs as the API (JSON, strictly, alone or
+// FuzzCheckContainer reads container jobs as the API (JSON, strictly, alone or
 // in the seed's {command, job} message) and the CLI (YAML, known fields
 // only) do. Validate must refuse with a field error, or pass a job that
 // validates again unchanged after a JSON round trip.
-func FuzzValidate(f *testing.F) {
+func FuzzCheckContainer(f *testing.F) {
 	for _, s := range []string{
 		`{"name":"web","image":"busybox:1.36","command":["httpd","-f"],"env":{"A":"1"},"cpus":0.5,"memory_mb":64,"ports":[{"container":80},{"container":53,"host":5353,"protocol":"udp"}],"labels":{"team":"a"}}`,
 		`{"command":"deploy","job":{"id":"42","name":"web-1","image":"registry.example.com:5000/team/web@sha256:` + "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" + `"},"cluster":["n1"],"worker":["n2"]}`,
@@ -52,10 +52,10 @@ func FuzzValidate(f *testing.F) {
 
 func checkJob(t *testing.T, job api.ContainerJob) {
 	t.Helper()
-	if err := Validate(job); err != nil {
+	if err := CheckContainer(job); err != nil {
 		var fe *errdefs.FieldError
 		if !errors.Is(err, errdefs.ErrInvalid) || !errors.As(err, &fe) || fe.Field == "" || fe.Reason == "" {
-			t.Fatalf("Validate(%+v) = %v, want a field error naming the field", job, err)
+			t.Fatalf("CheckContainer(%+v) = %v, want a field error naming the field", job, err)
 		}
 		return
 	}
@@ -67,8 +67,8 @@ func checkJob(t *testing.T, job api.ContainerJob) {
 	if err := httpapi.DecodeStrict(b, &again); err != nil {
 		t.Fatalf("DecodeStrict(%s) = %v", b, err)
 	}
-	if err := Validate(again); err != nil {
-		t.Fatalf("Validate(%s) = %v after a JSON round trip", b, err)
+	if err := CheckContainer(again); err != nil {
+		t.Fatalf("CheckContainer(%s) = %v after a JSON round trip", b, err)
 	}
 	if diff := cmp.Diff(job, again, cmpopts.EquateEmpty()); diff != "" {
 		t.Fatalf("job changed on a JSON round trip (-first +again):\n%s", diff)

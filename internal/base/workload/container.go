@@ -1,8 +1,6 @@
-package container
+package workload
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"math"
@@ -27,24 +25,24 @@ const (
 	LabelScope = "nodemgr.scope"
 )
 
-// minMemoryMB is the smallest memory limit the Docker engine accepts.
-const minMemoryMB = 6
+// MinContainerMemoryMB is the smallest memory limit the Docker engine accepts.
+const MinContainerMemoryMB = 6
 
-// dnsLabel is what IDs and names look like: they go into container names,
+// DNSLabel is what IDs and names look like: they go into container names,
 // labels and file names, so they are kept to a DNS label.
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var DNSLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
-// Validate checks a job before anything is done with it. It returns an
+// CheckContainer checks a container job before anything is done with it. It returns an
 // errdefs field error (ErrInvalid) naming the first bad field by its path,
 // e.g. "ports[1].host". An empty ID is valid: one is assigned on deploy.
-func Validate(job api.ContainerJob) error {
-	if job.ID != "" && !dnsLabel.MatchString(job.ID) {
+func CheckContainer(job api.ContainerJob) error {
+	if job.ID != "" && !DNSLabel.MatchString(job.ID) {
 		return errdefs.Field("id", "%q is not a valid job ID: use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit (or leave it empty to get one)", job.ID)
 	}
 	switch {
 	case job.Name == "":
 		return errdefs.Field("name", "a job needs a name")
-	case !dnsLabel.MatchString(job.Name):
+	case !DNSLabel.MatchString(job.Name):
 		return errdefs.Field("name", "%q is not a valid name: use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit", job.Name)
 	}
 	if err := validateImage(job.Image); err != nil {
@@ -57,7 +55,7 @@ func Validate(job api.ContainerJob) error {
 	default:
 		return errdefs.Field("technology", "%q is not a known technology; use %q", job.Technology, api.TechnologyDocker)
 	}
-	if err := validateLimits(job); err != nil {
+	if err := validateContainerLimits(job); err != nil {
 		return err
 	}
 	if err := validatePorts(job.Ports); err != nil {
@@ -100,7 +98,7 @@ func validateImage(image string) error {
 	return nil
 }
 
-func validateLimits(job api.ContainerJob) error {
+func validateContainerLimits(job api.ContainerJob) error {
 	switch c := job.CPUs; {
 	case math.IsNaN(c) || math.IsInf(c, 0) || c < 0:
 		return errdefs.Field("cpus", "%v is not a non-negative number of cores", c)
@@ -112,8 +110,8 @@ func validateLimits(job api.ContainerJob) error {
 	switch m := job.MemoryMB; {
 	case m < 0:
 		return errdefs.Field("memory_mb", "%d is negative; leave it out for the node's default", m)
-	case m > 0 && m < minMemoryMB:
-		return errdefs.Field("memory_mb", "%d MiB is below the engine's minimum of %d MiB; leave it out for the node's default", m, minMemoryMB)
+	case m > 0 && m < MinContainerMemoryMB:
+		return errdefs.Field("memory_mb", "%d MiB is below the engine's minimum of %d MiB; leave it out for the node's default", m, MinContainerMemoryMB)
 	case m > math.MaxInt64>>20:
 		return errdefs.Field("memory_mb", "%d MiB is out of range", m)
 	}
@@ -135,7 +133,7 @@ func validatePorts(ports []api.ContainerPort) error {
 		if p.Host < 0 || p.Host > 65535 {
 			return errdefs.Field(field+".host", "%d is not a port number (1-65535, or 0 to take one from the node's allocator)", p.Host)
 		}
-		proto := protocol(p)
+		proto := PortProtocol(p)
 		if proto != "tcp" && proto != "udp" {
 			return errdefs.Field(field+".protocol", "%q is not tcp or udp", p.Protocol)
 		}
@@ -200,9 +198,9 @@ func validateVolumes(vols []api.ContainerVolume) error {
 			return errdefs.Field(field+".source", "a volume needs a source: a volume name, or a path in the job's runtime dir")
 		case strings.ContainsRune(v.Source, 0) || strings.Contains(v.Source, ":"):
 			return errdefs.Field(field+".source", "%q must not contain ':' or NUL", v.Source)
-		case !isPath(v.Source) && !volumeName.MatchString(v.Source):
+		case !IsVolumePath(v.Source) && !volumeName.MatchString(v.Source):
 			return errdefs.Field(field+".source", "%q is neither a volume name (letters, digits, '_', '.', '-') nor a path", v.Source)
-		case isPath(v.Source) && !filepath.IsAbs(v.Source) && !filepath.IsLocal(v.Source):
+		case IsVolumePath(v.Source) && !filepath.IsAbs(v.Source) && !filepath.IsLocal(v.Source):
 			return errdefs.Field(field+".source", "%q leaves the job's runtime dir; use a path inside it", v.Source)
 		}
 		switch {
@@ -222,49 +220,16 @@ func validateVolumes(vols []api.ContainerVolume) error {
 	return nil
 }
 
-// isPath says whether a volume source is a path (it has a '/' or starts
+// IsVolumePath says whether a volume source is a path (it has a '/' or starts
 // with '.') rather than a volume name.
-func isPath(source string) bool {
+func IsVolumePath(source string) bool {
 	return strings.ContainsRune(source, '/') || strings.HasPrefix(source, ".")
 }
 
-func protocol(p api.ContainerPort) string {
+// PortProtocol is a port's protocol, tcp when it names none.
+func PortProtocol(p api.ContainerPort) string {
 	if p.Protocol == "" {
 		return "tcp"
 	}
 	return p.Protocol
-}
-
-// normalize fills in a valid job's defaults, so that the record says what
-// was run: an ID, the technology and each port's protocol. It copies what
-// it changes.
-func normalize(job api.ContainerJob) api.ContainerJob {
-	if job.ID == "" {
-		job.ID = NewJobID()
-	}
-	if job.Technology == "" {
-		job.Technology = api.TechnologyDocker
-	}
-	job.Ports = slices.Clone(job.Ports)
-	for i := range job.Ports {
-		job.Ports[i].Protocol = protocol(job.Ports[i])
-	}
-	if job.Restart.Policy == "" {
-		job.Restart.Policy = api.ContainerRestartNever
-	}
-	if job.PullPolicy == "" {
-		job.PullPolicy = api.PullNever
-	}
-	job.Volumes = slices.Clone(job.Volumes)
-	job.Command = slices.Clone(job.Command)
-	job.Env = maps.Clone(job.Env)
-	job.Labels = maps.Clone(job.Labels)
-	return job
-}
-
-// NewJobID returns a short random job ID: 12 hex digits, a DNS label.
-func NewJobID() string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }

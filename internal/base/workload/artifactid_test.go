@@ -1,4 +1,4 @@
-package artifact_test
+package workload_test
 
 import (
 	"encoding/json"
@@ -8,17 +8,17 @@ import (
 	"testing"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/node/artifact"
+	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
 func TestParseID(t *testing.T) {
 	tests := []struct {
 		in   string
-		want artifact.ID
+		want workload.ArtifactID
 		err  string // in the error; "" means valid
 	}{
-		{in: "com.example:search:1.4.2", want: artifact.ID{Group: "com.example", Artifact: "search", Version: "1.4.2"}},
-		{in: "g:a-b_c:1.0.0-SNAPSHOT+build.7", want: artifact.ID{Group: "g", Artifact: "a-b_c", Version: "1.0.0-SNAPSHOT+build.7"}},
+		{in: "com.example:search:1.4.2", want: workload.ArtifactID{Group: "com.example", Artifact: "search", Version: "1.4.2"}},
+		{in: "g:a-b_c:1.0.0-SNAPSHOT+build.7", want: workload.ArtifactID{Group: "g", Artifact: "a-b_c", Version: "1.0.0-SNAPSHOT+build.7"}},
 		{in: "", err: "want group:artifact:version"},
 		{in: "a:b", err: "want group:artifact:version"},
 		{in: "a:b:c:d", err: "want group:artifact:version"},
@@ -35,7 +35,7 @@ func TestParseID(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
-			got, err := artifact.ParseID(tc.in)
+			got, err := workload.ParseArtifactID(tc.in)
 			if tc.err == "" {
 				if err != nil || got != tc.want {
 					t.Fatalf("ParseID(%q) = %+v, %v, want %+v", tc.in, got, err, tc.want)
@@ -53,12 +53,12 @@ func TestParseID(t *testing.T) {
 }
 
 func TestIDJSON(t *testing.T) {
-	id := artifact.ID{Group: "g", Artifact: "a", Version: "1"}
+	id := workload.ArtifactID{Group: "g", Artifact: "a", Version: "1"}
 	b, err := json.Marshal(id)
 	if err != nil || string(b) != `"g:a:1"` {
 		t.Fatalf("json.Marshal(%+v) = %s, %v, want \"g:a:1\"", id, b, err)
 	}
-	var back artifact.ID
+	var back workload.ArtifactID
 	if err := json.Unmarshal(b, &back); err != nil || back != id {
 		t.Errorf("json.Unmarshal(%s) = %+v, %v", b, back, err)
 	}

@@ -1,8 +1,7 @@
-package service
+package workload
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -28,9 +27,9 @@ func validSpec() api.ServiceSpec {
 	}
 }
 
-func TestValidate(t *testing.T) {
-	if err := Validate(validSpec()); err != nil {
-		t.Fatalf("Validate(valid) = %v", err)
+func TestCheckService(t *testing.T) {
+	if err := CheckService(validSpec()); err != nil {
+		t.Fatalf("CheckService(valid) = %v", err)
 	}
 	tests := []struct {
 		name  string
@@ -78,7 +77,7 @@ func TestValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := validSpec()
 			tc.edit(&spec)
-			err := Validate(spec)
+			err := CheckService(spec)
 			var fe *errdefs.FieldError
 			if !errors.As(err, &fe) {
 				t.Fatalf("Validate = %v, want a field error on %q", err, tc.field)
@@ -93,7 +92,7 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestValidateAccepts(t *testing.T) {
+func TestCheckServiceAccepts(t *testing.T) {
 	tests := []struct {
 		name string
 		edit func(*api.ServiceSpec)
@@ -111,7 +110,7 @@ func TestValidateAccepts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := validSpec()
 			tc.edit(&spec)
-			if err := Validate(spec); err != nil {
+			if err := CheckService(spec); err != nil {
 				t.Errorf("Validate = %v, want nil", err)
 			}
 		})
@@ -142,8 +141,8 @@ func TestParseCoordinate(t *testing.T) {
 			t.Errorf("ParseCoordinate(%q) = %v, want a field error on coordinate", in, err)
 			continue
 		}
-		if err := errContains(err, "instance.service.user.cell"); err != nil {
-			t.Errorf("ParseCoordinate(%q): %v", in, err)
+		if !strings.Contains(err.Error(), "instance.service.user.cell") {
+			t.Errorf("ParseCoordinate(%q) = %v, want it to show the form instance.service.user.cell", in, err)
 		}
 	}
 }
@@ -153,28 +152,4 @@ func TestRuntimeDir(t *testing.T) {
 	if got, want := c.RuntimeDir("/opt/nodemgr"), "/opt/nodemgr/runtime/c1/alice/web/i1"; got != want {
 		t.Errorf("RuntimeDir = %q, want %q", got, want)
 	}
-}
-
-func TestRestartDelay(t *testing.T) {
-	spec := api.ServiceSpec{Restart: api.RestartPolicy{Delay: api.Duration(time.Second)}}
-	for _, tc := range []struct {
-		quick int
-		want  time.Duration
-	}{{0, time.Second}, {1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {7, MaxDelay}, {100, MaxDelay}} {
-		if got := restartDelay(spec, tc.quick); got != tc.want {
-			t.Errorf("restartDelay(%d) = %v, want %v", tc.quick, got, tc.want)
-		}
-	}
-}
-
-func errContains(err error, parts ...string) error {
-	if err == nil {
-		return fmt.Errorf("no error")
-	}
-	for _, p := range parts {
-		if !strings.Contains(err.Error(), p) {
-			return fmt.Errorf("error %q does not mention %q", err, p)
-		}
-	}
-	return nil
 }
