@@ -25,6 +25,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlrow"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlstore"
 )
 
 //go:embed migrations/*.sql
@@ -44,6 +45,8 @@ const maxTries = 5
 // Store is a store.Store kept in a PostgreSQL database. Several Stores,
 // in one process or in several, may share the database.
 type Store struct {
+	*sqlstore.Store // what both SQL stores share
+
 	pool  *pgxpool.Pool
 	now   func() time.Time
 	shard func() int // the suite_counts shard a transaction adds to
@@ -90,7 +93,9 @@ func Open(ctx context.Context, url string, logger *slog.Logger, opts ...Option) 
 		return nil, fmt.Errorf("open store %s: %w", where, err)
 	}
 	logger.Debug("store opened", "database", where, "max_conns", cfg.MaxConns)
-	return &Store{pool: pool, now: time.Now, shard: randomShard, listen: listen}, nil
+	s := &Store{pool: pool, now: time.Now, shard: randomShard, listen: listen}
+	s.Store = sqlstore.New(driver{s})
+	return s, nil
 }
 
 // Option tunes Open.

@@ -22,6 +22,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlrow"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlstore"
 )
 
 //go:embed migrations/*.sql
@@ -33,6 +34,8 @@ const busyTimeout = 5 * time.Second
 
 // Store is a store.Store kept in one SQLite file.
 type Store struct {
+	*sqlstore.Store // what both SQL stores share
+
 	w   *sql.DB // one connection: SQLite has one writer at a time anyway
 	r   *sql.DB // read-only connections that WAL lets run beside the writer
 	now func() time.Time
@@ -98,6 +101,7 @@ func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error)
 	}
 
 	s := &Store{w: w, r: r, now: time.Now}
+	s.Store = sqlstore.New(driver{s})
 	if s.wstmts, err = prepare(ctx, w, hotWrites); err == nil {
 		s.rstmts, err = prepare(ctx, r, hotReads)
 	}
@@ -250,9 +254,10 @@ type querier interface {
 }
 
 // classify gives driver errors that callers can act on their errdefs class.
+// An error that has a class already keeps it.
 func classify(err error) error {
 	var se *sqlite.Error
-	if !errors.As(err, &se) {
+	if !errors.As(err, &se) || errdefs.Code(err) != "internal" {
 		return err
 	}
 	switch se.Code() {

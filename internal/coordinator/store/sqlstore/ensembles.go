@@ -1,11 +1,9 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -19,8 +17,8 @@ func (s *Store) CreateEnsemble(ctx context.Context, e api.Ensemble) error {
 	if e.ID == "" || e.Name == "" {
 		return fmt.Errorf("create ensemble: %w", errdefs.Field("id", "ID and name are required"))
 	}
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		now := s.now()
+	err := s.d.Write(ctx, func(tx Querier) error {
+		now := s.d.Now()
 		e.CreatedAt = sqlrow.OrNow(e.CreatedAt, now)
 		e.UpdatedAt = now
 		a, err := sqlrow.EnsembleArgs(e)
@@ -28,7 +26,7 @@ func (s *Store) CreateEnsemble(ctx context.Context, e api.Ensemble) error {
 			return err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO ensembles (`+ensembleColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, a...)
-		if isUnique(err) {
+		if s.d.IsUnique(err) {
 			return errdefs.Conflict("an ensemble named %s is deployed already; shut it down first or choose another name", e.Name)
 		}
 		return err
@@ -41,7 +39,7 @@ func (s *Store) CreateEnsemble(ctx context.Context, e api.Ensemble) error {
 
 // GetEnsemble finds an ensemble by ID, or else the newest of that name.
 func (s *Store) GetEnsemble(ctx context.Context, ref string) (api.Ensemble, error) {
-	e, err := scanEnsemble(s.pool.QueryRow(ctx, `SELECT `+ensembleColumns+` FROM ensembles
+	e, err := s.scanEnsemble(s.d.Reader().QueryRow(ctx, `SELECT `+ensembleColumns+` FROM ensembles
 		WHERE id = $1 OR name = $1 ORDER BY id = $1 DESC, created_at DESC LIMIT 1`, ref))
 	if err != nil {
 		return api.Ensemble{}, fmt.Errorf("get ensemble %s: %w", ref, err)
@@ -55,46 +53,46 @@ func (s *Store) ListEnsembles(ctx context.Context, all bool) ([]api.Ensemble, er
 	if !all {
 		q += ` WHERE state NOT IN ('` + api.EnsembleShutDown + `', '` + api.EnsembleFailed + `')`
 	}
-	rows, err := s.pool.Query(ctx, q+` ORDER BY created_at DESC, id`)
+	rows, err := s.d.Reader().Query(ctx, q+` ORDER BY created_at DESC, id`)
 	if err != nil {
-		return nil, fmt.Errorf("list ensembles: %w", classify(err))
+		return nil, fmt.Errorf("list ensembles: %w", s.d.Classify(err))
 	}
 	defer rows.Close()
 	out := []api.Ensemble{}
 	for rows.Next() {
-		e, err := scanEnsemble(rows)
+		e, err := s.scanEnsemble(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list ensembles: %w", err)
 		}
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list ensembles: %w", classify(err))
+		return nil, fmt.Errorf("list ensembles: %w", s.d.Classify(err))
 	}
 	return out, nil
 }
 
 // UpdateEnsemble applies fn to the ensemble inside one transaction, with
-// its row locked. fn runs again if PostgreSQL aborts the transaction to
-// break a deadlock.
+// its row locked. fn may run again if the database aborts the transaction
+// to break a deadlock.
 func (s *Store) UpdateEnsemble(ctx context.Context, id string, fn func(*api.Ensemble) error) (api.Ensemble, error) {
 	var out api.Ensemble
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		e, err := scanEnsemble(tx.QueryRow(ctx, `SELECT `+ensembleColumns+` FROM ensembles WHERE id = $1 FOR UPDATE`, id))
+	err := s.d.Write(ctx, func(tx Querier) error {
+		e, err := s.scanEnsemble(tx.QueryRow(ctx, `SELECT `+ensembleColumns+` FROM ensembles WHERE id = $1`+s.d.ForUpdate(), id))
 		if err != nil {
 			return err
 		}
 		if err := fn(&e); err != nil {
 			return err
 		}
-		e.ID, e.UpdatedAt = id, s.now()
+		e.ID, e.UpdatedAt = id, s.d.Now()
 		a, err := sqlrow.EnsembleArgs(e)
 		if err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `UPDATE ensembles SET name = $2, spec = $3, state = $4, reason = $5, owner = $6,
 			replicas = $7, lost = $8, created_at = $9, updated_at = $10 WHERE id = $1`, a...)
-		if isUnique(err) {
+		if s.d.IsUnique(err) {
 			return errdefs.Conflict("another live ensemble is named %s", e.Name)
 		}
 		out = e
@@ -106,7 +104,7 @@ func (s *Store) UpdateEnsemble(ctx context.Context, id string, fn func(*api.Ense
 	return out, nil
 }
 
-func scanEnsemble(row scanner) (api.Ensemble, error) {
+func (s *Store) scanEnsemble(row Row) (api.Ensemble, error) {
 	var (
 		e                api.Ensemble
 		spec, replicas   string
@@ -114,11 +112,11 @@ func scanEnsemble(row scanner) (api.Ensemble, error) {
 		created, updated int64
 	)
 	err := row.Scan(&e.ID, &e.Name, &spec, &e.State, &e.Reason, &e.Owner, &replicas, &lost, &created, &updated)
-	if noRows(err) {
+	if s.d.NoRows(err) {
 		return api.Ensemble{}, errdefs.ErrNotFound
 	}
 	if err != nil {
-		return api.Ensemble{}, classify(err)
+		return api.Ensemble{}, s.d.Classify(err)
 	}
 	if err := json.Unmarshal([]byte(spec), &e.Spec); err != nil {
 		return api.Ensemble{}, fmt.Errorf("ensemble %s spec: %w", e.ID, err)

@@ -1,0 +1,94 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlstore"
+)
+
+// driver is the Store as sqlstore's Driver: the shared store's statements
+// run on SQLite through it.
+type driver struct{ s *Store }
+
+func (d driver) Write(ctx context.Context, fn func(sqlstore.Querier) error) error {
+	return classify(d.s.write(ctx, func(tx *sql.Tx) error { return fn(sqlQ{tx}) }))
+}
+
+func (d driver) Reader() sqlstore.Querier { return sqlQ{d.s.r} }
+func (d driver) Classify(err error) error { return classify(err) }
+func (d driver) IsUnique(err error) bool  { return isUnique(err) }
+func (d driver) NoRows(err error) bool    { return errors.Is(err, sql.ErrNoRows) }
+func (d driver) Now() time.Time           { return d.s.now() }
+
+// ForUpdate is empty: SQLite has one writer, whose transaction holds the
+// whole database.
+func (d driver) ForUpdate() string { return "" }
+
+// sqlQ runs sqlstore's statements, their $N placeholders rewritten.
+type sqlQ struct {
+	q interface {
+		querier
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	}
+}
+
+func (q sqlQ) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.q.ExecContext(ctx, rebind(query), args...)
+	if err != nil {
+		return 0, classify(err)
+	}
+	n, err := res.RowsAffected()
+	return n, classify(err)
+}
+
+func (q sqlQ) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	rows, err := q.q.QueryContext(ctx, rebind(query), args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return sqlRows{rows}, nil
+}
+
+func (q sqlQ) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	return q.q.QueryRowContext(ctx, rebind(query), args...)
+}
+
+// sqlRows is *sql.Rows with a Close that returns nothing, like pgx's.
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { r.Rows.Close() }
+
+// rebound caches rebind's results: the shared statements are a fixed set.
+var rebound sync.Map
+
+// rebind rewrites PostgreSQL's $N placeholders to SQLite's ?N (the same
+// numbered parameter), outside quoted strings.
+func rebind(query string) string {
+	if v, ok := rebound.Load(query); ok {
+		return v.(string)
+	}
+	var b strings.Builder
+	quote := byte(0)
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '$' && i+1 < len(query) && query[i+1] >= '0' && query[i+1] <= '9':
+			c = '?'
+		}
+		b.WriteByte(c)
+	}
+	out := b.String()
+	rebound.Store(query, out)
+	return out
+}

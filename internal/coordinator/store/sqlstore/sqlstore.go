@@ -1,0 +1,65 @@
+// Package sqlstore holds the store logic both SQL databases share, written
+// once over a small driver interface: each database package (sqlite,
+// postgres) keeps its connection, migrations, error classes and hot paths
+// (claims, LISTEN/NOTIFY) and embeds a Store for the rest.
+//
+// Statements here are written for both databases: placeholders are $1,
+// $2, ... (the SQLite driver rewrites them to ?1, ?2, ...), and what
+// differs goes through the Driver (a row lock's clause).
+package sqlstore
+
+import (
+	"context"
+	"time"
+)
+
+// Driver is what one SQL database gives the shared store.
+type Driver interface {
+	// Write runs fn in a write transaction, fenced by ctx's lease
+	// (store.WithFence) and run again where the database aborts it for a
+	// conflict it can resolve by retrying. Errors come back classified.
+	Write(ctx context.Context, fn func(Querier) error) error
+	// Reader runs reads outside a transaction.
+	Reader() Querier
+	// Classify gives a driver error its errdefs class; an error that has
+	// one keeps it.
+	Classify(err error) error
+	// IsUnique reports whether err is a unique or primary key clash.
+	IsUnique(err error) bool
+	// NoRows reports whether a QueryRow found nothing.
+	NoRows(err error) bool
+	// ForUpdate is the clause that locks the rows a SELECT in Write reads
+	// until it commits: " FOR UPDATE", or "" where writes are serial.
+	ForUpdate() string
+	// Now is the store's clock.
+	Now() time.Time
+}
+
+// Querier runs statements on a pool or in a transaction.
+type Querier interface {
+	// Exec runs a statement and returns how many rows it changed.
+	Exec(ctx context.Context, query string, args ...any) (int64, error)
+	Query(ctx context.Context, query string, args ...any) (Rows, error)
+	QueryRow(ctx context.Context, query string, args ...any) Row
+}
+
+// Rows is a query's result, read row by row.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// Row is a single row's result.
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// Store implements the store methods both databases share.
+type Store struct {
+	d Driver
+}
+
+// New returns the shared store over d.
+func New(d Driver) *Store { return &Store{d: d} }
