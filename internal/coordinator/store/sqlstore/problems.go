@@ -1,10 +1,8 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -18,8 +16,8 @@ func (s *Store) PutSuiteProblem(ctx context.Context, suiteID string, p api.Suite
 	if suiteID == "" || p.NodeID == "" {
 		return fmt.Errorf("put suite problem: %w", errdefs.Field("node_id", "suite and node are required"))
 	}
-	at := sqlrow.OrNow(p.At, s.now())
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	at := sqlrow.OrNow(p.At, s.d.Now())
+	err := s.d.Write(ctx, func(tx Querier) error {
 		_, err := tx.Exec(ctx, `INSERT INTO suite_problems (suite_id, node_id, stage, exit_code, reason, output_tail, at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7)
 			ON CONFLICT (suite_id, node_id) DO UPDATE SET stage = excluded.stage, exit_code = excluded.exit_code,
@@ -35,12 +33,12 @@ func (s *Store) PutSuiteProblem(ctx context.Context, suiteID string, p api.Suite
 
 // SuiteProblems lists problems by suite, node or both, newest first.
 func (s *Store) SuiteProblems(ctx context.Context, suiteID, nodeID string) ([]store.SuiteProblem, error) {
-	rows, err := s.pool.Query(ctx, `SELECT p.suite_id, p.node_id, n.name, p.stage, p.exit_code, p.reason, p.output_tail, p.at
+	rows, err := s.d.Reader().Query(ctx, `SELECT p.suite_id, p.node_id, n.name, p.stage, p.exit_code, p.reason, p.output_tail, p.at
 		FROM suite_problems p JOIN nodes n ON n.id = p.node_id
 		WHERE ($1 = '' OR p.suite_id = $1) AND ($2 = '' OR p.node_id = $2)
 		ORDER BY p.at DESC, p.node_id`, suiteID, nodeID)
 	if err != nil {
-		return nil, fmt.Errorf("list suite problems: %w", classify(err))
+		return nil, fmt.Errorf("list suite problems: %w", s.d.Classify(err))
 	}
 	defer rows.Close()
 	out := []store.SuiteProblem{}
@@ -49,20 +47,20 @@ func (s *Store) SuiteProblems(ctx context.Context, suiteID, nodeID string) ([]st
 		var reason, tail []byte
 		var at int64
 		if err := rows.Scan(&p.SuiteID, &p.NodeID, &p.NodeName, &p.Stage, &p.ExitCode, &reason, &tail, &at); err != nil {
-			return nil, fmt.Errorf("list suite problems: %w", classify(err))
+			return nil, fmt.Errorf("list suite problems: %w", s.d.Classify(err))
 		}
 		p.Reason, p.OutputTail, p.At = string(reason), string(tail), sqlrow.FromNanos(at)
 		out = append(out, p)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list suite problems: %w", classify(err))
+		return nil, fmt.Errorf("list suite problems: %w", s.d.Classify(err))
 	}
 	return out, nil
 }
 
 // ClearSuiteProblem forgets the problem of (suite, node); none is fine.
 func (s *Store) ClearSuiteProblem(ctx context.Context, suiteID, nodeID string) error {
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	err := s.d.Write(ctx, func(tx Querier) error {
 		_, err := tx.Exec(ctx, `DELETE FROM suite_problems WHERE suite_id = $1 AND node_id = $2`, suiteID, nodeID)
 		return err
 	})
@@ -79,9 +77,9 @@ const probePad = 4096
 // Probe rewrites the health row in a transaction of its own: it fails when
 // the database takes no writes (down, full, a read-only standby).
 func (s *Store) Probe(ctx context.Context) error {
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	err := s.d.Write(ctx, func(tx Querier) error {
 		_, err := tx.Exec(ctx, `INSERT INTO health_probe (id, at, pad) VALUES (1, $1, $2)
-			ON CONFLICT (id) DO UPDATE SET at = excluded.at, pad = excluded.pad`, s.now().UnixNano(), make([]byte, probePad))
+			ON CONFLICT (id) DO UPDATE SET at = excluded.at, pad = excluded.pad`, s.d.Now().UnixNano(), make([]byte, probePad))
 		return err
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 // CountNodes counts nodes by status, from the status index.
 func (s *Store) CountNodes(ctx context.Context) (map[string]int, error) {
-	out, err := countBy(ctx, s.r, `SELECT status, count(*) FROM nodes GROUP BY status`)
+	out, err := s.countBy(ctx, `SELECT status, count(*) FROM nodes GROUP BY status`)
 	if err != nil {
 		return nil, fmt.Errorf("count nodes: %w", err)
 	}
@@ -19,25 +19,26 @@ func (s *Store) CountNodes(ctx context.Context) (map[string]int, error) {
 // CountSuites counts suites by state, from the state index, and adds up the
 // task counts kept per suite in suite_counts: no task row is read.
 func (s *Store) CountSuites(ctx context.Context) (map[string]int, api.TaskCounts, error) {
-	suites, err := countBy(ctx, s.r, `SELECT state, count(*) FROM suites GROUP BY state`)
+	suites, err := s.countBy(ctx, `SELECT state, count(*) FROM suites GROUP BY state`)
 	if err != nil {
 		return nil, api.TaskCounts{}, fmt.Errorf("count suites: %w", err)
 	}
 	var c api.TaskCounts
-	err = s.r.QueryRowContext(ctx, `SELECT coalesce(sum(pending), 0), coalesce(sum(ready), 0), coalesce(sum(running), 0),
-		coalesce(sum(finished), 0), coalesce(sum(failed), 0), coalesce(sum(cancelled), 0) FROM suite_counts`).
+	err = s.d.Reader().QueryRow(ctx, `SELECT CAST(coalesce(sum(pending), 0) AS BIGINT), CAST(coalesce(sum(ready), 0) AS BIGINT),
+		CAST(coalesce(sum(running), 0) AS BIGINT), CAST(coalesce(sum(finished), 0) AS BIGINT), CAST(coalesce(sum(failed), 0) AS BIGINT),
+		CAST(coalesce(sum(cancelled), 0) AS BIGINT) FROM suite_counts`).
 		Scan(&c.Pending, &c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled)
 	if err != nil {
-		return nil, api.TaskCounts{}, fmt.Errorf("count tasks: %w", classify(err))
+		return nil, api.TaskCounts{}, fmt.Errorf("count tasks: %w", s.d.Classify(err))
 	}
 	return suites, c, nil
 }
 
 // countBy runs a query of (key, count) rows into a map.
-func countBy(ctx context.Context, q querier, query string) (map[string]int, error) {
-	rows, err := q.QueryContext(ctx, query)
+func (s *Store) countBy(ctx context.Context, query string) (map[string]int, error) {
+	rows, err := s.d.Reader().Query(ctx, query)
 	if err != nil {
-		return nil, classify(err)
+		return nil, s.d.Classify(err)
 	}
 	defer rows.Close()
 	out := map[string]int{}
@@ -45,9 +46,9 @@ func countBy(ctx context.Context, q querier, query string) (map[string]int, erro
 		var k string
 		var n int
 		if err := rows.Scan(&k, &n); err != nil {
-			return nil, classify(err)
+			return nil, s.d.Classify(err)
 		}
 		out[k] = n
 	}
-	return out, classify(rows.Err())
+	return out, s.d.Classify(rows.Err())
 }

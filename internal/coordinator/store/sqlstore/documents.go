@@ -1,31 +1,34 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlrow"
 )
 
 const documentColumns = `kind, name, body, version, created_at, updated_at`
 
-// PutDocument creates or replaces a document, bumping its version.
+// PutDocument creates or replaces a document, bumping its version, in one
+// statement: concurrent puts of one document each get a version of their own.
 func (s *Store) PutDocument(ctx context.Context, d store.Document) (store.Document, error) {
 	if d.Kind == "" || d.Name == "" {
 		return d, fmt.Errorf("put document: %w", errdefs.Field("name", "kind and name are required"))
 	}
-	now := s.now().UnixNano()
+	body := d.Body
+	if body == nil {
+		body = []byte{}
+	}
+	now := s.d.Now().UnixNano()
 	var out store.Document
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.d.Write(ctx, func(tx Querier) error {
 		var err error
-		out, err = scanDocument(tx.QueryRowContext(ctx, `INSERT INTO documents (`+documentColumns+`)
-			VALUES (?1, ?2, ?3, 1, ?4, ?4)
-			ON CONFLICT (kind, name) DO UPDATE SET body = excluded.body, version = version + 1, updated_at = excluded.updated_at
-			RETURNING `+documentColumns, d.Kind, d.Name, d.Body, now))
+		out, err = s.scanDocument(tx.QueryRow(ctx, `INSERT INTO documents AS d (`+documentColumns+`)
+			VALUES ($1, $2, $3, 1, $4, $4)
+			ON CONFLICT (kind, name) DO UPDATE SET body = excluded.body, version = d.version + 1, updated_at = excluded.updated_at
+			RETURNING `+documentColumns, d.Kind, d.Name, body, now))
 		return err
 	})
 	if err != nil {
@@ -36,7 +39,7 @@ func (s *Store) PutDocument(ctx context.Context, d store.Document) (store.Docume
 
 // GetDocument reads one document.
 func (s *Store) GetDocument(ctx context.Context, kind, name string) (store.Document, error) {
-	d, err := scanDocument(s.r.QueryRowContext(ctx, `SELECT `+documentColumns+` FROM documents WHERE kind = ? AND name = ?`, kind, name))
+	d, err := s.scanDocument(s.d.Reader().QueryRow(ctx, `SELECT `+documentColumns+` FROM documents WHERE kind = $1 AND name = $2`, kind, name))
 	if err != nil {
 		return d, fmt.Errorf("get %s %s: %w", kind, name, err)
 	}
@@ -51,34 +54,34 @@ func (s *Store) ListDocuments(ctx context.Context, kind string, p store.Page) ([
 			return nil, fmt.Errorf("list %ss: %w", kind, err)
 		}
 	}
-	lim, args := limitClause(p, []any{kind, after})
-	rows, err := s.r.QueryContext(ctx, `SELECT `+documentColumns+` FROM documents WHERE kind = ? AND name > ? ORDER BY name`+lim, args...)
+	a := args{kind, after}
+	rows, err := s.d.Reader().Query(ctx, `SELECT `+documentColumns+` FROM documents WHERE kind = $1 AND name > $2 ORDER BY name`+a.limit(p), a...)
 	if err != nil {
-		return nil, fmt.Errorf("list %ss: %w", kind, classify(err))
+		return nil, fmt.Errorf("list %ss: %w", kind, s.d.Classify(err))
 	}
 	defer rows.Close()
 	out := []store.Document{}
 	for rows.Next() {
-		d, err := scanDocument(rows)
+		d, err := s.scanDocument(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list %ss: %w", kind, err)
 		}
 		out = append(out, d)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list %ss: %w", kind, s.d.Classify(err))
+	}
+	return out, nil
 }
 
 // DeleteDocument removes a document.
 func (s *Store) DeleteDocument(ctx context.Context, kind, name string) error {
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM documents WHERE kind = ? AND name = ?`, kind, name)
+	err := s.d.Write(ctx, func(tx Querier) error {
+		n, err := tx.Exec(ctx, `DELETE FROM documents WHERE kind = $1 AND name = $2`, kind, name)
 		if err != nil {
-			return classify(err)
+			return err
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return errdefs.ErrNotFound
-		}
-		return nil
+		return mustAffect(n)
 	})
 	if err != nil {
 		return fmt.Errorf("delete %s %s: %w", kind, name, err)
@@ -86,16 +89,19 @@ func (s *Store) DeleteDocument(ctx context.Context, kind, name string) error {
 	return nil
 }
 
-func scanDocument(row scanner) (store.Document, error) {
+func (s *Store) scanDocument(row Row) (store.Document, error) {
 	var d store.Document
 	var created, updated int64
 	err := row.Scan(&d.Kind, &d.Name, &d.Body, &d.Version, &created, &updated)
-	if errors.Is(err, sql.ErrNoRows) {
+	if s.d.NoRows(err) {
 		return d, errdefs.ErrNotFound
 	}
 	if err != nil {
-		return d, classify(err)
+		return d, s.d.Classify(err)
 	}
-	d.CreatedAt, d.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, updated).UTC()
+	if d.Body == nil {
+		d.Body = []byte{}
+	}
+	d.CreatedAt, d.UpdatedAt = sqlrow.FromNanos(created), sqlrow.FromNanos(updated)
 	return d, nil
 }

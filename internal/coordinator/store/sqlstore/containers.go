@@ -1,12 +1,10 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -18,8 +16,8 @@ func (s *Store) PutContainers(ctx context.Context, nodeID string, cs []api.Conta
 	if nodeID == "" {
 		return fmt.Errorf("put containers: %w", errdefs.Field("node", "required"))
 	}
-	now := s.now().UnixNano()
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	now := s.d.Now().UnixNano()
+	err := s.d.Write(ctx, func(tx Querier) error {
 		for i, c := range cs {
 			if c.Job.ID == "" || c.Status == "" {
 				return errdefs.Field(fmt.Sprintf("containers[%d]", i), "job id and status are required")
@@ -88,16 +86,16 @@ func (s *Store) FindContainer(ctx context.Context, id string) ([]api.Container, 
 }
 
 func (s *Store) containers(ctx context.Context, q string, a ...any) ([]api.Container, error) {
-	rows, err := s.pool.Query(ctx, q, a...)
+	rows, err := s.d.Reader().Query(ctx, q, a...)
 	if err != nil {
-		return nil, classify(err)
+		return nil, s.d.Classify(err)
 	}
 	defer rows.Close()
 	out := []api.Container{}
 	for rows.Next() {
 		var rec string
 		if err := rows.Scan(&rec); err != nil {
-			return nil, classify(err)
+			return nil, s.d.Classify(err)
 		}
 		var c api.Container
 		if err := json.Unmarshal([]byte(rec), &c); err != nil {
@@ -105,17 +103,17 @@ func (s *Store) containers(ctx context.Context, q string, a ...any) ([]api.Conta
 		}
 		out = append(out, c)
 	}
-	return out, classify(rows.Err())
+	return out, s.d.Classify(rows.Err())
 }
 
 // DeleteContainer forgets one report.
 func (s *Store) DeleteContainer(ctx context.Context, nodeID, id string) error {
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM containers WHERE node_id = $1 AND id = $2`, nodeID, id)
+	err := s.d.Write(ctx, func(tx Querier) error {
+		n, err := tx.Exec(ctx, `DELETE FROM containers WHERE node_id = $1 AND id = $2`, nodeID, id)
 		if err != nil {
 			return err
 		}
-		return mustAffect(tag)
+		return mustAffect(n)
 	})
 	if err != nil {
 		return fmt.Errorf("delete container %s on node %s: %w", id, nodeID, err)
