@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
@@ -13,6 +14,16 @@ type args []any
 func (a *args) add(v any) string {
 	*a = append(*a, v)
 	return "$" + strconv.Itoa(len(*a))
+}
+
+// list adds each value and is the parenthesized list of their
+// placeholders, for IN: "($3, $4)".
+func list[T any](a *args, vs []T) string {
+	ps := make([]string, len(vs))
+	for i, v := range vs {
+		ps[i] = a.add(v)
+	}
+	return "(" + strings.Join(ps, ", ") + ")"
 }
 
 // limit is the LIMIT of a page (none when it has no limit).

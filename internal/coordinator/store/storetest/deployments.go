@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -23,6 +24,12 @@ func testDeployments(t *testing.T, s store.Store) {
 	dup.ID = "d2"
 	if err := s.CreateDeployment(ctx, dup); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("CreateDeployment with a live name = %v, want conflict", err)
+	}
+	// A taken ID says so, whatever the name.
+	again := d
+	again.Name = "web-other"
+	if err := s.CreateDeployment(ctx, again); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "id d1 is taken") {
+		t.Errorf("CreateDeployment with a taken ID = %v, want a conflict saying the id is taken", err)
 	}
 	got, err := s.UpdateDeployment(ctx, "d1", func(d *store.Deployment) error {
 		d.State, d.ResourceID, d.Executors, d.MachineID = "running", "abc123", []string{"exec:docker"}, "5e1f00d"

@@ -1,10 +1,9 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -21,14 +20,14 @@ func (s *Store) CreatePoolMachine(ctx context.Context, m store.PoolMachine, d st
 	if m.ID == "" || m.Pool == "" || m.State == "" {
 		return fmt.Errorf("create pool machine: %w", errdefs.Field("machine", "id, pool and state are required"))
 	}
-	now := s.now()
+	now := s.d.Now()
 	m.CreatedAt, m.UpdatedAt = sqlrow.OrNow(m.CreatedAt, now), now
 	d.CreatedAt, d.UpdatedAt = sqlrow.OrNow(d.CreatedAt, now), now
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		if err := insertDeployment(ctx, tx, d); err != nil {
+	err := s.d.Write(ctx, func(tx Querier) error {
+		if err := s.insertDeployment(ctx, tx, d); err != nil {
 			return err
 		}
-		return insertPoolMachine(ctx, tx, m)
+		return s.insertPoolMachine(ctx, tx, m)
 	})
 	if err != nil {
 		return fmt.Errorf("create machine %s of pool %s: %w", m.ID, m.Pool, err)
@@ -36,20 +35,21 @@ func (s *Store) CreatePoolMachine(ctx context.Context, m store.PoolMachine, d st
 	return nil
 }
 
-func insertPoolMachine(ctx context.Context, tx *sql.Tx, m store.PoolMachine) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO pool_machines (`+poolMachineColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+func (s *Store) insertPoolMachine(ctx context.Context, tx Querier, m store.PoolMachine) error {
+	_, err := tx.Exec(ctx, `INSERT INTO pool_machines (`+poolMachineColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
 		m.ID, m.Pool, m.Template, m.Provider, m.State, m.StateReason, m.DeploymentID, m.NodeID,
 		m.CPUs, m.MemoryMB, m.CreatedAt.UnixNano(), sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano(),
 		sqlrow.ZeroNano(m.DeliveredAt))
-	if isUnique(err) {
+	if s.d.IsUnique(err) {
 		return errdefs.Conflict("pool machine %s exists", m.ID)
 	}
-	return classify(err)
+	return err
 }
 
 // GetPoolMachine reads one machine.
 func (s *Store) GetPoolMachine(ctx context.Context, id string) (store.PoolMachine, error) {
-	m, err := scanPoolMachine(s.r.QueryRowContext(ctx, `SELECT `+poolMachineColumns+` FROM pool_machines WHERE id = ?`, id))
+	m, err := s.scanPoolMachine(s.d.Reader().QueryRow(ctx, `SELECT `+poolMachineColumns+` FROM pool_machines WHERE id = $1`, id))
 	if err != nil {
 		return m, fmt.Errorf("get pool machine %s: %w", id, err)
 	}
@@ -58,15 +58,13 @@ func (s *Store) GetPoolMachine(ctx context.Context, id string) (store.PoolMachin
 
 // ListPoolMachines lists machines oldest first.
 func (s *Store) ListPoolMachines(ctx context.Context, f store.PoolMachineFilter) ([]store.PoolMachine, error) {
-	q := `SELECT ` + poolMachineColumns + ` FROM pool_machines WHERE 1=1`
-	var args []any
+	var where []string
+	var a args
 	if f.Pool != "" {
-		q += ` AND pool = ?`
-		args = append(args, f.Pool)
+		where = append(where, `pool = `+a.add(f.Pool))
 	}
 	if f.Live {
-		q += ` AND state NOT IN (?, ?)`
-		args = append(args, api.MachineGone, api.MachineFailed)
+		where = append(where, `state NOT IN (`+a.add(api.MachineGone)+`, `+a.add(api.MachineFailed)+`)`)
 	}
 	if f.After != "" {
 		var created int64
@@ -74,32 +72,39 @@ func (s *Store) ListPoolMachines(ctx context.Context, f store.PoolMachineFilter)
 		if err := store.DecodeCursor(f.After, &created, &id); err != nil {
 			return nil, fmt.Errorf("list pool machines: %w", err)
 		}
-		q += ` AND (created_at, id) > (?, ?)`
-		args = append(args, created, id)
+		where = append(where, `(created_at, id) > (`+a.add(created)+`, `+a.add(id)+`)`)
 	}
-	lim, args := limitClause(f.Page, args)
-	rows, err := s.r.QueryContext(ctx, q+` ORDER BY created_at, id`+lim, args...)
+	q := `SELECT ` + poolMachineColumns + ` FROM pool_machines`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	rows, err := s.d.Reader().Query(ctx, q+` ORDER BY created_at, id`+a.limit(f.Page), a...)
 	if err != nil {
-		return nil, fmt.Errorf("list pool machines: %w", classify(err))
+		return nil, fmt.Errorf("list pool machines: %w", s.d.Classify(err))
 	}
 	defer rows.Close()
 	out := []store.PoolMachine{}
 	for rows.Next() {
-		m, err := scanPoolMachine(rows)
+		m, err := s.scanPoolMachine(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list pool machines: %w", err)
 		}
 		out = append(out, m)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list pool machines: %w", s.d.Classify(err))
+	}
+	return out, nil
 }
 
-// UpdatePoolMachine applies fn to a machine in one transaction.
+// UpdatePoolMachine applies fn to a machine in one transaction, with its
+// row locked. fn may run again if the database aborts the transaction to break
+// a deadlock.
 func (s *Store) UpdatePoolMachine(ctx context.Context, id string, fn func(*store.PoolMachine) error) (store.PoolMachine, error) {
 	var m store.PoolMachine
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.d.Write(ctx, func(tx Querier) error {
 		var err error
-		m, err = scanPoolMachine(tx.QueryRowContext(ctx, `SELECT `+poolMachineColumns+` FROM pool_machines WHERE id = ?`, id))
+		m, err = s.scanPoolMachine(tx.QueryRow(ctx, `SELECT `+poolMachineColumns+` FROM pool_machines WHERE id = $1`+s.d.ForUpdate(), id))
 		if err != nil {
 			return err
 		}
@@ -109,13 +114,13 @@ func (s *Store) UpdatePoolMachine(ctx context.Context, id string, fn func(*store
 		if m.ID != id {
 			return errdefs.Field("id", "cannot change")
 		}
-		m.UpdatedAt = s.now()
-		_, err = tx.ExecContext(ctx, `UPDATE pool_machines SET state = ?, state_reason = ?, deployment_id = ?, node_id = ?,
-			cpus = ?, memory_mb = ?, launched_at = ?, ready_at = ?, busy_at = ?, updated_at = ?, delivered_at = ? WHERE id = ?`,
+		m.UpdatedAt = s.d.Now()
+		_, err = tx.Exec(ctx, `UPDATE pool_machines SET state = $1, state_reason = $2, deployment_id = $3, node_id = $4,
+			cpus = $5, memory_mb = $6, launched_at = $7, ready_at = $8, busy_at = $9, updated_at = $10, delivered_at = $11 WHERE id = $12`,
 			m.State, m.StateReason, m.DeploymentID, m.NodeID, m.CPUs, m.MemoryMB,
 			sqlrow.ZeroNano(m.LaunchedAt), sqlrow.ZeroNano(m.ReadyAt), sqlrow.ZeroNano(m.BusyAt), m.UpdatedAt.UnixNano(),
 			sqlrow.ZeroNano(m.DeliveredAt), id)
-		return classify(err)
+		return err
 	})
 	if err != nil {
 		return m, fmt.Errorf("update pool machine %s: %w", id, err)
@@ -125,14 +130,10 @@ func (s *Store) UpdatePoolMachine(ctx context.Context, id string, fn func(*store
 
 // DeletePoolMachines forgets a pool's ended machines.
 func (s *Store) DeletePoolMachines(ctx context.Context, pool string, cutoff time.Time) error {
-	before := int64(1<<63 - 1)
-	if !cutoff.IsZero() {
-		before = cutoff.UnixNano()
-	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM pool_machines WHERE pool = ? AND state IN (?, ?) AND updated_at < ?`,
-			pool, api.MachineGone, api.MachineFailed, before)
-		return classify(err)
+	err := s.d.Write(ctx, func(tx Querier) error {
+		_, err := tx.Exec(ctx, `DELETE FROM pool_machines WHERE pool = $1 AND state IN ($2, $3) AND updated_at < $4`,
+			pool, api.MachineGone, api.MachineFailed, before(cutoff))
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("delete machines of pool %s: %w", pool, err)
@@ -140,38 +141,44 @@ func (s *Store) DeletePoolMachines(ctx context.Context, pool string, cutoff time
 	return nil
 }
 
+// before is cutoff in unix nanoseconds; a zero cutoff is after everything.
+func before(cutoff time.Time) int64 {
+	if cutoff.IsZero() {
+		return 1<<63 - 1
+	}
+	return cutoff.UnixNano()
+}
+
 // AddPoolEvent appends a decision.
 func (s *Store) AddPoolEvent(ctx context.Context, e api.PoolEvent) (api.PoolEvent, error) {
 	if e.Pool == "" || e.Kind == "" {
 		return e, fmt.Errorf("add pool event: %w", errdefs.Field("event", "pool and kind are required"))
 	}
-	e.At = sqlrow.OrNow(e.At, s.now())
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, `INSERT INTO pool_events (pool, machine, at, kind, message) VALUES (?,?,?,?,?) RETURNING id`,
+	e.At = sqlrow.OrNow(e.At, s.d.Now())
+	err := s.d.Write(ctx, func(tx Querier) error {
+		return tx.QueryRow(ctx, `INSERT INTO pool_events (pool, machine, at, kind, message) VALUES ($1, $2, $3, $4, $5) RETURNING id`,
 			e.Pool, e.Machine, e.At.UnixNano(), e.Kind, e.Message).Scan(&e.ID)
 	})
 	if err != nil {
-		return e, fmt.Errorf("add event of pool %s: %w", e.Pool, classify(err))
+		return e, fmt.Errorf("add event of pool %s: %w", e.Pool, err)
 	}
 	return e, nil
 }
 
 // PoolEvents lists a pool's events oldest first.
 func (s *Store) PoolEvents(ctx context.Context, pool string, p store.Page) ([]api.PoolEvent, error) {
-	q := `SELECT id, pool, machine, at, kind, message FROM pool_events WHERE pool = ?`
-	args := []any{pool}
+	a := args{pool}
+	q := `SELECT id, pool, machine, at, kind, message FROM pool_events WHERE pool = $1`
 	if p.After != "" {
 		var id int64
 		if err := store.DecodeCursor(p.After, &id); err != nil {
 			return nil, fmt.Errorf("list events of pool %s: %w", pool, err)
 		}
-		q += ` AND id > ?`
-		args = append(args, id)
+		q += ` AND id > ` + a.add(id)
 	}
-	lim, args := limitClause(p, args)
-	rows, err := s.r.QueryContext(ctx, q+` ORDER BY id`+lim, args...)
+	rows, err := s.d.Reader().Query(ctx, q+` ORDER BY id`+a.limit(p), a...)
 	if err != nil {
-		return nil, fmt.Errorf("list events of pool %s: %w", pool, classify(err))
+		return nil, fmt.Errorf("list events of pool %s: %w", pool, s.d.Classify(err))
 	}
 	defer rows.Close()
 	out := []api.PoolEvent{}
@@ -179,23 +186,22 @@ func (s *Store) PoolEvents(ctx context.Context, pool string, p store.Page) ([]ap
 		var e api.PoolEvent
 		var at int64
 		if err := rows.Scan(&e.ID, &e.Pool, &e.Machine, &at, &e.Kind, &e.Message); err != nil {
-			return nil, fmt.Errorf("list events of pool %s: %w", pool, classify(err))
+			return nil, fmt.Errorf("list events of pool %s: %w", pool, s.d.Classify(err))
 		}
-		e.At = time.Unix(0, at).UTC()
+		e.At = sqlrow.FromNanos(at)
 		out = append(out, e)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list events of pool %s: %w", pool, s.d.Classify(err))
+	}
+	return out, nil
 }
 
 // DeletePoolEvents forgets a pool's events from before cutoff.
 func (s *Store) DeletePoolEvents(ctx context.Context, pool string, cutoff time.Time) error {
-	before := int64(1<<63 - 1)
-	if !cutoff.IsZero() {
-		before = cutoff.UnixNano()
-	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM pool_events WHERE pool = ? AND at < ?`, pool, before)
-		return classify(err)
+	err := s.d.Write(ctx, func(tx Querier) error {
+		_, err := tx.Exec(ctx, `DELETE FROM pool_events WHERE pool = $1 AND at < $2`, pool, before(cutoff))
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("delete events of pool %s: %w", pool, err)
@@ -203,18 +209,18 @@ func (s *Store) DeletePoolEvents(ctx context.Context, pool string, cutoff time.T
 	return nil
 }
 
-func scanPoolMachine(row scanner) (store.PoolMachine, error) {
+func (s *Store) scanPoolMachine(row Row) (store.PoolMachine, error) {
 	var m store.PoolMachine
 	var created, launched, ready, busy, updated, delivered int64
 	err := row.Scan(&m.ID, &m.Pool, &m.Template, &m.Provider, &m.State, &m.StateReason, &m.DeploymentID, &m.NodeID,
 		&m.CPUs, &m.MemoryMB, &created, &launched, &ready, &busy, &updated, &delivered)
-	if errors.Is(err, sql.ErrNoRows) {
+	if s.d.NoRows(err) {
 		return m, errdefs.ErrNotFound
 	}
 	if err != nil {
-		return m, classify(err)
+		return m, s.d.Classify(err)
 	}
-	m.CreatedAt, m.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, updated).UTC()
+	m.CreatedAt, m.UpdatedAt = sqlrow.FromNanos(created), sqlrow.FromNanos(updated)
 	m.LaunchedAt, m.ReadyAt, m.BusyAt = sqlrow.NanoTime(launched), sqlrow.NanoTime(ready), sqlrow.NanoTime(busy)
 	m.DeliveredAt = sqlrow.NanoTime(delivered)
 	return m, nil

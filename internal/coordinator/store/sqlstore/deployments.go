@@ -1,4 +1,4 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
@@ -21,10 +19,10 @@ func (s *Store) CreateDeployment(ctx context.Context, d store.Deployment) error 
 	if d.ID == "" || d.Provider == "" || d.Name == "" || d.State == "" {
 		return fmt.Errorf("create deployment: %w", errdefs.Field("deployment", "id, provider, name and state are required"))
 	}
-	now := s.now()
+	now := s.d.Now()
 	d.CreatedAt, d.UpdatedAt = sqlrow.OrNow(d.CreatedAt, now), now
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		return insertDeployment(ctx, tx, d)
+	err := s.d.Write(ctx, func(tx Querier) error {
+		return s.insertDeployment(ctx, tx, d)
 	})
 	if err != nil {
 		return fmt.Errorf("create deployment %s: %w", d.Name, err)
@@ -32,18 +30,25 @@ func (s *Store) CreateDeployment(ctx context.Context, d store.Deployment) error 
 	return nil
 }
 
-func insertDeployment(ctx context.Context, tx pgx.Tx, d store.Deployment) error {
+func (s *Store) insertDeployment(ctx context.Context, tx Querier, d store.Deployment) error {
 	executors, extra, labels, err := sqlrow.DeploymentJSON(d)
 	if err != nil {
 		return err
 	}
+	// A clash on the ID is told apart before the insert: a failed
+	// statement ends a PostgreSQL transaction, and SQLite's errors do not
+	// name the constraint.
+	var taken int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM deployments WHERE id = $1`, d.ID).Scan(&taken); err != nil {
+		return err
+	}
+	if taken > 0 {
+		return errdefs.Conflict("deployment id %s is taken", d.ID)
+	}
 	_, err = tx.Exec(ctx, `INSERT INTO deployments (`+deploymentColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 		d.ID, d.Provider, d.ResourceID, d.Name, d.Template, d.State, d.StateReason, d.Address,
 		executors, extra, labels, d.NodeID, d.CreatedAt.UnixNano(), d.UpdatedAt.UnixNano(), d.MachineID)
-	if isUnique(err) {
-		if constraint(err) == "deployments_pkey" {
-			return errdefs.Conflict("deployment id %s is taken", d.ID)
-		}
+	if s.d.IsUnique(err) {
 		return errdefs.Conflict("a live %s deployment is already named %s", d.Provider, d.Name)
 	}
 	return err
@@ -51,7 +56,7 @@ func insertDeployment(ctx context.Context, tx pgx.Tx, d store.Deployment) error 
 
 // GetDeployment reads one deployment.
 func (s *Store) GetDeployment(ctx context.Context, id string) (store.Deployment, error) {
-	d, err := scanDeployment(s.pool.QueryRow(ctx, `SELECT `+deploymentColumns+` FROM deployments WHERE id = $1`, id))
+	d, err := s.scanDeployment(s.d.Reader().QueryRow(ctx, `SELECT `+deploymentColumns+` FROM deployments WHERE id = $1`, id))
 	if err != nil {
 		return d, fmt.Errorf("get deployment %s: %w", id, err)
 	}
@@ -66,7 +71,7 @@ func (s *Store) ListDeployments(ctx context.Context, f store.DeploymentFilter) (
 		where = append(where, `provider = `+a.add(f.Provider))
 	}
 	if len(f.States) > 0 {
-		where = append(where, `state = ANY(`+a.add(f.States)+`)`)
+		where = append(where, `state IN `+list(&a, f.States))
 	}
 	if f.NodeID != "" {
 		where = append(where, `node_id = `+a.add(f.NodeID))
@@ -83,33 +88,33 @@ func (s *Store) ListDeployments(ctx context.Context, f store.DeploymentFilter) (
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	rows, err := s.pool.Query(ctx, q+` ORDER BY created_at, id`+a.limit(f.Page), a...)
+	rows, err := s.d.Reader().Query(ctx, q+` ORDER BY created_at, id`+a.limit(f.Page), a...)
 	if err != nil {
-		return nil, fmt.Errorf("list deployments: %w", classify(err))
+		return nil, fmt.Errorf("list deployments: %w", s.d.Classify(err))
 	}
 	defer rows.Close()
 	out := []store.Deployment{}
 	for rows.Next() {
-		d, err := scanDeployment(rows)
+		d, err := s.scanDeployment(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list deployments: %w", err)
 		}
 		out = append(out, d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list deployments: %w", classify(err))
+		return nil, fmt.Errorf("list deployments: %w", s.d.Classify(err))
 	}
 	return out, nil
 }
 
 // UpdateDeployment applies fn to a deployment in one transaction, with its
-// row locked. fn runs again if PostgreSQL aborts the transaction to break
-// a deadlock.
+// row locked. fn may run again if the database aborts the transaction to
+// break a deadlock.
 func (s *Store) UpdateDeployment(ctx context.Context, id string, fn func(*store.Deployment) error) (store.Deployment, error) {
 	var d store.Deployment
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	err := s.d.Write(ctx, func(tx Querier) error {
 		var err error
-		d, err = scanDeployment(tx.QueryRow(ctx, `SELECT `+deploymentColumns+` FROM deployments WHERE id = $1 FOR UPDATE`, id))
+		d, err = s.scanDeployment(tx.QueryRow(ctx, `SELECT `+deploymentColumns+` FROM deployments WHERE id = $1`+s.d.ForUpdate(), id))
 		if err != nil {
 			return err
 		}
@@ -119,7 +124,7 @@ func (s *Store) UpdateDeployment(ctx context.Context, id string, fn func(*store.
 		if d.ID != id {
 			return errdefs.Field("id", "cannot change")
 		}
-		d.UpdatedAt = s.now()
+		d.UpdatedAt = s.d.Now()
 		executors, extra, labels, err := sqlrow.DeploymentJSON(d)
 		if err != nil {
 			return err
@@ -130,7 +135,7 @@ func (s *Store) UpdateDeployment(ctx context.Context, id string, fn func(*store.
 			WHERE id = $1`,
 			d.ID, d.Provider, d.ResourceID, d.Name, d.Template, d.State, d.StateReason, d.Address,
 			executors, extra, labels, d.NodeID, d.CreatedAt.UnixNano(), d.UpdatedAt.UnixNano(), d.MachineID)
-		if isUnique(err) {
+		if s.d.IsUnique(err) {
 			return errdefs.Conflict("a live %s deployment is already named %s", d.Provider, d.Name)
 		}
 		return err
@@ -143,13 +148,13 @@ func (s *Store) UpdateDeployment(ctx context.Context, id string, fn func(*store.
 
 // LinkDeploymentNode records the node whose agent runs on the machine.
 func (s *Store) LinkDeploymentNode(ctx context.Context, deploymentID, nodeID string) error {
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE deployments SET node_id = $1, updated_at = $2 WHERE id = $3`,
-			nodeID, s.now().UnixNano(), deploymentID)
+	err := s.d.Write(ctx, func(tx Querier) error {
+		n, err := tx.Exec(ctx, `UPDATE deployments SET node_id = $1, updated_at = $2 WHERE id = $3`,
+			nodeID, s.d.Now().UnixNano(), deploymentID)
 		if err != nil {
 			return err
 		}
-		return mustAffect(tag)
+		return mustAffect(n)
 	})
 	if err != nil {
 		return fmt.Errorf("link deployment %s to node %s: %w", deploymentID, nodeID, err)
@@ -159,12 +164,12 @@ func (s *Store) LinkDeploymentNode(ctx context.Context, deploymentID, nodeID str
 
 // DeleteDeployment forgets a deployment.
 func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM deployments WHERE id = $1`, id)
+	err := s.d.Write(ctx, func(tx Querier) error {
+		n, err := tx.Exec(ctx, `DELETE FROM deployments WHERE id = $1`, id)
 		if err != nil {
 			return err
 		}
-		return mustAffect(tag)
+		return mustAffect(n)
 	})
 	if err != nil {
 		return fmt.Errorf("delete deployment %s: %w", id, err)
@@ -172,17 +177,17 @@ func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
 	return nil
 }
 
-func scanDeployment(row scanner) (store.Deployment, error) {
+func (s *Store) scanDeployment(row Row) (store.Deployment, error) {
 	var d store.Deployment
 	var executors, extra, labels string
 	var created, updated int64
 	err := row.Scan(&d.ID, &d.Provider, &d.ResourceID, &d.Name, &d.Template, &d.State, &d.StateReason,
 		&d.Address, &executors, &extra, &labels, &d.NodeID, &created, &updated, &d.MachineID)
-	if noRows(err) {
+	if s.d.NoRows(err) {
 		return d, errdefs.ErrNotFound
 	}
 	if err != nil {
-		return d, classify(err)
+		return d, s.d.Classify(err)
 	}
 	if err := errors.Join(json.Unmarshal([]byte(executors), &d.Executors), json.Unmarshal([]byte(extra), &d.Extra),
 		json.Unmarshal([]byte(labels), &d.Labels)); err != nil {
