@@ -17,12 +17,16 @@ func (d driver) Write(ctx context.Context, fn func(sqlstore.Querier) error) erro
 	return d.s.write(ctx, func(tx pgx.Tx) error { return fn(pgQuerier{tx}) })
 }
 
-func (d driver) Reader() sqlstore.Querier { return pgQuerier{d.s.pool} }
-func (d driver) Classify(err error) error { return classify(err) }
-func (d driver) IsUnique(err error) bool  { return isUnique(err) }
-func (d driver) NoRows(err error) bool    { return noRows(err) }
-func (d driver) ForUpdate() string        { return " FOR UPDATE" }
-func (d driver) Now() time.Time           { return d.s.now() }
+func (d driver) Read(ctx context.Context, fn func(sqlstore.Querier) error) error {
+	return d.s.read(ctx, func(tx pgx.Tx) error { return fn(pgQuerier{tx}) })
+}
+
+func (d driver) Reader() sqlstore.Querier  { return pgQuerier{d.s.pool} }
+func (d driver) Classify(err error) error  { return classify(err) }
+func (d driver) IsUnique(err error) bool   { return isUnique(err) }
+func (d driver) NoRows(err error) bool     { return noRows(err) }
+func (d driver) Lock(clause string) string { return " " + clause }
+func (d driver) Now() time.Time            { return d.s.now() }
 
 // pgQuerier runs sqlstore's statements on a pool or a transaction.
 type pgQuerier struct{ q querier }

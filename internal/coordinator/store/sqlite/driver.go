@@ -25,9 +25,20 @@ func (d driver) IsUnique(err error) bool  { return isUnique(err) }
 func (d driver) NoRows(err error) bool    { return errors.Is(err, sql.ErrNoRows) }
 func (d driver) Now() time.Time           { return d.s.now() }
 
-// ForUpdate is empty: SQLite has one writer, whose transaction holds the
-// whole database.
-func (d driver) ForUpdate() string { return "" }
+// Lock is empty: SQLite has one writer, whose transaction holds the whole
+// database.
+func (d driver) Lock(string) string { return "" }
+
+// Read runs fn in a read-only transaction on the readers' pool: WAL gives
+// it one snapshot, beside the writer.
+func (d driver) Read(ctx context.Context, fn func(sqlstore.Querier) error) error {
+	tx, err := d.s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return classify(err)
+	}
+	defer tx.Rollback()
+	return classify(fn(sqlQ{tx}))
+}
 
 // sqlQ runs sqlstore's statements, their $N placeholders rewritten.
 type sqlQ struct {

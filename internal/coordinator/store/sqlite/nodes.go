@@ -40,7 +40,7 @@ func (s *Store) JoinNode(ctx context.Context, tokenID string, now time.Time, n s
 	var out store.Node
 	var tokenErr error // why the token was refused, if it was
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		if _, tokenErr = useJoinToken(ctx, tx, tokenID, now); tokenErr != nil {
+		if _, tokenErr = s.Store.UseJoinTokenTx(ctx, sqlQ{tx}, tokenID, now); tokenErr != nil {
 			return tokenErr
 		}
 		var err error

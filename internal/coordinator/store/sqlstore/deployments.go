@@ -114,7 +114,7 @@ func (s *Store) UpdateDeployment(ctx context.Context, id string, fn func(*store.
 	var d store.Deployment
 	err := s.d.Write(ctx, func(tx Querier) error {
 		var err error
-		d, err = s.scanDeployment(tx.QueryRow(ctx, `SELECT `+deploymentColumns+` FROM deployments WHERE id = $1`+s.d.ForUpdate(), id))
+		d, err = s.scanDeployment(tx.QueryRow(ctx, `SELECT `+deploymentColumns+` FROM deployments WHERE id = $1`+s.d.Lock("FOR UPDATE"), id))
 		if err != nil {
 			return err
 		}

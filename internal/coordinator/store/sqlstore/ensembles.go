@@ -78,7 +78,7 @@ func (s *Store) ListEnsembles(ctx context.Context, all bool) ([]api.Ensemble, er
 func (s *Store) UpdateEnsemble(ctx context.Context, id string, fn func(*api.Ensemble) error) (api.Ensemble, error) {
 	var out api.Ensemble
 	err := s.d.Write(ctx, func(tx Querier) error {
-		e, err := s.scanEnsemble(tx.QueryRow(ctx, `SELECT `+ensembleColumns+` FROM ensembles WHERE id = $1`+s.d.ForUpdate(), id))
+		e, err := s.scanEnsemble(tx.QueryRow(ctx, `SELECT `+ensembleColumns+` FROM ensembles WHERE id = $1`+s.d.Lock("FOR UPDATE"), id))
 		if err != nil {
 			return err
 		}

@@ -104,7 +104,7 @@ func (s *Store) UpdatePoolMachine(ctx context.Context, id string, fn func(*store
 	var m store.PoolMachine
 	err := s.d.Write(ctx, func(tx Querier) error {
 		var err error
-		m, err = s.scanPoolMachine(tx.QueryRow(ctx, `SELECT `+poolMachineColumns+` FROM pool_machines WHERE id = $1`+s.d.ForUpdate(), id))
+		m, err = s.scanPoolMachine(tx.QueryRow(ctx, `SELECT `+poolMachineColumns+` FROM pool_machines WHERE id = $1`+s.d.Lock("FOR UPDATE"), id))
 		if err != nil {
 			return err
 		}

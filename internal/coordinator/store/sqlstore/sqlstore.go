@@ -19,6 +19,8 @@ type Driver interface {
 	// (store.WithFence) and run again where the database aborts it for a
 	// conflict it can resolve by retrying. Errors come back classified.
 	Write(ctx context.Context, fn func(Querier) error) error
+	// Read runs fn in a read-only transaction that sees one snapshot.
+	Read(ctx context.Context, fn func(Querier) error) error
 	// Reader runs reads outside a transaction.
 	Reader() Querier
 	// Classify gives a driver error its errdefs class; an error that has
@@ -28,9 +30,10 @@ type Driver interface {
 	IsUnique(err error) bool
 	// NoRows reports whether a QueryRow found nothing.
 	NoRows(err error) bool
-	// ForUpdate is the clause that locks the rows a SELECT in Write reads
-	// until it commits: " FOR UPDATE", or "" where writes are serial.
-	ForUpdate() string
+	// Lock is a row-locking clause for a SELECT in Write, such as
+	// Lock("FOR UPDATE"): the clause where the database locks rows, ""
+	// where writes are serial anyway.
+	Lock(clause string) string
 	// Now is the store's clock.
 	Now() time.Time
 }
