@@ -1,10 +1,8 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlrow"
@@ -16,8 +14,8 @@ import (
 // still appear (and be skipped by an ack of n+1).
 func (s *Store) Enqueue(ctx context.Context, nodeID, method string, body []byte) (store.Notification, error) {
 	nt := store.Notification{NodeID: nodeID, Method: method, Body: append([]byte{}, body...)}
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		if err := nodeExists(ctx, tx, nodeID); err != nil {
+	err := s.d.Write(ctx, func(tx Querier) error {
+		if err := s.nodeExists(ctx, tx, nodeID); err != nil {
 			return err
 		}
 		err := tx.QueryRow(ctx, `INSERT INTO notification_seqs AS n (node_id, last_seq) VALUES ($1, 1)
@@ -26,7 +24,7 @@ func (s *Store) Enqueue(ctx context.Context, nodeID, method string, body []byte)
 		if err != nil {
 			return err
 		}
-		now := s.now().UnixNano()
+		now := s.d.Now().UnixNano()
 		nt.CreatedAt = sqlrow.FromNanos(now)
 		// A node deleted meanwhile fails the foreign key: not found.
 		_, err = tx.Exec(ctx, `INSERT INTO notifications (node_id, seq, method, body, created_at)
@@ -42,9 +40,9 @@ func (s *Store) Enqueue(ctx context.Context, nodeID, method string, body []byte)
 // Pending returns the node's unacknowledged notifications after a seq.
 func (s *Store) Pending(ctx context.Context, nodeID string, after uint64) ([]store.Notification, error) {
 	var out []store.Notification
-	err := s.read(ctx, func(tx pgx.Tx) error {
+	err := s.d.Read(ctx, func(tx Querier) error {
 		var err error
-		out, err = pending(ctx, tx, nodeID, after)
+		out, err = s.pending(ctx, tx, nodeID, after)
 		return err
 	})
 	if err != nil {
@@ -53,7 +51,7 @@ func (s *Store) Pending(ctx context.Context, nodeID string, after uint64) ([]sto
 	return out, nil
 }
 
-func pending(ctx context.Context, tx pgx.Tx, nodeID string, after uint64) ([]store.Notification, error) {
+func (s *Store) pending(ctx context.Context, tx Querier, nodeID string, after uint64) ([]store.Notification, error) {
 	rows, err := tx.Query(ctx, `SELECT seq, method, body, created_at FROM notifications
 		WHERE node_id = $1 AND seq > $2 ORDER BY seq`, nodeID, int64(min(after, 1<<63-1)))
 	if err != nil {
@@ -78,7 +76,7 @@ func pending(ctx context.Context, tx pgx.Tx, nodeID string, after uint64) ([]sto
 	}
 	if len(out) == 0 {
 		// Tell an empty outbox from a node that is not there.
-		if err := nodeExists(ctx, tx, nodeID); err != nil {
+		if err := s.nodeExists(ctx, tx, nodeID); err != nil {
 			return nil, err
 		}
 	}
@@ -87,13 +85,13 @@ func pending(ctx context.Context, tx pgx.Tx, nodeID string, after uint64) ([]sto
 
 // Ack drops the node's notifications up to and including a seq.
 func (s *Store) Ack(ctx context.Context, nodeID string, upTo uint64) error {
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM notifications WHERE node_id = $1 AND seq <= $2`, nodeID, int64(min(upTo, 1<<63-1)))
-		if err != nil || tag.RowsAffected() > 0 {
+	err := s.d.Write(ctx, func(tx Querier) error {
+		n, err := tx.Exec(ctx, `DELETE FROM notifications WHERE node_id = $1 AND seq <= $2`, nodeID, int64(min(upTo, 1<<63-1)))
+		if err != nil || n > 0 {
 			return err
 		}
 		// Nothing to drop: an old ack again is fine, an unknown node is not.
-		return nodeExists(ctx, tx, nodeID)
+		return s.nodeExists(ctx, tx, nodeID)
 	})
 	if err != nil {
 		return fmt.Errorf("ack notifications for node %s up to %d: %w", nodeID, upTo, err)
