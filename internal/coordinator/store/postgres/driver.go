@@ -26,7 +26,12 @@ func (d driver) Classify(err error) error  { return classify(err) }
 func (d driver) IsUnique(err error) bool   { return isUnique(err) }
 func (d driver) NoRows(err error) bool     { return noRows(err) }
 func (d driver) Lock(clause string) string { return " " + clause }
-func (d driver) Now() time.Time            { return d.s.now() }
+func (d driver) InJSONArray(col, ph string) string {
+	return `EXISTS (SELECT 1 FROM json_array_elements_text(` + col + `::json) AS g(name) WHERE g.name = ANY(` + ph + `))`
+}
+
+func (d driver) TextList(vs []string) any { return vs }
+func (d driver) Now() time.Time           { return d.s.now() }
 
 // pgQuerier runs sqlstore's statements on a pool or a transaction.
 type pgQuerier struct{ q querier }

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -28,6 +29,16 @@ func (d driver) Now() time.Time           { return d.s.now() }
 // Lock is empty: SQLite has one writer, whose transaction holds the whole
 // database.
 func (d driver) Lock(string) string { return "" }
+
+func (d driver) InJSONArray(col, ph string) string {
+	return `EXISTS (SELECT 1 FROM json_each(` + col + `) AS g WHERE g.value IN (SELECT value FROM json_each(` + ph + `)))`
+}
+
+// TextList is JSON text: SQLite has no array parameters.
+func (d driver) TextList(vs []string) any {
+	b, _ := json.Marshal(vs) // strings always marshal
+	return string(b)
+}
 
 // Read runs fn in a read-only transaction on the readers' pool: WAL gives
 // it one snapshot, beside the writer.

@@ -378,20 +378,3 @@ func (s *Store) scanToken(row Row) (store.Token, error) {
 	t.LastUsed = timeOf(lastUsed)
 	return t, nil
 }
-
-// UseJoinTokenTx is UseJoinToken inside a transaction the caller holds:
-// node registration, which each database still writes itself, spends the
-// token in its own transaction.
-func (s *Store) UseJoinTokenTx(ctx context.Context, tx Querier, id string, now time.Time) (store.Token, error) {
-	return s.useJoinToken(ctx, tx, id, now)
-}
-
-// nodeExists is nil if the node exists and errdefs.ErrNotFound if not.
-func (s *Store) nodeExists(ctx context.Context, q Querier, id string) error {
-	var one int
-	err := q.QueryRow(ctx, `SELECT 1 FROM nodes WHERE id = $1`, id).Scan(&one)
-	if s.d.NoRows(err) {
-		return errdefs.ErrNotFound
-	}
-	return s.d.Classify(err)
-}

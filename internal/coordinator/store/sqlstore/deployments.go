@@ -35,23 +35,22 @@ func (s *Store) insertDeployment(ctx context.Context, tx Querier, d store.Deploy
 	if err != nil {
 		return err
 	}
-	// A clash on the ID is told apart before the insert: a failed
-	// statement ends a PostgreSQL transaction, and SQLite's errors do not
-	// name the constraint.
-	var taken int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM deployments WHERE id = $1`, d.ID).Scan(&taken); err != nil {
-		return err
-	}
-	if taken > 0 {
-		return errdefs.Conflict("deployment id %s is taken", d.ID)
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO deployments (`+deploymentColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+	// A clash on the ID inserts nothing, which tells it apart from a
+	// clash on the name (SQLite's errors do not name the constraint).
+	added, err := tx.Exec(ctx, `INSERT INTO deployments (`+deploymentColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+		ON CONFLICT (id) DO NOTHING`,
 		d.ID, d.Provider, d.ResourceID, d.Name, d.Template, d.State, d.StateReason, d.Address,
 		executors, extra, labels, d.NodeID, d.CreatedAt.UnixNano(), d.UpdatedAt.UnixNano(), d.MachineID)
-	if s.d.IsUnique(err) {
+	switch {
+	case s.d.IsUnique(err):
 		return errdefs.Conflict("a live %s deployment is already named %s", d.Provider, d.Name)
+	case err != nil:
+		return err
+	case added == 0:
+		return errdefs.Conflict("deployment id %s is taken", d.ID)
 	}
-	return err
+	return nil
 }
 
 // GetDeployment reads one deployment.

@@ -34,6 +34,12 @@ type Driver interface {
 	// Lock("FOR UPDATE"): the clause where the database locks rows, ""
 	// where writes are serial anyway.
 	Lock(clause string) string
+	// InJSONArray is a condition true where the JSON array of strings in
+	// column col holds one of the strings of the argument placeholder ph,
+	// made with TextList.
+	InJSONArray(col, ph string) string
+	// TextList is a list of strings as InJSONArray's argument.
+	TextList(vs []string) any
 	// Now is the store's clock.
 	Now() time.Time
 }

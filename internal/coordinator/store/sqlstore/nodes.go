@@ -1,14 +1,11 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -27,7 +24,7 @@ func (s *Store) CreateNode(ctx context.Context, n store.Node) (store.Node, error
 		return store.Node{}, fmt.Errorf("create node for machine %s, data dir %s: %w", n.MachineID, n.DataDir, errdefs.Field("id", "required"))
 	}
 	var out store.Node
-	err := s.write(ctx, func(tx pgx.Tx) error {
+	err := s.d.Write(ctx, func(tx Querier) error {
 		var err error
 		out, err = s.createNode(ctx, tx, n)
 		return err
@@ -46,8 +43,8 @@ func (s *Store) JoinNode(ctx context.Context, tokenID string, now time.Time, n s
 	}
 	var out store.Node
 	var tokenErr error // why the token was refused, if it was
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		if _, tokenErr = s.Store.UseJoinTokenTx(ctx, pgQuerier{tx}, tokenID, now); tokenErr != nil {
+	err := s.d.Write(ctx, func(tx Querier) error {
+		if _, tokenErr = s.useJoinToken(ctx, tx, tokenID, now); tokenErr != nil {
 			return tokenErr
 		}
 		var err error
@@ -65,28 +62,28 @@ func (s *Store) JoinNode(ctx context.Context, tokenID string, now time.Time, n s
 
 // createNode stores a new node in tx, refusing a second one for its
 // machine and data dir.
-func (s *Store) createNode(ctx context.Context, tx pgx.Tx, n store.Node) (store.Node, error) {
+func (s *Store) createNode(ctx context.Context, tx Querier, n store.Node) (store.Node, error) {
 	var existing string
 	err := tx.QueryRow(ctx, `SELECT id FROM nodes WHERE machine_id = $1 AND data_dir = $2`,
 		n.MachineID, n.DataDir).Scan(&existing)
 	switch {
 	case err == nil:
 		return store.Node{}, fmt.Errorf("node %s is registered for this machine and data dir: %w", existing, errdefs.ErrConflict)
-	case !noRows(err):
+	case !s.d.NoRows(err):
 		return store.Node{}, err
 	}
-	now := s.now()
+	now := s.d.Now()
 	n.RegisteredAt = sqlrow.OrNow(n.RegisteredAt, now)
 	n.UpdatedAt = now
-	if err := insertNode(ctx, tx, n); err != nil {
+	if err := s.insertNode(ctx, tx, n); err != nil {
 		return store.Node{}, err
 	}
-	return getNode(ctx, tx, n.ID, "")
+	return s.getNode(ctx, tx, n.ID, "")
 }
 
 // GetNode returns the node with the given ID.
 func (s *Store) GetNode(ctx context.Context, id string) (store.Node, error) {
-	n, err := getNode(ctx, s.pool, id, "")
+	n, err := s.getNode(ctx, s.d.Reader(), id, "")
 	if err != nil {
 		return store.Node{}, fmt.Errorf("get node %s: %w", id, err)
 	}
@@ -94,8 +91,11 @@ func (s *Store) GetNode(ctx context.Context, id string) (store.Node, error) {
 }
 
 // getNode reads a node; lock is "" or a locking clause (FOR UPDATE).
-func getNode(ctx context.Context, q querier, id, lock string) (store.Node, error) {
-	return scanNode(q.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE id = $1 `+lock, id))
+func (s *Store) getNode(ctx context.Context, q Querier, id, lock string) (store.Node, error) {
+	if lock != "" {
+		lock = s.d.Lock(lock)
+	}
+	return s.scanNode(q.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE id = $1`+lock, id))
 }
 
 // ListNodes returns the nodes that match f, ordered by name and then ID.
@@ -106,8 +106,7 @@ func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter) ([]store.Node
 		where = append(where, `status = `+a.add(f.Status))
 	}
 	if len(f.Groups) > 0 {
-		where = append(where, `EXISTS (SELECT 1 FROM json_array_elements_text(nodes.group_names::json) AS g(name)
-			WHERE g.name = ANY(`+a.add(f.Groups)+`))`)
+		where = append(where, s.d.InJSONArray(`nodes.group_names`, a.add(s.d.TextList(f.Groups))))
 	}
 	if f.Replica != "" {
 		where = append(where, `replica = `+a.add(f.Replica))
@@ -132,15 +131,23 @@ func (s *Store) NodeReplicas(ctx context.Context, statuses ...string) ([]string,
 	var a args
 	q := `SELECT DISTINCT replica FROM nodes WHERE replica != ''`
 	if len(statuses) > 0 {
-		q += ` AND status = ANY(` + a.add(statuses) + `)`
+		q += ` AND status IN ` + list(&a, statuses)
 	}
-	rows, err := s.pool.Query(ctx, q+` ORDER BY replica`, a...)
+	rows, err := s.d.Reader().Query(ctx, q+` ORDER BY replica`, a...)
 	if err != nil {
 		return nil, fmt.Errorf("list the replicas of nodes: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("list the replicas of nodes: %w", err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			return nil, fmt.Errorf("list the replicas of nodes: %w", s.d.Classify(err))
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list the replicas of nodes: %w", s.d.Classify(err))
 	}
 	return out, nil
 }
@@ -152,7 +159,7 @@ func (s *Store) StaleNodes(ctx context.Context, cutoff time.Time, statuses ...st
 	var a args
 	where := []string{`COALESCE(last_heartbeat, registered_at) < ` + a.add(cutoff.UnixNano())}
 	if len(statuses) > 0 {
-		where = append(where, `status = ANY(`+a.add(statuses)+`)`)
+		where = append(where, `status IN `+list(&a, statuses))
 	}
 	nodes, err := s.queryNodes(ctx, where, a, store.Page{})
 	if err != nil {
@@ -167,31 +174,31 @@ func (s *Store) queryNodes(ctx context.Context, where []string, a args, p store.
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
 	q += ` ORDER BY name, id` + a.limit(p)
-	rows, err := s.pool.Query(ctx, q, a...)
+	rows, err := s.d.Reader().Query(ctx, q, a...)
 	if err != nil {
-		return nil, classify(err)
+		return nil, s.d.Classify(err)
 	}
 	defer rows.Close()
 	nodes := []store.Node{}
 	for rows.Next() {
-		n, err := scanNode(rows)
+		n, err := s.scanNode(rows)
 		if err != nil {
 			return nil, err
 		}
 		nodes = append(nodes, n)
 	}
-	return nodes, classify(rows.Err())
+	return nodes, s.d.Classify(rows.Err())
 }
 
 // UpdateNode applies fn to the node inside one transaction, with the
 // node's row locked until it commits: fn must not write the node through
-// the store, which would wait for that lock forever. If PostgreSQL aborts
+// the store, which would wait for that lock forever. If the database aborts
 // the transaction to break a deadlock, fn runs again on the node as it is
 // then.
 func (s *Store) UpdateNode(ctx context.Context, id string, fn func(*store.Node) error) (store.Node, error) {
 	var out store.Node
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		n, err := getNode(ctx, tx, id, "FOR UPDATE")
+	err := s.d.Write(ctx, func(tx Querier) error {
+		n, err := s.getNode(ctx, tx, id, "FOR UPDATE")
 		if err != nil {
 			return err
 		}
@@ -201,11 +208,11 @@ func (s *Store) UpdateNode(ctx context.Context, id string, fn func(*store.Node) 
 		if n.ID != id {
 			return errdefs.Field("id", "cannot change")
 		}
-		n.UpdatedAt = s.now()
-		if err := updateNode(ctx, tx, n); err != nil {
+		n.UpdatedAt = s.d.Now()
+		if err := s.updateNode(ctx, tx, n); err != nil {
 			return err
 		}
-		out, err = getNode(ctx, tx, id, "")
+		out, err = s.getNode(ctx, tx, id, "")
 		return err
 	})
 	if err != nil {
@@ -214,91 +221,27 @@ func (s *Store) UpdateNode(ctx context.Context, id string, fn func(*store.Node) 
 	return out, nil
 }
 
-// recordHeartbeats applies a batch of beats in one statement, each row's
-// conditions checked on the row as it is when the statement locks it.
-// Every CASE reads the node as it was before this beat, as in the SQLite
-// store; a beat older than the node's suspicion (batched beats arrive up to
-// a flush late) must not clear it: the suspicion may be about the very
-// connection that sent the beat.
-const recordHeartbeats = `UPDATE nodes SET
-		last_heartbeat = h.beat,
-		agent_state = CASE WHEN status = $5 THEN agent_state ELSE h.state END,
-		current_suite = CASE WHEN status = $5 THEN current_suite ELSE h.suite END,
-		status = CASE WHEN status = $5 OR (status = $6 AND h.beat < updated_at) THEN status ELSE $7 END,
-		status_reason = CASE WHEN status = $5 OR (status = $6 AND h.beat < updated_at) THEN status_reason ELSE '' END,
-		updated_at = CASE WHEN status IN ($7, $5) OR (status = $6 AND h.beat < updated_at) THEN updated_at ELSE $8 END
-	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS h(id, beat, state, suite)
-	WHERE nodes.id = h.id AND (nodes.last_heartbeat IS NULL OR nodes.last_heartbeat <= h.beat)`
-
-// RecordHeartbeats stores a batch of heartbeats in one statement; it
-// revives suspect nodes but never offline ones (see store.Nodes). A
-// heartbeat older than the one stored is ignored. A zero At means now.
-func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) error {
-	if len(hbs) == 0 {
-		return nil
-	}
-	now := s.now()
-	beats := latestBeats(hbs, now)
-	ids := make([]string, len(beats))
-	ats := make([]int64, len(beats))
-	states := make([]string, len(beats))
-	suites := make([]string, len(beats))
-	for i, hb := range beats {
-		ids[i], ats[i], states[i], suites[i] = hb.NodeID, hb.At.UnixNano(), hb.AgentState, hb.SuiteID
-	}
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, recordHeartbeats, planned, ids, ats, states, suites,
-			api.StatusOffline, api.StatusSuspect, api.StatusOnline, now.UnixNano())
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("record %d heartbeats: %w", len(hbs), err)
-	}
-	return nil
-}
-
-// latestBeats keeps each node's latest beat (of equal ones, the last in
-// the batch), which is what applying them one by one would leave, in node
-// order, so that concurrent batches lock their nodes in the same order.
-func latestBeats(hbs []store.Heartbeat, now time.Time) []store.Heartbeat {
-	latest := make(map[string]int, len(hbs))
-	var out []store.Heartbeat
-	for _, hb := range hbs {
-		hb.At = sqlrow.OrNow(hb.At, now)
-		i, ok := latest[hb.NodeID]
-		switch {
-		case !ok:
-			latest[hb.NodeID] = len(out)
-			out = append(out, hb)
-		case !hb.At.Before(out[i].At):
-			out[i] = hb
-		}
-	}
-	slices.SortFunc(out, func(a, b store.Heartbeat) int { return strings.Compare(a.NodeID, b.NodeID) })
-	return out
-}
-
 // SetNodeStatus moves a node to status, if its current status is one of
 // onlyIf (any, if none are given).
 func (s *Store) SetNodeStatus(ctx context.Context, id, status, reason string, onlyIf ...string) (changed bool, err error) {
-	err = s.write(ctx, func(tx pgx.Tx) error {
-		a := args{status, reason, s.now().UnixNano(), id}
+	err = s.d.Write(ctx, func(tx Querier) error {
+		a := args{status, reason, s.d.Now().UnixNano(), id}
 		q := `UPDATE nodes SET status = $1, status_reason = $2, updated_at = $3 WHERE id = $4`
 		if status == api.StatusOffline {
 			// An offline node runs no agent: it has no state and no suite.
 			q = `UPDATE nodes SET status = $1, status_reason = $2, updated_at = $3, agent_state = '', current_suite = '' WHERE id = $4`
 		}
 		if len(onlyIf) > 0 {
-			q += ` AND status = ANY(` + a.add(onlyIf) + `)`
+			q += ` AND status IN ` + list(&a, onlyIf)
 		}
-		tag, err := tx.Exec(ctx, q, a...)
+		n, err := tx.Exec(ctx, q, a...)
 		if err != nil {
 			return err
 		}
-		if changed = tag.RowsAffected() > 0; changed {
+		if changed = n > 0; changed {
 			return nil
 		}
-		return nodeExists(ctx, tx, id)
+		return s.nodeExists(ctx, tx, id)
 	})
 	if err != nil {
 		return false, fmt.Errorf("set node %s status %s: %w", id, status, err)
@@ -309,12 +252,12 @@ func (s *Store) SetNodeStatus(ctx context.Context, id, status, reason string, on
 // DeleteNode removes a node; its notifications, credentials and problems
 // go with it (ON DELETE CASCADE), and its container reports.
 func (s *Store) DeleteNode(ctx context.Context, id string) error {
-	err := s.write(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, id)
+	err := s.d.Write(ctx, func(tx Querier) error {
+		n, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, id)
 		if err != nil {
 			return err
 		}
-		if err := mustAffect(tag); err != nil {
+		if err := mustAffect(n); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM containers WHERE node_id = $1`, id)
@@ -326,24 +269,29 @@ func (s *Store) DeleteNode(ctx context.Context, id string) error {
 	return nil
 }
 
-func insertNode(ctx context.Context, tx pgx.Tx, n store.Node) error {
+func (s *Store) insertNode(ctx context.Context, tx Querier, n store.Node) error {
 	a, err := sqlrow.NodeArgs(n)
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO nodes (`+nodeColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
+	// A clash on the ID inserts nothing, which tells it apart from a
+	// clash on another key (SQLite's errors do not name the constraint).
+	added, err := tx.Exec(ctx, `INSERT INTO nodes (`+nodeColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+		ON CONFLICT (id) DO NOTHING`,
 		append([]any{n.ID}, a...)...)
-	if isUnique(err) {
-		if constraint(err) == "nodes_pkey" {
-			return errdefs.Conflict("node id %s is taken", n.ID)
-		}
+	switch {
+	case s.d.IsUnique(err):
 		return errdefs.Conflict("machine %s already has a node for data dir %s", n.MachineID, n.DataDir)
+	case err != nil:
+		return err
+	case added == 0:
+		return errdefs.Conflict("node id %s is taken", n.ID)
 	}
-	return err
+	return nil
 }
 
-func updateNode(ctx context.Context, tx pgx.Tx, n store.Node) error {
+func (s *Store) updateNode(ctx context.Context, tx Querier, n store.Node) error {
 	a, err := sqlrow.NodeArgs(n)
 	if err != nil {
 		return err
@@ -354,14 +302,14 @@ func updateNode(ctx context.Context, tx pgx.Tx, n store.Node) error {
 			current_suite = $12, last_heartbeat = $13, registered_at = $14, updated_at = $15, replica = $16
 		WHERE id = $17`,
 		append(a, n.ID)...)
-	if isUnique(err) {
+	if s.d.IsUnique(err) {
 		return errdefs.Conflict("machine %s already has a node for data dir %s", n.MachineID, n.DataDir)
 	}
 	return err
 }
 
 // scanNode reads a row of nodeColumns. A missing row is errdefs.ErrNotFound.
-func scanNode(row scanner) (store.Node, error) {
+func (s *Store) scanNode(row Row) (store.Node, error) {
 	var (
 		n                        store.Node
 		tags, labels, groups, hw string
@@ -371,11 +319,11 @@ func scanNode(row scanner) (store.Node, error) {
 	err := row.Scan(&n.ID, &n.Name, &n.MachineID, &n.DataDir, &tags, &labels, &groups, &hw,
 		&n.Status, &n.StatusReason, &n.AgentState, &n.AgentVersion, &n.CurrentSuite,
 		&lastHeartbeat, &registeredAt, &updatedAt, &n.Replica)
-	if noRows(err) {
+	if s.d.NoRows(err) {
 		return store.Node{}, errdefs.ErrNotFound
 	}
 	if err != nil {
-		return store.Node{}, classify(err)
+		return store.Node{}, s.d.Classify(err)
 	}
 	if n.Tags, err = sqlrow.Strings(tags); err != nil {
 		return store.Node{}, fmt.Errorf("node %s tags: %w", n.ID, err)
@@ -399,11 +347,11 @@ func scanNode(row scanner) (store.Node, error) {
 }
 
 // nodeExists is nil if the node exists and errdefs.ErrNotFound if not.
-func nodeExists(ctx context.Context, q querier, id string) error {
+func (s *Store) nodeExists(ctx context.Context, q Querier, id string) error {
 	var one int
 	err := q.QueryRow(ctx, `SELECT 1 FROM nodes WHERE id = $1`, id).Scan(&one)
-	if noRows(err) {
+	if s.d.NoRows(err) {
 		return errdefs.ErrNotFound
 	}
-	return err
+	return s.d.Classify(err)
 }
