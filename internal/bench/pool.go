@@ -197,7 +197,7 @@ func byHandRound(ctx context.Context, c *nmclient.Client, eng *client.Client, ex
 	if err := ex.CopyTo(ctx, d, cfg.AgentBinary, "/opt/nodemgr/nodemgr"); err != nil {
 		return 0, err
 	}
-	// The token goes in through a file, as the README says secrets should.
+	// The token goes in through a file, as docs/security.md says secrets should.
 	script := fmt.Sprintf("printf '%%s' '%s' > /tmp/jt && /opt/nodemgr/nodemgr agent --server %s --data-dir /var/lib/nodemgr --name %s "+
 		"--join-token-file /tmp/jt >/tmp/agent.log 2>&1 </dev/null &", tok.Secret, serverURL, name)
 	if code, err := ex.Exec(ctx, d, execute.Command{Argv: []string{"sh", "-c", script}, Stdout: io.Discard, Stderr: os.Stderr}); err != nil || code != 0 {

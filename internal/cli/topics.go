@@ -11,7 +11,7 @@ import (
 )
 
 // helpTopic is a page of `nodemgr help TOPIC`: a concept that spans
-// several commands, told in one place. README.md has the long form.
+// several commands, told in one place. docs/*.md have the long form.
 type helpTopic struct{ short, text string }
 
 // helpTopics are the concepts with a page of their own.
@@ -51,8 +51,8 @@ Files are read strictly: an unknown key is an error at FILE:LINE:COL with
 overrides.<provider> that it does not read is refused; overrides.all may
 hold any key. Pools and the scheduler name templates too (nodemgr help pools).
 
-See also: nodemgr template --help, nodemgr mapping --help, README.md
-"Provisioning".
+See also: nodemgr template --help, nodemgr mapping --help,
+docs/provisioning.md.
 `},
 	"suites": {"campaigns of tasks run by pools of pinned workers", `Suites: campaigns of tasks with one environment
 
@@ -89,7 +89,7 @@ States: Open -> Closed (by suite close, or no new task for
 Cancelled. A task is given up after 2 crashes by SIGSEGV, SIGILL, SIGBUS or
 SIGFPE, or 3 failures by SIGKILL, SIGABRT, a non-zero exit or a timeout;
 signals nodemgr sent itself never count. Tasks may carry input files, output
-globs and dependencies (README.md "Remote make").
+globs and dependencies (docs/suites.md, "Remote make").
 
 Hooks and tasks never run as the agent's user unless the suite says so: an
 agent run as root starts them as run_as, by default an unprivileged user it
@@ -176,7 +176,7 @@ server's ssh executor logs in with the key's private half
 (--ssh-identity-file) and must accept the new machine's host key
 (--ssh-accept-new-host-keys).
 
-See also: nodemgr pool --help, nodemgr help templates, README.md "Pools".
+See also: nodemgr pool --help, nodemgr help templates, docs/pools.md.
 `},
 	"ensembles": {"containers and services across nodes, as one", `Ensembles: containers and services across nodes, as one
 
@@ -214,8 +214,8 @@ to make machines, up to provision_deadline (--ensemble-provision-deadline,
 node offline past restore_deadline (--ensemble-restore-deadline, 5m) has its
 replicas placed again elsewhere.
 
-See also: nodemgr ensemble --help, nodemgr node resources --help, README.md
-"Ensembles".
+See also: nodemgr ensemble --help, nodemgr node resources --help,
+docs/ensembles.md.
 `},
 }
 

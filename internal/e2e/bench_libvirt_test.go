@@ -363,7 +363,7 @@ func (e byHandEnv) round(b *testing.B, i int) byHandRound {
 	r.copy = time.Since(at)
 
 	at = time.Now()
-	// The token goes in through a file, as the README says secrets
+	// The token goes in through a file, as docs/security.md says secrets
 	// should. The guest's busybox has no nohup: the agent ignores SIGHUP
 	// as nohup would have it.
 	script := fmt.Sprintf("umask 077 && printf '%%s' '%s' >/root/join-token && trap '' HUP && "+

@@ -83,7 +83,7 @@ func NotFound(format string, args ...any) error {
 // Conflict returns an ErrConflict with a message. The message is the whole
 // text: the class travels beside it, not as a ": conflict" suffix.
 func Conflict(format string, args ...any) error {
-	return Class(errors.New(fmt.Sprintf(format, args...)), ErrConflict)
+	return Class(fmt.Errorf(format, args...), ErrConflict)
 }
 
 // saysAbsent matches a format that already tells of the absence.

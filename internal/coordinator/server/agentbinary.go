@@ -28,7 +28,7 @@ func (s *Server) handleAgentBinary(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	if t.DeploymentID == "" {
-		return fmt.Errorf("only a pool machine's bootstrap token fetches the agent here; install nodemgr on other machines by hand (see the README): %w", errdefs.ErrPermission)
+		return fmt.Errorf("only a pool machine's bootstrap token fetches the agent here; install nodemgr on other machines by hand (see docs/install.md): %w", errdefs.ErrPermission)
 	}
 	if t.MaxUses > 0 && t.Uses >= t.MaxUses {
 		return fmt.Errorf("join token %s was used already: its machine's agent registered; a machine fetches its agent once: %w", t.ID, errdefs.ErrPermission)

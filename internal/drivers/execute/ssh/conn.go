@@ -353,10 +353,7 @@ func dialErr(ctx context.Context, err error) error {
 // handshakeErr classes a failed SSH handshake.
 func handshakeErr(ctx context.Context, err error) error {
 	switch {
-	case err == nil:
-		err = ctx.Err()
-		fallthrough
-	case ctx.Err() != nil:
+	case err == nil, ctx.Err() != nil:
 		return fmt.Errorf("handshake cut off: %w", ctx.Err())
 	case errors.Is(err, errdefs.ErrPermission), errors.Is(err, errdefs.ErrInvalid):
 		// The host key check's own verdict.

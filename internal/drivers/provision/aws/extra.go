@@ -253,7 +253,6 @@ var (
 	number     = provision.ExtraNumber
 	stringList = provision.ExtraStrings
 	stringMap  = provision.ExtraStringMap
-	typeName   = provision.TypeName
 )
 
 // takeUserData sets the user data nodemgr gives the machine (a pull

@@ -95,8 +95,8 @@
 //
 // Images are not downloaded: a template's base_image names a cloud image
 // already on the libvirt host (Debian's genericcloud or Ubuntu's cloud
-// qcow2, which run cloud-init from the NoCloud seed); the README says how
-// to fetch one. The package's tests boot a guest made from the Debian
+// qcow2, which run cloud-init from the NoCloud seed); docs/provisioning.md
+// says how to fetch one. The package's tests boot a guest made from the Debian
 // kernel package instead (libvirttest.Guest): a few MB through apt,
 // cached, rather than a cloud image's hundreds.
 package libvirt

@@ -18,9 +18,6 @@ import (
 // volumes made for the domain, the forwarded SSH port.
 const Namespace = "https://nodemgr.dev/xmlns/libvirt/1"
 
-// qemuNamespace is libvirt's namespace for QEMU command-line passthrough.
-const qemuNamespace = "http://libvirt.org/schemas/domain/qemu/1.0"
-
 // DomainXML is a <domain>.
 type DomainXML struct {
 	XMLName       xml.Name         `xml:"domain"`
