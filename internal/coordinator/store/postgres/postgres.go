@@ -388,14 +388,6 @@ func detail(err error) string {
 // noRows reports whether a QueryRow found nothing.
 func noRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
-// mustAffect is errdefs.ErrNotFound if tag changed no row.
-func mustAffect(tag pgconn.CommandTag) error {
-	if tag.RowsAffected() == 0 {
-		return errdefs.ErrNotFound
-	}
-	return nil
-}
-
 // args numbers a statement's arguments as they are added: $1, $2, ...
 type args []any
 
@@ -427,14 +419,6 @@ func timeOf(n *int64) time.Time {
 		return time.Time{}
 	}
 	return sqlrow.FromNanos(*n)
-}
-
-// nullString stores an empty string as NULL, for optional foreign keys.
-func nullString(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }
 
 var _ store.Store = (*Store)(nil)
