@@ -14,6 +14,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
 // metrics are the server's Prometheus instruments, on a registry of its own
@@ -225,7 +226,7 @@ func (c *statsCollector) read(done chan struct{}) {
 		suites, tasks, err = c.s.backend.CountSuites(ctx)
 	}
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		err = storeTimeout("count nodes, suites and tasks", c.s.cfg.StoreTimeout)
+		err = store.TimeoutError("count nodes, suites and tasks", c.s.cfg.StoreTimeout)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 )
@@ -180,7 +181,7 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt route) er
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
 	}
 	if !holdsSession(rt) {
-		r = r.WithContext(withStoreBound(r.Context(), s.cfg.StoreTimeout))
+		r = r.WithContext(store.WithBound(r.Context(), s.cfg.StoreTimeout))
 	}
 	if rt.Auth == authUser || rt.Auth == authAdmin {
 		p, err := s.userPrincipal(r.Context(), r)

@@ -300,7 +300,7 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	if err := checkExecutorSettings(cfg.ExecutorSettings); err != nil {
 		return nil, fmt.Errorf("server config: %w", err)
 	}
-	s := &Server{cfg: cfg, store: &boundedStore{st: st}, backend: st, log: logger, ready: make(chan struct{}),
+	s := &Server{cfg: cfg, store: store.Bounded(st), backend: st, log: logger, ready: make(chan struct{}),
 		providers: providers{settings: cfg.ProviderSettings}, executors: executors{settings: cfg.ExecutorSettings}}
 	var err error
 	if s.tls, err = setupTLS(cfg); err != nil {
