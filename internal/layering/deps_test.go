@@ -63,6 +63,7 @@ var tiers = map[string]tier{
 
 	"client": tierClient,
 
+	"internal/drivers/all":                           tierDrivers,
 	"internal/drivers/execute":                       tierDrivers,
 	"internal/drivers/execute/dockerexec":            tierDrivers,
 	"internal/drivers/execute/executetest":           tierDrivers,
