@@ -5,6 +5,11 @@
 package all
 
 import (
+	_ "github.com/nodemgr/nodemgr/internal/drivers/execute/dockerexec"
+	_ "github.com/nodemgr/nodemgr/internal/drivers/execute/local"
+	_ "github.com/nodemgr/nodemgr/internal/drivers/execute/rsync"
+	_ "github.com/nodemgr/nodemgr/internal/drivers/execute/sftp"
+	_ "github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
 	_ "github.com/nodemgr/nodemgr/internal/drivers/provision/aws"
 	_ "github.com/nodemgr/nodemgr/internal/drivers/provision/docker"
 	_ "github.com/nodemgr/nodemgr/internal/drivers/provision/libvirt"
