@@ -25,17 +25,12 @@ import (
 	"github.com/nodemgr/nodemgr/internal/node/agent"
 	"github.com/nodemgr/nodemgr/internal/node/runas"
 
-	// Providers register themselves with provision.
 	"github.com/nodemgr/nodemgr/internal/base/tlsca"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/server"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/postgres"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
-	_ "github.com/nodemgr/nodemgr/internal/drivers/provision/aws"
-	_ "github.com/nodemgr/nodemgr/internal/drivers/provision/docker"
-	_ "github.com/nodemgr/nodemgr/internal/drivers/provision/libvirt"
-	_ "github.com/nodemgr/nodemgr/internal/drivers/provision/local"
 )
 
 // serverFlags are the coordinator's settings, shared by `server` and `dev`.

@@ -64,6 +64,7 @@ var tiers = map[string]tier{
 
 	"client": tierClient,
 
+	"internal/drivers/all":                           tierDrivers,
 	"internal/drivers/execute":                       tierDrivers,
 	"internal/drivers/execute/dockerexec":            tierDrivers,
 	"internal/drivers/execute/executetest":           tierDrivers,
@@ -188,6 +189,15 @@ func TestTiers(t *testing.T) {
 // directly or not.
 func TestRooms(t *testing.T) {
 	pkgs := modulePackages(t)
+	// The drivers themselves: only their registries, and the programs
+	// that link them all (internal/drivers/all), may reach them.
+	drivers := []string{
+		"internal/drivers/all",
+		"internal/drivers/provision/local", "internal/drivers/provision/docker",
+		"internal/drivers/provision/libvirt", "internal/drivers/provision/aws",
+		"internal/drivers/execute/local", "internal/drivers/execute/dockerexec", "internal/drivers/execute/ssh",
+		"internal/drivers/execute/sftp", "internal/drivers/execute/rsync",
+	}
 	rules := []struct {
 		pkg       string
 		forbidden []string
@@ -202,6 +212,11 @@ func TestRooms(t *testing.T) {
 		{"internal/coordinator/blob", []string{"internal/coordinator/server", "internal/coordinator/store"}, "the blob store keeps bytes; who may read them is the server's call"},
 		{"internal/coordinator/ui", []string{"internal/coordinator/server", "internal/coordinator/store"}, "the dashboard sees the server only through its HTTP API, as the token's owner would"},
 		{"internal/coordinator/ensemble", []string{"internal/coordinator/server", "internal/coordinator/store", "net/http"}, "placement is pure: books in, a plan out; the server deploys it"},
+		{"internal/coordinator/server", drivers, "the server makes providers and executors through their registries; internal/drivers/all links them in at the top"},
+		{"internal/coordinator/orchestrate", drivers, "the orchestrator asks the registries what a driver is, never names one"},
+		{"internal/coordinator/ui", drivers, "the dashboard lists the registered providers, never names one"},
+		{"internal/coordinator/template", drivers, "templates render for the registered providers, never name one"},
+		{"internal/drivers/mapping", drivers, "mappings check overrides against the providers' records, never name one"},
 		{"internal/drivers/provision/libvirt", []string{"internal/drivers/execute"}, "a provider makes machines; executors reach them"},
 		{"internal/drivers/provision/aws", []string{"internal/drivers/execute"}, "a provider makes machines; executors reach them"},
 		{"internal/node/service", []string{"internal/node/portalloc"}, "the agent allocates ports; a service is given its port"},

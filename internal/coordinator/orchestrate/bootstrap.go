@@ -482,14 +482,12 @@ func stageFiles(dir string, art Artifact, compress bool, config []byte) error {
 }
 
 // compressFor says whether the agent crosses a network on its way through
-// ex: not into a container on the server's engine or onto this host,
-// where unpacking it would cost more than the copy saves.
+// ex: not when its record says its machines are on the server's host (a
+// container on the server's engine, this host itself), where unpacking it
+// would cost more than the copy saves.
 func compressFor(ex execute.Executor) bool {
-	switch ex.Capability() {
-	case "exec:docker", "exec:local":
-		return false
-	}
-	return true
+	d, ok := execute.ByCapability(ex.Capability())
+	return !ok || !d.OnHost
 }
 
 func linkOrCopy(src, dst string) error {

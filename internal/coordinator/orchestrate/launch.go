@@ -66,14 +66,14 @@ func (o *Orchestrator) candidates(ctx context.Context, spec api.PoolSpec, live [
 }
 
 // machineArch is the arch a candidate's machines get, as its provider
-// tells from the rendered template; docker and local machines are the
-// server's own. "" when unknown (the scheduler then takes any).
+// tells from the rendered template; the machines of a provider whose
+// record says OnHost (docker, local) are the server's own. "" when unknown
+// (the scheduler then takes any).
 func machineArch(pr provision.Provider, extra map[string]any) string {
 	if a, ok := pr.(provision.Archer); ok {
 		return a.MachineArch(extra)
 	}
-	switch pr.Name() {
-	case "docker", "local":
+	if onHost(pr) {
 		return runtime.GOARCH
 	}
 	a, _ := extra["arch"].(string)
@@ -82,16 +82,19 @@ func machineArch(pr provision.Provider, extra map[string]any) string {
 
 // isLocal reports whether a provider's machines run on the server's own
 // host: as it says (a libvirt daemon on a URI without a remote host), or
-// docker and local.
+// as its record says (docker, local).
 func isLocal(pr provision.Provider) bool {
 	if l, ok := pr.(provision.Locality); ok {
 		return l.Local()
 	}
-	switch pr.Name() {
-	case "docker", "local":
-		return true
-	}
-	return false
+	return onHost(pr)
+}
+
+// onHost reports whether pr's registration record says its machines run
+// on the server's own host; a provider without a record does not.
+func onHost(pr provision.Provider) bool {
+	d, err := provision.Lookup("provider", pr.Name())
+	return err == nil && d.OnHost
 }
 
 // size reads a rendered template's CPUs and memory (0 when it does not

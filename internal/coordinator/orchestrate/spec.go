@@ -3,12 +3,14 @@ package orchestrate
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/schedule"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
 // Defaults of a pool spec (the and DESIGN.md's).
@@ -33,7 +35,7 @@ func Normalize(spec api.PoolSpec) (api.PoolSpec, error) {
 	case len(spec.Candidates) == 0 && spec.Template == "":
 		return spec, errdefs.Field("template", "required (or candidates: a list of template/provider pairs); see nodemgr template ls")
 	case len(spec.Candidates) == 0 && spec.Provider == "":
-		return spec, errdefs.Field("provider", "required with template (docker, libvirt, aws, local)")
+		return spec, errdefs.Field("provider", "required with template (%s)", strings.Join(provision.Names(), ", "))
 	}
 	seen := map[[2]string]bool{}
 	for i, c := range Candidates(spec) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"path"
@@ -21,11 +22,6 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/archive"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
-	"github.com/nodemgr/nodemgr/internal/drivers/execute/dockerexec"
-	localexec "github.com/nodemgr/nodemgr/internal/drivers/execute/local"
-	rsyncexec "github.com/nodemgr/nodemgr/internal/drivers/execute/rsync"
-	sftpexec "github.com/nodemgr/nodemgr/internal/drivers/execute/sftp"
-	sshexec "github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
@@ -40,34 +36,10 @@ const (
 	maxCopyBody = 1 << 30
 )
 
-// executorByCapability names the executor that takes each capability; a
-// deployment's own list says which is tried first.
-var executorByCapability = map[string]string{
-	localexec.Capability:  "local",
-	dockerexec.Capability: "docker",
-	sshexec.Capability:    "ssh",
-	sftpexec.Capability:   "sftp",
-	rsyncexec.Capability:  "rsync",
-}
-
-// executorNames are the executors nodemgr has, as the API names them.
-var executorNames = []string{"local", "docker", "ssh", "sftp", "rsync"}
-
-// capabilityOf is the capability a deployment must carry for the
-// executor name.
-func capabilityOf(name string) (string, bool) {
-	for c, n := range executorByCapability {
-		if n == name {
-			return c, true
-		}
-	}
-	return "", false
-}
-
-// executors makes each executor once: the docker one with the docker
-// provider's host setting, so that it reaches the engine the containers
-// were made on; ssh with the executor settings, and sftp and rsync over
-// ssh's connections.
+// executors makes each executor once, through its registration record:
+// with its executor settings, the provider settings (the docker one
+// reaches the engine the docker provider's host names), and the other
+// executors it goes through (sftp and rsync over ssh's connections).
 type executors struct {
 	settings map[string]map[string]string // Config.ExecutorSettings
 
@@ -76,25 +48,42 @@ type executors struct {
 }
 
 // checkExecutorSettings refuses settings for an executor that takes none,
-// and ssh settings ssh.New would refuse, before the server starts.
+// and settings the executor would refuse, before the server starts.
 func checkExecutorSettings(settings map[string]map[string]string) error {
-	for name, s := range settings {
-		switch name {
-		case "ssh":
-			e, err := sshexec.New(s)
+	for _, name := range slices.Sorted(maps.Keys(settings)) {
+		s := settings[name]
+		field := "executor_settings." + name
+		d, err := execute.Lookup(field, name)
+		switch {
+		case err == nil && d.SettingsOf != "":
+			if len(s) > 0 {
+				return errdefs.Field(field, "the %s executor takes the %s executor's settings; set them under %s", name, d.SettingsOf, d.SettingsOf)
+			}
+		case err == nil && len(d.Settings) > 0:
+			e, err := d.New(execute.Env{Settings: s})
 			if err != nil {
 				return err
 			}
-			e.Close()
-		case "sftp", "rsync":
-			if len(s) > 0 {
-				return errdefs.Field("executor_settings."+name, "the %s executor takes the ssh executor's settings; set them under ssh", name)
+			if c, ok := e.(io.Closer); ok {
+				c.Close()
 			}
 		default:
-			return errdefs.Field("executor_settings."+name, "no executor %q takes settings (ssh does: user, port, identity_file, known_hosts, accept_new_host_keys, jump_host, connect_timeout)", name)
+			return errdefs.Field(field, "no executor %q takes settings (%s)", name, settingsTakers())
 		}
 	}
 	return nil
+}
+
+// settingsTakers says which executors take settings, and which: "ssh
+// does: user, port, ...".
+func settingsTakers() string {
+	var out []string
+	for _, d := range execute.Drivers() {
+		if len(d.Settings) > 0 {
+			out = append(out, d.Name+" does: "+strings.Join(d.Settings, ", "))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // close closes the executors that hold connections.
@@ -121,40 +110,17 @@ func (x *executors) getLocked(name string, settings map[string]map[string]string
 	if e := x.made[name]; e != nil {
 		return e, nil
 	}
-	var e execute.Executor
-	switch name {
-	case "local":
-		e = localexec.New()
-	case "docker":
-		var s map[string]string
-		if host := settings["docker"]["host"]; host != "" {
-			s = map[string]string{"host": host}
-		}
-		d, err := dockerexec.New(s)
-		if err != nil {
-			return nil, err
-		}
-		e = d
-	case "ssh":
-		s, err := sshexec.New(x.settings["ssh"])
-		if err != nil {
-			return nil, err
-		}
-		e = s
-	case "sftp", "rsync":
-		// One set of connections per machine, whichever executor uses
-		// it.
-		s, err := x.getLocked("ssh", settings)
-		if err != nil {
-			return nil, err
-		}
-		if name == "sftp" {
-			e = sftpexec.NewWith(s.(*sshexec.SSH))
-		} else if e, err = rsyncexec.NewWith(s.(*sshexec.SSH)); err != nil {
-			return nil, err
-		}
-	default:
+	d, err := execute.Lookup("executor", name)
+	if err != nil {
 		return nil, errdefs.NotFound("executor %q", name)
+	}
+	e, err := d.New(execute.Env{
+		Settings:  x.settings[name],
+		Providers: settings,
+		Executor:  func(other string) (execute.Executor, error) { return x.getLocked(other, settings) },
+	})
+	if err != nil {
+		return nil, err
 	}
 	if x.made == nil {
 		x.made = map[string]execute.Executor{}
@@ -171,12 +137,12 @@ func (x *executors) getLocked(name string, settings map[string]map[string]string
 // rsync run commands through ssh).
 func pickExecutor(name string, capabilities []string, via string, copy bool) (string, error) {
 	if via != "" {
-		c, ok := capabilityOf(via)
-		if !ok {
-			return "", errdefs.Field("via", "no executor %q; nodemgr has %s", via, strings.Join(executorNames, ", "))
+		d, err := execute.Lookup("via", via)
+		if err != nil {
+			return "", err
 		}
-		if !slices.Contains(capabilities, c) {
-			return "", errdefs.Field("via", "deployment %s does not offer the %s executor (%s); it offers %s", name, via, c, offered(capabilities))
+		if !slices.Contains(capabilities, d.Capability) {
+			return "", errdefs.Field("via", "deployment %s does not offer the %s executor (%s); it offers %s", name, via, d.Capability, offered(capabilities))
 		}
 		return via, nil
 	}
@@ -186,15 +152,15 @@ func pickExecutor(name string, capabilities []string, via string, copy bool) (st
 	}
 	first := ""
 	for _, c := range capabilities {
-		n, ok := executorByCapability[c]
+		d, ok := execute.ByCapability(c)
 		if !ok {
 			continue
 		}
 		if strings.HasPrefix(c, prefix) {
-			return n, nil
+			return d.Name, nil
 		}
 		if first == "" {
-			first = n
+			first = d.Name
 		}
 	}
 	if first == "" {
@@ -208,14 +174,27 @@ func pickExecutor(name string, capabilities []string, via string, copy bool) (st
 func offered(capabilities []string) string {
 	var out []string
 	for _, c := range capabilities {
-		if n, ok := executorByCapability[c]; ok {
-			out = append(out, n+" ("+c+")")
+		if d, ok := execute.ByCapability(c); ok {
+			out = append(out, d.Name+" ("+c+")")
 		}
 	}
 	if len(out) == 0 {
 		return "none"
 	}
 	return strings.Join(out, ", ")
+}
+
+// capabilities lists what the executors take, "exec:local, ... or
+// copy:rsync".
+func capabilities() string {
+	var cs []string
+	for _, d := range execute.Drivers() {
+		cs = append(cs, d.Capability)
+	}
+	if len(cs) < 2 {
+		return strings.Join(cs, "")
+	}
+	return strings.Join(cs[:len(cs)-1], ", ") + " or " + cs[len(cs)-1]
 }
 
 // execTarget resolves a deployment and picks its executor: the one via
@@ -251,8 +230,8 @@ func (s *Server) execTarget(ctx context.Context, ref, via string, copy bool) (pr
 	if d.State == api.DeploymentFailed {
 		why = "; it failed to provision: " + d.StateReason
 	}
-	return pd, nil, fmt.Errorf("deployment %s (provider %s, %s) carries no executor capability (it has %s); commands and copies need one of %s, %s, %s, %s or %s%s: %w",
-		d.Name, d.Provider, d.State, has, localexec.Capability, dockerexec.Capability, sshexec.Capability, sftpexec.Capability, rsyncexec.Capability, why, errdefs.ErrInvalid)
+	return pd, nil, fmt.Errorf("deployment %s (provider %s, %s) carries no executor capability (it has %s); commands and copies need one of %s%s: %w",
+		d.Name, d.Provider, d.State, has, capabilities(), why, errdefs.ErrInvalid)
 }
 
 // viaParam checks the executor a request names, if any.
@@ -260,10 +239,8 @@ func viaParam(via string) error {
 	if via == "" {
 		return nil
 	}
-	if _, ok := capabilityOf(via); !ok {
-		return errdefs.Field("via", "no executor %q; nodemgr has %s", via, strings.Join(executorNames, ", "))
-	}
-	return nil
+	_, err := execute.Lookup("via", via)
+	return err
 }
 
 // handleExec runs a command on a deployment and streams its output as

@@ -413,13 +413,8 @@ func unreachable(serverURL, provider string, extra map[string]any) string {
 	if u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return ""
 	}
-	switch provider {
-	case "local":
+	if d, err := provision.Lookup("provider", provider); err == nil && d.HostNetwork != nil && d.HostNetwork(extra) {
 		return ""
-	case "docker":
-		if mode, _ := extra["network_mode"].(string); mode == "host" {
-			return ""
-		}
 	}
 	return fmt.Sprintf("its %s machines could not reach the server at %s (loopback): run the server with --agent-server-url set to an address they reach "+
 		"(and --listen on it), or give the template overrides: {docker: {network_mode: host}}", provider, serverURL)

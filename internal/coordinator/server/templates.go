@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -13,6 +14,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/template"
 	"github.com/nodemgr/nodemgr/internal/drivers/mapping"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
 // Templates and mapping sets are YAML documents: the server parses and
@@ -195,7 +197,7 @@ func (s *Server) Render(ctx context.Context, name, provider string) (api.Rendere
 func (s *Server) handleRenderTemplate(w http.ResponseWriter, r *http.Request) error {
 	provider := r.URL.Query().Get("provider")
 	if provider == "" {
-		return errdefs.Field("provider", "required: one of local, docker, libvirt, aws")
+		return errdefs.Field("provider", "required: one of %s", strings.Join(provision.Names(), ", "))
 	}
 	out, err := s.Render(r.Context(), r.PathValue("name"), provider)
 	if err != nil {

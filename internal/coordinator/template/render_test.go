@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/drivers/mapping"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -173,7 +174,7 @@ func TestRenderGolden(t *testing.T) {
 				}
 			}
 			out := golden{}
-			for _, p := range mapping.Providers {
+			for _, p := range provision.Names() {
 				extra, steps, err := Render(tmpl, p, rules)
 				if err != nil {
 					t.Fatalf("Render(%s, %s) = %v", name, p, err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/fuzzcheck"
-	"github.com/nodemgr/nodemgr/internal/drivers/mapping"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
 // FuzzParse reads arbitrary template files. Parse must refuse with an
@@ -52,7 +52,7 @@ func FuzzParse(f *testing.F) {
 		if err := tpl.Validate(); err != nil {
 			t.Fatalf("Parse(%q) returned a template that does not validate: %v", data, err)
 		}
-		for _, p := range mapping.Providers {
+		for _, p := range provision.Names() {
 			if _, _, err := Render(tpl, p, nil); err != nil {
 				t.Fatalf("Render(Parse(%q), %s) = %v", data, p, err)
 			}

@@ -11,7 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/drivers/mapping"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
 // The seed's template file, byte for byte, must load unchanged.
@@ -232,7 +232,7 @@ func TestRoundTrip(t *testing.T) {
 	if err := fromJSON.Validate(); err != nil {
 		t.Errorf("Validate(JSON round trip) = %v", err)
 	}
-	for _, p := range mapping.Providers {
+	for _, p := range provision.Names() {
 		a, _, err1 := Render(orig, p, nil)
 		b, _, err2 := Render(fromJSON, p, nil)
 		if err1 != nil || err2 != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/auth"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
 // pageSize is the rows a list page shows: small enough that a page stays
@@ -459,9 +460,6 @@ func (u *UI) mappingsPage(ctx context.Context, r *http.Request, v *view) error {
 	return u.docsPage(ctx, r, v, "mappings")
 }
 
-// providers are those a template can be rendered for.
-var providers = []string{"local", "docker", "libvirt", "aws"}
-
 type rendering struct {
 	Provider string
 	Rendered *api.Rendered
@@ -491,7 +489,7 @@ func (u *UI) templatePage(ctx context.Context, r *http.Request, v *view) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range providers {
+	for _, p := range provision.Names() {
 		var rd api.Rendered
 		err := v.c.get(ctx, "/v1/templates/"+esc(d.Doc.Name)+"/render", url.Values{"provider": {p}}, &rd)
 		if err != nil {
@@ -515,7 +513,7 @@ func (u *UI) mappingPage(ctx context.Context, r *http.Request, v *view) error {
 	d.More = tl.Next != ""
 	for _, t := range tl.Items {
 		use := mappingUse{Template: t.Name}
-		for _, p := range providers {
+		for _, p := range provision.Names() {
 			var rd api.Rendered
 			err := v.c.get(ctx, "/v1/templates/"+esc(t.Name)+"/render", url.Values{"provider": {p}}, &rd)
 			if err == nil && slices.Contains(rd.Mappings, d.Doc.Name) {

@@ -22,7 +22,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/server"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ui"
-	_ "github.com/nodemgr/nodemgr/internal/drivers/provision/local" // pools name a provider
+	_ "github.com/nodemgr/nodemgr/internal/drivers/all" // pools and templates name providers
 )
 
 // The dashboard's tests run it inside a real server over a SQLite store:

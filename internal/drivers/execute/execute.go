@@ -1,5 +1,6 @@
 // Package execute runs commands on nodes and copies files to and from
-// them: the Executor interface and the registry drivers join. An executor
+// them: the Executor interface and the registry drivers join (a Driver
+// record each, from init; package drivers/all links them all). An executor
 // only takes a machine that carries its capability (exec:local,
 // exec:docker, exec:ssh ...); anything else is refused with a clear error.
 package execute

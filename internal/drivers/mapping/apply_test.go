@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
 type ov = map[string]map[string]any
@@ -364,7 +365,7 @@ func TestApplySeed(t *testing.T) {
 		"aws":     {"ami": "ami-0a116fa7c861dd5f9", "image_type": "ami"},
 		"libvirt": {"iso": "ubuntu-24.04.3-live-server-amd64.iso", "image_type": "iso"},
 	}
-	for _, p := range Providers {
+	for _, p := range provision.Names() {
 		got, _, err := Apply(base, p, rules)
 		if err != nil {
 			t.Fatalf("Apply(seed, %s) = %v", p, err)

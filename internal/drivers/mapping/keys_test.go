@@ -8,16 +8,11 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 )
 
-// A provider block may name only the keys its provider declared (and the
-// template fields); the all block, and providers that declared nothing,
-// are open.
+// A provider block may name only the keys its provider's record lists (and
+// the template fields); the all block, and providers whose record does
+// not say, are open. The stand-in docker lists network_mode and env
+// (drivers_test.go).
 func TestOverrideKeysAreTheProvidersOwn(t *testing.T) {
-	DeclareKeys("docker", "network_mode", "env")
-	t.Cleanup(func() {
-		declared.Lock()
-		delete(declared.keys, "docker")
-		declared.Unlock()
-	})
 	for _, tc := range []struct {
 		name      string
 		overrides map[string]map[string]any

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/yamlfield"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
 // Match types.
@@ -224,7 +225,7 @@ func probeLoops(rules []Rule) error {
 		if extra == nil {
 			continue
 		}
-		for _, p := range Providers {
+		for _, p := range provision.Names() {
 			_, _, err := apply(extra, p, rules)
 			var loop *LoopError
 			if errors.As(err, &loop) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/fuzzcheck"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
 // FuzzParse reads arbitrary mapping files. Parse must refuse with an
@@ -49,7 +50,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(%q) returned rules that do not validate: %v", data, err)
 		}
 		for _, extra := range []map[string]any{{}, matchedBy(rules)} {
-			for _, p := range Providers {
+			for _, p := range provision.Names() {
 				_, _, err := Apply(extra, p, rules)
 				var loop *LoopError
 				if err != nil && !errors.As(err, &loop) {

@@ -6,72 +6,56 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/yamlfield"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
 // All is the overrides key that applies to every provider.
 const All = "all"
 
-// Providers are the providers a template renders for, in the order tools
-// list them. An overrides block may name these and All.
-var Providers = []string{"local", "docker", "libvirt", "aws"}
-
-// IsProvider reports whether name is one of Providers (not All).
-func IsProvider(name string) bool { return slices.Contains(Providers, name) }
+// IsProvider reports whether name is a registered provider (not All).
+func IsProvider(name string) bool {
+	_, err := provision.Lookup("provider", name)
+	return err == nil
+}
 
 // CheckProvider returns an ErrInvalid naming field when provider is not
 // one a template can be rendered for.
 func CheckProvider(field, provider string) error {
 	if !IsProvider(provider) {
-		return errdefs.Field(field, "unknown provider %q; want one of %s", provider, strings.Join(Providers, ", "))
+		return errdefs.Field(field, "unknown provider %q; want one of %s", provider, strings.Join(provision.Names(), ", "))
 	}
 	return nil
 }
 
 // The template fields, as Extra keys. Overrides may set them too (the seed's
 // libvirt block sets memoryMB), so their values are checked wherever they
-// appear.
+// appear; every provider block may set them.
 var (
 	textKeys = []string{"name", "image", "user"}
 	sizeKeys = []string{"cpu", "memoryMB", "diskMB"}
 )
 
-// declared holds the Extra keys each provider reads, as the providers
-// declare them (DeclareKeys, from their packages' init). A provider that
-// declared nothing yet is not checked: its keys are unknown, not none.
-var declared = struct {
-	sync.Mutex
-	keys map[string][]string
-}{keys: map[string][]string{}}
-
-// DeclareKeys records the Extra keys provider reads, beyond the template
-// fields (name, image, user, cpu, memoryMB, diskMB), which every provider
-// block may set. Overrides for that provider may then name only these:
-// a misspelt key (netwrok_mode) is an error with a suggestion, not
-// silently ignored.
-func DeclareKeys(provider string, keys ...string) {
-	declared.Lock()
-	defer declared.Unlock()
-	declared.keys[provider] = append(slices.Clone(keys), append(textKeys, sizeKeys...)...)
-	slices.Sort(declared.keys[provider])
-}
-
-// providerKeys returns the keys provider declared, and whether it did.
-func providerKeys(provider string) ([]string, bool) {
-	declared.Lock()
-	defer declared.Unlock()
-	k, ok := declared.keys[provider]
-	return k, ok
-}
-
 // checkKey refuses a key a provider block names that the provider does
-// not read. The all block may hold any key: some provider may read it.
+// not read (its record's ExtraKeys, and the template fields). The all
+// block may hold any key: some provider may read it; so may the block of
+// a provider whose record does not say (ExtraKeys nil).
 func checkKey(field, provider, key string) error {
-	known, ok := providerKeys(provider)
-	if provider == All || !ok || slices.Contains(known, key) {
+	if provider == All {
+		return nil
+	}
+	d, err := provision.Lookup(field, provider)
+	if err != nil {
+		return err
+	}
+	if d.ExtraKeys == nil {
+		return nil
+	}
+	known := slices.Concat(d.ExtraKeys, textKeys, sizeKeys)
+	slices.Sort(known)
+	if slices.Contains(known, key) {
 		return nil
 	}
 	hint := "it reads " + strings.Join(known, ", ")
@@ -90,7 +74,7 @@ func ValidateOverrides(field string, o map[string]map[string]any) error {
 	for _, p := range sortedKeys(o) {
 		pf := field + "." + p
 		if p != All && !IsProvider(p) {
-			return errdefs.Field(pf, "unknown provider %q; want all, %s", p, strings.Join(Providers, ", "))
+			return errdefs.Field(pf, "unknown provider %q; want all, %s", p, strings.Join(provision.Names(), ", "))
 		}
 		for _, k := range sortedKeys(o[p]) {
 			if k == "" {

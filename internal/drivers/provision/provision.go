@@ -7,15 +7,18 @@
 // found by type assertion; a verb a provider cannot perform is refused
 // before anything is touched (Vagrant's Docker "suspend" is the lesson).
 //
-// Drivers live in sub-packages (provision/local, provision/docker; libvirt
-// and aws later) and register themselves by name.
+// Drivers live in sub-packages (provision/local, provision/docker,
+// provision/libvirt, provision/aws) and register a Driver record from init;
+// package drivers/all imports them all. Everyone else asks the registry
+// (Lookup, Names, New) rather than naming a provider.
 package provision
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -144,8 +147,8 @@ const ExtraSSHHostKey = "ssh_host_key"
 
 // Locality is the optional capability of a provider that knows whether
 // its machines run on the server's own host (the prefer-local policy
-// ranks those first). A provider without it is taken to be local when it
-// is docker or local.
+// ranks those first). A provider without it is local when its Driver
+// record says OnHost.
 type Locality interface {
 	Local() bool
 }
@@ -154,8 +157,8 @@ type Locality interface {
 // rendered template's Extra which architecture its machine would have
 // (x86_64, aarch64, arm64 ... as the provider names it), so that the
 // scheduler can refuse a candidate of the wrong one; "" when it cannot
-// tell. A provider without it (docker, local) makes machines of the
-// server's own architecture.
+// tell. A provider without it whose Driver record says OnHost (docker,
+// local) makes machines of the server's own architecture.
 type Archer interface {
 	MachineArch(extra map[string]any) string
 }
@@ -235,40 +238,88 @@ func rebootable(ctx context.Context, lc Lifecycle, d Deployment) error {
 // Factory makes a provider from its settings.
 type Factory func(settings map[string]string) (Provider, error)
 
+// Driver is a provider's registration record: everything nodemgr knows of
+// a provider without making one. Drivers register it from init; the rest
+// of nodemgr asks Lookup and Names instead of naming providers.
+type Driver struct {
+	// Name is the provider's name in templates, pools and the API.
+	Name string
+	// Order places it in lists people read (help, errors, the
+	// dashboard): lower first.
+	Order int
+	// New makes the provider from its settings.
+	New Factory
+	// ExtraKeys are the Extra keys it reads beyond the template fields
+	// (name, image, user, cpu, memoryMB, diskMB); a template's or
+	// mapping's block for this provider may set only these, so a misspelt
+	// key is an error rather than ignored. Empty when it reads none; nil
+	// only in a test's stand-in that has not said, whose blocks are then
+	// not checked.
+	ExtraKeys []string
+	// OnHost says its machines run on the server's own host (the host
+	// itself, or containers on this machine's engine), so they have the
+	// server's architecture and rank as local; a provider that knows
+	// better for each instance says so through Locality and Archer.
+	OnHost bool
+	// HostNetwork, when set, says whether a machine made from extra
+	// shares the server host's network, and so reaches a server that
+	// listens on loopback; nil means never.
+	HostNetwork func(extra map[string]any) bool
+}
+
 var (
 	mu       sync.Mutex
-	registry = map[string]Factory{}
+	registry = map[string]Driver{}
 )
 
 // Register makes a provider available by name; drivers call it from init.
-func Register(name string, f Factory) {
+// A record without a name or constructor, or a name registered twice, is a
+// programming error and panics.
+func Register(d Driver) {
 	mu.Lock()
 	defer mu.Unlock()
-	if _, dup := registry[name]; dup {
-		panic("provision: provider registered twice: " + name)
+	switch {
+	case d.Name == "":
+		panic("provision: provider registered without a name")
+	case d.New == nil:
+		panic("provision: provider " + d.Name + " registered without New")
 	}
-	registry[name] = f
+	if _, dup := registry[d.Name]; dup {
+		panic("provision: provider registered twice: " + d.Name)
+	}
+	registry[d.Name] = d
+}
+
+// Lookup returns the record of the named provider, or an ErrInvalid for
+// field that lists the providers nodemgr has.
+func Lookup(field, name string) (Driver, error) {
+	mu.Lock()
+	d, ok := registry[name]
+	mu.Unlock()
+	if !ok {
+		return Driver{}, errdefs.Field(field, "unknown provider %q; known: %v", name, Names())
+	}
+	return d, nil
 }
 
 // New makes the named provider.
 func New(name string, settings map[string]string) (Provider, error) {
-	mu.Lock()
-	f := registry[name]
-	mu.Unlock()
-	if f == nil {
-		return nil, errdefs.Field("provider", "unknown provider %q; known: %v", name, Names())
+	d, err := Lookup("provider", name)
+	if err != nil {
+		return nil, err
 	}
-	return f(settings)
+	return d.New(settings)
 }
 
-// Names lists the registered providers.
+// Names lists the registered providers in their Order.
 func Names() []string {
 	mu.Lock()
 	defer mu.Unlock()
-	names := make([]string, 0, len(registry))
-	for n := range registry {
-		names = append(names, n)
+	ds := slices.Collect(maps.Values(registry))
+	slices.SortFunc(ds, func(a, b Driver) int { return cmp.Or(cmp.Compare(a.Order, b.Order), cmp.Compare(a.Name, b.Name)) })
+	names := make([]string, len(ds))
+	for i, d := range ds {
+		names[i] = d.Name
 	}
-	sort.Strings(names)
 	return names
 }

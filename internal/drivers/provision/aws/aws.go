@@ -21,7 +21,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/drivers/mapping"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
@@ -49,10 +48,12 @@ const (
 const cleanupTimeout = time.Minute
 
 func init() {
-	provision.Register("aws", func(settings map[string]string) (provision.Provider, error) {
-		return New(settings)
+	provision.Register(provision.Driver{
+		Name:      "aws",
+		Order:     40,
+		New:       func(settings map[string]string) (provision.Provider, error) { return New(settings) },
+		ExtraKeys: extraKeys,
 	})
-	mapping.DeclareKeys("aws", extraKeys...)
 }
 
 // ec2API is the part of *ec2.Client the provider uses.

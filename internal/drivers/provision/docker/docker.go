@@ -20,7 +20,6 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/base/dockerengine"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/drivers/mapping"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
@@ -41,10 +40,17 @@ const (
 const cleanupTimeout = 30 * time.Second
 
 func init() {
-	provision.Register("docker", func(settings map[string]string) (provision.Provider, error) {
-		return New(settings)
+	provision.Register(provision.Driver{
+		Name:      "docker",
+		Order:     20,
+		New:       func(settings map[string]string) (provision.Provider, error) { return New(settings) },
+		ExtraKeys: extraKeys,
+		OnHost:    true, // containers on this machine's engine
+		HostNetwork: func(extra map[string]any) bool {
+			mode, _ := extra["network_mode"].(string)
+			return mode == "host"
+		},
 	})
-	mapping.DeclareKeys("docker", extraKeys...)
 }
 
 // engine is the part of the Engine API client the provider uses.

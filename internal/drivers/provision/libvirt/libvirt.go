@@ -26,7 +26,6 @@ import (
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/drivers/mapping"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
@@ -65,10 +64,12 @@ const (
 )
 
 func init() {
-	provision.Register("libvirt", func(settings map[string]string) (provision.Provider, error) {
-		return New(settings)
+	provision.Register(provision.Driver{
+		Name:      "libvirt",
+		Order:     30,
+		New:       func(settings map[string]string) (provision.Provider, error) { return New(settings) },
+		ExtraKeys: extraKeys, // where its machines run, it says itself (Locality)
 	})
-	mapping.DeclareKeys("libvirt", extraKeys...)
 }
 
 // client is the part of go-libvirt's RPC client the provider uses.

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/drivers/mapping"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
@@ -33,10 +32,14 @@ const (
 )
 
 func init() {
-	provision.Register("local", func(settings map[string]string) (provision.Provider, error) {
-		return New(settings)
+	provision.Register(provision.Driver{
+		Name:        "local",
+		Order:       10,
+		New:         func(settings map[string]string) (provision.Provider, error) { return New(settings) },
+		ExtraKeys:   []string{}, // the host is what it is: nothing to set
+		OnHost:      true,
+		HostNetwork: func(map[string]any) bool { return true },
 	})
-	mapping.DeclareKeys("local") // the host is what it is: nothing to set
 }
 
 // Local hands out the host it runs on.

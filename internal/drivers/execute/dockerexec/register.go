@@ -1,0 +1,27 @@
+package dockerexec
+
+import "github.com/nodemgr/nodemgr/internal/drivers/execute"
+
+func init() {
+	execute.Register(execute.Driver{
+		Name:       "docker",
+		Capability: Capability,
+		Order:      20,
+		New:        newFromEnv,
+		OnHost:     true, // containers on this machine's engine
+	})
+}
+
+// newFromEnv makes the executor with the docker provider's host setting,
+// so that it reaches the engine the containers were made on.
+func newFromEnv(env execute.Env) (execute.Executor, error) {
+	var s map[string]string
+	if host := env.Providers["docker"]["host"]; host != "" {
+		s = map[string]string{"host": host}
+	}
+	d, err := New(s)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}

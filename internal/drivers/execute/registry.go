@@ -1,0 +1,122 @@
+package execute
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+)
+
+// Driver is an executor's registration record: everything nodemgr knows
+// of an executor without making one. Drivers register it from init; the
+// server makes executors through it (Lookup, ByCapability) rather than
+// naming them.
+type Driver struct {
+	// Name is the executor's name in the API (via) and the CLI (--via).
+	Name string
+	// Capability is what a deployment carries for it (exec:ssh): exec:
+	// for one that runs commands first, copy: for one that copies first.
+	Capability string
+	// Order places it in lists people read (help, errors): lower first.
+	Order int
+	// New makes the executor; the server makes each once and keeps it.
+	// It must contact no machine: the server makes one to check settings
+	// before it starts.
+	New func(env Env) (Executor, error)
+	// Settings are the keys its block of the executor settings takes,
+	// for messages; empty when it takes none.
+	Settings []string
+	// SettingsOf names the executor whose settings it takes, when it
+	// goes through that one's connections (sftp and rsync over ssh's).
+	SettingsOf string
+	// OnHost says its machines are on the server's own host (the host
+	// itself, or containers on this machine's engine), so that a copy to
+	// them crosses no network and is not worth compressing.
+	OnHost bool
+}
+
+// Env is what an executor is made with.
+type Env struct {
+	// Settings are its block of the executor settings.
+	Settings map[string]string
+	// Providers are the provider settings, for an executor that reaches
+	// machines as their provider made them (docker's engine host).
+	Providers map[string]map[string]string
+	// Executor returns another executor by name, made once and shared;
+	// nil when there is none to share (a settings check).
+	Executor func(name string) (Executor, error)
+}
+
+var (
+	mu       sync.Mutex
+	registry = map[string]Driver{}
+)
+
+// Register makes an executor available by name; drivers call it from
+// init. A record without a name, capability or constructor, or a name or
+// capability registered twice, is a programming error and panics.
+func Register(d Driver) {
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case d.Name == "":
+		panic("execute: executor registered without a name")
+	case d.Capability == "":
+		panic("execute: executor " + d.Name + " registered without a capability")
+	case d.New == nil:
+		panic("execute: executor " + d.Name + " registered without New")
+	}
+	for _, o := range registry {
+		if o.Name == d.Name || o.Capability == d.Capability {
+			panic("execute: executor registered twice: " + d.Name + " (" + d.Capability + ")")
+		}
+	}
+	d.Settings = slices.Clone(d.Settings)
+	registry[d.Name] = d
+}
+
+// Lookup returns the record of the named executor, or an ErrInvalid for
+// field that lists the executors nodemgr has.
+func Lookup(field, name string) (Driver, error) {
+	mu.Lock()
+	d, ok := registry[name]
+	mu.Unlock()
+	if !ok {
+		return Driver{}, errdefs.Field(field, "no executor %q; nodemgr has %s", name, strings.Join(Names(), ", "))
+	}
+	return d, nil
+}
+
+// ByCapability returns the record of the executor that takes capability.
+func ByCapability(capability string) (Driver, bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, d := range registry {
+		if d.Capability == capability {
+			return d, true
+		}
+	}
+	return Driver{}, false
+}
+
+// Drivers lists the registered executors' records in their Order.
+func Drivers() []Driver {
+	mu.Lock()
+	defer mu.Unlock()
+	ds := slices.Collect(maps.Values(registry))
+	slices.SortFunc(ds, func(a, b Driver) int { return cmp.Or(cmp.Compare(a.Order, b.Order), cmp.Compare(a.Name, b.Name)) })
+	return ds
+}
+
+// Names lists the registered executors in their Order.
+func Names() []string {
+	ds := Drivers()
+	names := make([]string, len(ds))
+	for i, d := range ds {
+		names[i] = d.Name
+	}
+	return names
+}
