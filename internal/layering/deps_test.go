@@ -53,6 +53,7 @@ var tiers = map[string]tier{
 	"internal/base/fuzzcheck":    tierBase,
 	"internal/base/httpapi":      tierBase,
 	"internal/base/hw":           tierBase,
+	"internal/base/humantime":    tierBase,
 	"internal/base/imds":         tierBase,
 	"internal/base/lockfile":     tierBase,
 	"internal/base/procenv":      tierBase,
