@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/node/runas"
 	"github.com/nodemgr/nodemgr/internal/node/workerpool"
 )
@@ -169,10 +170,10 @@ func (f *filesSource) stage(ctx context.Context, t *api.Task) error {
 		if in.Error != "" {
 			return fmt.Errorf("input %s: %s", in.Path, in.Error)
 		}
-		rel := filepath.FromSlash(in.Path)
-		if !filepath.IsLocal(rel) {
-			return fmt.Errorf("input %q: not a path inside the sandbox", in.Path)
+		if err := validate.SandboxPath("input", in.Path); err != nil {
+			return err
 		}
+		rel := filepath.FromSlash(in.Path)
 		if err := box.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
 			return fmt.Errorf("input %s: %w", in.Path, err)
 		}
@@ -180,10 +181,12 @@ func (f *filesSource) stage(ctx context.Context, t *api.Task) error {
 			return fmt.Errorf("input %s: %w", in.Path, err)
 		}
 	}
-	wd := filepath.Join(".", filepath.FromSlash(t.Workdir))
-	if t.Workdir != "" && !filepath.IsLocal(wd) {
-		return fmt.Errorf("workdir %q: not a path inside the sandbox", t.Workdir)
+	if t.Workdir != "" {
+		if err := validate.SandboxPath("workdir", t.Workdir); err != nil {
+			return err
+		}
 	}
+	wd := filepath.Join(".", filepath.FromSlash(t.Workdir))
 	if err := box.MkdirAll(wd, 0o755); err != nil {
 		return err
 	}
