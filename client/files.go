@@ -2,8 +2,6 @@ package client
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/sha256sum"
 )
 
 // TaskFilter narrows TasksPage beyond the state.
@@ -38,19 +37,7 @@ func (c *Client) TasksFiltered(ctx context.Context, suite string, f TaskFilter, 
 }
 
 // HashFile is the digest ("sha256:<hex>") and size of a local file.
-func HashFile(path string) (digest string, size int64, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, fmt.Errorf("read %s: %w", path, err)
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, nil
-}
+func HashFile(path string) (digest string, size int64, err error) { return sha256sum.File(path) }
 
 // HasBlob says whether the server's blob store holds the digest.
 func (c *Client) HasBlob(ctx context.Context, digest string) (bool, error) {

@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +17,8 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/filecopy"
+	"github.com/nodemgr/nodemgr/internal/base/sha256sum"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/node/runas"
 	"github.com/nodemgr/nodemgr/internal/node/workerpool"
@@ -603,7 +603,7 @@ func (c *blobClient) refresh(ctx context.Context, digest, p string) error {
 		case known && (fi.Size() != e.size || !fi.ModTime().Equal(e.mtime)):
 			why = "its size or modification time changed since it was cached"
 		default:
-			if got, err := hashPath(p); err != nil {
+			if got, _, err := sha256sum.File(p); err != nil {
 				why = "it cannot be read: " + err.Error()
 			} else if got != digest {
 				why = "its content hashes to " + got
@@ -661,7 +661,7 @@ func (c *blobClient) download(ctx context.Context, digest, dst string) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	h := sha256.New()
+	h := sha256sum.New()
 	if _, err := io.Copy(io.MultiWriter(tmp, h), resp.Body); err != nil {
 		tmp.Close()
 		return fmt.Errorf("download %s: %w", digest, err)
@@ -669,7 +669,7 @@ func (c *blobClient) download(ctx context.Context, digest, dst string) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != digest {
+	if got := sha256sum.Sum(h); got != digest {
 		return fmt.Errorf("download %s: the content hashes to %s; the server's copy is damaged", digest, got)
 	}
 	if err := os.Chmod(tmp.Name(), 0o444); err != nil {
@@ -693,14 +693,19 @@ func (c *blobClient) upload(stopped <-chan struct{}, open func() (*os.File, erro
 	if err != nil {
 		return api.TaskFile{}, err
 	}
-	digest, size, mode, err := hashFile(f)
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return api.TaskFile{}, err
+	}
+	sum, size, err := sha256sum.Reader(f)
 	f.Close()
 	if err != nil {
 		return api.TaskFile{}, err
 	}
-	out := api.TaskFile{Path: rel, Digest: digest, Size: size, Mode: uint32(mode.Perm())}
+	out := api.TaskFile{Path: rel, Digest: sum, Size: size, Mode: uint32(st.Mode().Perm())}
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		retry, err := c.put(open, digest, size)
+		retry, err := c.put(open, sum, size)
 		if err == nil {
 			return out, nil
 		}
@@ -757,31 +762,6 @@ func (c *blobClient) put(open func() (*os.File, error), digest string, size int6
 	return false, answerError(resp)
 }
 
-// hashFile reads f to its end: its digest, size and mode.
-func hashFile(f *os.File) (digest string, size int64, mode os.FileMode, err error) {
-	st, err := f.Stat()
-	if err != nil {
-		return "", 0, 0, err
-	}
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, 0, err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, st.Mode(), nil
-}
-
-// hashPath is the digest of the file at path.
-func hashPath(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	digest, _, _, err := hashFile(f)
-	return digest, err
-}
-
 // copyInto copies the file at src to rel in box, a file of its own with
 // mode: a reflink where the filesystem can share the blocks, else a copy.
 func copyInto(box *os.Root, rel, src string, mode os.FileMode) error {
@@ -794,17 +774,11 @@ func copyInto(box *os.Root, rel, src string, mode os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if err := cloneFile(out, in); err != nil {
-		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
-			return err
-		}
-	}
 	if err := out.Chmod(mode); err != nil { // past the umask
 		out.Close()
 		return err
 	}
-	return out.Close()
+	return filecopy.Copy(out, in)
 }
 
 // credential is the node's current credential, for requests beside the
