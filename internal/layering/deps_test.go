@@ -45,6 +45,7 @@ var tiers = map[string]tier{
 	"internal/base/atomicfile":   tierBase,
 	"internal/base/auth":         tierBase,
 	"internal/base/backoff":      tierBase,
+	"internal/base/blobclient":   tierBase,
 	"internal/base/cgroup":       tierBase,
 	"internal/base/cleartext":    tierBase,
 	"internal/base/clocktest":    tierBase,

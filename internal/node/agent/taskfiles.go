@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/blobclient"
 	"github.com/nodemgr/nodemgr/internal/base/filecopy"
 	"github.com/nodemgr/nodemgr/internal/base/sha256sum"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
@@ -415,12 +416,10 @@ var errStopped = errors.New("agent stopping")
 // blobClient moves task files between the server's blob store and this
 // node: downloads into a cache by content hash, uploads from sandboxes.
 type blobClient struct {
-	server func() string // the replica the agent talks to now
-	cred   func() string
-	http   *http.Client // no overall timeout: files may be large
-	cache  string       // <data dir>/blobs
-	max    int64        // the cache's cap in bytes
-	log    *slog.Logger
+	wire  *blobclient.Client // to the replica the agent talks to now; no overall timeout: files may be large
+	cache string             // <data dir>/blobs
+	max   int64              // the cache's cap in bytes
+	log   *slog.Logger
 	// verifyEvery is how long a cached file's full hash is trusted; it is
 	// hashed again at its first use after that (and at its first use
 	// after the agent starts).
@@ -447,8 +446,21 @@ type cacheEntry struct {
 const defaultVerifyEvery = 10 * time.Minute
 
 func newBlobClient(server func() string, cred func() string, base *http.Client, dataDir string, max int64) *blobClient {
-	c := &http.Client{Transport: base.Transport}
-	return &blobClient{server: server, cred: cred, http: c, log: slog.New(slog.DiscardHandler),
+	hc := &http.Client{Transport: base.Transport}
+	wire := &blobclient.Client{
+		NewRequest: func(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+			req, err := http.NewRequestWithContext(ctx, method, server()+path, body)
+			if err == nil {
+				req.Header.Set("Authorization", "Bearer "+cred())
+			}
+			return req, err
+		},
+		Do: hc.Do,
+		AnswerError: func(resp *http.Response) error {
+			return &answer{status: resp.StatusCode, err: answerError(resp)}
+		},
+	}
+	return &blobClient{wire: wire, log: slog.New(slog.DiscardHandler),
 		cache: filepath.Join(dataDir, "blobs"), max: max, verifyEvery: defaultVerifyEvery,
 		inflight: map[string]chan struct{}{}, known: map[string]cacheEntry{}}
 }
@@ -640,19 +652,6 @@ func touch(p string) { os.Chtimes(p, time.Now(), time.Time{}) }
 // download fetches a blob into the cache, checking its hash. The cache's
 // directories are the agent's alone (0700), its files read-only.
 func (c *blobClient) download(ctx context.Context, digest, dst string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.server()+"/v1/blobs/"+digest, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.cred())
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("download %s: %w", digest, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("download %s: %w", digest, answerError(resp))
-	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
@@ -661,16 +660,12 @@ func (c *blobClient) download(ctx context.Context, digest, dst string) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	h := sha256sum.New()
-	if _, err := io.Copy(io.MultiWriter(tmp, h), resp.Body); err != nil {
+	if err := c.wire.Get(ctx, digest, tmp); err != nil {
 		tmp.Close()
 		return fmt.Errorf("download %s: %w", digest, err)
 	}
 	if err := tmp.Close(); err != nil {
 		return err
-	}
-	if got := sha256sum.Sum(h); got != digest {
-		return fmt.Errorf("download %s: the content hashes to %s; the server's copy is damaged", digest, got)
 	}
 	if err := os.Chmod(tmp.Name(), 0o444); err != nil {
 		return err
@@ -721,46 +716,34 @@ func (c *blobClient) upload(stopped <-chan struct{}, open func() (*os.File, erro
 }
 
 // put sends one file unless the server has it; retry says whether a
-// failure may pass.
+// failure may pass: one on the way, or the server's 5xx or 429.
 func (c *blobClient) put(open func() (*os.File, error), digest string, size int64) (retry bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	head, err := http.NewRequestWithContext(ctx, http.MethodHead, c.server()+"/v1/blobs/"+digest, nil)
-	if err != nil {
-		return false, err
-	}
-	head.Header.Set("Authorization", "Bearer "+c.cred())
-	if resp, err := c.http.Do(head); err == nil {
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			return false, nil
-		}
+	if ok, _ := c.wire.Has(ctx, digest); ok {
+		return false, nil // else PUT: its answer says what is wrong
 	}
 	f, err := open()
 	if err != nil {
 		return false, err
 	}
 	defer f.Close()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.server()+"/v1/blobs/"+digest, f)
-	if err != nil {
-		return false, err
+	err = c.wire.Put(ctx, digest, f, size)
+	var a *answer
+	if errors.As(err, &a) {
+		return a.status >= 500 || a.status == http.StatusTooManyRequests, a.err
 	}
-	req.ContentLength = size
-	req.Header.Set("Authorization", "Bearer "+c.cred())
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return true, err
-	}
-	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusOK:
-		return false, nil
-	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
-		return true, answerError(resp)
-	}
-	return false, answerError(resp)
+	return err != nil, err
 }
+
+// answer is the server's error answer to a blob request, with its status.
+type answer struct {
+	status int
+	err    error
+}
+
+func (a *answer) Error() string { return a.err.Error() }
+func (a *answer) Unwrap() error { return a.err }
 
 // copyInto copies the file at src to rel in box, a file of its own with
 // mode: a reflink where the filesystem can share the blocks, else a copy.

@@ -1,0 +1,106 @@
+// Package blobclient speaks the server's blob routes, /v1/blobs/{digest}:
+// HEAD asks whether a blob is stored, PUT stores one, GET fetches one and
+// checks that its content hashes to its digest. The Go client (the CLI's
+// task inputs) and the agent (its input cache, task outputs) both use it;
+// each says how its requests are made and sent, and how the server's
+// error answers read in its own words.
+package blobclient
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"github.com/nodemgr/nodemgr/internal/base/sha256sum"
+)
+
+// Client reaches one server's blob store.
+type Client struct {
+	// NewRequest makes a request for path on the server, with the
+	// caller's credential.
+	NewRequest func(ctx context.Context, method, path string, body io.Reader) (*http.Request, error)
+	// Do sends a short request (HEAD).
+	Do func(*http.Request) (*http.Response, error)
+	// Stream sends a request whose body or answer is a whole blob: it
+	// must have no overall timeout. Nil means Do.
+	Stream func(*http.Request) (*http.Response, error)
+	// AnswerError reads the server's error answer (its status is
+	// resp.StatusCode); the methods return what it returns.
+	AnswerError func(*http.Response) error
+}
+
+func blobPath(digest string) string { return "/v1/blobs/" + url.PathEscape(digest) }
+
+// Has says whether the server's blob store holds digest (for the caller).
+func (c *Client) Has(ctx context.Context, digest string) (bool, error) {
+	req, err := c.NewRequest(ctx, http.MethodHead, blobPath(digest), nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return false, err
+	}
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		return false, nil
+	}
+	return false, c.AnswerError(resp)
+}
+
+// Put stores size bytes read from body as digest. The server checks that
+// they hash to it.
+func (c *Client) Put(ctx context.Context, digest string, body io.Reader, size int64) error {
+	req, err := c.NewRequest(ctx, http.MethodPut, blobPath(digest), body)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.stream(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return c.AnswerError(resp)
+	}
+	return nil
+}
+
+// Get writes the blob digest to w. A blob whose content does not hash to
+// digest is an error, after w was given all of it.
+func (c *Client) Get(ctx context.Context, digest string, w io.Writer) error {
+	req, err := c.NewRequest(ctx, http.MethodGet, blobPath(digest), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.stream(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return c.AnswerError(resp)
+	}
+	h := sha256sum.New()
+	if _, err := io.Copy(io.MultiWriter(w, h), resp.Body); err != nil {
+		return err
+	}
+	if got := sha256sum.Sum(h); got != digest {
+		return fmt.Errorf("the content hashes to %s; the server's copy is damaged", got)
+	}
+	return nil
+}
+
+func (c *Client) stream(req *http.Request) (*http.Response, error) {
+	if c.Stream != nil {
+		return c.Stream(req)
+	}
+	return c.Do(req)
+}
