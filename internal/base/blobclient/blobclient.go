@@ -31,15 +31,9 @@ type Client struct {
 	AnswerError func(*http.Response) error
 }
 
-func blobPath(digest string) string { return "/v1/blobs/" + url.PathEscape(digest) }
-
 // Has says whether the server's blob store holds digest (for the caller).
 func (c *Client) Has(ctx context.Context, digest string) (bool, error) {
-	req, err := c.NewRequest(ctx, http.MethodHead, blobPath(digest), nil)
-	if err != nil {
-		return false, err
-	}
-	resp, err := c.Do(req)
+	resp, err := c.send(ctx, http.MethodHead, digest, nil, 0)
 	if err != nil {
 		return false, err
 	}
@@ -56,13 +50,7 @@ func (c *Client) Has(ctx context.Context, digest string) (bool, error) {
 // Put stores size bytes read from body as digest. The server checks that
 // they hash to it.
 func (c *Client) Put(ctx context.Context, digest string, body io.Reader, size int64) error {
-	req, err := c.NewRequest(ctx, http.MethodPut, blobPath(digest), body)
-	if err != nil {
-		return err
-	}
-	req.ContentLength = size
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := c.stream(req)
+	resp, err := c.send(ctx, http.MethodPut, digest, body, size)
 	if err != nil {
 		return err
 	}
@@ -76,11 +64,7 @@ func (c *Client) Put(ctx context.Context, digest string, body io.Reader, size in
 // Get writes the blob digest to w. A blob whose content does not hash to
 // digest is an error, after w was given all of it.
 func (c *Client) Get(ctx context.Context, digest string, w io.Writer) error {
-	req, err := c.NewRequest(ctx, http.MethodGet, blobPath(digest), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.stream(req)
+	resp, err := c.send(ctx, http.MethodGet, digest, nil, 0)
 	if err != nil {
 		return err
 	}
@@ -98,9 +82,19 @@ func (c *Client) Get(ctx context.Context, digest string, w io.Writer) error {
 	return nil
 }
 
-func (c *Client) stream(req *http.Request) (*http.Response, error) {
-	if c.Stream != nil {
-		return c.Stream(req)
+// send makes a request on digest's route and sends it: a HEAD with Do,
+// others, which carry a whole blob one way, with Stream.
+func (c *Client) send(ctx context.Context, method, digest string, body io.Reader, size int64) (*http.Response, error) {
+	req, err := c.NewRequest(ctx, method, "/v1/blobs/"+url.PathEscape(digest), body)
+	if err != nil {
+		return nil, err
 	}
-	return c.Do(req)
+	if body != nil {
+		req.ContentLength = size
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	if method == http.MethodHead || c.Stream == nil {
+		return c.Do(req)
+	}
+	return c.Stream(req)
 }

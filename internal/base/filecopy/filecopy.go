@@ -24,26 +24,27 @@ func Copy(out, in *os.File) error {
 // File copies the file at src to dst, made with mode if it is not there
 // and truncated if it is.
 func File(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	return Copy(out, in)
+	return Opened(
+		func() (*os.File, error) { return os.Open(src) },
+		func() (*os.File, error) { return os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode) })
 }
 
 // InRoot is File for two names in root: neither can lead out of it.
 func InRoot(root *os.Root, src, dst string, mode os.FileMode) error {
-	in, err := root.Open(src)
+	return Opened(
+		func() (*os.File, error) { return root.Open(src) },
+		func() (*os.File, error) { return root.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode) })
+}
+
+// Opened copies the file open opens into the one create makes, for a
+// caller that opens them its own way, and closes both.
+func Opened(open, create func() (*os.File, error)) error {
+	in, err := open()
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := root.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	out, err := create()
 	if err != nil {
 		return err
 	}

@@ -748,20 +748,19 @@ func (a *answer) Unwrap() error { return a.err }
 // copyInto copies the file at src to rel in box, a file of its own with
 // mode: a reflink where the filesystem can share the blocks, else a copy.
 func copyInto(box *os.Root, rel, src string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := box.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if err := out.Chmod(mode); err != nil { // past the umask
-		out.Close()
-		return err
-	}
-	return filecopy.Copy(out, in)
+	return filecopy.Opened(
+		func() (*os.File, error) { return os.Open(src) },
+		func() (*os.File, error) {
+			out, err := box.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+			if err != nil {
+				return nil, err
+			}
+			if err := out.Chmod(mode); err != nil { // past the umask
+				out.Close()
+				return nil, err
+			}
+			return out, nil
+		})
 }
 
 // credential is the node's current credential, for requests beside the
