@@ -129,8 +129,9 @@ func (u *uploader) report() {
 
 // localRelative refuses --input paths and globs that leave the current
 // directory: the files they name keep their paths in the task's sandbox.
-// A path is cleaned first, as the shell may write it ("./src/*.c"); what is
-// sent is checked as the server checks it (validate.SandboxPath).
+// An unclean one ("./src/*.c", as a shell completes it) is fine here: the
+// paths sent are those of the files found, cleaned, and the server checks
+// them with validate.SandboxPath.
 func localRelative(field, p string) error {
 	if !filepath.IsLocal(p) {
 		return fmt.Errorf("%s %q: give a path relative to the current directory and inside it (it is the file's path in the task's sandbox too); cd to the project's root first", field, p)
