@@ -498,7 +498,7 @@ func (c *blobClient) trim() {
 		if os.Remove(f.path) == nil {
 			total -= f.size
 			c.mu.Lock()
-			delete(c.known, "sha256:"+filepath.Base(f.path))
+			delete(c.known, sha256sum.Prefix+filepath.Base(f.path))
 			c.mu.Unlock()
 		}
 	}
@@ -520,7 +520,7 @@ func (c *blobClient) noteFetched(n int64) {
 }
 
 func (c *blobClient) cachePath(digest string) string {
-	hexd := strings.TrimPrefix(digest, "sha256:")
+	hexd := sha256sum.Hex(digest)
 	if len(hexd) < 2 {
 		return filepath.Join(c.cache, "invalid")
 	}
