@@ -2,8 +2,6 @@ package client
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/blobclient"
+	"github.com/nodemgr/nodemgr/internal/base/sha256sum"
 )
 
 // TaskFilter narrows TasksPage beyond the state.
@@ -38,38 +38,11 @@ func (c *Client) TasksFiltered(ctx context.Context, suite string, f TaskFilter, 
 }
 
 // HashFile is the digest ("sha256:<hex>") and size of a local file.
-func HashFile(path string) (digest string, size int64, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, fmt.Errorf("read %s: %w", path, err)
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, nil
-}
+func HashFile(path string) (digest string, size int64, err error) { return sha256sum.File(path) }
 
 // HasBlob says whether the server's blob store holds the digest.
 func (c *Client) HasBlob(ctx context.Context, digest string) (bool, error) {
-	req, err := c.request(ctx, http.MethodHead, "/v1/blobs/"+url.PathEscape(digest), "", nil)
-	if err != nil {
-		return false, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return false, c.unreachable(req.Method, req.URL.RequestURI(), err)
-	}
-	resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusOK:
-		return true, nil
-	case resp.StatusCode == http.StatusNotFound:
-		return false, nil
-	}
-	return false, answerError(req.Method, req.URL.RequestURI(), resp)
+	return c.blobs().Has(ctx, digest)
 }
 
 // UploadFile puts a local file into the server's blob store, unless it is
@@ -88,7 +61,8 @@ func (c *Client) UploadFile(ctx context.Context, path, rel string) (in api.TaskF
 		return api.TaskFile{}, false, err
 	}
 	in = api.TaskFile{Path: rel, Digest: digest, Size: size, Mode: uint32(st.Mode().Perm())}
-	if ok, err := c.HasBlob(ctx, digest); err != nil || ok {
+	blobs := c.blobs()
+	if ok, err := blobs.Has(ctx, digest); err != nil || ok {
 		return in, false, err
 	}
 	f, err := os.Open(path)
@@ -96,17 +70,37 @@ func (c *Client) UploadFile(ctx context.Context, path, rel string) (in api.TaskF
 		return api.TaskFile{}, false, err
 	}
 	defer f.Close()
-	req, err := c.request(ctx, http.MethodPut, "/v1/blobs/"+url.PathEscape(digest), "application/octet-stream", f)
-	if err != nil {
-		return api.TaskFile{}, false, err
-	}
-	req.ContentLength = size
-	resp, err := c.streamDo(req)
-	if err != nil {
+	if err := blobs.Put(ctx, digest, f, size); err != nil {
 		return api.TaskFile{}, false, fmt.Errorf("upload %s: %w", path, err)
 	}
-	resp.Body.Close()
 	return in, true, nil
+}
+
+// blobs speaks the blob routes with this client's token, and its words
+// for errors.
+func (c *Client) blobs() *blobclient.Client {
+	return &blobclient.Client{
+		NewRequest: func(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+			return c.request(ctx, method, path, "", body)
+		},
+		Do:     c.sender(c.http),
+		Stream: c.sender(c.stream),
+		AnswerError: func(resp *http.Response) error {
+			return answerError(resp.Request.Method, resp.Request.URL.RequestURI(), resp)
+		},
+	}
+}
+
+// sender sends requests with hc, saying how to reach the server when it
+// cannot be reached.
+func (c *Client) sender(hc *http.Client) func(*http.Request) (*http.Response, error) {
+	return func(req *http.Request) (*http.Response, error) {
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, c.unreachable(req.Method, req.URL.RequestURI(), err)
+		}
+		return resp, nil
+	}
 }
 
 // TaskOutput opens one output file of a task's result.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/nodemgr/nodemgr/internal/base/humantime"
 )
 
 // printJSON writes v as indented JSON, for scripts (--json).
@@ -42,18 +44,7 @@ func ago(t *time.Time, now time.Time) string {
 	if t == nil || t.IsZero() {
 		return "never"
 	}
-	d := now.Sub(*t)
-	switch {
-	case d < 0:
-		return "just now"
-	case d < time.Minute:
-		return fmt.Sprintf("%ds ago", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm ago", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh ago", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+	return humantime.Ago(*t, now)
 }
 
 // bytesIEC renders a size in binary units: "15.6 GiB".

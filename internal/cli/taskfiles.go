@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 )
 
 // uploader sends a submit's input files to the server's blob store, each
@@ -79,7 +79,8 @@ func (u *uploader) fill(ctx context.Context, tasks []api.TaskSpec) error {
 				continue
 			}
 			field := fmt.Sprintf("task %d: inputs[%d]", i+1, j)
-			if err := localRelative(field, in.Path); err != nil {
+			// Sent as it is written, so checked as the server will.
+			if err := validate.SandboxPath(field, in.Path); err != nil {
 				return err
 			}
 			got, err := u.file(ctx, in.Path)
@@ -126,11 +127,13 @@ func (u *uploader) report() {
 	}
 }
 
-// localRelative refuses input paths that leave the current directory:
-// they are also the files' paths in the task's sandbox.
+// localRelative refuses --input paths and globs that leave the current
+// directory: the files they name keep their paths in the task's sandbox.
+// An unclean one ("./src/*.c", as a shell completes it) is fine here: the
+// paths sent are those of the files found, cleaned, and the server checks
+// them with validate.SandboxPath.
 func localRelative(field, p string) error {
-	clean := path.Clean(filepath.ToSlash(p))
-	if filepath.IsAbs(p) || clean == ".." || strings.HasPrefix(clean, "../") {
+	if !filepath.IsLocal(p) {
 		return fmt.Errorf("%s %q: give a path relative to the current directory and inside it (it is the file's path in the task's sandbox too); cd to the project's root first", field, p)
 	}
 	return nil
@@ -205,7 +208,7 @@ func (f *fetcher) task(ctx context.Context, tk api.Task) error {
 }
 
 func (f *fetcher) file(ctx context.Context, task string, out api.TaskFile) error {
-	if err := localRelative("output", out.Path); err != nil {
+	if err := validate.SandboxPath("output", out.Path); err != nil {
 		return err
 	}
 	dst := filepath.Join(f.dest, filepath.FromSlash(out.Path))

@@ -8,9 +8,7 @@ package release
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"debug/buildinfo"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +16,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/nodemgr/nodemgr/internal/base/sha256sum"
 )
 
 // cliPkg holds the Version and Commit variables the linker stamps.
@@ -148,17 +148,13 @@ func (o Options) stderr() io.Writer {
 	return o.Stderr
 }
 
+// fileSHA256 is the hex SHA-256 of the file at path, as sha256sum writes it.
 func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+	d, _, err := sha256sum.File(path)
 	if err != nil {
 		return "", fmt.Errorf("release: checksum: %w", err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("release: checksum %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return sha256sum.Hex(d), nil
 }
 
 // WriteChecksums writes sha256sum's format ("HASH  NAME"), so that

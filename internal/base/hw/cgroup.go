@@ -1,8 +1,6 @@
 package hw
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/cgroup"
 )
 
 // Limits are what this process's cgroup lets it use. Each is the tightest
@@ -86,12 +85,12 @@ func readLimits(fsys fs.FS) (Limits, error) {
 	if err != nil {
 		return l, fmt.Errorf("read cgroup: %w", err)
 	}
-	groups := parseProcCgroup(b)
+	groups := cgroup.ParseMemberships(b)
 	b, err = fs.ReadFile(fsys, "proc/self/mountinfo")
 	if err != nil {
 		return l, fmt.Errorf("read cgroup mounts: %w", err)
 	}
-	mounts, err := parseMountInfo(b)
+	mounts, err := cgroup.ParseMountInfo(b)
 	if err != nil {
 		return l, err
 	}
@@ -106,94 +105,6 @@ func readLimits(fsys fs.FS) (Limits, error) {
 		l.MemoryBytes, l.MemoryFreeBytes = r.memory(h)
 	}
 	return l, r.err
-}
-
-// membership is a line of /proc/self/cgroup: the process's cgroup in one
-// hierarchy. cgroup v2's unified hierarchy has ID "0" and no controllers.
-type membership struct {
-	id          string
-	controllers []string
-	path        string
-}
-
-func parseProcCgroup(b []byte) []membership {
-	var ms []membership
-	for line := range strings.Lines(string(b)) {
-		f := strings.SplitN(strings.TrimSpace(line), ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		m := membership{id: f[0], path: f[2]}
-		if f[1] != "" {
-			m.controllers = strings.Split(f[1], ",")
-		}
-		ms = append(ms, m)
-	}
-	return ms
-}
-
-// mount is a cgroup filesystem from /proc/self/mountinfo: root is the
-// cgroup it shows at point.
-type mount struct {
-	v2      bool
-	root    string
-	point   string
-	options []string // superblock options; v1 lists its controllers there
-}
-
-// parseMountInfo returns the cgroup mounts in mountinfo content. A line is
-//
-//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-//
-// with any number of optional fields before the "-".
-func parseMountInfo(b []byte) ([]mount, error) {
-	var ms []mount
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(nil, 1<<20) // mount options can be long
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		sep := slices.Index(f, "-")
-		if sep < 6 || len(f) < sep+4 {
-			if len(f) == 0 {
-				continue
-			}
-			return nil, fmt.Errorf("parse mountinfo: bad line %q", sc.Text())
-		}
-		fstype := f[sep+1]
-		if fstype != "cgroup" && fstype != "cgroup2" {
-			continue
-		}
-		ms = append(ms, mount{
-			v2:      fstype == "cgroup2",
-			root:    unescapeMount(f[3]),
-			point:   unescapeMount(f[4]),
-			options: strings.Split(f[sep+3], ","),
-		})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
-	}
-	return ms, nil
-}
-
-// unescapeMount undoes the octal escapes (\040 for a space) the kernel
-// writes in mountinfo paths.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // hierarchy is where one controller's files for this process are: dir is
@@ -219,36 +130,36 @@ func (h hierarchy) levels() []string {
 // that names it, else the unified v2 one (on a hybrid system the v2
 // hierarchy holds no controllers, and its files are simply not there). A
 // cgroup outside every mount of its hierarchy cannot be read.
-func locate(groups []membership, mounts []mount, controller string) (hierarchy, bool) {
-	i := slices.IndexFunc(groups, func(m membership) bool { return m.id != "0" && slices.Contains(m.controllers, controller) })
+func locate(groups []cgroup.Membership, mounts []cgroup.Mount, controller string) (hierarchy, bool) {
+	i := slices.IndexFunc(groups, func(m cgroup.Membership) bool { return m.ID != "0" && slices.Contains(m.Controllers, controller) })
 	v1 := i >= 0
 	if !v1 {
-		i = slices.IndexFunc(groups, func(m membership) bool { return m.id == "0" && len(m.controllers) == 0 })
+		i = slices.IndexFunc(groups, cgroup.Membership.V2)
 		if i < 0 {
 			return hierarchy{}, false
 		}
 	}
-	p := groups[i].path
+	p := groups[i].Path
 	// A cgroup namespace shows a cgroup outside it as "/../..".
 	if !path.IsAbs(p) || slices.Contains(strings.Split(p, "/"), "..") {
 		return hierarchy{}, false
 	}
-	var best *mount
+	var best *cgroup.Mount
 	rel := ""
 	for _, m := range mounts {
-		if m.v2 == v1 || v1 && !slices.Contains(m.options, controller) {
+		if m.V2 == v1 || v1 && !slices.Contains(m.Options, controller) {
 			continue
 		}
 		// Of the mounts that show the cgroup, the one with the highest
 		// root shows the most ancestors, and so their limits.
-		if r, ok := under(p, m.root); ok && (best == nil || len(m.root) < len(best.root)) {
+		if r, ok := under(p, m.Root); ok && (best == nil || len(m.Root) < len(best.Root)) {
 			best, rel = &m, r
 		}
 	}
 	if best == nil {
 		return hierarchy{}, false
 	}
-	top := fsPath(best.point)
+	top := fsPath(best.Point)
 	return hierarchy{v1: v1, dir: path.Join(top, rel), top: top}, true
 }
 

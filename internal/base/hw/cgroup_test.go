@@ -189,20 +189,3 @@ func TestCountCPUList(t *testing.T) {
 		}
 	}
 }
-
-func TestParseMountInfo(t *testing.T) {
-	in := "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n" +
-		"40 31 0:37 / /sys/fs/cgroup/cpu,cpuacct rw,relatime master:3 shared:9 - cgroup cgroup rw,cpu,cpuacct\n" +
-		`41 31 0:38 /a\040b /mnt/cgroup\040two rw - cgroup2 none rw` + "\n"
-	want := []mount{
-		{root: "/", point: "/sys/fs/cgroup/cpu,cpuacct", options: []string{"rw", "cpu", "cpuacct"}},
-		{v2: true, root: "/a b", point: "/mnt/cgroup two", options: []string{"rw"}},
-	}
-	got, err := parseMountInfo([]byte(in))
-	if err != nil {
-		t.Fatalf("parseMountInfo(%q) = %v", in, err)
-	}
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(mount{})); diff != "" {
-		t.Errorf("parseMountInfo(%q) mismatch (-want +got):\n%s", in, diff)
-	}
-}

@@ -1,5 +1,6 @@
-// Package validate checks the names users give things — tags, labels, groups,
-// node names — and reports a bad one as an errdefs.FieldError naming the field.
+// Package validate checks the names and paths users give things — tags,
+// labels, groups, node names, paths in a task's sandbox — and reports a bad
+// one as an errdefs.FieldError naming the field.
 package validate
 
 import (

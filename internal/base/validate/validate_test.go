@@ -2,6 +2,7 @@ package validate
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -48,5 +49,44 @@ func assertField(t *testing.T, err error, field string) {
 	var fe *errdefs.FieldError
 	if !errors.As(err, &fe) || fe.Field != field {
 		t.Fatalf("error = %v, want a field error on %q", err, field)
+	}
+}
+
+func TestSandboxPath(t *testing.T) {
+	tests := []struct {
+		p    string
+		want string // a part of the reason; "" = valid
+	}{
+		{"a.c", ""},
+		{"src/a.c", ""},
+		{"src/", ""},
+		{".", ""},
+		{"..a", ""},
+		{"", "must not be empty"},
+		{"/abs", "relative to the task's sandbox"},
+		{"src/./a.c", `not clean; write "src/a.c"`},
+		{"./a.c", `not clean; write "a.c"`},
+		{"a/../b", `not clean; write "b"`},
+		{"a//b", `not clean; write "a/b"`},
+		{"a/..", `not clean; write "."`},
+		{"..", "leaves the task's sandbox"},
+		{"../x", "leaves the task's sandbox"},
+		{"a\\b", "NUL or a backslash"},
+		{"a\x00b", "NUL or a backslash"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.p, func(t *testing.T) {
+			err := SandboxPath("inputs[0].path", tc.p)
+			if tc.want == "" {
+				if err != nil {
+					t.Errorf("SandboxPath(%q) = %v, want nil", tc.p, err)
+				}
+				return
+			}
+			var fe *errdefs.FieldError
+			if !errors.As(err, &fe) || fe.Field != "inputs[0].path" || !strings.Contains(fe.Reason, tc.want) {
+				t.Errorf("SandboxPath(%q) = %v, want a field error on inputs[0].path saying %q", tc.p, err, tc.want)
+			}
+		})
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/filecopy"
 	"github.com/nodemgr/nodemgr/internal/base/hw"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
@@ -494,20 +494,7 @@ func linkOrCopy(src, dst string) error {
 	if err := os.Link(src, dst); err == nil {
 		return nil
 	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return filecopy.File(src, dst, 0o755)
 }
 
 // agentLog is the end of a machine's agent log, for a failure's reason.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -30,7 +31,7 @@ func validateTaskFiles(field string, t api.TaskSpec) error {
 	seen := map[string]bool{}
 	for i, in := range t.Inputs {
 		f := fmt.Sprintf("%s.inputs[%d]", field, i)
-		if err := sandboxPath(f+".path", in.Path); err != nil {
+		if err := validate.SandboxPath(f+".path", in.Path); err != nil {
 			return err
 		}
 		if seen[in.Path] {
@@ -55,7 +56,7 @@ func validateTaskFiles(field string, t api.TaskSpec) error {
 	}
 	for i, g := range t.Outputs {
 		f := fmt.Sprintf("%s.outputs[%d]", field, i)
-		if err := sandboxPath(f, g); err != nil {
+		if err := validate.SandboxPath(f, g); err != nil {
 			return err
 		}
 		if _, err := path.Match(g, ""); err != nil {
@@ -63,7 +64,7 @@ func validateTaskFiles(field string, t api.TaskSpec) error {
 		}
 	}
 	if (len(t.Inputs) > 0 || len(t.Outputs) > 0 || len(t.InputFrom) > 0) && t.Workdir != "" {
-		if err := sandboxPath(field+".workdir", t.Workdir); err != nil {
+		if err := validate.SandboxPath(field+".workdir", t.Workdir); err != nil {
 			return errdefs.Field(field+".workdir", "a task with files runs in a sandbox of its own: workdir must be relative to it (%v)", err)
 		}
 	}
@@ -84,7 +85,7 @@ func validateTaskFiles(field string, t api.TaskSpec) error {
 			return errdefs.Field(f+".task", "%q must also be in after: a task takes outputs only of tasks it runs after", in.Task)
 		}
 		if in.Path != "" {
-			if err := sandboxPath(f+".path", in.Path); err != nil {
+			if err := validate.SandboxPath(f+".path", in.Path); err != nil {
 				return err
 			}
 		}
@@ -92,7 +93,7 @@ func validateTaskFiles(field string, t api.TaskSpec) error {
 			if in.Path == "" {
 				return errdefs.Field(f+".as", "renames one file: give path too")
 			}
-			if err := sandboxPath(f+".as", in.As); err != nil {
+			if err := validate.SandboxPath(f+".as", in.As); err != nil {
 				return err
 			}
 		}
@@ -111,7 +112,7 @@ func checkResultFiles(field string, res api.TaskResult) error {
 	seen := make(map[string]bool, len(res.Outputs))
 	for i, f := range res.Outputs {
 		at := fmt.Sprintf("%s.outputs[%d]", field, i)
-		if err := sandboxPath(at+".path", f.Path); err != nil {
+		if err := validate.SandboxPath(at+".path", f.Path); err != nil {
 			return err
 		}
 		if seen[f.Path] {
@@ -131,23 +132,6 @@ func checkResultFiles(field string, res api.TaskResult) error {
 	}
 	if len(res.Missing) > maxTaskOutputs {
 		return errdefs.Field(field+".missing", "at most %d globs (a task has no more), got %d", maxTaskOutputs, len(res.Missing))
-	}
-	return nil
-}
-
-// sandboxPath checks that p names a place inside a task's sandbox.
-func sandboxPath(field, p string) error {
-	switch {
-	case p == "":
-		return errdefs.Field(field, "must not be empty")
-	case strings.HasPrefix(p, "/"):
-		return errdefs.Field(field, "%q must be relative to the task's sandbox", p)
-	case strings.ContainsRune(p, 0) || strings.Contains(p, "\\"):
-		return errdefs.Field(field, "%q holds a NUL or a backslash", p)
-	case path.Clean(p) != p && path.Clean(p)+"/" != p:
-		return errdefs.Field(field, "%q is not clean; write %q", p, path.Clean(p))
-	case p == ".." || strings.HasPrefix(p, "../"):
-		return errdefs.Field(field, "%q leaves the task's sandbox", p)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/humantime"
 )
 
 // parsePages parses each page with the layout and the shared partials:
@@ -95,18 +96,11 @@ func ago(t any) string {
 	if at.IsZero() {
 		return "—"
 	}
-	d := time.Since(at)
-	switch {
-	case d < 0:
-		return "just now"
-	case d < time.Minute:
-		return fmt.Sprintf("%ds ago", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm ago", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	now := time.Now()
+	if now.Sub(at) >= humantime.Days {
+		return at.Format("2006-01-02")
 	}
-	return at.Format("2006-01-02")
+	return humantime.Ago(at, now)
 }
 
 func durationMS(ms int64) string {

@@ -25,12 +25,6 @@ func linkInto(box *os.Root, rel, src string) error {
 	return nil
 }
 
-// cloneFile makes out share in's blocks (FICLONE: btrfs, XFS, ...); an
-// error means the caller copies instead.
-func cloneFile(out, in *os.File) error {
-	return unix.IoctlFileClone(int(out.Fd()), int(in.Fd()))
-}
-
 // accessTime is when the file was last used, as cached marks it.
 func accessTime(fi fs.FileInfo) time.Time {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {

@@ -12,8 +12,5 @@ import (
 // linkInto: inputs are copied here.
 func linkInto(*os.Root, string, string) error { return errors.ErrUnsupported }
 
-// cloneFile: no reflinks here; the caller copies.
-func cloneFile(out, in *os.File) error { return errors.ErrUnsupported }
-
 // accessTime: the modification time stands in.
 func accessTime(fi fs.FileInfo) time.Time { return fi.ModTime() }

@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +17,10 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/blobclient"
+	"github.com/nodemgr/nodemgr/internal/base/filecopy"
+	"github.com/nodemgr/nodemgr/internal/base/sha256sum"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/node/runas"
 	"github.com/nodemgr/nodemgr/internal/node/workerpool"
 )
@@ -169,10 +171,10 @@ func (f *filesSource) stage(ctx context.Context, t *api.Task) error {
 		if in.Error != "" {
 			return fmt.Errorf("input %s: %s", in.Path, in.Error)
 		}
-		rel := filepath.FromSlash(in.Path)
-		if !filepath.IsLocal(rel) {
-			return fmt.Errorf("input %q: not a path inside the sandbox", in.Path)
+		if err := validate.SandboxPath("input", in.Path); err != nil {
+			return err
 		}
+		rel := filepath.FromSlash(in.Path)
 		if err := box.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
 			return fmt.Errorf("input %s: %w", in.Path, err)
 		}
@@ -180,10 +182,12 @@ func (f *filesSource) stage(ctx context.Context, t *api.Task) error {
 			return fmt.Errorf("input %s: %w", in.Path, err)
 		}
 	}
-	wd := filepath.Join(".", filepath.FromSlash(t.Workdir))
-	if t.Workdir != "" && !filepath.IsLocal(wd) {
-		return fmt.Errorf("workdir %q: not a path inside the sandbox", t.Workdir)
+	if t.Workdir != "" {
+		if err := validate.SandboxPath("workdir", t.Workdir); err != nil {
+			return err
+		}
 	}
+	wd := filepath.Join(".", filepath.FromSlash(t.Workdir))
 	if err := box.MkdirAll(wd, 0o755); err != nil {
 		return err
 	}
@@ -412,12 +416,10 @@ var errStopped = errors.New("agent stopping")
 // blobClient moves task files between the server's blob store and this
 // node: downloads into a cache by content hash, uploads from sandboxes.
 type blobClient struct {
-	server func() string // the replica the agent talks to now
-	cred   func() string
-	http   *http.Client // no overall timeout: files may be large
-	cache  string       // <data dir>/blobs
-	max    int64        // the cache's cap in bytes
-	log    *slog.Logger
+	wire  *blobclient.Client // to the replica the agent talks to now; no overall timeout: files may be large
+	cache string             // <data dir>/blobs
+	max   int64              // the cache's cap in bytes
+	log   *slog.Logger
 	// verifyEvery is how long a cached file's full hash is trusted; it is
 	// hashed again at its first use after that (and at its first use
 	// after the agent starts).
@@ -444,8 +446,21 @@ type cacheEntry struct {
 const defaultVerifyEvery = 10 * time.Minute
 
 func newBlobClient(server func() string, cred func() string, base *http.Client, dataDir string, max int64) *blobClient {
-	c := &http.Client{Transport: base.Transport}
-	return &blobClient{server: server, cred: cred, http: c, log: slog.New(slog.DiscardHandler),
+	hc := &http.Client{Transport: base.Transport}
+	wire := &blobclient.Client{
+		NewRequest: func(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+			req, err := http.NewRequestWithContext(ctx, method, server()+path, body)
+			if err == nil {
+				req.Header.Set("Authorization", "Bearer "+cred())
+			}
+			return req, err
+		},
+		Do: hc.Do,
+		AnswerError: func(resp *http.Response) error {
+			return &answer{status: resp.StatusCode, err: answerError(resp)}
+		},
+	}
+	return &blobClient{wire: wire, log: slog.New(slog.DiscardHandler),
 		cache: filepath.Join(dataDir, "blobs"), max: max, verifyEvery: defaultVerifyEvery,
 		inflight: map[string]chan struct{}{}, known: map[string]cacheEntry{}}
 }
@@ -483,7 +498,7 @@ func (c *blobClient) trim() {
 		if os.Remove(f.path) == nil {
 			total -= f.size
 			c.mu.Lock()
-			delete(c.known, "sha256:"+filepath.Base(f.path))
+			delete(c.known, sha256sum.Prefix+filepath.Base(f.path))
 			c.mu.Unlock()
 		}
 	}
@@ -505,7 +520,7 @@ func (c *blobClient) noteFetched(n int64) {
 }
 
 func (c *blobClient) cachePath(digest string) string {
-	hexd := strings.TrimPrefix(digest, "sha256:")
+	hexd := sha256sum.Hex(digest)
 	if len(hexd) < 2 {
 		return filepath.Join(c.cache, "invalid")
 	}
@@ -600,7 +615,7 @@ func (c *blobClient) refresh(ctx context.Context, digest, p string) error {
 		case known && (fi.Size() != e.size || !fi.ModTime().Equal(e.mtime)):
 			why = "its size or modification time changed since it was cached"
 		default:
-			if got, err := hashPath(p); err != nil {
+			if got, _, err := sha256sum.File(p); err != nil {
 				why = "it cannot be read: " + err.Error()
 			} else if got != digest {
 				why = "its content hashes to " + got
@@ -637,19 +652,6 @@ func touch(p string) { os.Chtimes(p, time.Now(), time.Time{}) }
 // download fetches a blob into the cache, checking its hash. The cache's
 // directories are the agent's alone (0700), its files read-only.
 func (c *blobClient) download(ctx context.Context, digest, dst string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.server()+"/v1/blobs/"+digest, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.cred())
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("download %s: %w", digest, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("download %s: %w", digest, answerError(resp))
-	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
@@ -658,16 +660,12 @@ func (c *blobClient) download(ctx context.Context, digest, dst string) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(tmp, h), resp.Body); err != nil {
+	if err := c.wire.Get(ctx, digest, tmp); err != nil {
 		tmp.Close()
 		return fmt.Errorf("download %s: %w", digest, err)
 	}
 	if err := tmp.Close(); err != nil {
 		return err
-	}
-	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != digest {
-		return fmt.Errorf("download %s: the content hashes to %s; the server's copy is damaged", digest, got)
 	}
 	if err := os.Chmod(tmp.Name(), 0o444); err != nil {
 		return err
@@ -690,14 +688,19 @@ func (c *blobClient) upload(stopped <-chan struct{}, open func() (*os.File, erro
 	if err != nil {
 		return api.TaskFile{}, err
 	}
-	digest, size, mode, err := hashFile(f)
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return api.TaskFile{}, err
+	}
+	sum, size, err := sha256sum.Reader(f)
 	f.Close()
 	if err != nil {
 		return api.TaskFile{}, err
 	}
-	out := api.TaskFile{Path: rel, Digest: digest, Size: size, Mode: uint32(mode.Perm())}
+	out := api.TaskFile{Path: rel, Digest: sum, Size: size, Mode: uint32(st.Mode().Perm())}
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		retry, err := c.put(open, digest, size)
+		retry, err := c.put(open, sum, size)
 		if err == nil {
 			return out, nil
 		}
@@ -713,95 +716,51 @@ func (c *blobClient) upload(stopped <-chan struct{}, open func() (*os.File, erro
 }
 
 // put sends one file unless the server has it; retry says whether a
-// failure may pass.
+// failure may pass: one on the way, or the server's 5xx or 429.
 func (c *blobClient) put(open func() (*os.File, error), digest string, size int64) (retry bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	head, err := http.NewRequestWithContext(ctx, http.MethodHead, c.server()+"/v1/blobs/"+digest, nil)
-	if err != nil {
-		return false, err
-	}
-	head.Header.Set("Authorization", "Bearer "+c.cred())
-	if resp, err := c.http.Do(head); err == nil {
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			return false, nil
-		}
+	if ok, _ := c.wire.Has(ctx, digest); ok {
+		return false, nil // else PUT: its answer says what is wrong
 	}
 	f, err := open()
 	if err != nil {
 		return false, err
 	}
 	defer f.Close()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.server()+"/v1/blobs/"+digest, f)
-	if err != nil {
-		return false, err
+	err = c.wire.Put(ctx, digest, f, size)
+	var a *answer
+	if errors.As(err, &a) {
+		return a.status >= 500 || a.status == http.StatusTooManyRequests, a.err
 	}
-	req.ContentLength = size
-	req.Header.Set("Authorization", "Bearer "+c.cred())
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return true, err
-	}
-	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusOK:
-		return false, nil
-	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
-		return true, answerError(resp)
-	}
-	return false, answerError(resp)
+	return err != nil, err
 }
 
-// hashFile reads f to its end: its digest, size and mode.
-func hashFile(f *os.File) (digest string, size int64, mode os.FileMode, err error) {
-	st, err := f.Stat()
-	if err != nil {
-		return "", 0, 0, err
-	}
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, 0, err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, st.Mode(), nil
+// answer is the server's error answer to a blob request, with its status.
+type answer struct {
+	status int
+	err    error
 }
 
-// hashPath is the digest of the file at path.
-func hashPath(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	digest, _, _, err := hashFile(f)
-	return digest, err
-}
+func (a *answer) Error() string { return a.err.Error() }
+func (a *answer) Unwrap() error { return a.err }
 
 // copyInto copies the file at src to rel in box, a file of its own with
 // mode: a reflink where the filesystem can share the blocks, else a copy.
 func copyInto(box *os.Root, rel, src string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := box.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if err := cloneFile(out, in); err != nil {
-		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
-			return err
-		}
-	}
-	if err := out.Chmod(mode); err != nil { // past the umask
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return filecopy.Opened(
+		func() (*os.File, error) { return os.Open(src) },
+		func() (*os.File, error) {
+			out, err := box.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+			if err != nil {
+				return nil, err
+			}
+			if err := out.Chmod(mode); err != nil { // past the umask
+				out.Close()
+				return nil, err
+			}
+			return out, nil
+		})
 }
 
 // credential is the node's current credential, for requests beside the

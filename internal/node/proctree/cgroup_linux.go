@@ -1,7 +1,6 @@
 package proctree
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/base/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,11 +37,11 @@ var (
 var v1Controllers = []string{"pids", "freezer"}
 
 func newCgroup2Root(persistent string) (*cgroupRoot, error) {
-	mnt, err := findMount(func(fstype, _ string) bool { return fstype == "cgroup2" })
+	mnt, err := findMount(func(m cgroup.Mount) bool { return m.V2 })
 	if err != nil {
 		return nil, err
 	}
-	own, err := ownCgroup(func(controllers string, id string) bool { return id == "0" && controllers == "" })
+	own, err := ownCgroup(cgroup.Membership.V2)
 	if err != nil {
 		return nil, err
 	}
@@ -61,14 +61,12 @@ func newCgroup2Root(persistent string) (*cgroupRoot, error) {
 func newCgroup1Root(persistent string) (*cgroupRoot, error) {
 	var errs []error
 	for _, ctrl := range v1Controllers {
-		mnt, err := findMount(func(fstype, opts string) bool {
-			return fstype == "cgroup" && slices.Contains(strings.Split(opts, ","), ctrl)
-		})
+		mnt, err := findMount(v1Mount(ctrl))
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		own, err := ownCgroup(func(controllers, _ string) bool { return slices.Contains(strings.Split(controllers, ","), ctrl) })
+		own, err := ownCgroup(inV1(ctrl))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -328,65 +326,47 @@ func (m mount) path(cg string) string {
 	return filepath.Join(m.point, cg)
 }
 
-// findMount finds the first mount that match says is the one, in
+// findMount finds the first cgroup mount that match says is the one, in
 // /proc/self/mountinfo ("36 35 0:30 / /sys/fs/cgroup/unified rw - cgroup2
 // cgroup2 rw,nsdelegate").
-func findMount(match func(fstype, superOpts string) bool) (mount, error) {
-	f, err := os.Open(mountInfoFile)
+func findMount(match func(cgroup.Mount) bool) (mount, error) {
+	b, err := os.ReadFile(mountInfoFile)
 	if err != nil {
 		return mount{}, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		before, after, ok := strings.Cut(sc.Text(), " - ")
-		fields, tail := strings.Fields(before), strings.Fields(after)
-		if !ok || len(fields) < 5 || len(tail) < 3 {
-			continue
-		}
-		if match(tail[0], tail[2]) {
-			return mount{point: unescapeMount(fields[4]), root: unescapeMount(fields[3])}, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
+	mounts, err := cgroup.ParseMountInfo(b)
+	if err != nil {
 		return mount{}, err
+	}
+	if i := slices.IndexFunc(mounts, match); i >= 0 {
+		return mount{point: mounts[i].Point, root: mounts[i].Root}, nil
 	}
 	return mount{}, errors.New("not mounted")
 }
 
-// unescapeMount undoes mountinfo's octal escapes of spaces and the like.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+// v1Mount matches the v1 hierarchy with ctrl.
+func v1Mount(ctrl string) func(cgroup.Mount) bool {
+	return func(m cgroup.Mount) bool { return !m.V2 && slices.Contains(m.Options, ctrl) }
 }
 
 // ownCgroup finds this process's cgroup in the hierarchy match says is
 // the one, in /proc/self/cgroup ("0::/user.slice", "8:pids:/").
-func ownCgroup(match func(controllers, id string) bool) (string, error) {
+func ownCgroup(match func(m cgroup.Membership) bool) (string, error) {
 	b, err := os.ReadFile(selfCgroupFile)
 	if err != nil {
 		return "", err
 	}
-	for line := range strings.Lines(string(b)) {
-		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
-		if len(parts) == 3 && match(parts[1], parts[0]) {
-			return parts[2], nil
+	for _, m := range cgroup.ParseMemberships(b) {
+		if match(m) {
+			return m.Path, nil
 		}
 	}
 	return "", errors.New("this process is in no such cgroup")
+}
+
+// inV1 matches this process's place in the v1 hierarchy with ctrl.
+func inV1(ctrl string) func(cgroup.Membership) bool {
+	return func(m cgroup.Membership) bool { return slices.Contains(m.Controllers, ctrl) }
 }
 
 // OwnCgroupDir is where this process's cgroup is in the file system: in
@@ -394,20 +374,18 @@ func ownCgroup(match func(controllers, id string) bool) (string, error) {
 // supervisor puts its limit groups (memory, cpu) under it.
 func OwnCgroupDir(controller string) (string, error) {
 	if controller == "" {
-		mnt, err := findMount(func(fstype, _ string) bool { return fstype == "cgroup2" })
+		mnt, err := findMount(func(m cgroup.Mount) bool { return m.V2 })
 		if err != nil {
 			return "", err
 		}
-		own, err := ownCgroup(func(controllers, id string) bool { return id == "0" && controllers == "" })
+		own, err := ownCgroup(cgroup.Membership.V2)
 		return mnt.path(own), err
 	}
-	mnt, err := findMount(func(fstype, opts string) bool {
-		return fstype == "cgroup" && slices.Contains(strings.Split(opts, ","), controller)
-	})
+	mnt, err := findMount(v1Mount(controller))
 	if err != nil {
 		return "", fmt.Errorf("cgroup v1 %s: %w", controller, err)
 	}
-	own, err := ownCgroup(func(controllers, _ string) bool { return slices.Contains(strings.Split(controllers, ","), controller) })
+	own, err := ownCgroup(inV1(controller))
 	if err != nil {
 		return "", fmt.Errorf("cgroup v1 %s: %w", controller, err)
 	}

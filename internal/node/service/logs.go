@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/filecopy"
 	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
@@ -125,7 +126,7 @@ func rotateIfLarge(root *os.Root, path string, limit int64, keep int) error {
 			return err
 		}
 	}
-	if err := copyFile(root, path, path+".1"); err != nil {
+	if err := filecopy.InRoot(root, path, path+".1", 0o644); err != nil {
 		return err
 	}
 	f, err := root.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
@@ -133,23 +134,6 @@ func rotateIfLarge(root *os.Root, path string, limit int64, keep int) error {
 		return err
 	}
 	return f.Close()
-}
-
-func copyFile(root *os.Root, from, to string) error {
-	r, err := root.Open(from)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	w, err := root.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(w, r); err != nil {
-		w.Close()
-		return err
-	}
-	return w.Close()
 }
 
 // readLog returns part of the file name in the dir dir and the offset

@@ -1,20 +1,20 @@
 package storetest
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/sha256sum"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
 // digestOf is a blob digest named after s.
 func digestOf(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	d, _, _ := sha256sum.Reader(strings.NewReader(s))
+	return d
 }
 
 func inputs(digests ...string) []api.TaskFile {
