@@ -332,7 +332,7 @@ var (
 // server embeds and serves, or NODEMGR_E2E_OPENAPI's (to see the check fail
 // on a document made wrong on purpose).
 func theSchemas() *apiSchemas {
-	file := filepath.Join("..", "server", "openapi.yaml")
+	file := filepath.Join("..", "coordinator", "server", "openapi.yaml")
 	if f := os.Getenv("NODEMGR_E2E_OPENAPI"); f != "" {
 		file = f
 	}
