@@ -169,7 +169,7 @@ func TestProvisionFailuresLeaveNothing(t *testing.T) {
 	}
 
 	// A verb the provider cannot do is refused before anything is touched.
-	if _, _, code := s.run(t, "template", "apply", "-f", "../template/testdata/ubuntu-worker-small.yaml"); code != 0 {
+	if _, _, code := s.run(t, "template", "apply", "-f", "../coordinator/template/testdata/ubuntu-worker-small.yaml"); code != 0 {
 		t.Fatal("apply seed template")
 	}
 	if out, errOut, code := s.run(t, "provision", "--template", "ubuntu-worker-small", "--provider", "local"); code != 0 || !strings.Contains(errOut, "insecure") {

@@ -11,8 +11,8 @@ import (
 
 // The seed's files, verbatim.
 const (
-	seedTemplate = "../template/testdata/ubuntu-worker-small.yaml"
-	seedMapping  = "../template/testdata/ubuntu-worker-small.mapping.yaml"
+	seedTemplate = "../coordinator/template/testdata/ubuntu-worker-small.yaml"
+	seedMapping  = "../coordinator/template/testdata/ubuntu-worker-small.mapping.yaml"
 )
 
 func TestTemplatesAndMappingsFromTheSeed(t *testing.T) {
