@@ -76,7 +76,7 @@ func getLease(ctx context.Context, q querier, name, lock string) (store.Lease, e
 	if err != nil {
 		return l, classify(err)
 	}
-	l.Expires = timeOf(expires)
+	l.Expires = sqlrow.TimeOf(expires)
 	return l, nil
 }
 

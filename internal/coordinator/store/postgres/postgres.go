@@ -412,13 +412,4 @@ func asJSON(col string) string {
 	return `replace(` + col + `, E'\\u0000', E'\\ufffd')::json`
 }
 
-// Times are stored as unix nanoseconds; the zero time ("never") as NULL.
-
-func timeOf(n *int64) time.Time {
-	if n == nil {
-		return time.Time{}
-	}
-	return sqlrow.FromNanos(*n)
-}
-
 var _ store.Store = (*Store)(nil)

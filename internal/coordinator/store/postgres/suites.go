@@ -338,6 +338,6 @@ func scanSuite(row scanner) (store.Suite, error) {
 	}
 	su.CreatedAt = sqlrow.FromNanos(created)
 	su.UpdatedAt = sqlrow.FromNanos(updated)
-	su.LastTaskAt = timeOf(lastTask)
+	su.LastTaskAt = sqlrow.TimeOf(lastTask)
 	return su, nil
 }

@@ -81,6 +81,14 @@ func Map(s string) (map[string]string, error) {
 
 func FromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
+// TimeOf reads a nullable time column: NULL is the zero time ("never").
+func TimeOf(n *int64) time.Time {
+	if n == nil {
+		return time.Time{}
+	}
+	return FromNanos(*n)
+}
+
 // OrNanos is t in unix nanoseconds, or now if t is zero.
 func OrNanos(t time.Time, now int64) int64 {
 	if t.IsZero() {

@@ -373,8 +373,8 @@ func (s *Store) scanToken(row Row) (store.Token, error) {
 	if nodeID != nil {
 		t.NodeID = *nodeID
 	}
-	t.ExpiresAt = timeOf(expires)
+	t.ExpiresAt = sqlrow.TimeOf(expires)
 	t.CreatedAt = sqlrow.FromNanos(created)
-	t.LastUsed = timeOf(lastUsed)
+	t.LastUsed = sqlrow.TimeOf(lastUsed)
 	return t, nil
 }

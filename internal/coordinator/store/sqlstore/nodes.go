@@ -340,7 +340,7 @@ func (s *Store) scanNode(row Row) (store.Node, error) {
 	if n.Hardware.GPUs == nil {
 		n.Hardware.GPUs = []api.GPU{}
 	}
-	n.LastHeartbeat = timeOf(lastHeartbeat)
+	n.LastHeartbeat = sqlrow.TimeOf(lastHeartbeat)
 	n.RegisteredAt = sqlrow.FromNanos(registeredAt)
 	n.UpdatedAt = sqlrow.FromNanos(updatedAt)
 	return n, nil
