@@ -10,24 +10,7 @@ func init() {
 		Name:       "rsync",
 		Capability: Capability,
 		Order:      50,
-		New: func(env execute.Env) (execute.Executor, error) {
-			if env.Executor == nil { // nothing to share: connections of its own
-				own, err := New(env.Settings)
-				if err != nil {
-					return nil, err
-				}
-				return own, nil
-			}
-			s, err := ssh.Shared(env)
-			if err != nil {
-				return nil, err
-			}
-			r, err := NewWith(s)
-			if err != nil {
-				return nil, err
-			}
-			return r, nil
-		},
+		New:        ssh.Over(New, NewWith),
 		SettingsOf: "ssh",
 	})
 }

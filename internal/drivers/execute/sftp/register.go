@@ -10,20 +10,7 @@ func init() {
 		Name:       "sftp",
 		Capability: Capability,
 		Order:      40,
-		New: func(env execute.Env) (execute.Executor, error) {
-			if env.Executor == nil { // nothing to share: connections of its own
-				own, err := New(env.Settings)
-				if err != nil {
-					return nil, err
-				}
-				return own, nil
-			}
-			s, err := ssh.Shared(env)
-			if err != nil {
-				return nil, err
-			}
-			return NewWith(s), nil
-		},
+		New:        ssh.Over(New, func(s *ssh.SSH) (*SFTP, error) { return NewWith(s), nil }),
 		SettingsOf: "ssh",
 	})
 }

@@ -38,3 +38,25 @@ func Shared(env execute.Env) (*SSH, error) {
 	}
 	return s, nil
 }
+
+// Over is the constructor of an executor that goes over ssh: given an ssh
+// executor to share (env.Executor), with builds on that one; without one
+// (a settings check), own makes an executor with connections of its own.
+func Over[E execute.Executor](own func(settings map[string]string) (E, error), with func(*SSH) (E, error)) func(execute.Env) (execute.Executor, error) {
+	return func(env execute.Env) (execute.Executor, error) {
+		var e E
+		var err error
+		if env.Executor == nil {
+			e, err = own(env.Settings)
+		} else {
+			var s *SSH
+			if s, err = Shared(env); err == nil {
+				e, err = with(s)
+			}
+		}
+		if err != nil {
+			return nil, err // not e: a typed nil would be a non-nil Executor
+		}
+		return e, nil
+	}
+}
