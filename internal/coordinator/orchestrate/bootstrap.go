@@ -104,23 +104,23 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 	if ttl == 0 {
 		ttl = DefaultBootstrapTimeout
 	}
-	if err := awaitLogin(ctx, ex, d, ttl); err != nil {
+	// Bind the token to this machine before it exists: its agent must
+	// register with the machine id read here, through the executor,
+	// which only the orchestrator drives (see Deployment.MachineID).
+	idScript, idArg := machineIDScript(hw.SystemMachineIDFiles, AgentDataDir), newMachineID()
+	who, err := awaitLogin(ctx, ex, d, ttl, idScript, idArg)
+	if err != nil {
 		return 0, 0, err
 	}
 	bin, err := o.pickBinary(ctx, ex, d)
 	if err != nil {
 		return 0, 0, err
 	}
-	who, err := checkLogin(ctx, ex, d)
-	if err != nil {
-		return 0, 0, err
-	}
-	// Bind the token to this machine before it exists: its agent must
-	// register with the machine id read here, through the executor,
-	// which only the orchestrator drives (see Deployment.MachineID).
-	id, err := readMachineID(ctx, ex, d, hw.SystemMachineIDFiles, AgentDataDir)
-	if err != nil {
-		return 0, 0, err
+	id := who.machineID
+	if id == "" { // not root: through sudo, in a round trip of its own
+		if id, err = readMachineID(ctx, ex, d, idScript, idArg); err != nil {
+			return 0, 0, err
+		}
 	}
 	if _, err := o.store.UpdateDeployment(ctx, d.ID, func(cur *store.Deployment) error {
 		cur.MachineID = id
@@ -163,25 +163,24 @@ func (o *Orchestrator) bootstrap(ctx context.Context, spec api.PoolSpec, d store
 }
 
 // awaitLogin waits, up to within, until the machine's executor can run a
-// command: a cloud machine's SSH server answers tens of seconds after its
+// command, and returns who it runs as (checkLogin, whose command is the
+// probe): a cloud machine's SSH server answers tens of seconds after its
 // provider says it runs, and until then the port refuses or times out
 // (errdefs.ErrUnavailable). Any other failure is returned at once.
-func awaitLogin(ctx context.Context, ex execute.Executor, d store.Deployment, within time.Duration) error {
+func awaitLogin(ctx context.Context, ex execute.Executor, d store.Deployment, within time.Duration, idScript, idArg string) (login, error) {
 	deadline := time.Now().Add(within)
 	wait := 250 * time.Millisecond
 	for {
-		code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: []string{"true"}, Timeout: execTimeout})
+		who, err := checkLogin(ctx, ex, d, idScript, idArg)
 		switch {
-		case err == nil && code == 0:
-			return nil
 		case err == nil:
-			return fmt.Errorf("reach the machine: `true` exited %d", code)
+			return who, nil
 		case !errors.Is(err, errdefs.ErrUnavailable) || time.Now().Add(wait).After(deadline):
-			return fmt.Errorf("reach the machine: %w", err)
+			return login{}, fmt.Errorf("reach the machine: %w", err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("reach the machine: %w", err)
+			return login{}, fmt.Errorf("reach the machine: %w", err)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 5*time.Second)
@@ -218,21 +217,32 @@ echo "$id"
 	return b.String()
 }
 
-// readMachineID reads (or gives) a machine the id its agent will register
-// with; see machineIDScript.
-func readMachineID(ctx context.Context, ex execute.Executor, d store.Deployment, systemFiles []string, dataDir string) (string, error) {
+// newMachineID is the id machineIDScript gives a machine that has none.
+func newMachineID() string {
 	var seed [16]byte
 	rand.Read(seed[:])
+	return hex.EncodeToString(seed[:])
+}
+
+// readMachineID reads (or gives, newID) a machine the id its agent will
+// register with, as root; see machineIDScript.
+func readMachineID(ctx context.Context, ex execute.Executor, d store.Deployment, idScript, newID string) (string, error) {
 	var out, errOut bytes.Buffer
 	code, err := ex.Exec(ctx, d.Machine(), execute.Command{
-		Argv:   asRoot("/bin/sh", "-c", machineIDScript(systemFiles, dataDir), "sh", hex.EncodeToString(seed[:])),
+		Argv:   asRoot("/bin/sh", "-c", idScript, "sh", newID),
 		Stdout: &out, Stderr: &errOut, Timeout: execTimeout})
 	if err != nil {
 		return "", fmt.Errorf("read the machine's id: %w", err)
 	}
-	id := strings.TrimSpace(out.String())
+	return machineIDFrom(code, out.String(), errOut.String())
+}
+
+// machineIDFrom is the id in the output of machineIDScript, which exited
+// code.
+func machineIDFrom(code int, out, errOut string) (string, error) {
+	id := strings.TrimSpace(out)
 	if code != 0 || id == "" || strings.ContainsAny(id, " \n") {
-		return "", fmt.Errorf("read the machine's id: exit %d, %q: %s", code, lastBytes(id, 100), strings.TrimSpace(lastBytes(errOut.String(), 300)))
+		return "", fmt.Errorf("read the machine's id: exit %d, %q: %s", code, lastBytes(id, 100), strings.TrimSpace(lastBytes(errOut, 300)))
 	}
 	return id, nil
 }

@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -225,7 +226,7 @@ type flakyLogin struct {
 
 func (f *flakyLogin) Name() string       { return "flaky" }
 func (f *flakyLogin) Capability() string { return "exec:flaky" }
-func (f *flakyLogin) Exec(context.Context, provision.Deployment, execute.Command) (int, error) {
+func (f *flakyLogin) Exec(_ context.Context, _ provision.Deployment, c execute.Command) (int, error) {
 	f.calls++
 	if f.calls <= f.refusals {
 		return -1, errdefs.Class(errors.New("connect: connection refused"), errdefs.ErrUnavailable)
@@ -233,6 +234,7 @@ func (f *flakyLogin) Exec(context.Context, provision.Deployment, execute.Command
 	if f.err != nil {
 		return -1, f.err
 	}
+	fmt.Fprintln(c.Stdout, "0 root\n4c4c4544") // the login probe's answer: root, and the machine's id
 	return 0, nil
 }
 func (f *flakyLogin) CopyTo(context.Context, provision.Deployment, string, string) error { return nil }
@@ -246,15 +248,16 @@ func (f *flakyLogin) CopyFrom(context.Context, provision.Deployment, string, str
 func TestAwaitLogin(t *testing.T) {
 	ctx := context.Background()
 	late := &flakyLogin{refusals: 3}
-	if err := awaitLogin(ctx, late, store.Deployment{}, time.Minute); err != nil || late.calls != 4 {
-		t.Errorf("a machine that answers on the 4th try: %v after %d tries; want success after 4", err, late.calls)
+	if who, err := awaitLogin(ctx, late, store.Deployment{}, time.Minute, "", ""); err != nil || late.calls != 4 ||
+		!who.root || who.machineID != "4c4c4544" {
+		t.Errorf("a machine that answers on the 4th try: %+v, %v after %d tries; want root with its machine id after 4", who, err, late.calls)
 	}
 	never := &flakyLogin{refusals: 1 << 30}
-	if err := awaitLogin(ctx, never, store.Deployment{}, 2*time.Second); !errors.Is(err, errdefs.ErrUnavailable) || never.calls > 5 {
+	if _, err := awaitLogin(ctx, never, store.Deployment{}, 2*time.Second, "", ""); !errors.Is(err, errdefs.ErrUnavailable) || never.calls > 5 {
 		t.Errorf("a machine that never answers: %v after %d tries; want unavailable after a few tries in the 2s given", err, never.calls)
 	}
 	refused := &flakyLogin{err: errdefs.Class(errors.New("host key mismatch"), errdefs.ErrPermission)}
-	if err := awaitLogin(ctx, refused, store.Deployment{}, time.Minute); !errors.Is(err, errdefs.ErrPermission) || refused.calls != 1 {
+	if _, err := awaitLogin(ctx, refused, store.Deployment{}, time.Minute, "", ""); !errors.Is(err, errdefs.ErrPermission) || refused.calls != 1 {
 		t.Errorf("a refused login: %v after %d tries; want it at once", err, refused.calls)
 	}
 }

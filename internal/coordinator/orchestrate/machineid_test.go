@@ -51,9 +51,17 @@ func TestReadMachineID(t *testing.T) {
 			write(filepath.Join(data, hw.MachineIDFile), tc.agent)
 
 			d := store.Deployment{ID: "d1", Provider: "local", Name: "m1", Executors: []string{local.Capability}}
-			got, err := readMachineID(t.Context(), ex, d, []string{etc, dbus}, data)
+			script := machineIDScript([]string{etc, dbus}, data)
+			got, err := readMachineID(t.Context(), ex, d, script, newMachineID())
 			if err != nil {
 				t.Fatalf("readMachineID() = %v", err)
+			}
+			// A root login reads it in the login's own round trip.
+			if os.Geteuid() == 0 {
+				who, err := checkLogin(t.Context(), ex, d, script, newMachineID())
+				if err != nil || !who.root || who.machineID != got {
+					t.Errorf("checkLogin() as root = %+v, %v; want root with machine id %q", who, err, got)
+				}
 			}
 			if tc.want != "" && got != tc.want || tc.want == "" && !given.MatchString(got) {
 				t.Errorf("readMachineID() = %q, want %q (\"\": 32 hex digits)", got, tc.want)

@@ -29,24 +29,32 @@ type login struct {
 	// stage is a directory of the user's own on the machine, for the
 	// agent's files on their way to AgentDir (not root only).
 	stage string
+	// machineID is the id the machine's agent will register with, read
+	// in the same round trip where the login is root (see
+	// machineIDScript); "" where it is still to be read through sudo.
+	machineID string
 }
 
-// loginScript prints the executor's uid and user name; for a user other
+// loginScript prints the executor's uid and user name; as root it then
+// runs the machine id script $1 with its argument $2; for a user other
 // than root it checks that sudo -n works and makes the staging dir,
-// private to the user (mktemp's 0700), in one round trip.
+// private to the user (mktemp's 0700). One round trip: each costs a new
+// session on SSH, tens of milliseconds on docker exec.
 const loginScript = `uid=$(id -u) || exit 1
 echo "$uid $(id -un 2>/dev/null)"
-[ "$uid" = 0 ] && exit 0
+if [ "$uid" = 0 ]; then exec /bin/sh -c "$1" sh "$2"; fi
 command -v sudo >/dev/null 2>&1 || exit 10
 sudo -n true </dev/null || exit 11
 mktemp -d "${TMPDIR:-/tmp}/nodemgr-bootstrap.XXXXXX"
 `
 
 // checkLogin finds out who the executor runs as on the machine and,
-// where that is not root, whether sudo gives it root without a password.
-func checkLogin(ctx context.Context, ex execute.Executor, d store.Deployment) (login, error) {
+// where that is not root, whether sudo gives it root without a password;
+// as root it reads the machine's id too (idScript, machineIDScript's,
+// with its argument idArg).
+func checkLogin(ctx context.Context, ex execute.Executor, d store.Deployment, idScript, idArg string) (login, error) {
 	var out, errOut bytes.Buffer
-	code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: []string{"/bin/sh", "-c", loginScript},
+	code, err := ex.Exec(ctx, d.Machine(), execute.Command{Argv: []string{"/bin/sh", "-c", loginScript, "sh", idScript, idArg},
 		Stdout: &out, Stderr: &errOut, Timeout: execTimeout})
 	if err != nil {
 		return login{}, fmt.Errorf("ask the machine who the executor runs as: %w", err)
@@ -63,10 +71,14 @@ func checkLogin(ctx context.Context, ex execute.Executor, d store.Deployment) (l
 		return login{}, notRoot(who, "the machine has no sudo")
 	case code == 11:
 		return login{}, notRoot(who, fmt.Sprintf("`sudo -n true` fails (%s)", why))
+	case uid == "0":
+		id, err := machineIDFrom(code, strings.Join(lines[1:], "\n"), errOut.String())
+		if err != nil {
+			return login{}, err
+		}
+		return login{root: true, user: name, machineID: id}, nil
 	case code != 0 || uid == "":
 		return login{}, fmt.Errorf("ask the machine who the executor runs as: exit %d: %s", code, why)
-	case uid == "0":
-		return login{root: true, user: name}, nil
 	}
 	if len(lines) != 2 || !path.IsAbs(lines[1]) {
 		return login{}, fmt.Errorf("make a staging dir on the machine as %s: mktemp said %q", who, lastBytes(out.String(), 200))
