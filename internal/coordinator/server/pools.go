@@ -100,7 +100,7 @@ func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
 		}
 		out = append(out, d)
 	}
-	ens, err := s.ensembleDemands(ctx)
+	ens, err := s.ensembles.Demands(ctx)
 	if err != nil {
 		return nil, err
 	}

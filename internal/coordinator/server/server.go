@@ -18,6 +18,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/cleartext"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/blob"
+	"github.com/nodemgr/nodemgr/internal/coordinator/ensemble/deploy"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ui"
@@ -274,9 +275,7 @@ type Server struct {
 	dashboard *ui.UI      // /ui/: calls the API in-process, as the logged-in user
 	reasons   reasonCache
 	handler   http.Handler
-	// restoreFailures keeps ensembleLoop's failures to place a lost
-	// node's replica again from logging every tick.
-	restoreFailures failures
+	ensembles *deploy.Runner
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -322,6 +321,7 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	if s.dashboard, err = ui.New(cfg.Dashboard, apiHandler, logger); err != nil {
 		return nil, fmt.Errorf("server dashboard: %w", err)
 	}
+	s.ensembles = s.newEnsembles()
 	s.handler = s.routes()
 	return s, nil
 }

@@ -1,10 +1,9 @@
-package server
+package deploy
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ensemble"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 )
@@ -29,41 +27,38 @@ import (
 // a pool the deploy is refused at once with what was short.
 
 // waitForMachines answers a deploy whose placement failed with placeErr:
-// the ensemble waits (202) when pools would start machines for it, else
-// the error stands.
-func (s *Server) waitForMachines(w http.ResponseWriter, r *http.Request, e api.Ensemble, books []ensemble.NodeBooks, dry bool, placeErr error) error {
+// the ensemble waits when pools would start machines for it (stored,
+// unless dry), else the error stands.
+func (r *Runner) waitForMachines(ctx context.Context, e api.Ensemble, books []ensemble.NodeBooks, dry bool, placeErr error) (api.Ensemble, error) {
 	var nf *ensemble.NoFitError
-	if !errors.As(placeErr, &nf) || s.orch == nil {
-		return placeErr
+	pools := r.pools()
+	if !errors.As(placeErr, &nf) || pools == nil {
+		return api.Ensemble{}, placeErr
 	}
-	ctx := r.Context()
-	demands := shortDemands(e, books)
-	pools, unserved, err := s.poolsFor(ctx, demands)
+	names, unserved, err := poolsFor(ctx, pools, shortDemands(e, books))
 	if err != nil {
-		return err
+		return api.Ensemble{}, err
 	}
 	if unserved != nil {
-		return fmt.Errorf("%w; and no pool starts machines for allocation %s (%s): add one with `nodemgr pool apply`",
+		return api.Ensemble{}, fmt.Errorf("%w; and no pool starts machines for allocation %s (%s): add one with `nodemgr pool apply`",
 			placeErr, strings.TrimPrefix(unserved.Suite, e.Name+"/"), machineNeeds(*unserved))
 	}
-	if len(pools) == 0 {
-		return placeErr
+	if len(names) == 0 {
+		return api.Ensemble{}, placeErr
 	}
 	e.State, e.Replicas = api.EnsembleWaiting, []api.EnsembleReplica{}
 	e.Reason = fmt.Sprintf("%s; waiting up to %v for the machines pool %s starts for it", errdefs.Message(placeErr),
-		s.provisionDeadline(e), strings.Join(pools, ", "))
+		r.provisionDeadline(e), strings.Join(names, ", "))
 	if dry {
 		e.ID = ""
-		httpapi.WriteJSON(w, http.StatusOK, e)
-		return nil
+		return e, nil
 	}
-	if err := s.store.CreateEnsemble(ctx, e); err != nil {
-		return err
+	if err := r.store.CreateEnsemble(ctx, e); err != nil {
+		return api.Ensemble{}, err
 	}
-	s.log.Info("ensemble waits for machines", "ensemble", e.Name, "pools", pools)
-	s.orch.Wake()
-	httpapi.WriteJSON(w, http.StatusAccepted, e)
-	return nil
+	r.log.Info("ensemble waits for machines", "ensemble", e.Name, "pools", names)
+	pools.Wake()
+	return e, nil
 }
 
 // machineNeeds says what a pool's machines need to serve d.
@@ -80,11 +75,11 @@ func machineNeeds(d orchestrate.Demand) string {
 }
 
 // provisionDeadline is how long e may wait for machines.
-func (s *Server) provisionDeadline(e api.Ensemble) time.Duration {
+func (r *Runner) provisionDeadline(e api.Ensemble) time.Duration {
 	if d := time.Duration(e.Spec.ProvisionDeadline); d > 0 {
 		return d
 	}
-	return s.cfg.EnsembleProvisionDeadline
+	return r.cfg.ProvisionDeadline
 }
 
 // shortDemands is what e asks of the pools, given books it does not fit:
@@ -113,18 +108,18 @@ func shortDemands(e api.Ensemble, books []ensemble.NodeBooks) []orchestrate.Dema
 
 // poolsFor lists the pools that serve the demands, or returns the first
 // demand that no pool serves.
-func (s *Server) poolsFor(ctx context.Context, demands []orchestrate.Demand) ([]string, *orchestrate.Demand, error) {
+func poolsFor(ctx context.Context, pools Pools, demands []orchestrate.Demand) ([]string, *orchestrate.Demand, error) {
 	seen := map[string]bool{}
 	var out []string
 	for _, d := range demands {
-		pools, err := s.orch.PoolsFor(ctx, d)
+		names, err := pools.PoolsFor(ctx, d)
 		if err != nil {
 			return nil, nil, err
 		}
-		if len(pools) == 0 {
+		if len(names) == 0 {
 			return nil, &d, nil
 		}
-		for _, p := range pools {
+		for _, p := range names {
 			if !seen[p] {
 				seen[p] = true
 				out = append(out, p)
@@ -134,18 +129,18 @@ func (s *Server) poolsFor(ctx context.Context, demands []orchestrate.Demand) ([]
 	return out, nil, nil
 }
 
-// ownerContext is ctx acting as e's owner, whose nodes e may use.
-func (s *Server) ownerContext(ctx context.Context, e api.Ensemble) (context.Context, error) {
-	owner, err := s.store.GetUser(ctx, e.Owner)
+// owner is e's owner, whose nodes e may use.
+func (r *Runner) owner(ctx context.Context, e api.Ensemble) (auth.Principal, error) {
+	u, err := r.store.GetUser(ctx, e.Owner)
 	if err != nil {
-		return nil, fmt.Errorf("its owner %s: %w", e.Owner, err)
+		return auth.Principal{}, fmt.Errorf("its owner %s: %w", e.Owner, err)
 	}
-	return withPrincipal(ctx, auth.Principal{User: owner.Name, Admin: owner.Admin, Groups: owner.Groups}), nil
+	return auth.Principal{User: u.Name, Admin: u.Admin, Groups: u.Groups}, nil
 }
 
-// ensembleDemands is what the waiting ensembles ask of the pools now.
-func (s *Server) ensembleDemands(ctx context.Context) ([]orchestrate.Demand, error) {
-	list, err := s.store.ListEnsembles(ctx, false)
+// Demands is what the waiting ensembles ask of the pools now.
+func (r *Runner) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
+	list, err := r.store.ListEnsembles(ctx, false)
 	if err != nil {
 		return nil, err
 	}
@@ -154,11 +149,11 @@ func (s *Server) ensembleDemands(ctx context.Context) ([]orchestrate.Demand, err
 		if e.State != api.EnsembleWaiting {
 			continue
 		}
-		octx, err := s.ownerContext(ctx, e)
+		p, err := r.owner(ctx, e)
 		if err != nil {
 			continue
 		}
-		books, _, err := s.ensembleBooks(octx, e.Spec)
+		books, _, err := r.books(ctx, p, e.Spec)
 		if err != nil {
 			return nil, err
 		}
@@ -170,19 +165,19 @@ func (s *Server) ensembleDemands(ctx context.Context) ([]orchestrate.Demand, err
 // placeWaiting places a waiting ensemble again: once it fits it is
 // deployed; past its deadline it fails; else its reason says what it
 // waits for.
-func (s *Server) placeWaiting(ctx context.Context, e api.Ensemble) {
-	octx, err := s.ownerContext(ctx, e)
+func (r *Runner) placeWaiting(ctx context.Context, e api.Ensemble) {
+	p, err := r.owner(ctx, e)
 	if err != nil {
-		s.failWaiting(ctx, e, err.Error())
+		r.failWaiting(ctx, e, err.Error())
 		return
 	}
-	books, nodes, err := s.ensembleBooks(octx, e.Spec)
+	books, nodes, err := r.books(ctx, p, e.Spec)
 	if err != nil {
 		return
 	}
 	plan, err := ensemble.Place(books, e.Spec, e.Spec.Policy)
 	if err == nil {
-		e, err = s.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
+		e, err = r.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
 			if st.State != api.EnsembleWaiting {
 				return errdefs.Conflict("ensemble %s is %s now", st.Name, st.State) // shut down meanwhile
 			}
@@ -192,20 +187,20 @@ func (s *Server) placeWaiting(ctx context.Context, e api.Ensemble) {
 		if err != nil {
 			return
 		}
-		s.log.Info("a waiting ensemble fits now; deploying it", "ensemble", e.Name)
-		if _, err := s.startEnsemble(ctx, e, plan, nodes); err != nil {
-			s.log.Warn("deploy a waiting ensemble", "ensemble", e.Name, "err", err)
+		r.log.Info("a waiting ensemble fits now; deploying it", "ensemble", e.Name)
+		if _, err := r.start(ctx, e, plan, nodes); err != nil {
+			r.log.Warn("deploy a waiting ensemble", "ensemble", e.Name, "err", err)
 		}
 		return
 	}
-	deadline := s.provisionDeadline(e)
+	deadline := r.provisionDeadline(e)
 	if time.Since(e.CreatedAt) > deadline {
-		s.failWaiting(ctx, e, fmt.Sprintf("no machine came within its provision deadline (%v): %s", deadline, errdefs.Message(err)))
+		r.failWaiting(ctx, e, fmt.Sprintf("no machine came within its provision deadline (%v): %s", deadline, errdefs.Message(err)))
 		return
 	}
-	reason := errdefs.Message(err) + "; " + s.waitLine(ctx, e, e.CreatedAt.Add(deadline))
+	reason := errdefs.Message(err) + "; " + r.waitLine(ctx, e, e.CreatedAt.Add(deadline))
 	if reason != e.Reason {
-		s.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
+		r.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
 			if st.State == api.EnsembleWaiting {
 				st.Reason = reason
 			}
@@ -215,11 +210,13 @@ func (s *Server) placeWaiting(ctx context.Context, e api.Ensemble) {
 }
 
 // waitLine says which pools start machines for e, until when.
-func (s *Server) waitLine(ctx context.Context, e api.Ensemble, until time.Time) string {
+func (r *Runner) waitLine(ctx context.Context, e api.Ensemble, until time.Time) string {
 	var parts []string
-	for _, a := range e.Spec.Allocations {
-		if line := s.orch.ForSuite(ctx, e.Name+"/"+a.Name); line != "" && !slices.Contains(parts, line) {
-			parts = append(parts, line)
+	if pools := r.pools(); pools != nil {
+		for _, a := range e.Spec.Allocations {
+			if line := pools.ForSuite(ctx, e.Name+"/"+a.Name); line != "" && !slices.Contains(parts, line) {
+				parts = append(parts, line)
+			}
 		}
 	}
 	if len(parts) == 0 {
@@ -230,9 +227,9 @@ func (s *Server) waitLine(ctx context.Context, e api.Ensemble, until time.Time) 
 
 // failWaiting records a waiting ensemble failed with the reason; it held
 // nothing, so there is nothing to undo.
-func (s *Server) failWaiting(ctx context.Context, e api.Ensemble, reason string) {
-	s.log.Warn("a waiting ensemble failed", "ensemble", e.Name, "reason", reason)
-	s.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
+func (r *Runner) failWaiting(ctx context.Context, e api.Ensemble, reason string) {
+	r.log.Warn("a waiting ensemble failed", "ensemble", e.Name, "reason", reason)
+	r.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
 		if st.State == api.EnsembleWaiting {
 			st.State, st.Reason = api.EnsembleFailed, reason
 		}

@@ -1,4 +1,4 @@
-package server
+package deploy
 
 import (
 	"context"
@@ -18,11 +18,15 @@ import (
 // container on the lost node is remembered and deleted when the node comes
 // back, so the replica does not run twice for long.
 
-// ensembleTick is how often running ensembles are checked for lost nodes.
-const ensembleTick = time.Second
+// tick is how often running ensembles are checked for lost nodes, and
+// waiting ones placed again.
+const tick = time.Second
 
-func (s *Server) ensembleLoop(ctx context.Context) {
-	t := time.NewTicker(ensembleTick)
+// Loop, run by the leader, places waiting ensembles again, restores the
+// replicas of lost nodes and removes lost replicas' workloads once their
+// nodes are back, every tick until ctx ends.
+func (r *Runner) Loop(ctx context.Context) {
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
 		select {
@@ -32,57 +36,57 @@ func (s *Server) ensembleLoop(ctx context.Context) {
 		}
 		// All of them: a shut-down ensemble may still have a lost
 		// replica's container to delete once its node is back.
-		list, err := s.store.ListEnsembles(ctx, true)
+		list, err := r.store.ListEnsembles(ctx, true)
 		if err != nil {
 			continue
 		}
 		for _, e := range list {
 			switch {
 			case e.State == api.EnsembleWaiting:
-				s.placeWaiting(ctx, e)
+				r.placeWaiting(ctx, e)
 			case e.State == api.EnsembleRunning || len(e.Lost) > 0:
-				s.restoreEnsemble(ctx, e)
+				r.restore(ctx, e)
 			}
 		}
-		s.restoreFailures.forget(time.Now().Add(-restoreQuietLog))
+		r.restoreFailures.forget(time.Now().Add(-restoreQuietLog))
 	}
 }
 
-// restoreEnsemble places again the replicas of e whose node was lost for
-// longer than its deadline, and deletes lost replicas whose node is back.
-func (s *Server) restoreEnsemble(ctx context.Context, e api.Ensemble) {
-	deadline := s.cfg.EnsembleRestoreDeadline
+// restore places again the replicas of e whose node was lost for longer
+// than its deadline, and deletes lost replicas whose node is back.
+func (r *Runner) restore(ctx context.Context, e api.Ensemble) {
+	deadline := r.cfg.RestoreDeadline
 	if d := time.Duration(e.Spec.RestoreDeadline); d > 0 {
 		deadline = d
 	}
-	changed := s.dropLost(ctx, &e)
+	changed := r.dropLost(ctx, &e)
 	if e.State == api.EnsembleRunning && !e.Spec.NoRestore {
 		for i := range e.Replicas {
 			rep := e.Replicas[i]
 			key := fmt.Sprintf("%s/%s/%d", e.ID, rep.Allocation, rep.Replica)
-			n, err := s.store.GetNode(ctx, rep.NodeID)
+			n, err := r.store.GetNode(ctx, rep.NodeID)
 			if err != nil || n.Status == api.StatusOnline || time.Since(n.LastHeartbeat) < deadline {
-				if err == nil && s.restoreFailures.ok(key) {
-					s.log.Info("a lost node's replica is not placed again after all: its node is back", "ensemble", e.Name,
+				if err == nil && r.restoreFailures.ok(key) {
+					r.log.Info("a lost node's replica is not placed again after all: its node is back", "ensemble", e.Name,
 						"allocation", rep.Allocation, "replica", rep.Replica, "node", n.Name)
 				}
 				continue
 			}
-			if err := s.replaceReplica(ctx, &e, i, n); err != nil {
+			if err := r.replaceReplica(ctx, &e, i, n); err != nil {
 				// Tried every tick: logged when it starts failing, when
 				// the reason changes, and once a minute while it stays.
-				if log, quiet := s.restoreFailures.fail(key, err.Error(), time.Now()); log {
-					s.log.Warn("place a lost node's replica again", "ensemble", e.Name, "allocation", rep.Allocation,
+				if log, quiet := r.restoreFailures.fail(key, err.Error(), time.Now()); log {
+					r.log.Warn("place a lost node's replica again", "ensemble", e.Name, "allocation", rep.Allocation,
 						"replica", rep.Replica, "node", n.Name, "err", err, "failed_quietly_since_last_logged", quiet)
 				}
 				continue
 			}
-			s.restoreFailures.ok(key) // replaceReplica logs the success
+			r.restoreFailures.ok(key) // replaceReplica logs the success
 			changed = true
 		}
 	}
 	if changed {
-		if _, err := s.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
+		if _, err := r.store.UpdateEnsemble(ctx, e.ID, func(st *api.Ensemble) error {
 			if st.State != e.State {
 				// Shut down meanwhile: what was placed again goes too.
 				st.Lost = append(e.Lost, e.Replicas...)
@@ -91,7 +95,7 @@ func (s *Server) restoreEnsemble(ctx context.Context, e api.Ensemble) {
 			st.Replicas, st.Lost = e.Replicas, e.Lost
 			return nil
 		}); err != nil {
-			s.log.Warn("record an ensemble's restore", "ensemble", e.Name, "err", err)
+			r.log.Warn("record an ensemble's restore", "ensemble", e.Name, "err", err)
 		}
 	}
 }
@@ -161,20 +165,20 @@ func (f *failures) forget(before time.Time) {
 }
 
 // dropLost removes the workloads of lost replicas whose node is back.
-func (s *Server) dropLost(ctx context.Context, e *api.Ensemble) bool {
+func (r *Runner) dropLost(ctx context.Context, e *api.Ensemble) bool {
 	kept := e.Lost[:0]
 	for _, rep := range e.Lost {
-		n, err := s.store.GetNode(ctx, rep.NodeID)
-		if err == nil && !s.connected(n) {
+		n, err := r.store.GetNode(ctx, rep.NodeID)
+		if err == nil && !r.agents.Connected(n) {
 			kept = append(kept, rep) // not back yet
 			continue
 		}
 		if err == nil {
-			if err := s.removeReplica(ctx, n, &rep); err != nil {
+			if err := r.removeReplica(ctx, n, &rep); err != nil {
 				kept = append(kept, rep)
 				continue
 			}
-			s.log.Info("removed a replica's old workload on its node that came back", "ensemble", e.Name,
+			r.log.Info("removed a replica's old workload on its node that came back", "ensemble", e.Name,
 				"allocation", rep.Allocation, "replica", rep.Replica, "node", n.Name)
 		}
 	}
@@ -185,7 +189,7 @@ func (s *Server) dropLost(ctx context.Context, e *api.Ensemble) bool {
 
 // replaceReplica places replica i of e, whose node lost is gone, on
 // another node, and deploys it there.
-func (s *Server) replaceReplica(ctx context.Context, e *api.Ensemble, i int, lost store.Node) error {
+func (r *Runner) replaceReplica(ctx context.Context, e *api.Ensemble, i int, lost store.Node) error {
 	rep := e.Replicas[i]
 	var alloc api.AllocationSpec
 	for _, a := range e.Spec.Allocations {
@@ -193,11 +197,11 @@ func (s *Server) replaceReplica(ctx context.Context, e *api.Ensemble, i int, los
 			alloc = a
 		}
 	}
-	octx, err := s.ownerContext(ctx, *e)
+	owner, err := r.owner(ctx, *e)
 	if err != nil {
 		return err
 	}
-	books, nodes, err := s.ensembleBooks(octx, e.Spec)
+	books, nodes, err := r.books(ctx, owner, e.Spec)
 	if err != nil {
 		return err
 	}
@@ -218,7 +222,7 @@ func (s *Server) replaceReplica(ctx context.Context, e *api.Ensemble, i int, los
 		return err
 	}
 	p := plan.Placements[0]
-	commit, err := s.commitReplica(ctx, *e, nodes[p.NodeID], p)
+	commit, err := r.commit(ctx, *e, nodes[p.NodeID], p)
 	if err != nil {
 		return fmt.Errorf("commit on %s: %w", p.NodeName, err)
 	}
@@ -227,27 +231,27 @@ func (s *Server) replaceReplica(ctx context.Context, e *api.Ensemble, i int, los
 	next.NodeID, next.NodeName = p.NodeID, p.NodeName
 	next.Why = fmt.Sprintf("restored: node %s was lost; %s", lost.Name, p.Why)
 	next.Container, next.Service = "", ""
-	if err := s.deployReplica(ctx, *e, alloc, &next, nodes[p.NodeID], p.Resources, commit, s.allocEnv(*e, rep.Allocation)); err != nil {
+	if err := r.deployReplica(ctx, *e, alloc, &next, nodes[p.NodeID], p.Resources, commit, r.allocEnv(*e, rep.Allocation)); err != nil {
 		return err
 	}
 	e.Lost = append(e.Lost, rep)
 	e.Replicas[i] = next
-	s.log.Info("placed a lost node's replica again", "ensemble", e.Name, "allocation", rep.Allocation,
+	r.log.Info("placed a lost node's replica again", "ensemble", e.Name, "allocation", rep.Allocation,
 		"replica", rep.Replica, "from", lost.Name, "to", p.NodeName)
 	return nil
 }
 
 // allocEnv is where the allocations before alloc answer, from their
 // first replicas as they are now.
-func (s *Server) allocEnv(e api.Ensemble, alloc string) map[string]string {
+func (r *Runner) allocEnv(e api.Ensemble, alloc string) map[string]string {
 	env := map[string]string{}
 	for _, a := range e.Spec.Allocations {
 		if a.Name == alloc {
 			break
 		}
-		for _, r := range e.Replicas {
-			if r.Allocation == a.Name && len(r.Ports) > 0 {
-				setAllocEnv(env, a.Name, s.nodeHost(r.NodeID, r.NodeName), r.Ports[0].Host)
+		for _, rep := range e.Replicas {
+			if rep.Allocation == a.Name && len(rep.Ports) > 0 {
+				setAllocEnv(env, a.Name, r.agents.Host(rep.NodeID, rep.NodeName), rep.Ports[0].Host)
 				break
 			}
 		}
