@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/archive"
-	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/executetest"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh/sshtest"
@@ -28,57 +26,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(sshtest.Main(m)) }
 
-func TestExecPickExecutor(t *testing.T) {
-	ssh := []string{"exec:ssh", "copy:sftp", "copy:rsync"}
-	tests := []struct {
-		name  string
-		caps  []string
-		via   string
-		copy  bool
-		want  string
-		class error
-		says  string
-	}{
-		{name: "command: first exec", caps: ssh, want: "ssh"},
-		{name: "copy: first copy", caps: ssh, copy: true, want: "sftp"},
-		{name: "copy: the deployment's order", caps: []string{"copy:rsync", "exec:ssh", "copy:sftp"}, copy: true, want: "rsync"},
-		{name: "command: exec after copies", caps: []string{"copy:rsync", "exec:ssh"}, want: "ssh"},
-		{name: "copy: no copy capability", caps: []string{"exec:docker"}, copy: true, want: "docker"},
-		{name: "command: no exec capability", caps: []string{"copy:sftp"}, want: "sftp"},
-		{name: "unknown capabilities skipped", caps: []string{"exec:elsewhere", "exec:local"}, want: "local"},
-		{name: "via", caps: ssh, via: "rsync", want: "rsync"},
-		{name: "via for a command", caps: ssh, via: "sftp", want: "sftp"},
-		{name: "via not offered", caps: ssh, via: "docker", class: errdefs.ErrInvalid,
-			says: "does not offer the docker executor (exec:docker); it offers ssh (exec:ssh), sftp (copy:sftp), rsync (copy:rsync)"},
-		{name: "via unknown", caps: ssh, via: "scp", class: errdefs.ErrInvalid, says: `no executor "scp"; nodemgr has local, docker, ssh, sftp, rsync`},
-		{name: "none", caps: []string{"exec:elsewhere"}, class: errdefs.ErrNotFound},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := pickExecutor("m", tc.caps, tc.via, tc.copy)
-			if tc.class != nil {
-				if !errors.Is(err, tc.class) || !strings.Contains(errString(err), tc.says) {
-					t.Errorf("pickExecutor(%v, via %q, copy %v) = %q, %v; want %v saying %q", tc.caps, tc.via, tc.copy, got, err, tc.class, tc.says)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Errorf("pickExecutor(%v, via %q, copy %v) = %q, %v; want %q", tc.caps, tc.via, tc.copy, got, err, tc.want)
-			}
-		})
-	}
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-// TestExecCopyVia runs commands and copies through the API on a machine
-// reached over SSH (a real sshd), with each executor it offers, and
-// checks that one it does not offer is refused.
 func TestExecCopyVia(t *testing.T) {
 	srv := sshtest.Shared(t)
 	sshtest.Need(t, "rsync")
@@ -148,22 +95,6 @@ func TestExecCopyVia(t *testing.T) {
 				t.Errorf("GET files via %s = %d %s; want 400 saying %q", tc.via, code, body, tc.says)
 			}
 		})
-	}
-}
-
-func TestExecutorSettingsChecked(t *testing.T) {
-	for _, tc := range []struct {
-		settings map[string]map[string]string
-		says     string
-	}{
-		{map[string]map[string]string{"ssh": {"colour": "blue"}}, "unknown ssh executor setting"},
-		{map[string]map[string]string{"ssh": {"port": "0"}}, "port"},
-		{map[string]map[string]string{"rsync": {"user": "x"}}, "set them under ssh"},
-		{map[string]map[string]string{"telnet": {"user": "x"}}, `no executor "telnet" takes settings`},
-	} {
-		if err := checkExecutorSettings(tc.settings); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tc.says) {
-			t.Errorf("checkExecutorSettings(%v) = %v, want invalid saying %q", tc.settings, err, tc.says)
-		}
 	}
 }
 

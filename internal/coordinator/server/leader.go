@@ -67,7 +67,7 @@ type soleServer interface {
 func (s *Server) singletons() []func(context.Context) {
 	loops := []func(context.Context){
 		s.runOrchestrator,
-		s.livenessLoop, s.deadReplicaLoop, s.suiteLoop, s.ensembles.Loop, s.driftLoop,
+		s.livenessLoop, s.deadReplicaLoop, s.suiteLoop, s.ensembles.Loop, s.catalog.DriftLoop,
 	}
 	if s.blobsShared() {
 		loops = append(loops, s.blobLoop)

@@ -31,25 +31,14 @@ type cluster struct{ s *Server }
 
 var _ orchestrate.Cluster = cluster{}
 
-func (c cluster) Provider(name string) (provision.Provider, error) { return c.s.providers.get(name) }
+func (c cluster) Provider(name string) (provision.Provider, error) { return c.s.catalog.Provider(name) }
 
-// Executor is the deployment's executor for commands (exec:docker,
-// exec:ssh, exec:local), which copies too: the agent goes in through it.
 func (c cluster) Executor(d provision.Deployment) (execute.Executor, error) {
-	name, err := pickExecutor(d.Name, d.Executors, "", false)
-	if err != nil {
-		return nil, fmt.Errorf("machine %s (provider %s) offers no executor nodemgr can bootstrap an agent through (it offers %s): %w",
-			d.Name, d.Provider, offered(d.Executors), errdefs.ErrInvalid)
-	}
-	e, err := c.s.executors.get(name, c.s.cfg.ProviderSettings)
-	if err != nil {
-		return nil, err
-	}
-	return e, execute.Check(e, d)
+	return c.s.catalog.Executor(d)
 }
 
 func (c cluster) Render(ctx context.Context, template, provider string) (map[string]any, error) {
-	r, err := c.s.Render(ctx, template, provider)
+	r, err := c.s.catalog.Render(ctx, template, provider)
 	return r.Extra, err
 }
 
@@ -388,10 +377,10 @@ func (s *Server) checkCandidate(ctx context.Context, spec api.PoolSpec, i int, c
 		}
 		return fmt.Sprintf("candidates[%d].%s", i, f)
 	}
-	if _, err := s.providers.get(c.Provider); err != nil {
+	if _, err := s.catalog.Provider(c.Provider); err != nil {
 		return errdefs.Field(field("provider"), "%s", errdefs.Message(err))
 	}
-	r, err := s.Render(ctx, c.Template, c.Provider)
+	r, err := s.catalog.Render(ctx, c.Template, c.Provider)
 	if err != nil {
 		return errdefs.Field(field("template"), "%s", errdefs.Message(err))
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/cleartext"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/blob"
+	"github.com/nodemgr/nodemgr/internal/coordinator/catalog"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ensemble/deploy"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
@@ -264,10 +265,9 @@ type Server struct {
 	// a random part (replica.go).
 	instance  string
 	replicas  replicaLives
-	started   time.Time       // when Serve began: every node's heartbeat as far as liveness goes
-	life      context.Context // ends when Serve returns; for work that outlives a request
-	providers providers
-	executors executors
+	started   time.Time                 // when Serve began: every node's heartbeat as far as liveness goes
+	life      context.Context           // ends when Serve returns; for work that outlives a request
+	catalog   *catalog.Catalog          // templates, drivers and the machines they made
 	orch      *orchestrate.Orchestrator // nil until Serve
 	metrics   *metrics
 	scrapers  scraperAuth // /metrics tokens last accepted, for while the store does not answer
@@ -296,12 +296,12 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("server config: %w", err)
 	}
-	if err := checkExecutorSettings(cfg.ExecutorSettings); err != nil {
+	s := &Server{cfg: cfg, store: store.Bounded(st), backend: st, log: logger, ready: make(chan struct{})}
+	var err error
+	if s.catalog, err = catalog.New(s.store, catalog.Config{ProviderSettings: cfg.ProviderSettings,
+		ExecutorSettings: cfg.ExecutorSettings, DriftInterval: cfg.DriftInterval}, logger); err != nil {
 		return nil, fmt.Errorf("server config: %w", err)
 	}
-	s := &Server{cfg: cfg, store: store.Bounded(st), backend: st, log: logger, ready: make(chan struct{}),
-		providers: providers{settings: cfg.ProviderSettings}, executors: executors{settings: cfg.ExecutorSettings}}
-	var err error
 	if s.tls, err = setupTLS(cfg); err != nil {
 		return nil, fmt.Errorf("server TLS: %w", err)
 	}
@@ -363,6 +363,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.started, s.life = time.Now(), ctx
+	s.catalog.SetStarted(s.started)
 	s.guard = newConnGuard(s.cfg.MaxUnauthConns, s.cfg.UnauthIdle)
 	// Ready once what every request reads is set: a handler served on
 	// another listener (tests do) may run from here on.
@@ -529,5 +530,5 @@ func trimNL(b []byte) []byte {
 // Close releases the provider and executor connections (the Docker
 // engine's, for one). The store belongs to the caller.
 func (s *Server) Close() error {
-	return errors.Join(s.providers.close(), s.executors.close(), s.dashboard.Close())
+	return errors.Join(s.catalog.Close(), s.dashboard.Close())
 }

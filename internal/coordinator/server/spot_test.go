@@ -47,7 +47,7 @@ func TestSpotInterruptionShowsOnTheDeployment(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("deployment never left running: %+v", d)
 		}
-		s.checkDrift(t.Context())
+		s.catalog.CheckDrift(t.Context())
 		ts.call(t, ts.admin, "GET", "/v1/deployments/"+d.ID, nil, &d)
 	}
 	if d.State != "terminated" || !strings.Contains(d.StateReason, "spot") || strings.Contains(d.StateReason, "outside nodemgr") {

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,47 +9,14 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
+	"github.com/nodemgr/nodemgr/internal/coordinator/catalog"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
-	"github.com/nodemgr/nodemgr/internal/coordinator/template"
-	"github.com/nodemgr/nodemgr/internal/drivers/mapping"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
-// Templates and mapping sets are YAML documents: the server parses and
-// validates them (line, column and field on error) and stores the text as
-// written. Reading needs any token; writing needs an admin.
-
-// parseDocument parses and validates a document of a kind, returning its
-// parsed form for the wire.
-func parseDocument(kind, name string, body []byte) (json.RawMessage, error) {
-	switch kind {
-	case store.KindTemplate:
-		t, err := template.Parse(body, name)
-		if err != nil {
-			return nil, err
-		}
-		if t.Name != name {
-			return nil, errdefs.Field("name", "the file names template %q, the request %q; make them agree", t.Name, name)
-		}
-		return json.Marshal(t)
-	case store.KindMapping:
-		rules, err := mapping.Parse(body, name)
-		if err != nil {
-			return nil, err
-		}
-		return json.Marshal(rules)
-	}
-	return nil, fmt.Errorf("unknown document kind %q", kind)
-}
-
-func apiDocument(d store.Document) api.Document {
-	parsed, err := parseDocument(d.Kind, d.Name, d.Body)
-	if err != nil {
-		parsed = json.RawMessage("null") // stored by an older version that accepted it
-	}
-	return api.Document{Name: d.Name, Version: d.Version, Parsed: parsed, YAML: string(d.Body),
-		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}
-}
+// Templates and mapping sets are YAML documents: the catalog parses and
+// validates them (line, column and field on error) and the store keeps
+// the text as written. Reading needs any token; writing needs an admin.
 
 func (s *Server) putDocument(w http.ResponseWriter, r *http.Request, kind string) error {
 	name := r.PathValue("name")
@@ -65,7 +30,7 @@ func (s *Server) putDocument(w http.ResponseWriter, r *http.Request, kind string
 	if err != nil {
 		return err
 	}
-	if _, err := parseDocument(kind, name, body); err != nil {
+	if _, err := catalog.ParseDocument(kind, name, body); err != nil {
 		return fmt.Errorf("%s %s: %w", kind, name, err)
 	}
 	d, err := s.store.PutDocument(r.Context(), store.Document{Kind: kind, Name: name, Body: body})
@@ -76,7 +41,7 @@ func (s *Server) putDocument(w http.ResponseWriter, r *http.Request, kind string
 	if d.Version == 1 {
 		code = http.StatusCreated
 	}
-	httpapi.WriteJSON(w, code, apiDocument(d))
+	httpapi.WriteJSON(w, code, catalog.APIDocument(d))
 	return nil
 }
 
@@ -88,7 +53,7 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request, kind string
 		}
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, apiDocument(d))
+	httpapi.WriteJSON(w, http.StatusOK, catalog.APIDocument(d))
 	return nil
 }
 
@@ -105,7 +70,7 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request, kind stri
 	}
 	out := api.DocumentList{Items: make([]api.Document, 0, len(docs)), Next: next}
 	for _, d := range docs {
-		out.Items = append(out.Items, apiDocument(d))
+		out.Items = append(out.Items, catalog.APIDocument(d))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -151,55 +116,12 @@ func (s *Server) handleDeleteMapping(w http.ResponseWriter, r *http.Request) err
 	return s.deleteDocument(w, r, store.KindMapping)
 }
 
-// Render turns a stored template into the Extra map a provider gets,
-// applying every stored mapping set in name order.
-func (s *Server) Render(ctx context.Context, name, provider string) (api.Rendered, error) {
-	if err := mapping.CheckProvider("provider", provider); err != nil {
-		return api.Rendered{}, err
-	}
-	d, err := s.store.GetDocument(ctx, store.KindTemplate, name)
-	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return api.Rendered{}, errdefs.NotFound("template %q (see nodemgr template ls)", name)
-		}
-		return api.Rendered{}, err
-	}
-	t, err := template.Parse(d.Body, name)
-	if err != nil {
-		return api.Rendered{}, fmt.Errorf("stored template %s no longer parses: %w", name, err)
-	}
-	sets, err := s.store.ListDocuments(ctx, store.KindMapping, store.Page{})
-	if err != nil {
-		return api.Rendered{}, err
-	}
-	var rules []mapping.Rule
-	out := api.Rendered{Template: name, Provider: provider, Mappings: []string{}}
-	for _, set := range sets {
-		rs, err := mapping.Parse(set.Body, set.Name)
-		if err != nil {
-			return api.Rendered{}, fmt.Errorf("stored mapping set %s no longer parses: %w", set.Name, err)
-		}
-		rules = append(rules, rs...)
-		out.Mappings = append(out.Mappings, set.Name)
-	}
-	extra, steps, err := template.Render(t, provider, rules)
-	if err != nil {
-		return api.Rendered{}, fmt.Errorf("render %s for %s: %w", name, provider, err)
-	}
-	out.Extra = extra
-	for _, st := range steps {
-		out.Steps = append(out.Steps, api.RenderStep{Layer: st.Layer, Matched: st.Matched, Pass: st.Pass,
-			Key: st.Key, Value: st.Value, Old: st.Old, Removed: st.Removed, Text: st.String()})
-	}
-	return out, nil
-}
-
 func (s *Server) handleRenderTemplate(w http.ResponseWriter, r *http.Request) error {
 	provider := r.URL.Query().Get("provider")
 	if provider == "" {
 		return errdefs.Field("provider", "required: one of %s", strings.Join(provision.Names(), ", "))
 	}
-	out, err := s.Render(r.Context(), r.PathValue("name"), provider)
+	out, err := s.catalog.Render(r.Context(), r.PathValue("name"), provider)
 	if err != nil {
 		return err
 	}
