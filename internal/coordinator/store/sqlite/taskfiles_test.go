@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/pressly/goose/v3"
 
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlstore"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/storetest"
 )
 
@@ -36,7 +37,7 @@ func TestTaskFilePlans(t *testing.T) {
 			"SEARCH a USING COVERING INDEX sqlite_autoindex_tasks_1 (id=?)",
 			"SEARCH f USING PRIMARY KEY (task_seq=? AND kind=? AND digest=?)",
 		}},
-		{"node blob scope", nodeBlobScope, []string{
+		{"node blob scope", rebind(sqlstore.NodeBlobScopeSQL), []string{
 			"SCAN CONSTANT ROW",
 			"SCALAR SUBQUERY 1",
 			"SEARCH tasks USING COVERING INDEX tasks_running (node_id=?)",
@@ -46,12 +47,10 @@ func TestTaskFilePlans(t *testing.T) {
 			"SEARCH t USING INDEX tasks_running (node_id=?)",
 			"SEARCH su USING INDEX sqlite_autoindex_suites_1 (id=?)",
 		}},
-		{"blob in groups", blobInGroups, []string{
+		{"blob in groups", rebind(sqlstore.BlobInGroupsSQL("($2, $2)")), []string{
 			"SCAN CONSTANT ROW",
-			"SCALAR SUBQUERY 2",
+			"SCALAR SUBQUERY 1",
 			"SEARCH blob_groups USING PRIMARY KEY (digest=? AND grp=?)",
-			"LIST SUBQUERY 1",
-			"SCAN json_each VIRTUAL TABLE INDEX 1:",
 		}},
 	}
 	for _, tc := range tests {
