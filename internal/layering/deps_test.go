@@ -106,6 +106,7 @@ var tiers = map[string]tier{
 
 	"internal/coordinator/blob":                  tierCoordinator,
 	"internal/coordinator/catalog":               tierCoordinator,
+	"internal/coordinator/dispatch":              tierCoordinator,
 	"internal/coordinator/blob/blobtest":         tierCoordinator,
 	"internal/coordinator/ensemble":              tierCoordinator,
 	"internal/coordinator/ensemble/deploy":       tierCoordinator,
@@ -219,6 +220,7 @@ func TestRooms(t *testing.T) {
 		{"internal/coordinator/blob", []string{"internal/coordinator/server", "internal/coordinator/store"}, "the blob store keeps bytes; who may read them is the server's call"},
 		{"internal/coordinator/ui", []string{"internal/coordinator/server", "internal/coordinator/store"}, "the dashboard sees the server only through its HTTP API, as the token's owner would"},
 		{"internal/coordinator/ensemble", []string{"internal/coordinator/server", "internal/coordinator/store", "net/http"}, "placement is pure: books in, a plan out; the server deploys it"},
+		{"internal/coordinator/dispatch", append([]string{"internal/coordinator/server", "internal/coordinator/orchestrate", "net/http"}, drivers...), "dispatch's rules read the store and the sessions through the small interfaces they declare"},
 		{"internal/coordinator/catalog", append([]string{"internal/coordinator/server", "internal/coordinator/orchestrate", "net/http"}, drivers...), "the catalog makes drivers through their registries and knows no HTTP; the orchestrator and the server use it"},
 		{"internal/coordinator/ensemble/deploy", append([]string{"internal/coordinator/server", "net/http"}, drivers...), "ensembles run through the small interfaces they declare: the server's sessions reach the agents"},
 		{"internal/coordinator/server", drivers, "the server makes providers and executors through their registries; internal/drivers/all links them in at the top"},

@@ -13,6 +13,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -360,7 +361,7 @@ func asSeen(c api.Container, n store.Node) api.Container {
 	if n.Status != api.StatusOffline || api.ContainerFinal(c.Status) {
 		return c
 	}
-	c.Reason = fmt.Sprintf("node %s is offline; last reported %s", nodeLabel(n.Name, n.ID), c.Status)
+	c.Reason = fmt.Sprintf("node %s is offline; last reported %s", dispatch.NodeLabel(n.Name, n.ID), c.Status)
 	c.Status, c.Usage = api.ContainerUnknown, nil
 	return c
 }

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -21,40 +21,13 @@ const maxOutputTail = 64 << 10
 // maxFetch bounds one tasks.fetch.
 const maxFetch = 4096
 
-// prepareBackoff is how long a node that failed to prepare a suite is not
-// offered that suite again.
-const prepareBackoff = 5 * time.Minute
-
 func jsonBody(v any) ([]byte, error) { return json.Marshal(v) }
 
 // dispatcher holds what the server remembers about suites between requests.
 type dispatcher struct {
-	mu         sync.Mutex
-	prepFailed map[[2]string]time.Time // (suite, node) → when
-	fetches    fetchWatch
-	shares     shares
-}
-
-func (d *dispatcher) notePrepareFailed(suiteID, nodeID string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.prepFailed == nil {
-		d.prepFailed = map[[2]string]time.Time{}
-	}
-	d.prepFailed[[2]string{suiteID, nodeID}] = time.Now()
-}
-
-func (d *dispatcher) clearPrepareFailed(suiteID, nodeID string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.prepFailed, [2]string{suiteID, nodeID})
-}
-
-func (d *dispatcher) prepareFailedRecently(suiteID, nodeID string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	at, ok := d.prepFailed[[2]string{suiteID, nodeID}]
-	return ok && time.Since(at) < prepareBackoff
+	prepare dispatch.PrepareFailures
+	fetches fetchWatch
+	shares  shares
 }
 
 // nextSuite picks the suite a node should run: the highest-priority
@@ -73,7 +46,7 @@ func (s *Server) nextSuite(ctx context.Context, nodeID string) (*store.Suite, er
 		if su.Counts.Ready == 0 && !s.wouldGetGivenBack(su, n) {
 			continue
 		}
-		if s.whyNot(su, n) != nil {
+		if s.why.WhyNot(su, n) != nil {
 			continue // the same test explains a waiting suite (why.go)
 		}
 		return &su, nil
@@ -403,7 +376,7 @@ func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (a
 		res := r.Result
 		res.Stdout, res.Stderr = tail(res.Stdout), tail(res.Stderr)
 		res.NodeID, res.FinishedAt = h.sess.nodeID, now
-		if err := checkResultFiles("reports["+strconv.Itoa(i)+"].result", res); err != nil {
+		if err := dispatch.CheckResultFiles("reports["+strconv.Itoa(i)+"].result", res); err != nil {
 			// Not stored as it came; the attempt fails with the reason,
 			// so the rest of the batch and the task's retries go on.
 			h.s.log.Warn("invalid task result", "node", h.sess.nodeID, "task", r.TaskID, "err", err)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 )
 
 // A node works on one suite at a time, and tasks.fetch is where the
@@ -112,7 +114,7 @@ func (s *Server) moveOn(ctx context.Context, suiteID, nodeID string) (string, er
 	if err != nil {
 		return "", err
 	}
-	if placement(su, n) != nil {
+	if dispatch.Placement(su, n) != nil {
 		return notThisNodes, nil
 	}
 	next, err := s.nextSuite(ctx, nodeID)

@@ -80,7 +80,7 @@ func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
 				// Leaving: what it runs now will want another node.
 			case cur == su.ID:
 				d.Serving++
-			case !claimed[n.ID] && s.whyNot(su, n) == nil && !s.busy(n.ID):
+			case !claimed[n.ID] && s.why.WhyNot(su, n) == nil && !s.why.Busy(n.ID):
 				// A free node takes one suite up: the first, by
 				// priority, that it may run.
 				claimed[n.ID] = true

@@ -19,6 +19,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/blob"
 	"github.com/nodemgr/nodemgr/internal/coordinator/catalog"
+	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ensemble/deploy"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
@@ -273,7 +274,8 @@ type Server struct {
 	scrapers  scraperAuth // /metrics tokens last accepted, for while the store does not answer
 	usage     usageBook   // the nodes' recent machine usage, for the dashboard's charts
 	dashboard *ui.UI      // /ui/: calls the API in-process, as the logged-in user
-	reasons   reasonCache
+	reasons   dispatch.ReasonCache
+	why       *dispatch.Why // why a suite waits, and whether a node may take it up
 	handler   http.Handler
 	ensembles *deploy.Runner
 
@@ -322,6 +324,12 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("server dashboard: %w", err)
 	}
 	s.ensembles = s.newEnsembles()
+	s.why = dispatch.NewWhy(s.store, whySessions{s}, &s.dispatch.prepare, func() dispatch.Pools {
+		if s.orch == nil { // not serving yet
+			return nil
+		}
+		return s.orch
+	})
 	s.handler = s.routes()
 	return s, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/base/workload"
+	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -89,7 +90,7 @@ func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error
 	if err := decodeJSON(r, &spec); err != nil {
 		return err
 	}
-	if err := validateSuite(&spec); err != nil {
+	if err := dispatch.ValidateSuite(&spec); err != nil {
 		return err
 	}
 	p := principalFrom(r.Context())
@@ -117,7 +118,7 @@ func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error
 	out := apiSuite(su)
 	// Accepted even if no node could run it now (nodes may come later),
 	// but said at once rather than found out after a long wait.
-	if out.WaitingReason, err = s.creationWarning(r.Context(), su); err != nil {
+	if out.WaitingReason, err = s.why.CreationWarning(r.Context(), su); err != nil {
 		s.log.Warn("explain new suite", "suite", su.ID, "err", err)
 	}
 	httpapi.WriteJSON(w, http.StatusCreated, out)
@@ -192,7 +193,7 @@ func (s *Server) handleGetSuite(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
 	}
 	out.Problems = apiProblems(problems)
-	if out.WaitingReason, err = s.reasons.get(su, func() (string, error) { return s.waitingReason(r.Context(), su) }); err != nil {
+	if out.WaitingReason, err = s.reasons.Get(su, func() (string, error) { return s.why.WaitingReason(r.Context(), su) }); err != nil {
 		return fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
@@ -290,7 +291,7 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 		if err != nil {
 			return fmt.Errorf("nodes[%d]: %w", i, err)
 		}
-		if err := validateCoresOn(su.Spec.WorkerSchedule.CPUBinding, n.Name, n.Hardware.Cores); err != nil {
+		if err := dispatch.ValidateCoresOn(su.Spec.WorkerSchedule.CPUBinding, n.Name, n.Hardware.Cores); err != nil {
 			return err
 		}
 		if !slices.Contains(ids, n.ID) {

@@ -16,6 +16,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 )
 
 // FuzzValidateSuite reads suite specs as the API (JSON, strictly) and the
@@ -50,7 +51,7 @@ func FuzzValidateSuite(f *testing.F) {
 		var submit api.SubmitTasks
 		if httpapi.DecodeStrict(data, &submit) == nil {
 			for i, task := range submit.Tasks {
-				if err := validateTask(fmt.Sprintf("tasks[%d]", i), task); err != nil {
+				if err := dispatch.ValidateTask(fmt.Sprintf("tasks[%d]", i), task); err != nil {
 					checkFieldError(t, "validateTask", err)
 				}
 			}
@@ -60,12 +61,12 @@ func FuzzValidateSuite(f *testing.F) {
 
 func checkSuite(t *testing.T, spec api.SuiteSpec) {
 	t.Helper()
-	if err := validateSuite(&spec); err != nil {
+	if err := dispatch.ValidateSuite(&spec); err != nil {
 		checkFieldError(t, "validateSuite", err)
 		return
 	}
 	filled := spec
-	if err := validateSuite(&filled); err != nil {
+	if err := dispatch.ValidateSuite(&filled); err != nil {
 		t.Fatalf("validateSuite passed %+v once but not twice: %v", spec, err)
 	}
 	if diff := cmp.Diff(spec, filled, cmpopts.EquateEmpty()); diff != "" {
@@ -89,8 +90,8 @@ func checkSuite(t *testing.T, spec api.SuiteSpec) {
 	if err := httpapi.DecodeStrict(b, &again); err != nil {
 		t.Fatalf("DecodeStrict(%s) = %v", b, err)
 	}
-	if err := validateSuite(&again); err != nil {
-		t.Fatalf("validateSuite(%s) = %v after a JSON round trip", b, err)
+	if err := dispatch.ValidateSuite(&again); err != nil {
+		t.Fatalf("dispatch.ValidateSuite(%s) = %v after a JSON round trip", b, err)
 	}
 	if diff := cmp.Diff(spec, again, cmpopts.EquateEmpty()); diff != "" {
 		t.Fatalf("spec changed on a JSON round trip (-first +again):\n%s", diff)

@@ -13,6 +13,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 )
 
 // A task batch may be up to maxTaskBody, and its decoded tasks take about
@@ -57,14 +58,14 @@ func decodeTaskBatch(dec *json.Decoder) ([]api.TaskSpec, error) {
 		}
 		for dec.More() {
 			field := fmt.Sprintf("tasks[%d]", len(tasks))
-			if len(tasks) == maxTasksPerCall {
-				return nil, errdefs.Field("tasks", "at most %d tasks per call; send several batches", maxTasksPerCall)
+			if len(tasks) == dispatch.MaxTasksPerCall {
+				return nil, errdefs.Field("tasks", "at most %d tasks per call; send several batches", dispatch.MaxTasksPerCall)
 			}
 			var t api.TaskSpec
 			if err := dec.Decode(&t); err != nil {
 				return nil, decodeError(err, field)
 			}
-			if err := validateTask(field, t); err != nil {
+			if err := dispatch.ValidateTask(field, t); err != nil {
 				return nil, err
 			}
 			tasks = append(tasks, t)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 )
 
 func TestDecodeTaskBatch(t *testing.T) {
@@ -52,7 +53,7 @@ func TestDecodeTaskBatch(t *testing.T) {
 func TestDecodeTaskBatchCapsTheCount(t *testing.T) {
 	var b strings.Builder
 	b.WriteString(`{"tasks": [`)
-	for i := range maxTasksPerCall + 1 {
+	for i := range dispatch.MaxTasksPerCall + 1 {
 		if i > 0 {
 			b.WriteString(",")
 		}
@@ -61,7 +62,7 @@ func TestDecodeTaskBatchCapsTheCount(t *testing.T) {
 	b.WriteString(`]}`)
 	_, err := decodeTaskBatch(json.NewDecoder(strings.NewReader(b.String())))
 	if err == nil || !strings.Contains(err.Error(), "at most") {
-		t.Errorf("a batch of %d tasks = %v, want the per-call cap", maxTasksPerCall+1, err)
+		t.Errorf("a batch of %d tasks = %v, want the per-call cap", dispatch.MaxTasksPerCall+1, err)
 	}
 }
 

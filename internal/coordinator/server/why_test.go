@@ -125,7 +125,7 @@ func TestWaitingReason(t *testing.T) {
 					t.Fatalf("suiteLeave(%+v) = %v", *tc.leave, err)
 				}
 			}
-			got, err := s.waitingReason(t.Context(), su)
+			got, err := s.why.WaitingReason(t.Context(), su)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -222,7 +222,7 @@ func TestCleanupProblemShown(t *testing.T) {
 	if diff := cmp.Diff(want, got.Problems, cmpopts.IgnoreFields(api.SuiteProblem{}, "At")); diff != "" {
 		t.Errorf("GET suite problems mismatch (-want +got):\n%s", diff)
 	}
-	if ts.dispatch.prepareFailedRecently(su.ID, id) {
+	if ts.dispatch.prepare.Recently(su.ID, id) {
 		t.Errorf("a failed cleanup keeps the suite off %s as a failed prepare would", id)
 	}
 

@@ -1,4 +1,4 @@
-package server
+package dispatch
 
 import (
 	"fmt"
@@ -21,12 +21,14 @@ const (
 	maxCoreIndex    = 4095
 	defaultPrefetch = 32
 	maxPrefetch     = 4096
-	maxTasksPerCall = 10000
 	maxArgvBytes    = 128 << 10
 )
 
-// validateSuite checks a suite spec and fills defaults. Errors name the field.
-func validateSuite(s *api.SuiteSpec) error {
+// MaxTasksPerCall bounds the tasks of one submission.
+const MaxTasksPerCall = 10000
+
+// ValidateSuite checks a suite spec and fills defaults. Errors name the field.
+func ValidateSuite(s *api.SuiteSpec) error {
 	if err := validate.Name("name", s.Name); err != nil {
 		return err
 	}
@@ -129,8 +131,8 @@ func validateBinding(b *api.CPUBinding, workers int) error {
 	return nil
 }
 
-// validateCoresOn checks a binding against a node's core count.
-func validateCoresOn(b *api.CPUBinding, node string, cores int) error {
+// ValidateCoresOn checks a binding against a node's core count.
+func ValidateCoresOn(b *api.CPUBinding, node string, cores int) error {
 	if b == nil || cores <= 0 {
 		return nil
 	}
@@ -170,8 +172,8 @@ func validateHook(field string, h *api.Hook) error {
 	return nil
 }
 
-// validateTask checks one task spec.
-func validateTask(field string, t api.TaskSpec) error {
+// ValidateTask checks one task spec.
+func ValidateTask(field string, t api.TaskSpec) error {
 	if len(t.Argv) == 0 || t.Argv[0] == "" {
 		return errdefs.Field(field+".argv", "a task needs a command: argv must not be empty")
 	}

@@ -1,4 +1,4 @@
-package server
+package dispatch
 
 import (
 	"errors"
@@ -49,10 +49,10 @@ func TestValidateSuiteNamesTheField(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := ok()
 			tc.edit(&spec)
-			err := validateSuite(&spec)
+			err := ValidateSuite(&spec)
 			if tc.field == "" {
 				if err != nil {
-					t.Fatalf("validateSuite = %v, want nil", err)
+					t.Fatalf("ValidateSuite = %v, want nil", err)
 				}
 				if spec.WorkerSchedule.TaskPrefetchCount == nil || *spec.WorkerSchedule.TaskPrefetchCount != 32 {
 					t.Errorf("prefetch default = %v, want 32", spec.WorkerSchedule.TaskPrefetchCount)
@@ -61,20 +61,20 @@ func TestValidateSuiteNamesTheField(t *testing.T) {
 			}
 			var fe *errdefs.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field {
-				t.Errorf("validateSuite(%s) = %v, want a field error on %s", tc.name, err, tc.field)
+				t.Errorf("ValidateSuite(%s) = %v, want a field error on %s", tc.name, err, tc.field)
 			}
 		})
 	}
 }
 
 func TestValidateTask(t *testing.T) {
-	if err := validateTask("tasks[3]", api.TaskSpec{}); err == nil || err.(*errdefs.FieldError).Field != "tasks[3].argv" {
+	if err := ValidateTask("tasks[3]", api.TaskSpec{}); err == nil || err.(*errdefs.FieldError).Field != "tasks[3].argv" {
 		t.Errorf("empty argv: %v, want a field error on tasks[3].argv", err)
 	}
-	if err := validateTask("t", api.TaskSpec{Argv: []string{"true"}, Timeout: -1}); err == nil {
+	if err := ValidateTask("t", api.TaskSpec{Argv: []string{"true"}, Timeout: -1}); err == nil {
 		t.Error("negative timeout accepted")
 	}
-	if err := validateTask("t", api.TaskSpec{Argv: []string{"true"}, Env: map[string]string{"A=B": "x"}}); err == nil {
+	if err := ValidateTask("t", api.TaskSpec{Argv: []string{"true"}, Env: map[string]string{"A=B": "x"}}); err == nil {
 		t.Error("env name with = accepted")
 	}
 	graces := []struct {
@@ -82,7 +82,7 @@ func TestValidateTask(t *testing.T) {
 		ok    bool
 	}{{0, true}, {30 * time.Second, true}, {api.MaxKillGrace, true}, {-time.Second, false}, {api.MaxKillGrace + time.Second, false}}
 	for _, g := range graces {
-		err := validateTask("tasks[1]", api.TaskSpec{Argv: []string{"true"}, KillGrace: api.Duration(g.grace)})
+		err := ValidateTask("tasks[1]", api.TaskSpec{Argv: []string{"true"}, KillGrace: api.Duration(g.grace)})
 		var fe *errdefs.FieldError
 		switch {
 		case g.ok && err != nil:
@@ -116,8 +116,8 @@ func TestAbortPolicy(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := abortPolicy(tc.failures); got != tc.want {
-				t.Errorf("abortPolicy(%v) = %v, want %v", tc.failures, got, tc.want)
+			if got := AbortPolicy(tc.failures); got != tc.want {
+				t.Errorf("AbortPolicy(%v) = %v, want %v", tc.failures, got, tc.want)
 			}
 		})
 	}

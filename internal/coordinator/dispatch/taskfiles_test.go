@@ -1,4 +1,4 @@
-package server
+package dispatch
 
 import (
 	"errors"
@@ -40,13 +40,13 @@ func TestCheckResultFiles(t *testing.T) {
 		{"missing over the cap", api.TaskResult{Missing: make([]string, maxTaskOutputs+1)}, "r.missing"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkResultFiles("r", tc.res)
+			err := CheckResultFiles("r", tc.res)
 			var fe *errdefs.FieldError
 			switch {
 			case tc.field == "" && err != nil:
-				t.Errorf("checkResultFiles() = %v, want nil", err)
+				t.Errorf("CheckResultFiles() = %v, want nil", err)
 			case tc.field != "" && (!errors.As(err, &fe) || fe.Field != tc.field):
-				t.Errorf("checkResultFiles() = %v, want an error on field %s", err, tc.field)
+				t.Errorf("CheckResultFiles() = %v, want an error on field %s", err, tc.field)
 			}
 		})
 	}
