@@ -27,7 +27,7 @@ func jsonBody(v any) ([]byte, error) { return json.Marshal(v) }
 type dispatcher struct {
 	prepare dispatch.PrepareFailures
 	fetches fetchWatch
-	shares  shares
+	shares  dispatch.Shares[*session]
 }
 
 // nextSuite picks the suite a node should run: the highest-priority
@@ -61,7 +61,7 @@ func (s *Server) wouldGetGivenBack(su store.Suite, n store.Node) bool {
 		return false
 	}
 	workers := su.Spec.WorkerSchedule.WorkersOn(n.Hardware)
-	return s.dispatch.shares.joinWouldGet(su.ID, n.ID, workers, su.Counts.Ready+su.Counts.Running, s.hub.get)
+	return s.dispatch.shares.JoinWouldGet(su.ID, n.ID, workers, su.Counts.Ready+su.Counts.Running, s.hub.get)
 }
 
 // suiteChanged wakes the agents that might now have work for the suite:
@@ -197,8 +197,8 @@ func (s *Server) completeIfDone(ctx context.Context, suiteID string) {
 // giveback asks the node to give up to n of the suite's tasks it holds
 // unstarted back, for members that ran out; see shares.
 func (s *Server) giveback(suiteID, nodeID string, n int) {
-	sess := s.dispatch.shares.ask(suiteID, nodeID, time.Now())
-	if sess == nil {
+	sess, ok := s.dispatch.shares.Ask(suiteID, nodeID, time.Now())
+	if !ok {
 		return // asked a moment ago
 	}
 	go func() {
@@ -224,7 +224,7 @@ func (h *agentHandler) suiteNext(ctx context.Context) (any, error) {
 	h.sess.worked(time.Now())
 	// It counts among the suite's nodes from now, before its pool
 	// starts and fetches: the nodes fetching first leave it its share.
-	h.s.dispatch.shares.join(su.ID, h.sess, h.workers(ctx, su.Spec.WorkerSchedule))
+	h.s.dispatch.shares.Join(su.ID, h.sess.nodeID, h.sess, h.workers(ctx, su.Spec.WorkerSchedule))
 	out := apiSuite(*su)
 	return api.SuiteNext{Suite: &out}, nil
 }
@@ -262,7 +262,7 @@ func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (an
 		return nil, fmt.Errorf("note that node left suite %s: %w", req.SuiteID, err)
 	}
 	h.s.dispatch.fetches.forget(req.SuiteID, h.sess.nodeID)
-	h.s.dispatch.shares.leave(req.SuiteID, h.sess.nodeID)
+	h.s.dispatch.shares.Leave(req.SuiteID, h.sess.nodeID)
 	h.s.log.Info("agent left suite", "node", h.sess.nodeID, "suite", req.SuiteID, "reason", req.Reason)
 	return struct{}{}, nil
 }
@@ -288,9 +288,9 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	// Several nodes on the suite: claim no more than this one's fair
 	// share (fairness.go). Alone it takes what it asks for, at no cost.
 	want, total := req.Max, 0
-	var members []share
+	var members []dispatch.Share
 	if req.Max > 0 {
-		members = h.s.dispatch.shares.members(req.SuiteID, h.sess, h.s.hub.get)
+		members = h.s.dispatch.shares.Members(req.SuiteID, h.sess.nodeID, h.sess, h.s.hub.get)
 	}
 	var su *store.Suite // read once, when the cap or the answer needs it
 	if len(members) > 1 {
@@ -299,26 +299,26 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 			return nil, err
 		}
 		su = &got
-		if members[0].workers == 0 { // it fetched without suite.next here (a server restart)
-			members[0].workers = h.workers(ctx, su.Spec.WorkerSchedule)
-			h.s.dispatch.shares.join(req.SuiteID, h.sess, members[0].workers)
+		if members[0].Workers == 0 { // it fetched without suite.next here (a server restart)
+			members[0].Workers = h.workers(ctx, su.Spec.WorkerSchedule)
+			h.s.dispatch.shares.Join(req.SuiteID, h.sess.nodeID, h.sess, members[0].Workers)
 		}
 		total = su.Counts.Ready + su.Counts.Running
-		want = fairCap(total, req.Max, members)
+		want = dispatch.FairCap(total, req.Max, members)
 	}
 	// The store authorizes every claim, one of 0 tasks too: moveOn looks
 	// at most once a second, the store every time, and it decides.
 	claimed, err := h.s.store.ClaimTasks(ctx, req.SuiteID, h.sess.nodeID, want)
 	if errors.Is(err, errdefs.ErrPermission) {
 		h.s.dispatch.fetches.recheck(req.SuiteID, h.sess.nodeID)
-		h.s.dispatch.shares.leave(req.SuiteID, h.sess.nodeID)
+		h.s.dispatch.shares.Leave(req.SuiteID, h.sess.nodeID)
 		h.s.log.Info("claim refused", "node", h.sess.nodeID, "suite", req.SuiteID, "why", errdefs.Message(err))
 		return api.TasksFetched{Tasks: []api.Task{}, Remaining: -1, Yield: notThisNodes}, nil
 	} else if err != nil {
 		return nil, err
 	}
 	if len(claimed) > 0 {
-		h.s.dispatch.shares.claimed(req.SuiteID, h.sess, len(claimed))
+		h.s.dispatch.shares.Claimed(req.SuiteID, h.sess.nodeID, h.sess, len(claimed))
 	}
 	// A node held to its share has work: only one that found the
 	// suite empty counts towards moving on.
@@ -328,8 +328,8 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	if len(members) > 1 && len(claimed) < want {
 		// Nothing more is Ready while the node is short of its share:
 		// the nodes holding more than theirs give the excess back.
-		members[0].held += len(claimed)
-		for nodeID, n := range planGiveback(total, members) {
+		members[0].Held += len(claimed)
+		for nodeID, n := range dispatch.PlanGiveback(total, members) {
 			h.s.giveback(req.SuiteID, nodeID, n)
 		}
 	}
@@ -406,7 +406,7 @@ func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (a
 	// at the next tick. They can only be if the node holds none of its
 	// tasks any more (as counted here; a node this server has not seen
 	// fetch is looked at every time).
-	drained, member := h.s.dispatch.shares.settled(h.sess.nodeID, len(req.Reports), false)
+	drained, member := h.s.dispatch.shares.Settled(h.sess.nodeID, len(req.Reports), false)
 	if _, current := h.sess.work(); !member && current != "" {
 		drained = append(drained, current)
 	}
@@ -431,11 +431,11 @@ func (h *agentHandler) tasksReturn(ctx context.Context, body json.RawMessage) (a
 		return nil, err
 	}
 	h.s.metrics.tasksReturned.Add(float64(n))
-	h.s.dispatch.shares.settled(h.sess.nodeID, len(req.TaskIDs), true)
+	h.s.dispatch.shares.Settled(h.sess.nodeID, len(req.TaskIDs), true)
 	if n > 0 {
 		// Ready again: whoever runs the suite or is idle may take them
 		// (a giveback's asker waits for exactly this).
-		suites := h.s.dispatch.shares.suitesOf(h.sess.nodeID)
+		suites := h.s.dispatch.shares.SuitesOf(h.sess.nodeID)
 		if _, current := h.sess.work(); len(suites) == 0 && current != "" {
 			suites = append(suites, current)
 		}

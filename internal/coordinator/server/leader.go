@@ -228,7 +228,7 @@ func (s *Server) sharesLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.dispatch.shares.prune(s.hub.get)
+			s.dispatch.shares.Prune(s.hub.get)
 		}
 	}
 }
