@@ -26,7 +26,7 @@ func jsonBody(v any) ([]byte, error) { return json.Marshal(v) }
 // dispatcher holds what the server remembers about suites between requests.
 type dispatcher struct {
 	prepare dispatch.PrepareFailures
-	fetches fetchWatch
+	fetches dispatch.FetchWatch
 	shares  dispatch.Shares[*session]
 }
 
@@ -261,7 +261,7 @@ func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (an
 	if err := h.s.noteSuiteLeave(ctx, h.sess.nodeID, req); err != nil {
 		return nil, fmt.Errorf("note that node left suite %s: %w", req.SuiteID, err)
 	}
-	h.s.dispatch.fetches.forget(req.SuiteID, h.sess.nodeID)
+	h.s.dispatch.fetches.Forget(req.SuiteID, h.sess.nodeID)
 	h.s.dispatch.shares.Leave(req.SuiteID, h.sess.nodeID)
 	h.s.log.Info("agent left suite", "node", h.sess.nodeID, "suite", req.SuiteID, "reason", req.Reason)
 	return struct{}{}, nil
@@ -310,7 +310,7 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	// at most once a second, the store every time, and it decides.
 	claimed, err := h.s.store.ClaimTasks(ctx, req.SuiteID, h.sess.nodeID, want)
 	if errors.Is(err, errdefs.ErrPermission) {
-		h.s.dispatch.fetches.recheck(req.SuiteID, h.sess.nodeID)
+		h.s.dispatch.fetches.Recheck(req.SuiteID, h.sess.nodeID)
 		h.s.dispatch.shares.Leave(req.SuiteID, h.sess.nodeID)
 		h.s.log.Info("claim refused", "node", h.sess.nodeID, "suite", req.SuiteID, "why", errdefs.Message(err))
 		return api.TasksFetched{Tasks: []api.Task{}, Remaining: -1, Yield: notThisNodes}, nil
@@ -323,7 +323,7 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	// A node held to its share has work: only one that found the
 	// suite empty counts towards moving on.
 	if req.Max > 0 && want > 0 {
-		h.s.dispatch.fetches.noteClaim(req.SuiteID, h.sess.nodeID, len(claimed))
+		h.s.dispatch.fetches.NoteClaim(req.SuiteID, h.sess.nodeID, len(claimed))
 	}
 	if len(members) > 1 && len(claimed) < want {
 		// Nothing more is Ready while the node is short of its share:

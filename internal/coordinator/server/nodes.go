@@ -254,7 +254,7 @@ func (s *Server) handlePatchNode(w http.ResponseWriter, r *http.Request) error {
 	if err := s.hub.notify(r.Context(), n.ID, api.NotifyUpdate, body); err != nil {
 		return err
 	}
-	s.dispatch.fetches.recheck("", n.ID) // its suite may no longer be its to run
+	s.dispatch.fetches.Recheck("", n.ID) // its suite may no longer be its to run
 	s.wakeNode(n.ID)
 	httpapi.WriteJSON(w, http.StatusOK, s.apiNode(n))
 	return nil

@@ -310,7 +310,7 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return fmt.Errorf("assign suite: %w", err)
 	}
-	s.dispatch.fetches.recheck(su.ID, "") // nodes left out take no more
+	s.dispatch.fetches.Recheck(su.ID, "") // nodes left out take no more
 	s.suiteChanged(r.Context(), su.ID)
 	httpapi.WriteJSON(w, http.StatusOK, apiSuite(su))
 	return nil
