@@ -327,8 +327,8 @@ func TestDispatchPlans(t *testing.T) {
 			"SEARCH suite_counts USING PRIMARY KEY (suite_id=?)",
 		}},
 		{"get suite", getSuite, []string{
-			"SEARCH suite_counts USING PRIMARY KEY (suite_id=?)",
-			"SEARCH suites USING INDEX sqlite_autoindex_suites_1 (id=?)",
+			"SEARCH c USING PRIMARY KEY (suite_id=?)",
+			"SEARCH s USING INDEX sqlite_autoindex_suites_1 (id=?)",
 		}},
 	}
 	for _, tc := range tests {

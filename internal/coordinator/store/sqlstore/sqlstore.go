@@ -42,6 +42,19 @@ type Driver interface {
 	TextList(vs []string) any
 	// Now is the store's clock.
 	Now() time.Time
+
+	// SuiteCounts is the join that reads suite s's task counts as c
+	// (c.pending, c.ready, c.running, c.finished, c.failed, c.cancelled).
+	SuiteCounts() string
+	// NewSuiteCounts is the statement that makes a new suite's counts
+	// ($1 the suite's ID).
+	NewSuiteCounts() string
+	// CancelSuiteTasks cancels the suite's Pending, Ready and Running
+	// tasks in tx, and counts what it moved.
+	CancelSuiteTasks(ctx context.Context, tx Querier, suiteID string, now time.Time) error
+	// InsertOrder is the column that orders a table's rows as they were
+	// inserted.
+	InsertOrder() string
 }
 
 // Querier runs statements on a pool or in a transaction.
