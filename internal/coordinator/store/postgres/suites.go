@@ -13,9 +13,11 @@ import (
 // Suites are sqlstore's; PostgreSQL shards a suite's counts (counts.go)
 // and locks the tasks it cancels.
 
-func (driver) SuiteCounts() string    { return countsOf }
-func (driver) NewSuiteCounts() string { return `INSERT INTO suite_counts (suite_id, shard) VALUES ($1, 0)` }
-func (driver) InsertOrder() string    { return "seq" }
+func (driver) SuiteCounts() string { return countsOf }
+func (driver) NewSuiteCounts() string {
+	return `INSERT INTO suite_counts (suite_id, shard) VALUES ($1, 0)`
+}
+func (driver) InsertOrder() string { return "seq" }
 
 // CancelSuiteTasks cancels a suite's Pending, Ready and Running tasks and
 // counts what it moved. It locks them first and reads their states as it
@@ -46,4 +48,3 @@ func (d driver) CancelSuiteTasks(ctx context.Context, q sqlstore.Querier, id str
 	}
 	return d.s.applyCounts(ctx, tx, counts)
 }
-
