@@ -287,15 +287,6 @@ func isUnique(err error) bool {
 	return se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
 }
 
-// Times are stored as unix nanoseconds; the zero time ("never") as NULL.
-
-func timeOf(n sql.NullInt64) time.Time {
-	if !n.Valid {
-		return time.Time{}
-	}
-	return sqlrow.FromNanos(n.Int64)
-}
-
 var _ store.Store = (*Store)(nil)
 
 // scanner is a *sql.Row or *sql.Rows.
