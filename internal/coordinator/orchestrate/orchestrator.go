@@ -27,6 +27,19 @@ const (
 	LabelDeploymentID = "nodemgr.deployment-id" // the deployment's ID
 )
 
+// Store is what the orchestrator keeps: its machines and decisions, the
+// deployments they are, the pools' specs (documents), and the nodes their
+// agents registered as.
+type Store interface {
+	store.Pools
+	GetDeployment(ctx context.Context, id string) (store.Deployment, error)
+	UpdateDeployment(ctx context.Context, id string, fn func(*store.Deployment) error) (store.Deployment, error)
+	PutDocument(ctx context.Context, d store.Document) (store.Document, error)
+	GetDocument(ctx context.Context, kind, name string) (store.Document, error)
+	ListDocuments(ctx context.Context, kind string, p store.Page) ([]store.Document, error)
+	GetNode(ctx context.Context, id string) (store.Node, error)
+}
+
 // Cluster is what the orchestrator needs from the server.
 type Cluster interface {
 	Provider(name string) (provision.Provider, error)
@@ -144,7 +157,7 @@ func (c *Config) setDefaults() {
 // Orchestrator keeps the pools sized to demand.
 type Orchestrator struct {
 	cfg     Config
-	store   store.Store
+	store   Store
 	cluster Cluster
 	log     *slog.Logger
 	wake    chan struct{}
@@ -183,7 +196,7 @@ type PoolStatus struct {
 }
 
 // New makes an orchestrator; Run starts it.
-func New(cfg Config, st store.Store, cluster Cluster, log *slog.Logger) *Orchestrator {
+func New(cfg Config, st Store, cluster Cluster, log *slog.Logger) *Orchestrator {
 	cfg.setDefaults()
 	return &Orchestrator{cfg: cfg, store: st, cluster: cluster, log: log, wake: make(chan struct{}, 1),
 		inflight: map[string]bool{}, ours: map[string]bool{}, trouble: map[string]string{}, backoff: map[candidateKey]*backoffState{}, status: map[string]PoolStatus{},
@@ -289,7 +302,7 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 }
 
 // LoadPools reads every pool's spec.
-func LoadPools(ctx context.Context, st store.Store) ([]api.PoolSpec, error) {
+func LoadPools(ctx context.Context, st Store) ([]api.PoolSpec, error) {
 	docs, err := st.ListDocuments(ctx, store.KindPool, store.Page{})
 	if err != nil {
 		return nil, fmt.Errorf("list pools: %w", err)
