@@ -371,7 +371,7 @@ func TestHooksRunAsTheSuitesUser(t *testing.T) {
 	}
 	// What an earlier run of the suite's code could have left.
 	os.Symlink(secret, filepath.Join(workDir, "prepare.log"))
-	r := &runner{a: a}
+	r := newRunner(a)
 	su := api.Suite{ID: "s-1", SuiteSpec: api.SuiteSpec{Name: "iso"}}
 	hook := &api.Hook{Command: []string{"sh", "-c", `id -u; echo $HOME; cat "$SECRET" 2>/dev/null || echo refused; touch made-here; exit 3`},
 		Env: map[string]string{"SECRET": secret}}

@@ -50,7 +50,7 @@ func TestPrepareProblem(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			r := &runner{a: &Agent{log: slog.New(slog.DiscardHandler)}}
+			r := newRunner(&Agent{log: slog.New(slog.DiscardHandler)})
 			su := api.Suite{ID: "s-1", SuiteSpec: api.SuiteSpec{Name: "lic", Hooks: api.Hooks{Prepare: &tc.hook}}}
 			err := r.prepare(t.Context(), su, dir, nil)
 			if err == nil {
@@ -83,7 +83,7 @@ func TestCleanupProblem(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			log := slog.New(slog.DiscardHandler)
-			r := &runner{a: &Agent{log: log}}
+			r := newRunner(&Agent{log: log})
 			su := api.Suite{ID: "s-1", SuiteSpec: api.SuiteSpec{Name: "scratch", Hooks: api.Hooks{Cleanup: tc.hook}}}
 			got := r.cleanup(t.Context(), su, t.TempDir(), nil, log)
 			if diff := cmp.Diff(tc.want, got); diff != "" {

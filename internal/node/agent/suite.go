@@ -30,7 +30,7 @@ const idlePoll = 5 * time.Second
 // runner takes suites one at a time and walks the Mitosis state machine:
 // Idle → Preparing → Executing → Cleanup → Idle.
 type runner struct {
-	a    *Agent
+	env  runnerEnv
 	wake chan struct{}
 
 	mu       sync.Mutex
@@ -54,9 +54,66 @@ type suiteRun struct {
 	left        chan struct{} // closed once the suite is left
 }
 
-func newRunner(a *Agent) *runner {
-	return &runner{a: a, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+// runnerEnv is what the runner needs of the agent, each part a small
+// interface (the agent is all of them): no back-pointer to *Agent.
+type runnerEnv struct {
+	log     *slog.Logger
+	server  serverLink // asks the server, and whether it still answers
+	node    nodeWork   // the node's ID, and what it works on now
+	sandbox sandboxes  // who code runs as, and its work dirs
+	books   poolBooks  // the worker pool's place in the node's books
+	// blobs moves task files; stop ends when the agent stops. Both are
+	// made after the runner (when the agent runs), so they are read late.
+	blobs func() *blobClient
+	stop  func() <-chan struct{}
 }
+
+// serverLink is the agent's connection to its server.
+type serverLink interface {
+	call(ctx context.Context, method string, req, resp any) error
+	// inTouch reports whether the server answered lately: a worker
+	// starts no task while it does not (the task may be another's now).
+	inTouch() bool
+}
+
+// nodeWork is the node's ID and the work it reports in its heartbeats.
+type nodeWork interface {
+	NodeID() string
+	setWork(state, suite string)
+}
+
+// sandboxes are who suite code runs as and the suites' work dirs.
+type sandboxes interface {
+	resolveUser(field, name string) (runas.User, error)
+	switchTo(u runas.User) *runas.User
+	giveWorkDir(workDir string, as *runas.User) error
+	takeWorkDir(workDir string, as *runas.User)
+	suitesDir() string
+}
+
+// poolBooks books a suite's worker pool on the node's hardware.
+type poolBooks interface {
+	machine() api.Hardware
+	bookPool(suiteID string, workers int, cores []int)
+	unbookPool(suiteID string)
+}
+
+func newRunner(a *Agent) *runner {
+	env := runnerEnv{log: a.log, server: a, node: a, sandbox: a, books: a,
+		blobs: func() *blobClient { return a.blobs }, stop: func() <-chan struct{} { return a.stopCtx.Done() }}
+	return &runner{env: env, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+}
+
+// The agent as the runner's environment.
+
+func (a *Agent) resolveUser(field, name string) (runas.User, error) {
+	return a.users.Resolve(field, name)
+}
+func (a *Agent) machine() api.Hardware { return a.hardware }
+func (a *Agent) bookPool(suiteID string, workers int, cores []int) {
+	a.wl.bookPool(suiteID, workers, cores)
+}
+func (a *Agent) unbookPool(suiteID string) { a.wl.unbook(api.AllocationPool, suiteID) }
 
 func (r *runner) poke() {
 	select {
@@ -84,7 +141,7 @@ func (r *runner) loop(ctx context.Context) {
 		}
 		su, err := r.next(ctx)
 		if err != nil && ctx.Err() == nil {
-			r.a.log.Debug("ask for a suite", "err", err)
+			r.env.log.Debug("ask for a suite", "err", err)
 		}
 		if su == nil {
 			select {
@@ -108,7 +165,7 @@ func (r *runner) next(ctx context.Context) (*api.Suite, error) {
 	var resp api.SuiteNext
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := r.a.call(cctx, api.MethodSuiteNext, struct{}{}, &resp); err != nil {
+	if err := r.env.server.call(cctx, api.MethodSuiteNext, struct{}{}, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Suite, nil
@@ -128,39 +185,39 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 		r.run = nil
 		r.mu.Unlock()
 		close(run.left)
-		r.a.setWork(api.AgentIdle, "")
+		r.env.node.setWork(api.AgentIdle, "")
 	}()
-	log := r.a.log.With("suite", su.ID, "name", su.Name)
-	workDir := filepath.Join(r.a.cfg.DataDir, "suites", su.ID)
+	log := r.env.log.With("suite", su.ID, "name", su.Name)
+	workDir := filepath.Join(r.env.sandbox.suitesDir(), su.ID)
 	// worker_count 0 leaves the count to the node: one per CPU it may use.
-	su.WorkerSchedule.WorkerCount = su.WorkerSchedule.WorkersOn(r.a.hardware)
+	su.WorkerSchedule.WorkerCount = su.WorkerSchedule.WorkersOn(r.env.books.machine())
 
-	r.a.setWork(api.AgentPreparing, su.ID)
+	r.env.node.setWork(api.AgentPreparing, su.ID)
 	// Who the suite's code runs as: a run_as this agent cannot honour is
 	// refused as a failed prepare, never run as someone else.
-	user, err := r.a.users.Resolve("run_as", su.RunAs)
+	user, err := r.env.sandbox.resolveUser("run_as", su.RunAs)
 	if err != nil {
 		log.Warn("cannot run the suite as its run_as; leaving the suite", "err", err)
 		r.leaveUnprepared(parent, ctx, su.ID, api.StagePrepare, err)
 		return
 	}
-	as := r.a.switchTo(user)
+	as := r.env.sandbox.switchTo(user)
 	log.Info("preparing suite", "user", user.String())
-	if err := r.a.giveWorkDir(workDir, as); err != nil {
+	if err := r.env.sandbox.giveWorkDir(workDir, as); err != nil {
 		log.Warn("prepare failed; leaving the suite", "err", err)
 		r.leaveUnprepared(parent, ctx, su.ID, api.StagePrepare, err)
 		return
 	}
-	defer r.a.takeWorkDir(workDir, as)
+	defer r.env.sandbox.takeWorkDir(workDir, as)
 	if err := r.prepare(ctx, su, workDir, as); err != nil {
 		log.Warn("prepare failed; leaving the suite", "err", err)
 		r.leaveUnprepared(parent, ctx, su.ID, api.StagePrepare, err)
 		return
 	}
 
-	r.a.setWork(api.AgentExecuting, su.ID)
-	src := newTaskSource(r.a, su.ID)
-	files, err := newFilesSource(src, r.a.blobs, workDir, as, r.a.stopCtx.Done(), log)
+	r.env.node.setWork(api.AgentExecuting, su.ID)
+	src := startTaskSource(r.env.server.call, r.env.stop(), r.env.log, su.ID)
+	files, err := newFilesSource(src, r.env.blobs(), workDir, as, r.env.stop(), log)
 	var pool *workerpool.Pool
 	if err == nil {
 		pool, err = workerpool.New(r.poolConfig(su, workDir, as), files)
@@ -189,8 +246,8 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	if b := su.WorkerSchedule.CPUBinding; b != nil {
 		cores = b.Cores
 	}
-	r.a.wl.bookPool(su.ID, su.WorkerSchedule.WorkerCount, cores)
-	defer r.a.wl.unbook(api.AllocationPool, su.ID)
+	r.env.books.bookPool(su.ID, su.WorkerSchedule.WorkerCount, cores)
+	defer r.env.books.unbookPool(su.ID)
 	if err := pool.Run(ctx); err != nil && ctx.Err() == nil {
 		log.Warn("worker pool ended with an error", "err", err)
 	}
@@ -220,7 +277,7 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 	r.mu.Unlock()
 	var problem *api.SuiteProblem
 	if !force {
-		r.a.setWork(api.AgentCleanup, su.ID)
+		r.env.node.setWork(api.AgentCleanup, su.ID)
 		problem = r.cleanup(parent, su, workDir, as, log)
 	}
 	r.leaveWith(parent, api.SuiteLeave{SuiteID: su.ID, Reason: reason, Stopped: stoppedHere, Problem: problem})
@@ -256,17 +313,17 @@ func (r *runner) poolConfig(su api.Suite, workDir string, as *runas.User) worker
 		}
 		cmd = []string{self, "worker"}
 	}
-	env := suiteEnv(su, r.a.NodeID())
+	env := suiteEnv(su, r.env.node.NodeID())
 	if as != nil {
 		env = append(env, "HOME="+workDir) // the agent's HOME is not theirs
 	}
 	return workerpool.Config{
-		SuiteID: su.ID, SuiteName: su.Name, NodeID: r.a.NodeID(),
+		SuiteID: su.ID, SuiteName: su.Name, NodeID: r.env.node.NodeID(),
 		Workers: ws.WorkerCount, Binding: ws.CPUBinding, Prefetch: prefetch,
-		Command: cmd, Env: env, Dir: workDir, SocketDir: r.a.suitesDir(),
+		Command: cmd, Env: env, Dir: workDir, SocketDir: r.env.sandbox.suitesDir(),
 		RunAs: as, CommandWorker: len(ws.WorkerCommand) == 0,
-		Logger:   r.a.log.With("suite", su.ID),
-		MayStart: r.a.inTouch,
+		Logger:   r.env.log.With("suite", su.ID),
+		MayStart: r.env.server.inTouch,
 	}
 }
 
@@ -303,7 +360,7 @@ func suiteEnv(su api.Suite, nodeID string) []string {
 // hook in the work dir.
 func (r *runner) prepare(ctx context.Context, su api.Suite, workDir string, as *runas.User) error {
 	if b := su.WorkerSchedule.CPUBinding; b != nil {
-		cores := r.a.hardware.Cores
+		cores := r.env.books.machine().Cores
 		for i, c := range b.Cores {
 			if cores > 0 && c >= cores {
 				return errdefs.Field(fmt.Sprintf("worker_schedule.cpu_binding.cores[%d]", i), "core %d does not exist on this node (cores 0-%d)", c, cores-1)
@@ -351,7 +408,7 @@ func (r *runner) runHook(ctx context.Context, su api.Suite, workDir, name string
 	cmd.Dir = workDir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A clean environment: the agent's holds its secrets.
-	cmd.Env = append(procenv.Clean(), suiteEnv(su, r.a.NodeID())...)
+	cmd.Env = append(procenv.Clean(), suiteEnv(su, r.env.node.NodeID())...)
 	cmd.Env = append(cmd.Env, "NODEMGR_SUITE_DIR="+workDir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if as != nil {
@@ -547,7 +604,7 @@ func (r *runner) leave(ctx context.Context, suiteID, reason string) {
 func (r *runner) leaveWith(ctx context.Context, msg api.SuiteLeave) {
 	for attempt := 0; attempt < 5; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := r.a.call(cctx, api.MethodSuiteLeave, msg, nil)
+		err := r.env.server.call(cctx, api.MethodSuiteLeave, msg, nil)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			return
@@ -666,7 +723,7 @@ func (r *runner) shutdown(mode string, grace time.Duration) {
 		case <-r.stopped:
 			return
 		case <-time.After(grace):
-			r.a.log.Warn("graceful shutdown grace expired; stopping workers", "grace", grace)
+			r.env.log.Warn("graceful shutdown grace expired; stopping workers", "grace", grace)
 			r.mu.Lock()
 			if r.run != nil && r.run.pool != nil {
 				r.run.pool.Stop(false)

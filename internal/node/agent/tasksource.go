@@ -58,10 +58,6 @@ type taskSource struct {
 	done       chan struct{}
 }
 
-func newTaskSource(a *Agent, suiteID string) *taskSource {
-	return startTaskSource(a.call, a.stopCtx.Done(), a.log, suiteID)
-}
-
 func startTaskSource(call func(ctx context.Context, method string, req, resp any) error,
 	stopped <-chan struct{}, log *slog.Logger, suiteID string) *taskSource {
 	s := &taskSource{call: call, stopped: stopped, log: log, suiteID: suiteID, kick: make(chan struct{}, 1),
@@ -279,7 +275,7 @@ func (r *runner) giveBack(req api.TasksGiveback) api.TasksGivenBack {
 	}
 	n := r.run.pool.Release(req.Count)
 	if n > 0 {
-		r.a.log.Debug("giving unstarted tasks back for other nodes", "suite", req.SuiteID, "asked", req.Count, "returned", n)
+		r.env.log.Debug("giving unstarted tasks back for other nodes", "suite", req.SuiteID, "asked", req.Count, "returned", n)
 	}
 	return api.TasksGivenBack{Returned: n}
 }
