@@ -354,7 +354,11 @@ func dialErr(ctx context.Context, err error) error {
 func handshakeErr(ctx context.Context, err error) error {
 	switch {
 	case err == nil, ctx.Err() != nil:
-		return fmt.Errorf("handshake cut off: %w", ctx.Err())
+		// Most often the connect timeout, on a machine whose sshd answers
+		// but is slow to finish the key exchange (just booted, loaded, or
+		// without AES instructions): worth trying again, like a refused
+		// port.
+		return errdefs.Class(fmt.Errorf("handshake cut off: %w", ctx.Err()), errdefs.ErrUnavailable)
 	case errors.Is(err, errdefs.ErrPermission), errors.Is(err, errdefs.ErrInvalid):
 		// The host key check's own verdict.
 		return err
