@@ -21,6 +21,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/base/proto"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
+	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
@@ -160,7 +161,7 @@ func (s *Server) joinNode(ctx context.Context, jt store.Token, req api.RegisterR
 		if err := s.store.LinkDeploymentNode(ctx, jt.DeploymentID, n.ID); err != nil {
 			return store.Node{}, fmt.Errorf("register node: %w", err)
 		}
-		s.wakeOrchestrator()
+		s.hub.WakeOrchestrator()
 	}
 	return n, nil
 }
@@ -283,10 +284,10 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) error {
 		return nil // Accept has answered the client
 	}
 	conn := proto.NewWebSocketConn(c, maxFrame)
-	sess := newSession(t.NodeID, conn, heard)
-	sess.addr, _, _ = net.SplitHostPort(r.RemoteAddr)
+	sess := hub.NewSession(t.NodeID, conn, heard)
+	sess.Addr, _, _ = net.SplitHostPort(r.RemoteAddr)
 	ah := &agentHandler{s: s, sess: sess, credential: t}
-	sess.peer = proto.NewPeer(conn, ah, proto.Options{
+	sess.Peer = proto.NewPeer(conn, ah, proto.Options{
 		Logger: s.log.With("node", t.NodeID),
 		OnAck:  func(seq uint64) { go ah.ack(seq) }, // cumulative: order does not matter
 		Heard:  heard,
@@ -295,12 +296,12 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ah.ctx = ctx
-	err = sess.peer.Run(ctx)
-	if s.hub.remove(sess) && ah.isHelloDone() && !ah.saidGoodbye.Load() {
+	err = sess.Peer.Run(ctx)
+	if s.hub.Remove(sess) && ah.isHelloDone() && !ah.saidGoodbye.Load() {
 		// The server saw the connection end: the agent died, or the
 		// network between us did. Either way, start the clock now.
 		if life := s.lifeCtx(); life.Err() == nil {
-			s.connectionLost(life, t.NodeID, sess.heartbeat(), time.Now())
+			s.hub.ConnectionLost(life, t.NodeID, sess.Heartbeat(), time.Now())
 		}
 	}
 	var pe *proto.ProtocolError
@@ -319,7 +320,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) error {
 // agentHandler answers one agent session's requests.
 type agentHandler struct {
 	s          *Server
-	sess       *session
+	sess       *hub.Session
 	credential store.Token
 	ctx        context.Context // the session's lifetime
 	// helloState goes helloNone → helloBusy → helloDone; claiming it with a
@@ -336,8 +337,8 @@ func (h *agentHandler) HandleNotify(ctx context.Context, seq uint64, method stri
 }
 
 func (h *agentHandler) ack(seq uint64) {
-	if err := h.s.store.Ack(h.ctx, h.sess.nodeID, seq); err != nil && h.ctx.Err() == nil {
-		h.s.log.Error("ack notifications", "node", h.sess.nodeID, "seq", seq, "err", err)
+	if err := h.s.store.Ack(h.ctx, h.sess.NodeID, seq); err != nil && h.ctx.Err() == nil {
+		h.s.log.Error("ack notifications", "node", h.sess.NodeID, "seq", seq, "err", err)
 	}
 }
 
@@ -358,9 +359,9 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 			return nil, errdefs.Field("state", "unknown agent state %q", hb.State)
 		}
 		now := time.Now().UTC()
-		h.sess.beat(now, hb.State, hb.SuiteID)
-		h.s.hub.recordBeat(store.Heartbeat{NodeID: h.sess.nodeID, At: now, AgentState: hb.State, SuiteID: hb.SuiteID})
-		h.s.usage.record(h.sess.nodeID, now, hb.Usage)
+		h.sess.Beat(now, hb.State, hb.SuiteID)
+		h.s.hub.RecordBeat(store.Heartbeat{NodeID: h.sess.NodeID, At: now, AgentState: hb.State, SuiteID: hb.SuiteID})
+		h.s.usage.record(h.sess.NodeID, now, hb.Usage)
 		return api.HeartbeatAck{ServerTime: now}, nil
 	case api.MethodGoodbye:
 		var g api.Goodbye
@@ -368,18 +369,18 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 			return nil, err
 		}
 		h.saidGoodbye.Store(true)
-		h.s.hub.forgetBeat(h.sess.nodeID)
+		h.s.hub.ForgetBeat(h.sess.NodeID)
 		reason := "agent shut down"
 		if g.Reason != "" {
 			reason += ": " + g.Reason
 		}
-		if _, err := h.s.store.SetNodeStatus(ctx, h.sess.nodeID, api.StatusOffline, reason); err != nil {
+		if _, err := h.s.store.SetNodeStatus(ctx, h.sess.NodeID, api.StatusOffline, reason); err != nil {
 			return nil, err
 		}
-		h.s.reclaim(ctx, h.sess.nodeID, reason)
+		h.s.reclaim(ctx, h.sess.NodeID, reason)
 		return struct{}{}, nil
 	case api.MethodRenew:
-		return h.s.issueCredential(ctx, h.sess.nodeID)
+		return h.s.issueCredential(ctx, h.sess.NodeID)
 	case api.MethodPresence:
 		return h.presence(body)
 	case api.MethodResourcesReport:
@@ -429,11 +430,11 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 	if err := validateHardware("hardware", hello.Hardware); err != nil {
 		return nil, err
 	}
-	if err := validateNotices(hello.Notices); err != nil {
+	if err := hub.ValidateNotices(hello.Notices); err != nil {
 		return nil, err
 	}
-	if k := time.Duration(hello.Keepalive); k != 0 && (k < minKeepalive || k > maxKeepalive) {
-		return nil, errdefs.Field("keepalive", "must be between %s and %s, got %s", minKeepalive, maxKeepalive, k)
+	if err := hub.CheckKeepalive(time.Duration(hello.Keepalive)); err != nil {
+		return nil, err
 	}
 	if !h.helloState.CompareAndSwap(helloNone, helloBusy) {
 		return nil, fmt.Errorf("hello sent twice on one connection: %w", errdefs.ErrInvalid)
@@ -450,7 +451,7 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 // pushes.
 func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcome, error) {
 	now := time.Now().UTC()
-	n, err := h.s.store.UpdateNode(ctx, h.sess.nodeID, func(n *store.Node) error {
+	n, err := h.s.store.UpdateNode(ctx, h.sess.NodeID, func(n *store.Node) error {
 		if hello.Name != "" {
 			n.Name = hello.Name
 		}
@@ -460,7 +461,7 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 		n.CurrentSuite = hello.SuiteID
 		n.Status, n.StatusReason = api.StatusOnline, ""
 		n.LastHeartbeat = now
-		n.Replica = h.s.instance
+		n.Replica = h.s.hub.Instance()
 		return nil
 	})
 	if err != nil {
@@ -487,17 +488,15 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 	if len(revoked) > 0 {
 		h.s.log.Info("agent came back holding tasks that are no longer its own; told to drop them", "node", n.ID, "tasks", len(revoked))
 	}
-	h.sess.keepalive = time.Duration(hello.Keepalive)
-	h.sess.beat(now, hello.State, hello.SuiteID)
+	h.sess.Keepalive = time.Duration(hello.Keepalive)
+	h.sess.Beat(now, hello.State, hello.SuiteID)
 	// The notices it has now replace those kept: a machine stopped and
 	// started again has none.
-	if err := h.s.keepNotices(ctx, h.sess, hello.Notices); err != nil {
+	if err := h.s.hub.KeepNotices(ctx, h.sess, hello.Notices); err != nil {
 		return api.Welcome{}, fmt.Errorf("hello: %w", err)
 	}
 	h.helloState.Store(helloDone)
-	h.s.hub.add(h.sess)
-	go h.s.hub.sendLoop(h.ctx, h.sess, hello.LastSeq)
-	h.sess.wake() // replay what is pending
+	h.s.hub.Attach(h.ctx, h.sess, hello.LastSeq)
 	h.s.log.Info("agent connected", "node", n.ID, "name", n.Name, "last_seq", hello.LastSeq)
 	return api.Welcome{
 		NodeID:            n.ID,
@@ -507,4 +506,45 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 		ReclaimAfter:      api.Duration(h.s.cfg.ReconnectGrace),
 		Revoked:           revoked,
 	}, nil
+}
+
+// noticesReq answers node.notices: the agent's notices now.
+func (h *agentHandler) noticesReq(ctx context.Context, body json.RawMessage) (any, error) {
+	var req api.Notices
+	if err := httpapi.DecodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := hub.ValidateNotices(req.Notices); err != nil {
+		return nil, err
+	}
+	if err := h.s.hub.KeepNotices(ctx, h.sess, req.Notices); err != nil {
+		return nil, err
+	}
+	return struct{}{}, nil
+}
+
+// revoked returns the tasks among held (what a reconnecting agent holds)
+// that are not running on the node by the store, after the welcome took
+// back what it held at the attempt it lost: they were given to another
+// node, or ended, while it was away. Its agent must not start them, and
+// stops those it runs.
+func (s *Server) revoked(ctx context.Context, nodeID string, held []string) ([]string, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	running, err := s.store.ListTasks(ctx, store.TaskFilter{NodeID: nodeID, States: []string{api.TaskRunning}})
+	if err != nil {
+		return nil, fmt.Errorf("list the tasks running on node %s: %w", nodeID, err)
+	}
+	mine := make(map[string]bool, len(running))
+	for _, t := range running {
+		mine[t.ID] = true
+	}
+	var out []string
+	for _, id := range held {
+		if !mine[id] {
+			out = append(out, id)
+		}
+	}
+	return out, nil
 }

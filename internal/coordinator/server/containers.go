@@ -39,7 +39,7 @@ func (h *agentHandler) containersReport(ctx context.Context, body []byte) (any, 
 	if err := httpapi.DecodeStrict(body, &rep); err != nil {
 		return nil, err
 	}
-	if err := h.s.store.PutContainers(ctx, h.sess.nodeID, rep.Containers); err != nil {
+	if err := h.s.store.PutContainers(ctx, h.sess.NodeID, rep.Containers); err != nil {
 		return nil, err
 	}
 	return struct{}{}, nil

@@ -113,7 +113,7 @@ func (s *Server) handleDestroyDeployment(w http.ResponseWriter, r *http.Request)
 		if err := s.forgetNode(r.Context(), d.NodeID, "its machine "+d.Name+" was destroyed"); err != nil && !errdefs.IsNotFound(err) {
 			return err
 		}
-		s.wakeOrchestrator()
+		s.hub.WakeOrchestrator()
 	}
 	httpapi.WriteJSON(w, http.StatusOK, catalog.APIDeployment(d))
 	return nil

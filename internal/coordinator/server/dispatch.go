@@ -12,6 +12,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
+	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -27,7 +28,7 @@ func jsonBody(v any) ([]byte, error) { return json.Marshal(v) }
 type dispatcher struct {
 	prepare dispatch.PrepareFailures
 	fetches dispatch.FetchWatch
-	shares  dispatch.Shares[*session]
+	shares  dispatch.Shares[*hub.Session]
 }
 
 // nextSuite picks the suite a node should run: the highest-priority
@@ -61,34 +62,34 @@ func (s *Server) wouldGetGivenBack(su store.Suite, n store.Node) bool {
 		return false
 	}
 	workers := su.Spec.WorkerSchedule.WorkersOn(n.Hardware)
-	return s.dispatch.shares.JoinWouldGet(su.ID, n.ID, workers, su.Counts.Ready+su.Counts.Running, s.hub.get)
+	return s.dispatch.shares.JoinWouldGet(su.ID, n.ID, workers, su.Counts.Ready+su.Counts.Running, s.hub.Get)
 }
 
 // suiteChanged wakes the agents that might now have work for the suite:
 // idle ones, and those already running it and waiting for tasks.
 func (s *Server) suiteChanged(ctx context.Context, suiteID string) {
-	s.wakeOrchestrator() // new tasks may be demand for a pool
+	s.hub.WakeOrchestrator() // new tasks may be demand for a pool
 	s.wakeSuite(suiteID, "")
 }
 
 // wakeSuite wakes the agents, but the one of node except, that are idle or
 // run the suite.
 func (s *Server) wakeSuite(suiteID, except string) {
-	s.wakeLocal(suiteID, except)
-	s.signalWake(suiteID) // and the agents connected to other servers
+	s.hub.WakeLocal(suiteID, except)
+	s.hub.SignalWake(suiteID) // and the agents connected to other servers
 }
 
 // wakeNode asks one node's agent to look for work again (its tags or
 // groups changed, so other suites may fit it now).
 func (s *Server) wakeNode(nodeID string) {
-	sess := s.hub.get(nodeID)
+	sess := s.hub.Get(nodeID)
 	if sess == nil { // connected to another server, or none: it looks on connect
 		return
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		sess.peer.Call(ctx, api.MethodWake, api.SuiteRef{}, nil)
+		sess.Peer.Call(ctx, api.MethodWake, api.SuiteRef{}, nil)
 	}()
 }
 
@@ -102,31 +103,31 @@ func (s *Server) tellSuiteCancelled(ctx context.Context, suiteID string) {
 	body, _ := jsonBody(api.SuiteRef{SuiteID: suiteID})
 	for _, n := range nodes {
 		current := n.CurrentSuite
-		if sess := s.hub.get(n.ID); sess != nil {
-			_, current = sess.work()
+		if sess := s.hub.Get(n.ID); sess != nil {
+			_, current = sess.Work()
 		}
 		if current != suiteID {
 			continue
 		}
-		if err := s.hub.notify(ctx, n.ID, api.NotifySuiteCancelled, body); err != nil {
+		if err := s.hub.Notify(ctx, n.ID, api.NotifySuiteCancelled, body); err != nil {
 			s.log.Warn("tell node to stop suite", "suite", suiteID, "node", n.ID, "err", err)
 		}
 	}
 	// The store's current suite of a node connected to another server
 	// lags by up to a heartbeat flush: that server checks its own.
-	s.signals.sendFrom(cancelChannel, suiteID)
+	s.hub.SignalCancel(suiteID)
 }
 
 // tellLocalCancelled tells the agents connected here that run the suite
 // to stop it (another server cancelled it).
 func (s *Server) tellLocalCancelled(ctx context.Context, suiteID string) {
 	body, _ := jsonBody(api.SuiteRef{SuiteID: suiteID})
-	for _, sess := range s.hub.all() {
-		if _, current := sess.work(); current != suiteID {
+	for _, sess := range s.hub.All() {
+		if _, current := sess.Work(); current != suiteID {
 			continue
 		}
-		if err := s.hub.notify(ctx, sess.nodeID, api.NotifySuiteCancelled, body); err != nil {
-			s.log.Warn("tell node to stop suite", "suite", suiteID, "node", sess.nodeID, "err", err)
+		if err := s.hub.Notify(ctx, sess.NodeID, api.NotifySuiteCancelled, body); err != nil {
+			s.log.Warn("tell node to stop suite", "suite", suiteID, "node", sess.NodeID, "err", err)
 		}
 	}
 }
@@ -140,8 +141,8 @@ func (s *Server) reclaim(ctx context.Context, nodeID, why string, keep ...string
 	}
 	if n > 0 {
 		s.log.Info("tasks returned to the queue", "node", nodeID, "tasks", n, "why", why)
-		s.wakeLocal("", "")
-		s.signalWake("")
+		s.hub.WakeLocal("", "")
+		s.hub.SignalWake("")
 	}
 }
 
@@ -205,7 +206,7 @@ func (s *Server) giveback(suiteID, nodeID string, n int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var resp api.TasksGivenBack
-		err := sess.peer.Call(ctx, api.MethodTasksGiveback, api.TasksGiveback{SuiteID: suiteID, Count: n}, &resp)
+		err := sess.Peer.Call(ctx, api.MethodTasksGiveback, api.TasksGiveback{SuiteID: suiteID, Count: n}, &resp)
 		s.log.Debug("asked a node to give tasks back", "suite", suiteID, "node", nodeID, "asked", n,
 			"returned", resp.Returned, "err", err)
 	}()
@@ -214,17 +215,17 @@ func (s *Server) giveback(suiteID, nodeID string, n int) {
 // Agent requests about suites and tasks.
 
 func (h *agentHandler) suiteNext(ctx context.Context) (any, error) {
-	if h.sess.draining() {
+	if h.sess.Draining() {
 		return api.SuiteNext{}, nil // its machine is about to go
 	}
-	su, err := h.s.nextSuite(ctx, h.sess.nodeID)
+	su, err := h.s.nextSuite(ctx, h.sess.NodeID)
 	if err != nil || su == nil {
 		return api.SuiteNext{}, err
 	}
-	h.sess.worked(time.Now())
+	h.sess.Worked(time.Now())
 	// It counts among the suite's nodes from now, before its pool
 	// starts and fetches: the nodes fetching first leave it its share.
-	h.s.dispatch.shares.Join(su.ID, h.sess.nodeID, h.sess, h.workers(ctx, su.Spec.WorkerSchedule))
+	h.s.dispatch.shares.Join(su.ID, h.sess.NodeID, h.sess, h.workers(ctx, su.Spec.WorkerSchedule))
 	out := apiSuite(*su)
 	return api.SuiteNext{Suite: &out}, nil
 }
@@ -235,7 +236,7 @@ func (h *agentHandler) workers(ctx context.Context, ws api.WorkerSchedule) int {
 	if ws.WorkerCount > 0 {
 		return ws.WorkerCount
 	}
-	n, err := h.s.store.GetNode(ctx, h.sess.nodeID)
+	n, err := h.s.store.GetNode(ctx, h.sess.NodeID)
 	if err != nil {
 		return 0
 	}
@@ -247,23 +248,23 @@ func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (an
 	if err := httpapi.DecodeStrict(body, &req); err != nil {
 		return nil, err
 	}
-	h.sess.worked(time.Now())
+	h.sess.Worked(time.Now())
 	// The agent has reported or returned every task of the suite before
 	// it leaves, so one still Running on the node is one it lost track
 	// of: it goes back to the queue rather than stay Running for ever.
-	if n, err := h.s.store.ReclaimSuiteTasks(ctx, req.SuiteID, h.sess.nodeID); err != nil {
+	if n, err := h.s.store.ReclaimSuiteTasks(ctx, req.SuiteID, h.sess.NodeID); err != nil {
 		return nil, fmt.Errorf("return the tasks node left running in suite %s: %w", req.SuiteID, err)
 	} else if n > 0 {
 		h.s.log.Warn("a node left a suite with tasks still running there; returned them to the queue",
-			"node", h.sess.nodeID, "suite", req.SuiteID, "tasks", n, "reason", req.Reason)
-		h.s.wakeSuite(req.SuiteID, h.sess.nodeID)
+			"node", h.sess.NodeID, "suite", req.SuiteID, "tasks", n, "reason", req.Reason)
+		h.s.wakeSuite(req.SuiteID, h.sess.NodeID)
 	}
-	if err := h.s.noteSuiteLeave(ctx, h.sess.nodeID, req); err != nil {
+	if err := h.s.noteSuiteLeave(ctx, h.sess.NodeID, req); err != nil {
 		return nil, fmt.Errorf("note that node left suite %s: %w", req.SuiteID, err)
 	}
-	h.s.dispatch.fetches.Forget(req.SuiteID, h.sess.nodeID)
-	h.s.dispatch.shares.Leave(req.SuiteID, h.sess.nodeID)
-	h.s.log.Info("agent left suite", "node", h.sess.nodeID, "suite", req.SuiteID, "reason", req.Reason)
+	h.s.dispatch.fetches.Forget(req.SuiteID, h.sess.NodeID)
+	h.s.dispatch.shares.Leave(req.SuiteID, h.sess.NodeID)
+	h.s.log.Info("agent left suite", "node", h.sess.NodeID, "suite", req.SuiteID, "reason", req.Reason)
 	return struct{}{}, nil
 }
 
@@ -275,12 +276,12 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	if req.Max < 0 || req.Max > maxFetch {
 		return nil, errdefs.Field("max", "must be between 0 and %d, got %d", maxFetch, req.Max)
 	}
-	if h.sess.draining() {
+	if h.sess.Draining() {
 		// Its machine is about to go: what it would claim now would
 		// only come back.
 		return api.TasksFetched{Tasks: []api.Task{}, Remaining: -1, Yield: "this node drains: its machine is about to be taken back"}, nil
 	}
-	if why, err := h.s.moveOn(ctx, req.SuiteID, h.sess.nodeID); err != nil {
+	if why, err := h.s.moveOn(ctx, req.SuiteID, h.sess.NodeID); err != nil {
 		return nil, err
 	} else if why != "" {
 		return api.TasksFetched{Tasks: []api.Task{}, Remaining: -1, Yield: why}, nil
@@ -290,7 +291,7 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	want, total := req.Max, 0
 	var members []dispatch.Share
 	if req.Max > 0 {
-		members = h.s.dispatch.shares.Members(req.SuiteID, h.sess.nodeID, h.sess, h.s.hub.get)
+		members = h.s.dispatch.shares.Members(req.SuiteID, h.sess.NodeID, h.sess, h.s.hub.Get)
 	}
 	var su *store.Suite // read once, when the cap or the answer needs it
 	if len(members) > 1 {
@@ -301,29 +302,29 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 		su = &got
 		if members[0].Workers == 0 { // it fetched without suite.next here (a server restart)
 			members[0].Workers = h.workers(ctx, su.Spec.WorkerSchedule)
-			h.s.dispatch.shares.Join(req.SuiteID, h.sess.nodeID, h.sess, members[0].Workers)
+			h.s.dispatch.shares.Join(req.SuiteID, h.sess.NodeID, h.sess, members[0].Workers)
 		}
 		total = su.Counts.Ready + su.Counts.Running
 		want = dispatch.FairCap(total, req.Max, members)
 	}
 	// The store authorizes every claim, one of 0 tasks too: moveOn looks
 	// at most once a second, the store every time, and it decides.
-	claimed, err := h.s.store.ClaimTasks(ctx, req.SuiteID, h.sess.nodeID, want)
+	claimed, err := h.s.store.ClaimTasks(ctx, req.SuiteID, h.sess.NodeID, want)
 	if errors.Is(err, errdefs.ErrPermission) {
-		h.s.dispatch.fetches.Recheck(req.SuiteID, h.sess.nodeID)
-		h.s.dispatch.shares.Leave(req.SuiteID, h.sess.nodeID)
-		h.s.log.Info("claim refused", "node", h.sess.nodeID, "suite", req.SuiteID, "why", errdefs.Message(err))
+		h.s.dispatch.fetches.Recheck(req.SuiteID, h.sess.NodeID)
+		h.s.dispatch.shares.Leave(req.SuiteID, h.sess.NodeID)
+		h.s.log.Info("claim refused", "node", h.sess.NodeID, "suite", req.SuiteID, "why", errdefs.Message(err))
 		return api.TasksFetched{Tasks: []api.Task{}, Remaining: -1, Yield: notThisNodes}, nil
 	} else if err != nil {
 		return nil, err
 	}
 	if len(claimed) > 0 {
-		h.s.dispatch.shares.Claimed(req.SuiteID, h.sess.nodeID, h.sess, len(claimed))
+		h.s.dispatch.shares.Claimed(req.SuiteID, h.sess.NodeID, h.sess, len(claimed))
 	}
 	// A node held to its share has work: only one that found the
 	// suite empty counts towards moving on.
 	if req.Max > 0 && want > 0 {
-		h.s.dispatch.fetches.NoteClaim(req.SuiteID, h.sess.nodeID, len(claimed))
+		h.s.dispatch.fetches.NoteClaim(req.SuiteID, h.sess.NodeID, len(claimed))
 	}
 	if len(members) > 1 && len(claimed) < want {
 		// Nothing more is Ready while the node is short of its share:
@@ -375,22 +376,22 @@ func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (a
 		}
 		res := r.Result
 		res.Stdout, res.Stderr = tail(res.Stdout), tail(res.Stderr)
-		res.NodeID, res.FinishedAt = h.sess.nodeID, now
+		res.NodeID, res.FinishedAt = h.sess.NodeID, now
 		if err := dispatch.CheckResultFiles("reports["+strconv.Itoa(i)+"].result", res); err != nil {
 			// Not stored as it came; the attempt fails with the reason,
 			// so the rest of the batch and the task's retries go on.
-			h.s.log.Warn("invalid task result", "node", h.sess.nodeID, "task", r.TaskID, "err", err)
+			h.s.log.Warn("invalid task result", "node", h.sess.NodeID, "task", r.TaskID, "err", err)
 			res.Outputs, res.Missing = nil, nil
 			r.Outcome, r.Reason = api.OutcomeFailed, "the agent reported an invalid result: "+errdefs.Message(err)
 		}
 		a := store.Attempt{TaskID: r.TaskID, Attempt: r.Attempt, Outcome: r.Outcome, Result: res}
 		if r.Outcome == api.OutcomeFailed {
-			a.Failure = &api.TaskFailure{Attempt: r.Attempt, NodeID: h.sess.nodeID, ExitCode: res.ExitCode,
+			a.Failure = &api.TaskFailure{Attempt: r.Attempt, NodeID: h.sess.NodeID, ExitCode: res.ExitCode,
 				Signal: res.Signal, Reason: r.Reason, Stdout: res.Stdout, Stderr: res.Stderr, At: now}
 		}
 		attempts = append(attempts, a)
 	}
-	done, err := h.s.store.FinishAttempts(ctx, h.sess.nodeID, attempts, h.s.retryPolicy)
+	done, err := h.s.store.FinishAttempts(ctx, h.sess.NodeID, attempts, h.s.retryPolicy)
 	if err != nil {
 		return nil, err
 	}
@@ -406,8 +407,8 @@ func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (a
 	// at the next tick. They can only be if the node holds none of its
 	// tasks any more (as counted here; a node this server has not seen
 	// fetch is looked at every time).
-	drained, member := h.s.dispatch.shares.Settled(h.sess.nodeID, len(req.Reports), false)
-	if _, current := h.sess.work(); !member && current != "" {
+	drained, member := h.s.dispatch.shares.Settled(h.sess.NodeID, len(req.Reports), false)
+	if _, current := h.sess.Work(); !member && current != "" {
 		drained = append(drained, current)
 	}
 	for _, id := range drained {
@@ -426,21 +427,21 @@ func (h *agentHandler) tasksReturn(ctx context.Context, body json.RawMessage) (a
 	if err := httpapi.DecodeStrict(body, &req); err != nil {
 		return nil, err
 	}
-	n, err := h.s.store.ReturnTasks(ctx, h.sess.nodeID, req.TaskIDs)
+	n, err := h.s.store.ReturnTasks(ctx, h.sess.NodeID, req.TaskIDs)
 	if err != nil {
 		return nil, err
 	}
 	h.s.metrics.tasksReturned.Add(float64(n))
-	h.s.dispatch.shares.Settled(h.sess.nodeID, len(req.TaskIDs), true)
+	h.s.dispatch.shares.Settled(h.sess.NodeID, len(req.TaskIDs), true)
 	if n > 0 {
 		// Ready again: whoever runs the suite or is idle may take them
 		// (a giveback's asker waits for exactly this).
-		suites := h.s.dispatch.shares.SuitesOf(h.sess.nodeID)
-		if _, current := h.sess.work(); len(suites) == 0 && current != "" {
+		suites := h.s.dispatch.shares.SuitesOf(h.sess.NodeID)
+		if _, current := h.sess.Work(); len(suites) == 0 && current != "" {
 			suites = append(suites, current)
 		}
 		for _, id := range suites {
-			h.s.wakeSuite(id, h.sess.nodeID)
+			h.s.wakeSuite(id, h.sess.NodeID)
 		}
 	}
 	return struct {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 )
 
 // TestSuiteLeaveReturnsRunningTasks: a node that leaves a suite while the
@@ -41,7 +42,7 @@ func TestSuiteLeaveReturnsRunningTasks(t *testing.T) {
 	elsewhere := claim(left, n2, 1)
 	otherSuite := claim(other, n1, 1)
 
-	h := &agentHandler{s: ts.Server, sess: newSession(n1, nil, nil)}
+	h := &agentHandler{s: ts.Server, sess: hub.NewSession(n1, nil, nil)}
 	if _, err := h.suiteLeave(t.Context(), mustJSON(t, api.SuiteLeave{SuiteID: left, Reason: "complete"})); err != nil {
 		t.Fatalf("suiteLeave = %v, want nil", err)
 	}

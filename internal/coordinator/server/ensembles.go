@@ -98,7 +98,7 @@ func (s *Server) handleShutdownEnsemble(w http.ResponseWriter, r *http.Request) 
 // ensembleAgents is deploy.Agents over the server's sessions and relay.
 type ensembleAgents struct{ s *Server }
 
-func (a ensembleAgents) Connected(n store.Node) bool { return a.s.connected(n) }
+func (a ensembleAgents) Connected(n store.Node) bool { return a.s.hub.Connected(n) }
 
 func (a ensembleAgents) Call(ctx context.Context, n store.Node, method, path string, in, out any) error {
 	return a.s.callAgent(ctx, n, method, path, in, out)
@@ -114,15 +114,15 @@ func (a ensembleAgents) DeleteContainer(ctx context.Context, n store.Node, id st
 
 // Host is the address the agent connects from, else the node's name.
 func (a ensembleAgents) Host(nodeID, name string) string {
-	if sess := a.s.hub.get(nodeID); sess != nil && sess.addr != "" {
-		return sess.addr
+	if sess := a.s.hub.Get(nodeID); sess != nil && sess.Addr != "" {
+		return sess.Addr
 	}
 	return name
 }
 
 func (a ensembleAgents) Presence(nodeID string) *api.Presence {
-	if sess := a.s.hub.get(nodeID); sess != nil {
-		return sess.presence.Load()
+	if sess := a.s.hub.Get(nodeID); sess != nil {
+		return sess.Presence()
 	}
 	return nil
 }

@@ -55,3 +55,19 @@ func (s *Server) moveOn(ctx context.Context, suiteID, nodeID string) (string, er
 	}
 	return "", nil
 }
+
+// sharesLoop forgets, every SuiteTick, the fair-share members that left
+// without saying so. Each replica's dispatcher keeps its own shares, so
+// this runs on every replica, leader or not.
+func (s *Server) sharesLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SuiteTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.dispatch.shares.Prune(s.hub.Get)
+		}
+	}
+}

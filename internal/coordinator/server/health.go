@@ -75,7 +75,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 		}
 		return fmt.Errorf("unhealthy: %w", err)
 	}
-	lease, leader := s.leading.current()
+	lease, leader := s.hub.Leads()
 	httpapi.WriteJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.cfg.Version,
 		Replica: s.cfg.ReplicaID, Leader: leader, Term: lease.Term})
 	return nil

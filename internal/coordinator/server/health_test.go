@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -90,7 +91,7 @@ func TestFullDisk(t *testing.T) {
 		return b
 	}
 	ts.mustCall(t, http.StatusCreated, admin, "POST", "/v1/suites/keep/tasks", batch(3, 10), nil)
-	h := &agentHandler{s: s, sess: newSession(nodeID, nil, nil)}
+	h := &agentHandler{s: s, sess: hub.NewSession(nodeID, nil, nil)}
 	fetched, err := h.tasksFetch(t.Context(), mustJSON(t, api.TasksFetch{SuiteID: su.ID, Max: 1}))
 	if err != nil {
 		t.Fatal(err)

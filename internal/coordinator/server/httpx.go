@@ -71,7 +71,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, kind string)
 	if !t.ExpiresAt.IsZero() && time.Now().After(t.ExpiresAt) {
 		return store.Token{}, fmt.Errorf("token %s expired at %s; create a new one: %w", t.ID, t.ExpiresAt.Format(time.RFC3339), errdefs.ErrUnauthenticated)
 	}
-	s.hub.touchToken(t.ID)
+	s.hub.TouchToken(t.ID)
 	s.guard.authenticated(r.Context())
 	return t, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
 )
@@ -41,7 +42,7 @@ func leads(t *testing.T, s *Server, want bool, wait time.Duration) int64 {
 	t.Helper()
 	var term int64
 	waitUntil(t, wait, fmt.Sprintf("replica %s leading: %v", s.cfg.ReplicaID, want), func() (bool, string) {
-		l, ok := s.leading.current()
+		l, ok := s.hub.Leads()
 		term = l.Term
 		return ok == want, fmt.Sprintf("leading %v at term %d", ok, l.Term)
 	})
@@ -72,7 +73,7 @@ func get(t *testing.T, url, token string) string {
 // the metrics, and releases the lease when it stops.
 func TestSoleServerLeads(t *testing.T) {
 	s, st, admin := newServer(t, "", Config{ReplicaID: "r-one"})
-	if _, err := st.AcquireLease(t.Context(), leaderLease, "r-crashed", time.Hour); err != nil {
+	if _, err := st.AcquireLease(t.Context(), hub.LeaderLease, "r-crashed", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -102,7 +103,7 @@ func TestSoleServerLeads(t *testing.T) {
 
 	cancel()
 	<-done
-	l, err := st.GetLease(context.Background(), leaderLease)
+	l, err := st.GetLease(context.Background(), hub.LeaderLease)
 	if err != nil || l.Holder != "" || l.Term != 2 {
 		t.Errorf("lease after shutdown = %+v, %v; want released at term 2", l, err)
 	}
@@ -120,10 +121,10 @@ func TestLeadershipMoves(t *testing.T) {
 
 	// Another replica takes over (the release stands for its lease
 	// running out).
-	if err := st.ReleaseLease(ctx, leaderLease, s.instance); err != nil {
+	if err := st.ReleaseLease(ctx, hub.LeaderLease, s.hub.Instance()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.AcquireLease(ctx, leaderLease, "r-other", time.Hour); err != nil {
+	if _, err := st.AcquireLease(ctx, hub.LeaderLease, "r-other", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -141,7 +142,7 @@ func TestLeadershipMoves(t *testing.T) {
 
 	// The other goes away: this replica leads again, at a new term, and
 	// its loops run again.
-	if err := st.ReleaseLease(ctx, leaderLease, "r-other"); err != nil {
+	if err := st.ReleaseLease(ctx, hub.LeaderLease, "r-other"); err != nil {
 		t.Fatal(err)
 	}
 	if again := leads(t, s, true, lease+time.Second); again != first+2 {
@@ -152,45 +153,6 @@ func TestLeadershipMoves(t *testing.T) {
 		// Closed, then Complete at once: it has no task.
 		return err == nil && su.State != api.SuiteOpen, fmt.Sprintf("%s %v", su.State, err)
 	})
-}
-
-// TestHeardElsewhereStaysOnline: a suspect node that this replica holds no
-// session for is not declared offline when the store heard from it since
-// (through another replica's flush); without such a beat it is.
-func TestHeardElsewhereStaysOnline(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		beat  bool
-		after string
-	}{
-		{"beat through another replica", true, api.StatusOnline},
-		{"no beat", false, api.StatusOffline},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s, st, _ := newServer(t, "", Config{})
-			ctx := t.Context()
-			long := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
-			n, err := st.CreateNode(ctx, store.Node{ID: "n1", Name: "n1", MachineID: "m1", DataDir: "/d",
-				Status: api.StatusOnline, LastHeartbeat: long})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.SetNodeStatus(ctx, n.ID, api.StatusSuspect, "no heartbeat"); err != nil {
-				t.Fatal(err)
-			}
-			if tc.beat {
-				// Older than the suspicion, as a batch flushed late is:
-				// the store keeps the node suspect but records the beat.
-				if err := st.RecordHeartbeats(ctx, []store.Heartbeat{{NodeID: n.ID, At: long.Add(time.Minute), AgentState: api.AgentIdle}}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			s.confirm(ctx, n, long, 50*time.Millisecond, "no heartbeat")
-			if got, _ := st.GetNode(ctx, n.ID); got.Status != tc.after {
-				t.Errorf("status after the check = %s (%s), want %s", got.Status, got.StatusReason, tc.after)
-			}
-		})
-	}
 }
 
 // TestLostConnectionToOneReplica: an agent that moved to another replica

@@ -104,19 +104,19 @@ func newMetrics(s *Server) *metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "nodemgr_agents_connected", Help: "Agents holding a WebSocket to this server.",
-		}, func() float64 { return float64(s.hub.count()) }),
+		}, func() float64 { return float64(s.hub.Count()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "nodemgr_leader", Help: "1 while this replica holds the leader lease and runs the singleton loops, else 0.",
 			ConstLabels: prometheus.Labels{"replica": s.cfg.ReplicaID},
 		}, func() float64 {
-			if _, ok := s.leading.current(); ok {
+			if _, ok := s.hub.Leads(); ok {
 				return 1
 			}
 			return 0
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "nodemgr_leader_term", Help: "The leader lease's term this replica leads in; 0 while it does not lead.",
-		}, func() float64 { lease, _ := s.leading.current(); return float64(lease.Term) }),
+		}, func() float64 { lease, _ := s.hub.Leads(); return float64(lease.Term) }),
 		m.stats,
 	)
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -68,7 +69,7 @@ func scrape(t *testing.T, h http.Handler, token string) string {
 // queue, the dispatch counters.
 func TestMetricsShowWhatOperatorsGraph(t *testing.T) {
 	s, _, admin := metricsServer(t)
-	h := &agentHandler{s: s, sess: newSession("n-a", nil, nil)}
+	h := &agentHandler{s: s, sess: hub.NewSession("n-a", nil, nil)}
 	fetched, err := h.tasksFetch(t.Context(), mustJSON(t, api.TasksFetch{SuiteID: "s-1", Max: 4}))
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +190,7 @@ func TestLongLivedRoutesStayOutOfTheLatencyHistogram(t *testing.T) {
 // where it is installed (.ci/run installs it), `promtool check metrics`.
 func TestMetricsPassPromtool(t *testing.T) {
 	s, _, admin := metricsServer(t)
-	h := &agentHandler{s: s, sess: newSession("n-a", nil, nil)}
+	h := &agentHandler{s: s, sess: hub.NewSession("n-a", nil, nil)}
 	if _, err := h.tasksFetch(t.Context(), mustJSON(t, api.TasksFetch{SuiteID: "s-1", Max: 1})); err != nil {
 		t.Fatal(err)
 	}

@@ -44,15 +44,15 @@ func (s *Server) apiNode(n store.Node) api.Node {
 		Status: n.Status, StatusReason: n.StatusReason, AgentState: n.AgentState,
 		AgentVersion: n.AgentVersion, CurrentSuite: n.CurrentSuite, RegisteredAt: n.RegisteredAt, UpdatedAt: n.UpdatedAt,
 	}
-	if s.connectedElsewhere(n) && s.hub.get(n.ID) == nil {
+	if s.hub.ConnectedElsewhere(n) && s.hub.Get(n.ID) == nil {
 		out.Connected = true // to another server on the store
 	}
-	if sess := s.hub.get(n.ID); sess != nil {
+	if sess := s.hub.Get(n.ID); sess != nil {
 		out.Connected = true
-		out.Presence = sess.presence.Load()
-		if hb := sess.heartbeat(); hb.After(n.LastHeartbeat) {
+		out.Presence = sess.Presence()
+		if hb := sess.Heartbeat(); hb.After(n.LastHeartbeat) {
 			n.LastHeartbeat = hb // not yet flushed to the store
-			out.AgentState, out.CurrentSuite = sess.work()
+			out.AgentState, out.CurrentSuite = sess.Work()
 		}
 	}
 	if !n.LastHeartbeat.IsZero() {
@@ -165,7 +165,7 @@ func (s *Server) handleGetNode(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := s.apiNode(n)
-	s.showNotices(r.Context(), &out)
+	s.hub.ShowNotices(r.Context(), &out)
 	if ds, err := s.store.ListDeployments(r.Context(), store.DeploymentFilter{NodeID: n.ID, Page: store.Page{Limit: 1}}); err == nil && len(ds) > 0 {
 		out.Deployment = ds[0].ID
 	}
@@ -251,7 +251,7 @@ func (s *Server) handlePatchNode(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("update node: %w", err)
 	}
 	body, _ := json.Marshal(api.NodeUpdate{Tags: n.Tags, Labels: n.Labels, Groups: n.Groups})
-	if err := s.hub.notify(r.Context(), n.ID, api.NotifyUpdate, body); err != nil {
+	if err := s.hub.Notify(r.Context(), n.ID, api.NotifyUpdate, body); err != nil {
 		return err
 	}
 	s.dispatch.fetches.Recheck("", n.ID) // its suite may no longer be its to run
@@ -265,7 +265,7 @@ func (s *Server) handleDeleteNode(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	if s.hub.get(n.ID) != nil {
+	if s.hub.Get(n.ID) != nil {
 		return errdefs.Conflict("node %s is connected; shut it down first (nodemgr node shutdown %s)", n.Name, n.ID)
 	}
 	s.reclaim(r.Context(), n.ID, "node removed") // else its running tasks would never end
@@ -292,12 +292,12 @@ func (s *Server) handleShutdownNode(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	if s.hub.get(n.ID) == nil {
+	if s.hub.Get(n.ID) == nil {
 		// A queued shutdown would fire whenever the agent next starts.
 		return errdefs.Conflict("node %s is not connected; nothing was sent (start its agent first, or remove it with nodemgr node rm)", n.Name)
 	}
 	body, _ := json.Marshal(req)
-	if err := s.hub.notify(r.Context(), n.ID, api.NotifyShutdown, body); err != nil {
+	if err := s.hub.Notify(r.Context(), n.ID, api.NotifyShutdown, body); err != nil {
 		return err
 	}
 	httpapi.WriteJSON(w, http.StatusAccepted, s.apiNode(n))

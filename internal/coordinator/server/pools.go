@@ -70,11 +70,11 @@ func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
 			}
 		}
 		for _, n := range nodes {
-			sess := s.hub.get(n.ID)
+			sess := s.hub.Get(n.ID)
 			if sess == nil {
 				continue
 			}
-			state, cur := sess.work()
+			state, cur := sess.Work()
 			switch {
 			case state == api.AgentShuttingDown || state == api.AgentDraining:
 				// Leaving: what it runs now will want another node.
@@ -106,19 +106,17 @@ func (c cluster) NodeState(ctx context.Context, nodeID string) (orchestrate.Node
 	if err != nil {
 		return st, err
 	}
-	if st.Notices, err = s.nodeNotices(ctx, nodeID); err != nil {
+	if st.Notices, err = s.hub.NodeNotices(ctx, nodeID); err != nil {
 		return st, err
 	}
-	if sess := s.hub.get(nodeID); sess != nil {
+	if sess := s.hub.Get(nodeID); sess != nil {
 		st.Connected = true
-		if n := sess.lastWork.Load(); n != 0 {
-			st.LastWork = time.Unix(0, n)
-		}
-		if state, cur := sess.work(); cur != "" && state != api.AgentIdle {
+		st.LastWork = sess.LastWork()
+		if state, cur := sess.Work(); cur != "" && state != api.AgentIdle {
 			st.Busy = true
 			return st, nil
 		}
-	} else if s.connectedElsewhere(n) {
+	} else if s.hub.ConnectedElsewhere(n) {
 		// Its heartbeats, written by the server holding its session, say
 		// what it does (a flush late).
 		st.Connected = true
@@ -152,7 +150,7 @@ func (c cluster) NodeState(ctx context.Context, nodeID string) (orchestrate.Node
 
 func (c cluster) DrainNode(ctx context.Context, nodeID string) error {
 	body, _ := json.Marshal(api.ShutdownRequest{Mode: api.ShutdownGraceful})
-	return c.s.hub.notify(ctx, nodeID, api.NotifyShutdown, body)
+	return c.s.hub.Notify(ctx, nodeID, api.NotifyShutdown, body)
 }
 
 func (c cluster) ForgetNode(ctx context.Context, nodeID, reason string) error {
@@ -168,8 +166,8 @@ func (c cluster) JoinToken(ctx context.Context, deploymentID string, groups []st
 // forgetNode returns a node's running tasks to the queue and removes it:
 // its machine is gone, so it is not coming back.
 func (s *Server) forgetNode(ctx context.Context, nodeID, reason string) error {
-	if sess := s.hub.get(nodeID); sess != nil {
-		sess.conn.Close(proto.CloseGoingAway, reason)
+	if sess := s.hub.Get(nodeID); sess != nil {
+		sess.Conn.Close(proto.CloseGoingAway, reason)
 	}
 	s.reclaim(ctx, nodeID, reason)
 	if err := s.store.DeleteNode(ctx, nodeID); err != nil {
@@ -178,7 +176,7 @@ func (s *Server) forgetNode(ctx context.Context, nodeID, reason string) error {
 	if err := s.store.DeleteDocument(ctx, booksKind, nodeID); err != nil && !errdefs.IsNotFound(err) {
 		s.log.Warn("forget a removed node's books", "node", nodeID, "err", err)
 	}
-	if err := s.store.DeleteDocument(ctx, noticesKind, nodeID); err != nil && !errdefs.IsNotFound(err) {
+	if err := s.hub.ForgetNotices(ctx, nodeID); err != nil {
 		s.log.Warn("forget a removed node's notices", "node", nodeID, "err", err)
 	}
 	s.log.Info("node removed", "node", nodeID, "reason", reason)
@@ -267,19 +265,6 @@ func (s *Server) newOrchestrator() error {
 	return nil
 }
 
-// wakeOrchestrator asks for a round soon: demand or nodes changed. The
-// orchestrator runs on the leader: another server asks it by a signal.
-func (s *Server) wakeOrchestrator() {
-	if s.orch == nil {
-		return
-	}
-	if _, leads := s.leading.current(); leads {
-		s.orch.Wake()
-		return
-	}
-	s.signals.send(orchestrateChannel, "")
-}
-
 func (s *Server) handlePutPool(w http.ResponseWriter, r *http.Request) error {
 	var spec api.PoolSpec
 	if err := decodeJSON(r, &spec); err != nil {
@@ -309,7 +294,7 @@ func (s *Server) handlePutPool(w http.ResponseWriter, r *http.Request) error {
 		verb = "created"
 	}
 	s.orch.Record(r.Context(), spec.Name, "applied", fmt.Sprintf("pool %s %s (version %d) by %s", spec.Name, verb, doc.Version, principalFrom(r.Context()).User))
-	s.wakeOrchestrator()
+	s.hub.WakeOrchestrator()
 	status := http.StatusOK
 	if doc.Version == 1 {
 		status = http.StatusCreated
@@ -363,7 +348,7 @@ func (s *Server) handlePatchPool(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("store pool %s: %w", spec.Name, err)
 	}
 	s.orch.Record(r.Context(), spec.Name, "applied", fmt.Sprintf("pool %s changed (version %d) by %s: %s", spec.Name, doc.Version, principalFrom(r.Context()).User, strings.Join(changes, ", ")))
-	s.wakeOrchestrator()
+	s.hub.WakeOrchestrator()
 	httpapi.WriteJSON(w, http.StatusOK, s.apiPool(r.Context(), spec, doc, s.orch.Status(r.Context(), spec.Name)))
 	return nil
 }
@@ -475,7 +460,7 @@ func (s *Server) handleDeletePool(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	s.orch.Record(r.Context(), spec.Name, "removed", fmt.Sprintf("pool %s removed by %s: its machines are drained and destroyed", spec.Name, principalFrom(r.Context()).User))
-	s.wakeOrchestrator()
+	s.hub.WakeOrchestrator()
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -15,7 +15,7 @@ func (s *Server) stopSuperseded(ctx context.Context, runs []store.Superseded) {
 	for _, r := range runs {
 		body, err := jsonBody(api.TaskRef{TaskID: r.TaskID, Attempt: r.Attempt})
 		if err == nil {
-			err = s.hub.notify(ctx, r.NodeID, api.NotifyTaskCancel, body)
+			err = s.hub.Notify(ctx, r.NodeID, api.NotifyTaskCancel, body)
 		}
 		if err != nil {
 			s.log.Warn("tell a node to stop a superseded attempt", "task", r.TaskID, "node", r.NodeID, "err", err)

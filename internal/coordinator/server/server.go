@@ -21,6 +21,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/catalog"
 	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ensemble/deploy"
+	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ui"
@@ -249,35 +250,26 @@ type Server struct {
 	cfg Config
 	// store bounds the store calls of API requests (storebound.go);
 	// backend is the store itself, for its optional capabilities.
-	store     store.Store
-	backend   store.Store
-	log       *slog.Logger
-	hub       *hub
-	signals   *signaller // to and from the other servers on the store
-	relayWait relayWaiters
+	store   store.Store
+	backend store.Store
+	log     *slog.Logger
+	hub     *hub.Hub // agents' sessions, liveness, leases, signals and relays
 	// remoteWork is when agents connected to other servers were last seen
 	// working, as the leader's orchestrator read it (their idle time).
 	remoteWork sync.Map
 	dispatch   dispatcher
 	health     healthCheck
-	live       liveness
-	leading    leadership
-	// instance names this process among the replicas: its replica ID and
-	// a random part (replica.go).
-	instance  string
-	replicas  replicaLives
-	started   time.Time                 // when Serve began: every node's heartbeat as far as liveness goes
-	life      context.Context           // ends when Serve returns; for work that outlives a request
-	catalog   *catalog.Catalog          // templates, drivers and the machines they made
-	orch      *orchestrate.Orchestrator // nil until Serve
-	metrics   *metrics
-	scrapers  scraperAuth // /metrics tokens last accepted, for while the store does not answer
-	usage     usageBook   // the nodes' recent machine usage, for the dashboard's charts
-	dashboard *ui.UI      // /ui/: calls the API in-process, as the logged-in user
-	reasons   dispatch.ReasonCache
-	why       *dispatch.Why // why a suite waits, and whether a node may take it up
-	handler   http.Handler
-	ensembles *deploy.Runner
+	life       context.Context           // ends when Serve returns; for work that outlives a request
+	catalog    *catalog.Catalog          // templates, drivers and the machines they made
+	orch       *orchestrate.Orchestrator // nil until Serve
+	metrics    *metrics
+	scrapers   scraperAuth // /metrics tokens last accepted, for while the store does not answer
+	usage      usageBook   // the nodes' recent machine usage, for the dashboard's charts
+	dashboard  *ui.UI      // /ui/: calls the API in-process, as the logged-in user
+	reasons    dispatch.ReasonCache
+	why        *dispatch.Why // why a suite waits, and whether a node may take it up
+	handler    http.Handler
+	ensembles  *deploy.Runner
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -311,10 +303,8 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	if s.blobs, err = openBlobs(cfg); err != nil {
 		return nil, fmt.Errorf("server config: %w", err)
 	}
+	s.hub = s.newHub(st)
 	s.metrics = newMetrics(s)
-	s.hub = newHub(s)
-	s.signals = newSignaller(st, cfg.ReplicaID)
-	s.instance = newInstance(cfg.ReplicaID)
 	if err := s.newOrchestrator(); err != nil {
 		return nil, err
 	}
@@ -370,8 +360,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s.started, s.life = time.Now(), ctx
-	s.catalog.SetStarted(s.started)
+	started := time.Now()
+	s.life = ctx
+	s.hub.Begin(ctx, started)
+	s.catalog.SetStarted(started)
 	s.guard = newConnGuard(s.cfg.MaxUnauthConns, s.cfg.UnauthIdle)
 	// Ready once what every request reads is set: a handler served on
 	// another listener (tests do) may run from here on.
@@ -390,57 +382,48 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.orch.SetServerURL(s.agentServerURL())
-	replica, err := s.claimReplica(ctx)
+	replica, err := s.hub.ClaimReplica(ctx)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	// Every replica runs its own chores; the singleton loops run on the
-	// leader only (leader.go).
+	// leader only (hub.Hooks.Singletons).
 	var wg sync.WaitGroup
 	fatal := make(chan error, 1)
-	wg.Go(func() {
-		if err := s.replicaLoop(ctx, replica); err != nil {
-			fatal <- err
-		}
-	})
+	wg.Go(func() { s.hub.Run(ctx, replica, func(err error) { fatal <- err }) })
 	wg.Go(func() { s.guard.reap(ctx) })
-	wg.Go(func() { s.hub.flushLoop(ctx) })
-	wg.Go(func() { s.silenceLoop(ctx) })
-	wg.Go(func() { s.signalLoop(ctx) })
 	wg.Go(func() { s.sharesLoop(ctx) })
 	if !s.blobsShared() {
 		wg.Go(func() { s.blobLoop(ctx) })
 	}
-	wg.Go(func() { s.leaderLoop(ctx) })
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("server listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "tls", s.tls.describe(),
-		"replica", s.cfg.ReplicaID, "instance", s.instance)
+		"replica", s.cfg.ReplicaID, "instance", s.hub.Instance())
 
 	select {
 	case err := <-errc:
 		cancel()
 		wg.Wait()
-		s.live.close()
+		s.hub.Stop(ctx)
 		return fmt.Errorf("serve: %w", err)
 	case err := <-fatal:
 		s.log.Error("stopping", "err", err)
 		cancel()
 		srv.Close()
 		wg.Wait()
-		s.live.close()
+		s.hub.Stop(ctx)
 		return err
 	case <-ctx.Done():
 	}
 	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
-	s.hub.closeAll("server shutting down")
+	s.hub.CloseAll("server shutting down")
 	_ = srv.Shutdown(shutdownCtx)
 	wg.Wait()
-	s.live.close()
-	s.hub.flush(shutdownCtx) // keep the last heartbeats
+	s.hub.Stop(shutdownCtx) // and keep the last heartbeats
 	return nil
 }
 

@@ -432,7 +432,7 @@ func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request) error 
 		// The attempt, so that the agent leaves alone a retry that
 		// started after this attempt ended.
 		body, _ := jsonBody(api.TaskRef{TaskID: t.ID, Attempt: before.Attempt})
-		if err := s.hub.notify(r.Context(), before.NodeID, api.NotifyTaskCancel, body); err != nil {
+		if err := s.hub.Notify(r.Context(), before.NodeID, api.NotifyTaskCancel, body); err != nil {
 			s.log.Warn("tell node to cancel task", "task", t.ID, "node", before.NodeID, "err", err)
 		}
 	}

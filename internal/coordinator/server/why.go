@@ -88,10 +88,10 @@ func apiProblems(ps []store.SuiteProblem) []api.SuiteProblem {
 type whySessions struct{ s *Server }
 
 func (w whySessions) Work(nodeID string) (state, suiteID string, connected bool) {
-	sess := w.s.hub.get(nodeID)
+	sess := w.s.hub.Get(nodeID)
 	if sess == nil {
 		return "", "", false
 	}
-	state, suiteID = sess.work()
+	state, suiteID = sess.Work()
 	return state, suiteID, true
 }

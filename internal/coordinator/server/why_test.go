@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -35,13 +36,13 @@ func whySetup(t *testing.T, s *Server, st store.Store, nodes []whyNode, spec api
 			t.Fatal(err)
 		}
 		if n.online {
-			sess := newSession(n.id, nil, nil)
+			sess := hub.NewSession(n.id, nil, nil)
 			state := api.AgentIdle
 			if n.doing != "" {
 				state = api.AgentExecuting
 			}
-			sess.beat(now, state, n.doing)
-			s.hub.add(sess)
+			sess.Beat(now, state, n.doing)
+			s.hub.Add(sess)
 		}
 	}
 	if spec.WorkerSchedule.WorkerCount == 0 {
@@ -113,7 +114,7 @@ func TestWaitingReason(t *testing.T) {
 				}
 			}
 			if tc.leave != nil {
-				h := &agentHandler{s: s, sess: s.hub.get(tc.nodes[0].id)}
+				h := &agentHandler{s: s, sess: s.hub.Get(tc.nodes[0].id)}
 				if tc.leave.Reason == "complete" { // a failure first, then a good run
 					fail := api.SuiteLeave{SuiteID: su.ID, Reason: "prepare-failed: x", Problem: &api.SuiteProblem{Stage: api.StagePrepare, Reason: "x"}}
 					if _, err := h.suiteLeave(t.Context(), mustJSON(t, fail)); err != nil {
@@ -164,7 +165,7 @@ func TestSuiteProblemsShown(t *testing.T) {
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites", api.SuiteSpec{Name: "lic", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}, &su)
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites/lic/tasks", api.SubmitTasks{Tasks: []api.TaskSpec{{Argv: []string{"true"}}}}, nil)
 
-	h := &agentHandler{s: ts.Server, sess: newSession(id, nil, nil)}
+	h := &agentHandler{s: ts.Server, sess: hub.NewSession(id, nil, nil)}
 	leave := api.SuiteLeave{SuiteID: su.ID, Reason: "prepare-failed: prepare hook [sh]: exit status 3",
 		Problem: &api.SuiteProblem{NodeID: "forged", Stage: api.StagePrepare, ExitCode: 3, Reason: "exit status 3",
 			OutputTail: strings.Repeat("x", 2*api.MaxProblemOutput) + "\nmissing license file\n"}}
@@ -210,7 +211,7 @@ func TestCleanupProblemShown(t *testing.T) {
 	var su api.Suite
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites", api.SuiteSpec{Name: "scratch", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}, &su)
 
-	h := &agentHandler{s: ts.Server, sess: newSession(id, nil, nil)}
+	h := &agentHandler{s: ts.Server, sess: hub.NewSession(id, nil, nil)}
 	leave := api.SuiteLeave{SuiteID: su.ID, Reason: "complete",
 		Problem: &api.SuiteProblem{Stage: api.StageCleanup, ExitCode: 7, Reason: "exit status 7", OutputTail: "scratch busy\n"}}
 	if _, err := h.suiteLeave(t.Context(), mustJSON(t, leave)); err != nil {
@@ -241,7 +242,7 @@ func TestCleanupProblemShown(t *testing.T) {
 func TestCreateSuiteWarns(t *testing.T) {
 	ts := newTestServer(t)
 	id, _ := ts.nodeNamed(t, "small")
-	ts.hub.add(newSession(id, nil, nil))
+	ts.hub.Add(hub.NewSession(id, nil, nil))
 	tests := []struct {
 		name string
 		spec api.SuiteSpec

@@ -115,9 +115,9 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, n store.Node, req
 
 // callLocal sends req to node n's local API over its session.
 func (s *Server) callLocal(ctx context.Context, n store.Node, req api.LocalRequest, timeout time.Duration) (api.LocalResponse, error) {
-	sess := s.hub.get(n.ID)
-	if sess == nil && s.relayed() && n.Status != api.StatusOffline {
-		return s.relayCall(ctx, n, req, timeout) // its agent may be connected to another server
+	sess := s.hub.Get(n.ID)
+	if sess == nil && s.hub.Relayed() && n.Status != api.StatusOffline {
+		return s.hub.RelayCall(ctx, n, req, timeout) // its agent may be connected to another server
 	}
 	if sess == nil {
 		return api.LocalResponse{}, fmt.Errorf("node %s is not connected (%s); start its agent, or wait for it to reconnect: %w", n.Name, n.Status, errdefs.ErrUnavailable)
@@ -125,7 +125,7 @@ func (s *Server) callLocal(ctx context.Context, n store.Node, req api.LocalReque
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var resp api.LocalResponse
-	if err := sess.peer.Call(ctx, api.MethodLocalAPI, req, &resp); err != nil {
+	if err := sess.Peer.Call(ctx, api.MethodLocalAPI, req, &resp); err != nil {
 		return resp, fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	return resp, nil
@@ -163,7 +163,7 @@ func (h *agentHandler) presence(body []byte) (any, error) {
 	if len(p.Services) > 10_000 || len(p.Artifacts) > 10_000 {
 		return nil, errdefs.Field("services", "too many entries in a presence record")
 	}
-	h.sess.presence.Store(&p)
+	h.sess.SetPresence(&p)
 	return struct{}{}, nil
 }
 
@@ -178,7 +178,7 @@ func (h *agentHandler) resourcesReport(ctx context.Context, body []byte) (any, e
 		return nil, err
 	}
 	nr.AsOf = nil
-	if err := h.s.keepBooks(ctx, h.sess.nodeID, nr); err != nil {
+	if err := h.s.keepBooks(ctx, h.sess.NodeID, nr); err != nil {
 		return nil, err
 	}
 	return struct{}{}, nil
@@ -203,7 +203,7 @@ func (s *Server) handleNodeResources(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	if s.hub.get(n.ID) == nil {
+	if s.hub.Get(n.ID) == nil {
 		if d, derr := s.store.GetDocument(r.Context(), booksKind, n.ID); derr == nil {
 			var nr api.NodeResources
 			if err := json.Unmarshal(d.Body, &nr); err == nil {

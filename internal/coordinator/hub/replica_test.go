@@ -1,4 +1,4 @@
-package server
+package hub
 
 import (
 	"context"
@@ -44,19 +44,16 @@ func TestReplicaLeaseRunOutClosesSessions(t *testing.T) {
 	t.Cleanup(func() { sq.Close() })
 	st := &stallingLeases{Store: sq}
 	lease := 150 * time.Millisecond
-	s, err := New(Config{DataDir: t.TempDir(), ReplicaID: "r-1", LeaderLease: lease}, st, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := newHubOver(t, st, func(c *Config) { c.ReplicaID, c.LeaderLease, c.Sole = "r-1", lease, false })
 	ours, agents := proto.Pipe()
-	s.hub.add(newSession("n-1", ours, nil))
+	h.Add(NewSession("n-1", ours, nil))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	l, err := s.claimReplica(ctx)
+	l, err := h.ClaimReplica(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	go s.replicaLoop(ctx, l)
+	go h.replicaLoop(ctx, l)
 	read := make(chan error, 1)
 	go func() {
 		_, err := agents.Read(context.Background())

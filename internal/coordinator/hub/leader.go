@@ -1,4 +1,4 @@
-package server
+package hub
 
 import (
 	"context"
@@ -29,8 +29,8 @@ import (
 // transaction mode. With SQLite there is one replica, which leads at once:
 // its renewal is one small write transaction every third of the TTL.
 
-// leaderLease is the lease the replicas elect their leader with.
-const leaderLease = "leader"
+// LeaderLease is the lease the replicas elect their leader with.
+const LeaderLease = "leader"
 
 // releaseTimeout bounds the release of the lease at shutdown.
 const releaseTimeout = 5 * time.Second
@@ -48,118 +48,99 @@ func (l *leadership) set(lease store.Lease) {
 	l.mu.Unlock()
 }
 
-// current returns the term this replica leads, and whether it leads.
-func (l *leadership) current() (store.Lease, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lease, l.lease.Term != 0
-}
-
-// soleServer is a store that serves one server process (store/sqlite): a
-// leader lease it holds for another replica was left by a server that
-// stopped without releasing it.
-type soleServer interface {
-	SoleServer() bool
+// Leads returns the term this replica leads, and whether it leads.
+func (h *Hub) Leads() (store.Lease, bool) {
+	h.leading.mu.Lock()
+	defer h.leading.mu.Unlock()
+	return h.leading.lease, h.leading.lease.Term != 0
 }
 
 // singletons are the loops that run on the leader only, each with the
-// term's fenced context.
-func (s *Server) singletons() []func(context.Context) {
-	loops := []func(context.Context){
-		s.runOrchestrator,
-		s.livenessLoop, s.deadReplicaLoop, s.suiteLoop, s.ensembles.Loop, s.catalog.DriftLoop,
-	}
-	if s.blobsShared() {
-		loops = append(loops, s.blobLoop)
-	}
-	return loops
+// term's fenced context: the server's and the hub's liveness loops.
+func (h *Hub) singletons() []func(context.Context) {
+	return append(h.hooks.Singletons(), h.livenessLoop, h.deadReplicaLoop)
 }
-
-// blobsShared reports whether the blob store is one the replicas share
-// (configured, such as S3), where one replica collects for all; a data
-// dir's own blobs are collected by their replica.
-func (s *Server) blobsShared() bool { return s.cfg.Blobs != nil }
 
 // leaderLoop campaigns for the leader lease until ctx ends, and runs the
 // singleton loops through each term it wins.
-func (s *Server) leaderLoop(ctx context.Context) {
-	s.takeOverSole(ctx)
+func (h *Hub) leaderLoop(ctx context.Context) {
+	h.takeOverSole(ctx)
 	for {
 		sent := time.Now()
-		lease, err := s.store.AcquireLease(ctx, leaderLease, s.instance, s.cfg.LeaderLease)
+		lease, err := h.store.AcquireLease(ctx, LeaderLease, h.instance, h.cfg.LeaderLease)
 		switch {
 		case err == nil:
-			s.lead(ctx, lease, sent)
+			h.lead(ctx, lease, sent)
 		case ctx.Err() != nil:
 		case errors.Is(err, errdefs.ErrConflict):
-			s.follow(ctx)
+			h.follow(ctx)
 		default:
-			s.log.Warn("acquire the leader lease; retrying", "replica", s.cfg.ReplicaID, "err", err)
+			h.log.Warn("acquire the leader lease; retrying", "replica", h.cfg.ReplicaID, "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(s.renewEvery()):
+		case <-time.After(h.renewEvery()):
 		}
 	}
 }
 
 // renewEvery is how often the lease is renewed, and a follower tries it.
-func (s *Server) renewEvery() time.Duration { return s.cfg.LeaderLease / 3 }
+func (h *Hub) renewEvery() time.Duration { return h.cfg.LeaderLease / 3 }
 
 // follow logs, once per leader, which replica leads.
-func (s *Server) follow(ctx context.Context) {
-	l, err := s.store.GetLease(ctx, leaderLease)
+func (h *Hub) follow(ctx context.Context) {
+	l, err := h.store.GetLease(ctx, LeaderLease)
 	if err != nil {
 		return
 	}
-	s.leading.mu.Lock()
-	news := s.leading.seen != l.Holder
-	s.leading.seen = l.Holder
-	s.leading.mu.Unlock()
+	h.leading.mu.Lock()
+	news := h.leading.seen != l.Holder
+	h.leading.seen = l.Holder
+	h.leading.mu.Unlock()
 	if news {
-		s.log.Info("following the leader", "replica", s.cfg.ReplicaID, "leader", l.Holder, "term", l.Term)
+		h.log.Info("following the leader", "replica", h.cfg.ReplicaID, "leader", l.Holder, "term", l.Term)
 	}
 }
 
 // takeOverSole frees a leader lease that a store serving one server holds
 // for another replica: a previous run of this server that stopped without
 // releasing it. Waiting for it to expire would only delay the loops.
-func (s *Server) takeOverSole(ctx context.Context) {
-	if st, ok := s.backend.(soleServer); !ok || !st.SoleServer() {
+func (h *Hub) takeOverSole(ctx context.Context) {
+	if !h.cfg.Sole {
 		return
 	}
-	l, err := s.store.GetLease(ctx, leaderLease)
-	if err != nil || l.Holder == "" || l.Holder == s.instance {
+	l, err := h.store.GetLease(ctx, LeaderLease)
+	if err != nil || l.Holder == "" || l.Holder == h.instance {
 		return
 	}
-	if err := s.store.ReleaseLease(ctx, leaderLease, l.Holder); err == nil {
-		s.log.Info("took over the leader lease a previous run left", "previous", l.Holder, "term", l.Term)
+	if err := h.store.ReleaseLease(ctx, LeaderLease, l.Holder); err == nil {
+		h.log.Info("took over the leader lease a previous run left", "previous", l.Holder, "term", l.Term)
 	}
 }
 
 // lead runs the singleton loops through one term: until the lease is lost
 // or ctx ends. The lease was acquired at sent (the request's start), so it
 // is good until sent+TTL as far as this replica can tell.
-func (s *Server) lead(ctx context.Context, lease store.Lease, sent time.Time) {
+func (h *Hub) lead(ctx context.Context, lease store.Lease, sent time.Time) {
 	termCtx, cancel := context.WithCancel(ctx)
 	fenced := store.WithFence(termCtx, lease)
 	var wg sync.WaitGroup
-	s.leading.set(lease)
-	s.log.Info("leading: running the singleton loops", "replica", s.cfg.ReplicaID, "term", lease.Term)
-	for _, loop := range s.singletons() {
+	h.leading.set(lease)
+	h.log.Info("leading: running the singleton loops", "replica", h.cfg.ReplicaID, "term", lease.Term)
+	for _, loop := range h.singletons() {
 		wg.Go(func() { loop(fenced) })
 	}
 
-	why := s.holdLease(ctx, lease, sent.Add(s.cfg.LeaderLease))
+	why := h.holdLease(ctx, lease, sent.Add(h.cfg.LeaderLease))
 	cancel()
 	wg.Wait()
-	s.leading.set(store.Lease{})
+	h.leading.set(store.Lease{})
 	if ctx.Err() != nil {
-		s.releaseLeader(lease)
+		h.releaseLeader(lease)
 		return
 	}
-	s.log.Warn("no longer leading: singleton loops stopped; campaigning again", "replica", s.cfg.ReplicaID, "term", lease.Term, "why", why)
+	h.log.Warn("no longer leading: singleton loops stopped; campaigning again", "replica", h.cfg.ReplicaID, "term", lease.Term, "why", why)
 }
 
 // holdLease renews the lease every third of its TTL until it is lost or
@@ -167,8 +148,8 @@ func (s *Server) lead(ctx context.Context, lease store.Lease, sent time.Time) {
 // reason than a takeover is tried again while the lease lasts; the term
 // ends when it would run out (valid) unrenewed, since another replica may
 // take it then.
-func (s *Server) holdLease(ctx context.Context, lease store.Lease, valid time.Time) string {
-	tick := time.NewTicker(s.renewEvery())
+func (h *Hub) holdLease(ctx context.Context, lease store.Lease, valid time.Time) string {
+	tick := time.NewTicker(h.renewEvery())
 	defer tick.Stop()
 	expiry := time.NewTimer(time.Until(valid))
 	defer expiry.Stop()
@@ -177,16 +158,16 @@ func (s *Server) holdLease(ctx context.Context, lease store.Lease, valid time.Ti
 		case <-ctx.Done():
 			return "shutting down"
 		case <-expiry.C:
-			return fmt.Sprintf("the lease ran out unrenewed (%s)", s.cfg.LeaderLease)
+			return fmt.Sprintf("the lease ran out unrenewed (%s)", h.cfg.LeaderLease)
 		case <-tick.C:
 		}
 		sent := time.Now()
 		rctx, cancel := context.WithDeadline(ctx, valid)
-		l, err := s.store.AcquireLease(rctx, leaderLease, s.instance, s.cfg.LeaderLease)
+		l, err := h.store.AcquireLease(rctx, LeaderLease, h.instance, h.cfg.LeaderLease)
 		cancel()
 		switch {
 		case err == nil && l.Term == lease.Term:
-			valid = sent.Add(s.cfg.LeaderLease)
+			valid = sent.Add(h.cfg.LeaderLease)
 			expiry.Reset(time.Until(valid))
 		case err == nil:
 			// It ran out and this replica took it again: a new term,
@@ -199,7 +180,7 @@ func (s *Server) holdLease(ctx context.Context, lease store.Lease, valid time.Ti
 		case !time.Now().Before(valid):
 			return fmt.Sprintf("could not renew the lease before it ran out: %v", err)
 		default:
-			s.log.Warn("renew the leader lease; retrying while it lasts", "term", lease.Term,
+			h.log.Warn("renew the leader lease; retrying while it lasts", "term", lease.Term,
 				"left", time.Until(valid).Round(time.Millisecond), "err", err)
 		}
 	}
@@ -207,28 +188,12 @@ func (s *Server) holdLease(ctx context.Context, lease store.Lease, valid time.Ti
 
 // releaseLeader gives the lease up at shutdown, once the loops stopped,
 // so that another replica leads at once instead of after the TTL.
-func (s *Server) releaseLeader(lease store.Lease) {
+func (h *Hub) releaseLeader(lease store.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := s.store.ReleaseLease(ctx, leaderLease, s.instance); err != nil {
-		s.log.Warn("release the leader lease; another replica leads once it runs out", "term", lease.Term, "ttl", s.cfg.LeaderLease, "err", err)
+	if err := h.store.ReleaseLease(ctx, LeaderLease, h.instance); err != nil {
+		h.log.Warn("release the leader lease; another replica leads once it runs out", "term", lease.Term, "ttl", h.cfg.LeaderLease, "err", err)
 		return
 	}
-	s.log.Info("released the leader lease", "replica", s.cfg.ReplicaID, "term", lease.Term)
-}
-
-// sharesLoop forgets, every SuiteTick, the fair-share members that left
-// without saying so. Each replica's dispatcher keeps its own shares, so
-// this runs on every replica, leader or not.
-func (s *Server) sharesLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.SuiteTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.dispatch.shares.Prune(s.hub.get)
-		}
-	}
+	h.log.Info("released the leader lease", "replica", h.cfg.ReplicaID, "term", lease.Term)
 }

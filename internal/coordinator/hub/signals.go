@@ -1,4 +1,4 @@
-package server
+package hub
 
 import (
 	"context"
@@ -56,8 +56,7 @@ type signaller struct {
 // of submissions to one suite wakes the other servers once.
 const signalDebounce = 50 * time.Millisecond
 
-func newSignaller(st store.Store, replicaID string) *signaller {
-	sig, _ := st.(store.Signals)
+func newSignaller(sig store.Signals, replicaID string) *signaller {
 	return &signaller{sig: sig, id: replicaID, recent: map[string]time.Time{}}
 }
 
@@ -85,29 +84,40 @@ func (g *signaller) send(channel, payload string) {
 	}()
 }
 
-// signalOutbox tells the server holding node's session to send its outbox.
-func (s *Server) signalOutbox(nodeID string) { s.signals.send(outboxChannel, nodeID) }
-
 // sendFrom signals payload with this server's id before it, so that the
 // others act on it and this one skips its own.
 func (g *signaller) sendFrom(channel, payload string) { g.send(channel, g.id+" "+payload) }
 
-// signalWake tells the other servers to wake their agents for the suite.
-func (s *Server) signalWake(suiteID string) { s.signals.sendFrom(wakeChannel, suiteID) }
+// SignalWake tells the other servers to wake their agents for the suite.
+func (h *Hub) SignalWake(suiteID string) { h.signals.sendFrom(wakeChannel, suiteID) }
+
+// SignalCancel tells the other servers that the suite was cancelled.
+func (h *Hub) SignalCancel(suiteID string) { h.signals.sendFrom(cancelChannel, suiteID) }
+
+// WakeOrchestrator asks for an orchestrator round soon: demand or nodes
+// changed. The orchestrator runs on the leader: another server asks it by
+// a signal.
+func (h *Hub) WakeOrchestrator() {
+	if _, leads := h.Leads(); leads {
+		h.hooks.WakeOrchestrator()
+		return
+	}
+	h.signals.send(orchestrateChannel, "")
+}
 
 // signalLoop hears other servers' signals until ctx ends.
-func (s *Server) signalLoop(ctx context.Context) {
-	if s.signals.sig == nil {
+func (h *Hub) signalLoop(ctx context.Context) {
+	if h.signals.sig == nil {
 		return
 	}
 	bo := &backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
-		err := s.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel, cancelChannel, relayChannel, pingChannel, orchestrateChannel}, s.heard)
+		err := h.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel, cancelChannel, relayChannel, pingChannel, orchestrateChannel}, h.heard)
 		if ctx.Err() != nil {
 			return
 		}
 		d := bo.Next()
-		s.log.Warn("listening for other servers' signals failed; listening again", "err", err, "in", d)
+		h.log.Warn("listening for other servers' signals failed; listening again", "err", err, "in", d)
 		select {
 		case <-ctx.Done():
 			return
@@ -117,87 +127,87 @@ func (s *Server) signalLoop(ctx context.Context) {
 }
 
 // heard acts on one signal.
-func (s *Server) heard(channel, payload string) {
+func (h *Hub) heard(channel, payload string) {
 	switch channel {
 	case outboxChannel:
 		if payload == "" { // maybe missed some: send every outbox held here
-			for _, sess := range s.hub.all() {
+			for _, sess := range h.All() {
 				sess.wake()
 			}
 			return
 		}
-		if sess := s.hub.get(payload); sess != nil {
+		if sess := h.Get(payload); sess != nil {
 			sess.wake()
 		}
 	case wakeChannel:
 		from, suite, _ := strings.Cut(payload, " ")
-		if payload != "" && from == s.signals.id {
+		if payload != "" && from == h.signals.id {
 			return // its own: its agents were woken when it was sent
 		}
-		s.wakeLocal(suite, "")
+		h.WakeLocal(suite, "")
 	case relayChannel:
-		s.heardRelay(payload)
+		h.heardRelay(payload)
 	case orchestrateChannel:
-		if _, leads := s.leading.current(); leads {
-			s.orch.Wake()
+		if _, leads := h.Leads(); leads {
+			h.hooks.WakeOrchestrator()
 		}
 	case pingChannel:
-		if sess := s.hub.get(payload); sess != nil {
+		if sess := h.Get(payload); sess != nil {
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.ConfirmTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*h.cfg.ConfirmTimeout)
 				defer cancel()
 				// An answer is a heartbeat, written at once: the leader
 				// reads it within its confirm timeout. None, and it decides.
-				if s.ping(ctx, sess) == nil {
-					s.hub.flush(ctx)
+				if h.ping(ctx, sess) == nil {
+					h.Flush(ctx)
 				}
 			}()
 		}
 	case cancelChannel:
 		from, suite, _ := strings.Cut(payload, " ")
-		if payload == "" || from == s.signals.id {
+		if payload == "" || from == h.signals.id {
 			return // a missed cancel shows at the agent's next fetch, which is refused
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s.tellLocalCancelled(ctx, suite)
+		h.hooks.SuiteCancelled(ctx, suite)
 	}
 }
 
-// wakeLocal wakes the agents connected here, but the one of node except,
+// WakeLocal wakes the agents connected here, but the one of node except,
 // that are idle or run the suite (any suite: only the idle ones).
-func (s *Server) wakeLocal(suiteID, except string) {
-	for _, sess := range s.hub.all() {
-		state, suite := sess.work()
-		if sess.nodeID == except || state != api.AgentIdle && (suiteID == "" || suite != suiteID) {
+func (h *Hub) WakeLocal(suiteID, except string) {
+	for _, sess := range h.All() {
+		state, suite := sess.Work()
+		if sess.NodeID == except || state != api.AgentIdle && (suiteID == "" || suite != suiteID) {
 			continue
 		}
 		go func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			sess.peer.Call(cctx, api.MethodWake, api.SuiteRef{SuiteID: suiteID}, nil)
+			sess.Peer.Call(cctx, api.MethodWake, api.SuiteRef{SuiteID: suiteID}, nil)
 		}()
 	}
 }
 
-// connectedElsewhere reports whether a node this server holds no session
+// ConnectedElsewhere reports whether a node this server holds no session
 // for is online with its agent connected to another server on the store:
 // the server process it said hello to still renews its replica lease.
-func (s *Server) connectedElsewhere(n store.Node) bool {
-	if !s.relayed() || n.Status != api.StatusOnline {
+func (h *Hub) ConnectedElsewhere(n store.Node) bool {
+	if !h.Relayed() || n.Status != api.StatusOnline {
 		return false
 	}
-	if n.Replica == "" || n.Replica == s.instance {
+	if n.Replica == "" || n.Replica == h.instance {
 		// Not said hello since replicas were watched; or here, where
 		// the hub knows.
-		return n.Replica == "" && time.Since(n.LastHeartbeat) < s.cfg.OfflineAfter+2*s.cfg.FlushInterval
+		return n.Replica == "" && time.Since(n.LastHeartbeat) < h.cfg.OfflineAfter+2*h.cfg.FlushInterval
 	}
-	life, err := s.replicaLife(s.lifeCtx(), n.Replica)
+	life, err := h.replicaLife(h.lifeCtx(), n.Replica)
 	return err == nil && life.alive
 }
 
-// connected reports whether the node's agent is connected to this server
+// Connected reports whether the node's agent is connected to this server
 // or to another on the store.
-func (s *Server) connected(n store.Node) bool {
-	return s.hub.get(n.ID) != nil || s.connectedElsewhere(n)
+func (h *Hub) Connected(n store.Node) bool {
+	return h.Get(n.ID) != nil || h.ConnectedElsewhere(n)
 }

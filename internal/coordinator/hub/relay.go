@@ -1,4 +1,4 @@
-package server
+package hub
 
 import (
 	"context"
@@ -76,13 +76,13 @@ func (w *relayWaiters) done(id string) {
 	}
 }
 
-// relayed reports whether calls to agents elsewhere can be relayed: the
+// Relayed reports whether calls to agents elsewhere can be relayed: the
 // store is shared by several servers.
-func (s *Server) relayed() bool { return s.signals.sig != nil }
+func (h *Hub) Relayed() bool { return h.signals.sig != nil }
 
-// relayCall makes req on node n's agent through the server holding its
+// RelayCall makes req on node n's agent through the server holding its
 // session.
-func (s *Server) relayCall(ctx context.Context, n store.Node, req api.LocalRequest, timeout time.Duration) (api.LocalResponse, error) {
+func (h *Hub) RelayCall(ctx context.Context, n store.Node, req api.LocalRequest, timeout time.Duration) (api.LocalResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	id := auth.NewID("rc-")
@@ -90,22 +90,22 @@ func (s *Server) relayCall(ctx context.Context, n store.Node, req api.LocalReque
 	if err != nil {
 		return api.LocalResponse{}, err
 	}
-	if _, err := s.store.PutDocument(ctx, store.Document{Kind: relayCallKind, Name: id, Body: body}); err != nil {
+	if _, err := h.store.PutDocument(ctx, store.Document{Kind: relayCallKind, Name: id, Body: body}); err != nil {
 		return api.LocalResponse{}, fmt.Errorf("node %s: relay the call: %w", n.Name, err)
 	}
-	done := s.relayWait.add(id)
+	done := h.relayWait.add(id)
 	defer func() {
-		s.relayWait.remove(id)
+		h.relayWait.remove(id)
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer dcancel()
-		s.store.DeleteDocument(dctx, relayCallKind, id)
-		s.store.DeleteDocument(dctx, relayAnswerKind, id)
+		h.store.DeleteDocument(dctx, relayCallKind, id)
+		h.store.DeleteDocument(dctx, relayAnswerKind, id)
 	}()
-	s.signals.send(relayChannel, "call "+id+" "+n.ID)
+	h.signals.send(relayChannel, "call "+id+" "+n.ID)
 	poll := time.NewTicker(relayPoll)
 	defer poll.Stop()
 	for {
-		if d, err := s.store.GetDocument(ctx, relayAnswerKind, id); err == nil {
+		if d, err := h.store.GetDocument(ctx, relayAnswerKind, id); err == nil {
 			return readAnswer(n, d.Body)
 		} else if !errdefs.IsNotFound(err) && ctx.Err() == nil {
 			return api.LocalResponse{}, fmt.Errorf("node %s: read the relayed answer: %w", n.Name, err)
@@ -134,27 +134,27 @@ func readAnswer(n store.Node, b []byte) (api.LocalResponse, error) {
 
 // heardRelay acts on a relay signal: a call for an agent connected here,
 // or the answer to a call made here.
-func (s *Server) heardRelay(payload string) {
+func (h *Hub) heardRelay(payload string) {
 	verb, rest, _ := strings.Cut(payload, " ")
 	switch verb {
 	case "call":
 		id, nodeID, _ := strings.Cut(rest, " ")
-		sess := s.hub.get(nodeID)
+		sess := h.Get(nodeID)
 		if sess == nil {
 			return // not here: the server holding it answers
 		}
-		go s.answerRelay(id, nodeID)
+		go h.answerRelay(id, nodeID)
 	case "done":
-		s.relayWait.done(rest)
+		h.relayWait.done(rest)
 	}
 }
 
 // answerRelay makes a relayed call on the agent connected here and stores
 // the answer.
-func (s *Server) answerRelay(id, nodeID string) {
-	ctx, cancel := context.WithTimeout(context.Background(), forwardLongTimeout)
+func (h *Hub) answerRelay(id, nodeID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CallTimeout)
 	defer cancel()
-	d, err := s.store.GetDocument(ctx, relayCallKind, id)
+	d, err := h.store.GetDocument(ctx, relayCallKind, id)
 	if err != nil {
 		return // the caller gave up
 	}
@@ -162,21 +162,21 @@ func (s *Server) answerRelay(id, nodeID string) {
 	if err := json.Unmarshal(d.Body, &req); err != nil {
 		return
 	}
-	n, err := s.store.GetNode(ctx, nodeID)
+	n, err := h.store.GetNode(ctx, nodeID)
 	var a relayAnswer
 	if err == nil {
-		a.Response, err = s.callLocal(ctx, n, req, forwardLongTimeout)
+		a.Response, err = h.hooks.CallLocal(ctx, n, req, h.cfg.CallTimeout)
 	}
 	if err != nil {
 		e := errdefs.ToAPI(err)
 		a.Error = &e
 	}
 	body, _ := json.Marshal(a)
-	if _, err := s.store.PutDocument(ctx, store.Document{Kind: relayAnswerKind, Name: id, Body: body}); err != nil {
+	if _, err := h.store.PutDocument(ctx, store.Document{Kind: relayAnswerKind, Name: id, Body: body}); err != nil {
 		if !errors.Is(err, context.Canceled) {
-			s.log.Warn("store a relayed answer", "call", id, "node", nodeID, "err", err)
+			h.log.Warn("store a relayed answer", "call", id, "node", nodeID, "err", err)
 		}
 		return
 	}
-	s.signals.send(relayChannel, "done "+id)
+	h.signals.send(relayChannel, "done "+id)
 }

@@ -1,4 +1,4 @@
-package server
+package hub
 
 import (
 	"context"
@@ -41,31 +41,31 @@ func replicaOf(instance string) string {
 	return id
 }
 
-// claimReplica takes this process's replica lease at start. A lease held
+// ClaimReplica takes this process's replica lease at start. A lease held
 // by another instance is either a previous run that died (it renews no
 // more: taken over when it runs out, at most --leader-lease later) or a
 // second live server started with the same --replica-id: refused.
-func (s *Server) claimReplica(ctx context.Context) (store.Lease, error) {
-	name := replicaLeaseName(s.cfg.ReplicaID)
+func (h *Hub) ClaimReplica(ctx context.Context) (store.Lease, error) {
+	name := replicaLeaseName(h.cfg.ReplicaID)
 	for {
-		l, err := s.store.AcquireLease(ctx, name, s.instance, s.cfg.LeaderLease)
+		l, err := h.store.AcquireLease(ctx, name, h.instance, h.cfg.LeaderLease)
 		if err == nil {
 			return l, nil
 		}
 		if !errors.Is(err, errdefs.ErrConflict) {
 			return store.Lease{}, fmt.Errorf("take the replica lease %s: %w", name, err)
 		}
-		held, err := s.store.GetLease(ctx, name)
+		held, err := h.store.GetLease(ctx, name)
 		if err != nil {
 			return store.Lease{}, fmt.Errorf("read the replica lease %s: %w", name, err)
 		}
-		if st, ok := s.backend.(soleServer); !ok || !st.SoleServer() {
-			if err := s.watchReplicaLease(ctx, held); err != nil {
+		if !h.cfg.Sole {
+			if err := h.watchReplicaLease(ctx, held); err != nil {
 				return store.Lease{}, err
 			}
 		}
-		s.log.Info("taking over the replica lease a previous run of this replica left", "replica", s.cfg.ReplicaID, "previous", held.Holder)
-		if err := s.store.ReleaseLease(ctx, name, held.Holder); err != nil {
+		h.log.Info("taking over the replica lease a previous run of this replica left", "replica", h.cfg.ReplicaID, "previous", held.Holder)
+		if err := h.store.ReleaseLease(ctx, name, held.Holder); err != nil {
 			return store.Lease{}, fmt.Errorf("take over the replica lease %s: %w", name, err)
 		}
 	}
@@ -76,16 +76,16 @@ func (s *Server) claimReplica(ctx context.Context) (store.Lease, error) {
 // process is a second server on its replica ID, refused; a holder that
 // renews no more is a previous run that died, whose lease may be taken
 // over. A lease released or taken by another meanwhile ends the watch too.
-func (s *Server) watchReplicaLease(ctx context.Context, held store.Lease) error {
-	s.log.Info("the replica lease is held by another process; waiting to see whether it is alive",
-		"replica", s.cfg.ReplicaID, "holder", held.Holder, "until", held.Expires)
+func (h *Hub) watchReplicaLease(ctx context.Context, held store.Lease) error {
+	h.log.Info("the replica lease is held by another process; waiting to see whether it is alive",
+		"replica", h.cfg.ReplicaID, "holder", held.Holder, "until", held.Expires)
 	for time.Now().Before(held.Expires) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(s.replicaRenewEvery()):
+		case <-time.After(h.replicaRenewEvery()):
 		}
-		now, err := s.store.GetLease(ctx, held.Name)
+		now, err := h.store.GetLease(ctx, held.Name)
 		switch {
 		case err != nil:
 			return fmt.Errorf("read the replica lease %s: %w", held.Name, err)
@@ -93,7 +93,7 @@ func (s *Server) watchReplicaLease(ctx context.Context, held store.Lease) error 
 			return nil
 		case now.Expires.After(held.Expires):
 			return fmt.Errorf("another server is running with replica id %q (instance %s renews its lease): "+
-				"give each server its own --replica-id, or stop the other one first: %w", s.cfg.ReplicaID, now.Holder, errdefs.ErrConflict)
+				"give each server its own --replica-id, or stop the other one first: %w", h.cfg.ReplicaID, now.Holder, errdefs.ErrConflict)
 		}
 	}
 	return nil
@@ -102,39 +102,39 @@ func (s *Server) watchReplicaLease(ctx context.Context, held store.Lease) error 
 // replicaLoop renews this process's replica lease until ctx ends. It
 // returns an error only when another process took the lease: two servers
 // run with one replica ID, and this one must stop.
-func (s *Server) replicaLoop(ctx context.Context, lease store.Lease) error {
-	name := replicaLeaseName(s.cfg.ReplicaID)
-	valid := time.Now().Add(s.cfg.LeaderLease)
-	t := time.NewTicker(s.replicaRenewEvery())
+func (h *Hub) replicaLoop(ctx context.Context, lease store.Lease) error {
+	name := replicaLeaseName(h.cfg.ReplicaID)
+	valid := time.Now().Add(h.cfg.LeaderLease)
+	t := time.NewTicker(h.replicaRenewEvery())
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-			s.store.ReleaseLease(rctx, name, s.instance)
+			h.store.ReleaseLease(rctx, name, h.instance)
 			cancel()
 			return nil
 		case <-t.C:
 		}
 		sent := time.Now()
-		l, err := s.store.AcquireLease(ctx, name, s.instance, s.cfg.LeaderLease)
+		l, err := h.store.AcquireLease(ctx, name, h.instance, h.cfg.LeaderLease)
 		switch {
 		case err == nil && l.Term == lease.Term:
-			valid = sent.Add(s.cfg.LeaderLease)
+			valid = sent.Add(h.cfg.LeaderLease)
 		case err == nil:
 			// It ran out before this renewal: the process was frozen, or
 			// cut off from the store, long enough for the leader to count
 			// its agents gone.
-			s.log.Warn("this server's replica lease ran out (it was frozen or cut off from the store); "+
-				"closing its agents' sessions so that each says hello again", "replica", s.cfg.ReplicaID, "sessions", s.hub.count())
-			s.hub.closeAll("this server was out of touch; say hello again")
-			lease, valid = l, sent.Add(s.cfg.LeaderLease)
+			h.log.Warn("this server's replica lease ran out (it was frozen or cut off from the store); "+
+				"closing its agents' sessions so that each says hello again", "replica", h.cfg.ReplicaID, "sessions", h.Count())
+			h.CloseAll("this server was out of touch; say hello again")
+			lease, valid = l, sent.Add(h.cfg.LeaderLease)
 		case errors.Is(err, errdefs.ErrConflict):
-			s.hub.closeAll("another server took this replica id")
-			return fmt.Errorf("another server process took over replica id %q (%v): give each server its own --replica-id", s.cfg.ReplicaID, err)
+			h.CloseAll("another server took this replica id")
+			return fmt.Errorf("another server process took over replica id %q (%v): give each server its own --replica-id", h.cfg.ReplicaID, err)
 		case ctx.Err() != nil:
 		default:
-			s.log.Warn("renew the replica lease; retrying", "replica", s.cfg.ReplicaID,
+			h.log.Warn("renew the replica lease; retrying", "replica", h.cfg.ReplicaID,
 				"left", time.Until(valid).Round(time.Millisecond), "err", err)
 		}
 	}
@@ -144,7 +144,7 @@ func (s *Server) replicaLoop(ctx context.Context, lease store.Lease) error {
 // often, because when it dies the leader can tell its last sign of life
 // only to within this, and must allow for it before it takes the
 // process's nodes offline. One small write a second per replica.
-func (s *Server) replicaRenewEvery() time.Duration { return min(time.Second, s.renewEvery()) }
+func (h *Hub) replicaRenewEvery() time.Duration { return min(time.Second, h.renewEvery()) }
 
 // replicaLives caches what this server knows of other processes'
 // replica leases: whether each is alive, and since when it is not.
@@ -166,18 +166,18 @@ const replicaAliveTTL = time.Second
 
 // replicaLife says whether the process instance still renews its replica
 // lease, looking at most once a replicaAliveTTL.
-func (s *Server) replicaLife(ctx context.Context, instance string) (replicaLife, error) {
-	if instance == s.instance {
+func (h *Hub) replicaLife(ctx context.Context, instance string) (replicaLife, error) {
+	if instance == h.instance {
 		return replicaLife{alive: true}, nil
 	}
 	now := time.Now()
-	s.replicas.mu.Lock()
-	life, ok := s.replicas.seen[instance]
-	s.replicas.mu.Unlock()
+	h.replicas.mu.Lock()
+	life, ok := h.replicas.seen[instance]
+	h.replicas.mu.Unlock()
 	if ok && now.Sub(life.checked) < replicaAliveTTL {
 		return life, nil
 	}
-	l, err := s.store.GetLease(ctx, replicaLeaseName(replicaOf(instance)))
+	l, err := h.store.GetLease(ctx, replicaLeaseName(replicaOf(instance)))
 	switch {
 	case errdefs.IsNotFound(err):
 		life = replicaLife{lastAlive: now} // no lease ever: a server older than leases
@@ -186,25 +186,25 @@ func (s *Server) replicaLife(ctx context.Context, instance string) (replicaLife,
 	case l.Holder == instance && now.Before(l.Expires):
 		life = replicaLife{alive: true}
 	case l.Holder == instance:
-		life = replicaLife{lastAlive: l.Expires.Add(-s.cfg.LeaderLease)}
+		life = replicaLife{lastAlive: l.Expires.Add(-h.cfg.LeaderLease)}
 	default:
 		// Released at shutdown, or taken by a new run of the replica:
 		// gone by now.
 		life = replicaLife{lastAlive: now}
 	}
 	life.checked = now
-	s.replicas.mu.Lock()
-	if s.replicas.seen == nil {
-		s.replicas.seen = map[string]replicaLife{}
+	h.replicas.mu.Lock()
+	if h.replicas.seen == nil {
+		h.replicas.seen = map[string]replicaLife{}
 	}
-	if old, ok := s.replicas.seen[instance]; ok && !old.alive && !life.alive && old.lastAlive.Before(life.lastAlive) {
+	if old, ok := h.replicas.seen[instance]; ok && !old.alive && !life.alive && old.lastAlive.Before(life.lastAlive) {
 		life.lastAlive = old.lastAlive // gone since the first time it was seen gone
 	}
-	s.replicas.seen[instance] = life
-	if len(s.replicas.seen) > 10_000 {
-		clear(s.replicas.seen)
+	h.replicas.seen[instance] = life
+	if len(h.replicas.seen) > 10_000 {
+		clear(h.replicas.seen)
 	}
-	s.replicas.mu.Unlock()
+	h.replicas.mu.Unlock()
 	return life, nil
 }
 
@@ -212,8 +212,8 @@ func (s *Server) replicaLife(ctx context.Context, instance string) (replicaLife,
 // server process that stopped renewing its replica lease, and checks each
 // as a lost connection from when that process was last alive. With one
 // server (SQLite) there are no others to watch.
-func (s *Server) deadReplicaLoop(ctx context.Context) {
-	if !s.relayed() {
+func (h *Hub) deadReplicaLoop(ctx context.Context) {
+	if !h.Relayed() {
 		return
 	}
 	t := time.NewTicker(deadReplicaTick)
@@ -224,19 +224,19 @@ func (s *Server) deadReplicaLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		instances, err := s.store.NodeReplicas(ctx, api.StatusOnline, api.StatusSuspect)
+		instances, err := h.store.NodeReplicas(ctx, api.StatusOnline, api.StatusSuspect)
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn("list the servers nodes are connected to", "err", err)
+				h.log.Warn("list the servers nodes are connected to", "err", err)
 			}
 			continue
 		}
 		for _, inst := range instances {
-			life, err := s.replicaLife(ctx, inst)
+			life, err := h.replicaLife(ctx, inst)
 			if err != nil || life.alive {
 				continue
 			}
-			s.replicaGone(ctx, inst, life.lastAlive)
+			h.replicaGone(ctx, inst, life.lastAlive)
 		}
 	}
 }
@@ -246,31 +246,31 @@ const deadReplicaTick = time.Second
 
 // replicaGone starts the check of every live node whose agent's session
 // was on the dead process inst, last alive at lastAlive.
-func (s *Server) replicaGone(ctx context.Context, inst string, lastAlive time.Time) {
+func (h *Hub) replicaGone(ctx context.Context, inst string, lastAlive time.Time) {
 	// It may have lived, and heard from its agents, until the renewal it
 	// missed: the grace counts from then.
-	since := lastAlive.Add(s.replicaRenewEvery())
-	if lastAlive.Before(s.started) {
+	since := lastAlive.Add(h.replicaRenewEvery())
+	if lastAlive.Before(h.started) {
 		// It died before this server started: a restart of them all,
 		// after which agents backing off get OfflineAfter to come back,
 		// as for heartbeats.
-		since = s.started.Add(s.cfg.OfflineAfter - s.cfg.ReconnectGrace)
+		since = h.started.Add(h.cfg.OfflineAfter - h.cfg.ReconnectGrace)
 	}
 	for _, status := range []string{api.StatusOnline, api.StatusSuspect} {
-		nodes, err := s.store.ListNodes(ctx, store.NodeFilter{Replica: inst, Status: status})
+		nodes, err := h.store.ListNodes(ctx, store.NodeFilter{Replica: inst, Status: status})
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn("list the nodes of a server that stopped", "server", inst, "err", err)
+				h.log.Warn("list the nodes of a server that stopped", "server", inst, "err", err)
 			}
 			return
 		}
 		for _, n := range nodes {
-			s.live.startCheck(n.ID, func() {
-				wait := max(0, time.Until(since.Add(s.cfg.ReconnectGrace)))
+			h.live.startCheck(n.ID, func() {
+				wait := max(0, time.Until(since.Add(h.cfg.ReconnectGrace)))
 				reason := fmt.Sprintf("its server %s stopped (last alive %s); waiting %s for the agent to connect to another",
 					replicaOf(inst), lastAlive.UTC().Format(time.RFC3339), wait.Round(time.Millisecond))
-				if s.suspect(ctx, n, reason) {
-					s.confirm(ctx, n, n.LastHeartbeat, wait, fmt.Sprintf("its server %s stopped", replicaOf(inst)))
+				if h.suspect(ctx, n, reason) {
+					h.confirm(ctx, n, n.LastHeartbeat, wait, fmt.Sprintf("its server %s stopped", replicaOf(inst)))
 				}
 			})
 		}

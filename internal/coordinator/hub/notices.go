@@ -1,4 +1,4 @@
-package server
+package hub
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -26,7 +25,8 @@ const noticesKind = "node-notices"
 // maxNotices bounds a notices body: EC2 has two kinds.
 const maxNotices = 8
 
-func validateNotices(ns []api.Notice) error {
+// ValidateNotices checks the notices an agent tells.
+func ValidateNotices(ns []api.Notice) error {
 	if len(ns) > maxNotices {
 		return errdefs.Field("notices", "at most %d, got %d", maxNotices, len(ns))
 	}
@@ -56,30 +56,15 @@ func interruption(ns []api.Notice) *api.Notice {
 	return nil
 }
 
-// noticesReq answers node.notices: the agent's notices now.
-func (h *agentHandler) noticesReq(ctx context.Context, body json.RawMessage) (any, error) {
-	var req api.Notices
-	if err := httpapi.DecodeStrict(body, &req); err != nil {
-		return nil, err
-	}
-	if err := validateNotices(req.Notices); err != nil {
-		return nil, err
-	}
-	if err := h.s.keepNotices(ctx, h.sess, req.Notices); err != nil {
-		return nil, err
-	}
-	return struct{}{}, nil
-}
-
-// keepNotices stores a node's notices (none: forgets them) when they
+// KeepNotices stores a node's notices (none: forgets them) when they
 // changed, and acts on a new one: an interrupted node drains at once,
 // before its next heartbeat says so, and the orchestrator looks.
-func (s *Server) keepNotices(ctx context.Context, sess *session, ns []api.Notice) error {
+func (h *Hub) KeepNotices(ctx context.Context, sess *Session, ns []api.Notice) error {
 	if n := interruption(ns); n != nil {
-		_, suite := sess.work()
+		_, suite := sess.Work()
 		sess.doing.Store(&work{api.AgentDraining, suite})
 	}
-	old, err := s.nodeNotices(ctx, sess.nodeID)
+	old, err := h.NodeNotices(ctx, sess.NodeID)
 	if err != nil {
 		return err
 	}
@@ -87,25 +72,30 @@ func (s *Server) keepNotices(ctx context.Context, sess *session, ns []api.Notice
 		return nil
 	}
 	if len(ns) == 0 {
-		if err := s.store.DeleteDocument(ctx, noticesKind, sess.nodeID); err != nil && !errdefs.IsNotFound(err) {
-			return fmt.Errorf("forget node %s's notices: %w", sess.nodeID, err)
-		}
-		return nil
+		return h.ForgetNotices(ctx, sess.NodeID)
 	}
 	b, _ := json.Marshal(ns)
-	if _, err := s.store.PutDocument(ctx, store.Document{Kind: noticesKind, Name: sess.nodeID, Body: b}); err != nil {
-		return fmt.Errorf("keep node %s's notices: %w", sess.nodeID, err)
+	if _, err := h.store.PutDocument(ctx, store.Document{Kind: noticesKind, Name: sess.NodeID, Body: b}); err != nil {
+		return fmt.Errorf("keep node %s's notices: %w", sess.NodeID, err)
 	}
 	for _, n := range ns {
-		s.log.Warn("the provider gave notice about a node's machine", "node", sess.nodeID, "notice", n.Message())
+		h.log.Warn("the provider gave notice about a node's machine", "node", sess.NodeID, "notice", n.Message())
 	}
-	s.wakeOrchestrator()
+	h.WakeOrchestrator()
 	return nil
 }
 
-// nodeNotices reads a node's notices; none when it has none.
-func (s *Server) nodeNotices(ctx context.Context, nodeID string) ([]api.Notice, error) {
-	doc, err := s.store.GetDocument(ctx, noticesKind, nodeID)
+// ForgetNotices forgets a node's notices.
+func (h *Hub) ForgetNotices(ctx context.Context, nodeID string) error {
+	if err := h.store.DeleteDocument(ctx, noticesKind, nodeID); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("forget node %s's notices: %w", nodeID, err)
+	}
+	return nil
+}
+
+// NodeNotices reads a node's notices; none when it has none.
+func (h *Hub) NodeNotices(ctx context.Context, nodeID string) ([]api.Notice, error) {
+	doc, err := h.store.GetDocument(ctx, noticesKind, nodeID)
 	if errdefs.IsNotFound(err) {
 		return nil, nil
 	}
@@ -119,17 +109,10 @@ func (s *Server) nodeNotices(ctx context.Context, nodeID string) ([]api.Notice, 
 	return ns, nil
 }
 
-// draining says whether a connected node takes no new work: its agent
-// drains for an interruption.
-func (sess *session) draining() bool {
-	state, _ := sess.work()
-	return state == api.AgentDraining
-}
-
-// showNotices adds a node's notices to its wire form: an online node
+// ShowNotices adds a node's notices to its wire form: an online node
 // with an interruption says so as its status reason.
-func (s *Server) showNotices(ctx context.Context, out *api.Node) {
-	ns, err := s.nodeNotices(ctx, out.ID)
+func (h *Hub) ShowNotices(ctx context.Context, out *api.Node) {
+	ns, err := h.NodeNotices(ctx, out.ID)
 	if err != nil || len(ns) == 0 {
 		return
 	}

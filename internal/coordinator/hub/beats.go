@@ -1,0 +1,127 @@
+package hub
+
+import (
+	"context"
+	"time"
+
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+)
+
+// RecordBeat buffers a heartbeat for the next batched write.
+func (h *Hub) RecordBeat(hb store.Heartbeat) {
+	h.bufMu.Lock()
+	h.heartbeat[hb.NodeID] = hb
+	h.bufMu.Unlock()
+	h.metrics.heartbeats.Inc()
+}
+
+// ForgetBeat drops a buffered heartbeat, so that a node just declared
+// offline is not flipped back by a write of an older beat.
+func (h *Hub) ForgetBeat(nodeID string) {
+	h.bufMu.Lock()
+	delete(h.heartbeat, nodeID)
+	h.bufMu.Unlock()
+}
+
+// TouchToken buffers a use of token id, written with the heartbeats.
+func (h *Hub) TouchToken(id string) {
+	h.bufMu.Lock()
+	h.tokenUse[id] = time.Now().UTC()
+	h.bufMu.Unlock()
+}
+
+// flushLoop writes buffered heartbeats and token uses every FlushInterval:
+// one transaction for thousands of agents instead of one per beat.
+func (h *Hub) flushLoop(ctx context.Context) {
+	t := time.NewTicker(h.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.Flush(ctx)
+		}
+	}
+}
+
+// Flush writes the buffered heartbeats and token uses now.
+func (h *Hub) Flush(ctx context.Context) {
+	h.bufMu.Lock()
+	beats, uses := h.heartbeat, h.tokenUse
+	h.heartbeat, h.tokenUse = map[string]store.Heartbeat{}, map[string]time.Time{}
+	h.bufMu.Unlock()
+
+	if len(beats) > 0 {
+		batch := make([]store.Heartbeat, 0, len(beats))
+		for _, hb := range beats {
+			batch = append(batch, hb)
+		}
+		start := time.Now()
+		if err := h.store.RecordHeartbeats(ctx, batch); err != nil {
+			h.requeue(beats)
+			if ctx.Err() == nil {
+				h.log.Error("write heartbeats; will retry", "count", len(batch), "err", err)
+			}
+		}
+		h.metrics.heartbeatFlush.Observe(time.Since(start).Seconds())
+	}
+	if len(uses) > 0 {
+		if err := h.store.TouchTokens(ctx, uses); err != nil && ctx.Err() == nil {
+			h.log.Warn("record token use", "err", err)
+		}
+	}
+}
+
+// requeue puts back beats a failed write did not store, unless a newer
+// beat of the same node arrived meanwhile.
+func (h *Hub) requeue(beats map[string]store.Heartbeat) {
+	h.bufMu.Lock()
+	defer h.bufMu.Unlock()
+	for id, hb := range beats {
+		if _, newer := h.heartbeat[id]; !newer {
+			h.heartbeat[id] = hb
+		}
+	}
+}
+
+// Notify appends a notification to the node's durable outbox and wakes its
+// sender if the node is connected here. Delivery happens in seq order from
+// the outbox, so live pushes and replays never overtake each other.
+func (h *Hub) Notify(ctx context.Context, nodeID, method string, body []byte) error {
+	if _, err := h.store.Enqueue(ctx, nodeID, method, body); err != nil {
+		return err
+	}
+	if sess := h.Get(nodeID); sess != nil {
+		sess.wake()
+	} else {
+		h.signals.send(outboxChannel, nodeID) // its session may be on another server
+	}
+	return nil
+}
+
+// sendLoop pushes the node's outbox to its agent, starting after the
+// agent's last handled seq, until ctx ends.
+func (h *Hub) sendLoop(ctx context.Context, sess *Session, after uint64) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sess.kick:
+		}
+		pending, err := h.store.Pending(ctx, sess.NodeID, after)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Error("read outbox", "node", sess.NodeID, "err", err)
+			}
+			continue
+		}
+		for _, n := range pending {
+			if err := sess.Peer.Notify(ctx, n.Seq, n.Method, n.Body); err != nil {
+				return // the connection is gone; the next one replays
+			}
+			after = n.Seq
+			h.metrics.notifySent.Inc()
+		}
+	}
+}
