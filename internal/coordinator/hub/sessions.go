@@ -131,6 +131,14 @@ func (s *Session) Draining() bool {
 	return state == api.AgentDraining
 }
 
+// Node is the session's node ID.
+func (s *Session) Node() string { return s.NodeID }
+
+// Call makes a request of the agent and waits for its answer.
+func (s *Session) Call(ctx context.Context, method string, params, result any) error {
+	return s.Peer.Call(ctx, method, params, result)
+}
+
 // Presence is what the agent last published of itself; nil until it does.
 func (s *Session) Presence() *api.Presence { return s.presence.Load() }
 

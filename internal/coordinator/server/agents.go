@@ -377,7 +377,7 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		if _, err := h.s.store.SetNodeStatus(ctx, h.sess.NodeID, api.StatusOffline, reason); err != nil {
 			return nil, err
 		}
-		h.s.reclaim(ctx, h.sess.NodeID, reason)
+		h.s.dispatcher.Reclaim(ctx, h.sess.NodeID, reason)
 		return struct{}{}, nil
 	case api.MethodRenew:
 		return h.s.issueCredential(ctx, h.sess.NodeID)
@@ -473,7 +473,7 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 	}
 	// Tasks the store says run here but the agent does not hold were lost
 	// with a previous agent process: back to the queue.
-	h.s.reclaim(ctx, n.ID, "agent reconnected without them", hello.Holding...)
+	h.s.dispatcher.Reclaim(ctx, n.ID, "agent reconnected without them", hello.Holding...)
 	// Tasks it holds that were taken from it while it was away (and have
 	// not started elsewhere) are its again: no need to run them twice.
 	if back, err := h.s.store.ReattachTasks(ctx, n.ID, hello.Holding); err != nil {

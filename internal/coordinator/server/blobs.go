@@ -293,47 +293,6 @@ func (s *Server) handleGetTaskOutput(w http.ResponseWriter, r *http.Request) err
 	return errdefs.NotFound("output %s of task %s: the task produced no such file; see its result's outputs and missing", name, t.ID)
 }
 
-// resolveInputs adds to a claimed task the outputs of the tasks its
-// input_from names, as inputs. One that is not there becomes an input
-// with an Error, and the agent fails the attempt with it.
-func (s *Server) resolveInputs(ctx context.Context, t *api.Task) {
-	for _, in := range t.InputFrom {
-		dep, err := s.taskInSuite(ctx, t.SuiteID, in.Task)
-		if err != nil {
-			t.Inputs = append(t.Inputs, api.TaskFile{Path: orName(in.As, in.Path, in.Task), Error: err.Error()})
-			continue
-		}
-		var outs []api.TaskFile
-		if dep.Result != nil {
-			outs = dep.Result.Outputs
-		}
-		found := false
-		for _, f := range outs {
-			if in.Path != "" && f.Path != in.Path {
-				continue
-			}
-			found = true
-			if in.As != "" {
-				f.Path = in.As
-			}
-			t.Inputs = append(t.Inputs, f)
-		}
-		if !found && in.Path != "" {
-			t.Inputs = append(t.Inputs, api.TaskFile{Path: orName(in.As, in.Path, in.Task),
-				Error: fmt.Sprintf("task %s produced no output %s", in.Task, in.Path)})
-		}
-	}
-}
-
-func orName(names ...string) string {
-	for _, n := range names {
-		if n != "" {
-			return n
-		}
-	}
-	return ""
-}
-
 // blobLoop collects blobs that no task refers to, once they are older
 // than the retention, so an upload made just before its tasks are
 // submitted is never taken.

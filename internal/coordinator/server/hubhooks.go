@@ -21,7 +21,7 @@ func (s *Server) newHub(st store.Store) *hub.Hub {
 		CallTimeout: forwardLongTimeout, Sole: sole != nil && sole.SoleServer(),
 	}
 	return hub.New(cfg, s.store, sig, hub.Hooks{
-		Reclaim: func(ctx context.Context, nodeID, reason string) { s.reclaim(ctx, nodeID, reason) },
+		Reclaim: func(ctx context.Context, nodeID, reason string) { s.dispatcher.Reclaim(ctx, nodeID, reason) },
 		CallLocal: func(ctx context.Context, n store.Node, req api.LocalRequest, timeout time.Duration) (api.LocalResponse, error) {
 			return s.callLocal(ctx, n, req, timeout)
 		},
@@ -31,7 +31,7 @@ func (s *Server) newHub(st store.Store) *hub.Hub {
 				s.orch.Wake()
 			}
 		},
-		SuiteCancelled: s.tellLocalCancelled,
+		SuiteCancelled: func(ctx context.Context, suiteID string) { s.dispatcher.LocalSuiteCancelled(ctx, suiteID) },
 	}, s.log)
 }
 
@@ -45,7 +45,7 @@ type soleServer interface {
 // singletons are the server's loops that run on the leader only, each
 // with the term's fenced context (the hub adds its liveness loops).
 func (s *Server) singletons() []func(context.Context) {
-	loops := []func(context.Context){s.runOrchestrator, s.suiteLoop, s.ensembles.Loop, s.catalog.DriftLoop}
+	loops := []func(context.Context){s.runOrchestrator, s.dispatcher.SuiteLoop, s.ensembles.Loop, s.catalog.DriftLoop}
 	if s.blobsShared() {
 		loops = append(loops, s.blobLoop)
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
@@ -120,8 +119,30 @@ func TestRestartCountsAsAHeartbeat(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // the agent's backoff
 	c := fakeAgent(t, url, cred)
 	defer c.CloseNow()
-	if got := testutil.ToFloat64(s.metrics.markedOffline); got != 0 {
+	if got := gathered(t, s, "nodemgr_nodes_marked_offline_total"); got != 0 {
 		n, _ := st.GetNode(t.Context(), id)
 		t.Fatalf("%v nodes marked offline while the agent was backing off after the restart (%s: %s)", got, n.Status, n.StatusReason)
 	}
+}
+
+// gathered is the value of the server's metric name (a counter or gauge
+// without labels), as /metrics would show it.
+func gathered(t *testing.T, s *Server, name string) float64 {
+	t.Helper()
+	families, err := s.metrics.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name || len(f.GetMetric()) != 1 {
+			continue
+		}
+		m := f.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

@@ -24,17 +24,7 @@ type metrics struct {
 	handler        http.Handler
 	httpRequests   *prometheus.CounterVec
 	httpDuration   *prometheus.HistogramVec
-	heartbeats     prometheus.Counter
-	heartbeatFlush prometheus.Histogram
-	markedOffline  prometheus.Counter
-	confirmedAlive prometheus.Counter
-	silentAgents   prometheus.Counter
-	notifySent     prometheus.Counter
 	protocolErrors prometheus.Counter
-	tasksReported  prometheus.Counter
-	tasksClaimed   prometheus.Counter
-	tasksReturned  prometheus.Counter
-	taskReports    *prometheus.CounterVec
 	stats          *statsCollector
 }
 
@@ -46,6 +36,8 @@ var longLived = map[string]bool{
 	"POST /v1/deployments/{deployment}/exec": true,
 }
 
+// newMetrics makes the server's instruments and registers them with the
+// hub's and the dispatcher's.
 func newMetrics(s *Server) *metrics {
 	reg := prometheus.NewRegistry()
 	m := &metrics{
@@ -58,67 +50,15 @@ func newMetrics(s *Server) *metrics {
 			Help:    "HTTP request latency by route; the agent WebSocket and exec streams are left out.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route"}),
-		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodemgr_heartbeats_total", Help: "Agent heartbeats received.",
-		}),
-		heartbeatFlush: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "nodemgr_heartbeat_flush_seconds", Help: "Time to write one batch of heartbeats to the store.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}),
-		markedOffline: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodemgr_nodes_marked_offline_total", Help: "Nodes marked offline after failed confirmation.",
-		}),
-		confirmedAlive: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodemgr_nodes_confirmed_alive_total", Help: "Suspect nodes that answered the confirmation ping.",
-		}),
-		silentAgents: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodemgr_agents_silent_total", Help: "Agent connections dropped because the agent stopped answering (frozen or cut off).",
-		}),
-		notifySent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodemgr_notifications_sent_total", Help: "Notifications pushed to agents (replays included).",
-		}),
 		protocolErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodemgr_agent_protocol_errors_total", Help: "Agent connections closed for a malformed frame.",
 		}),
-		tasksReported: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodemgr_task_attempts_finished_total", Help: "Task attempt reports applied (first commit wins).",
-		}),
-		tasksClaimed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodemgr_tasks_claimed_total", Help: "Tasks agents claimed to run (dispatch).",
-		}),
-		tasksReturned: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodemgr_tasks_returned_total", Help: "Claimed tasks agents gave back unstarted.",
-		}),
-		taskReports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodemgr_task_reports_total",
-			Help: "Task attempt reports received from agents, by outcome (succeeded, failed, stopped); repeats included.",
-		}, []string{"outcome"}),
 		stats: newStatsCollector(s, statsTTL),
 	}
-	for _, o := range []string{api.OutcomeSucceeded, api.OutcomeFailed, api.OutcomeStopped} {
-		m.taskReports.WithLabelValues(o) // a rate of a series that is not there yet is no rate
-	}
-	reg.MustRegister(m.httpRequests, m.httpDuration, m.heartbeats, m.heartbeatFlush,
-		m.markedOffline, m.confirmedAlive, m.silentAgents, m.notifySent, m.protocolErrors, m.tasksReported,
-		m.tasksClaimed, m.tasksReturned, m.taskReports,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "nodemgr_agents_connected", Help: "Agents holding a WebSocket to this server.",
-		}, func() float64 { return float64(s.hub.Count()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "nodemgr_leader", Help: "1 while this replica holds the leader lease and runs the singleton loops, else 0.",
-			ConstLabels: prometheus.Labels{"replica": s.cfg.ReplicaID},
-		}, func() float64 {
-			if _, ok := s.hub.Leads(); ok {
-				return 1
-			}
-			return 0
-		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "nodemgr_leader_term", Help: "The leader lease's term this replica leads in; 0 while it does not lead.",
-		}, func() float64 { lease, _ := s.hub.Leads(); return float64(lease.Term) }),
-		m.stats,
-	)
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.protocolErrors, m.stats,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(s.hub.Collectors()...)
+	reg.MustRegister(s.dispatcher.Collectors()...)
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	return m
 }

@@ -254,8 +254,7 @@ func (s *Server) handlePatchNode(w http.ResponseWriter, r *http.Request) error {
 	if err := s.hub.Notify(r.Context(), n.ID, api.NotifyUpdate, body); err != nil {
 		return err
 	}
-	s.dispatch.fetches.Recheck("", n.ID) // its suite may no longer be its to run
-	s.wakeNode(n.ID)
+	s.dispatcher.NodeChanged(n.ID)
 	httpapi.WriteJSON(w, http.StatusOK, s.apiNode(n))
 	return nil
 }
@@ -268,7 +267,7 @@ func (s *Server) handleDeleteNode(w http.ResponseWriter, r *http.Request) error 
 	if s.hub.Get(n.ID) != nil {
 		return errdefs.Conflict("node %s is connected; shut it down first (nodemgr node shutdown %s)", n.Name, n.ID)
 	}
-	s.reclaim(r.Context(), n.ID, "node removed") // else its running tasks would never end
+	s.dispatcher.Reclaim(r.Context(), n.ID, "node removed") // else its running tasks would never end
 	if err := s.store.DeleteNode(r.Context(), n.ID); err != nil {
 		return fmt.Errorf("delete node: %w", err)
 	}

@@ -80,7 +80,7 @@ func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
 				// Leaving: what it runs now will want another node.
 			case cur == su.ID:
 				d.Serving++
-			case !claimed[n.ID] && s.why.WhyNot(su, n) == nil && !s.why.Busy(n.ID):
+			case !claimed[n.ID] && s.dispatcher.Why.WhyNot(su, n) == nil && !s.dispatcher.Why.Busy(n.ID):
 				// A free node takes one suite up: the first, by
 				// priority, that it may run.
 				claimed[n.ID] = true
@@ -169,7 +169,7 @@ func (s *Server) forgetNode(ctx context.Context, nodeID, reason string) error {
 	if sess := s.hub.Get(nodeID); sess != nil {
 		sess.Conn.Close(proto.CloseGoingAway, reason)
 	}
-	s.reclaim(ctx, nodeID, reason)
+	s.dispatcher.Reclaim(ctx, nodeID, reason)
 	if err := s.store.DeleteNode(ctx, nodeID); err != nil {
 		return fmt.Errorf("forget node %s: %w", nodeID, err)
 	}

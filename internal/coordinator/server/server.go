@@ -257,7 +257,7 @@ type Server struct {
 	// remoteWork is when agents connected to other servers were last seen
 	// working, as the leader's orchestrator read it (their idle time).
 	remoteWork sync.Map
-	dispatch   dispatcher
+	dispatcher *dispatch.Dispatcher // suites and tasks to agents
 	health     healthCheck
 	life       context.Context           // ends when Serve returns; for work that outlives a request
 	catalog    *catalog.Catalog          // templates, drivers and the machines they made
@@ -267,7 +267,6 @@ type Server struct {
 	usage      usageBook   // the nodes' recent machine usage, for the dashboard's charts
 	dashboard  *ui.UI      // /ui/: calls the API in-process, as the logged-in user
 	reasons    dispatch.ReasonCache
-	why        *dispatch.Why // why a suite waits, and whether a node may take it up
 	handler    http.Handler
 	ensembles  *deploy.Runner
 
@@ -304,6 +303,7 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("server config: %w", err)
 	}
 	s.hub = s.newHub(st)
+	s.dispatcher = s.newDispatcher()
 	s.metrics = newMetrics(s)
 	if err := s.newOrchestrator(); err != nil {
 		return nil, err
@@ -314,12 +314,6 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("server dashboard: %w", err)
 	}
 	s.ensembles = s.newEnsembles()
-	s.why = dispatch.NewWhy(s.store, whySessions{s}, &s.dispatch.prepare, func() dispatch.Pools {
-		if s.orch == nil { // not serving yet
-			return nil
-		}
-		return s.orch
-	})
 	s.handler = s.routes()
 	return s, nil
 }
@@ -393,7 +387,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	fatal := make(chan error, 1)
 	wg.Go(func() { s.hub.Run(ctx, replica, func(err error) { fatal <- err }) })
 	wg.Go(func() { s.guard.reap(ctx) })
-	wg.Go(func() { s.sharesLoop(ctx) })
+	wg.Go(func() { s.dispatcher.SharesLoop(ctx) })
 	if !s.blobsShared() {
 		wg.Go(func() { s.blobLoop(ctx) })
 	}

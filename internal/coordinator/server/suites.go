@@ -18,25 +18,6 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
-func apiSuite(s store.Suite) api.Suite {
-	out := api.Suite{ID: s.ID, SuiteSpec: s.Spec, State: s.State, Owner: s.Owner,
-		AssignedNodes: s.AssignedNodes, StoppedNodes: s.StoppedNodes, Counts: s.Counts,
-		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt, LastTaskAt: s.LastTaskAt}
-	if out.AssignedNodes == nil {
-		out.AssignedNodes = []string{}
-	}
-	return out
-}
-
-func apiTask(t store.Task) api.Task {
-	out := api.Task{ID: t.ID, SuiteID: t.SuiteID, TaskSpec: t.Spec, State: t.State, Reason: t.Reason, Attempt: t.Attempt,
-		NodeID: t.NodeID, Result: t.Result, Failures: t.Failures, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
-	if out.Failures == nil {
-		out.Failures = []api.TaskFailure{}
-	}
-	return out
-}
-
 func suiteGroups(s store.Suite) []string {
 	if s.Spec.Group == "" {
 		return nil
@@ -115,10 +96,10 @@ func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error
 		return fmt.Errorf("create suite %s: %w", spec.Name, err)
 	}
 	s.log.Info("suite created", "suite", su.ID, "name", spec.Name, "owner", p.User)
-	out := apiSuite(su)
+	out := su.Wire()
 	// Accepted even if no node could run it now (nodes may come later),
 	// but said at once rather than found out after a long wait.
-	if out.WaitingReason, err = s.why.CreationWarning(r.Context(), su); err != nil {
+	if out.WaitingReason, err = s.dispatcher.Why.CreationWarning(r.Context(), su); err != nil {
 		s.log.Warn("explain new suite", "suite", su.ID, "err", err)
 	}
 	httpapi.WriteJSON(w, http.StatusCreated, out)
@@ -176,7 +157,7 @@ func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error 
 	}
 	out := api.SuiteList{Suites: make([]api.Suite, 0, len(suites)), Next: next}
 	for _, su := range suites {
-		out.Suites = append(out.Suites, apiSuite(su))
+		out.Suites = append(out.Suites, su.Wire())
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -187,13 +168,13 @@ func (s *Server) handleGetSuite(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := apiSuite(su)
+	out := su.Wire()
 	problems, err := s.store.SuiteProblems(r.Context(), su.ID, "")
 	if err != nil {
 		return fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
 	}
 	out.Problems = apiProblems(problems)
-	if out.WaitingReason, err = s.reasons.Get(su, func() (string, error) { return s.why.WaitingReason(r.Context(), su) }); err != nil {
+	if out.WaitingReason, err = s.reasons.Get(su, func() (string, error) { return s.dispatcher.Why.WaitingReason(r.Context(), su) }); err != nil {
 		return fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
@@ -220,17 +201,17 @@ func (s *Server) setSuiteState(w http.ResponseWriter, r *http.Request, to string
 		return fmt.Errorf("%s suite: %w", to, err)
 	}
 	if to == api.SuiteCancelled {
-		s.tellSuiteCancelled(r.Context(), su.ID)
+		s.dispatcher.SuiteCancelled(r.Context(), su.ID)
 	}
 	if to == api.SuiteClosed {
 		// Closed with nothing left: it completes now, not at the tick.
-		s.completeIfDone(r.Context(), su.ID)
+		s.dispatcher.CompleteIfDone(r.Context(), su.ID)
 		if su, err = s.store.GetSuite(r.Context(), su.ID); err != nil {
 			return err
 		}
 	}
-	s.suiteChanged(r.Context(), su.ID)
-	httpapi.WriteJSON(w, http.StatusOK, apiSuite(su))
+	s.dispatcher.SuiteChanged(r.Context(), su.ID)
+	httpapi.WriteJSON(w, http.StatusOK, su.Wire())
 	return nil
 }
 
@@ -243,25 +224,6 @@ func (s *Server) handleCancelSuite(w http.ResponseWriter, r *http.Request) error
 }
 
 // AssignRequest is the body of POST /v1/suites/{suite}/assign.
-// stopSuiteOn keeps a suite off a node where its pool was stopped by hand,
-// until it is assigned there again.
-func (s *Server) stopSuiteOn(ctx context.Context, suiteID, nodeID string) error {
-	_, err := s.store.UpdateSuite(ctx, suiteID, func(su *store.Suite) error {
-		if !slices.Contains(su.StoppedNodes, nodeID) {
-			su.StoppedNodes = append(su.StoppedNodes, nodeID)
-		}
-		return nil
-	})
-	if errdefs.IsNotFound(err) {
-		return nil // the suite is gone
-	}
-	if err != nil {
-		return fmt.Errorf("keep suite %s off node %s: %w", suiteID, nodeID, err)
-	}
-	s.log.Info("suite stopped by hand on a node; it is not offered there until assigned again", "suite", suiteID, "node", nodeID)
-	return nil
-}
-
 type assignRequest struct {
 	Nodes []string `json:"nodes"` // node IDs or names; empty: back to automatic assignment
 	// Add keeps the nodes assigned already: the suite runs on those and
@@ -310,9 +272,8 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return fmt.Errorf("assign suite: %w", err)
 	}
-	s.dispatch.fetches.Recheck(su.ID, "") // nodes left out take no more
-	s.suiteChanged(r.Context(), su.ID)
-	httpapi.WriteJSON(w, http.StatusOK, apiSuite(su))
+	s.dispatcher.Assigned(r.Context(), su.ID)
+	httpapi.WriteJSON(w, http.StatusOK, su.Wire())
 	return nil
 }
 
@@ -341,13 +302,13 @@ func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error
 		ids[i] = auth.NewID("k-")
 		tasks[i] = store.Task{ID: ids[i], SuiteID: su.ID, Spec: spec, State: api.TaskReady, CreatedAt: now, UpdatedAt: now}
 	}
-	if err := s.resolveAfter(r.Context(), su.ID, tasks); err != nil {
+	if err := dispatch.ResolveAfter(r.Context(), s.store, su.ID, tasks); err != nil {
 		return fmt.Errorf("submit tasks to suite %s: %w", su.Spec.Name, err)
 	}
 	if err := s.store.AddTasks(r.Context(), su.ID, tasks); err != nil {
 		return fmt.Errorf("submit tasks to suite %s: %w", su.Spec.Name, err)
 	}
-	s.suiteChanged(r.Context(), su.ID)
+	s.dispatcher.SuiteChanged(r.Context(), su.ID)
 	httpapi.WriteJSON(w, http.StatusCreated, api.SubmitResult{IDs: ids})
 	return nil
 }
@@ -389,7 +350,7 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := api.TaskList{Tasks: make([]api.Task, 0, len(tasks)), Next: next}
 	for _, t := range tasks {
-		out.Tasks = append(out.Tasks, apiTask(t))
+		out.Tasks = append(out.Tasks, t.Wire())
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -415,7 +376,7 @@ func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, apiTask(t))
+	httpapi.WriteJSON(w, http.StatusOK, t.Wire())
 	return nil
 }
 
@@ -436,11 +397,20 @@ func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request) error 
 			s.log.Warn("tell node to cancel task", "task", t.ID, "node", before.NodeID, "err", err)
 		}
 	}
-	s.completeIfDone(r.Context(), t.SuiteID)
+	s.dispatcher.CompleteIfDone(r.Context(), t.SuiteID)
 	t, err = s.store.GetTask(r.Context(), t.ID)
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, apiTask(t))
+	httpapi.WriteJSON(w, http.StatusOK, t.Wire())
 	return nil
+}
+
+// apiProblems is a suite's problems in their wire form.
+func apiProblems(ps []store.SuiteProblem) []api.SuiteProblem {
+	out := make([]api.SuiteProblem, len(ps))
+	for i, p := range ps {
+		out[i] = p.SuiteProblem
+	}
+	return out
 }

@@ -126,7 +126,7 @@ func TestWaitingReason(t *testing.T) {
 					t.Fatalf("suiteLeave(%+v) = %v", *tc.leave, err)
 				}
 			}
-			got, err := s.why.WaitingReason(t.Context(), su)
+			got, err := s.dispatcher.Why.WaitingReason(t.Context(), su)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +142,7 @@ func TestWaitingReason(t *testing.T) {
 				if !n.online {
 					continue
 				}
-				next, err := s.nextSuite(t.Context(), n.id)
+				next, err := s.dispatcher.NextSuite(t.Context(), n.id)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -223,8 +223,16 @@ func TestCleanupProblemShown(t *testing.T) {
 	if diff := cmp.Diff(want, got.Problems, cmpopts.IgnoreFields(api.SuiteProblem{}, "At")); diff != "" {
 		t.Errorf("GET suite problems mismatch (-want +got):\n%s", diff)
 	}
-	if ts.dispatch.prepare.Recently(su.ID, id) {
-		t.Errorf("a failed cleanup keeps the suite off %s as a failed prepare would", id)
+	stored, err := ts.backend.GetSuite(t.Context(), su.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := ts.backend.GetNode(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := ts.dispatcher.Why.WhyNot(stored, node); m != nil {
+		t.Errorf("a failed cleanup keeps the suite off %s (%v), as a failed prepare would", id, m)
 	}
 
 	if _, err := h.suiteLeave(t.Context(), mustJSON(t, api.SuiteLeave{SuiteID: su.ID, Reason: "complete"})); err != nil {

@@ -1,11 +1,9 @@
-package server
+package dispatch
 
 import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 )
 
 // A node works on one suite at a time, and tasks.fetch is where the
@@ -27,47 +25,31 @@ const notThisNodes = "the suite is no longer this node's to run: it is assigned 
 
 // moveOn says why the node should leave the suite instead of claiming
 // more of its tasks, or "" when it should stay.
-func (s *Server) moveOn(ctx context.Context, suiteID, nodeID string) (string, error) {
-	due, idle := s.dispatch.fetches.Due(suiteID, nodeID)
+func (d *Dispatcher) moveOn(ctx context.Context, suiteID, nodeID string) (string, error) {
+	due, idle := d.fetches.Due(suiteID, nodeID)
 	if !due {
 		return "", nil
 	}
-	su, err := s.store.GetSuite(ctx, suiteID)
+	su, err := d.store.GetSuite(ctx, suiteID)
 	if err != nil {
 		return "", err
 	}
-	n, err := s.store.GetNode(ctx, nodeID)
+	n, err := d.store.GetNode(ctx, nodeID)
 	if err != nil {
 		return "", err
 	}
-	if dispatch.Placement(su, n) != nil {
+	if Placement(su, n) != nil {
 		return notThisNodes, nil
 	}
-	next, err := s.nextSuite(ctx, nodeID)
+	next, err := d.NextSuite(ctx, nodeID)
 	if err != nil || next == nil || next.ID == suiteID {
 		return "", err
 	}
 	switch {
 	case next.Spec.Priority > su.Spec.Priority:
 		return fmt.Sprintf("suite %s of higher priority (%d > %d) has tasks ready", next.Spec.Name, next.Spec.Priority, su.Spec.Priority), nil
-	case idle >= s.cfg.IdleSuiteGrace:
+	case idle >= d.cfg.IdleSuiteGrace:
 		return fmt.Sprintf("nothing to run here for %s while suite %s has tasks ready", idle.Round(time.Second), next.Spec.Name), nil
 	}
 	return "", nil
-}
-
-// sharesLoop forgets, every SuiteTick, the fair-share members that left
-// without saying so. Each replica's dispatcher keeps its own shares, so
-// this runs on every replica, leader or not.
-func (s *Server) sharesLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.SuiteTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.dispatch.shares.Prune(s.hub.Get)
-		}
-	}
 }

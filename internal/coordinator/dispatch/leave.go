@@ -1,4 +1,4 @@
-package server
+package dispatch
 
 import (
 	"context"
@@ -7,17 +7,16 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
-// noteSuiteLeave keeps what an agent said when it left a suite: a prepare
+// noteLeave keeps what an agent said when it left a suite: a prepare
 // failure becomes the suite's problem on that node (and the dispatcher
 // backs off), and so does a cleanup hook that failed after the suite ran
 // (the suite's state is not touched); leaving after the suite ran, and
 // cleaned up, clears an older problem.
-func (s *Server) noteSuiteLeave(ctx context.Context, nodeID string, req api.SuiteLeave) error {
+func (d *Dispatcher) noteLeave(ctx context.Context, nodeID string, req api.SuiteLeave) error {
 	if req.Stopped {
-		return s.stopSuiteOn(ctx, req.SuiteID, nodeID)
+		return d.stopSuiteOn(ctx, req.SuiteID, nodeID)
 	}
 	p := req.Problem
 	if p == nil && strings.HasPrefix(req.Reason, "prepare-failed") {
@@ -27,8 +26,8 @@ func (s *Server) noteSuiteLeave(ctx context.Context, nodeID string, req api.Suit
 	}
 	if p == nil {
 		if ranFine(req.Reason) {
-			s.dispatch.prepare.Clear(req.SuiteID, nodeID)
-			return s.store.ClearSuiteProblem(ctx, req.SuiteID, nodeID)
+			d.prepare.Clear(req.SuiteID, nodeID)
+			return d.store.ClearSuiteProblem(ctx, req.SuiteID, nodeID)
 		}
 		return nil
 	}
@@ -37,20 +36,20 @@ func (s *Server) noteSuiteLeave(ctx context.Context, nodeID string, req api.Suit
 	default:
 		return errdefs.Field("problem.stage", "must be %s, %s or %s, got %q", api.StagePrepare, api.StageWorkers, api.StageCleanup, p.Stage)
 	}
-	if ok, err := s.why.MayRun(ctx, req.SuiteID, nodeID); err != nil || !ok {
+	if ok, err := d.Why.MayRun(ctx, req.SuiteID, nodeID); err != nil || !ok {
 		return err // a node that may not run the suite has nothing to say of it
 	}
 	if p.Stage == api.StageCleanup {
 		// The suite ran here, so its prepare works: the dispatcher need
 		// not keep it off the node. The problem is kept all the same.
-		s.dispatch.prepare.Clear(req.SuiteID, nodeID)
+		d.prepare.Clear(req.SuiteID, nodeID)
 	} else {
-		s.dispatch.prepare.Note(req.SuiteID, nodeID)
+		d.prepare.Note(req.SuiteID, nodeID)
 	}
 	kept := api.SuiteProblem{NodeID: nodeID, Stage: p.Stage, ExitCode: p.ExitCode,
 		Reason: cutTail(p.Reason, api.MaxProblemReason, true), OutputTail: cutTail(p.OutputTail, api.MaxProblemOutput, false),
 		At: time.Now().UTC()}
-	err := s.store.PutSuiteProblem(ctx, req.SuiteID, kept)
+	err := d.store.PutSuiteProblem(ctx, req.SuiteID, kept)
 	if errdefs.IsNotFound(err) {
 		return nil // the suite or node is gone: nothing to explain
 	}
@@ -62,36 +61,4 @@ func (s *Server) noteSuiteLeave(ctx context.Context, nodeID string, req api.Suit
 func ranFine(reason string) bool {
 	return reason == "complete" || reason == "cancelled" ||
 		strings.HasPrefix(reason, "shutdown") || strings.HasPrefix(reason, "moved on")
-}
-
-// cutTail bounds s to n bytes: its head for a reason, its tail for output.
-func cutTail(s string, n int, head bool) string {
-	if len(s) <= n {
-		return s
-	}
-	if head {
-		return strings.ToValidUTF8(s[:n], "")
-	}
-	return strings.ToValidUTF8(s[len(s)-n:], "")
-}
-
-// apiProblems is a suite's problems in their wire form.
-func apiProblems(ps []store.SuiteProblem) []api.SuiteProblem {
-	out := make([]api.SuiteProblem, len(ps))
-	for i, p := range ps {
-		out[i] = p.SuiteProblem
-	}
-	return out
-}
-
-// whySessions is dispatch.Sessions over the server's hub.
-type whySessions struct{ s *Server }
-
-func (w whySessions) Work(nodeID string) (state, suiteID string, connected bool) {
-	sess := w.s.hub.Get(nodeID)
-	if sess == nil {
-		return "", "", false
-	}
-	state, suiteID = sess.Work()
-	return state, suiteID, true
 }

@@ -1,4 +1,4 @@
-package server
+package dispatch
 
 import (
 	"context"
@@ -6,14 +6,21 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
-// resolveAfter turns each task's After (IDs or names, of tasks in the
+// TaskFinder finds a suite's tasks.
+type TaskFinder interface {
+	GetTask(ctx context.Context, id string) (store.Task, error)
+	ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task, error)
+}
+
+// ResolveAfter turns each task's After (IDs or names, of tasks in the
 // batch or already in the suite) into task IDs, and refuses names given
 // twice and cycles. ids are the batch's new task IDs, in order.
-func (s *Server) resolveAfter(ctx context.Context, suiteID string, tasks []store.Task) error {
+func ResolveAfter(ctx context.Context, st TaskFinder, suiteID string, tasks []store.Task) error {
 	byName := map[string]int{}
 	byID := map[string]int{}
 	for i, t := range tasks {
@@ -39,7 +46,7 @@ func (s *Server) resolveAfter(ctx context.Context, suiteID string, tasks []store
 				edges[i] = append(edges[i], j)
 				continue
 			}
-			dep, err := s.taskInSuite(ctx, suiteID, ref)
+			dep, err := TaskInSuite(ctx, st, suiteID, ref)
 			if err != nil {
 				return errdefs.Field(fmt.Sprintf("tasks[%d].after[%d]", i, k), "%v", err)
 			}
@@ -59,12 +66,12 @@ func (s *Server) resolveAfter(ctx context.Context, suiteID string, tasks []store
 	return nil
 }
 
-// taskInSuite finds a stored task of the suite by ID or name.
-func (s *Server) taskInSuite(ctx context.Context, suiteID, ref string) (store.Task, error) {
-	if t, err := s.store.GetTask(ctx, ref); err == nil && t.SuiteID == suiteID {
+// TaskInSuite finds a stored task of the suite by ID or name.
+func TaskInSuite(ctx context.Context, st TaskFinder, suiteID, ref string) (store.Task, error) {
+	if t, err := st.GetTask(ctx, ref); err == nil && t.SuiteID == suiteID {
 		return t, nil
 	}
-	found, err := s.store.ListTasks(ctx, store.TaskFilter{SuiteID: suiteID, Name: ref, Page: store.Page{Limit: 1}})
+	found, err := st.ListTasks(ctx, store.TaskFilter{SuiteID: suiteID, Name: ref, Page: store.Page{Limit: 1}})
 	if err != nil {
 		return store.Task{}, err
 	}
@@ -111,4 +118,45 @@ func findCycle(edges [][]int) []int {
 		}
 	}
 	return nil
+}
+
+// resolveInputs adds to a claimed task the outputs of the tasks its
+// input_from names, as inputs. One that is not there becomes an input
+// with an Error, and the agent fails the attempt with it.
+func (d *Dispatcher) resolveInputs(ctx context.Context, t *api.Task) {
+	for _, in := range t.InputFrom {
+		dep, err := TaskInSuite(ctx, d.store, t.SuiteID, in.Task)
+		if err != nil {
+			t.Inputs = append(t.Inputs, api.TaskFile{Path: orName(in.As, in.Path, in.Task), Error: err.Error()})
+			continue
+		}
+		var outs []api.TaskFile
+		if dep.Result != nil {
+			outs = dep.Result.Outputs
+		}
+		found := false
+		for _, f := range outs {
+			if in.Path != "" && f.Path != in.Path {
+				continue
+			}
+			found = true
+			if in.As != "" {
+				f.Path = in.As
+			}
+			t.Inputs = append(t.Inputs, f)
+		}
+		if !found && in.Path != "" {
+			t.Inputs = append(t.Inputs, api.TaskFile{Path: orName(in.As, in.Path, in.Task),
+				Error: fmt.Sprintf("task %s produced no output %s", in.Task, in.Path)})
+		}
+	}
+}
+
+func orName(names ...string) string {
+	for _, n := range names {
+		if n != "" {
+			return n
+		}
+	}
+	return ""
 }

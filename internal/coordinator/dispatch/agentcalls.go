@@ -1,0 +1,279 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+)
+
+// What agents ask of the dispatcher, each call on the session of the agent
+// asking: the next suite, leaving one, fetching, reporting and returning
+// tasks.
+
+// MaxFetch bounds one tasks.fetch.
+const MaxFetch = 4096
+
+// maxOutputTail is the output kept per stream of a task attempt; the agent
+// caps it too.
+const maxOutputTail = 64 << 10
+
+// Next answers suite.next: the suite the node should run now, if any.
+func (d *Dispatcher) Next(ctx context.Context, sess Session) (api.SuiteNext, error) {
+	if sess.Draining() {
+		return api.SuiteNext{}, nil // its machine is about to go
+	}
+	su, err := d.NextSuite(ctx, sess.Node())
+	if err != nil || su == nil {
+		return api.SuiteNext{}, err
+	}
+	sess.Worked(time.Now())
+	// It counts among the suite's nodes from now, before its pool
+	// starts and fetches: the nodes fetching first leave it its share.
+	d.shares.Join(su.ID, sess.Node(), sess, d.workers(ctx, sess, su.Spec.WorkerSchedule))
+	out := su.Wire()
+	return api.SuiteNext{Suite: &out}, nil
+}
+
+// workers is how many workers the node runs for a suite with schedule ws:
+// its weight in the suite's fair shares. 0 if not known.
+func (d *Dispatcher) workers(ctx context.Context, sess Session, ws api.WorkerSchedule) int {
+	if ws.WorkerCount > 0 {
+		return ws.WorkerCount
+	}
+	n, err := d.store.GetNode(ctx, sess.Node())
+	if err != nil {
+		return 0
+	}
+	return ws.WorkersOn(n.Hardware)
+}
+
+// Leave answers suite.leave: the node is done with the suite for now.
+func (d *Dispatcher) Leave(ctx context.Context, sess Session, req api.SuiteLeave) error {
+	sess.Worked(time.Now())
+	// The agent has reported or returned every task of the suite before
+	// it leaves, so one still Running on the node is one it lost track
+	// of: it goes back to the queue rather than stay Running for ever.
+	if n, err := d.store.ReclaimSuiteTasks(ctx, req.SuiteID, sess.Node()); err != nil {
+		return fmt.Errorf("return the tasks node left running in suite %s: %w", req.SuiteID, err)
+	} else if n > 0 {
+		d.log.Warn("a node left a suite with tasks still running there; returned them to the queue",
+			"node", sess.Node(), "suite", req.SuiteID, "tasks", n, "reason", req.Reason)
+		d.wakeSuite(req.SuiteID, sess.Node())
+	}
+	if err := d.noteLeave(ctx, sess.Node(), req); err != nil {
+		return fmt.Errorf("note that node left suite %s: %w", req.SuiteID, err)
+	}
+	d.fetches.Forget(req.SuiteID, sess.Node())
+	d.shares.Leave(req.SuiteID, sess.Node())
+	d.log.Info("agent left suite", "node", sess.Node(), "suite", req.SuiteID, "reason", req.Reason)
+	return nil
+}
+
+// Fetch answers tasks.fetch: it claims up to req.Max of the suite's ready
+// tasks for the node, no more than its fair share, or says why the node
+// should move on.
+func (d *Dispatcher) Fetch(ctx context.Context, sess Session, req api.TasksFetch) (api.TasksFetched, error) {
+	if req.Max < 0 || req.Max > MaxFetch {
+		return api.TasksFetched{}, errdefs.Field("max", "must be between 0 and %d, got %d", MaxFetch, req.Max)
+	}
+	if sess.Draining() {
+		// Its machine is about to go: what it would claim now would
+		// only come back.
+		return yield("this node drains: its machine is about to be taken back"), nil
+	}
+	if why, err := d.moveOn(ctx, req.SuiteID, sess.Node()); err != nil {
+		return api.TasksFetched{}, err
+	} else if why != "" {
+		return yield(why), nil
+	}
+	// Several nodes on the suite: claim no more than this one's fair
+	// share (shares.go). Alone it takes what it asks for, at no cost.
+	want, total := req.Max, 0
+	var members []Share
+	if req.Max > 0 {
+		members = d.shares.Members(req.SuiteID, sess.Node(), sess, d.agents.Get)
+	}
+	var su *store.Suite // read once, when the cap or the answer needs it
+	if len(members) > 1 {
+		got, err := d.store.GetSuite(ctx, req.SuiteID)
+		if err != nil {
+			return api.TasksFetched{}, err
+		}
+		su = &got
+		if members[0].Workers == 0 { // it fetched without suite.next here (a server restart)
+			members[0].Workers = d.workers(ctx, sess, su.Spec.WorkerSchedule)
+			d.shares.Join(req.SuiteID, sess.Node(), sess, members[0].Workers)
+		}
+		total = su.Counts.Ready + su.Counts.Running
+		want = FairCap(total, req.Max, members)
+	}
+	// The store authorizes every claim, one of 0 tasks too: moveOn looks
+	// at most once a second, the store every time, and it decides.
+	claimed, err := d.store.ClaimTasks(ctx, req.SuiteID, sess.Node(), want)
+	if errors.Is(err, errdefs.ErrPermission) {
+		d.fetches.Recheck(req.SuiteID, sess.Node())
+		d.shares.Leave(req.SuiteID, sess.Node())
+		d.log.Info("claim refused", "node", sess.Node(), "suite", req.SuiteID, "why", errdefs.Message(err))
+		return yield(notThisNodes), nil
+	} else if err != nil {
+		return api.TasksFetched{}, err
+	}
+	if len(claimed) > 0 {
+		d.shares.Claimed(req.SuiteID, sess.Node(), sess, len(claimed))
+	}
+	// A node held to its share has work: only one that found the
+	// suite empty counts towards moving on.
+	if req.Max > 0 && want > 0 {
+		d.fetches.NoteClaim(req.SuiteID, sess.Node(), len(claimed))
+	}
+	if len(members) > 1 && len(claimed) < want {
+		// Nothing more is Ready while the node is short of its share:
+		// the nodes holding more than theirs give the excess back.
+		members[0].Held += len(claimed)
+		for nodeID, n := range PlanGiveback(total, members) {
+			d.giveback(req.SuiteID, nodeID, n)
+		}
+	}
+	d.metrics.tasksClaimed.Add(float64(len(claimed)))
+	out := api.TasksFetched{Tasks: make([]api.Task, len(claimed)), Remaining: -1}
+	for i, t := range claimed {
+		out.Tasks[i] = t.Wire()
+		if len(t.Spec.InputFrom) > 0 {
+			d.resolveInputs(ctx, &out.Tasks[i])
+		}
+	}
+	if len(claimed) < req.Max || req.Max == 0 {
+		// The read before the claim is still good: nothing this fetch
+		// did changes the suite's state, and fewer claimed means the
+		// Ready it saw is what is left to others.
+		if su == nil || len(claimed) > 0 {
+			got, err := d.store.GetSuite(ctx, req.SuiteID)
+			if err != nil {
+				return api.TasksFetched{}, err
+			}
+			su = &got
+		}
+		c := su.Counts
+		out.SuiteState, out.Remaining = su.State, c.Ready
+		out.Done = su.State == api.SuiteComplete || su.State == api.SuiteCancelled ||
+			(su.State == api.SuiteClosed && c.Pending == 0 && c.Ready == 0 && c.Running == 0)
+	}
+	return out, nil
+}
+
+// yield is a fetch's answer that claims nothing and tells the node to
+// move on, and why.
+func yield(why string) api.TasksFetched {
+	return api.TasksFetched{Tasks: []api.Task{}, Remaining: -1, Yield: why}
+}
+
+// Report answers tasks.report: it applies the attempts the node finished
+// (the first report of an attempt wins), and says how many applied.
+func (d *Dispatcher) Report(ctx context.Context, sess Session, req api.TasksReport) (int, error) {
+	now := time.Now().UTC()
+	attempts := make([]store.Attempt, 0, len(req.Reports))
+	for i, r := range req.Reports {
+		a, err := d.attempt(sess.Node(), "reports["+strconv.Itoa(i)+"]", r, now)
+		if err != nil {
+			return 0, err
+		}
+		attempts = append(attempts, a)
+	}
+	done, err := d.store.FinishAttempts(ctx, sess.Node(), attempts, d.retryPolicy)
+	if err != nil {
+		return 0, err
+	}
+	d.metrics.tasksReported.Add(float64(done.Applied))
+	d.stopSuperseded(ctx, done.Superseded)
+	for _, id := range done.Released { // dependents became Ready: wake their nodes
+		d.SuiteChanged(ctx, id)
+	}
+	// If these were the suite's last tasks, it completes now rather than
+	// at the next tick. They can only be if the node holds none of its
+	// tasks any more (as counted here; a node this server has not seen
+	// fetch is looked at every time).
+	drained, member := d.shares.Settled(sess.Node(), len(req.Reports), false)
+	if _, current := sess.Work(); !member && current != "" {
+		drained = append(drained, current)
+	}
+	for _, id := range drained {
+		d.CompleteIfDone(ctx, id)
+	}
+	for _, r := range req.Reports {
+		d.metrics.taskReports.WithLabelValues(r.Outcome).Inc()
+	}
+	return done.Applied, nil
+}
+
+// attempt is one report as the store applies it. An invalid result is
+// not stored as it came: the attempt fails with the reason, so the rest
+// of the batch and the task's retries go on.
+func (d *Dispatcher) attempt(nodeID, field string, r api.TaskReport, now time.Time) (store.Attempt, error) {
+	switch r.Outcome {
+	case api.OutcomeSucceeded, api.OutcomeFailed, api.OutcomeStopped:
+	default:
+		return store.Attempt{}, errdefs.Field(field+".outcome", "must be succeeded, failed or stopped, got %q", r.Outcome)
+	}
+	res := r.Result
+	res.Stdout, res.Stderr = tail(res.Stdout), tail(res.Stderr)
+	res.NodeID, res.FinishedAt = nodeID, now
+	if err := CheckResultFiles(field+".result", res); err != nil {
+		d.log.Warn("invalid task result", "node", nodeID, "task", r.TaskID, "err", err)
+		res.Outputs, res.Missing = nil, nil
+		r.Outcome, r.Reason = api.OutcomeFailed, "the agent reported an invalid result: "+errdefs.Message(err)
+	}
+	a := store.Attempt{TaskID: r.TaskID, Attempt: r.Attempt, Outcome: r.Outcome, Result: res}
+	if r.Outcome == api.OutcomeFailed {
+		a.Failure = &api.TaskFailure{Attempt: r.Attempt, NodeID: nodeID, ExitCode: res.ExitCode,
+			Signal: res.Signal, Reason: r.Reason, Stdout: res.Stdout, Stderr: res.Stderr, At: now}
+	}
+	return a, nil
+}
+
+// Return answers tasks.return: the node gives back tasks it claimed and
+// did not start; it says how many were its to return.
+func (d *Dispatcher) Return(ctx context.Context, sess Session, req api.TasksReturn) (int, error) {
+	n, err := d.store.ReturnTasks(ctx, sess.Node(), req.TaskIDs)
+	if err != nil {
+		return 0, err
+	}
+	d.metrics.tasksReturned.Add(float64(n))
+	d.shares.Settled(sess.Node(), len(req.TaskIDs), true)
+	if n > 0 {
+		// Ready again: whoever runs the suite or is idle may take them
+		// (a giveback's asker waits for exactly this).
+		suites := d.shares.SuitesOf(sess.Node())
+		if _, current := sess.Work(); len(suites) == 0 && current != "" {
+			suites = append(suites, current)
+		}
+		for _, id := range suites {
+			d.wakeSuite(id, sess.Node())
+		}
+	}
+	return n, nil
+}
+
+func tail(s string) string {
+	if len(s) <= maxOutputTail {
+		return s
+	}
+	return s[len(s)-maxOutputTail:]
+}
+
+// cutTail bounds s to n bytes: its head for a reason, its tail for output.
+func cutTail(s string, n int, head bool) string {
+	if len(s) <= n {
+		return s
+	}
+	if head {
+		return strings.ToValidUTF8(s[:n], "")
+	}
+	return strings.ToValidUTF8(s[len(s)-n:], "")
+}
