@@ -10,7 +10,6 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
-	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
 var archPattern = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
@@ -41,7 +40,7 @@ func (s *Server) handleAgentBinary(w http.ResponseWriter, r *http.Request) error
 	if machineID == "" || len(machineID) > 128 {
 		return errdefs.Field("machine_id", "must be 1-128 characters")
 	}
-	d, err := s.bindBootstrapMachine(ctx, t, machineID, r.RemoteAddr)
+	d, err := s.enroll.BindMachine(ctx, t, machineID, r.RemoteAddr)
 	if err != nil {
 		return err
 	}
@@ -66,25 +65,6 @@ func (s *Server) handleAgentBinary(w http.ResponseWriter, r *http.Request) error
 	w.Header().Set(orchestrate.DigestHeader, art.SHA256)
 	http.ServeContent(w, r, "nodemgr.gz", fi.ModTime(), f)
 	return nil
-}
-
-// bindBootstrapMachine binds a bootstrap token's deployment to the
-// machine id of the first machine that fetches with it; a later fetch
-// from another machine id is refused, as its registration would be.
-func (s *Server) bindBootstrapMachine(ctx context.Context, t store.Token, machineID, from string) (store.Deployment, error) {
-	d, err := s.store.UpdateDeployment(ctx, t.DeploymentID, func(cur *store.Deployment) error {
-		if cur.MachineID == "" {
-			cur.MachineID = machineID
-		}
-		return nil
-	})
-	if errdefs.IsNotFound(err) {
-		return d, fmt.Errorf("join token %s was made for a pool machine that is gone: %w", t.ID, errdefs.ErrPermission)
-	}
-	if err != nil {
-		return d, fmt.Errorf("fetch the agent: %w", err)
-	}
-	return d, s.checkBootstrapMachine(ctx, t, api.RegisterRequest{MachineID: machineID}, from)
 }
 
 // poolEvent records an event of a pool; a failure to is logged, not

@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/http"
-	"path/filepath"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -21,53 +18,13 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/base/proto"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
+	"github.com/nodemgr/nodemgr/internal/coordinator/enroll"
 	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
-	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
 // maxFrame caps one WebSocket message from an agent.
 const maxFrame = 1 << 20
-
-func validState(s string) bool {
-	switch s {
-	case api.AgentIdle, api.AgentPreparing, api.AgentExecuting, api.AgentCleanup, api.AgentShuttingDown, api.AgentDraining:
-		return true
-	}
-	return false
-}
-
-func validateRegister(req api.RegisterRequest) error {
-	if req.MachineID == "" || len(req.MachineID) > 128 {
-		return errdefs.Field("machine_id", "must be 1-128 characters")
-	}
-	if !filepath.IsAbs(req.DataDir) || len(req.DataDir) > 4096 {
-		return errdefs.Field("data_dir", "must be an absolute path, got %q", req.DataDir)
-	}
-	if err := validate.Name("name", req.Name); err != nil {
-		return err
-	}
-	if err := validate.Tags("tags", req.Tags); err != nil {
-		return err
-	}
-	if err := validate.Labels("labels", req.Labels); err != nil {
-		return err
-	}
-	if err := validate.Groups("groups", req.Groups); err != nil {
-		return err
-	}
-	return validateHardware("hardware", req.Hardware)
-}
-
-func validateHardware(field string, hw api.Hardware) error {
-	if hw.Cores < 0 || hw.Cores > 1<<16 {
-		return errdefs.Field(field+".cores", "must be between 0 and 65536, got %d", hw.Cores)
-	}
-	if len(hw.GPUs) > 1024 {
-		return errdefs.Field(field+".gpus", "at most 1024 GPUs, got %d", len(hw.GPUs))
-	}
-	return nil
-}
 
 // handleRegister admits an agent. A join token only ever creates a node:
 // the key of a node, (machine_id, data_dir), is readable by any local user,
@@ -88,180 +45,13 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	if err := validateRegister(req); err != nil {
-		return err
-	}
-	if kind == api.TokenJoin && t.DeploymentID != "" {
-		if err := s.checkBootstrapMachine(ctx, t, req, r.RemoteAddr); err != nil {
-			return err
-		}
-	}
-	var n store.Node
-	switch {
-	case kind == api.TokenNode:
-		n, err = s.rejoinNode(ctx, t.NodeID, req)
-	case t.NodeID != "":
-		n, err = s.rejoinWithToken(ctx, t, req)
-	default:
-		n, err = s.joinNode(ctx, t, req)
-	}
-	if err != nil {
-		return err
-	}
-	resp, err := s.issueCredential(ctx, n.ID)
+	n, resp, err := s.enroll.Register(ctx, t, kind, req, r.RemoteAddr)
 	if err != nil {
 		return err
 	}
 	s.log.Info("node registered", "node", n.ID, "name", n.Name, "machine_id", n.MachineID, "data_dir", n.DataDir, "with", kind)
 	httpapi.WriteJSON(w, http.StatusOK, resp)
 	return nil
-}
-
-// joinNode creates a node with a join token. A node already registered for
-// the machine and data dir is a conflict: the token cannot adopt it.
-func (s *Server) joinNode(ctx context.Context, jt store.Token, req api.RegisterRequest) (store.Node, error) {
-	// A join token scoped to groups admits nodes into those groups only.
-	if len(jt.Groups) > 0 {
-		for i, g := range req.Groups {
-			if !slices.Contains(jt.Groups, g) {
-				return store.Node{}, errdefs.Field(fmt.Sprintf("groups[%d]", i), "the join token does not admit nodes into group %q; ask for a join token of that group", g)
-			}
-		}
-	}
-	now := time.Now().UTC()
-	groups := slices.Clone(req.Groups)
-	for _, g := range jt.Groups {
-		if !slices.Contains(groups, g) {
-			groups = append(groups, g)
-		}
-	}
-	slices.Sort(groups)
-	// The use is spent with the node's creation, in one transaction: a
-	// refused registration (a conflict) leaves the token as it was.
-	n, err := s.store.JoinNode(ctx, jt.ID, now, store.Node{
-		ID: auth.NewID("n-"), Name: req.Name, MachineID: req.MachineID, DataDir: req.DataDir,
-		Tags: req.Tags, Labels: req.Labels, Groups: groups, Hardware: req.Hardware,
-		Status: api.StatusOffline, StatusReason: "registered; waiting for the agent to connect",
-		AgentState: api.AgentIdle, AgentVersion: req.AgentVersion, RegisteredAt: now, UpdatedAt: now,
-	})
-	if errors.Is(err, errdefs.ErrConflict) {
-		return store.Node{}, errdefs.Conflict("a node is already registered for machine %s and data dir %s, and a join token cannot take it over: "+
-			"the agent re-joins with its own credential (its state file in the data dir), or an admin creates a re-join token bound to that node "+
-			"(nodemgr join-token create --node NODE), or removes the node (nodemgr node rm NODE)", req.MachineID, req.DataDir)
-	}
-	if errors.Is(err, errdefs.ErrPermission) {
-		return store.Node{}, fmt.Errorf("join token %s: %w", jt.ID, err) // spent or expired
-	}
-	if err != nil {
-		return store.Node{}, fmt.Errorf("register node: %w", err)
-	}
-	if jt.DeploymentID != "" {
-		// The orchestrator made this token for one machine: its node is
-		// that deployment's.
-		if err := s.store.LinkDeploymentNode(ctx, jt.DeploymentID, n.ID); err != nil {
-			return store.Node{}, fmt.Errorf("register node: %w", err)
-		}
-		s.hub.WakeOrchestrator()
-	}
-	return n, nil
-}
-
-// checkBootstrapMachine refuses a pool machine's join token from any
-// machine but that one: before it made the token, the orchestrator read
-// through its executor the machine id the machine's agent registers with
-// (store.Deployment.MachineID). It runs before the token's use is counted,
-// so an impostor leaves it to the machine's own agent. The answer names
-// neither id, or whoever holds a leaked token would learn which to claim;
-// the pool machine's events say what came from where.
-func (s *Server) checkBootstrapMachine(ctx context.Context, jt store.Token, req api.RegisterRequest, from string) error {
-	d, err := s.store.GetDeployment(ctx, jt.DeploymentID)
-	if errdefs.IsNotFound(err) {
-		return fmt.Errorf("join token %s was made for a pool machine that is gone; register with a join token of your own (nodemgr join-token create): %w",
-			jt.ID, errdefs.ErrPermission)
-	}
-	if err != nil {
-		return fmt.Errorf("register node: %w", err)
-	}
-	if d.MachineID == "" || d.MachineID == req.MachineID {
-		return nil
-	}
-	pool, machine := d.Labels[orchestrate.LabelPool], d.Labels[orchestrate.LabelMachine]
-	s.log.Warn("bootstrap token used from another machine", "token", jt.ID, "deployment", d.ID, "pool", pool, "machine", machine,
-		"from", from, "machine_id", req.MachineID, "want_machine_id", d.MachineID)
-	if pool != "" {
-		msg := fmt.Sprintf("refused a registration with machine %s's bootstrap token from %s: its agent's machine id %q is not the machine's (%s); "+
-			"the token may have leaked, and stays unused for the machine's own agent", machine, from, req.MachineID, d.MachineID)
-		s.poolEvent(ctx, pool, machine, "refused", msg)
-	}
-	return fmt.Errorf("join token %s was made for one pool machine, and this agent does not run on it (its machine id differs): "+
-		"a pool's bootstrap token registers only its own machine; register another machine with a join token of its own (nodemgr join-token create): %w",
-		jt.ID, errdefs.ErrPermission)
-}
-
-// rejoinWithToken re-joins the node an admin bound the join token to.
-func (s *Server) rejoinWithToken(ctx context.Context, jt store.Token, req api.RegisterRequest) (store.Node, error) {
-	// Check the machine before spending a use: a wrong one changes nothing.
-	n, err := s.store.GetNode(ctx, jt.NodeID)
-	if err != nil {
-		return store.Node{}, fmt.Errorf("re-join token %s: node %s: %w", jt.ID, jt.NodeID, err)
-	}
-	if err := sameMachine(n, req); err != nil {
-		return store.Node{}, err
-	}
-	if _, err := s.store.UseJoinToken(ctx, jt.ID, time.Now().UTC()); err != nil {
-		return store.Node{}, fmt.Errorf("join token %s: %w", jt.ID, err)
-	}
-	return s.rejoinNode(ctx, jt.NodeID, req)
-}
-
-// sameMachine checks that a re-join comes from the node's own machine and
-// data dir.
-func sameMachine(n store.Node, req api.RegisterRequest) error {
-	if n.MachineID == req.MachineID && n.DataDir == req.DataDir {
-		return nil
-	}
-	return fmt.Errorf("this credential belongs to node %s on machine %s, data dir %s, not to machine %s, data dir %s; "+
-		"register this agent with a join token instead: %w", n.ID, n.MachineID, n.DataDir, req.MachineID, req.DataDir, errdefs.ErrPermission)
-}
-
-// rejoinNode lets an agent take back its own node: same machine and data
-// dir, fresh name, hardware and version; tags and labels merged; groups kept.
-func (s *Server) rejoinNode(ctx context.Context, nodeID string, req api.RegisterRequest) (store.Node, error) {
-	n, err := s.store.UpdateNode(ctx, nodeID, func(n *store.Node) error {
-		if err := sameMachine(*n, req); err != nil {
-			return err
-		}
-		n.Name, n.Hardware, n.AgentVersion = req.Name, req.Hardware, req.AgentVersion
-		for _, tag := range req.Tags {
-			if !slices.Contains(n.Tags, tag) {
-				n.Tags = append(n.Tags, tag)
-			}
-		}
-		if n.Labels == nil {
-			n.Labels = map[string]string{}
-		}
-		maps.Copy(n.Labels, req.Labels)
-		return nil
-	})
-	if errdefs.IsNotFound(err) {
-		return store.Node{}, fmt.Errorf("node %s was removed; register with a join token: %w", nodeID, errdefs.ErrUnauthenticated)
-	}
-	if err != nil {
-		return store.Node{}, fmt.Errorf("re-join node %s: %w", nodeID, err)
-	}
-	return n, nil
-}
-
-// issueCredential replaces the node's credential with a fresh one.
-func (s *Server) issueCredential(ctx context.Context, nodeID string) (api.RegisterResponse, error) {
-	secret, hash := auth.NewSecret(api.TokenNode)
-	now := time.Now().UTC()
-	t := store.Token{ID: auth.NewID("t-"), Kind: api.TokenNode, NodeID: nodeID, Hash: hash,
-		CreatedAt: now, ExpiresAt: now.Add(s.cfg.CredentialTTL)}
-	if err := s.store.ReplaceNodeCredential(ctx, t); err != nil {
-		return api.RegisterResponse{}, fmt.Errorf("issue node credential: %w", err)
-	}
-	return api.RegisterResponse{NodeID: nodeID, Credential: secret, ExpiresAt: t.ExpiresAt}, nil
 }
 
 // handleConnect upgrades an agent's connection to the protocol WebSocket.
@@ -355,7 +145,7 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		if err := httpapi.DecodeStrict(body, &hb); err != nil {
 			return nil, err
 		}
-		if !validState(hb.State) {
+		if !enroll.ValidState(hb.State) {
 			return nil, errdefs.Field("state", "unknown agent state %q", hb.State)
 		}
 		now := time.Now().UTC()
@@ -380,7 +170,7 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		h.s.dispatcher.Reclaim(ctx, h.sess.NodeID, reason)
 		return struct{}{}, nil
 	case api.MethodRenew:
-		return h.s.issueCredential(ctx, h.sess.NodeID)
+		return h.s.enroll.Credential(ctx, h.sess.NodeID)
 	case api.MethodPresence:
 		return h.presence(body)
 	case api.MethodResourcesReport:
@@ -416,7 +206,7 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 	if err := httpapi.DecodeStrict(body, &hello); err != nil {
 		return nil, err
 	}
-	if !validState(hello.State) {
+	if !enroll.ValidState(hello.State) {
 		return nil, errdefs.Field("state", "unknown agent state %q", hello.State)
 	}
 	if hello.LastSeq > proto.MaxSeq {
@@ -427,7 +217,7 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 			return nil, err
 		}
 	}
-	if err := validateHardware("hardware", hello.Hardware); err != nil {
+	if err := enroll.ValidateHardware("hardware", hello.Hardware); err != nil {
 		return nil, err
 	}
 	if err := hub.ValidateNotices(hello.Notices); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/blob"
 	"github.com/nodemgr/nodemgr/internal/coordinator/catalog"
 	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
+	"github.com/nodemgr/nodemgr/internal/coordinator/enroll"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ensemble/deploy"
 	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
@@ -258,6 +259,7 @@ type Server struct {
 	// working, as the leader's orchestrator read it (their idle time).
 	remoteWork sync.Map
 	dispatcher *dispatch.Dispatcher // suites and tasks to agents
+	enroll     *enroll.Enroller     // admits agents
 	health     healthCheck
 	life       context.Context           // ends when Serve returns; for work that outlives a request
 	catalog    *catalog.Catalog          // templates, drivers and the machines they made
@@ -304,6 +306,8 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	}
 	s.hub = s.newHub(st)
 	s.dispatcher = s.newDispatcher()
+	s.enroll = enroll.New(enroll.Config{CredentialTTL: cfg.CredentialTTL}, s.store,
+		enroll.Hooks{WakeOrchestrator: s.hub.WakeOrchestrator, PoolEvent: s.poolEvent}, logger)
 	s.metrics = newMetrics(s)
 	if err := s.newOrchestrator(); err != nil {
 		return nil, err
