@@ -128,6 +128,7 @@ var tiers = map[string]tier{
 	"internal/coordinator/ui":                    tierCoordinator,
 
 	"cmd/nodemgr":       tierTop,
+	"internal/apidoc":   tierTop,
 	"cmd/release":       tierTop,
 	"internal/bench":    tierTop,
 	"internal/cli":      tierTop,

@@ -1,4 +1,6 @@
-package server
+// Package apidoc writes docs/api.md, the REST API reference, from the
+// server's OpenAPI document.
+package apidoc
 
 import (
 	"bytes"
@@ -10,15 +12,18 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-//go:generate go run gen_api_reference.go
+//go:generate go run gen.go
 
-// APIReference writes docs/api.md from openapi.yaml: every operation by
-// tag, in the document's order, with its method, path, summary, the
-// credential it takes and the schemas of its request and answers.
-// TestAPIReferenceFresh keeps the file equal to it.
-func APIReference(w io.Writer) error {
+// Document is where the OpenAPI document is, from the module's root.
+const Document = "internal/coordinator/server/openapi.yaml"
+
+// Reference writes docs/api.md from the OpenAPI document openapi: every
+// operation by tag, in the document's order, with its method, path,
+// summary, the credential it takes and the schemas of its request and
+// answers. TestReferenceFresh keeps the file equal to it.
+func Reference(w io.Writer, openapi []byte) error {
 	var doc apiDoc
-	if err := yaml.Unmarshal(openapiYAML, &doc); err != nil {
+	if err := yaml.Unmarshal(openapi, &doc); err != nil {
 		return fmt.Errorf("parse openapi.yaml: %w", err)
 	}
 	byTag := map[string][]apiRow{}
@@ -44,7 +49,7 @@ func APIReference(w io.Writer) error {
 	var b bytes.Buffer
 	b.WriteString("# nodemgr REST API reference\n\n")
 	b.WriteString("Generated from `internal/coordinator/server/openapi.yaml` by `go generate\n")
-	b.WriteString("./internal/coordinator/server`; do not edit. The server serves the document\n")
+	b.WriteString("./internal/apidoc`; do not edit. The server serves the document\n")
 	b.WriteString("itself at `GET /v1/openapi.json`, with every schema in full;\n")
 	b.WriteString("[api-guide.md](api-guide.md) tells how the API pages, fails and bounds its\n")
 	b.WriteString("input.\n\n")
