@@ -101,15 +101,15 @@ type ensembleAgents struct{ s *Server }
 func (a ensembleAgents) Connected(n store.Node) bool { return a.s.hub.Connected(n) }
 
 func (a ensembleAgents) Call(ctx context.Context, n store.Node, method, path string, in, out any) error {
-	return a.s.callAgent(ctx, n, method, path, in, out)
+	return a.s.containers.CallAgent(ctx, n, method, path, in, out)
 }
 
 func (a ensembleAgents) RunContainer(ctx context.Context, n store.Node, job api.ContainerJob) (api.Container, error) {
-	return a.s.deployOn(ctx, n, job)
+	return a.s.containers.DeployOn(ctx, n, job)
 }
 
 func (a ensembleAgents) DeleteContainer(ctx context.Context, n store.Node, id string) (api.Container, error) {
-	return a.s.deleteOn(ctx, n, id)
+	return a.s.containers.DeleteOn(ctx, n, id)
 }
 
 // Host is the address the agent connects from, else the node's name.

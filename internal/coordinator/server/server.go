@@ -23,6 +23,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/enroll"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ensemble/deploy"
 	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
+	"github.com/nodemgr/nodemgr/internal/coordinator/oncommand"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ui"
@@ -260,6 +261,7 @@ type Server struct {
 	remoteWork sync.Map
 	dispatcher *dispatch.Dispatcher // suites and tasks to agents
 	enroll     *enroll.Enroller     // admits agents
+	containers *oncommand.Commander // containers on command
 	health     healthCheck
 	life       context.Context           // ends when Serve returns; for work that outlives a request
 	catalog    *catalog.Catalog          // templates, drivers and the machines they made
@@ -306,6 +308,8 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	}
 	s.hub = s.newHub(st)
 	s.dispatcher = s.newDispatcher()
+	s.containers = oncommand.New(oncommand.Config{CallTimeout: forwardLongTimeout}, s.store,
+		oncommand.Hooks{CallLocal: s.callLocal, Resolve: s.resolveNode}, logger)
 	s.enroll = enroll.New(enroll.Config{CredentialTTL: cfg.CredentialTTL}, s.store,
 		enroll.Hooks{WakeOrchestrator: s.hub.WakeOrchestrator, PoolEvent: s.poolEvent}, logger)
 	s.metrics = newMetrics(s)
