@@ -94,6 +94,10 @@ type Hub struct {
 	replicas  replicaLives
 	relayWait relayWaiters
 
+	// Usage is the recent machine usage of the nodes connected here, as
+	// their heartbeats carry it: the dashboard's charts.
+	Usage UsageBook
+
 	// started is when the server began serving: every node's heartbeat as
 	// far as liveness goes; life ends when it stops. Both are set by
 	// Begin, before the first request.

@@ -151,7 +151,7 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		now := time.Now().UTC()
 		h.sess.Beat(now, hb.State, hb.SuiteID)
 		h.s.hub.RecordBeat(store.Heartbeat{NodeID: h.sess.NodeID, At: now, AgentState: hb.State, SuiteID: hb.SuiteID})
-		h.s.usage.record(h.sess.NodeID, now, hb.Usage)
+		h.s.hub.Usage.Record(h.sess.NodeID, now, hb.Usage)
 		return api.HeartbeatAck{ServerTime: now}, nil
 	case api.MethodGoodbye:
 		var g api.Goodbye

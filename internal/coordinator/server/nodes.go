@@ -271,7 +271,7 @@ func (s *Server) handleDeleteNode(w http.ResponseWriter, r *http.Request) error 
 	if err := s.store.DeleteNode(r.Context(), n.ID); err != nil {
 		return fmt.Errorf("delete node: %w", err)
 	}
-	s.usage.forget(n.ID)
+	s.hub.Usage.Forget(n.ID)
 	if err := s.store.DeleteDocument(r.Context(), booksKind, n.ID); err != nil && !errdefs.IsNotFound(err) {
 		s.log.Warn("forget a deleted node's books", "node", n.ID, "err", err)
 	}

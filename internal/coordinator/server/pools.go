@@ -42,58 +42,18 @@ func (c cluster) Render(ctx context.Context, template, provider string) (map[str
 	return r.Extra, err
 }
 
-// Demands lists the Open and Closed suites with Ready tasks that are not
-// assigned to named nodes, and how many online nodes serve each.
+// Demands lists the suites with Ready tasks that want nodes, and the
+// ensembles that wait for machines.
 func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
-	s := c.s
-	suites, err := s.store.ListSuites(ctx, store.SuiteFilter{States: []string{api.SuiteOpen, api.SuiteClosed}})
+	suites, err := c.s.dispatcher.Demands(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var nodes []store.Node
-	var out []orchestrate.Demand
-	claimed := map[string]bool{}
-	for _, su := range suites {
-		if su.Counts.Ready == 0 || len(su.AssignedNodes) > 0 {
-			continue
-		}
-		if nodes == nil {
-			if nodes, err = s.store.ListNodes(ctx, store.NodeFilter{Status: api.StatusOnline}); err != nil {
-				return nil, err
-			}
-		}
-		d := orchestrate.Demand{SuiteID: su.ID, Suite: su.Spec.Name, Priority: su.Spec.Priority, Ready: su.Counts.Ready,
-			WorkerCount: su.Spec.WorkerSchedule.WorkerCount, Tags: su.Spec.Tags, Group: su.Spec.Group}
-		if b := su.Spec.WorkerSchedule.CPUBinding; b != nil {
-			for _, core := range b.Cores {
-				d.Cores = max(d.Cores, core+1)
-			}
-		}
-		for _, n := range nodes {
-			sess := s.hub.Get(n.ID)
-			if sess == nil {
-				continue
-			}
-			state, cur := sess.Work()
-			switch {
-			case state == api.AgentShuttingDown || state == api.AgentDraining:
-				// Leaving: what it runs now will want another node.
-			case cur == su.ID:
-				d.Serving++
-			case !claimed[n.ID] && s.dispatcher.Why.WhyNot(su, n) == nil && !s.dispatcher.Why.Busy(n.ID):
-				// A free node takes one suite up: the first, by
-				// priority, that it may run.
-				claimed[n.ID] = true
-				d.Serving++
-			}
-		}
-		out = append(out, d)
-	}
-	ens, err := s.ensembles.Demands(ctx)
+	ens, err := c.s.ensembles.Demands(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return append(out, ens...), nil
+	return append(suites, ens...), nil
 }
 
 // NodeState says whether a node is connected, whether it has work (a

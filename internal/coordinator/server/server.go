@@ -268,7 +268,6 @@ type Server struct {
 	orch       *orchestrate.Orchestrator // nil until Serve
 	metrics    *metrics
 	scrapers   scraperAuth // /metrics tokens last accepted, for while the store does not answer
-	usage      usageBook   // the nodes' recent machine usage, for the dashboard's charts
 	dashboard  *ui.UI      // /ui/: calls the API in-process, as the logged-in user
 	reasons    dispatch.ReasonCache
 	handler    http.Handler
