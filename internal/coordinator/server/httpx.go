@@ -12,6 +12,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+	"github.com/nodemgr/nodemgr/internal/coordinator/tokens"
 )
 
 // maxBody caps request bodies; nothing the API takes is near it, but for
@@ -59,7 +60,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, kind string)
 		return store.Token{}, fmt.Errorf("missing token: set NODEMGR_TOKEN or NODEMGR_TOKEN_FILE, or pass --token-file (an admin's first token is in the server's data dir, file admin-token): %w", errdefs.ErrUnauthenticated)
 	}
 	if got := auth.KindOf(secret); got != kind {
-		return store.Token{}, fmt.Errorf("wrong kind of token: this endpoint takes a %s token: %w", kindName(kind), errdefs.ErrUnauthenticated)
+		return store.Token{}, fmt.Errorf("wrong kind of token: this endpoint takes a %s token: %w", tokens.KindName(kind), errdefs.ErrUnauthenticated)
 	}
 	t, err := s.store.TokenByHash(ctx, auth.Hash(secret))
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -74,16 +75,6 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, kind string)
 	s.hub.TouchToken(t.ID)
 	s.guard.authenticated(r.Context())
 	return t, nil
-}
-
-func kindName(kind string) string {
-	switch kind {
-	case api.TokenJoin:
-		return "join"
-	case api.TokenNode:
-		return "node credential"
-	}
-	return "API"
 }
 
 // userPrincipal authenticates an API token and loads its user.

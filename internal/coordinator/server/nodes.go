@@ -27,7 +27,7 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := apiUser(u)
+	out := u.Wire()
 	if !p.TokenExpires.IsZero() {
 		out.TokenExpiresAt = &p.TokenExpires
 	}

@@ -1,50 +1,19 @@
 package server
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"maps"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/base/atomicfile"
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+	"github.com/nodemgr/nodemgr/internal/coordinator/tokens"
 )
-
-// Default lifetimes of the tokens a user creates.
-const (
-	defaultAPITokenTTL  = 90 * 24 * time.Hour
-	defaultJoinTokenTTL = 24 * time.Hour
-)
-
-func apiUser(u store.User) api.User {
-	g := u.Groups
-	if g == nil {
-		g = map[string]string{}
-	}
-	return api.User{Name: u.Name, Admin: u.Admin, Groups: g, CreatedAt: u.CreatedAt}
-}
-
-func apiToken(t store.Token) api.Token {
-	out := api.Token{ID: t.ID, Kind: t.Kind, Name: t.Name, User: t.User, NodeID: t.NodeID, CreatedAt: t.CreatedAt,
-		Groups: t.Groups, MaxUses: t.MaxUses, Uses: t.Uses}
-	if !t.ExpiresAt.IsZero() {
-		e := t.ExpiresAt
-		out.ExpiresAt = &e
-	}
-	if !t.LastUsed.IsZero() {
-		l := t.LastUsed
-		out.LastUsed = &l
-	}
-	return out
-}
 
 func (s *Server) handleListUsers(w http.ResponseWriter, r *http.Request) error {
 	if err := principalFrom(r.Context()).RequireAdmin("list users"); err != nil {
@@ -62,7 +31,7 @@ func (s *Server) handleListUsers(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := api.UserList{Users: make([]api.User, 0, len(users)), Next: next}
 	for _, u := range users {
-		out.Users = append(out.Users, apiUser(u))
+		out.Users = append(out.Users, u.Wire())
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -98,7 +67,7 @@ func (s *Server) handleCreateUser(w http.ResponseWriter, r *http.Request) error 
 	if err := s.store.CreateUser(r.Context(), u); err != nil {
 		return fmt.Errorf("create user %s: %w", req.Name, err)
 	}
-	httpapi.WriteJSON(w, http.StatusCreated, apiUser(u))
+	httpapi.WriteJSON(w, http.StatusCreated, u.Wire())
 	return nil
 }
 
@@ -146,24 +115,8 @@ func (s *Server) handleSetMembership(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, apiUser(u))
+	httpapi.WriteJSON(w, http.StatusOK, u.Wire())
 	return nil
-}
-
-// parseTTL reads a token lifetime: def when empty, never more than the
-// server's cap.
-func (s *Server) parseTTL(ttl string, def time.Duration) (time.Duration, error) {
-	if ttl == "" {
-		return min(def, s.cfg.MaxTokenTTL), nil
-	}
-	d, err := time.ParseDuration(ttl)
-	if err != nil || d <= 0 {
-		return 0, errdefs.Field("ttl", "must be a positive Go duration such as 24h or 720h, at most %s (the server's --max-token-ttl), got %q", s.cfg.MaxTokenTTL, ttl)
-	}
-	if d > s.cfg.MaxTokenTTL {
-		return 0, errdefs.Field("ttl", "at most %s (the server's --max-token-ttl), got %s; ask for a shorter lifetime and rotate the token before it expires", s.cfg.MaxTokenTTL, ttl)
-	}
-	return d, nil
 }
 
 func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) error {
@@ -174,7 +127,7 @@ func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) error
 	if len(req.Groups) > 0 || req.MaxUses != 0 || req.Node != "" {
 		return errdefs.Field("groups", "only join tokens take groups, max_uses and node; use POST /v1/join-tokens")
 	}
-	ttl, err := s.parseTTL(req.TTL, defaultAPITokenTTL)
+	ttl, err := s.tokens.ParseTTL(req.TTL, tokens.DefaultAPITTL)
 	if err != nil {
 		return err
 	}
@@ -208,7 +161,7 @@ func (s *Server) handleCreateJoinToken(w http.ResponseWriter, r *http.Request) e
 	if req.MaxUses < 0 {
 		return errdefs.Field("max_uses", "must be 0 (unlimited) or more, got %d", req.MaxUses)
 	}
-	ttl, err := s.parseTTL(req.TTL, defaultJoinTokenTTL)
+	ttl, err := s.tokens.ParseTTL(req.TTL, tokens.DefaultJoinTTL)
 	if err != nil {
 		return err
 	}
@@ -253,30 +206,12 @@ func (s *Server) createRejoinToken(w http.ResponseWriter, r *http.Request, req a
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, t store.Token, ttl time.Duration) error {
-	out, err := s.storeNewToken(r.Context(), t, ttl)
+	out, err := s.tokens.Issue(r.Context(), t, ttl)
 	if err != nil {
 		return err
 	}
 	httpapi.WriteJSON(w, http.StatusCreated, out)
 	return nil
-}
-
-// storeNewToken gives t a fresh ID and secret and stores it; the answer
-// carries the secret, the only time it is shown.
-func (s *Server) storeNewToken(ctx context.Context, t store.Token, ttl time.Duration) (api.Token, error) {
-	secret, hash := auth.NewSecret(t.Kind)
-	now := time.Now().UTC()
-	t.ID, t.Hash, t.CreatedAt, t.ExpiresAt, t.Uses, t.LastUsed = auth.NewID("t-"), hash, now, now.Add(ttl), 0, time.Time{}
-	if err := s.store.CreateToken(ctx, t); err != nil {
-		return api.Token{}, fmt.Errorf("create token: %w", err)
-	}
-	out := apiToken(t)
-	out.Secret = secret
-	if pin := s.caFingerprint(); t.Kind == api.TokenJoin && pin != "" {
-		// The agent pins the server's CA by it before it sends the secret.
-		out.Secret, out.CAFingerprint = auth.WithPin(secret, pin), pin
-	}
-	return out, nil
 }
 
 // handleRotateToken replaces an API token with a new one of the same name,
@@ -285,7 +220,7 @@ func (s *Server) storeNewToken(ctx context.Context, t store.Token, ttl time.Dura
 // one is in the server's admin-token file, the file gets the new secret.
 func (s *Server) handleRotateToken(w http.ResponseWriter, r *http.Request) error {
 	p := principalFrom(r.Context())
-	old, err := s.findToken(r.Context(), api.TokenAPI, r.PathValue("token"))
+	old, err := s.tokens.Find(r.Context(), api.TokenAPI, r.PathValue("token"))
 	if err != nil {
 		return err
 	}
@@ -294,57 +229,13 @@ func (s *Server) handleRotateToken(w http.ResponseWriter, r *http.Request) error
 			return err
 		}
 	}
-	ttl := defaultAPITokenTTL
-	if !old.ExpiresAt.IsZero() {
-		ttl = old.ExpiresAt.Sub(old.CreatedAt)
-	}
-	out, err := s.storeNewToken(r.Context(), old, min(ttl, s.cfg.MaxTokenTTL))
+	out, err := s.tokens.Rotate(r.Context(), old)
 	if err != nil {
 		return err
-	}
-	if err := s.store.DeleteToken(r.Context(), old.ID); err != nil {
-		// Two live tokens would outlast the rotation: take the new one back.
-		s.store.DeleteToken(r.Context(), out.ID)
-		return fmt.Errorf("rotate token %s: revoke the old one: %w", old.ID, err)
-	}
-	if err := s.replaceAdminTokenFile(old, out.Secret); err != nil {
-		s.log.Warn("rotated the admin token but could not rewrite the admin-token file; it holds a revoked token now", "err", err)
 	}
 	s.log.Info("token rotated", "old", old.ID, "new", out.ID, "user", old.User, "by", p.User)
 	httpapi.WriteJSON(w, http.StatusCreated, out)
 	return nil
-}
-
-// replaceAdminTokenFile writes secret to the admin-token file if the file
-// holds old's secret.
-func (s *Server) replaceAdminTokenFile(old store.Token, secret string) error {
-	if s.cfg.DataDir == "" {
-		return nil
-	}
-	path := AdminTokenFile(s.cfg.DataDir)
-	b, err := os.ReadFile(path)
-	if err != nil || !bytes.Equal(auth.Hash(string(trimNL(b))), old.Hash) {
-		return nil
-	}
-	return atomicfile.Write(path, []byte(secret+"\n"))
-}
-
-// findToken finds a token of kind by ID.
-func (s *Server) findToken(ctx context.Context, kind, id string) (store.Token, error) {
-	tokens, err := s.store.ListTokens(ctx, store.TokenFilter{Kind: kind})
-	if err != nil {
-		return store.Token{}, err
-	}
-	for _, t := range tokens {
-		if t.ID == id {
-			return t, nil
-		}
-	}
-	list := "nodemgr token ls"
-	if kind == api.TokenJoin {
-		list = "nodemgr join-token ls"
-	}
-	return store.Token{}, errdefs.NotFound("%s token %q (see %s)", kindName(kind), id, list)
 }
 
 func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, kind string) error {
@@ -366,7 +257,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, kind string)
 	}
 	out := api.TokenList{Tokens: make([]api.Token, 0, len(tokens)), Next: next}
 	for _, t := range tokens {
-		out.Tokens = append(out.Tokens, apiToken(t))
+		out.Tokens = append(out.Tokens, t.Wire())
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -392,7 +283,7 @@ func (s *Server) handleDeleteJoinToken(w http.ResponseWriter, r *http.Request) e
 // only (node credentials go with their node, nodemgr node rm).
 func (s *Server) deleteToken(w http.ResponseWriter, r *http.Request, kind string) error {
 	p := principalFrom(r.Context())
-	t, err := s.findToken(r.Context(), kind, r.PathValue("token"))
+	t, err := s.tokens.Find(r.Context(), kind, r.PathValue("token"))
 	if err != nil {
 		return err
 	}

@@ -22,3 +22,27 @@ func (t Task) Wire() api.Task {
 	}
 	return out
 }
+
+// Wire is the user as the API shows it.
+func (u User) Wire() api.User {
+	g := u.Groups
+	if g == nil {
+		g = map[string]string{}
+	}
+	return api.User{Name: u.Name, Admin: u.Admin, Groups: g, CreatedAt: u.CreatedAt}
+}
+
+// Wire is the token as the API shows it, without its secret.
+func (t Token) Wire() api.Token {
+	out := api.Token{ID: t.ID, Kind: t.Kind, Name: t.Name, User: t.User, NodeID: t.NodeID, CreatedAt: t.CreatedAt,
+		Groups: t.Groups, MaxUses: t.MaxUses, Uses: t.Uses}
+	if !t.ExpiresAt.IsZero() {
+		e := t.ExpiresAt
+		out.ExpiresAt = &e
+	}
+	if !t.LastUsed.IsZero() {
+		l := t.LastUsed
+		out.LastUsed = &l
+	}
+	return out
+}
