@@ -135,10 +135,9 @@ func TestSubmitTaskFilesAndDependencies(t *testing.T) {
 // names, and keeps the ones tasks name and the recent ones; the groups a
 // deleted blob was uploaded into are forgotten.
 func TestCollectBlobsKeepsWhatTasksUse(t *testing.T) {
-	ts := newTestServer(t)
-	ts.cfg.BlobRetention = time.Millisecond
+	ts := newTestServerWith(t, Config{BlobRetention: time.Millisecond})
 	put := func(b []byte) string {
-		info, err := ts.blobs.Put(context.Background(), bytes.NewReader(b), blob.Digest{}, 0)
+		info, err := ts.files.Blobs.Put(context.Background(), bytes.NewReader(b), blob.Digest{}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +154,7 @@ func TestCollectBlobsKeepsWhatTasksUse(t *testing.T) {
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/suites/"+su.ID+"/tasks",
 		api.SubmitTasks{Tasks: []api.TaskSpec{{Argv: []string{"cat", "f"}, Inputs: []api.TaskFile{{Path: "f", Digest: used, Size: 4}}}}}, nil)
 	time.Sleep(5 * time.Millisecond) // both are older than the retention now
-	st, err := ts.collectBlobs(context.Background())
+	st, err := ts.files.Collect(context.Background())
 	if err != nil || st.Deleted != 1 || st.Kept != 1 {
 		t.Fatalf("collect = %+v, %v; want 1 deleted, 1 kept", st, err)
 	}

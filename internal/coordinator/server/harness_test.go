@@ -52,7 +52,13 @@ func newServer(t *testing.T, dir string, cfg Config) (*Server, store.Store, stri
 
 func newTestServer(t *testing.T) *testServer {
 	t.Helper()
-	s, _, admin := newServer(t, "", Config{})
+	return newTestServerWith(t, Config{})
+}
+
+// newTestServerWith is newTestServer with a configuration of its own.
+func newTestServerWith(t *testing.T, cfg Config) *testServer {
+	t.Helper()
+	s, _, admin := newServer(t, "", cfg)
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	return &testServer{Server: s, http: hs, admin: admin}

@@ -47,7 +47,7 @@ type soleServer interface {
 func (s *Server) singletons() []func(context.Context) {
 	loops := []func(context.Context){s.runOrchestrator, s.dispatcher.SuiteLoop, s.ensembles.Loop, s.catalog.DriftLoop}
 	if s.blobsShared() {
-		loops = append(loops, s.blobLoop)
+		loops = append(loops, s.files.Loop)
 	}
 	return loops
 }

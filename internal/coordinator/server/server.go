@@ -22,6 +22,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/oncommand"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+	"github.com/nodemgr/nodemgr/internal/coordinator/taskfiles"
 	"github.com/nodemgr/nodemgr/internal/coordinator/tokens"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ui"
 )
@@ -130,10 +131,10 @@ func (c *Config) setDefaults() {
 		c.EnsembleProvisionDeadline = 10 * time.Minute
 	}
 	if c.BlobMaxSize == 0 {
-		c.BlobMaxSize = defaultBlobMaxSize
+		c.BlobMaxSize = taskfiles.DefaultMaxSize
 	}
 	if c.BlobRetention == 0 {
-		c.BlobRetention = defaultBlobRetention
+		c.BlobRetention = taskfiles.DefaultRetention
 	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:7070"
@@ -279,7 +280,7 @@ type Server struct {
 
 	// submitBudget caps the bytes of task batches received at once.
 	submitBudget *byteBudget
-	blobs        blob.Store
+	files        *taskfiles.Files // task files in the blob store, and who may reach them
 	// guard bounds unauthenticated connections; nil until Serve.
 	guard *connGuard
 }
@@ -300,9 +301,11 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("server TLS: %w", err)
 	}
 	s.submitBudget = newByteBudget(cfg.MaxSubmitInFlight)
-	if s.blobs, err = openBlobs(cfg); err != nil {
+	blobs, err := taskfiles.Open(cfg.Blobs, cfg.DataDir)
+	if err != nil {
 		return nil, fmt.Errorf("server config: %w", err)
 	}
+	s.files = taskfiles.New(taskfiles.Config{MaxSize: cfg.BlobMaxSize, Retention: cfg.BlobRetention}, s.store, blobs, logger)
 	s.hub = s.newHub(st)
 	s.dispatcher = s.newDispatcher()
 	s.tokens = tokens.New(tokens.Config{MaxTTL: cfg.MaxTokenTTL, DataDir: cfg.DataDir}, s.store, s.caFingerprint, logger)
@@ -395,7 +398,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	wg.Go(func() { s.guard.reap(ctx) })
 	wg.Go(func() { s.dispatcher.SharesLoop(ctx) })
 	if !s.blobsShared() {
-		wg.Go(func() { s.blobLoop(ctx) })
+		wg.Go(func() { s.files.Loop(ctx) })
 	}
 
 	errc := make(chan error, 1)
