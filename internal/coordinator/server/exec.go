@@ -6,17 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
-	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/base/archive"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 )
@@ -178,25 +174,13 @@ func (s *Server) handleCopyTo(w http.ResponseWriter, r *http.Request) error {
 	if err := principalFrom(r.Context()).RequireAdmin("copy files to machines"); err != nil {
 		return err
 	}
-	d, e, err := s.catalog.ExecTarget(r.Context(), r.PathValue("deployment"), via, true)
+	err := s.catalog.CopyTo(r.Context(), r.PathValue("deployment"), via, http.MaxBytesReader(w, r.Body, maxCopyBody), dst)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return errdefs.TooLarge("body", "the archive is larger than %d GiB; copy less at a time", maxCopyBody>>30)
+	}
 	if err != nil {
 		return err
-	}
-	tmp, err := os.MkdirTemp("", "nodemgr-copy-")
-	if err != nil {
-		return fmt.Errorf("copy to %s: %w", d.Name, err)
-	}
-	defer removeTree(tmp)
-	src, err := archive.Extract(r.Context(), http.MaxBytesReader(w, r.Body, maxCopyBody), tmp+string(filepath.Separator))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return errdefs.TooLarge("body", "the archive is larger than %d GiB; copy less at a time", maxCopyBody>>30)
-		}
-		return fmt.Errorf("read the uploaded archive: %w: %w", err, errdefs.ErrInvalid)
-	}
-	if err := e.CopyTo(r.Context(), d, src, dst); err != nil {
-		return hideTemp(err, tmp)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -221,24 +205,16 @@ func (s *Server) handleCopyFrom(w http.ResponseWriter, r *http.Request) error {
 	if err := principalFrom(r.Context()).RequireAdmin("copy files from machines"); err != nil {
 		return err
 	}
-	d, e, err := s.catalog.ExecTarget(r.Context(), r.PathValue("deployment"), via, true)
+	fetched, err := s.catalog.CopyFrom(r.Context(), r.PathValue("deployment"), via, src)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp("", "nodemgr-copy-")
-	if err != nil {
-		return fmt.Errorf("copy from %s: %w", d.Name, err)
-	}
-	defer removeTree(tmp)
-	local := filepath.Join(tmp, name)
-	if err := e.CopyFrom(r.Context(), d, src, local); err != nil {
-		return hideTemp(err, tmp)
-	}
+	defer fetched.Close()
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.WriteHeader(http.StatusOK)
-	if err := archive.Write(r.Context(), w, local, name); err != nil {
+	if err := fetched.Write(r.Context(), w); err != nil {
 		if r.Context().Err() == nil {
-			s.log.Error("send archive", "deployment", d.ID, "path", src, "err", err)
+			s.log.Error("send archive", "deployment", r.PathValue("deployment"), "path", src, "err", err)
 		}
 		// The status is out: cut the connection, so that the client
 		// sees a broken archive rather than a short one.
@@ -262,31 +238,4 @@ func nodePath(p string) error {
 		return errdefs.Field("path", "has a control character (%q) at byte %d; no file name on the node has one", p[i], i)
 	}
 	return nil
-}
-
-// hideTemp drops the server's temporary directory from the paths in an
-// executor's error: the client knows the copy by its name alone.
-func hideTemp(err error, tmp string) error {
-	return &reworded{msg: strings.ReplaceAll(err.Error(), tmp+string(filepath.Separator), ""), err: err}
-}
-
-// reworded is an error with another message; its class is still found.
-type reworded struct {
-	msg string
-	err error
-}
-
-func (e *reworded) Error() string { return e.msg }
-func (e *reworded) Unwrap() error { return e.err }
-
-// removeTree removes a temporary tree, even one whose directories the copy
-// made read-only.
-func removeTree(dir string) {
-	filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
-		if err == nil && de.IsDir() {
-			os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	os.RemoveAll(dir)
 }
