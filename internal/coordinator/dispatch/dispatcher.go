@@ -39,6 +39,9 @@ type Store interface {
 	ReturnTasks(ctx context.Context, nodeID string, ids []string) (int, error)
 	ReclaimNode(ctx context.Context, nodeID string, keep ...string) (int, error)
 	ReclaimSuiteTasks(ctx context.Context, suiteID, nodeID string) (int, error)
+	CreateSuite(ctx context.Context, s store.Suite) error
+	AddTasks(ctx context.Context, suiteID string, tasks []store.Task) error
+	CancelTask(ctx context.Context, id string) (store.Task, error)
 }
 
 // Session is an agent's live connection to this server.
@@ -162,13 +165,6 @@ func (d *Dispatcher) NodeChanged(nodeID string) {
 		defer cancel()
 		sess.Call(ctx, api.MethodWake, api.SuiteRef{}, nil)
 	}()
-}
-
-// Assigned makes the suite's nodes check at their next fetch whether it is
-// still theirs to run (those left out take no more), and wakes the rest.
-func (d *Dispatcher) Assigned(ctx context.Context, suiteID string) {
-	d.fetches.Recheck(suiteID, "")
-	d.SuiteChanged(ctx, suiteID)
 }
 
 // SuiteCancelled tells every node working on the suite to stop it.

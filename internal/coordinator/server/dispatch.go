@@ -10,8 +10,6 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 )
 
-func jsonBody(v any) ([]byte, error) { return json.Marshal(v) }
-
 // newDispatcher makes the dispatcher over the server's store and hub.
 func (s *Server) newDispatcher() *dispatch.Dispatcher {
 	cfg := dispatch.Config{SuiteTick: s.cfg.SuiteTick, SuiteCloseAfter: s.cfg.SuiteCloseAfter,

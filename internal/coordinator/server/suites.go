@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/auth"
@@ -85,23 +84,15 @@ func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error
 	if err := requireRunAs(p, spec); err != nil {
 		return err
 	}
-	now := time.Now().UTC()
-	su := store.Suite{ID: auth.NewID("s-"), Spec: spec, State: api.SuiteOpen, Owner: p.User,
-		CreatedAt: now, UpdatedAt: now, LastTaskAt: now}
-	err := s.store.CreateSuite(r.Context(), su)
+	su, warning, err := s.dispatcher.CreateSuite(r.Context(), spec, p.User)
 	if errors.Is(err, errdefs.ErrConflict) {
 		return s.nameTaken(r.Context(), spec.Name, err)
 	}
 	if err != nil {
 		return fmt.Errorf("create suite %s: %w", spec.Name, err)
 	}
-	s.log.Info("suite created", "suite", su.ID, "name", spec.Name, "owner", p.User)
 	out := su.Wire()
-	// Accepted even if no node could run it now (nodes may come later),
-	// but said at once rather than found out after a long wait.
-	if out.WaitingReason, err = s.dispatcher.Why.CreationWarning(r.Context(), su); err != nil {
-		s.log.Warn("explain new suite", "suite", su.ID, "err", err)
-	}
+	out.WaitingReason = warning
 	httpapi.WriteJSON(w, http.StatusCreated, out)
 	return nil
 }
@@ -187,30 +178,9 @@ func (s *Server) setSuiteState(w http.ResponseWriter, r *http.Request, to string
 	if err != nil {
 		return err
 	}
-	su, err = s.store.UpdateSuite(r.Context(), su.ID, func(su *store.Suite) error {
-		switch {
-		case su.State == to:
-			return nil
-		case su.State == api.SuiteComplete || su.State == api.SuiteCancelled:
-			return errdefs.Conflict("suite %s is already %s", su.Spec.Name, su.State)
-		}
-		su.State = to
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("%s suite: %w", to, err)
+	if su, err = s.dispatcher.SetSuiteState(r.Context(), su.ID, to); err != nil {
+		return err
 	}
-	if to == api.SuiteCancelled {
-		s.dispatcher.SuiteCancelled(r.Context(), su.ID)
-	}
-	if to == api.SuiteClosed {
-		// Closed with nothing left: it completes now, not at the tick.
-		s.dispatcher.CompleteIfDone(r.Context(), su.ID)
-		if su, err = s.store.GetSuite(r.Context(), su.ID); err != nil {
-			return err
-		}
-	}
-	s.dispatcher.SuiteChanged(r.Context(), su.ID)
 	httpapi.WriteJSON(w, http.StatusOK, su.Wire())
 	return nil
 }
@@ -241,13 +211,10 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	ids := []string{}
-	if req.Add {
-		if len(req.Nodes) == 0 {
-			return errdefs.Field("nodes", "name the nodes to add")
-		}
-		ids = append(ids, su.AssignedNodes...)
+	if req.Add && len(req.Nodes) == 0 {
+		return errdefs.Field("nodes", "name the nodes to add")
 	}
+	ids := make([]string, len(req.Nodes))
 	for i, ref := range req.Nodes {
 		n, err := s.resolveNode(r.Context(), ref, api.RoleWrite)
 		if err != nil {
@@ -256,23 +223,11 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 		if err := dispatch.ValidateCoresOn(su.Spec.WorkerSchedule.CPUBinding, n.Name, n.Hardware.Cores); err != nil {
 			return err
 		}
-		if !slices.Contains(ids, n.ID) {
-			ids = append(ids, n.ID)
-		}
+		ids[i] = n.ID
 	}
-	su, err = s.store.UpdateSuite(r.Context(), su.ID, func(su *store.Suite) error {
-		su.AssignedNodes = ids
-		// Assigning a node brings back a suite stopped there by hand;
-		// going back to automatic assignment brings it back everywhere.
-		su.StoppedNodes = slices.DeleteFunc(su.StoppedNodes, func(id string) bool {
-			return len(req.Nodes) == 0 || slices.Contains(ids, id)
-		})
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("assign suite: %w", err)
+	if su, err = s.dispatcher.Assign(r.Context(), su.ID, ids, req.Add); err != nil {
+		return err
 	}
-	s.dispatcher.Assigned(r.Context(), su.ID)
 	httpapi.WriteJSON(w, http.StatusOK, su.Wire())
 	return nil
 }
@@ -295,20 +250,10 @@ func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	now := time.Now().UTC()
-	tasks := make([]store.Task, len(specs))
-	ids := make([]string, len(specs))
-	for i, spec := range specs {
-		ids[i] = auth.NewID("k-")
-		tasks[i] = store.Task{ID: ids[i], SuiteID: su.ID, Spec: spec, State: api.TaskReady, CreatedAt: now, UpdatedAt: now}
+	ids, err := s.dispatcher.Submit(r.Context(), su, specs)
+	if err != nil {
+		return err
 	}
-	if err := dispatch.ResolveAfter(r.Context(), s.store, su.ID, tasks); err != nil {
-		return fmt.Errorf("submit tasks to suite %s: %w", su.Spec.Name, err)
-	}
-	if err := s.store.AddTasks(r.Context(), su.ID, tasks); err != nil {
-		return fmt.Errorf("submit tasks to suite %s: %w", su.Spec.Name, err)
-	}
-	s.dispatcher.SuiteChanged(r.Context(), su.ID)
 	httpapi.WriteJSON(w, http.StatusCreated, api.SubmitResult{IDs: ids})
 	return nil
 }
@@ -385,21 +330,7 @@ func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	before, err := s.store.CancelTask(r.Context(), t.ID)
-	if err != nil {
-		return fmt.Errorf("cancel task %s: %w", t.ID, err)
-	}
-	if before.State == api.TaskRunning && before.NodeID != "" {
-		// The attempt, so that the agent leaves alone a retry that
-		// started after this attempt ended.
-		body, _ := jsonBody(api.TaskRef{TaskID: t.ID, Attempt: before.Attempt})
-		if err := s.hub.Notify(r.Context(), before.NodeID, api.NotifyTaskCancel, body); err != nil {
-			s.log.Warn("tell node to cancel task", "task", t.ID, "node", before.NodeID, "err", err)
-		}
-	}
-	s.dispatcher.CompleteIfDone(r.Context(), t.SuiteID)
-	t, err = s.store.GetTask(r.Context(), t.ID)
-	if err != nil {
+	if t, err = s.dispatcher.CancelTask(r.Context(), t); err != nil {
 		return err
 	}
 	httpapi.WriteJSON(w, http.StatusOK, t.Wire())
