@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -50,6 +49,7 @@ type Store interface {
 	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, error)
 	ReleaseLease(ctx context.Context, name, holder string) error
 	GetLease(ctx context.Context, name string) (store.Lease, error)
+	DeleteNode(ctx context.Context, id string) error
 }
 
 // Hooks are what the hub asks of the rest of the server.
@@ -57,9 +57,6 @@ type Hooks struct {
 	// Reclaim puts the tasks running on a node that went offline back to
 	// their queues.
 	Reclaim func(ctx context.Context, nodeID, reason string)
-	// CallLocal makes a call on the local API of an agent connected here,
-	// for a server that relays it.
-	CallLocal func(ctx context.Context, n store.Node, req api.LocalRequest, timeout time.Duration) (api.LocalResponse, error)
 	// Singletons are the server's loops that run on the leader only, each
 	// with its term's fenced context; the hub adds its own liveness loops.
 	Singletons func() []func(context.Context)

@@ -165,7 +165,7 @@ func (h *Hub) answerRelay(id, nodeID string) {
 	n, err := h.store.GetNode(ctx, nodeID)
 	var a relayAnswer
 	if err == nil {
-		a.Response, err = h.hooks.CallLocal(ctx, n, req, h.cfg.CallTimeout)
+		a.Response, err = h.CallLocal(ctx, n, req, h.cfg.CallTimeout)
 	}
 	if err != nil {
 		e := errdefs.ToAPI(err)

@@ -110,7 +110,7 @@ func (s *Server) handleDestroyDeployment(w http.ResponseWriter, r *http.Request)
 	}
 	if d.NodeID != "" {
 		// Its agent went with the machine: no two-minute ghost online.
-		if err := s.forgetNode(r.Context(), d.NodeID, "its machine "+d.Name+" was destroyed"); err != nil && !errdefs.IsNotFound(err) {
+		if err := s.hub.Forget(r.Context(), d.NodeID, "its machine "+d.Name+" was destroyed"); err != nil && !errdefs.IsNotFound(err) {
 			return err
 		}
 		s.hub.WakeOrchestrator()

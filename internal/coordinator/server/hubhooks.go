@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"time"
 
-	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
@@ -21,10 +19,7 @@ func (s *Server) newHub(st store.Store) *hub.Hub {
 		CallTimeout: forwardLongTimeout, Sole: sole != nil && sole.SoleServer(),
 	}
 	return hub.New(cfg, s.store, sig, hub.Hooks{
-		Reclaim: func(ctx context.Context, nodeID, reason string) { s.dispatcher.Reclaim(ctx, nodeID, reason) },
-		CallLocal: func(ctx context.Context, n store.Node, req api.LocalRequest, timeout time.Duration) (api.LocalResponse, error) {
-			return s.callLocal(ctx, n, req, timeout)
-		},
+		Reclaim:    func(ctx context.Context, nodeID, reason string) { s.dispatcher.Reclaim(ctx, nodeID, reason) },
 		Singletons: s.singletons,
 		WakeOrchestrator: func() {
 			if s.orch != nil { // not serving yet

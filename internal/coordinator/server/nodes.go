@@ -35,33 +35,6 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// apiNode turns a stored node into its wire form, adding what only the live
-// connection knows.
-func (s *Server) apiNode(n store.Node) api.Node {
-	out := api.Node{
-		ID: n.ID, Name: n.Name, MachineID: n.MachineID, DataDir: n.DataDir,
-		Tags: n.Tags, Labels: n.Labels, Groups: n.Groups, Hardware: n.Hardware,
-		Status: n.Status, StatusReason: n.StatusReason, AgentState: n.AgentState,
-		AgentVersion: n.AgentVersion, CurrentSuite: n.CurrentSuite, RegisteredAt: n.RegisteredAt, UpdatedAt: n.UpdatedAt,
-	}
-	if s.hub.ConnectedElsewhere(n) && s.hub.Get(n.ID) == nil {
-		out.Connected = true // to another server on the store
-	}
-	if sess := s.hub.Get(n.ID); sess != nil {
-		out.Connected = true
-		out.Presence = sess.Presence()
-		if hb := sess.Heartbeat(); hb.After(n.LastHeartbeat) {
-			n.LastHeartbeat = hb // not yet flushed to the store
-			out.AgentState, out.CurrentSuite = sess.Work()
-		}
-	}
-	if !n.LastHeartbeat.IsZero() {
-		t := n.LastHeartbeat
-		out.LastHeartbeat = &t
-	}
-	return out
-}
-
 func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) error {
 	p := principalFrom(r.Context())
 	f := store.NodeFilter{Status: r.URL.Query().Get("status")}
@@ -92,7 +65,7 @@ func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := api.NodeList{Nodes: make([]api.Node, 0, len(nodes)), Next: next}
 	for _, n := range nodes {
-		out.Nodes = append(out.Nodes, s.apiNode(n))
+		out.Nodes = append(out.Nodes, s.hub.Node(n))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -164,7 +137,7 @@ func (s *Server) handleGetNode(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := s.apiNode(n)
+	out := s.hub.Node(n)
 	s.hub.ShowNotices(r.Context(), &out)
 	if ds, err := s.store.ListDeployments(r.Context(), store.DeploymentFilter{NodeID: n.ID, Page: store.Page{Limit: 1}}); err == nil && len(ds) > 0 {
 		out.Deployment = ds[0].ID
@@ -255,7 +228,7 @@ func (s *Server) handlePatchNode(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.dispatcher.NodeChanged(n.ID)
-	httpapi.WriteJSON(w, http.StatusOK, s.apiNode(n))
+	httpapi.WriteJSON(w, http.StatusOK, s.hub.Node(n))
 	return nil
 }
 
@@ -267,13 +240,9 @@ func (s *Server) handleDeleteNode(w http.ResponseWriter, r *http.Request) error 
 	if s.hub.Get(n.ID) != nil {
 		return errdefs.Conflict("node %s is connected; shut it down first (nodemgr node shutdown %s)", n.Name, n.ID)
 	}
-	s.dispatcher.Reclaim(r.Context(), n.ID, "node removed") // else its running tasks would never end
-	if err := s.store.DeleteNode(r.Context(), n.ID); err != nil {
+	// Its running tasks go back to the queue, or they would never end.
+	if err := s.hub.Forget(r.Context(), n.ID, "node removed"); err != nil {
 		return fmt.Errorf("delete node: %w", err)
-	}
-	s.hub.Usage.Forget(n.ID)
-	if err := s.store.DeleteDocument(r.Context(), booksKind, n.ID); err != nil && !errdefs.IsNotFound(err) {
-		s.log.Warn("forget a deleted node's books", "node", n.ID, "err", err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -299,6 +268,6 @@ func (s *Server) handleShutdownNode(w http.ResponseWriter, r *http.Request) erro
 	if err := s.hub.Notify(r.Context(), n.ID, api.NotifyShutdown, body); err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusAccepted, s.apiNode(n))
+	httpapi.WriteJSON(w, http.StatusAccepted, s.hub.Node(n))
 	return nil
 }

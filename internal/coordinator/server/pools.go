@@ -15,7 +15,6 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
-	"github.com/nodemgr/nodemgr/internal/base/proto"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/schedule"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
@@ -95,13 +94,10 @@ func (c cluster) NodeState(ctx context.Context, nodeID string) (orchestrate.Node
 		st.Busy = true
 		return st, nil
 	}
-	if doc, err := s.store.GetDocument(ctx, booksKind, nodeID); err == nil {
-		var nr api.NodeResources
-		if json.Unmarshal(doc.Body, &nr) == nil {
-			for _, a := range nr.Allocations {
-				if a.Kind != api.AllocationPool {
-					st.Busy = true
-				}
+	if nr, ok := s.hub.Books(ctx, nodeID); ok {
+		for _, a := range nr.Allocations {
+			if a.Kind != api.AllocationPool {
+				st.Busy = true
 			}
 		}
 	}
@@ -114,33 +110,13 @@ func (c cluster) DrainNode(ctx context.Context, nodeID string) error {
 }
 
 func (c cluster) ForgetNode(ctx context.Context, nodeID, reason string) error {
-	return c.s.forgetNode(ctx, nodeID, reason)
+	return c.s.hub.Forget(ctx, nodeID, reason)
 }
 
 func (c cluster) JoinToken(ctx context.Context, deploymentID string, groups []string, ttl time.Duration) (string, error) {
 	t, err := c.s.tokens.Issue(ctx, store.Token{Kind: api.TokenJoin, Name: "bootstrap of " + deploymentID,
 		DeploymentID: deploymentID, Groups: groups, MaxUses: 1}, ttl)
 	return t.Secret, err
-}
-
-// forgetNode returns a node's running tasks to the queue and removes it:
-// its machine is gone, so it is not coming back.
-func (s *Server) forgetNode(ctx context.Context, nodeID, reason string) error {
-	if sess := s.hub.Get(nodeID); sess != nil {
-		sess.Conn.Close(proto.CloseGoingAway, reason)
-	}
-	s.dispatcher.Reclaim(ctx, nodeID, reason)
-	if err := s.store.DeleteNode(ctx, nodeID); err != nil {
-		return fmt.Errorf("forget node %s: %w", nodeID, err)
-	}
-	if err := s.store.DeleteDocument(ctx, booksKind, nodeID); err != nil && !errdefs.IsNotFound(err) {
-		s.log.Warn("forget a removed node's books", "node", nodeID, "err", err)
-	}
-	if err := s.hub.ForgetNotices(ctx, nodeID); err != nil {
-		s.log.Warn("forget a removed node's notices", "node", nodeID, "err", err)
-	}
-	s.log.Info("node removed", "node", nodeID, "reason", reason)
-	return nil
 }
 
 // runOrchestrator runs the orchestrator while this server leads. The

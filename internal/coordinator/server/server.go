@@ -310,7 +310,7 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	s.dispatcher = s.newDispatcher()
 	s.tokens = tokens.New(tokens.Config{MaxTTL: cfg.MaxTokenTTL, DataDir: cfg.DataDir}, s.store, s.caFingerprint, logger)
 	s.containers = oncommand.New(oncommand.Config{CallTimeout: forwardLongTimeout}, s.store,
-		oncommand.Hooks{CallLocal: s.callLocal, Resolve: s.resolveNode}, logger)
+		oncommand.Hooks{CallLocal: s.hub.CallLocal, Resolve: s.resolveNode}, logger)
 	s.enroll = enroll.New(enroll.Config{CredentialTTL: cfg.CredentialTTL}, s.store,
 		enroll.Hooks{WakeOrchestrator: s.hub.WakeOrchestrator, PoolEvent: s.poolEvent}, logger)
 	s.metrics = newMetrics(s)

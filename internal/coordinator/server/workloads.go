@@ -96,7 +96,7 @@ func requireServiceUser(p auth.Principal, n store.Node, req api.LocalRequest) er
 
 // relay carries req to node n's local API and writes its answer as it is.
 func (s *Server) relay(w http.ResponseWriter, r *http.Request, n store.Node, req api.LocalRequest, timeout time.Duration) error {
-	resp, err := s.callLocal(r.Context(), n, req, timeout)
+	resp, err := s.hub.CallLocal(r.Context(), n, req, timeout)
 	if err != nil {
 		return err
 	}
@@ -111,24 +111,6 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, n store.Node, req
 	w.WriteHeader(resp.Status)
 	w.Write(resp.Body)
 	return nil
-}
-
-// callLocal sends req to node n's local API over its session.
-func (s *Server) callLocal(ctx context.Context, n store.Node, req api.LocalRequest, timeout time.Duration) (api.LocalResponse, error) {
-	sess := s.hub.Get(n.ID)
-	if sess == nil && s.hub.Relayed() && n.Status != api.StatusOffline {
-		return s.hub.RelayCall(ctx, n, req, timeout) // its agent may be connected to another server
-	}
-	if sess == nil {
-		return api.LocalResponse{}, fmt.Errorf("node %s is not connected (%s); start its agent, or wait for it to reconnect: %w", n.Name, n.Status, errdefs.ErrUnavailable)
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var resp api.LocalResponse
-	if err := sess.Peer.Call(ctx, api.MethodLocalAPI, req, &resp); err != nil {
-		return resp, fmt.Errorf("node %s: %w", n.Name, err)
-	}
-	return resp, nil
 }
 
 // localRequest turns /v1/nodes/{node}/<rest> into the agent's /v1/<rest>.
@@ -167,33 +149,15 @@ func (h *agentHandler) presence(body []byte) (any, error) {
 	return struct{}{}, nil
 }
 
-// The server keeps a copy of each node's books (the agent reports them
-// when they change, and every live answer refreshes it), so that `node
-// resources` still answers, with the books' age, while the agent is away.
-const booksKind = "node-resources"
-
 func (h *agentHandler) resourcesReport(ctx context.Context, body []byte) (any, error) {
 	var nr api.NodeResources
 	if err := httpapi.DecodeStrict(body, &nr); err != nil {
 		return nil, err
 	}
-	nr.AsOf = nil
-	if err := h.s.keepBooks(ctx, h.sess.NodeID, nr); err != nil {
+	if err := h.s.hub.KeepBooks(ctx, h.sess.NodeID, nr); err != nil {
 		return nil, err
 	}
 	return struct{}{}, nil
-}
-
-// keepBooks stores a node's books as the server's copy.
-func (s *Server) keepBooks(ctx context.Context, nodeID string, nr api.NodeResources) error {
-	b, err := json.Marshal(nr)
-	if err != nil {
-		return err
-	}
-	if _, err := s.store.PutDocument(ctx, store.Document{Kind: booksKind, Name: nodeID, Body: b}); err != nil {
-		return fmt.Errorf("keep the books of node %s: %w", nodeID, err)
-	}
-	return nil
 }
 
 // handleNodeResources answers the agent's books live, or, while the agent
@@ -204,28 +168,23 @@ func (s *Server) handleNodeResources(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	if s.hub.Get(n.ID) == nil {
-		if d, derr := s.store.GetDocument(r.Context(), booksKind, n.ID); derr == nil {
-			var nr api.NodeResources
-			if err := json.Unmarshal(d.Body, &nr); err == nil {
-				asOf := d.UpdatedAt
-				nr.AsOf = &asOf
-				httpapi.WriteJSON(w, http.StatusOK, nr)
-				return nil
-			}
+		if nr, ok := s.hub.Books(r.Context(), n.ID); ok {
+			httpapi.WriteJSON(w, http.StatusOK, nr)
+			return nil
 		}
 	}
 	req, err := localRequest(r)
 	if err != nil {
 		return err
 	}
-	resp, err := s.callLocal(r.Context(), n, req, forwardTimeout)
+	resp, err := s.hub.CallLocal(r.Context(), n, req, forwardTimeout)
 	if err != nil {
 		return err
 	}
 	if resp.Status == http.StatusOK {
 		var nr api.NodeResources
 		if json.Unmarshal(resp.Body, &nr) == nil {
-			if err := s.keepBooks(r.Context(), n.ID, nr); err != nil {
+			if err := s.hub.KeepBooks(r.Context(), n.ID, nr); err != nil {
 				s.log.Warn("keep a node's books", "node", n.ID, "err", err)
 			}
 		}
