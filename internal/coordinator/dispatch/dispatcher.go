@@ -42,6 +42,7 @@ type Store interface {
 	CreateSuite(ctx context.Context, s store.Suite) error
 	AddTasks(ctx context.Context, suiteID string, tasks []store.Task) error
 	CancelTask(ctx context.Context, id string) (store.Task, error)
+	ReattachTasks(ctx context.Context, nodeID string, holding []string) (int, error)
 }
 
 // Session is an agent's live connection to this server.

@@ -50,6 +50,8 @@ type Store interface {
 	ReleaseLease(ctx context.Context, name, holder string) error
 	GetLease(ctx context.Context, name string) (store.Lease, error)
 	DeleteNode(ctx context.Context, id string) error
+	UpdateNode(ctx context.Context, id string, fn func(*store.Node) error) (store.Node, error)
+	Ack(ctx context.Context, nodeID string, seq uint64) error
 }
 
 // Hooks are what the hub asks of the rest of the server.

@@ -8,6 +8,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/proto"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
 // Session is one agent's live connection.
@@ -176,6 +177,38 @@ func (h *Hub) Count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.sessions)
+}
+
+// Hello brings the node of sess online for the agent's hello: the store
+// takes what it says of itself and the server it said it to, and what it
+// handled of its outbox; the session takes its keepalive, state and
+// notices (those it has now replace those kept: a machine stopped and
+// started again has none).
+func (h *Hub) Hello(ctx context.Context, sess *Session, hello api.Hello) (store.Node, error) {
+	now := time.Now().UTC()
+	n, err := h.store.UpdateNode(ctx, sess.NodeID, func(n *store.Node) error {
+		if hello.Name != "" {
+			n.Name = hello.Name
+		}
+		n.Hardware = hello.Hardware
+		n.AgentVersion = hello.AgentVersion
+		n.AgentState = hello.State
+		n.CurrentSuite = hello.SuiteID
+		n.Status, n.StatusReason = api.StatusOnline, ""
+		n.LastHeartbeat = now
+		n.Replica = h.instance
+		return nil
+	})
+	if err != nil {
+		return store.Node{}, err
+	}
+	// Everything up to LastSeq was handled; an ack may have been lost.
+	if err := h.store.Ack(ctx, n.ID, hello.LastSeq); err != nil {
+		return store.Node{}, err
+	}
+	sess.Keepalive = time.Duration(hello.Keepalive)
+	sess.Beat(now, hello.State, hello.SuiteID)
+	return n, h.KeepNotices(ctx, sess, hello.Notices)
 }
 
 // Attach makes sess the node's session, once its hello is done, and

@@ -237,52 +237,15 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 	return welcome, nil
 }
 
-// welcome brings the node online for the hello and starts the session's
-// pushes.
+// welcome brings the node online for the hello, settles the tasks it
+// holds, and starts the session's pushes.
 func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcome, error) {
-	now := time.Now().UTC()
-	n, err := h.s.store.UpdateNode(ctx, h.sess.NodeID, func(n *store.Node) error {
-		if hello.Name != "" {
-			n.Name = hello.Name
-		}
-		n.Hardware = hello.Hardware
-		n.AgentVersion = hello.AgentVersion
-		n.AgentState = hello.State
-		n.CurrentSuite = hello.SuiteID
-		n.Status, n.StatusReason = api.StatusOnline, ""
-		n.LastHeartbeat = now
-		n.Replica = h.s.hub.Instance()
-		return nil
-	})
+	n, err := h.s.hub.Hello(ctx, h.sess, hello)
 	if err != nil {
 		return api.Welcome{}, fmt.Errorf("hello: %w", err)
 	}
-	// Everything up to LastSeq was handled; an ack may have been lost.
-	if err := h.s.store.Ack(ctx, n.ID, hello.LastSeq); err != nil {
-		return api.Welcome{}, fmt.Errorf("hello: %w", err)
-	}
-	// Tasks the store says run here but the agent does not hold were lost
-	// with a previous agent process: back to the queue.
-	h.s.dispatcher.Reclaim(ctx, n.ID, "agent reconnected without them", hello.Holding...)
-	// Tasks it holds that were taken from it while it was away (and have
-	// not started elsewhere) are its again: no need to run them twice.
-	if back, err := h.s.store.ReattachTasks(ctx, n.ID, hello.Holding); err != nil {
-		return api.Welcome{}, fmt.Errorf("hello: %w", err)
-	} else if back > 0 {
-		h.s.log.Info("agent came back holding tasks reclaimed from it; they are its again", "node", n.ID, "tasks", back)
-	}
-	revoked, err := h.s.revoked(ctx, n.ID, hello.Holding)
+	revoked, err := h.s.dispatcher.Rejoin(ctx, n.ID, hello.Holding)
 	if err != nil {
-		return api.Welcome{}, fmt.Errorf("hello: %w", err)
-	}
-	if len(revoked) > 0 {
-		h.s.log.Info("agent came back holding tasks that are no longer its own; told to drop them", "node", n.ID, "tasks", len(revoked))
-	}
-	h.sess.Keepalive = time.Duration(hello.Keepalive)
-	h.sess.Beat(now, hello.State, hello.SuiteID)
-	// The notices it has now replace those kept: a machine stopped and
-	// started again has none.
-	if err := h.s.hub.KeepNotices(ctx, h.sess, hello.Notices); err != nil {
 		return api.Welcome{}, fmt.Errorf("hello: %w", err)
 	}
 	h.helloState.Store(helloDone)
@@ -311,30 +274,4 @@ func (h *agentHandler) noticesReq(ctx context.Context, body json.RawMessage) (an
 		return nil, err
 	}
 	return struct{}{}, nil
-}
-
-// revoked returns the tasks among held (what a reconnecting agent holds)
-// that are not running on the node by the store, after the welcome took
-// back what it held at the attempt it lost: they were given to another
-// node, or ended, while it was away. Its agent must not start them, and
-// stops those it runs.
-func (s *Server) revoked(ctx context.Context, nodeID string, held []string) ([]string, error) {
-	if len(held) == 0 {
-		return nil, nil
-	}
-	running, err := s.store.ListTasks(ctx, store.TaskFilter{NodeID: nodeID, States: []string{api.TaskRunning}})
-	if err != nil {
-		return nil, fmt.Errorf("list the tasks running on node %s: %w", nodeID, err)
-	}
-	mine := make(map[string]bool, len(running))
-	for _, t := range running {
-		mine[t.ID] = true
-	}
-	var out []string
-	for _, id := range held {
-		if !mine[id] {
-			out = append(out, id)
-		}
-	}
-	return out, nil
 }
