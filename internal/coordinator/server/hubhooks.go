@@ -40,7 +40,7 @@ type soleServer interface {
 // singletons are the server's loops that run on the leader only, each
 // with the term's fenced context (the hub adds its liveness loops).
 func (s *Server) singletons() []func(context.Context) {
-	loops := []func(context.Context){s.runOrchestrator, s.dispatcher.SuiteLoop, s.ensembles.Loop, s.catalog.DriftLoop}
+	loops := []func(context.Context){s.orch.Lead, s.dispatcher.SuiteLoop, s.ensembles.Loop, s.catalog.DriftLoop}
 	if s.blobsShared() {
 		loops = append(loops, s.files.Loop)
 	}

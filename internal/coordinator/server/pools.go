@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
@@ -117,47 +116,6 @@ func (c cluster) JoinToken(ctx context.Context, deploymentID string, groups []st
 	t, err := c.s.tokens.Issue(ctx, store.Token{Kind: api.TokenJoin, Name: "bootstrap of " + deploymentID,
 		DeploymentID: deploymentID, Groups: groups, MaxUses: 1}, ttl)
 	return t.Secret, err
-}
-
-// runOrchestrator runs the orchestrator while this server leads. The
-// coordinator's owner ID is read, or made on the first term, here: by the
-// leader alone and fenced by its term, so servers that start at once on an
-// empty store cannot each make one of their own.
-func (s *Server) runOrchestrator(ctx context.Context) {
-	for {
-		owner, err := s.ownerID(ctx)
-		if err == nil {
-			s.orch.SetOwner(owner)
-			break
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("read the coordinator's owner id; retrying in 5s", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(5 * time.Second):
-		}
-	}
-	s.orch.Run(ctx)
-}
-
-// ownerID is this coordinator's ID, made on first start and kept in the
-// store: the owner label on every machine its pools make.
-func (s *Server) ownerID(ctx context.Context) (string, error) {
-	d, err := s.store.GetDocument(ctx, "cluster", "owner")
-	if err == nil {
-		return string(d.Body), nil
-	}
-	if !errdefs.IsNotFound(err) {
-		return "", err
-	}
-	id := auth.NewID("c-")
-	if _, err := s.store.PutDocument(ctx, store.Document{Kind: "cluster", Name: "owner", Body: []byte(id)}); err != nil {
-		return "", err
-	}
-	return id, nil
 }
 
 // agentServerURL is the URL pool machines' agents reach the server on.
