@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -169,25 +166,10 @@ func (s *Server) handlePutPool(w http.ResponseWriter, r *http.Request) error {
 	} else if spec.Name != name {
 		return errdefs.Field("name", "%q differs from the pool in the path, %q", spec.Name, name)
 	}
-	spec, err := orchestrate.Normalize(spec)
+	spec, doc, err := s.orch.Apply(r.Context(), spec, principalFrom(r.Context()).User)
 	if err != nil {
 		return err
 	}
-	for i, c := range orchestrate.Candidates(spec) {
-		if err := s.checkCandidate(r.Context(), spec, i, c); err != nil {
-			return err
-		}
-	}
-	body, _ := json.Marshal(spec)
-	doc, err := s.store.PutDocument(r.Context(), store.Document{Kind: store.KindPool, Name: spec.Name, Body: body})
-	if err != nil {
-		return fmt.Errorf("store pool %s: %w", spec.Name, err)
-	}
-	verb := "updated"
-	if doc.Version == 1 {
-		verb = "created"
-	}
-	s.orch.Record(r.Context(), spec.Name, "applied", fmt.Sprintf("pool %s %s (version %d) by %s", spec.Name, verb, doc.Version, principalFrom(r.Context()).User))
 	s.hub.WakeOrchestrator()
 	status := http.StatusOK
 	if doc.Version == 1 {
@@ -205,87 +187,13 @@ func (s *Server) handlePatchPool(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &p); err != nil {
 		return err
 	}
-	spec, _, err := s.getPool(r.Context(), r.PathValue("pool"))
+	spec, doc, err := s.orch.Patch(r.Context(), r.PathValue("pool"), p, principalFrom(r.Context()).User)
 	if err != nil {
 		return err
 	}
-	var changes []string
-	if p.Min != nil {
-		spec.Min = *p.Min
-		changes = append(changes, fmt.Sprintf("min %d", spec.Min))
-	}
-	if p.Max != nil {
-		spec.Max = *p.Max
-		changes = append(changes, fmt.Sprintf("max %d", spec.Max))
-	}
-	if p.Paused != nil {
-		spec.Paused = *p.Paused
-		changes = append(changes, map[bool]string{true: "paused", false: "resumed"}[spec.Paused])
-	}
-	if p.Priority != nil {
-		spec.Priority = *p.Priority
-		changes = append(changes, fmt.Sprintf("priority %d", spec.Priority))
-	}
-	if len(changes) == 0 {
-		return fmt.Errorf("nothing to change: give min, max, paused or priority: %w", errdefs.ErrInvalid)
-	}
-	if p.Max != nil && p.Min == nil && spec.Min > spec.Max {
-		// Name the field the caller gave, not the one Normalize would.
-		return errdefs.Field("max", "must be at least the pool's min (%d), got %d; lower min too", spec.Min, spec.Max)
-	}
-	if spec, err = orchestrate.Normalize(spec); err != nil {
-		return err
-	}
-	body, _ := json.Marshal(spec)
-	doc, err := s.store.PutDocument(r.Context(), store.Document{Kind: store.KindPool, Name: spec.Name, Body: body})
-	if err != nil {
-		return fmt.Errorf("store pool %s: %w", spec.Name, err)
-	}
-	s.orch.Record(r.Context(), spec.Name, "applied", fmt.Sprintf("pool %s changed (version %d) by %s: %s", spec.Name, doc.Version, principalFrom(r.Context()).User, strings.Join(changes, ", ")))
 	s.hub.WakeOrchestrator()
 	httpapi.WriteJSON(w, http.StatusOK, s.apiPool(r.Context(), spec, doc, s.orch.Status(r.Context(), spec.Name)))
 	return nil
-}
-
-// checkCandidate refuses a candidate whose provider or template does not
-// exist, or whose machines could not reach the server.
-func (s *Server) checkCandidate(ctx context.Context, spec api.PoolSpec, i int, c api.PoolCandidate) error {
-	field := func(f string) string {
-		if len(spec.Candidates) == 0 {
-			return f
-		}
-		return fmt.Sprintf("candidates[%d].%s", i, f)
-	}
-	if _, err := s.catalog.Provider(c.Provider); err != nil {
-		return errdefs.Field(field("provider"), "%s", errdefs.Message(err))
-	}
-	r, err := s.catalog.Render(ctx, c.Template, c.Provider)
-	if err != nil {
-		return errdefs.Field(field("template"), "%s", errdefs.Message(err))
-	}
-	if why := unreachable(s.agentServerURL(), c.Provider, r.Extra); why != "" {
-		return errdefs.Field(field("template"), "%s", why)
-	}
-	return nil
-}
-
-// unreachable says why a machine could not reach the server at url: a
-// server on loopback is reachable only from machines that share the
-// host's network.
-func unreachable(serverURL, provider string, extra map[string]any) string {
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		return ""
-	}
-	ip := net.ParseIP(u.Hostname())
-	if u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return ""
-	}
-	if d, err := provision.Lookup("provider", provider); err == nil && d.HostNetwork != nil && d.HostNetwork(extra) {
-		return ""
-	}
-	return fmt.Sprintf("its %s machines could not reach the server at %s (loopback): run the server with --agent-server-url set to an address they reach "+
-		"(and --listen on it), or give the template overrides: {docker: {network_mode: host}}", provider, serverURL)
 }
 
 func (s *Server) handleListPools(w http.ResponseWriter, r *http.Request) error {
@@ -312,20 +220,8 @@ func (s *Server) handleListPools(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) getPool(ctx context.Context, name string) (api.PoolSpec, store.Document, error) {
-	d, err := s.store.GetDocument(ctx, store.KindPool, name)
-	if errdefs.IsNotFound(err) {
-		return api.PoolSpec{}, d, errdefs.NotFound("pool %q (see nodemgr pool ls)", name)
-	}
-	if err != nil {
-		return api.PoolSpec{}, d, err
-	}
-	spec, err := orchestrate.DecodeSpec(d.Body)
-	return spec, d, err
-}
-
 func (s *Server) handleGetPool(w http.ResponseWriter, r *http.Request) error {
-	spec, doc, err := s.getPool(r.Context(), r.PathValue("pool"))
+	spec, doc, err := s.orch.Pool(r.Context(), r.PathValue("pool"))
 	if err != nil {
 		return err
 	}
@@ -346,7 +242,7 @@ func (s *Server) handleGetPool(w http.ResponseWriter, r *http.Request) error {
 // handleDeletePool removes a pool: its machines are drained and destroyed
 // by the orchestrator's next rounds, whatever their idle time.
 func (s *Server) handleDeletePool(w http.ResponseWriter, r *http.Request) error {
-	spec, _, err := s.getPool(r.Context(), r.PathValue("pool"))
+	spec, _, err := s.orch.Pool(r.Context(), r.PathValue("pool"))
 	if err != nil {
 		return err
 	}
@@ -361,7 +257,7 @@ func (s *Server) handleDeletePool(w http.ResponseWriter, r *http.Request) error 
 
 func (s *Server) handlePoolEvents(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("pool")
-	if _, _, err := s.getPool(r.Context(), name); err != nil {
+	if _, _, err := s.orch.Pool(r.Context(), name); err != nil {
 		// A removed pool's events still tell what happened to it.
 		if evs, _ := s.store.PoolEvents(r.Context(), name, store.Page{Limit: 1}); len(evs) == 0 {
 			return err
