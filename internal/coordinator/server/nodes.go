@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
-	"sort"
-	"strings"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
-	"github.com/nodemgr/nodemgr/internal/base/validate"
+	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -76,7 +73,7 @@ func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) resolveNode(ctx context.Context, ref, role string) (store.Node, error) {
 	p := principalFrom(ctx)
 	// Do not tell outsiders a node exists, not even in an ambiguity.
-	n, err := s.findNode(ctx, ref, func(n store.Node) bool { return p.Can(api.RoleRead, n.Groups) })
+	n, err := store.FindNode(ctx, s.store, ref, func(n store.Node) bool { return p.Can(api.RoleRead, n.Groups) })
 	if err != nil {
 		return store.Node{}, err
 	}
@@ -84,52 +81,6 @@ func (s *Server) resolveNode(ctx context.Context, ref, role string) (store.Node,
 		return store.Node{}, err
 	}
 	return n, nil
-}
-
-// findNode finds a node by ID, name or unique ID prefix among the nodes
-// visible (nil: all).
-func (s *Server) findNode(ctx context.Context, ref string, visible func(store.Node) bool) (store.Node, error) {
-	if visible == nil {
-		visible = func(store.Node) bool { return true }
-	}
-	n, err := s.store.GetNode(ctx, ref)
-	if err == nil && visible(n) {
-		return n, nil
-	}
-	if err != nil && !errdefs.IsNotFound(err) {
-		return store.Node{}, err
-	}
-	all, err := s.store.ListNodes(ctx, store.NodeFilter{})
-	if err != nil {
-		return store.Node{}, err
-	}
-	var byName, byPrefix []store.Node
-	for _, n := range all {
-		if !visible(n) {
-			continue
-		}
-		if n.Name == ref {
-			byName = append(byName, n)
-		}
-		if strings.HasPrefix(n.ID, ref) {
-			byPrefix = append(byPrefix, n)
-		}
-	}
-	for _, matches := range [][]store.Node{byName, byPrefix} {
-		switch len(matches) {
-		case 0:
-			continue
-		case 1:
-			return matches[0], nil
-		default:
-			ids := make([]string, len(matches))
-			for i, m := range matches {
-				ids[i] = m.ID
-			}
-			return store.Node{}, errdefs.Conflict("node %q is ambiguous: it matches %s; use the node ID", ref, strings.Join(ids, ", "))
-		}
-	}
-	return store.Node{}, errdefs.NotFound("node %q (see nodemgr node ls)", ref)
 }
 
 func (s *Server) handleGetNode(w http.ResponseWriter, r *http.Request) error {
@@ -146,64 +97,12 @@ func (s *Server) handleGetNode(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func validatePatch(p api.NodePatch) error {
-	if p.SetTags != nil {
-		if err := validate.Tags("set_tags", *p.SetTags); err != nil {
-			return err
-		}
-	}
-	if err := validate.Tags("add_tags", p.AddTags); err != nil {
-		return err
-	}
-	if err := validate.Tags("remove_tags", p.RemoveTags); err != nil {
-		return err
-	}
-	if err := validate.Labels("set_labels", p.SetLabels); err != nil {
-		return err
-	}
-	if err := validate.LabelKeys("remove_labels", p.RemoveLabels); err != nil {
-		return err
-	}
-	if p.SetGroups != nil {
-		if err := validate.Groups("set_groups", *p.SetGroups); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// applyPatch edits n in place.
-func applyPatch(n *store.Node, p api.NodePatch) {
-	if p.SetTags != nil {
-		n.Tags = slices.Clone(*p.SetTags)
-	}
-	for _, t := range p.AddTags {
-		if !slices.Contains(n.Tags, t) {
-			n.Tags = append(n.Tags, t)
-		}
-	}
-	n.Tags = slices.DeleteFunc(n.Tags, func(t string) bool { return slices.Contains(p.RemoveTags, t) })
-	if n.Labels == nil {
-		n.Labels = map[string]string{}
-	}
-	for k, v := range p.SetLabels {
-		n.Labels[k] = v
-	}
-	for _, k := range p.RemoveLabels {
-		delete(n.Labels, k)
-	}
-	if p.SetGroups != nil {
-		n.Groups = slices.Clone(*p.SetGroups)
-		sort.Strings(n.Groups)
-	}
-}
-
 func (s *Server) handlePatchNode(w http.ResponseWriter, r *http.Request) error {
 	var patch api.NodePatch
 	if err := decodeJSON(r, &patch); err != nil {
 		return err
 	}
-	if err := validatePatch(patch); err != nil {
+	if err := hub.ValidatePatch(patch); err != nil {
 		return err
 	}
 	n, err := s.resolveNode(r.Context(), r.PathValue("node"), api.RoleWrite)
@@ -216,15 +115,7 @@ func (s *Server) handlePatchNode(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	n, err = s.store.UpdateNode(r.Context(), n.ID, func(n *store.Node) error {
-		applyPatch(n, patch)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("update node: %w", err)
-	}
-	body, _ := json.Marshal(api.NodeUpdate{Tags: n.Tags, Labels: n.Labels, Groups: n.Groups})
-	if err := s.hub.Notify(r.Context(), n.ID, api.NotifyUpdate, body); err != nil {
+	if n, err = s.hub.Patch(r.Context(), n.ID, patch); err != nil {
 		return err
 	}
 	s.dispatcher.NodeChanged(n.ID)

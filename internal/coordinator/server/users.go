@@ -194,7 +194,7 @@ func (s *Server) createRejoinToken(w http.ResponseWriter, r *http.Request, req a
 	if err := p.RequireAdmin("create a re-join token for node " + req.Node); err != nil {
 		return err
 	}
-	n, err := s.findNode(r.Context(), req.Node, nil)
+	n, err := store.FindNode(r.Context(), s.store, req.Node, nil)
 	if err != nil {
 		return err
 	}
