@@ -4,8 +4,35 @@ import (
 	"context"
 	"time"
 
+	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
+
+// Heartbeat takes an agent's heartbeat: the session's state, the batch
+// the store gets next, the node's usage chart. It returns the time it
+// counts the beat at.
+func (h *Hub) Heartbeat(sess *Session, hb api.Heartbeat) time.Time {
+	now := time.Now().UTC()
+	sess.Beat(now, hb.State, hb.SuiteID)
+	h.RecordBeat(store.Heartbeat{NodeID: sess.NodeID, At: now, AgentState: hb.State, SuiteID: hb.SuiteID})
+	h.Usage.Record(sess.NodeID, now, hb.Usage)
+	return now
+}
+
+// Goodbye takes an agent's leaving on purpose: its node is offline at
+// once, and its running tasks go back to their queues.
+func (h *Hub) Goodbye(ctx context.Context, sess *Session, why string) error {
+	h.ForgetBeat(sess.NodeID)
+	reason := "agent shut down"
+	if why != "" {
+		reason += ": " + why
+	}
+	if _, err := h.store.SetNodeStatus(ctx, sess.NodeID, api.StatusOffline, reason); err != nil {
+		return err
+	}
+	h.hooks.Reclaim(ctx, sess.NodeID, reason)
+	return nil
+}
 
 // RecordBeat buffers a heartbeat for the next batched write.
 func (h *Hub) RecordBeat(hb store.Heartbeat) {

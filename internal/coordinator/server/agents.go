@@ -148,27 +148,14 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		if !enroll.ValidState(hb.State) {
 			return nil, errdefs.Field("state", "unknown agent state %q", hb.State)
 		}
-		now := time.Now().UTC()
-		h.sess.Beat(now, hb.State, hb.SuiteID)
-		h.s.hub.RecordBeat(store.Heartbeat{NodeID: h.sess.NodeID, At: now, AgentState: hb.State, SuiteID: hb.SuiteID})
-		h.s.hub.Usage.Record(h.sess.NodeID, now, hb.Usage)
-		return api.HeartbeatAck{ServerTime: now}, nil
+		return api.HeartbeatAck{ServerTime: h.s.hub.Heartbeat(h.sess, hb)}, nil
 	case api.MethodGoodbye:
 		var g api.Goodbye
 		if err := httpapi.DecodeStrict(body, &g); err != nil {
 			return nil, err
 		}
 		h.saidGoodbye.Store(true)
-		h.s.hub.ForgetBeat(h.sess.NodeID)
-		reason := "agent shut down"
-		if g.Reason != "" {
-			reason += ": " + g.Reason
-		}
-		if _, err := h.s.store.SetNodeStatus(ctx, h.sess.NodeID, api.StatusOffline, reason); err != nil {
-			return nil, err
-		}
-		h.s.dispatcher.Reclaim(ctx, h.sess.NodeID, reason)
-		return struct{}{}, nil
+		return struct{}{}, h.s.hub.Goodbye(ctx, h.sess, g.Reason)
 	case api.MethodRenew:
 		return h.s.enroll.Credential(ctx, h.sess.NodeID)
 	case api.MethodPresence:
