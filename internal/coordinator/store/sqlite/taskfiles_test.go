@@ -165,27 +165,8 @@ func BenchmarkAddTasksWithInputs(b *testing.B) {
 	}
 }
 
-// TestTaskFilesGoWithTheirTasks: task_files has no foreign key (it would
-// check every row a submission adds); a trigger deletes a task's files
-// with it, as when its suite is deleted.
+// TestTaskFilesGoWithTheirTasks: see storetest.TaskFilesGoWithTheirTasks.
 func TestTaskFilesGoWithTheirTasks(t *testing.T) {
-	ctx := t.Context()
 	s := open(t, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
-	storetest.LoadHeldInputs(t, s)
-	count := func() (n int) {
-		t.Helper()
-		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM task_files`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	if n := count(); n != 2000*50+32*1000 {
-		t.Fatalf("%d task files, want %d", n, 2000*50+32*1000)
-	}
-	if _, err := s.w.ExecContext(ctx, `DELETE FROM suites WHERE id = 'crowd'`); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(); n != 32*1000 {
-		t.Errorf("%d task files after deleting suite crowd, want %d", n, 32*1000)
-	}
+	storetest.TaskFilesGoWithTheirTasks(t, s, s.w)
 }
