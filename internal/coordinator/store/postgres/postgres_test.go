@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -81,51 +80,15 @@ func TestNewerSchema(t *testing.T) {
 	}, sqlDB(t, url))
 }
 
-// checkCounts compares suite_counts, summed over the shards, with the
-// tasks' states, counted afresh.
+// checkCounts is storetest.CheckCounts on the database at url.
 func checkCounts(t testing.TB, url string) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
+	db, err := sql.Open("pgx", url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	read := func(query string) map[string]api.TaskCounts {
-		t.Helper()
-		rows, err := conn.Query(ctx, query)
-		if err != nil {
-			t.Fatalf("%s: %v", query, err)
-		}
-		defer rows.Close()
-		out := map[string]api.TaskCounts{}
-		for rows.Next() {
-			var id string
-			var c api.TaskCounts
-			if err := rows.Scan(&id, &c.Pending, &c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled); err != nil {
-				t.Fatal(err)
-			}
-			out[id] = c
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	kept := read(`SELECT suite_id, sum(pending), sum(ready), sum(running), sum(finished), sum(failed), sum(cancelled)
-		FROM suite_counts GROUP BY suite_id`)
-	counted := read(`SELECT suites.id,
-			COUNT(*) FILTER (WHERE tasks.state = 'Pending'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Ready'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Running'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Finished'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Failed'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Cancelled')
-		FROM suites LEFT JOIN tasks ON tasks.suite_id = suites.id
-		GROUP BY suites.id`)
-	if diff := cmp.Diff(counted, kept); diff != "" {
-		t.Errorf("suite_counts differ from the tasks counted by state (-counted +kept):\n%s", diff)
-	}
+	defer db.Close()
+	storetest.CheckCounts(t, db)
 }
 
 // TestConcurrentOpensMigrateOnce: several processes starting at once on an

@@ -56,8 +56,7 @@ func TestNewerSchema(t *testing.T) {
 	}, db)
 }
 
-// checkCounts compares suite_counts in the file at path with the tasks'
-// states, counted afresh.
+// checkCounts is storetest.CheckCounts on the file at path.
 func checkCounts(t *testing.T, path string) {
 	t.Helper()
 	db, err := sql.Open("sqlite", dsn(path, true))
@@ -65,39 +64,7 @@ func checkCounts(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	read := func(query string) map[string]api.TaskCounts {
-		t.Helper()
-		rows, err := db.QueryContext(context.Background(), query)
-		if err != nil {
-			t.Fatalf("%s: %v", query, err)
-		}
-		defer rows.Close()
-		out := map[string]api.TaskCounts{}
-		for rows.Next() {
-			var id string
-			var c api.TaskCounts
-			if err := rows.Scan(&id, &c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled); err != nil {
-				t.Fatal(err)
-			}
-			out[id] = c
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	kept := read(`SELECT suite_id, ready, running, finished, failed, cancelled FROM suite_counts`)
-	counted := read(`SELECT suites.id,
-			COUNT(*) FILTER (WHERE tasks.state = 'Ready'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Running'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Finished'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Failed'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Cancelled')
-		FROM suites LEFT JOIN tasks ON tasks.suite_id = suites.id
-		GROUP BY suites.id`)
-	if diff := cmp.Diff(counted, kept); diff != "" {
-		t.Errorf("suite_counts differ from the tasks counted by state (-counted +kept):\n%s", diff)
-	}
+	storetest.CheckCounts(t, db)
 }
 
 // open opens the store at path and closes it when the test ends.
@@ -191,11 +158,11 @@ func TestReopen(t *testing.T) {
 	}
 }
 
-// TestUpgrade opens a file made by the first schema, with a node in it, and
-// finds the node intact under the newest one.
-func TestUpgrade(t *testing.T) {
-	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "nodemgr.db")
+// migratedTo makes a file migrated up to version, for a test of what
+// later migrations make of it; the test closes db before it opens a store.
+func migratedTo(t *testing.T, version int64) (path string, db *sql.DB) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "nodemgr.db")
 	db, err := sql.Open("sqlite", dsn(path, false))
 	if err != nil {
 		t.Fatal(err)
@@ -208,9 +175,17 @@ func TestUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatalf("goose.NewProvider() = %v", err)
 	}
-	if _, err := p.UpTo(ctx, 1); err != nil {
-		t.Fatalf("UpTo(1) = %v", err)
+	if _, err := p.UpTo(t.Context(), version); err != nil {
+		t.Fatalf("UpTo(%d) = %v", version, err)
 	}
+	return path, db
+}
+
+// TestUpgrade opens a file made by the first schema, with a node in it, and
+// finds the node intact under the newest one.
+func TestUpgrade(t *testing.T) {
+	ctx := t.Context()
+	path, db := migratedTo(t, 1)
 	if _, err := db.ExecContext(ctx, `INSERT INTO nodes (id, name, machine_id, data_dir, status, registered_at, updated_at)
 		VALUES ('n1', 'alpha', 'm1', '/d', ?, 1, 1)`, api.StatusOnline); err != nil {
 		t.Fatalf("insert a node at version 1: %v", err)
@@ -237,22 +212,7 @@ func TestUpgrade(t *testing.T) {
 // suites and tasks in every state, and finds them counted.
 func TestUpgradeCountsTasks(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "nodemgr.db")
-	db, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		t.Fatalf("goose.NewProvider() = %v", err)
-	}
-	if _, err := p.UpTo(ctx, 2); err != nil {
-		t.Fatalf("UpTo(2) = %v", err)
-	}
+	path, db := migratedTo(t, 2)
 	want := map[string]api.TaskCounts{
 		"s1": {Ready: 3, Running: 2, Finished: 4, Failed: 1, Cancelled: 2},
 		"s2": {Ready: 1},
@@ -333,25 +293,30 @@ func TestDispatchPlans(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			args := make([]any, 9) // not used: EXPLAIN runs nothing
-			rows, err := s.w.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+tc.query, args...)
-			if err != nil {
-				t.Fatalf("EXPLAIN QUERY PLAN = %v", err)
-			}
-			defer rows.Close()
-			var got []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, detail)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("EXPLAIN QUERY PLAN mismatch (-want +got):\n%s", diff)
-			}
+			checkPlan(t, s.w, tc.query, tc.want, make([]any, 9)...) // not used: EXPLAIN runs nothing
 		})
+	}
+}
+
+// checkPlan compares the lines of query's plan on db, with args, with want.
+func checkPlan(t *testing.T, db *sql.DB, query string, want []string, args ...any) {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN QUERY PLAN = %v", err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, detail)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("EXPLAIN QUERY PLAN mismatch (-want +got):\n%s", diff)
 	}
 }
 

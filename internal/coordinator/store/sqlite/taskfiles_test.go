@@ -2,15 +2,10 @@ package sqlite
 
 import (
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
-	"github.com/pressly/goose/v3"
 
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlstore"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/storetest"
@@ -55,23 +50,7 @@ func TestTaskFilePlans(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+tc.query, "n1", "[]")
-			if err != nil {
-				t.Fatalf("EXPLAIN QUERY PLAN = %v", err)
-			}
-			defer rows.Close()
-			var got []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, detail)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("EXPLAIN QUERY PLAN mismatch (-want +got):\n%s", diff)
-			}
+			checkPlan(t, s.r, tc.query, tc.want, "n1", "[]")
 		})
 	}
 }
@@ -81,22 +60,7 @@ func TestTaskFilePlans(t *testing.T) {
 // holding one reads its inputs, and collection keeps them all.
 func TestUpgradeIndexesTaskFiles(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "nodemgr.db")
-	db, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		t.Fatalf("goose.NewProvider() = %v", err)
-	}
-	if _, err := p.UpTo(ctx, 19); err != nil {
-		t.Fatalf("UpTo(19) = %v", err)
-	}
+	path, db := migratedTo(t, 19)
 	digest := func(s string) string {
 		sum := sha256.Sum256([]byte(s))
 		return "sha256:" + hex.EncodeToString(sum[:])
