@@ -19,7 +19,7 @@ import (
 // were stored before: finished ones count down, failed or cancelled ones
 // cancel. Dependencies must be in the suite. The old ones are read (and
 // locked, see sqlstore.OldDeps) before the rows go in.
-func (s *Store) addDeps(ctx context.Context, tx pgx.Tx, suiteID string, b *taskBatch, counts tally, now int64) error {
+func (b *taskBatch) addDeps(ctx context.Context, tx pgx.Tx, suiteID string, counts tally, now int64) error {
 	if len(b.after) == 0 {
 		return nil
 	}
@@ -37,7 +37,7 @@ func (s *Store) addDeps(ctx context.Context, tx pgx.Tx, suiteID string, b *taskB
 			}
 		}
 	}
-	ended, err := s.OldDeps(ctx, pgQuerier{tx}, suiteID, old)
+	ended, err := b.s.OldDeps(ctx, pgQuerier{tx}, suiteID, old)
 	if err != nil {
 		return err
 	}
@@ -45,7 +45,7 @@ func (s *Store) addDeps(ctx context.Context, tx pgx.Tx, suiteID string, b *taskB
 		SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING`, from, to); err != nil {
 		return err
 	}
-	_, err = s.SettleDeps(ctx, pgQuerier{tx}, ended, counts, now)
+	_, err = b.s.SettleDeps(ctx, pgQuerier{tx}, ended, counts, now)
 	return err
 }
 

@@ -17,66 +17,19 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlstore"
 )
 
-// AddTasks adds tasks to an Open suite in one transaction: all or none. New
-// tasks are Ready, or Pending when they wait for others, whatever their
-// State says; a zero CreatedAt means now. The suite's row stays locked
-// until the tasks commit, so the suite cannot close under them.
-func (s *Store) AddTasks(ctx context.Context, suiteID string, tasks []store.Task) error {
-	batch, err := newTaskBatch(tasks)
-	if err != nil {
-		return fmt.Errorf("add tasks to suite %s: %w", suiteID, err)
-	}
-	err = s.write(ctx, func(tx pgx.Tx) error {
-		var state string
-		err := tx.QueryRow(ctx, `SELECT state FROM suites WHERE id = $1 FOR NO KEY UPDATE`, suiteID).Scan(&state)
-		if noRows(err) {
-			return errdefs.ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		if state != api.SuiteOpen {
-			return errdefs.Conflict("suite is %s, not %s", state, api.SuiteOpen)
-		}
-		if len(tasks) == 0 {
-			return nil
-		}
-		now := s.now()
-		if err := batch.insert(ctx, tx, suiteID, now); err != nil {
-			return err
-		}
-		counts := tally{}
-		for _, st := range batch.states {
-			counts.Move(suiteID, "", st, 1)
-		}
-		if err := s.addDeps(ctx, tx, suiteID, batch, counts, now.UnixNano()); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE suites SET last_task_at = $1 WHERE id = $2`, now.UnixNano(), suiteID); err != nil {
-			return err
-		}
-		return s.applyCounts(ctx, tx, counts)
-	})
-	if err != nil {
-		return fmt.Errorf("add %d tasks to suite %s: %w", len(tasks), suiteID, err)
-	}
-	return nil
-}
-
-// taskBatch is new tasks as columns, made before the transaction.
+// taskBatch is a submission as PostgreSQL inserts it: columns, made before
+// the transaction, that one statement inserts.
 type taskBatch struct {
+	s                         *Store
 	ids, specs, states, names []string
 	priorities, waiting       []int32
 	created                   []int64 // 0: now
 	after                     map[string][]string
 }
 
-func newTaskBatch(tasks []store.Task) (*taskBatch, error) {
-	b := &taskBatch{after: map[string][]string{}}
-	for i, t := range tasks {
-		if t.ID == "" {
-			return nil, errdefs.Field(fmt.Sprintf("tasks[%d].id", i), "required")
-		}
+func (d driver) NewTasks(tasks []store.Task) (sqlstore.NewTasks, error) {
+	b := &taskBatch{s: d.s, after: map[string][]string{}}
+	for _, t := range tasks {
 		after := slices.Compact(slices.Sorted(slices.Values(t.After)))
 		state := api.TaskReady
 		if len(after) > 0 {
@@ -98,9 +51,10 @@ func newTaskBatch(tasks []store.Task) (*taskBatch, error) {
 	return b, nil
 }
 
-// insert stores the batch in one statement, in order: seq is the order
+// Insert stores the batch in one statement, in order: seq is the order
 // tasks were added in.
-func (b *taskBatch) insert(ctx context.Context, tx pgx.Tx, suiteID string, now time.Time) error {
+func (b *taskBatch) Insert(ctx context.Context, q sqlstore.Querier, suiteID string, now time.Time, counts tally) error {
+	tx := txOf(q)
 	_, err := tx.Exec(ctx, `INSERT INTO tasks (id, suite_id, spec, priority, state, created_at, updated_at, name, waiting)
 		SELECT t.id, $1, t.spec, t.priority, t.state, CASE WHEN t.created = 0 THEN $2 ELSE t.created END, $2, t.name, t.waiting
 		FROM unnest($3::text[], $4::text[], $5::int[], $6::text[], $7::bigint[], $8::text[], $9::int[])
@@ -113,7 +67,13 @@ func (b *taskBatch) insert(ctx context.Context, tx pgx.Tx, suiteID string, now t
 		}
 		return errdefs.Conflict("a task id is taken (%s)", detail(err))
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	for _, st := range b.states {
+		counts.Move(suiteID, "", st, 1)
+	}
+	return b.addDeps(ctx, tx, suiteID, counts, now.UnixNano())
 }
 
 // claimTasks claims the first Ready tasks of a suite, in dispatch order off

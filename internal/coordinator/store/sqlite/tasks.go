@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -20,77 +21,53 @@ import (
 // load: adding tasks, claiming them (here) and applying reports
 // (finish.go), each prepared once where it runs often.
 
-// AddTasks adds tasks to an Open suite in one transaction: all or none. New
-// tasks are Ready, or Pending when they wait for others, whatever their
-// State says; a zero CreatedAt means now.
-func (s *Store) AddTasks(ctx context.Context, suiteID string, tasks []store.Task) error {
-	for i, t := range tasks {
-		if t.ID == "" {
-			return fmt.Errorf("add tasks to suite %s: %w", suiteID, errdefs.Field(fmt.Sprintf("tasks[%d].id", i), "required"))
-		}
-	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		var state string
-		err := tx.QueryRowContext(ctx, `SELECT state FROM suites WHERE id = ?`, suiteID).Scan(&state)
-		if errors.Is(err, sql.ErrNoRows) {
-			return errdefs.ErrNotFound
-		}
-		if err != nil {
-			return classify(err)
-		}
-		if state != api.SuiteOpen {
-			return errdefs.Conflict("suite is %s, not %s", state, api.SuiteOpen)
-		}
-		if len(tasks) == 0 {
-			return nil
-		}
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks
-				(id, suite_id, spec, priority, state, attempt, node_id, result, created_at, updated_at, name, waiting)
-			VALUES (?, ?, ?, ?, ?, 0, '', NULL, ?, ?, ?, ?)`)
-		if err != nil {
-			return classify(err)
-		}
-		defer stmt.Close()
-		now := s.now()
-		counts := tally{}
-		for i := range tasks {
-			t := &tasks[i]
-			slices.Sort(t.After)
-			t.After = slices.Compact(t.After)
-			state := api.TaskReady
-			if len(t.After) > 0 {
-				state = api.TaskPending
-			}
-			spec, err := json.Marshal(t.Spec)
-			if err != nil {
-				return fmt.Errorf("task %s spec: %w", t.ID, err)
-			}
-			_, err = stmt.ExecContext(ctx, t.ID, suiteID, string(spec), t.Spec.Priority, state,
-				sqlrow.OrNow(t.CreatedAt, now).UnixNano(), now.UnixNano(), t.Spec.Name, len(t.After))
-			if isUnique(err) {
-				if t.Spec.Name != "" {
-					return errdefs.Conflict("task id %s or name %q is taken in the suite", t.ID, t.Spec.Name)
-				}
-				return errdefs.Conflict("task id %s is taken", t.ID)
-			}
-			if err != nil {
-				return classify(err)
-			}
-			counts.Move(suiteID, "", state, 1)
-		}
-		if err := s.addDeps(ctx, tx, suiteID, tasks, counts, now.UnixNano()); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE suites SET last_task_at = ? WHERE id = ?`, now.UnixNano(), suiteID)
-		if err != nil {
-			return classify(err)
-		}
-		return s.applyCounts(ctx, tx, counts)
-	})
+// newTasks is a submission as SQLite inserts it: one prepared statement
+// run per task, in the write transaction (the one writer makes a batch
+// statement gain nothing).
+type newTasks struct {
+	s     *Store
+	tasks []store.Task
+}
+
+func (d driver) NewTasks(tasks []store.Task) (sqlstore.NewTasks, error) {
+	return newTasks{d.s, tasks}, nil
+}
+
+func (b newTasks) Insert(ctx context.Context, q sqlstore.Querier, suiteID string, now time.Time, counts tally) error {
+	tx := txOf(q)
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks
+			(id, suite_id, spec, priority, state, attempt, node_id, result, created_at, updated_at, name, waiting)
+		VALUES (?, ?, ?, ?, ?, 0, '', NULL, ?, ?, ?, ?)`)
 	if err != nil {
-		return fmt.Errorf("add %d tasks to suite %s: %w", len(tasks), suiteID, err)
+		return classify(err)
 	}
-	return nil
+	defer stmt.Close()
+	for i := range b.tasks {
+		t := &b.tasks[i]
+		slices.Sort(t.After)
+		t.After = slices.Compact(t.After)
+		state := api.TaskReady
+		if len(t.After) > 0 {
+			state = api.TaskPending
+		}
+		spec, err := json.Marshal(t.Spec)
+		if err != nil {
+			return fmt.Errorf("task %s spec: %w", t.ID, err)
+		}
+		_, err = stmt.ExecContext(ctx, t.ID, suiteID, string(spec), t.Spec.Priority, state,
+			sqlrow.OrNow(t.CreatedAt, now).UnixNano(), now.UnixNano(), t.Spec.Name, len(t.After))
+		if isUnique(err) {
+			if t.Spec.Name != "" {
+				return errdefs.Conflict("task id %s or name %q is taken in the suite", t.ID, t.Spec.Name)
+			}
+			return errdefs.Conflict("task id %s is taken", t.ID)
+		}
+		if err != nil {
+			return classify(err)
+		}
+		counts.Move(suiteID, "", state, 1)
+	}
+	return b.s.addDeps(ctx, tx, suiteID, b.tasks, counts, now.UnixNano())
 }
 
 // claimTasks claims the first Ready tasks of a suite, which the claim index

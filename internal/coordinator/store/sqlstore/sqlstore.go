@@ -1,17 +1,21 @@
 // Package sqlstore holds the store logic both SQL databases share, written
 // once over a small driver interface: each database package (sqlite,
 // postgres) keeps its connection, migrations, error classes and hot paths
-// (claims, LISTEN/NOTIFY) and embeds a Store for the rest.
+// (adding tasks in batches, claims, how a batch of reports is sent,
+// heartbeat batches, LISTEN/NOTIFY) and embeds a Store for the rest.
 //
 // Statements here are written for both databases: placeholders are $1,
 // $2, ... (the SQLite driver rewrites them to ?1, ?2, ...), and what
-// differs goes through the Driver (a row lock's clause).
+// differs goes through the Driver: a row lock's clause, a list as an
+// argument, a JSON column, and the few statements each database tunes
+// (counts, releasing dependents).
 package sqlstore
 
 import (
 	"context"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlrow"
 )
 
@@ -78,6 +82,9 @@ type Driver interface {
 	// them as it waits for, makes Ready those at zero, stamps them $2, and
 	// returns the suite_id and state of each.
 	ReleaseDeps() string
+	// NewTasks is a submission of tasks, all with IDs, as the database
+	// inserts them.
+	NewTasks(tasks []store.Task) (NewTasks, error)
 	// Reports is a batch of reports as the database applies them,
 	// encoded before the write transaction takes its locks.
 	Reports(b Batch) (Reports, error)

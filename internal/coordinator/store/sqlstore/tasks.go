@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -22,6 +23,62 @@ import (
 // TaskColumns are the columns ScanTask reads, from tasks.
 const TaskColumns = `tasks.seq, tasks.id, tasks.suite_id, tasks.spec, tasks.state, tasks.attempt, tasks.node_id,
 	tasks.result, tasks.created_at, tasks.updated_at, tasks.reason`
+
+// AddTasks adds tasks to an Open suite in one transaction: all or none. New
+// tasks are Ready, or Pending when they wait for others, whatever their
+// State says; a zero CreatedAt means now. Where the database locks rows,
+// the suite's row stays locked until the tasks commit, so the suite cannot
+// close under them.
+func (s *Store) AddTasks(ctx context.Context, suiteID string, tasks []store.Task) error {
+	for i, t := range tasks {
+		if t.ID == "" {
+			return fmt.Errorf("add tasks to suite %s: %w", suiteID, errdefs.Field(fmt.Sprintf("tasks[%d].id", i), "required"))
+		}
+	}
+	batch, err := s.d.NewTasks(tasks)
+	if err != nil {
+		return fmt.Errorf("add tasks to suite %s: %w", suiteID, err)
+	}
+	err = s.d.Write(ctx, func(tx Querier) error {
+		var state string
+		err := tx.QueryRow(ctx, `SELECT state FROM suites WHERE id = $1`+s.d.Lock("FOR NO KEY UPDATE"), suiteID).Scan(&state)
+		if s.d.NoRows(err) {
+			return errdefs.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if state != api.SuiteOpen {
+			return errdefs.Conflict("suite is %s, not %s", state, api.SuiteOpen)
+		}
+		if len(tasks) == 0 {
+			return nil
+		}
+		now := s.d.Now()
+		counts := sqlrow.Tally{}
+		if err := batch.Insert(ctx, tx, suiteID, now, counts); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE suites SET last_task_at = $1 WHERE id = $2`, now.UnixNano(), suiteID); err != nil {
+			return err
+		}
+		return s.d.ApplyCounts(ctx, tx, counts)
+	})
+	if err != nil {
+		return fmt.Errorf("add %d tasks to suite %s: %w", len(tasks), suiteID, err)
+	}
+	return nil
+}
+
+// NewTasks is a submission as one database inserts it, made before the
+// write transaction.
+type NewTasks interface {
+	// Insert stores the tasks in the suite at now, Pending where they wait
+	// for others (tasks.waiting their count) and Ready otherwise, with
+	// their dependencies (settled with OldDeps and SettleDeps), and
+	// tallies them in counts.
+	Insert(ctx context.Context, tx Querier, suiteID string, now time.Time, counts sqlrow.Tally) error
+}
 
 // GetTask returns a task with its failures.
 func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
