@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlstore"
 )
 
 // Dependencies between tasks are sqlstore's (deps.go); PostgreSQL adds a
@@ -37,7 +38,7 @@ func (b *taskBatch) addDeps(ctx context.Context, tx pgx.Tx, suiteID string, coun
 			}
 		}
 	}
-	ended, err := b.s.OldDeps(ctx, pgQuerier{tx}, suiteID, old)
+	ended, err := sqlstore.OldDeps(ctx, driver{b.s}, pgQuerier{tx}, suiteID, old)
 	if err != nil {
 		return err
 	}
@@ -45,7 +46,7 @@ func (b *taskBatch) addDeps(ctx context.Context, tx pgx.Tx, suiteID string, coun
 		SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING`, from, to); err != nil {
 		return err
 	}
-	_, err = b.s.SettleDeps(ctx, pgQuerier{tx}, ended, counts, now)
+	_, err = sqlstore.SettleDeps(ctx, driver{b.s}, pgQuerier{tx}, ended, counts, now)
 	return err
 }
 

@@ -196,10 +196,10 @@ func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int)
 		counts := tally{}
 		counts.Move(suiteID, api.TaskReady, api.TaskRunning, len(claimed))
 		// Only a task claimed before can have failed before.
-		if err := s.AddFailures(ctx, pgQuerier{tx}, claimed, 2); err != nil {
+		if err := sqlstore.AddFailures(ctx, driver{s}, pgQuerier{tx}, claimed, 2); err != nil {
 			return err
 		}
-		if err := s.ReadAfter(ctx, pgQuerier{tx}, claimed); err != nil {
+		if err := sqlstore.ReadAfter(ctx, driver{s}, pgQuerier{tx}, claimed); err != nil {
 			return err
 		}
 		// Last, so the counts row is held for as short a time as can be.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlstore"
 )
 
 // Dependencies between tasks are sqlstore's (deps.go). Most suites have no
@@ -47,11 +48,11 @@ func (s *Store) addDeps(ctx context.Context, tx *sql.Tx, suiteID string, tasks [
 	if slices.ContainsFunc(tasks, func(t store.Task) bool { return len(t.After) > 0 }) {
 		s.deps.Store(true)
 	}
-	ended, err := s.OldDeps(ctx, sqlQ{tx}, suiteID, old)
+	ended, err := sqlstore.OldDeps(ctx, driver{s}, sqlQ{tx}, suiteID, old)
 	if err != nil {
 		return err
 	}
-	_, err = s.SettleDeps(ctx, sqlQ{tx}, ended, counts, now)
+	_, err = sqlstore.SettleDeps(ctx, driver{s}, sqlQ{tx}, ended, counts, now)
 	return err
 }
 

@@ -21,9 +21,8 @@ import (
 // load: adding tasks, claiming them (here) and applying reports
 // (finish.go), each prepared once where it runs often.
 
-// newTasks is a submission as SQLite inserts it: one prepared statement
-// run per task, in the write transaction (the one writer makes a batch
-// statement gain nothing).
+// newTasks is a submission as SQLite inserts it: with one statement,
+// prepared in the write transaction, run per task.
 type newTasks struct {
 	s     *Store
 	tasks []store.Task
@@ -135,7 +134,7 @@ func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int)
 			return err
 		}
 		// Only a task claimed before can have failed before.
-		return s.AddFailures(ctx, sqlQ{tx}, claimed, 2)
+		return sqlstore.AddFailures(ctx, driver{s}, sqlQ{tx}, claimed, 2)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim %d tasks of suite %s for node %s: %w", max, suiteID, nodeID, err)

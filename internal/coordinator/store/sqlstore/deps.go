@@ -19,24 +19,24 @@ import (
 // Each database adds a batch's dependency rows its own way, then settles
 // them here, as it does the tasks its transactions end.
 
-// Ended is a task that just reached a final state inside a transaction.
-type Ended struct {
-	ID, Suite, State string
+// ended is a task that just reached a final state inside a transaction.
+type ended struct {
+	id, suite, state string
 }
 
 // Endings collects the tasks a transaction brought to an end, for their
 // dependents.
 type Endings struct {
-	Done, Failed []Ended
+	done, failed []ended
 }
 
 // Add notes a task that moved to state, if that state is an end.
 func (e *Endings) Add(id, suite, state string) {
 	switch state {
 	case api.TaskFinished:
-		e.Done = append(e.Done, Ended{id, suite, state})
+		e.done = append(e.done, ended{id, suite, state})
 	case api.TaskFailed, api.TaskCancelled:
-		e.Failed = append(e.Failed, Ended{id, suite, state})
+		e.failed = append(e.failed, ended{id, suite, state})
 	}
 }
 
@@ -46,25 +46,25 @@ func (e *Endings) Add(id, suite, state string) {
 // once that transaction committed, and one that has not started to finish
 // cannot until the batch (and its task_deps rows) committed, so its ending
 // will see the new dependents. Each must be in the suite.
-func (s *Store) OldDeps(ctx context.Context, tx Querier, suiteID string, old map[string]bool) (Endings, error) {
+func OldDeps(ctx context.Context, d Driver, tx Querier, suiteID string, old map[string]bool) (Endings, error) {
 	var fin Endings
 	if len(old) == 0 {
 		return fin, nil
 	}
 	ids := slices.Sorted(maps.Keys(old))
-	rows, err := tx.Query(ctx, `SELECT id, suite_id, state FROM tasks WHERE `+s.d.In(`id`, `$1`)+` ORDER BY id`+s.d.Lock("FOR SHARE"),
-		s.d.TextList(ids))
+	rows, err := tx.Query(ctx, `SELECT id, suite_id, state FROM tasks WHERE `+d.In(`id`, `$1`)+` ORDER BY id`+d.Lock("FOR SHARE"),
+		d.TextList(ids))
 	if err != nil {
 		return fin, err
 	}
-	found := map[string]Ended{}
+	found := map[string]ended{}
 	for rows.Next() {
-		var e Ended
-		if err := rows.Scan(&e.ID, &e.Suite, &e.State); err != nil {
+		var e ended
+		if err := rows.Scan(&e.id, &e.suite, &e.state); err != nil {
 			rows.Close()
 			return fin, err
 		}
-		found[e.ID] = e
+		found[e.id] = e
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -75,10 +75,10 @@ func (s *Store) OldDeps(ctx context.Context, tx Querier, suiteID string, old map
 		switch {
 		case !ok:
 			return fin, fmt.Errorf("after: %w", errdefs.NotFound("task %s", id))
-		case e.Suite != suiteID:
+		case e.suite != suiteID:
 			return fin, errdefs.Field("after", "task %s is not in this suite", id)
 		}
-		fin.Add(e.ID, e.Suite, e.State)
+		fin.Add(e.id, e.suite, e.state)
 	}
 	return fin, nil
 }
@@ -88,23 +88,23 @@ func (s *Store) OldDeps(ctx context.Context, tx Querier, suiteID string, old map
 // cancelled ones cancel theirs. It returns the suites in which tasks were
 // released. now stamps the tasks it changes. Where the Driver knows that
 // no task ever waited for another, it does nothing.
-func (s *Store) SettleDeps(ctx context.Context, tx Querier, fin Endings, counts sqlrow.Tally, now int64) ([]string, error) {
-	if len(fin.Done)+len(fin.Failed) == 0 || !s.d.MayHaveDeps() {
+func SettleDeps(ctx context.Context, d Driver, tx Querier, fin Endings, counts sqlrow.Tally, now int64) ([]string, error) {
+	if len(fin.done)+len(fin.failed) == 0 || !d.MayHaveDeps() {
 		return nil, nil
 	}
 	var released []string
-	if len(fin.Done) > 0 {
+	if len(fin.done) > 0 {
 		var err error
-		if released, err = s.releaseDependents(ctx, tx, fin.Done, counts, now); err != nil {
+		if released, err = releaseDependents(ctx, d, tx, fin.done, counts, now); err != nil {
 			return nil, err
 		}
 	}
-	if len(fin.Failed) == 0 {
+	if len(fin.failed) == 0 {
 		return released, nil
 	}
 	// Most tasks have no dependents: look up the few that have, at once.
-	rows, err := tx.Query(ctx, `SELECT DISTINCT after_id FROM task_deps WHERE `+s.d.In(`after_id`, `$1`),
-		s.d.TextList(endedIDs(fin.Failed)))
+	rows, err := tx.Query(ctx, `SELECT DISTINCT after_id FROM task_deps WHERE `+d.In(`after_id`, `$1`),
+		d.TextList(endedIDs(fin.failed)))
 	if err != nil {
 		return nil, err
 	}
@@ -112,9 +112,9 @@ func (s *Store) SettleDeps(ctx context.Context, tx Querier, fin Endings, counts 
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range fin.Failed {
-		if slices.Contains(with, e.ID) {
-			if err := s.cancelDependents(ctx, tx, e, counts, now); err != nil {
+	for _, e := range fin.failed {
+		if slices.Contains(with, e.id) {
+			if err := cancelDependents(ctx, tx, e, counts, now); err != nil {
 				return nil, err
 			}
 		}
@@ -122,10 +122,10 @@ func (s *Store) SettleDeps(ctx context.Context, tx Querier, fin Endings, counts 
 	return released, nil
 }
 
-func endedIDs(es []Ended) []string {
+func endedIDs(es []ended) []string {
 	ids := make([]string, len(es))
 	for i, e := range es {
-		ids[i] = e.ID
+		ids[i] = e.id
 	}
 	return ids
 }
@@ -148,8 +148,8 @@ func scanStrings(rows Rows) ([]string, error) {
 // Driver's ReleaseDeps, and makes Ready those with nothing left to wait
 // for. One edge, one count: a dependent of two tasks of the batch goes
 // down by two.
-func (s *Store) releaseDependents(ctx context.Context, tx Querier, done []Ended, counts sqlrow.Tally, now int64) ([]string, error) {
-	rows, err := tx.Query(ctx, s.d.ReleaseDeps(), s.d.TextList(endedIDs(done)), now)
+func releaseDependents(ctx context.Context, d Driver, tx Querier, done []ended, counts sqlrow.Tally, now int64) ([]string, error) {
+	rows, err := tx.Query(ctx, d.ReleaseDeps(), d.TextList(endedIDs(done)), now)
 	if err != nil {
 		return nil, err
 	}
@@ -172,28 +172,28 @@ func (s *Store) releaseDependents(ctx context.Context, tx Querier, done []Ended,
 
 // cancelDependents cancels the Pending tasks that wait for e, and theirs,
 // saying which dependency ended how.
-func (s *Store) cancelDependents(ctx context.Context, tx Querier, e Ended, counts sqlrow.Tally, now int64) error {
-	queue := []Ended{e}
+func cancelDependents(ctx context.Context, tx Querier, e ended, counts sqlrow.Tally, now int64) error {
+	queue := []ended{e}
 	for len(queue) > 0 {
 		cur := queue[0]
 		queue = queue[1:]
 		var name string
-		if err := tx.QueryRow(ctx, `SELECT name FROM tasks WHERE id = $1`, cur.ID).Scan(&name); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT name FROM tasks WHERE id = $1`, cur.id).Scan(&name); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `UPDATE tasks SET state = '`+api.TaskCancelled+`', reason = $1, updated_at = $2
 			WHERE id IN (SELECT task_id FROM task_deps WHERE after_id = $3) AND state = '`+api.TaskPending+`'
-			RETURNING id, suite_id`, cancelReason(cur, name), now, cur.ID)
+			RETURNING id, suite_id`, cancelReason(cur, name), now, cur.id)
 		if err != nil {
 			return err
 		}
 		for rows.Next() {
-			next := Ended{State: api.TaskCancelled}
-			if err := rows.Scan(&next.ID, &next.Suite); err != nil {
+			next := ended{state: api.TaskCancelled}
+			if err := rows.Scan(&next.id, &next.suite); err != nil {
 				rows.Close()
 				return err
 			}
-			counts.Move(next.Suite, api.TaskPending, api.TaskCancelled, 1)
+			counts.Move(next.suite, api.TaskPending, api.TaskCancelled, 1)
 			queue = append(queue, next)
 		}
 		rows.Close()
@@ -205,13 +205,13 @@ func (s *Store) cancelDependents(ctx context.Context, tx Querier, e Ended, count
 }
 
 // cancelReason says why a dependent of e (named name) is cancelled.
-func cancelReason(e Ended, name string) string {
+func cancelReason(e ended, name string) string {
 	how := "failed"
-	if e.State == api.TaskCancelled {
+	if e.state == api.TaskCancelled {
 		how = "was cancelled"
 	}
 	if name != "" {
-		return fmt.Sprintf("dependency %s (%s) %s", e.ID, name, how)
+		return fmt.Sprintf("dependency %s (%s) %s", e.id, name, how)
 	}
-	return fmt.Sprintf("dependency %s %s", e.ID, how)
+	return fmt.Sprintf("dependency %s %s", e.id, how)
 }

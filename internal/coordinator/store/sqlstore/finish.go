@@ -18,7 +18,7 @@ import (
 // row as they lock it, where the database locks rows), so a late or
 // repeated report changes nothing, whichever replica applies it. Only the
 // first of several reports of the same attempt can count, so the others
-// are dropped first (SplitReports).
+// are dropped first (splitReports).
 //
 // The database applies the batch with its own statements, tuned for the
 // dispatch load (Driver.Reports); the steps are the same: successes and
@@ -34,11 +34,11 @@ import (
 // (SQLite's one writer connection is held); it runs again where the
 // database aborts the transaction to break a deadlock.
 func (s *Store) FinishAttempts(ctx context.Context, nodeID string, reports []store.Attempt, retry store.RetryPolicy) (store.Finished, error) {
-	if err := CheckOutcomes(nodeID, reports); err != nil || len(reports) == 0 {
+	if err := checkOutcomes(nodeID, reports); err != nil || len(reports) == 0 {
 		return store.Finished{}, err
 	}
 	now := s.d.Now().UnixNano()
-	ends, failures := SplitReports(reports)
+	ends, failures := splitReports(reports)
 	successes := 0
 	for _, r := range ends {
 		if r.Outcome == api.OutcomeSucceeded {
@@ -77,7 +77,7 @@ func (s *Store) FinishAttempts(ctx context.Context, nodeID string, reports []sto
 			}
 			out.Applied += n
 		}
-		released, err := s.SettleDeps(ctx, tx, fin, counts, now)
+		released, err := SettleDeps(ctx, s.d, tx, fin, counts, now)
 		if err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func (s *Store) FinishAttempts(ctx context.Context, nodeID string, reports []sto
 	return out, nil
 }
 
-// Batch is a node's reports, split by SplitReports.
+// Batch is a node's reports, split by splitReports.
 type Batch struct {
 	NodeID         string
 	Now            int64 // the store's clock, in nanoseconds
@@ -111,8 +111,8 @@ type Reports interface {
 	Failures(ctx context.Context, tx Querier, decide func(held []store.Attempt) ([]Retry, error), counts sqlrow.Tally, fin *Endings) (int, error)
 }
 
-// CheckOutcomes refuses a batch with a report of an unknown outcome.
-func CheckOutcomes(nodeID string, reports []store.Attempt) error {
+// checkOutcomes refuses a batch with a report of an unknown outcome.
+func checkOutcomes(nodeID string, reports []store.Attempt) error {
 	for i, r := range reports {
 		switch r.Outcome {
 		case api.OutcomeSucceeded, api.OutcomeFailed, api.OutcomeStopped:
@@ -124,12 +124,12 @@ func CheckOutcomes(nodeID string, reports []store.Attempt) error {
 	return nil
 }
 
-// SplitReports drops repeated reports of an attempt, keeping the first
+// splitReports drops repeated reports of an attempt, keeping the first
 // (only it can count), and returns the successes and stops, and the
 // failures, each in order. After that at most one report per task can
 // count (the one of the attempt that holds it), so the order in which
 // they apply does not matter.
-func SplitReports(reports []store.Attempt) (ends, failures []store.Attempt) {
+func splitReports(reports []store.Attempt) (ends, failures []store.Attempt) {
 	type attempt struct {
 		task string
 		n    int
@@ -172,7 +172,7 @@ func FailureOf(r store.Attempt) api.TaskFailure {
 	return api.TaskFailure{ExitCode: r.Result.ExitCode, Signal: r.Result.Signal, Stdout: r.Result.Stdout, Stderr: r.Result.Stderr}
 }
 
-// ScanEnds is ScanMoves for rows of (suite_id, state, id), which also
+// ScanEnds is scanMoves for rows of (suite_id, state, id), which also
 // notes the tasks that ended.
 func ScanEnds(rows Rows, from string, counts sqlrow.Tally, fin *Endings) (int, error) {
 	defer rows.Close()
@@ -247,7 +247,7 @@ func (s *Store) retries(ctx context.Context, tx Querier, nodeID string, held []s
 	}
 	var policies map[string][2]*api.RetryPolicy
 	if retry != nil {
-		if err := s.AddFailures(ctx, tx, tasks, 1); err != nil {
+		if err := AddFailures(ctx, s.d, tx, tasks, 1); err != nil {
 			return nil, err
 		}
 		var err error

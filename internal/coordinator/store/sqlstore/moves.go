@@ -99,7 +99,7 @@ func (s *Store) moveTasks(ctx context.Context, byID bool, from, query string, a 
 			return err
 		}
 		counts := sqlrow.Tally{}
-		if n, err = ScanMoves(rows, from, counts); err != nil {
+		if n, err = scanMoves(rows, from, counts); err != nil {
 			return err
 		}
 		return s.d.ApplyCounts(ctx, tx, counts)
@@ -107,10 +107,10 @@ func (s *Store) moveTasks(ctx context.Context, byID bool, from, query string, a 
 	return n, err
 }
 
-// ScanMoves reads the (suite_id, state) rows that an UPDATE ... RETURNING
+// scanMoves reads the (suite_id, state) rows that an UPDATE ... RETURNING
 // gives for the tasks it moved out of state from, tallies them, closes the
 // rows, and returns how many there were.
-func ScanMoves(rows Rows, from string, counts sqlrow.Tally) (int, error) {
+func scanMoves(rows Rows, from string, counts sqlrow.Tally) (int, error) {
 	defer rows.Close()
 	n := 0
 	var suite, state string
@@ -145,8 +145,8 @@ func (s *Store) CancelTask(ctx context.Context, id string) (store.Task, error) {
 		}
 		counts := sqlrow.Tally{}
 		counts.Move(before.SuiteID, before.State, api.TaskCancelled, 1)
-		ended := Endings{Failed: []Ended{{before.ID, before.SuiteID, api.TaskCancelled}}}
-		if _, err := s.SettleDeps(ctx, tx, ended, counts, now); err != nil {
+		ended := Endings{failed: []ended{{before.ID, before.SuiteID, api.TaskCancelled}}}
+		if _, err := SettleDeps(ctx, s.d, tx, ended, counts, now); err != nil {
 			return err
 		}
 		return s.d.ApplyCounts(ctx, tx, counts)

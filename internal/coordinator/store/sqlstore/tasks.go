@@ -20,7 +20,7 @@ import (
 // what reads tasks, moves them back and forth between nodes or cancels
 // them is written here once.
 
-// TaskColumns are the columns ScanTask reads, from tasks.
+// TaskColumns are the columns ScanTasks reads, from tasks.
 const TaskColumns = `tasks.seq, tasks.id, tasks.suite_id, tasks.spec, tasks.state, tasks.attempt, tasks.node_id,
 	tasks.result, tasks.created_at, tasks.updated_at, tasks.reason`
 
@@ -97,7 +97,7 @@ func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
 // getTask reads a task with its failures and dependencies; lock is "" or
 // the Driver's locking clause for the task's row.
 func (s *Store) getTask(ctx context.Context, tx Querier, id, lock string) (store.Task, error) {
-	t, err := ScanTask(tx.QueryRow(ctx, `SELECT `+TaskColumns+` FROM tasks WHERE id = $1`+lock, id))
+	t, err := scanTask(tx.QueryRow(ctx, `SELECT `+TaskColumns+` FROM tasks WHERE id = $1`+lock, id))
 	if s.d.NoRows(err) {
 		return store.Task{}, errdefs.ErrNotFound
 	}
@@ -105,10 +105,10 @@ func (s *Store) getTask(ctx context.Context, tx Querier, id, lock string) (store
 		return store.Task{}, err
 	}
 	tasks := []store.Task{t}
-	if err := s.AddFailures(ctx, tx, tasks, 1); err != nil {
+	if err := AddFailures(ctx, s.d, tx, tasks, 1); err != nil {
 		return store.Task{}, err
 	}
-	if err := s.ReadAfter(ctx, tx, tasks); err != nil {
+	if err := ReadAfter(ctx, s.d, tx, tasks); err != nil {
 		return store.Task{}, err
 	}
 	return tasks[0], nil
@@ -174,10 +174,10 @@ func (s *Store) listTasks(ctx context.Context, tx Querier, f store.TaskFilter) (
 	if err != nil {
 		return nil, err
 	}
-	if err := s.AddFailures(ctx, tx, tasks, 1); err != nil {
+	if err := AddFailures(ctx, s.d, tx, tasks, 1); err != nil {
 		return nil, err
 	}
-	if err := s.ReadAfter(ctx, tx, tasks); err != nil {
+	if err := ReadAfter(ctx, s.d, tx, tasks); err != nil {
 		return nil, err
 	}
 	return tasks, nil
@@ -212,7 +212,7 @@ func validTaskState(state string) bool {
 
 // AddFailures fills in the failures of those tasks that have made at least
 // minAttempt attempts (fewer cannot have failed), with one query.
-func (s *Store) AddFailures(ctx context.Context, q Querier, tasks []store.Task, minAttempt int) error {
+func AddFailures(ctx context.Context, d Driver, q Querier, tasks []store.Task, minAttempt int) error {
 	index := map[string]int{}
 	var ids []string
 	for i := range tasks {
@@ -226,7 +226,7 @@ func (s *Store) AddFailures(ctx context.Context, q Querier, tasks []store.Task, 
 		return nil
 	}
 	rows, err := q.Query(ctx, `SELECT task_id, attempt, node_id, exit_code, signal, reason, stdout, stderr, at
-		FROM task_failures WHERE `+s.d.In(`task_id`, `$1`)+` ORDER BY task_id, attempt`, s.d.TextList(ids))
+		FROM task_failures WHERE `+d.In(`task_id`, `$1`)+` ORDER BY task_id, attempt`, d.TextList(ids))
 	if err != nil {
 		return err
 	}
@@ -256,7 +256,7 @@ func scanFailure(row Row) (taskID string, f api.TaskFailure, err error) {
 }
 
 // ReadAfter fills in the After of tasks that wait for others.
-func (s *Store) ReadAfter(ctx context.Context, q Querier, tasks []store.Task) error {
+func ReadAfter(ctx context.Context, d Driver, q Querier, tasks []store.Task) error {
 	index := map[string]int{}
 	var ids []string
 	for i := range tasks {
@@ -269,7 +269,7 @@ func (s *Store) ReadAfter(ctx context.Context, q Querier, tasks []store.Task) er
 		return nil
 	}
 	rows, err := q.Query(ctx, `SELECT task_id, after_id FROM task_deps
-		WHERE `+s.d.In(`task_id`, `$1`)+` ORDER BY task_id, after_id`, s.d.TextList(ids))
+		WHERE `+d.In(`task_id`, `$1`)+` ORDER BY task_id, after_id`, d.TextList(ids))
 	if err != nil {
 		return err
 	}
@@ -290,7 +290,7 @@ func ScanTasks(rows Rows) ([]store.Task, error) {
 	defer rows.Close()
 	tasks := []store.Task{}
 	for rows.Next() {
-		t, err := ScanTask(rows)
+		t, err := scanTask(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -299,9 +299,9 @@ func ScanTasks(rows Rows) ([]store.Task, error) {
 	return tasks, rows.Err()
 }
 
-// ScanTask reads a row of TaskColumns; Failures stay nil. The JSON columns
+// scanTask reads a row of TaskColumns; Failures stay nil. The JSON columns
 // are read as bytes, which both databases' drivers fill without reflection.
-func ScanTask(row Row) (store.Task, error) {
+func scanTask(row Row) (store.Task, error) {
 	var (
 		t                store.Task
 		spec, result     []byte
