@@ -240,9 +240,6 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// scanner is a pgx.Row or pgx.Rows.
-type scanner interface{ Scan(dest ...any) error }
-
 // planned, passed as a statement's first argument, has PostgreSQL plan
 // the statement for the arguments of each call, where pgx would otherwise
 // run a prepared statement whose cached generic plan knows nothing of them.
@@ -387,22 +384,6 @@ func detail(err error) string {
 
 // noRows reports whether a QueryRow found nothing.
 func noRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
-
-// args numbers a statement's arguments as they are added: $1, $2, ...
-type args []any
-
-func (a *args) add(v any) string {
-	*a = append(*a, v)
-	return "$" + strconv.Itoa(len(*a))
-}
-
-// limit is the LIMIT of a page (none when it has no limit).
-func (a *args) limit(p store.Page) string {
-	if p.Limit <= 0 {
-		return ""
-	}
-	return ` LIMIT ` + a.add(p.Limit)
-}
 
 // asJSON is SQL that reads the JSON text in column col. PostgreSQL's JSON
 // functions refuse the escape \u0000 (a NUL, which a task's argv or output

@@ -11,14 +11,12 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -73,65 +71,24 @@ func TestConformance(t *testing.T) {
 // refused (downgrading the binary, or one replica left behind), untouched.
 func TestNewerSchema(t *testing.T) {
 	url := newDatabase(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	storetest.NewerSchema(t, func(ctx context.Context) (store.Store, error) {
 		s, err := Open(ctx, url, nil)
 		if err != nil {
 			return nil, err
 		}
 		return s, nil
-	}, db)
+	}, sqlDB(t, url))
 }
 
-// checkCounts compares suite_counts, summed over the shards, with the
-// tasks' states, counted afresh.
+// checkCounts is storetest.CheckCounts on the database at url.
 func checkCounts(t testing.TB, url string) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
+	db, err := sql.Open("pgx", url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	read := func(query string) map[string]api.TaskCounts {
-		t.Helper()
-		rows, err := conn.Query(ctx, query)
-		if err != nil {
-			t.Fatalf("%s: %v", query, err)
-		}
-		defer rows.Close()
-		out := map[string]api.TaskCounts{}
-		for rows.Next() {
-			var id string
-			var c api.TaskCounts
-			if err := rows.Scan(&id, &c.Pending, &c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled); err != nil {
-				t.Fatal(err)
-			}
-			out[id] = c
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	kept := read(`SELECT suite_id, sum(pending), sum(ready), sum(running), sum(finished), sum(failed), sum(cancelled)
-		FROM suite_counts GROUP BY suite_id`)
-	counted := read(`SELECT suites.id,
-			COUNT(*) FILTER (WHERE tasks.state = 'Pending'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Ready'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Running'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Finished'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Failed'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Cancelled')
-		FROM suites LEFT JOIN tasks ON tasks.suite_id = suites.id
-		GROUP BY suites.id`)
-	if diff := cmp.Diff(counted, kept); diff != "" {
-		t.Errorf("suite_counts differ from the tasks counted by state (-counted +kept):\n%s", diff)
-	}
+	defer db.Close()
+	storetest.CheckCounts(t, db)
 }
 
 // TestConcurrentOpensMigrateOnce: several processes starting at once on an
@@ -478,7 +435,7 @@ func TestCancelSuiteWhileReplicasWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	storetest.RegisterNodes(t, a, "n0", "n1", "n2")
-	if err := a.AddTasks(ctx, "s1", benchTasks("t", tasks)); err != nil {
+	if err := a.AddTasks(ctx, "s1", storetest.BenchTasks("t", tasks)); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -564,58 +521,22 @@ func TestDependencyFinishingMeanwhile(t *testing.T) {
 	checkCounts(t, url)
 }
 
-// TestAnAttemptIsHandedOutOnce checks the schema's own rule, apart from the
-// claim's conditions, as SQLite's test of the same name: an attempt of a
-// task already handed out cannot be handed out again, and a return takes
-// its attempt back.
+// TestAnAttemptIsHandedOutOnce: see storetest.AnAttemptIsHandedOutOnce.
 func TestAnAttemptIsHandedOutOnce(t *testing.T) {
-	ctx := t.Context()
-	s := open(t, newDatabase(t))
-	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "once"}}); err != nil {
-		t.Fatal(err)
-	}
-	storetest.RegisterNodes(t, s, "n1", "n2", "n3")
-	if err := s.AddTasks(ctx, "s1", []store.Task{{ID: "t1", Spec: api.TaskSpec{Argv: []string{"true"}}}}); err != nil {
-		t.Fatal(err)
-	}
-	attempts := func() []string {
-		t.Helper()
-		rows, _ := s.pool.Query(ctx, `SELECT task_id || '#' || attempt || '@' || node_id FROM task_attempts ORDER BY attempt`)
-		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
-	if _, err := s.ClaimTasks(ctx, "s1", "n1", 1); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := s.ReturnTasks(ctx, "n1", []string{"t1"}); err != nil || n != 1 {
-		t.Fatalf("ReturnTasks() = %d, %v, want 1, nil", n, err)
-	}
-	if got := attempts(); len(got) != 0 {
-		t.Errorf("attempts after a return = %q, want none", got)
-	}
-	if got, err := s.ClaimTasks(ctx, "s1", "n2", 1); err != nil || len(got) != 1 || got[0].Attempt != 1 {
-		t.Fatalf("ClaimTasks() after a return = %v, %v, want t1 at attempt 1", got, err)
-	}
-	if got, want := attempts(), []string{"t1#1@n2"}; !slices.Equal(got, want) {
-		t.Errorf("attempts = %q, want %q", got, want)
-	}
+	url := newDatabase(t)
+	storetest.AnAttemptIsHandedOutOnce(t, open(t, url), sqlDB(t, url),
+		// Triggers off for the statement that does it.
+		`BEGIN; SET LOCAL session_replication_role = replica;
+		UPDATE tasks SET state = 'Ready', attempt = 0 WHERE id = 't1'; COMMIT`)
+}
 
-	// The bug: t1 is Ready again at attempt 0, though attempt 1 was handed
-	// out (triggers off for the statement that makes it so).
-	if _, err := s.pool.Exec(ctx, `BEGIN; SET LOCAL session_replication_role = replica;
-		UPDATE tasks SET state = 'Ready', attempt = 0 WHERE id = 't1'; COMMIT`); err != nil {
+// sqlDB reaches the database at url beneath the store, as database/sql.
+func sqlDB(t *testing.T, url string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.ClaimTasks(ctx, "s1", "n3", 1); err == nil {
-		t.Errorf("ClaimTasks() of an attempt handed out before = %v, nil, want an error", got)
-	}
-	if got, err := s.GetTask(ctx, "t1"); err != nil || got.State != api.TaskReady || got.Attempt != 0 {
-		t.Errorf("GetTask() after the refused claim = %s at %d, %v, want Ready at 0", got.State, got.Attempt, err)
-	}
-	if got, want := attempts(), []string{"t1#1@n2"}; !slices.Equal(got, want) {
-		t.Errorf("attempts after the refused claim = %q, want %q", got, want)
-	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }

@@ -26,7 +26,7 @@ func (driver) InsertOrder() string { return "seq" }
 // the state it left. No task can enter those states after the lock: the
 // others are final, and AddTasks waits for the suite's row.
 func (d driver) CancelSuiteTasks(ctx context.Context, q sqlstore.Querier, id string, now time.Time) error {
-	tx := q.(pgQuerier).q.(pgx.Tx) // sqlstore calls it inside Write
+	tx := txOf(q)
 	const live = `suite_id = $1 AND state IN ('` + api.TaskPending + `', '` + api.TaskReady + `', '` + api.TaskRunning + `')`
 	rows, err := tx.Query(ctx, `SELECT state FROM tasks WHERE `+live+` ORDER BY seq FOR UPDATE`, id)
 	if err != nil {

@@ -27,25 +27,8 @@ func BenchmarkAddTasksWithInputs(b *testing.B) {
 	}
 }
 
-// TestTaskFilesGoWithTheirTasks: as the SQLite store's.
+// TestTaskFilesGoWithTheirTasks: see storetest.TaskFilesGoWithTheirTasks.
 func TestTaskFilesGoWithTheirTasks(t *testing.T) {
-	ctx := t.Context()
-	s := open(t, newDatabase(t))
-	storetest.LoadHeldInputs(t, s)
-	count := func() (n int) {
-		t.Helper()
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM task_files`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	if n := count(); n != 2000*50+32*1000 {
-		t.Fatalf("%d task files, want %d", n, 2000*50+32*1000)
-	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM suites WHERE id = 'crowd'`); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(); n != 32*1000 {
-		t.Errorf("%d task files after deleting suite crowd, want %d", n, 32*1000)
-	}
+	url := newDatabase(t)
+	storetest.TaskFilesGoWithTheirTasks(t, open(t, url), sqlDB(t, url))
 }

@@ -40,6 +40,27 @@ func (d driver) TextList(vs []string) any {
 	return string(b)
 }
 
+func (d driver) In(col, ph string) string {
+	return col + ` IN (SELECT value FROM json_each(` + ph + `))`
+}
+
+// JSON is the column itself: SQLite's JSON functions read JSON text.
+func (d driver) JSON(col string) string { return col }
+
+// PlanEach is tx: SQLite plans each statement with its arguments.
+func (d driver) PlanEach(tx sqlstore.Querier) sqlstore.Querier { return tx }
+
+func (d driver) MayHaveDeps() bool   { return d.s.deps.Load() }
+func (d driver) ReleaseDeps() string { return releaseDeps }
+
+func (d driver) ApplyCounts(ctx context.Context, tx sqlstore.Querier, t tally) error {
+	return d.s.applyCounts(ctx, txOf(tx), t)
+}
+
+// txOf is the transaction of a Querier that Write made, for the hooks
+// sqlstore calls inside it.
+func txOf(q sqlstore.Querier) *sql.Tx { return q.(sqlQ).q.(*sql.Tx) }
+
 // Read runs fn in a read-only transaction on the readers' pool: WAL gives
 // it one snapshot, beside the writer.
 func (d driver) Read(ctx context.Context, fn func(sqlstore.Querier) error) error {

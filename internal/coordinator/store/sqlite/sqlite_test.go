@@ -56,8 +56,7 @@ func TestNewerSchema(t *testing.T) {
 	}, db)
 }
 
-// checkCounts compares suite_counts in the file at path with the tasks'
-// states, counted afresh.
+// checkCounts is storetest.CheckCounts on the file at path.
 func checkCounts(t *testing.T, path string) {
 	t.Helper()
 	db, err := sql.Open("sqlite", dsn(path, true))
@@ -65,39 +64,7 @@ func checkCounts(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	read := func(query string) map[string]api.TaskCounts {
-		t.Helper()
-		rows, err := db.QueryContext(context.Background(), query)
-		if err != nil {
-			t.Fatalf("%s: %v", query, err)
-		}
-		defer rows.Close()
-		out := map[string]api.TaskCounts{}
-		for rows.Next() {
-			var id string
-			var c api.TaskCounts
-			if err := rows.Scan(&id, &c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled); err != nil {
-				t.Fatal(err)
-			}
-			out[id] = c
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	kept := read(`SELECT suite_id, ready, running, finished, failed, cancelled FROM suite_counts`)
-	counted := read(`SELECT suites.id,
-			COUNT(*) FILTER (WHERE tasks.state = 'Ready'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Running'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Finished'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Failed'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Cancelled')
-		FROM suites LEFT JOIN tasks ON tasks.suite_id = suites.id
-		GROUP BY suites.id`)
-	if diff := cmp.Diff(counted, kept); diff != "" {
-		t.Errorf("suite_counts differ from the tasks counted by state (-counted +kept):\n%s", diff)
-	}
+	storetest.CheckCounts(t, db)
 }
 
 // open opens the store at path and closes it when the test ends.
@@ -191,11 +158,11 @@ func TestReopen(t *testing.T) {
 	}
 }
 
-// TestUpgrade opens a file made by the first schema, with a node in it, and
-// finds the node intact under the newest one.
-func TestUpgrade(t *testing.T) {
-	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "nodemgr.db")
+// migratedTo makes a file migrated up to version, for a test of what
+// later migrations make of it; the test closes db before it opens a store.
+func migratedTo(t *testing.T, version int64) (path string, db *sql.DB) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "nodemgr.db")
 	db, err := sql.Open("sqlite", dsn(path, false))
 	if err != nil {
 		t.Fatal(err)
@@ -208,9 +175,17 @@ func TestUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatalf("goose.NewProvider() = %v", err)
 	}
-	if _, err := p.UpTo(ctx, 1); err != nil {
-		t.Fatalf("UpTo(1) = %v", err)
+	if _, err := p.UpTo(t.Context(), version); err != nil {
+		t.Fatalf("UpTo(%d) = %v", version, err)
 	}
+	return path, db
+}
+
+// TestUpgrade opens a file made by the first schema, with a node in it, and
+// finds the node intact under the newest one.
+func TestUpgrade(t *testing.T) {
+	ctx := t.Context()
+	path, db := migratedTo(t, 1)
 	if _, err := db.ExecContext(ctx, `INSERT INTO nodes (id, name, machine_id, data_dir, status, registered_at, updated_at)
 		VALUES ('n1', 'alpha', 'm1', '/d', ?, 1, 1)`, api.StatusOnline); err != nil {
 		t.Fatalf("insert a node at version 1: %v", err)
@@ -237,22 +212,7 @@ func TestUpgrade(t *testing.T) {
 // suites and tasks in every state, and finds them counted.
 func TestUpgradeCountsTasks(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "nodemgr.db")
-	db, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		t.Fatalf("goose.NewProvider() = %v", err)
-	}
-	if _, err := p.UpTo(ctx, 2); err != nil {
-		t.Fatalf("UpTo(2) = %v", err)
-	}
+	path, db := migratedTo(t, 2)
 	want := map[string]api.TaskCounts{
 		"s1": {Ready: 3, Running: 2, Finished: 4, Failed: 1, Cancelled: 2},
 		"s2": {Ready: 1},
@@ -333,25 +293,30 @@ func TestDispatchPlans(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			args := make([]any, 9) // not used: EXPLAIN runs nothing
-			rows, err := s.w.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+tc.query, args...)
-			if err != nil {
-				t.Fatalf("EXPLAIN QUERY PLAN = %v", err)
-			}
-			defer rows.Close()
-			var got []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, detail)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("EXPLAIN QUERY PLAN mismatch (-want +got):\n%s", diff)
-			}
+			checkPlan(t, s.w, tc.query, tc.want, make([]any, 9)...) // not used: EXPLAIN runs nothing
 		})
+	}
+}
+
+// checkPlan compares the lines of query's plan on db, with args, with want.
+func checkPlan(t *testing.T, db *sql.DB, query string, want []string, args ...any) {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN QUERY PLAN = %v", err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, detail)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("EXPLAIN QUERY PLAN mismatch (-want +got):\n%s", diff)
 	}
 }
 
@@ -448,122 +413,25 @@ func TestPathWithOddCharacters(t *testing.T) {
 	}
 }
 
-// BenchmarkRecordHeartbeats measures one batch the size a busy coordinator
-// writes each second.
-func BenchmarkRecordHeartbeats(b *testing.B) {
-	const nodes = 5000
-	ctx := b.Context()
-	s, err := Open(ctx, filepath.Join(b.TempDir(), "nodemgr.db"), nil)
+// newStore opens a new store in b's temporary directory, closed when b
+// ends.
+func newStore(b *testing.B) store.Store {
+	s, err := Open(b.Context(), filepath.Join(b.TempDir(), "nodemgr.db"), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
-	batch := make([]store.Heartbeat, nodes)
-	for i := range batch {
-		id := fmt.Sprintf("n%05d", i)
-		if _, err := s.CreateNode(ctx, store.Node{ID: id, MachineID: id, DataDir: "/d"}); err != nil {
-			b.Fatal(err)
-		}
-		batch[i] = store.Heartbeat{NodeID: id, AgentState: api.AgentIdle}
-	}
-	at := time.Now()
-	for b.Loop() {
-		at = at.Add(time.Second)
-		for i := range batch {
-			batch[i].At = at
-		}
-		if err := s.RecordHeartbeats(ctx, batch); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(nodes*b.N)/b.Elapsed().Seconds(), "heartbeats/s")
+	b.Cleanup(func() { s.Close() })
+	return s
 }
 
-// benchTasks are n tasks of a realistic size, with IDs that start with
-// prefix.
-func benchTasks(prefix string, n int) []store.Task {
-	tasks := make([]store.Task, n)
-	for i := range tasks {
-		tasks[i] = store.Task{
-			ID:   fmt.Sprintf("%s-%07d", prefix, i),
-			Spec: api.TaskSpec{Argv: []string{"/usr/bin/fuzz", "--seed", fmt.Sprint(i), "--iterations", "1000"}, Timeout: api.Duration(time.Minute)},
-		}
-	}
-	return tasks
-}
+// BenchmarkRecordHeartbeats: see storetest.BenchRecordHeartbeats.
+func BenchmarkRecordHeartbeats(b *testing.B) { storetest.BenchRecordHeartbeats(b, newStore(b)) }
 
-// BenchmarkClaimAndFinish measures the dispatch loop: an agent claims
-// batches of tasks and reports them done in batches, small ones as a lightly
-// loaded agent sends them and large ones as a busy one does.
-func BenchmarkClaimAndFinish(b *testing.B) {
-	for _, bc := range []struct{ claim, report int }{{1, 1}, {16, 16}, {32, 256}, {256, 256}} {
-		b.Run(fmt.Sprintf("claim=%d/report=%d", bc.claim, bc.report), func(b *testing.B) {
-			const refill = 50_000
-			ctx := b.Context()
-			s, err := Open(ctx, filepath.Join(b.TempDir(), "nodemgr.db"), nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "bench"}}); err != nil {
-				b.Fatal(err)
-			}
-			storetest.RegisterNodes(b, s, "n1")
-			added := 0
-			var reports []store.Attempt
-			for b.Loop() {
-				for len(reports) < bc.report {
-					tasks, err := s.ClaimTasks(ctx, "s1", "n1", bc.claim)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if len(tasks) < bc.claim {
-						b.StopTimer()
-						if err := s.AddTasks(ctx, "s1", benchTasks(fmt.Sprint(added), refill)); err != nil {
-							b.Fatal(err)
-						}
-						added++
-						b.StartTimer()
-					}
-					for _, t := range tasks {
-						reports = append(reports, store.Attempt{
-							TaskID: t.ID, Attempt: t.Attempt, Outcome: api.OutcomeSucceeded,
-							Result: api.TaskResult{ExitCode: 0, Stdout: "ok\n", DurationMS: 12},
-						})
-					}
-				}
-				done, err := s.FinishAttempts(ctx, "n1", reports[:bc.report], nil)
-				if err != nil || done.Applied != bc.report {
-					b.Fatalf("FinishAttempts(%d) = %+v, %v", bc.report, done, err)
-				}
-				reports = append(reports[:0], reports[bc.report:]...)
-			}
-			b.ReportMetric(float64(bc.report*b.N)/b.Elapsed().Seconds(), "tasks/s")
-		})
-	}
-}
+// BenchmarkClaimAndFinish: see storetest.BenchClaimAndFinish.
+func BenchmarkClaimAndFinish(b *testing.B) { storetest.BenchClaimAndFinish(b, newStore) }
 
-// BenchmarkAddTasks measures one large submission.
-func BenchmarkAddTasks(b *testing.B) {
-	const n = 10_000
-	ctx := b.Context()
-	s, err := Open(ctx, filepath.Join(b.TempDir(), "nodemgr.db"), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "bench"}}); err != nil {
-		b.Fatal(err)
-	}
-	i := 0
-	for b.Loop() {
-		if err := s.AddTasks(ctx, "s1", benchTasks(fmt.Sprint(i), n)); err != nil {
-			b.Fatal(err)
-		}
-		i++
-	}
-	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tasks/s")
-}
+// BenchmarkAddTasks: see storetest.BenchAddTasks.
+func BenchmarkAddTasks(b *testing.B) { storetest.BenchAddTasks(b, newStore(b)) }
 
 // largeSuite opens a store with one suite, s1, of n tasks: a fifth each
 // Finished, Failed (given up), Running, Cancelled and Ready, in the order
@@ -578,7 +446,7 @@ func largeSuite(b *testing.B, n int) *Store {
 	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "bench"}}); err != nil {
 		b.Fatal(err)
 	}
-	if err := s.AddTasks(ctx, "s1", benchTasks("t", n)); err != nil {
+	if err := s.AddTasks(ctx, "s1", storetest.BenchTasks("t", n)); err != nil {
 		b.Fatal(err)
 	}
 	storetest.RegisterNodes(b, s, "n1", "n2")
@@ -727,68 +595,10 @@ func TestFilesArePrivate(t *testing.T) {
 	}
 }
 
-// TestAnAttemptIsHandedOutOnce checks the schema's own rule, apart from the
-// claim's conditions: an attempt of a task already handed out (here, one
-// that a buggy path left recorded while the task went back to Ready at the
-// attempt before) cannot be handed out again; the claim fails and the task
-// stays Ready. A return takes its attempt back, so that attempt may be
-// handed out anew.
+// TestAnAttemptIsHandedOutOnce: see storetest.AnAttemptIsHandedOutOnce.
 func TestAnAttemptIsHandedOutOnce(t *testing.T) {
-	ctx := t.Context()
 	s := open(t, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
-	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "once"}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddTasks(ctx, "s1", []store.Task{{ID: "t1", Spec: api.TaskSpec{Argv: []string{"true"}}}}); err != nil {
-		t.Fatal(err)
-	}
-	storetest.RegisterNodes(t, s, "n1", "n2", "n3")
-	attempts := func() (rows []string) {
-		t.Helper()
-		r, err := s.w.QueryContext(ctx, `SELECT task_id || '#' || attempt || '@' || node_id FROM task_attempts ORDER BY attempt`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		for r.Next() {
-			var row string
-			if err := r.Scan(&row); err != nil {
-				t.Fatal(err)
-			}
-			rows = append(rows, row)
-		}
-		return rows
-	}
-	if _, err := s.ClaimTasks(ctx, "s1", "n1", 1); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := s.ReturnTasks(ctx, "n1", []string{"t1"}); err != nil || n != 1 {
-		t.Fatalf("ReturnTasks() = %d, %v, want 1, nil", n, err)
-	}
-	if got := attempts(); len(got) != 0 {
-		t.Errorf("attempts after a return = %q, want none", got)
-	}
-	if got, err := s.ClaimTasks(ctx, "s1", "n2", 1); err != nil || len(got) != 1 || got[0].Attempt != 1 {
-		t.Fatalf("ClaimTasks() after a return = %v, %v, want t1 at attempt 1", got, err)
-	}
-	if got, want := attempts(), []string{"t1#1@n2"}; !slices.Equal(got, want) {
-		t.Errorf("attempts = %q, want %q", got, want)
-	}
-
-	// The bug: t1 is Ready again at attempt 0, though attempt 1 was handed out.
-	if _, err := s.w.ExecContext(ctx, `DROP TRIGGER task_attempt_returned`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.w.ExecContext(ctx, `UPDATE tasks SET state = 'Ready', attempt = 0 WHERE id = 't1'`); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := s.ClaimTasks(ctx, "s1", "n3", 1); err == nil {
-		t.Errorf("ClaimTasks() of an attempt handed out before = %v, nil, want an error", got)
-	}
-	if got, err := s.GetTask(ctx, "t1"); err != nil || got.State != api.TaskReady || got.Attempt != 0 {
-		t.Errorf("GetTask() after the refused claim = %s at %d, %v, want Ready at 0", got.State, got.Attempt, err)
-	}
-	if got, want := attempts(), []string{"t1#1@n2"}; !slices.Equal(got, want) {
-		t.Errorf("attempts after the refused claim = %q, want %q", got, want)
-	}
+	storetest.AnAttemptIsHandedOutOnce(t, s, s.w,
+		`DROP TRIGGER task_attempt_returned`,
+		`UPDATE tasks SET state = 'Ready', attempt = 0 WHERE id = 't1'`)
 }

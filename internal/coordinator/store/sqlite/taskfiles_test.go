@@ -2,15 +2,10 @@ package sqlite
 
 import (
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
-	"github.com/pressly/goose/v3"
 
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlstore"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/storetest"
@@ -55,23 +50,7 @@ func TestTaskFilePlans(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+tc.query, "n1", "[]")
-			if err != nil {
-				t.Fatalf("EXPLAIN QUERY PLAN = %v", err)
-			}
-			defer rows.Close()
-			var got []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, detail)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("EXPLAIN QUERY PLAN mismatch (-want +got):\n%s", diff)
-			}
+			checkPlan(t, s.r, tc.query, tc.want, "n1", "[]")
 		})
 	}
 }
@@ -81,22 +60,7 @@ func TestTaskFilePlans(t *testing.T) {
 // holding one reads its inputs, and collection keeps them all.
 func TestUpgradeIndexesTaskFiles(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "nodemgr.db")
-	db, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		t.Fatalf("goose.NewProvider() = %v", err)
-	}
-	if _, err := p.UpTo(ctx, 19); err != nil {
-		t.Fatalf("UpTo(19) = %v", err)
-	}
+	path, db := migratedTo(t, 19)
 	digest := func(s string) string {
 		sum := sha256.Sum256([]byte(s))
 		return "sha256:" + hex.EncodeToString(sum[:])
@@ -165,27 +129,8 @@ func BenchmarkAddTasksWithInputs(b *testing.B) {
 	}
 }
 
-// TestTaskFilesGoWithTheirTasks: task_files has no foreign key (it would
-// check every row a submission adds); a trigger deletes a task's files
-// with it, as when its suite is deleted.
+// TestTaskFilesGoWithTheirTasks: see storetest.TaskFilesGoWithTheirTasks.
 func TestTaskFilesGoWithTheirTasks(t *testing.T) {
-	ctx := t.Context()
 	s := open(t, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
-	storetest.LoadHeldInputs(t, s)
-	count := func() (n int) {
-		t.Helper()
-		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM task_files`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	if n := count(); n != 2000*50+32*1000 {
-		t.Fatalf("%d task files, want %d", n, 2000*50+32*1000)
-	}
-	if _, err := s.w.ExecContext(ctx, `DELETE FROM suites WHERE id = 'crowd'`); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(); n != 32*1000 {
-		t.Errorf("%d task files after deleting suite crowd, want %d", n, 32*1000)
-	}
+	storetest.TaskFilesGoWithTheirTasks(t, s, s.w)
 }

@@ -1,16 +1,22 @@
 // Package sqlstore holds the store logic both SQL databases share, written
 // once over a small driver interface: each database package (sqlite,
 // postgres) keeps its connection, migrations, error classes and hot paths
-// (claims, LISTEN/NOTIFY) and embeds a Store for the rest.
+// (adding tasks in batches, claims, how a batch of reports is sent,
+// heartbeat batches, LISTEN/NOTIFY) and embeds a Store for the rest.
 //
 // Statements here are written for both databases: placeholders are $1,
 // $2, ... (the SQLite driver rewrites them to ?1, ?2, ...), and what
-// differs goes through the Driver (a row lock's clause).
+// differs goes through the Driver: a row lock's clause, a list as an
+// argument, a JSON column, and the few statements each database tunes
+// (counts, releasing dependents).
 package sqlstore
 
 import (
 	"context"
 	"time"
+
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlrow"
 )
 
 // Driver is what one SQL database gives the shared store.
@@ -38,8 +44,14 @@ type Driver interface {
 	// column col holds one of the strings of the argument placeholder ph,
 	// made with TextList.
 	InJSONArray(col, ph string) string
-	// TextList is a list of strings as InJSONArray's argument.
+	// TextList is a list of strings as InJSONArray's and In's argument.
 	TextList(vs []string) any
+	// In is a condition true where column col holds one of the strings of
+	// the argument placeholder ph, made with TextList.
+	In(col, ph string) string
+	// JSON is the JSON document that the text column col holds, for the
+	// operators -> and ->>, which both databases share.
+	JSON(col string) string
 	// Now is the store's clock.
 	Now() time.Time
 
@@ -55,6 +67,27 @@ type Driver interface {
 	// InsertOrder is the column that orders a table's rows as they were
 	// inserted.
 	InsertOrder() string
+
+	// ApplyCounts adds the tally t to suite_counts in tx.
+	ApplyCounts(ctx context.Context, tx Querier, t sqlrow.Tally) error
+	// PlanEach is tx planning each statement for its arguments, for those
+	// that name a list of rows whose length a cached generic plan would
+	// guess; tx itself where the database plans each statement anyway.
+	PlanEach(tx Querier) Querier
+	// MayHaveDeps is false while no task has ever waited for another, so
+	// that ending tasks need not look for dependents.
+	MayHaveDeps() bool
+	// ReleaseDeps is the statement that counts down the Pending dependents
+	// of the finished tasks $1 (made with TextList), each by as many of
+	// them as it waits for, makes Ready those at zero, stamps them $2, and
+	// returns the suite_id and state of each.
+	ReleaseDeps() string
+	// NewTasks is a submission of tasks, all with IDs, as the database
+	// inserts them.
+	NewTasks(tasks []store.Task) (NewTasks, error)
+	// Reports is a batch of reports as the database applies them,
+	// encoded before the write transaction takes its locks.
+	Reports(b Batch) (Reports, error)
 }
 
 // Querier runs statements on a pool or in a transaction.

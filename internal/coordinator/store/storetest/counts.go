@@ -1,12 +1,15 @@
 package storetest
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
@@ -212,5 +215,47 @@ func (c *churn) check(after string) {
 		if got := listed[i].Counts; got != want {
 			t.Fatalf("ListSuites() suite %s counts after %s = %+v, want %+v as its tasks are", id, after, got, want)
 		}
+	}
+}
+
+// CheckCounts compares suite_counts, summed over the rows a suite's counts
+// may spread over, with the tasks' states counted afresh; db reaches the
+// store's database beneath it.
+func CheckCounts(t testing.TB, db *sql.DB) {
+	t.Helper()
+	read := func(query string) map[string]api.TaskCounts {
+		t.Helper()
+		rows, err := db.QueryContext(context.Background(), query)
+		if err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		defer rows.Close()
+		out := map[string]api.TaskCounts{}
+		for rows.Next() {
+			var id string
+			var c api.TaskCounts
+			if err := rows.Scan(&id, &c.Pending, &c.Ready, &c.Running, &c.Finished, &c.Failed, &c.Cancelled); err != nil {
+				t.Fatal(err)
+			}
+			out[id] = c
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	kept := read(`SELECT suite_id, sum(pending), sum(ready), sum(running), sum(finished), sum(failed), sum(cancelled)
+		FROM suite_counts GROUP BY suite_id`)
+	counted := read(`SELECT suites.id,
+			COUNT(*) FILTER (WHERE tasks.state = 'Pending'),
+			COUNT(*) FILTER (WHERE tasks.state = 'Ready'),
+			COUNT(*) FILTER (WHERE tasks.state = 'Running'),
+			COUNT(*) FILTER (WHERE tasks.state = 'Finished'),
+			COUNT(*) FILTER (WHERE tasks.state = 'Failed'),
+			COUNT(*) FILTER (WHERE tasks.state = 'Cancelled')
+		FROM suites LEFT JOIN tasks ON tasks.suite_id = suites.id
+		GROUP BY suites.id`)
+	if diff := cmp.Diff(counted, kept); diff != "" {
+		t.Errorf("suite_counts differ from the tasks counted by state (-counted +kept):\n%s", diff)
 	}
 }

@@ -12,11 +12,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
@@ -121,4 +123,105 @@ func readSchemaState(t *testing.T, db *sql.DB) schemaState {
 		t.Fatalf("read nodes: %v", err)
 	}
 	return st
+}
+
+// AnAttemptIsHandedOutOnce checks the schema's own rule, apart from the
+// claim's conditions: an attempt of a task already handed out (here, one
+// that a buggy path left recorded while the task went back to Ready at the
+// attempt before) cannot be handed out again; the claim fails and the task
+// stays Ready. A return takes its attempt back, so that attempt may be
+// handed out anew. s is a new store, db reaches its database beneath it,
+// and rewind are the statements that put task t1 back to Ready at attempt
+// 0 behind the schema's triggers, as the buggy path would.
+func AnAttemptIsHandedOutOnce(t *testing.T, s store.Store, db *sql.DB, rewind ...string) {
+	ctx := t.Context()
+	if err := s.CreateSuite(ctx, store.Suite{ID: "s1", Spec: api.SuiteSpec{Name: "once"}}); err != nil {
+		t.Fatal(err)
+	}
+	RegisterNodes(t, s, "n1", "n2", "n3")
+	if err := s.AddTasks(ctx, "s1", []store.Task{{ID: "t1", Spec: api.TaskSpec{Argv: []string{"true"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	attempts := func() []string {
+		t.Helper()
+		return texts(t, db, `SELECT task_id || '#' || attempt || '@' || node_id FROM task_attempts ORDER BY attempt`)
+	}
+	if _, err := s.ClaimTasks(ctx, "s1", "n1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.ReturnTasks(ctx, "n1", []string{"t1"}); err != nil || n != 1 {
+		t.Fatalf("ReturnTasks() = %d, %v, want 1, nil", n, err)
+	}
+	if got := attempts(); len(got) != 0 {
+		t.Errorf("attempts after a return = %q, want none", got)
+	}
+	if got, err := s.ClaimTasks(ctx, "s1", "n2", 1); err != nil || len(got) != 1 || got[0].Attempt != 1 {
+		t.Fatalf("ClaimTasks() after a return = %v, %v, want t1 at attempt 1", got, err)
+	}
+	if got, want := attempts(), []string{"t1#1@n2"}; !slices.Equal(got, want) {
+		t.Errorf("attempts = %q, want %q", got, want)
+	}
+
+	// The bug: t1 is Ready again at attempt 0, though attempt 1 was handed out.
+	for _, stmt := range rewind {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if got, err := s.ClaimTasks(ctx, "s1", "n3", 1); err == nil {
+		t.Errorf("ClaimTasks() of an attempt handed out before = %v, nil, want an error", got)
+	}
+	if got, err := s.GetTask(ctx, "t1"); err != nil || got.State != api.TaskReady || got.Attempt != 0 {
+		t.Errorf("GetTask() after the refused claim = %s at %d, %v, want Ready at 0", got.State, got.Attempt, err)
+	}
+	if got, want := attempts(), []string{"t1#1@n2"}; !slices.Equal(got, want) {
+		t.Errorf("attempts after the refused claim = %q, want %q", got, want)
+	}
+}
+
+// texts reads a query's one text column.
+func texts(t *testing.T, db *sql.DB, query string) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TaskFilesGoWithTheirTasks: task_files has no foreign key (it would check
+// every row a submission adds); a trigger deletes a task's files with it,
+// as when its suite is deleted. s is a new store, db reaches its database
+// beneath it.
+func TaskFilesGoWithTheirTasks(t *testing.T, s store.Store, db *sql.DB) {
+	ctx := t.Context()
+	LoadHeldInputs(t, s)
+	count := func() (n int) {
+		t.Helper()
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM task_files`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 2000*50+32*1000 {
+		t.Fatalf("%d task files, want %d", n, 2000*50+32*1000)
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM suites WHERE id = 'crowd'`); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 32*1000 {
+		t.Errorf("%d task files after deleting suite crowd, want %d", n, 32*1000)
+	}
 }
