@@ -62,6 +62,7 @@ var tiers = map[string]tier{
 	"internal/base/procenv":      tierBase,
 	"internal/base/proto":        tierBase,
 	"internal/base/sha256sum":    tierBase,
+	"internal/base/tick":         tierBase,
 	"internal/base/tlsca":        tierBase,
 	"internal/base/validate":     tierBase,
 	"internal/base/workload":     tierBase,

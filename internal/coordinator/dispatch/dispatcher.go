@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/tick"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -227,14 +228,7 @@ func (d *Dispatcher) Reclaim(ctx context.Context, nodeID, why string, keep ...st
 // net for the rest (tasks cancelled while Ready, a report that failed).
 // It runs on the leader.
 func (d *Dispatcher) SuiteLoop(ctx context.Context) {
-	t := time.NewTicker(d.cfg.SuiteTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, d.cfg.SuiteTick, func() {
 		closed, err := d.store.CloseIdleSuites(ctx, time.Now().Add(-d.cfg.SuiteCloseAfter))
 		if err != nil && ctx.Err() == nil {
 			d.log.Error("close idle suites", "err", err)
@@ -244,23 +238,14 @@ func (d *Dispatcher) SuiteLoop(ctx context.Context) {
 			d.SuiteChanged(ctx, id)
 		}
 		d.completeSuites(ctx)
-	}
+	})
 }
 
 // SharesLoop forgets, every SuiteTick, the fair-share members that left
 // without saying so. Each replica's dispatcher keeps its own shares, so
 // this runs on every replica, leader or not.
 func (d *Dispatcher) SharesLoop(ctx context.Context) {
-	t := time.NewTicker(d.cfg.SuiteTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			d.shares.Prune(d.agents.Get)
-		}
-	}
+	tick.Every(ctx, d.cfg.SuiteTick, func() { d.shares.Prune(d.agents.Get) })
 }
 
 // completeSuites moves Closed suites with nothing left to run to Complete.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/tick"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -60,16 +61,7 @@ func (h *Hub) TouchToken(id string) {
 // flushLoop writes buffered heartbeats and token uses every FlushInterval:
 // one transaction for thousands of agents instead of one per beat.
 func (h *Hub) flushLoop(ctx context.Context) {
-	t := time.NewTicker(h.cfg.FlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			h.Flush(ctx)
-		}
-	}
+	tick.Every(ctx, h.cfg.FlushInterval, func() { h.Flush(ctx) })
 }
 
 // Flush writes the buffered heartbeats and token uses now.

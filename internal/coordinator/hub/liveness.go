@@ -9,6 +9,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/proto"
+	"github.com/nodemgr/nodemgr/internal/base/tick"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -67,25 +68,18 @@ func (l *liveness) startCheck(nodeID string, check func()) bool {
 // livenessLoop finds nodes whose heartbeats are overdue and checks them.
 func (h *Hub) livenessLoop(ctx context.Context) {
 	every := min(h.cfg.OfflineAfter/4, 5*time.Second)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, every, func() {
 		now := time.Now()
 		cutoff := now.Add(-h.cfg.OfflineAfter)
 		if h.started.After(cutoff) {
-			continue // the server's start is everyone's last heartbeat
+			return // the server's start is everyone's last heartbeat
 		}
 		stale, err := h.store.StaleNodes(ctx, cutoff, api.StatusOnline, api.StatusSuspect)
 		if err != nil {
 			if ctx.Err() == nil {
 				h.log.Error("find stale nodes", "err", err)
 			}
-			continue
+			return
 		}
 		for _, n := range stale {
 			if sess := h.Get(n.ID); sess != nil && sess.Heartbeat().After(cutoff) {
@@ -102,7 +96,7 @@ func (h *Hub) livenessLoop(ctx context.Context) {
 				}
 			})
 		}
-	}
+	})
 }
 
 // silenceLoop finds the sessions of this server whose agents stopped
@@ -111,14 +105,7 @@ func (h *Hub) livenessLoop(ctx context.Context) {
 // offline ReconnectGrace after it was last heard from. Every replica runs
 // it for its own sessions.
 func (h *Hub) silenceLoop(ctx context.Context) {
-	t := time.NewTicker(silenceTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, silenceTick, func() {
 		now := time.Now()
 		for _, sess := range h.All() {
 			silent := sess.silentFor(now)
@@ -134,7 +121,7 @@ func (h *Hub) silenceLoop(ctx context.Context) {
 			// then is what it still acts on.
 			h.ConnectionLost(ctx, sess.NodeID, sess.Heartbeat(), sess.heard.Time())
 		}
-	}
+	})
 }
 
 // silenceTick is how often silenceLoop looks.

@@ -11,6 +11,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/tick"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -216,20 +217,13 @@ func (h *Hub) deadReplicaLoop(ctx context.Context) {
 	if !h.Relayed() {
 		return
 	}
-	t := time.NewTicker(deadReplicaTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, deadReplicaTick, func() {
 		instances, err := h.store.NodeReplicas(ctx, api.StatusOnline, api.StatusSuspect)
 		if err != nil {
 			if ctx.Err() == nil {
 				h.log.Warn("list the servers nodes are connected to", "err", err)
 			}
-			continue
+			return
 		}
 		for _, inst := range instances {
 			life, err := h.replicaLife(ctx, inst)
@@ -238,7 +232,7 @@ func (h *Hub) deadReplicaLoop(ctx context.Context) {
 			}
 			h.replicaGone(ctx, inst, life.lastAlive)
 		}
-	}
+	})
 }
 
 // deadReplicaTick is how often the leader looks for dead replicas.

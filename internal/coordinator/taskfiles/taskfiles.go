@@ -53,6 +53,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/tick"
 	"github.com/nodemgr/nodemgr/internal/coordinator/blob"
 )
 
@@ -226,18 +227,11 @@ func (f *Files) recordUpload(ctx context.Context, c Caller, d blob.Digest) error
 // than the retention, so an upload made just before its tasks are
 // submitted is never taken.
 func (f *Files) Loop(ctx context.Context) {
-	t := time.NewTicker(collectEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, collectEvery, func() {
 		if _, err := f.Collect(ctx); err != nil && ctx.Err() == nil {
 			f.log.Warn("collect unused task files", "err", err)
 		}
-	}
+	})
 }
 
 // Collect deletes the blobs no task refers to that are older than the

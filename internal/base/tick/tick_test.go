@@ -1,0 +1,43 @@
+package tick
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestEveryRunsUntilTheContextEnds: the chore runs on each tick, not at
+// once, and Every returns once the context ends, calling it no more.
+func TestEveryRunsUntilTheContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	var calls atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		Every(ctx, 5*time.Millisecond, func() {
+			if calls.Add(1) == 3 {
+				cancel()
+			}
+		})
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Every did not return after its context ended")
+	}
+	if got := calls.Load(); got != 3 {
+		t.Errorf("chore ran %d times, want 3 (it stops with the context)", got)
+	}
+}
+
+// TestEveryWaitsForTheFirstTick: nothing runs before the first period.
+func TestEveryWaitsForTheFirstTick(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	ran := false
+	Every(ctx, time.Hour, func() { ran = true })
+	if ran {
+		t.Error("the chore ran before its first period passed")
+	}
+}
