@@ -35,6 +35,16 @@ func (p Page) values(q url.Values) url.Values {
 	return q
 }
 
+// filter is a list's query that keeps only the items whose key is value,
+// or no query when value is "" (all items).
+func filter(key, value string) url.Values {
+	q := url.Values{}
+	if value != "" {
+		q.Set(key, value)
+	}
+	return q
+}
+
 // withQuery is path with q, if it has any values.
 func withQuery(path string, q url.Values) string {
 	if len(q) == 0 {
