@@ -106,38 +106,27 @@ func suiteCreateCmd(e *env) *cobra.Command {
 }
 
 func suiteLsCmd(e *env) *cobra.Command {
-	var asJSON bool
 	var state string
-	var pf pageFlags
-	cmd := &cobra.Command{
-		Use: "ls", Short: "List suites", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := clientFor(cmd, e)
-			suites, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Suite, string, error) {
-				l, err := c.SuitesPage(ctx, state, p)
-				return l.Suites, l.Next, err
-			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(e.stdout, api.SuiteList{Suites: suites, Next: next})
-			}
-			defer pf.moreHint(e, len(suites), next)
-			t := newTable(e.stdout, "ID", "NAME", "STATE", "PRIORITY", "GROUP", "TAGS", "WORKERS", "READY", "RUNNING", "FINISHED", "FAILED", "CANCELLED")
-			for _, s := range suites {
-				c := s.Counts
-				t.row(s.ID, s.Name, s.State, strconv.Itoa(s.Priority), orDash(s.Group), orDash(strings.Join(s.Tags, ",")),
-					strconv.Itoa(s.WorkerSchedule.WorkerCount), strconv.Itoa(c.Ready), strconv.Itoa(c.Running),
-					strconv.Itoa(c.Finished), strconv.Itoa(c.Failed), strconv.Itoa(c.Cancelled))
-			}
-			return t.flush()
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd := &cobra.Command{Use: "ls", Short: "List suites", Args: cobra.NoArgs}
 	cmd.Flags().StringVar(&state, "state", "", "only suites in this state: Open, Closed, Complete, Cancelled")
-	pf.add(cmd, "all")
-	return cmd
+	return lsCmd(e, cmd, "all",
+		func(ctx context.Context, c *client.Client, p client.Page) ([]api.Suite, string, error) {
+			l, err := c.SuitesPage(ctx, state, p)
+			return l.Suites, l.Next, err
+		},
+		func(suites []api.Suite, next string) any { return api.SuiteList{Suites: suites, Next: next} },
+		printSuites)
+}
+
+func printSuites(e *env, suites []api.Suite) error {
+	t := newTable(e.stdout, "ID", "NAME", "STATE", "PRIORITY", "GROUP", "TAGS", "WORKERS", "READY", "RUNNING", "FINISHED", "FAILED", "CANCELLED")
+	for _, s := range suites {
+		c := s.Counts
+		t.row(s.ID, s.Name, s.State, strconv.Itoa(s.Priority), orDash(s.Group), orDash(strings.Join(s.Tags, ",")),
+			strconv.Itoa(s.WorkerSchedule.WorkerCount), strconv.Itoa(c.Ready), strconv.Itoa(c.Running),
+			strconv.Itoa(c.Finished), strconv.Itoa(c.Failed), strconv.Itoa(c.Cancelled))
+	}
+	return t.flush()
 }
 
 func suiteShowCmd(e *env) *cobra.Command {
@@ -516,54 +505,46 @@ func submitInBatches(ctx context.Context, c interface {
 }
 
 func taskLsCmd(e *env) *cobra.Command {
-	var suite, state, name string
+	var suite string
 	var labels []string
-	var pf pageFlags
-	var asJSON bool
+	var f client.TaskFilter
 	cmd := &cobra.Command{
 		Use: "ls --suite SUITE", Short: "List a suite's tasks", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		PreRunE: func(*cobra.Command, []string) error {
 			if suite == "" {
 				return fmt.Errorf("--suite is required")
 			}
-			lbl, err := agent.ParseLabels("--label", labels)
-			if err != nil {
-				return err
-			}
-			c := clientFor(cmd, e)
-			f := client.TaskFilter{State: state, Name: name, Labels: lbl}
-			tasks, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Task, string, error) {
-				l, err := c.TasksFiltered(ctx, suite, f, p)
-				return l.Tasks, l.Next, err
-			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(e.stdout, api.TaskList{Tasks: tasks, Next: next})
-			}
-			defer pf.moreHint(e, len(tasks), next)
-			t := newTable(e.stdout, "ID", "NAME", "STATE", "ATTEMPTS", "EXIT", "NODE", "COMMAND")
-			for _, tk := range tasks {
-				exit := "-"
-				if r := tk.Result; r != nil {
-					exit = strconv.Itoa(r.ExitCode)
-					if r.Signal != "" {
-						exit = r.Signal
-					}
-				}
-				t.row(tk.ID, orDash(tk.Name), tk.State, strconv.Itoa(tk.Attempt), exit, orDash(tk.NodeID), truncate(strings.Join(tk.Argv, " "), 60))
-			}
-			return t.flush()
+			var err error
+			f.Labels, err = agent.ParseLabels("--label", labels)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&suite, "suite", "", "suite ID or name")
-	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state (Pending, Ready, Running, Finished, Failed, Cancelled)")
-	cmd.Flags().StringVar(&name, "name", "", "only the task of this name")
+	cmd.Flags().StringVar(&f.State, "state", "", "only tasks in this state (Pending, Ready, Running, Finished, Failed, Cancelled)")
+	cmd.Flags().StringVar(&f.Name, "name", "", "only the task of this name")
 	cmd.Flags().StringSliceVar(&labels, "label", nil, "only tasks with this KEY=VALUE label (repeatable)")
-	pf.add(cmd, "all")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return lsCmd(e, cmd, "all",
+		func(ctx context.Context, c *client.Client, p client.Page) ([]api.Task, string, error) {
+			l, err := c.TasksFiltered(ctx, suite, f, p)
+			return l.Tasks, l.Next, err
+		},
+		func(tasks []api.Task, next string) any { return api.TaskList{Tasks: tasks, Next: next} },
+		printTasks)
+}
+
+func printTasks(e *env, tasks []api.Task) error {
+	t := newTable(e.stdout, "ID", "NAME", "STATE", "ATTEMPTS", "EXIT", "NODE", "COMMAND")
+	for _, tk := range tasks {
+		exit := "-"
+		if r := tk.Result; r != nil {
+			exit = strconv.Itoa(r.ExitCode)
+			if r.Signal != "" {
+				exit = r.Signal
+			}
+		}
+		t.row(tk.ID, orDash(tk.Name), tk.State, strconv.Itoa(tk.Attempt), exit, orDash(tk.NodeID), truncate(strings.Join(tk.Argv, " "), 60))
+	}
+	return t.flush()
 }
 
 func truncate(s string, n int) string {
