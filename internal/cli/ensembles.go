@@ -144,19 +144,7 @@ func ensembleLsCmd(e *env) *cobra.Command {
 }
 
 func ensembleShowCmd(e *env) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use: "show ENSEMBLE", Short: "Show an ensemble: each replica's node, container, ports and status", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			got, err := clientFor(cmd, e).Ensemble(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return output(e, asJSON, got, printEnsemble)
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return showCmd(e, "show ENSEMBLE", "Show an ensemble: each replica's node, container, ports and status", (*client.Client).Ensemble, printEnsemble)
 }
 
 func printEnsemble(e *env, en api.Ensemble) {

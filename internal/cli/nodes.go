@@ -51,21 +51,7 @@ func printNodes(e *env, nodes []api.Node) error {
 }
 
 func nodeShowCmd(e *env) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "show NODE",
-		Short: "Show one node (by ID, name or unique ID prefix)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := clientFor(cmd, e).Node(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return output(e, asJSON, n, printNode)
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return showCmd(e, "show NODE", "Show one node (by ID, name or unique ID prefix)", (*client.Client).Node, printNode)
 }
 
 func printNode(e *env, n api.Node) {

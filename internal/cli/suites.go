@@ -555,19 +555,7 @@ func truncate(s string, n int) string {
 }
 
 func taskShowCmd(e *env) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use: "show TASK", Short: "Show a task: attempts, result, failures with signals and output tails", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			tk, err := clientFor(cmd, e).Task(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return output(e, asJSON, tk, printTask)
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return showCmd(e, "show TASK", "Show a task: attempts, result, failures with signals and output tails", (*client.Client).Task, printTask)
 }
 
 func printTask(e *env, tk api.Task) {
