@@ -142,6 +142,21 @@ func ReadJSON(path string, v any) (found bool, err error) {
 	return true, nil
 }
 
+// ReadState is ReadJSON for a component's state file, what it is called
+// in errors ("port state"): a file that cannot be read is "read <what>:
+// ...", and a corrupt one is the error corrupt makes of its path and
+// why, which says what to do about it.
+func ReadState[T any](path, what string, corrupt func(path, why string) error) (st T, found bool, err error) {
+	found, err = ReadJSON(path, &st)
+	switch {
+	case errors.Is(err, ErrCorrupt):
+		return st, true, corrupt(path, err.Error())
+	case err != nil:
+		return st, false, fmt.Errorf("read %s: %w", what, err)
+	}
+	return st, found, nil
+}
+
 // corruptError is content that decodes but makes no sense: it says why,
 // and matches ErrCorrupt.
 type corruptError struct{ err error }
