@@ -26,25 +26,15 @@ func TestMain(m *testing.M) { os.Exit(sshtest.Main(m)) }
 // deployment of the test server.
 func node(t testing.TB, settings map[string]string) (*rsync.Rsync, provision.Deployment, *sshtest.Server) {
 	t.Helper()
-	srv := sshtest.Shared(t)
 	sshtest.Need(t, "rsync")
 	sshtest.Need(t, "ssh")
-	s := srv.Settings()
-	for k, v := range settings {
-		s[k] = v
-	}
-	r, err := rsync.New(s)
-	if err != nil {
-		t.Fatalf("rsync.New: %v", err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r, srv.Deployment("node", ssh.Capability, rsync.Capability), srv
+	return sshtest.Executor(t, rsync.New, settings, ssh.Capability, rsync.Capability)
 }
 
 func TestConformance(t *testing.T) {
 	executetest.Run(t, func(t *testing.T) executetest.Target {
 		r, d, srv := node(t, nil)
-		return executetest.Target{Executor: r, Deployment: d, User: srv.User, Env: sshtest.EnvVar}
+		return srv.Target(r, d)
 	})
 }
 

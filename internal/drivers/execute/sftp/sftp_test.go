@@ -22,19 +22,13 @@ func TestMain(m *testing.M) { os.Exit(sshtest.Main(m)) }
 
 func node(t *testing.T) (*sftp.SFTP, provision.Deployment, *sshtest.Server) {
 	t.Helper()
-	srv := sshtest.Shared(t)
-	f, err := sftp.New(srv.Settings())
-	if err != nil {
-		t.Fatalf("sftp.New: %v", err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f, srv.Deployment("node", ssh.Capability, sftp.Capability), srv
+	return sshtest.Executor(t, sftp.New, nil, ssh.Capability, sftp.Capability)
 }
 
 func TestConformance(t *testing.T) {
 	executetest.Run(t, func(t *testing.T) executetest.Target {
 		f, d, srv := node(t)
-		return executetest.Target{Executor: f, Deployment: d, User: srv.User, Env: sshtest.EnvVar}
+		return srv.Target(f, d)
 	})
 }
 

@@ -25,6 +25,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -39,6 +40,8 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/nodemgr/nodemgr/internal/drivers/execute"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/executetest"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
@@ -130,6 +133,28 @@ func unavailable(t testing.TB, format string, args ...any) {
 func (s *Server) Deployment(name string, executors ...string) provision.Deployment {
 	return provision.Deployment{ID: "d-" + name, Provider: "sshtest", Name: name, State: provision.StateRunning,
 		Address: s.Addr, Executors: executors}
+}
+
+// Executor makes an executor of the shared server with newExec, from the
+// server's settings with settings over them, closed when t ends, and a
+// deployment of the server that carries capabilities.
+func Executor[E interface{ Close() error }](t testing.TB, newExec func(settings map[string]string) (E, error), settings map[string]string, capabilities ...string) (E, provision.Deployment, *Server) {
+	t.Helper()
+	srv := Shared(t)
+	s := srv.Settings()
+	maps.Copy(s, settings)
+	e, err := newExec(s)
+	if err != nil {
+		t.Fatalf("new executor: %v", err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e, srv.Deployment("node", capabilities...), srv
+}
+
+// Target is the conformance suite's target of e on d, a deployment of
+// the server.
+func (s *Server) Target(e execute.Executor, d provision.Deployment) executetest.Target {
+	return executetest.Target{Executor: e, Deployment: d, User: s.User, Env: EnvVar}
 }
 
 // Settings are the ssh executor's settings that reach the server: its
