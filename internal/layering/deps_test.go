@@ -61,6 +61,7 @@ var tiers = map[string]tier{
 	"internal/base/lockfile":     tierBase,
 	"internal/base/procenv":      tierBase,
 	"internal/base/proto":        tierBase,
+	"internal/base/registry":     tierBase,
 	"internal/base/sha256sum":    tierBase,
 	"internal/base/tlsca":        tierBase,
 	"internal/base/validate":     tierBase,
