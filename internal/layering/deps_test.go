@@ -69,6 +69,7 @@ var tiers = map[string]tier{
 	"internal/base/yamlfield":    tierBase,
 
 	// Test helpers of base packages.
+	"internal/base/tlsca/tlscatest":         tierBase,
 	"internal/base/yamlfield/yamlfieldtest": tierBase,
 
 	"client": tierClient,
