@@ -25,8 +25,7 @@ func TestReadoption(t *testing.T) {
 	h := newHarness(t)
 	a, stopA := h.supervisor()
 	const coord = "a.adopt.u.c"
-	v := mustStart(t, a, h.spec(coord))
-	waitAnswer(t, v.Port)
+	v := startAnswering(t, a, h.spec(coord))
 	stopA()
 
 	if r := waitAnswer(t, v.Port); r.PID != v.PID {
@@ -76,8 +75,7 @@ func TestDiedWhileAway(t *testing.T) {
 	h := newHarness(t)
 	a, stopA := h.supervisor()
 	const coord = "a.away.u.c"
-	v := mustStart(t, a, h.spec(coord))
-	waitAnswer(t, v.Port)
+	v := startAnswering(t, a, h.spec(coord))
 	stopA()
 	syscall.Kill(v.PID, syscall.SIGKILL)
 	gone(t, v.PID)

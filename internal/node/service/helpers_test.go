@@ -465,6 +465,14 @@ func mustStart(t *testing.T, s *Supervisor, spec api.ServiceSpec) api.Service {
 	return v
 }
 
+// startAnswering starts a service and waits until it answers on its port.
+func startAnswering(t *testing.T, s *Supervisor, spec api.ServiceSpec) api.Service {
+	t.Helper()
+	v := mustStart(t, s, spec)
+	waitAnswer(t, v.Port)
+	return v
+}
+
 // gone waits until pid no longer runs (or is a zombie).
 func gone(t *testing.T, pid int) {
 	t.Helper()

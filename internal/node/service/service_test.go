@@ -368,8 +368,7 @@ func TestKilledServiceRestarts(t *testing.T) {
 	h := newHarness(t)
 	s, _ := h.supervisor()
 	const coord = "a.kill.u.c"
-	v := mustStart(t, s, h.spec(coord))
-	waitAnswer(t, v.Port)
+	v := startAnswering(t, s, h.spec(coord))
 	syscall.Kill(v.PID, syscall.SIGKILL)
 	var got api.Service
 	waitFor(t, 10*time.Second, "a restart", func() error {
@@ -489,8 +488,7 @@ func TestStop(t *testing.T) {
 
 	t.Run("term", func(t *testing.T) {
 		const coord = "a.stop.u.c"
-		v := mustStart(t, s, h.spec(coord))
-		waitAnswer(t, v.Port)
+		v := startAnswering(t, s, h.spec(coord))
 		got, err := s.Stop(ctx, coord)
 		if err != nil {
 			t.Fatal(err)
@@ -515,8 +513,7 @@ func TestStop(t *testing.T) {
 		spec := h.spec(coord)
 		spec.Env = map[string]string{"SVC_IGNORE_TERM": "1"}
 		spec.StopGrace = api.Duration(300 * time.Millisecond)
-		v := mustStart(t, s, spec)
-		waitAnswer(t, v.Port)
+		v := startAnswering(t, s, spec)
 		start := time.Now()
 		got, err := s.Stop(ctx, coord)
 		if err != nil {
@@ -574,8 +571,7 @@ func TestDrain(t *testing.T) {
 		spec := h.spec(coord)
 		spec.Env = map[string]string{"SVC_DRAIN_EXIT": "1"}
 		spec.Drain = api.DrainSpec{Signal: "USR1", Timeout: api.Duration(10 * time.Second)}
-		v := mustStart(t, s, spec)
-		waitAnswer(t, v.Port)
+		startAnswering(t, s, spec)
 		start := time.Now()
 		got, err := s.Drain(ctx, coord)
 		if err != nil {
@@ -599,8 +595,7 @@ func TestDrain(t *testing.T) {
 			Command: []string{"/bin/sh", "-c", `echo "drain $NODEMGR_COORDINATE port $PORT" > drained-by-command`},
 			Timeout: api.Duration(10 * time.Second),
 		}
-		v := mustStart(t, s, spec)
-		waitAnswer(t, v.Port)
+		v := startAnswering(t, s, spec)
 		got, err := s.Drain(ctx, coord)
 		if err != nil {
 			t.Fatal(err)
@@ -650,8 +645,7 @@ func TestRestartOp(t *testing.T) {
 	s, _ := h.supervisor()
 	ctx := context.Background()
 	const coord = "a.restart.u.c"
-	v := mustStart(t, s, h.spec(coord))
-	waitAnswer(t, v.Port)
+	v := startAnswering(t, s, h.spec(coord))
 	r, err := s.Restart(ctx, coord)
 	if err != nil {
 		t.Fatal(err)
