@@ -311,6 +311,14 @@ func nodeByName(t *testing.T, s *server, name string) (api.Node, bool) {
 }
 
 // waitStatus waits until the named node has the status.
+// startOnline starts an agent (see startAgent) and waits, up to 20s, for
+// its node to be online.
+func startOnline(t *testing.T, s *server, name string, extra ...string) (*agent, api.Node) {
+	t.Helper()
+	a := startAgent(t, s, name, extra...)
+	return a, waitStatus(t, s, name, api.StatusOnline, 20*time.Second)
+}
+
 func waitStatus(t *testing.T, s *server, name, status string, timeout time.Duration) api.Node {
 	t.Helper()
 	var got api.Node

@@ -50,8 +50,7 @@ func TestTasksCannotReachTheAgent(t *testing.T) {
 		t.Skip("needs root: the agent switches users only as root")
 	}
 	s := startServer(t)
-	a := startAgent(t, s, "isolated")
-	waitStatus(t, s, "isolated", api.StatusOnline, 20*time.Second)
+	a, _ := startOnline(t, s, "isolated")
 	agentJSON := filepath.Join(a.dataDir, "agent.json")
 
 	src := t.TempDir()
