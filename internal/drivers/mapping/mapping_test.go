@@ -72,13 +72,7 @@ func TestParseForms(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Parse([]byte(tc.yaml), "m.yaml")
-			if err != nil {
-				t.Fatalf("Parse(%q) = %v", tc.yaml, err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("Parse(%q) mismatch (-want +got):\n%s", tc.yaml, diff)
-			}
+			yamlfieldtest.Parsed(t, Parse, "m.yaml", tc.yaml, tc.want)
 		})
 	}
 }

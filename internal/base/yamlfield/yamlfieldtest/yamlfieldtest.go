@@ -1,11 +1,13 @@
-// Package yamlfieldtest checks, for tests, the errors of parsers built on
-// yamlfield: that a refusal says which field, where, and why.
+// Package yamlfieldtest checks, for tests, parsers built on yamlfield:
+// what they read, and that a refusal says which field, where, and why.
 package yamlfieldtest
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/yamlfield"
@@ -34,5 +36,17 @@ func Refused(t *testing.T, err error, source, doc, field string, line, col int, 
 		if got := errdefs.ToAPI(err).Field; got != field {
 			t.Errorf("errdefs.ToAPI(%v).Field = %q, want %q", err, got, field)
 		}
+	}
+}
+
+// Parsed fails t unless parse reads doc (from source) as want.
+func Parsed[T any](t *testing.T, parse func(data []byte, source string) (T, error), source, doc string, want T) {
+	t.Helper()
+	got, err := parse([]byte(doc), source)
+	if err != nil {
+		t.Fatalf("Parse(%q) = %v", doc, err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Parse(%q) mismatch (-want +got):\n%s", doc, diff)
 	}
 }
