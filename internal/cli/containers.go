@@ -67,11 +67,8 @@ func containerDeployCmd(e *env) *cobra.Command {
 		Short: "Deploy a container job on a node",
 		Args:  nodeArgs(0),
 		RunE: onNode(e, func(cmd *cobra.Command, c *client.Client, node string, _ []string) error {
-			if file == "" {
-				return fmt.Errorf("give the job with -f FILE (YAML: name, image, command, cpus, memory_mb, env, ports; see `nodemgr container --help`)")
-			}
-			var job api.ContainerJob
-			if err := loadYAML(file, &job); err != nil {
+			job, err := readSpec(file, "give the job with -f FILE (YAML: name, image, command, cpus, memory_mb, env, ports; see `nodemgr container --help`)", yamlAs[api.ContainerJob])
+			if err != nil {
 				return err
 			}
 			if id != "" {
@@ -278,11 +275,8 @@ func containerSendCmd(e *env) *cobra.Command {
 		Short: "Send a raw container message {command, job, worker, cluster} (the node engine's format; deploy runs the job on every worker listed, all or none)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return fmt.Errorf("give the message with -f FILE")
-			}
-			var msg api.ContainerCommand
-			if err := loadYAML(file, &msg); err != nil {
+			msg, err := readSpec(file, "give the message with -f FILE", yamlAs[api.ContainerCommand])
+			if err != nil {
 				return err
 			}
 			cs, err := clientFor(cmd, e).ContainerCommand(cmd.Context(), msg)

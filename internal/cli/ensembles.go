@@ -58,11 +58,8 @@ runs or fails. Without such a pool it is refused at once.
       container: {image: shop-web:1, ports: [{container: 8080}]}`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return fmt.Errorf("give the ensemble with -f FILE")
-			}
-			var spec api.EnsembleSpec
-			if err := loadYAML(file, &spec); err != nil {
+			spec, err := readSpec(file, "give the ensemble with -f FILE", yamlAs[api.EnsembleSpec])
+			if err != nil {
 				return err
 			}
 			c := clientFor(cmd, e)

@@ -89,10 +89,7 @@ error at FILE:LINE:COL with the nearest known one.
 ` + poolFileHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return fmt.Errorf("give the pool file with -f FILE (YAML: name, template, provider, min, max, idle_timeout; see nodemgr pool --help)")
-			}
-			spec, err := LoadPoolFile(file)
+			spec, err := readSpec(file, "give the pool file with -f FILE (YAML: name, template, provider, min, max, idle_timeout; see nodemgr pool --help)", LoadPoolFile)
 			if err != nil {
 				return err
 			}

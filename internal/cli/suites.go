@@ -32,8 +32,7 @@ func newSuiteCmd(e *env) *cobra.Command {
 // LoadSuiteFile reads a suite spec from YAML (or JSON, which is YAML).
 // Unknown keys are errors with their line.
 func LoadSuiteFile(path string) (api.SuiteSpec, error) {
-	var spec api.SuiteSpec
-	return spec, loadYAML(path, &spec)
+	return yamlAs[api.SuiteSpec](path)
 }
 
 func readFileOrStdin(path string) ([]byte, error) {
@@ -79,10 +78,7 @@ func suiteCreateCmd(e *env) *cobra.Command {
                                  # agent (the agent's own user): group admins only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return fmt.Errorf("give the suite file with -f FILE")
-			}
-			spec, err := LoadSuiteFile(file)
+			spec, err := readSpec(file, "give the suite file with -f FILE", LoadSuiteFile)
 			if err != nil {
 				return err
 			}

@@ -87,10 +87,7 @@ func docApplyCmd(e *env, k docKind) *cobra.Command {
 		Short: "Create or replace a " + k.name + " from a YAML file",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return fmt.Errorf("give the %s file with -f FILE", k.name)
-			}
-			b, err := readFileOrStdin(file)
+			b, err := readSpec(file, "give the "+k.name+" file with -f FILE", readFileOrStdin)
 			if err != nil {
 				return err
 			}

@@ -239,8 +239,7 @@ agent adopts it again).`,
 // LoadServiceFile reads a service spec from YAML (or JSON). Unknown keys
 // are errors with their line.
 func LoadServiceFile(path string) (api.ServiceSpec, error) {
-	var spec api.ServiceSpec
-	return spec, loadYAML(path, &spec)
+	return yamlAs[api.ServiceSpec](path)
 }
 
 func serviceStartCmd(e *env) *cobra.Command {
@@ -251,10 +250,7 @@ func serviceStartCmd(e *env) *cobra.Command {
 		Short: "Start a service from a spec file",
 		Args:  nodeArgs(0),
 		RunE: onNode(e, func(cmd *cobra.Command, c *client.Client, node string, _ []string) error {
-			if file == "" {
-				return fmt.Errorf("give the service spec with -f FILE (YAML: coordinate, artifact, command, ...; see `nodemgr service start --help`)")
-			}
-			spec, err := LoadServiceFile(file)
+			spec, err := readSpec(file, "give the service spec with -f FILE (YAML: coordinate, artifact, command, ...; see `nodemgr service start --help`)", LoadServiceFile)
 			if err != nil {
 				return err
 			}
