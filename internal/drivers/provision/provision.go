@@ -85,6 +85,16 @@ type Deployment struct {
 	CreatedAt  time.Time
 }
 
+// Resource returns the deployment's ResourceID, or an ErrInvalid on
+// resource_id when it has none; what names the ID for people ("instance
+// ID", "container ID").
+func (d Deployment) Resource(what string) (string, error) {
+	if d.ResourceID == "" {
+		return "", errdefs.Field("resource_id", "deployment %s has no %s", d.Name, what)
+	}
+	return d.ResourceID, nil
+}
+
 // Provider makes and unmakes machines.
 type Provider interface {
 	Name() string

@@ -312,10 +312,7 @@ func containerID(e execute.Executor, d provision.Deployment) (string, error) {
 	if err := execute.Check(e, d); err != nil {
 		return "", err
 	}
-	if d.ResourceID == "" {
-		return "", errdefs.Field("resource_id", "deployment %s has no container ID", d.Name)
-	}
-	return d.ResourceID, nil
+	return d.Resource("container ID")
 }
 
 func orDiscard(w io.Writer) io.Writer {
