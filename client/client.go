@@ -192,9 +192,8 @@ func (c *Client) Whoami(ctx context.Context) (api.User, error) {
 // Nodes lists every node, optionally only those with a status, page
 // after page.
 func (c *Client) Nodes(ctx context.Context, status string) ([]api.Node, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Node, string, error) {
-		l, err := c.NodesPage(ctx, status, p)
-		return l.Nodes, l.Next, err
+	return allPages[api.Node](ctx, func(ctx context.Context, p Page) (api.NodeList, error) {
+		return c.NodesPage(ctx, status, p)
 	})
 }
 
@@ -225,10 +224,7 @@ func (c *Client) ShutdownNode(ctx context.Context, ref, mode string) (api.Node, 
 
 // Users lists every user (admins only).
 func (c *Client) Users(ctx context.Context) ([]api.User, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.User, string, error) {
-		l, err := c.UsersPage(ctx, p)
-		return l.Users, l.Next, err
-	})
+	return allPages[api.User](ctx, c.UsersPage)
 }
 
 // UsersPage lists one page of users (admins only).
@@ -254,10 +250,7 @@ func (c *Client) SetRole(ctx context.Context, user, group, role string) (api.Use
 
 // Tokens lists every API token the caller may see.
 func (c *Client) Tokens(ctx context.Context) ([]api.Token, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Token, string, error) {
-		l, err := c.TokensPage(ctx, p)
-		return l.Tokens, l.Next, err
-	})
+	return allPages[api.Token](ctx, c.TokensPage)
 }
 
 // TokensPage lists one page of API tokens.
@@ -283,10 +276,7 @@ func (c *Client) DeleteToken(ctx context.Context, id string) error {
 
 // JoinTokens lists every join token the caller may see.
 func (c *Client) JoinTokens(ctx context.Context) ([]api.Token, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Token, string, error) {
-		l, err := c.JoinTokensPage(ctx, p)
-		return l.Tokens, l.Next, err
-	})
+	return allPages[api.Token](ctx, c.JoinTokensPage)
 }
 
 // JoinTokensPage lists one page of join tokens.
@@ -311,9 +301,8 @@ func (c *Client) CreateSuite(ctx context.Context, spec api.SuiteSpec) (api.Suite
 
 // Suites lists every suite the caller may read, optionally in one state.
 func (c *Client) Suites(ctx context.Context, state string) ([]api.Suite, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Suite, string, error) {
-		l, err := c.SuitesPage(ctx, state, p)
-		return l.Suites, l.Next, err
+	return allPages[api.Suite](ctx, func(ctx context.Context, p Page) (api.SuiteList, error) {
+		return c.SuitesPage(ctx, state, p)
 	})
 }
 
@@ -388,9 +377,8 @@ func (c *Client) SubmitTasks(ctx context.Context, suite string, tasks []api.Task
 // Tasks lists every task of a suite in the order they were submitted,
 // optionally only those in one state, page after page.
 func (c *Client) Tasks(ctx context.Context, suite, state string) ([]api.Task, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Task, string, error) {
-		l, err := c.TasksPage(ctx, suite, state, p)
-		return l.Tasks, l.Next, err
+	return allPages[api.Task](ctx, func(ctx context.Context, p Page) (api.TaskList, error) {
+		return c.TasksPage(ctx, suite, state, p)
 	})
 }
 
@@ -424,9 +412,8 @@ func (c *Client) Document(ctx context.Context, plural, name string) (api.Documen
 
 // Documents lists every template ("templates") or mapping set ("mappings").
 func (c *Client) Documents(ctx context.Context, plural string) ([]api.Document, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Document, string, error) {
-		l, err := c.DocumentsPage(ctx, plural, p)
-		return l.Items, l.Next, err
+	return allPages[api.Document](ctx, func(ctx context.Context, p Page) (api.DocumentList, error) {
+		return c.DocumentsPage(ctx, plural, p)
 	})
 }
 
@@ -455,9 +442,8 @@ func (c *Client) Provision(ctx context.Context, r api.ProvisionRequest) ([]api.D
 // Deployments lists every deployment, optionally in some states
 // (comma-separated).
 func (c *Client) Deployments(ctx context.Context, states string) ([]api.Deployment, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Deployment, string, error) {
-		l, err := c.DeploymentsPage(ctx, states, p)
-		return l.Deployments, l.Next, err
+	return allPages[api.Deployment](ctx, func(ctx context.Context, p Page) (api.DeploymentList, error) {
+		return c.DeploymentsPage(ctx, states, p)
 	})
 }
 

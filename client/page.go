@@ -53,6 +53,16 @@ func withQuery(path string, q url.Values) string {
 	return path + "?" + q.Encode()
 }
 
+// allPages is All over a page method that answers the API's list, which
+// says what its page holds.
+func allPages[T any, L interface{ Page() ([]T, string) }](ctx context.Context, page func(context.Context, Page) (L, error)) ([]T, error) {
+	return All(ctx, func(ctx context.Context, p Page) ([]T, string, error) {
+		l, err := page(ctx, p)
+		items, next := l.Page()
+		return items, next, err
+	})
+}
+
 // All reads every page of a list from the top, MaxPageLimit items at a
 // time: page reads the page that p asks for and returns its items and its
 // Next. Every list method without "Page" in its name is All over its

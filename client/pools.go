@@ -21,10 +21,7 @@ func (c *Client) PatchPool(ctx context.Context, name string, p api.PoolPatch) (a
 
 // Pools lists every pool.
 func (c *Client) Pools(ctx context.Context) ([]api.Pool, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Pool, string, error) {
-		l, err := c.PoolsPage(ctx, p)
-		return l.Pools, l.Next, err
-	})
+	return allPages[api.Pool](ctx, c.PoolsPage)
 }
 
 // PoolsPage lists one page of pools, by name.
@@ -44,9 +41,8 @@ func (c *Client) DeletePool(ctx context.Context, name string) error {
 
 // PoolEvents lists a pool's decisions, oldest first.
 func (c *Client) PoolEvents(ctx context.Context, name string) ([]api.PoolEvent, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.PoolEvent, string, error) {
-		l, err := c.PoolEventsPage(ctx, name, p)
-		return l.Events, l.Next, err
+	return allPages[api.PoolEvent](ctx, func(ctx context.Context, p Page) (api.PoolEventList, error) {
+		return c.PoolEventsPage(ctx, name, p)
 	})
 }
 

@@ -183,9 +183,8 @@ func (c *Client) DeployContainer(ctx context.Context, node string, job api.Conta
 // Containers lists containers: live ones, or all with all; on one node
 // when node is not "" (server only).
 func (c *Client) Containers(ctx context.Context, node string, all bool) ([]api.Container, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Container, string, error) {
-		l, err := c.ContainersPage(ctx, node, all, p)
-		return l.Containers, l.Next, err
+	return allPages[api.Container](ctx, func(ctx context.Context, p Page) (api.ContainerList, error) {
+		return c.ContainersPage(ctx, node, all, p)
 	})
 }
 

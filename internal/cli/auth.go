@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -108,10 +107,7 @@ func newTokenCmd(e *env) *cobra.Command {
 	create.Flags().StringVar(&req.TTL, "ttl", "", "lifetime, e.g. 720h (default 90 days)")
 	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	ls := lsCmd(e, &cobra.Command{Use: "ls", Short: "List API tokens", Args: cobra.NoArgs}, "all",
-		func(ctx context.Context, c *client.Client, p client.Page) ([]api.Token, string, error) {
-			l, err := c.TokensPage(ctx, p)
-			return l.Tokens, l.Next, err
-		}, tokenList, printTokens)
+		(*client.Client).TokensPage, tokenList, printTokens)
 	rm := &cobra.Command{
 		Use: "rm TOKEN_ID", Short: "Revoke an API token", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -167,10 +163,7 @@ func newJoinTokenCmd(e *env) *cobra.Command {
 	create.Flags().StringVar(&req.TTL, "ttl", "", "lifetime, e.g. 24h (default 24h)")
 	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	ls := lsCmd(e, &cobra.Command{Use: "ls", Short: "List join tokens: the groups they admit nodes into, their uses, the node a re-join token is bound to", Args: cobra.NoArgs}, "all",
-		func(ctx context.Context, c *client.Client, p client.Page) ([]api.Token, string, error) {
-			l, err := c.JoinTokensPage(ctx, p)
-			return l.Tokens, l.Next, err
-		}, tokenList, printJoinTokens)
+		(*client.Client).JoinTokensPage, tokenList, printJoinTokens)
 	rm := &cobra.Command{
 		Use: "rm TOKEN_ID", Short: "Revoke a join token", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -209,10 +202,7 @@ func newUserCmd(e *env) *cobra.Command {
 	create.Flags().BoolVar(&admin, "admin", false, "make the user a superuser")
 	create.Flags().StringSliceVar(&groups, "group", nil, "GROUP=ROLE with ROLE Read, Write or Admin (repeatable)")
 	ls := lsCmd(e, &cobra.Command{Use: "ls", Short: "List users", Args: cobra.NoArgs}, "all",
-		func(ctx context.Context, c *client.Client, p client.Page) ([]api.User, string, error) {
-			l, err := c.UsersPage(ctx, p)
-			return l.Users, l.Next, err
-		},
+		(*client.Client).UsersPage,
 		func(users []api.User, next string) any { return api.UserList{Users: users, Next: next} },
 		func(e *env, users []api.User) error {
 			t := newTable(e.stdout, "NAME", "ADMIN", "GROUPS", "CREATED")

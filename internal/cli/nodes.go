@@ -31,9 +31,8 @@ func nodeLsCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "ls", Short: "List nodes", Args: cobra.NoArgs}
 	cmd.Flags().StringVar(&status, "status", "", "only nodes with this status: online, suspect, offline")
 	return lsCmd(e, cmd, "all",
-		func(ctx context.Context, c *client.Client, p client.Page) ([]api.Node, string, error) {
-			l, err := c.NodesPage(ctx, status, p)
-			return l.Nodes, l.Next, err
+		func(c *client.Client, ctx context.Context, p client.Page) (api.NodeList, error) {
+			return c.NodesPage(ctx, status, p)
 		},
 		func(nodes []api.Node, next string) any { return api.NodeList{Nodes: nodes, Next: next} },
 		printNodes)

@@ -66,12 +66,14 @@ func (f pageFlags) moreHint(e *env, shown int, next string) {
 }
 
 // lsCmd makes cmd (its Use, Short, Args and own flags set) an ls of the
-// server's: it reads the pages the paging flags ask for with page, and
-// prints their rows with table, or with --json as the API's list (body
-// makes it of the rows and the next cursor), with a hint on stderr when
-// more pages follow. allName is the flag that fetches every page.
-func lsCmd[T any](e *env, cmd *cobra.Command, allName string,
-	page func(ctx context.Context, c *client.Client, p client.Page) ([]T, string, error),
+// server's: it reads the pages the paging flags ask for with page (the
+// client first, so that a method expression such as
+// (*client.Client).UsersPage serves), and prints their rows with table,
+// or with --json as the API's list (body makes it of the rows and the
+// next cursor), with a hint on stderr when more pages follow. allName is
+// the flag that fetches every page.
+func lsCmd[T any, L interface{ Page() ([]T, string) }](e *env, cmd *cobra.Command, allName string,
+	page func(c *client.Client, ctx context.Context, p client.Page) (L, error),
 	body func(rows []T, next string) any,
 	table func(e *env, rows []T) error) *cobra.Command {
 	var asJSON bool
@@ -79,7 +81,9 @@ func lsCmd[T any](e *env, cmd *cobra.Command, allName string,
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := clientFor(cmd, e)
 		rows, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]T, string, error) {
-			return page(ctx, c, p)
+			l, err := page(c, ctx, p)
+			rows, next := l.Page()
+			return rows, next, err
 		})
 		if err != nil {
 			return err

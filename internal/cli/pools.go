@@ -121,10 +121,7 @@ error at FILE:LINE:COL with the nearest known one.
 func poolLsCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "ls", Short: "List pools with their machines by state", Args: cobra.NoArgs}
 	return lsCmd(e, cmd, "all",
-		func(ctx context.Context, c *client.Client, p client.Page) ([]api.Pool, string, error) {
-			l, err := c.PoolsPage(ctx, p)
-			return l.Pools, l.Next, err
-		},
+		(*client.Client).PoolsPage,
 		func(pools []api.Pool, next string) any { return api.PoolList{Pools: pools, Next: next} },
 		printPools)
 }

@@ -151,13 +151,12 @@ func newDeploymentCmd(e *env) *cobra.Command {
 	ls.Flags().BoolVar(&all, "all", false, "include terminated deployments")
 	// --all says which deployments, as it did before lists paged.
 	ls = lsCmd(e, ls, "all-pages",
-		func(ctx context.Context, c *client.Client, p client.Page) ([]api.Deployment, string, error) {
+		func(c *client.Client, ctx context.Context, p client.Page) (api.DeploymentList, error) {
 			l, err := c.DeploymentsPage(ctx, "", p)
-			deps := l.Deployments
 			if !all {
-				deps = slices.DeleteFunc(deps, func(d api.Deployment) bool { return d.State == "terminated" })
+				l.Deployments = slices.DeleteFunc(l.Deployments, func(d api.Deployment) bool { return d.State == "terminated" })
 			}
-			return deps, l.Next, err
+			return l, err
 		},
 		func(deps []api.Deployment, next string) any { return api.DeploymentList{Deployments: deps, Next: next} },
 		func(e *env, deps []api.Deployment) error {

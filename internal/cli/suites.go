@@ -106,9 +106,8 @@ func suiteLsCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "ls", Short: "List suites", Args: cobra.NoArgs}
 	cmd.Flags().StringVar(&state, "state", "", "only suites in this state: Open, Closed, Complete, Cancelled")
 	return lsCmd(e, cmd, "all",
-		func(ctx context.Context, c *client.Client, p client.Page) ([]api.Suite, string, error) {
-			l, err := c.SuitesPage(ctx, state, p)
-			return l.Suites, l.Next, err
+		func(c *client.Client, ctx context.Context, p client.Page) (api.SuiteList, error) {
+			return c.SuitesPage(ctx, state, p)
 		},
 		func(suites []api.Suite, next string) any { return api.SuiteList{Suites: suites, Next: next} },
 		printSuites)
@@ -520,9 +519,8 @@ func taskLsCmd(e *env) *cobra.Command {
 	cmd.Flags().StringVar(&f.Name, "name", "", "only the task of this name")
 	cmd.Flags().StringSliceVar(&labels, "label", nil, "only tasks with this KEY=VALUE label (repeatable)")
 	return lsCmd(e, cmd, "all",
-		func(ctx context.Context, c *client.Client, p client.Page) ([]api.Task, string, error) {
-			l, err := c.TasksFiltered(ctx, suite, f, p)
-			return l.Tasks, l.Next, err
+		func(c *client.Client, ctx context.Context, p client.Page) (api.TaskList, error) {
+			return c.TasksFiltered(ctx, suite, f, p)
 		},
 		func(tasks []api.Task, next string) any { return api.TaskList{Tasks: tasks, Next: next} },
 		printTasks)

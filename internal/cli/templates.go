@@ -127,9 +127,8 @@ func docApplyCmd(e *env, k docKind) *cobra.Command {
 func docLsCmd(e *env, k docKind) *cobra.Command {
 	cmd := &cobra.Command{Use: "ls", Short: "List " + k.plural, Args: cobra.NoArgs}
 	return lsCmd(e, cmd, "all",
-		func(ctx context.Context, c *client.Client, p client.Page) ([]api.Document, string, error) {
-			l, err := c.DocumentsPage(ctx, k.plural, p)
-			return l.Items, l.Next, err
+		func(c *client.Client, ctx context.Context, p client.Page) (api.DocumentList, error) {
+			return c.DocumentsPage(ctx, k.plural, p)
 		},
 		func(docs []api.Document, next string) any { return api.DocumentList{Items: docs, Next: next} },
 		func(e *env, docs []api.Document) error {
