@@ -221,6 +221,14 @@ func start(t testing.TB, cfg Config, src Source) *running {
 	return r
 }
 
+// finish fails t unless Run returns nil within.
+func (r *running) finish(t testing.TB, within time.Duration) {
+	t.Helper()
+	if err := r.wait(t, within); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+}
+
 // wait waits for Run to return and gives its error.
 func (r *running) wait(t testing.TB, within time.Duration) error {
 	t.Helper()
