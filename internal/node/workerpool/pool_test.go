@@ -719,15 +719,7 @@ func TestRelease(t *testing.T) {
 	if got := p.Release(1); got != 0 {
 		t.Errorf("Release after Run = %d, want 0", got)
 	}
-	rec := src.Record()
-	ended := slices.Clone(rec.Returned)
-	for _, r := range rec.Reports {
-		ended = append(ended, r.TaskID)
-	}
-	slices.Sort(ended)
-	if fetched := slices.Sorted(slices.Values(rec.Fetched)); !slices.Equal(ended, fetched) {
-		t.Errorf("reported+returned = %v, want each fetched task once: %v", ended, fetched)
-	}
+	checkEachFetchedEnded(t, src.Record())
 }
 
 // startBatched runs a pool of one worker that holds a batch queued behind
@@ -792,14 +784,7 @@ func TestReleaseTakesBackQueuedTasks(t *testing.T) {
 			t.Errorf("%s was given back and reported too", id)
 		}
 	}
-	ended := slices.Clone(rec.Returned)
-	for _, r := range rec.Reports {
-		ended = append(ended, r.TaskID)
-	}
-	slices.Sort(ended)
-	if fetched := slices.Sorted(slices.Values(rec.Fetched)); !slices.Equal(ended, fetched) {
-		t.Errorf("reported+returned = %v, want each fetched task once: %v", ended, fetched)
-	}
+	checkEachFetchedEnded(t, rec)
 }
 
 // A worker too old to answer Release keeps its batch (it may have started
