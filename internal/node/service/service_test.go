@@ -370,18 +370,7 @@ func TestKilledServiceRestarts(t *testing.T) {
 	const coord = "a.kill.u.c"
 	v := startAnswering(t, s, h.spec(coord))
 	syscall.Kill(v.PID, syscall.SIGKILL)
-	var got api.Service
-	waitFor(t, 10*time.Second, "a restart", func() error {
-		var err error
-		got, err = s.Get(coord)
-		if err != nil {
-			return err
-		}
-		if got.State != api.ServiceRunning || got.Restarts != 1 {
-			return fmt.Errorf("state %s restarts %d", got.State, got.Restarts)
-		}
-		return nil
-	})
+	got := waitRestarts(t, s, coord, 1, "a restart")
 	if got.PID == v.PID || got.Port != v.Port || got.LastExit != "signal: killed" || got.LastExitAt == nil {
 		t.Errorf("after kill: %+v; want a new pid, the same port %d, last exit signal: killed", got, v.Port)
 	}
@@ -471,13 +460,7 @@ func TestLongRunResetsQuickDeaths(t *testing.T) {
 		time.Sleep(150 * time.Millisecond) // outlive MinPeriod, so the death is not quick
 		cur, _ := s.Get(coord)
 		syscall.Kill(cur.PID, syscall.SIGKILL)
-		waitFor(t, 10*time.Second, fmt.Sprintf("restart %d", i), func() error {
-			v, _ = s.Get(coord)
-			if v.State != api.ServiceRunning || v.Restarts != i {
-				return fmt.Errorf("state %s restarts %d", v.State, v.Restarts)
-			}
-			return nil
-		})
+		v = waitRestarts(t, s, coord, i, fmt.Sprintf("restart %d", i))
 	}
 }
 
