@@ -207,6 +207,17 @@ func (f *serverFlags) executorSettings() map[string]map[string]string {
 	return map[string]map[string]string{"ssh": s}
 }
 
+// newServer makes the server the flags describe, on st, with its blob
+// store.
+func (f *serverFlags) newServer(ctx context.Context, st store.Store, log *slog.Logger) (*server.Server, error) {
+	cfg := f.config()
+	var err error
+	if cfg.Blobs, err = f.blobStore(ctx); err != nil {
+		return nil, err
+	}
+	return server.New(cfg, st, log)
+}
+
 // openStore opens the store --db names: PostgreSQL for a postgres:// or
 // postgresql:// URL, else the SQLite file (by default in the data dir,
 // which holds the admin token either way). With SQLite it first locks the
@@ -327,11 +338,7 @@ flags; --print-config shows the result and where each value came from.`,
 				}
 				fmt.Fprintf(e.stdout, "Made a new API token for the admin user (also in %s):\n\n  export NODEMGR_TOKEN=%s\n\n", server.AdminTokenFile(f.dataDir), token)
 			}
-			cfg := f.config()
-			if cfg.Blobs, err = f.blobStore(cmd.Context()); err != nil {
-				return err
-			}
-			srv, err := server.New(cfg, st, log)
+			srv, err := f.newServer(ctx, st, log)
 			if err != nil {
 				return err
 			}
@@ -648,11 +655,7 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	if err != nil {
 		return err
 	}
-	cfg := f.config()
-	if cfg.Blobs, err = f.blobStore(ctx); err != nil {
-		return err
-	}
-	srv, err := server.New(cfg, st, log.With("component", "server"))
+	srv, err := f.newServer(ctx, st, log.With("component", "server"))
 	if err != nil {
 		return err
 	}
