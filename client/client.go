@@ -98,19 +98,30 @@ func (e *Error) Error() string { return e.Message }
 // Do sends a request with an optional JSON body and decodes a JSON answer
 // into out (when out is not nil).
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
-	if in == nil {
-		return c.DoRaw(ctx, method, path, "", nil, out)
-	}
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	return c.DoRaw(ctx, method, path, "application/json", b, out)
+	return c.sendJSON(ctx, c.http, method, path, in, out)
 }
 
 // DoRaw sends a request whose body is already encoded (contentType says
 // how; none when body is nil) and decodes a JSON answer into out.
 func (c *Client) DoRaw(ctx context.Context, method, path, contentType string, in []byte, out any) error {
+	return c.send(ctx, c.http, method, path, contentType, in, out)
+}
+
+// sendJSON is send with in, if not nil, encoded as JSON.
+func (c *Client) sendJSON(ctx context.Context, hc *http.Client, method, path string, in, out any) error {
+	if in == nil {
+		return c.send(ctx, hc, method, path, "", nil, out)
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return c.send(ctx, hc, method, path, "application/json", b, out)
+}
+
+// send sends a request through hc (c.http, or c.stream for an answer
+// that may take minutes) and decodes a JSON answer into out.
+func (c *Client) send(ctx context.Context, hc *http.Client, method, path, contentType string, in []byte, out any) error {
 	var body io.Reader
 	if in != nil {
 		body = bytes.NewReader(in)
@@ -119,7 +130,7 @@ func (c *Client) DoRaw(ctx context.Context, method, path, contentType string, in
 	if err != nil {
 		return err
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return c.unreachable(method, path, err)
 	}
@@ -134,6 +145,14 @@ func (c *Client) DoRaw(ctx context.Context, method, path, contentType string, in
 		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
 	}
 	return nil
+}
+
+// call sends a request with an optional JSON body and decodes the JSON
+// answer as a T: the shape of most of the API's methods.
+func call[T any](ctx context.Context, c *Client, method, path string, in any) (T, error) {
+	var out T
+	err := c.Do(ctx, method, path, in, &out)
+	return out, err
 }
 
 func (c *Client) unreachable(method, path string, err error) error {
@@ -162,45 +181,35 @@ func answerError(method, path string, resp *http.Response) error {
 
 // Health checks the server's liveness (no token needed).
 func (c *Client) Health(ctx context.Context) (api.Health, error) {
-	var h api.Health
-	return h, c.Do(ctx, http.MethodGet, "/healthz", nil, &h)
+	return call[api.Health](ctx, c, http.MethodGet, "/healthz", nil)
 }
 
 // Whoami returns the caller.
 func (c *Client) Whoami(ctx context.Context) (api.User, error) {
-	var u api.User
-	return u, c.Do(ctx, http.MethodGet, "/v1/whoami", nil, &u)
+	return call[api.User](ctx, c, http.MethodGet, "/v1/whoami", nil)
 }
 
 // Nodes lists every node, optionally only those with a status, page
 // after page.
 func (c *Client) Nodes(ctx context.Context, status string) ([]api.Node, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Node, string, error) {
-		l, err := c.NodesPage(ctx, status, p)
-		return l.Nodes, l.Next, err
+	return allPages[api.Node](ctx, func(ctx context.Context, p Page) (api.NodeList, error) {
+		return c.NodesPage(ctx, status, p)
 	})
 }
 
 // NodesPage lists one page of nodes, optionally only those with a status.
 func (c *Client) NodesPage(ctx context.Context, status string, p Page) (api.NodeList, error) {
-	q := url.Values{}
-	if status != "" {
-		q.Set("status", status)
-	}
-	var l api.NodeList
-	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/nodes", p.values(q)), nil, &l)
+	return call[api.NodeList](ctx, c, http.MethodGet, withQuery("/v1/nodes", p.values(filter("status", status))), nil)
 }
 
 // Node returns one node by ID, name or unique ID prefix.
 func (c *Client) Node(ctx context.Context, ref string) (api.Node, error) {
-	var n api.Node
-	return n, c.Do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(ref), nil, &n)
+	return call[api.Node](ctx, c, http.MethodGet, "/v1/nodes/"+url.PathEscape(ref), nil)
 }
 
 // PatchNode changes a node's tags, labels or groups.
 func (c *Client) PatchNode(ctx context.Context, ref string, p api.NodePatch) (api.Node, error) {
-	var n api.Node
-	return n, c.Do(ctx, http.MethodPatch, "/v1/nodes/"+url.PathEscape(ref), p, &n)
+	return call[api.Node](ctx, c, http.MethodPatch, "/v1/nodes/"+url.PathEscape(ref), p)
 }
 
 // DeleteNode forgets a node that is not connected.
@@ -210,28 +219,22 @@ func (c *Client) DeleteNode(ctx context.Context, ref string) error {
 
 // ShutdownNode tells a node's agent to exit (api.ShutdownGraceful or api.ShutdownForce).
 func (c *Client) ShutdownNode(ctx context.Context, ref, mode string) (api.Node, error) {
-	var n api.Node
-	return n, c.Do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(ref)+"/shutdown", api.ShutdownRequest{Mode: mode}, &n)
+	return call[api.Node](ctx, c, http.MethodPost, "/v1/nodes/"+url.PathEscape(ref)+"/shutdown", api.ShutdownRequest{Mode: mode})
 }
 
 // Users lists every user (admins only).
 func (c *Client) Users(ctx context.Context) ([]api.User, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.User, string, error) {
-		l, err := c.UsersPage(ctx, p)
-		return l.Users, l.Next, err
-	})
+	return allPages[api.User](ctx, c.UsersPage)
 }
 
 // UsersPage lists one page of users (admins only).
 func (c *Client) UsersPage(ctx context.Context, p Page) (api.UserList, error) {
-	var l api.UserList
-	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/users", p.values(nil)), nil, &l)
+	return call[api.UserList](ctx, c, http.MethodGet, withQuery("/v1/users", p.values(nil)), nil)
 }
 
 // CreateUser creates a user.
 func (c *Client) CreateUser(ctx context.Context, r api.CreateUserRequest) (api.User, error) {
-	var u api.User
-	return u, c.Do(ctx, http.MethodPost, "/v1/users", r, &u)
+	return call[api.User](ctx, c, http.MethodPost, "/v1/users", r)
 }
 
 // DeleteUser deletes a user and their tokens.
@@ -241,37 +244,29 @@ func (c *Client) DeleteUser(ctx context.Context, name string) error {
 
 // SetRole sets a user's role in a group; role "" removes the membership.
 func (c *Client) SetRole(ctx context.Context, user, group, role string) (api.User, error) {
-	var u api.User
-	return u, c.Do(ctx, http.MethodPut, "/v1/users/"+url.PathEscape(user)+"/groups/"+url.PathEscape(group),
-		map[string]string{"role": role}, &u)
+	return call[api.User](ctx, c, http.MethodPut, "/v1/users/"+url.PathEscape(user)+"/groups/"+url.PathEscape(group),
+		map[string]string{"role": role})
 }
 
 // Tokens lists every API token the caller may see.
 func (c *Client) Tokens(ctx context.Context) ([]api.Token, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Token, string, error) {
-		l, err := c.TokensPage(ctx, p)
-		return l.Tokens, l.Next, err
-	})
+	return allPages[api.Token](ctx, c.TokensPage)
 }
 
 // TokensPage lists one page of API tokens.
 func (c *Client) TokensPage(ctx context.Context, p Page) (api.TokenList, error) {
-	var l api.TokenList
-	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/tokens", p.values(nil)), nil, &l)
+	return call[api.TokenList](ctx, c, http.MethodGet, withQuery("/v1/tokens", p.values(nil)), nil)
 }
 
 // CreateToken creates an API token; its Secret is set only in this answer.
 func (c *Client) CreateToken(ctx context.Context, r api.CreateTokenRequest) (api.Token, error) {
-	var t api.Token
-	return t, c.Do(ctx, http.MethodPost, "/v1/tokens", r, &t)
+	return call[api.Token](ctx, c, http.MethodPost, "/v1/tokens", r)
 }
 
 // RotateToken replaces an API token with a new one (same name, user and
 // lifetime) and revokes the old; the new Secret is set only in this answer.
 func (c *Client) RotateToken(ctx context.Context, id string) (api.Token, error) {
-	var out api.Token
-	err := c.Do(ctx, http.MethodPost, "/v1/tokens/"+url.PathEscape(id)+"/rotate", nil, &out)
-	return out, err
+	return call[api.Token](ctx, c, http.MethodPost, "/v1/tokens/"+url.PathEscape(id)+"/rotate", nil)
 }
 
 // DeleteToken revokes an API token.
@@ -281,22 +276,17 @@ func (c *Client) DeleteToken(ctx context.Context, id string) error {
 
 // JoinTokens lists every join token the caller may see.
 func (c *Client) JoinTokens(ctx context.Context) ([]api.Token, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Token, string, error) {
-		l, err := c.JoinTokensPage(ctx, p)
-		return l.Tokens, l.Next, err
-	})
+	return allPages[api.Token](ctx, c.JoinTokensPage)
 }
 
 // JoinTokensPage lists one page of join tokens.
 func (c *Client) JoinTokensPage(ctx context.Context, p Page) (api.TokenList, error) {
-	var l api.TokenList
-	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/join-tokens", p.values(nil)), nil, &l)
+	return call[api.TokenList](ctx, c, http.MethodGet, withQuery("/v1/join-tokens", p.values(nil)), nil)
 }
 
 // CreateJoinToken creates a join token for agents.
 func (c *Client) CreateJoinToken(ctx context.Context, r api.CreateTokenRequest) (api.Token, error) {
-	var t api.Token
-	return t, c.Do(ctx, http.MethodPost, "/v1/join-tokens", r, &t)
+	return call[api.Token](ctx, c, http.MethodPost, "/v1/join-tokens", r)
 }
 
 // DeleteJoinToken revokes a join token.
@@ -306,44 +296,34 @@ func (c *Client) DeleteJoinToken(ctx context.Context, id string) error {
 
 // CreateSuite creates a task suite.
 func (c *Client) CreateSuite(ctx context.Context, spec api.SuiteSpec) (api.Suite, error) {
-	var s api.Suite
-	return s, c.Do(ctx, http.MethodPost, "/v1/suites", spec, &s)
+	return call[api.Suite](ctx, c, http.MethodPost, "/v1/suites", spec)
 }
 
 // Suites lists every suite the caller may read, optionally in one state.
 func (c *Client) Suites(ctx context.Context, state string) ([]api.Suite, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Suite, string, error) {
-		l, err := c.SuitesPage(ctx, state, p)
-		return l.Suites, l.Next, err
+	return allPages[api.Suite](ctx, func(ctx context.Context, p Page) (api.SuiteList, error) {
+		return c.SuitesPage(ctx, state, p)
 	})
 }
 
 // SuitesPage lists one page of suites, optionally in one state.
 func (c *Client) SuitesPage(ctx context.Context, state string, p Page) (api.SuiteList, error) {
-	q := url.Values{}
-	if state != "" {
-		q.Set("state", state)
-	}
-	var l api.SuiteList
-	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/suites", p.values(q)), nil, &l)
+	return call[api.SuiteList](ctx, c, http.MethodGet, withQuery("/v1/suites", p.values(filter("state", state))), nil)
 }
 
 // Suite returns a suite by ID or name.
 func (c *Client) Suite(ctx context.Context, ref string) (api.Suite, error) {
-	var s api.Suite
-	return s, c.Do(ctx, http.MethodGet, "/v1/suites/"+url.PathEscape(ref), nil, &s)
+	return call[api.Suite](ctx, c, http.MethodGet, "/v1/suites/"+url.PathEscape(ref), nil)
 }
 
 // CloseSuite stops a suite taking tasks; it completes when the last ends.
 func (c *Client) CloseSuite(ctx context.Context, ref string) (api.Suite, error) {
-	var s api.Suite
-	return s, c.Do(ctx, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/close", nil, &s)
+	return call[api.Suite](ctx, c, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/close", nil)
 }
 
 // CancelSuite cancels a suite and its unfinished tasks.
 func (c *Client) CancelSuite(ctx context.Context, ref string) (api.Suite, error) {
-	var s api.Suite
-	return s, c.Do(ctx, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/cancel", nil, &s)
+	return call[api.Suite](ctx, c, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/cancel", nil)
 }
 
 // AssignSuite assigns a suite to these nodes only (nodes left out stop
@@ -359,7 +339,6 @@ func (c *Client) AddSuiteNodes(ctx context.Context, ref string, nodes []string) 
 }
 
 func (c *Client) assignSuite(ctx context.Context, ref string, nodes []string, add bool) (api.Suite, error) {
-	var s api.Suite
 	if nodes == nil {
 		nodes = []string{}
 	}
@@ -367,7 +346,7 @@ func (c *Client) assignSuite(ctx context.Context, ref string, nodes []string, ad
 		Nodes []string `json:"nodes"`
 		Add   bool     `json:"add,omitempty"`
 	}{nodes, add}
-	return s, c.Do(ctx, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/assign", body, &s)
+	return call[api.Suite](ctx, c, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/assign", body)
 }
 
 // SubmitTasks adds tasks to a suite, all or none, and returns their IDs.
@@ -398,33 +377,25 @@ func (c *Client) SubmitTasks(ctx context.Context, suite string, tasks []api.Task
 // Tasks lists every task of a suite in the order they were submitted,
 // optionally only those in one state, page after page.
 func (c *Client) Tasks(ctx context.Context, suite, state string) ([]api.Task, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Task, string, error) {
-		l, err := c.TasksPage(ctx, suite, state, p)
-		return l.Tasks, l.Next, err
+	return allPages[api.Task](ctx, func(ctx context.Context, p Page) (api.TaskList, error) {
+		return c.TasksPage(ctx, suite, state, p)
 	})
 }
 
 // TasksPage lists one page of a suite's tasks, optionally only those in
 // one state.
 func (c *Client) TasksPage(ctx context.Context, suite, state string, p Page) (api.TaskList, error) {
-	q := url.Values{}
-	if state != "" {
-		q.Set("state", state)
-	}
-	var l api.TaskList
-	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/suites/"+url.PathEscape(suite)+"/tasks", p.values(q)), nil, &l)
+	return call[api.TaskList](ctx, c, http.MethodGet, withQuery("/v1/suites/"+url.PathEscape(suite)+"/tasks", p.values(filter("state", state))), nil)
 }
 
 // Task returns one task with its result and failures.
 func (c *Client) Task(ctx context.Context, id string) (api.Task, error) {
-	var t api.Task
-	return t, c.Do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id), nil, &t)
+	return call[api.Task](ctx, c, http.MethodGet, "/v1/tasks/"+url.PathEscape(id), nil)
 }
 
 // CancelTask cancels a Ready or Running task.
 func (c *Client) CancelTask(ctx context.Context, id string) (api.Task, error) {
-	var t api.Task
-	return t, c.Do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(id)+"/cancel", nil, &t)
+	return call[api.Task](ctx, c, http.MethodPost, "/v1/tasks/"+url.PathEscape(id)+"/cancel", nil)
 }
 
 // PutDocument stores a template ("templates") or mapping set ("mappings")
@@ -436,22 +407,19 @@ func (c *Client) PutDocument(ctx context.Context, plural, name string, yaml []by
 
 // Document reads a stored template or mapping set.
 func (c *Client) Document(ctx context.Context, plural, name string) (api.Document, error) {
-	var d api.Document
-	return d, c.Do(ctx, http.MethodGet, "/v1/"+plural+"/"+url.PathEscape(name), nil, &d)
+	return call[api.Document](ctx, c, http.MethodGet, "/v1/"+plural+"/"+url.PathEscape(name), nil)
 }
 
 // Documents lists every template ("templates") or mapping set ("mappings").
 func (c *Client) Documents(ctx context.Context, plural string) ([]api.Document, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Document, string, error) {
-		l, err := c.DocumentsPage(ctx, plural, p)
-		return l.Items, l.Next, err
+	return allPages[api.Document](ctx, func(ctx context.Context, p Page) (api.DocumentList, error) {
+		return c.DocumentsPage(ctx, plural, p)
 	})
 }
 
 // DocumentsPage lists one page of templates or mapping sets.
 func (c *Client) DocumentsPage(ctx context.Context, plural string, p Page) (api.DocumentList, error) {
-	var l api.DocumentList
-	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/"+plural, p.values(nil)), nil, &l)
+	return call[api.DocumentList](ctx, c, http.MethodGet, withQuery("/v1/"+plural, p.values(nil)), nil)
 }
 
 // DeleteDocument removes a template or mapping set.
@@ -461,53 +429,43 @@ func (c *Client) DeleteDocument(ctx context.Context, plural, name string) error 
 
 // Render returns the Extra map a provider gets for a template.
 func (c *Client) Render(ctx context.Context, name, provider string) (api.Rendered, error) {
-	var r api.Rendered
-	return r, c.Do(ctx, http.MethodGet, "/v1/templates/"+url.PathEscape(name)+"/render?provider="+url.QueryEscape(provider), nil, &r)
+	return call[api.Rendered](ctx, c, http.MethodGet, "/v1/templates/"+url.PathEscape(name)+"/render?provider="+url.QueryEscape(provider), nil)
 }
 
 // Provision asks for machines; they come back pending and the server
 // provisions them in the background.
 func (c *Client) Provision(ctx context.Context, r api.ProvisionRequest) ([]api.Deployment, error) {
-	var l api.DeploymentList
-	return l.Deployments, c.Do(ctx, http.MethodPost, "/v1/deployments", r, &l)
+	l, err := call[api.DeploymentList](ctx, c, http.MethodPost, "/v1/deployments", r)
+	return l.Deployments, err
 }
 
 // Deployments lists every deployment, optionally in some states
 // (comma-separated).
 func (c *Client) Deployments(ctx context.Context, states string) ([]api.Deployment, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Deployment, string, error) {
-		l, err := c.DeploymentsPage(ctx, states, p)
-		return l.Deployments, l.Next, err
+	return allPages[api.Deployment](ctx, func(ctx context.Context, p Page) (api.DeploymentList, error) {
+		return c.DeploymentsPage(ctx, states, p)
 	})
 }
 
 // DeploymentsPage lists one page of deployments, optionally in some
 // states (comma-separated).
 func (c *Client) DeploymentsPage(ctx context.Context, states string, p Page) (api.DeploymentList, error) {
-	q := url.Values{}
-	if states != "" {
-		q.Set("state", states)
-	}
-	var l api.DeploymentList
-	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/deployments", p.values(q)), nil, &l)
+	return call[api.DeploymentList](ctx, c, http.MethodGet, withQuery("/v1/deployments", p.values(filter("state", states))), nil)
 }
 
 // Deployment returns one deployment by ID or live name.
 func (c *Client) Deployment(ctx context.Context, ref string) (api.Deployment, error) {
-	var d api.Deployment
-	return d, c.Do(ctx, http.MethodGet, "/v1/deployments/"+url.PathEscape(ref), nil, &d)
+	return call[api.Deployment](ctx, c, http.MethodGet, "/v1/deployments/"+url.PathEscape(ref), nil)
 }
 
 // DestroyDeployment removes a machine.
 func (c *Client) DestroyDeployment(ctx context.Context, ref string) (api.Deployment, error) {
-	var d api.Deployment
-	return d, c.Do(ctx, http.MethodDelete, "/v1/deployments/"+url.PathEscape(ref), nil, &d)
+	return call[api.Deployment](ctx, c, http.MethodDelete, "/v1/deployments/"+url.PathEscape(ref), nil)
 }
 
 // Lifecycle performs start, stop, hibernate, reboot or terminate.
 func (c *Client) Lifecycle(ctx context.Context, ref, verb string) (api.Deployment, error) {
-	var d api.Deployment
-	return d, c.Do(ctx, http.MethodPost, "/v1/deployments/"+url.PathEscape(ref)+"/lifecycle/"+url.PathEscape(verb), nil, &d)
+	return call[api.Deployment](ctx, c, http.MethodPost, "/v1/deployments/"+url.PathEscape(ref)+"/lifecycle/"+url.PathEscape(verb), nil)
 }
 
 // Exec runs a command on a deployment (by ID or live name), writing its

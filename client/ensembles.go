@@ -19,8 +19,7 @@ func (c *Client) DeployEnsemble(ctx context.Context, spec api.EnsembleSpec, poli
 	if dryRun {
 		q.Set("dry_run", "true")
 	}
-	var e api.Ensemble
-	return e, c.Do(ctx, http.MethodPost, withQuery("/v1/ensembles", q), spec, &e)
+	return call[api.Ensemble](ctx, c, http.MethodPost, withQuery("/v1/ensembles", q), spec)
 }
 
 // Ensembles lists the caller's ensembles; all includes shut down and
@@ -30,18 +29,16 @@ func (c *Client) Ensembles(ctx context.Context, all bool) ([]api.Ensemble, error
 	if all {
 		q.Set("all", "true")
 	}
-	var l api.EnsembleList
-	return l.Ensembles, c.Do(ctx, http.MethodGet, withQuery("/v1/ensembles", q), nil, &l)
+	l, err := call[api.EnsembleList](ctx, c, http.MethodGet, withQuery("/v1/ensembles", q), nil)
+	return l.Ensembles, err
 }
 
 // Ensemble returns one ensemble by ID or name, with its replicas' status.
 func (c *Client) Ensemble(ctx context.Context, ref string) (api.Ensemble, error) {
-	var e api.Ensemble
-	return e, c.Do(ctx, http.MethodGet, "/v1/ensembles/"+url.PathEscape(ref), nil, &e)
+	return call[api.Ensemble](ctx, c, http.MethodGet, "/v1/ensembles/"+url.PathEscape(ref), nil)
 }
 
 // ShutdownEnsemble deletes every replica's container.
 func (c *Client) ShutdownEnsemble(ctx context.Context, ref string) (api.Ensemble, error) {
-	var e api.Ensemble
-	return e, c.Do(ctx, http.MethodPost, "/v1/ensembles/"+url.PathEscape(ref)+"/shutdown", nil, &e)
+	return call[api.Ensemble](ctx, c, http.MethodPost, "/v1/ensembles/"+url.PathEscape(ref)+"/shutdown", nil)
 }

@@ -23,18 +23,14 @@ type TaskFilter struct {
 
 // TasksFiltered lists a page of a suite's tasks that match f.
 func (c *Client) TasksFiltered(ctx context.Context, suite string, f TaskFilter, p Page) (api.TaskList, error) {
-	q := url.Values{}
-	if f.State != "" {
-		q.Set("state", f.State)
-	}
+	q := filter("state", f.State)
 	if f.Name != "" {
 		q.Set("name", f.Name)
 	}
 	for k, v := range f.Labels {
 		q.Add("label", k+"="+v)
 	}
-	var l api.TaskList
-	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/suites/"+url.PathEscape(suite)+"/tasks", p.values(q)), nil, &l)
+	return call[api.TaskList](ctx, c, http.MethodGet, withQuery("/v1/suites/"+url.PathEscape(suite)+"/tasks", p.values(q)), nil)
 }
 
 // HashFile is the digest ("sha256:<hex>") and size of a local file.

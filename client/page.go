@@ -35,12 +35,32 @@ func (p Page) values(q url.Values) url.Values {
 	return q
 }
 
+// filter is a list's query that keeps only the items whose key is value,
+// or no query when value is "" (all items).
+func filter(key, value string) url.Values {
+	q := url.Values{}
+	if value != "" {
+		q.Set(key, value)
+	}
+	return q
+}
+
 // withQuery is path with q, if it has any values.
 func withQuery(path string, q url.Values) string {
 	if len(q) == 0 {
 		return path
 	}
 	return path + "?" + q.Encode()
+}
+
+// allPages is All over a page method that answers the API's list, which
+// says what its page holds.
+func allPages[T any, L interface{ Page() ([]T, string) }](ctx context.Context, page func(context.Context, Page) (L, error)) ([]T, error) {
+	return All(ctx, func(ctx context.Context, p Page) ([]T, string, error) {
+		l, err := page(ctx, p)
+		items, next := l.Page()
+		return items, next, err
+	})
 }
 
 // All reads every page of a list from the top, MaxPageLimit items at a

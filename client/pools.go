@@ -10,35 +10,28 @@ import (
 
 // ApplyPool creates or replaces a pool.
 func (c *Client) ApplyPool(ctx context.Context, spec api.PoolSpec) (api.Pool, error) {
-	var p api.Pool
-	return p, c.Do(ctx, http.MethodPut, "/v1/pools/"+url.PathEscape(spec.Name), spec, &p)
+	return call[api.Pool](ctx, c, http.MethodPut, "/v1/pools/"+url.PathEscape(spec.Name), spec)
 }
 
 // PatchPool changes the fields of a pool's spec that p sets (min, max,
 // paused, priority) and leaves the rest.
 func (c *Client) PatchPool(ctx context.Context, name string, p api.PoolPatch) (api.Pool, error) {
-	var out api.Pool
-	return out, c.Do(ctx, http.MethodPatch, "/v1/pools/"+url.PathEscape(name), p, &out)
+	return call[api.Pool](ctx, c, http.MethodPatch, "/v1/pools/"+url.PathEscape(name), p)
 }
 
 // Pools lists every pool.
 func (c *Client) Pools(ctx context.Context) ([]api.Pool, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Pool, string, error) {
-		l, err := c.PoolsPage(ctx, p)
-		return l.Pools, l.Next, err
-	})
+	return allPages[api.Pool](ctx, c.PoolsPage)
 }
 
 // PoolsPage lists one page of pools, by name.
 func (c *Client) PoolsPage(ctx context.Context, p Page) (api.PoolList, error) {
-	var l api.PoolList
-	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/pools", p.values(url.Values{})), nil, &l)
+	return call[api.PoolList](ctx, c, http.MethodGet, withQuery("/v1/pools", p.values(url.Values{})), nil)
 }
 
 // Pool returns a pool with its machines.
 func (c *Client) Pool(ctx context.Context, name string) (api.PoolDetail, error) {
-	var p api.PoolDetail
-	return p, c.Do(ctx, http.MethodGet, "/v1/pools/"+url.PathEscape(name), nil, &p)
+	return call[api.PoolDetail](ctx, c, http.MethodGet, "/v1/pools/"+url.PathEscape(name), nil)
 }
 
 // DeletePool removes a pool; its machines are drained and destroyed.
@@ -48,20 +41,17 @@ func (c *Client) DeletePool(ctx context.Context, name string) error {
 
 // PoolEvents lists a pool's decisions, oldest first.
 func (c *Client) PoolEvents(ctx context.Context, name string) ([]api.PoolEvent, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.PoolEvent, string, error) {
-		l, err := c.PoolEventsPage(ctx, name, p)
-		return l.Events, l.Next, err
+	return allPages[api.PoolEvent](ctx, func(ctx context.Context, p Page) (api.PoolEventList, error) {
+		return c.PoolEventsPage(ctx, name, p)
 	})
 }
 
 // PoolEventsPage lists one page of a pool's decisions.
 func (c *Client) PoolEventsPage(ctx context.Context, name string, p Page) (api.PoolEventList, error) {
-	var l api.PoolEventList
-	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/pools/"+url.PathEscape(name)+"/events", p.values(url.Values{})), nil, &l)
+	return call[api.PoolEventList](ctx, c, http.MethodGet, withQuery("/v1/pools/"+url.PathEscape(name)+"/events", p.values(url.Values{})), nil)
 }
 
 // ExplainSchedule ranks every pool's candidates for a request.
 func (c *Client) ExplainSchedule(ctx context.Context, req api.ScheduleRequest) (api.ScheduleExplanation, error) {
-	var e api.ScheduleExplanation
-	return e, c.Do(ctx, http.MethodPost, "/v1/schedule/explain", req, &e)
+	return call[api.ScheduleExplanation](ctx, c, http.MethodPost, "/v1/schedule/explain", req)
 }

@@ -1,10 +1,7 @@
 package client
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -42,27 +39,23 @@ func nodePath(node, rest string) string {
 
 // AgentStatus returns a local agent's status (NewAgent clients only).
 func (c *Client) AgentStatus(ctx context.Context) (api.AgentStatus, error) {
-	var s api.AgentStatus
-	return s, c.Do(ctx, http.MethodGet, "/v1/status", nil, &s)
+	return call[api.AgentStatus](ctx, c, http.MethodGet, "/v1/status", nil)
 }
 
 // Artifacts lists the artifacts installed on node.
 func (c *Client) Artifacts(ctx context.Context, node string) ([]api.Artifact, error) {
-	var out []api.Artifact
-	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/artifacts"), nil, &out)
+	return call[[]api.Artifact](ctx, c, http.MethodGet, nodePath(node, "/artifacts"), nil)
 }
 
 // InstallArtifact installs id (group:artifact:version) on node and waits
 // until it is installed.
 func (c *Client) InstallArtifact(ctx context.Context, node, id string) (api.Artifact, error) {
-	var out api.Artifact
-	return out, c.long(ctx, http.MethodPost, nodePath(node, "/artifacts"), api.ArtifactInstall{ID: id}, &out)
+	return callLong[api.Artifact](ctx, c, http.MethodPost, nodePath(node, "/artifacts"), api.ArtifactInstall{ID: id})
 }
 
 // Artifact returns one installed artifact.
 func (c *Client) Artifact(ctx context.Context, node, id string) (api.Artifact, error) {
-	var out api.Artifact
-	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/artifacts/"+url.PathEscape(id)), nil, &out)
+	return call[api.Artifact](ctx, c, http.MethodGet, nodePath(node, "/artifacts/"+url.PathEscape(id)), nil)
 }
 
 // RemoveArtifact uninstalls id from node; it is refused while a service
@@ -79,26 +72,22 @@ func (c *Client) ForceRemoveArtifact(ctx context.Context, node, id string) error
 
 // Services lists node's services with their live status.
 func (c *Client) Services(ctx context.Context, node string) ([]api.Service, error) {
-	var out []api.Service
-	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/services"), nil, &out)
+	return call[[]api.Service](ctx, c, http.MethodGet, nodePath(node, "/services"), nil)
 }
 
 // Service returns one service.
 func (c *Client) Service(ctx context.Context, node, coordinate string) (api.Service, error) {
-	var out api.Service
-	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/services/"+url.PathEscape(coordinate)), nil, &out)
+	return call[api.Service](ctx, c, http.MethodGet, nodePath(node, "/services/"+url.PathEscape(coordinate)), nil)
 }
 
 // StartService starts a service on node.
 func (c *Client) StartService(ctx context.Context, node string, spec api.ServiceSpec) (api.Service, error) {
-	var out api.Service
-	return out, c.long(ctx, http.MethodPost, nodePath(node, "/services"), spec, &out)
+	return callLong[api.Service](ctx, c, http.MethodPost, nodePath(node, "/services"), spec)
 }
 
 // ServiceAction stops, drains or restarts a service and waits until done.
 func (c *Client) ServiceAction(ctx context.Context, node, coordinate, action string) (api.Service, error) {
-	var out api.Service
-	return out, c.long(ctx, http.MethodPost, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/"+url.PathEscape(action)), nil, &out)
+	return callLong[api.Service](ctx, c, http.MethodPost, nodePath(node, "/services/"+url.PathEscape(coordinate)+"/"+url.PathEscape(action)), nil)
 }
 
 // RemoveService forgets a service that is not running; purge deletes its
@@ -162,43 +151,27 @@ func (c *Client) textResponse(ctx context.Context, path string) (*http.Response,
 // long sends a JSON request whose answer may take minutes (downloads,
 // drains): no timeout but ctx.
 func (c *Client) long(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	ct := ""
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body, ct = bytes.NewReader(b), "application/json"
-	}
-	req, err := c.request(ctx, method, path, ct, body)
-	if err != nil {
-		return err
-	}
-	resp, err := c.streamDo(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
-	}
-	return nil
+	return c.sendJSON(ctx, c.stream, method, path, in, out)
+}
+
+// callLong is call for an answer that may take minutes (see long).
+func callLong[T any](ctx context.Context, c *Client, method, path string, in any) (T, error) {
+	var out T
+	err := c.long(ctx, method, path, in, &out)
+	return out, err
 }
 
 // ContainerCommand sends the seed's container message (deploy, delete,
 // move, replicate) to the server and returns the containers it touched.
 func (c *Client) ContainerCommand(ctx context.Context, cmd api.ContainerCommand) ([]api.Container, error) {
-	var out []api.Container
-	return out, c.long(ctx, http.MethodPost, "/v1/containers", cmd, &out)
+	return callLong[[]api.Container](ctx, c, http.MethodPost, "/v1/containers", cmd)
 }
 
 // DeployContainer deploys job on node (through a server), or on the agent
 // a NewAgent client talks to (node "").
 func (c *Client) DeployContainer(ctx context.Context, node string, job api.ContainerJob) (api.Container, error) {
 	if c.socket != "" {
-		var out api.Container
-		return out, c.long(ctx, http.MethodPost, "/v1/containers", job, &out)
+		return callLong[api.Container](ctx, c, http.MethodPost, "/v1/containers", job)
 	}
 	cs, err := c.ContainerCommand(ctx, api.ContainerCommand{Command: api.ContainerDeploy, Job: job, Worker: []string{node}})
 	if err != nil {
@@ -210,36 +183,29 @@ func (c *Client) DeployContainer(ctx context.Context, node string, job api.Conta
 // Containers lists containers: live ones, or all with all; on one node
 // when node is not "" (server only).
 func (c *Client) Containers(ctx context.Context, node string, all bool) ([]api.Container, error) {
-	return All(ctx, func(ctx context.Context, p Page) ([]api.Container, string, error) {
-		l, err := c.ContainersPage(ctx, node, all, p)
-		return l.Containers, l.Next, err
+	return allPages[api.Container](ctx, func(ctx context.Context, p Page) (api.ContainerList, error) {
+		return c.ContainersPage(ctx, node, all, p)
 	})
 }
 
 // ContainersPage lists one page of container jobs. An agent's local API
 // answers them all in one page.
 func (c *Client) ContainersPage(ctx context.Context, node string, all bool, p Page) (api.ContainerList, error) {
-	q := url.Values{}
-	if node != "" {
-		q.Set("node", node)
-	}
+	q := filter("node", node)
 	if all {
 		q.Set("all", "true")
 	}
-	var l api.ContainerList
-	return l, c.Do(ctx, http.MethodGet, withQuery("/v1/containers", p.values(q)), nil, &l)
+	return call[api.ContainerList](ctx, c, http.MethodGet, withQuery("/v1/containers", p.values(q)), nil)
 }
 
 // Container returns one container job.
 func (c *Client) Container(ctx context.Context, id string) (api.Container, error) {
-	var out api.Container
-	return out, c.Do(ctx, http.MethodGet, "/v1/containers/"+url.PathEscape(id), nil, &out)
+	return call[api.Container](ctx, c, http.MethodGet, "/v1/containers/"+url.PathEscape(id), nil)
 }
 
 // DeleteContainer stops and removes a container job's container.
 func (c *Client) DeleteContainer(ctx context.Context, id string) (api.Container, error) {
-	var out api.Container
-	return out, c.long(ctx, http.MethodDelete, "/v1/containers/"+url.PathEscape(id), nil, &out)
+	return callLong[api.Container](ctx, c, http.MethodDelete, "/v1/containers/"+url.PathEscape(id), nil)
 }
 
 // ContainerLogs returns the last tail lines of a container's output.
@@ -262,14 +228,12 @@ func (c *Client) ContainerLogAfter(ctx context.Context, id, cursor string) ([]by
 
 // Resources returns node's books: onboarding, committed, allocated, free.
 func (c *Client) Resources(ctx context.Context, node string) (api.NodeResources, error) {
-	var out api.NodeResources
-	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/resources"), nil, &out)
+	return call[api.NodeResources](ctx, c, http.MethodGet, nodePath(node, "/resources"), nil)
 }
 
 // Onboard offers share percent (10-90) of node's machine to workloads.
 func (c *Client) Onboard(ctx context.Context, node string, share int) (api.Onboarding, error) {
-	var out api.Onboarding
-	return out, c.Do(ctx, http.MethodPost, nodePath(node, "/onboard"), api.OnboardRequest{SharePercent: share}, &out)
+	return call[api.Onboarding](ctx, c, http.MethodPost, nodePath(node, "/onboard"), api.OnboardRequest{SharePercent: share})
 }
 
 // Offboard withdraws node's offer; force lets the workloads that run keep
@@ -280,20 +244,17 @@ func (c *Client) Offboard(ctx context.Context, node string, force bool) error {
 
 // Allocations lists the workloads holding node's resources.
 func (c *Client) Allocations(ctx context.Context, node string) ([]api.Allocation, error) {
-	var out []api.Allocation
-	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/allocations"), nil, &out)
+	return call[[]api.Allocation](ctx, c, http.MethodGet, nodePath(node, "/allocations"), nil)
 }
 
 // Allocation returns one allocation.
 func (c *Client) Allocation(ctx context.Context, node, id string) (api.Allocation, error) {
-	var out api.Allocation
-	return out, c.Do(ctx, http.MethodGet, nodePath(node, "/allocations/"+url.PathEscape(id)), nil, &out)
+	return call[api.Allocation](ctx, c, http.MethodGet, nodePath(node, "/allocations/"+url.PathEscape(id)), nil)
 }
 
 // AllocationAction stops or restarts the workload behind an allocation.
 func (c *Client) AllocationAction(ctx context.Context, node, id, action string) (api.Allocation, error) {
-	var out api.Allocation
-	return out, c.long(ctx, http.MethodPost, nodePath(node, "/allocations/"+url.PathEscape(id)+"/"+url.PathEscape(action)), nil, &out)
+	return callLong[api.Allocation](ctx, c, http.MethodPost, nodePath(node, "/allocations/"+url.PathEscape(id)+"/"+url.PathEscape(action)), nil)
 }
 
 // AllocationLogs returns the log of the workload behind an allocation.
@@ -304,8 +265,7 @@ func (c *Client) AllocationLogs(ctx context.Context, node, id string) ([]byte, e
 // Commit locks resources and ports on node for a workload about to be
 // placed; a container job naming the commitment is allocated from it.
 func (c *Client) Commit(ctx context.Context, node string, req api.CommitRequest) (api.Commitment, error) {
-	var out api.Commitment
-	return out, c.Do(ctx, http.MethodPost, nodePath(node, "/commitments"), req, &out)
+	return call[api.Commitment](ctx, c, http.MethodPost, nodePath(node, "/commitments"), req)
 }
 
 // Release gives a commitment's resources back.

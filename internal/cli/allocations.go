@@ -79,11 +79,7 @@ func nodeOnboardCmd(e *env) *cobra.Command {
 		Use:   "onboard NODE --share PERCENT",
 		Short: "Measure a node (cores, CPU benchmark, memory, disk, GPUs) and offer a share of it to workloads",
 		Args:  nodeArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, _, err := nodeTarget(cmd, e, args)
-			if err != nil {
-				return err
-			}
+		RunE: onNode(e, func(cmd *cobra.Command, c *client.Client, node string, _ []string) error {
 			o, err := c.Onboard(cmd.Context(), node, share)
 			if err != nil {
 				return err
@@ -94,7 +90,7 @@ func nodeOnboardCmd(e *env) *cobra.Command {
 			fmt.Fprintf(e.stdout, "%s offers %d%%: %g CPUs, %d MiB memory, %d MiB disk, %d GPUs\n", where(node), o.SharePercent,
 				o.Offered.CPUs, o.Offered.MemoryMB, o.Offered.DiskMB, o.Offered.GPUs)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().IntVar(&share, "share", 50, "percent of the machine to offer, 10-90")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -107,17 +103,13 @@ func nodeOffboardCmd(e *env) *cobra.Command {
 		Use:   "offboard NODE",
 		Short: "Withdraw a node's offer (refused while workloads hold resources, unless --force)",
 		Args:  nodeArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, _, err := nodeTarget(cmd, e, args)
-			if err != nil {
-				return err
-			}
+		RunE: onNode(e, func(cmd *cobra.Command, c *client.Client, node string, _ []string) error {
 			if err := c.Offboard(cmd.Context(), node, force); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "%s offboarded: nothing new is placed there\n", where(node))
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "offboard although workloads run; they keep their allocations until they end")
 	return cmd
@@ -154,23 +146,22 @@ func allocationShowCmd(e *env) *cobra.Command {
 		}, nil)
 }
 
+// allocationArg names an allocation argument, for errors.
+const allocationArg = "allocation (see nodemgr allocation ls NODE)"
+
 func allocationActionCmd(e *env, action, short string) *cobra.Command {
 	return &cobra.Command{
 		Use:   action + " NODE ID",
 		Short: short,
 		Args:  nodeArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, name, err := nodeTargetOne(cmd, e, args, "allocation (see nodemgr allocation ls NODE)")
-			if err != nil {
-				return err
-			}
+		RunE: onNodeOne(e, allocationArg, func(cmd *cobra.Command, c *client.Client, node, name string) error {
 			a, err := c.AllocationAction(cmd.Context(), node, name, action)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "%s: %s\n", a.ID, orDash(a.State))
 			return nil
-		},
+		}),
 	}
 }
 
@@ -179,18 +170,14 @@ func allocationLogsCmd(e *env) *cobra.Command {
 		Use:   "logs NODE ID",
 		Short: "Print the log of the workload behind an allocation",
 		Args:  nodeArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, name, err := nodeTargetOne(cmd, e, args, "allocation (see nodemgr allocation ls NODE)")
-			if err != nil {
-				return err
-			}
+		RunE: onNodeOne(e, allocationArg, func(cmd *cobra.Command, c *client.Client, node, name string) error {
 			b, err := c.AllocationLogs(cmd.Context(), node, name)
 			if err != nil {
 				return err
 			}
 			_, err = e.rawOut().Write(b)
 			return err
-		},
+		}),
 	}
 }
 
@@ -206,11 +193,7 @@ else takes them meanwhile (the node's "committed" resources). A container job
 that names the commitment (commitment: ID in its file) is allocated from it;
 an unused commitment expires after --ttl, or give it back with node release.`,
 		Args: nodeArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, _, err := nodeTarget(cmd, e, args)
-			if err != nil {
-				return err
-			}
+		RunE: onNode(e, func(cmd *cobra.Command, c *client.Client, node string, _ []string) error {
 			req.TTL = api.Duration(ttl)
 			cm, err := c.Commit(cmd.Context(), node, req)
 			if err != nil {
@@ -222,7 +205,7 @@ an unused commitment expires after --ttl, or give it back with node release.`,
 			fmt.Fprintf(e.stdout, "%s: %g CPUs, %d MiB memory, %d MiB disk, %d GPUs, ports %v locked until %s\n",
 				cm.ID, cm.CPUs, cm.MemoryMB, cm.DiskMB, cm.GPUs, cm.Ports, cm.ExpiresAt.Format(time.RFC3339))
 			return nil
-		},
+		}),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&req.Owner, "owner", "", "who commits, e.g. a scheduler's job id")
@@ -241,16 +224,12 @@ func nodeReleaseCmd(e *env) *cobra.Command {
 		Use:   "release NODE COMMITMENT",
 		Short: "Give a commitment's resources back",
 		Args:  nodeArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, id, err := nodeTargetOne(cmd, e, args, "commitment (see nodemgr node resources NODE)")
-			if err != nil {
-				return err
-			}
+		RunE: onNodeOne(e, "commitment (see nodemgr node resources NODE)", func(cmd *cobra.Command, c *client.Client, node, id string) error {
 			if err := c.Release(cmd.Context(), node, id); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "%s released\n", id)
 			return nil
-		},
+		}),
 	}
 }

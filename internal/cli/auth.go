@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -46,11 +45,10 @@ func roleString(g map[string]string) string {
 	return strings.Join(parts, ", ")
 }
 
-func printTokens(e *env, pf pageFlags, tokens []api.Token, next string, asJSON bool) error {
-	if asJSON {
-		return printJSON(e.stdout, api.TokenList{Tokens: tokens, Next: next})
-	}
-	defer pf.moreHint(e, len(tokens), next)
+// tokenList is a page of tokens as the API answers it, for --json.
+func tokenList(tokens []api.Token, next string) any { return api.TokenList{Tokens: tokens, Next: next} }
+
+func printTokens(e *env, tokens []api.Token) error {
 	now := time.Now()
 	t := newTable(e.stdout, "ID", "NAME", "USER", "CREATED", "EXPIRES", "LAST USED")
 	for _, tk := range tokens {
@@ -62,11 +60,7 @@ func printTokens(e *env, pf pageFlags, tokens []api.Token, next string, asJSON b
 // printJoinTokens lists join tokens with what tells them apart: the
 // groups they admit nodes into, their uses, and the node a re-join token
 // is bound to.
-func printJoinTokens(e *env, pf pageFlags, tokens []api.Token, next string, asJSON bool) error {
-	if asJSON {
-		return printJSON(e.stdout, api.TokenList{Tokens: tokens, Next: next})
-	}
-	defer pf.moreHint(e, len(tokens), next)
+func printJoinTokens(e *env, tokens []api.Token) error {
 	now := time.Now()
 	t := newTable(e.stdout, "ID", "NAME", "GROUPS", "USES", "NODE", "CREATED", "EXPIRES", "LAST USED")
 	for _, tk := range tokens {
@@ -112,24 +106,8 @@ func newTokenCmd(e *env) *cobra.Command {
 	create.Flags().StringVar(&req.User, "user", "", "whose token (admins only; default you)")
 	create.Flags().StringVar(&req.TTL, "ttl", "", "lifetime, e.g. 720h (default 90 days)")
 	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	var lsJSON bool
-	var pf pageFlags
-	ls := &cobra.Command{
-		Use: "ls", Short: "List API tokens", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := clientFor(cmd, e)
-			tokens, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Token, string, error) {
-				l, err := c.TokensPage(ctx, p)
-				return l.Tokens, l.Next, err
-			})
-			if err != nil {
-				return err
-			}
-			return printTokens(e, pf, tokens, next, lsJSON)
-		},
-	}
-	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
-	pf.add(ls, "all")
+	ls := lsCmd(e, &cobra.Command{Use: "ls", Short: "List API tokens", Args: cobra.NoArgs}, "all",
+		(*client.Client).TokensPage, tokenList, printTokens)
 	rm := &cobra.Command{
 		Use: "rm TOKEN_ID", Short: "Revoke an API token", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -184,24 +162,8 @@ func newJoinTokenCmd(e *env) *cobra.Command {
 	create.Flags().StringVar(&req.Node, "node", "", "bind the token to this existing node so its agent can re-join it after losing its credential (admins only)")
 	create.Flags().StringVar(&req.TTL, "ttl", "", "lifetime, e.g. 24h (default 24h)")
 	create.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	var lsJSON bool
-	var pf pageFlags
-	ls := &cobra.Command{
-		Use: "ls", Short: "List join tokens: the groups they admit nodes into, their uses, the node a re-join token is bound to", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := clientFor(cmd, e)
-			tokens, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Token, string, error) {
-				l, err := c.JoinTokensPage(ctx, p)
-				return l.Tokens, l.Next, err
-			})
-			if err != nil {
-				return err
-			}
-			return printJoinTokens(e, pf, tokens, next, lsJSON)
-		},
-	}
-	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
-	pf.add(ls, "all")
+	ls := lsCmd(e, &cobra.Command{Use: "ls", Short: "List join tokens: the groups they admit nodes into, their uses, the node a re-join token is bound to", Args: cobra.NoArgs}, "all",
+		(*client.Client).JoinTokensPage, tokenList, printJoinTokens)
 	rm := &cobra.Command{
 		Use: "rm TOKEN_ID", Short: "Revoke a join token", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -239,32 +201,16 @@ func newUserCmd(e *env) *cobra.Command {
 	}
 	create.Flags().BoolVar(&admin, "admin", false, "make the user a superuser")
 	create.Flags().StringSliceVar(&groups, "group", nil, "GROUP=ROLE with ROLE Read, Write or Admin (repeatable)")
-	var lsJSON bool
-	var pf pageFlags
-	ls := &cobra.Command{
-		Use: "ls", Short: "List users", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := clientFor(cmd, e)
-			users, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.User, string, error) {
-				l, err := c.UsersPage(ctx, p)
-				return l.Users, l.Next, err
-			})
-			if err != nil {
-				return err
-			}
-			if lsJSON {
-				return printJSON(e.stdout, api.UserList{Users: users, Next: next})
-			}
-			defer pf.moreHint(e, len(users), next)
+	ls := lsCmd(e, &cobra.Command{Use: "ls", Short: "List users", Args: cobra.NoArgs}, "all",
+		(*client.Client).UsersPage,
+		func(users []api.User, next string) any { return api.UserList{Users: users, Next: next} },
+		func(e *env, users []api.User) error {
 			t := newTable(e.stdout, "NAME", "ADMIN", "GROUPS", "CREATED")
 			for _, u := range users {
 				t.row(u.Name, fmt.Sprint(u.Admin), orDash(roleString(u.Groups)), u.CreatedAt.Format(time.RFC3339))
 			}
 			return t.flush()
-		},
-	}
-	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
-	pf.add(ls, "all")
+		})
 	grant := &cobra.Command{
 		Use:   "grant USER GROUP ROLE",
 		Short: "Set a user's role (Read, Write, Admin) in a group; ROLE \"\" removes it",

@@ -66,16 +66,9 @@ func containerDeployCmd(e *env) *cobra.Command {
 		Use:   "deploy NODE -f job.yaml",
 		Short: "Deploy a container job on a node",
 		Args:  nodeArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, _, err := nodeTarget(cmd, e, args)
+		RunE: onNode(e, func(cmd *cobra.Command, c *client.Client, node string, _ []string) error {
+			job, err := readSpec(file, "give the job with -f FILE (YAML: name, image, command, cpus, memory_mb, env, ports; see `nodemgr container --help`)", yamlAs[api.ContainerJob])
 			if err != nil {
-				return err
-			}
-			if file == "" {
-				return fmt.Errorf("give the job with -f FILE (YAML: name, image, command, cpus, memory_mb, env, ports; see `nodemgr container --help`)")
-			}
-			var job api.ContainerJob
-			if err := loadYAML(file, &job); err != nil {
 				return err
 			}
 			if id != "" {
@@ -89,7 +82,7 @@ func containerDeployCmd(e *env) *cobra.Command {
 				return err
 			}
 			return output(e, asJSON, ct, printContainer)
-		},
+		}),
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "job file (YAML or JSON; - for stdin)")
 	cmd.Flags().StringVar(&id, "id", "", "job id (default: one is made up)")
@@ -211,16 +204,11 @@ command waits for it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _ := containerClient(cmd, e)
-			b, cursor, err := c.ContainerLogTail(cmd.Context(), args[0], tail)
-			if err != nil {
-				return err
-			}
-			if _, err := e.rawOut().Write(b); err != nil || !follow {
-				return err
-			}
-			return followLog(cmd.Context(), e, cursor, func(ctx context.Context, cursor string) ([]byte, string, error) {
-				return c.ContainerLogAfter(ctx, args[0], cursor)
-			})
+			return printLog(cmd.Context(), e, follow,
+				func() ([]byte, string, error) { return c.ContainerLogTail(cmd.Context(), args[0], tail) },
+				func(ctx context.Context, cursor string) ([]byte, string, error) {
+					return c.ContainerLogAfter(ctx, args[0], cursor)
+				})
 		},
 	}
 	cmd.Flags().IntVar(&tail, "tail", 200, "lines from the end (0: all)")
@@ -287,11 +275,8 @@ func containerSendCmd(e *env) *cobra.Command {
 		Short: "Send a raw container message {command, job, worker, cluster} (the node engine's format; deploy runs the job on every worker listed, all or none)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return fmt.Errorf("give the message with -f FILE")
-			}
-			var msg api.ContainerCommand
-			if err := loadYAML(file, &msg); err != nil {
+			msg, err := readSpec(file, "give the message with -f FILE", yamlAs[api.ContainerCommand])
+			if err != nil {
 				return err
 			}
 			cs, err := clientFor(cmd, e).ContainerCommand(cmd.Context(), msg)

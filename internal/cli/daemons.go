@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
@@ -206,6 +207,17 @@ func (f *serverFlags) executorSettings() map[string]map[string]string {
 	return map[string]map[string]string{"ssh": s}
 }
 
+// newServer makes the server the flags describe, on st, with its blob
+// store.
+func (f *serverFlags) newServer(ctx context.Context, st store.Store, log *slog.Logger) (*server.Server, error) {
+	cfg := f.config()
+	var err error
+	if cfg.Blobs, err = f.blobStore(ctx); err != nil {
+		return nil, err
+	}
+	return server.New(cfg, st, log)
+}
+
 // openStore opens the store --db names: PostgreSQL for a postgres:// or
 // postgresql:// URL, else the SQLite file (by default in the data dir,
 // which holds the admin token either way). With SQLite it first locks the
@@ -326,11 +338,7 @@ flags; --print-config shows the result and where each value came from.`,
 				}
 				fmt.Fprintf(e.stdout, "Made a new API token for the admin user (also in %s):\n\n  export NODEMGR_TOKEN=%s\n\n", server.AdminTokenFile(f.dataDir), token)
 			}
-			cfg := f.config()
-			if cfg.Blobs, err = f.blobStore(cmd.Context()); err != nil {
-				return err
-			}
-			srv, err := server.New(cfg, st, log)
+			srv, err := f.newServer(ctx, st, log)
 			if err != nil {
 				return err
 			}
@@ -418,11 +426,7 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	if err := cfg.ApplyEnv(e.getenv); err != nil {
 		return cfg, err
 	}
-	str := func(name string, dst *string) {
-		if fl.Changed(name) {
-			*dst, _ = fl.GetString(name)
-		}
-	}
+	str := func(name string, dst *string) { flagInto(fl, name, dst, fl.GetString) }
 	// A file given as a flag beats a value from the environment or the
 	// config file; a value given as a flag beats both.
 	secret := func(name string, value, file *string) {
@@ -443,44 +447,24 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	secret("local-api-token", &cfg.LocalAPIToken, &cfg.LocalAPITokenFile)
 	str("port-range", &cfg.PortRange)
 	str("imds", &cfg.IMDS)
-	if fl.Changed("imds-interval") {
-		cfg.IMDSInterval, _ = fl.GetDuration("imds-interval")
-	}
-	if fl.Changed("container-usage-interval") {
-		cfg.ContainerUsageInterval, _ = fl.GetDuration("container-usage-interval")
-	}
-	if fl.Changed("procs") {
-		cfg.Procs, _ = fl.GetInt("procs")
-	}
+	flagInto(fl, "imds-interval", &cfg.IMDSInterval, fl.GetDuration)
+	flagInto(fl, "container-usage-interval", &cfg.ContainerUsageInterval, fl.GetDuration)
+	flagInto(fl, "procs", &cfg.Procs, fl.GetInt)
 	str("docker-host", &cfg.DockerHost)
 	str("container-host-ip", &cfg.ContainerHostIP)
-	if fl.Changed("standalone") {
-		cfg.Standalone, _ = fl.GetBool("standalone")
+	flagInto(fl, "standalone", &cfg.Standalone, fl.GetBool)
+	flagInto(fl, "insecure-http", &cfg.InsecureHTTP, fl.GetBool)
+	keyValues := func(name string) (map[string]string, error) {
+		kvs, _ := fl.GetStringSlice(name)
+		return agent.ParseLabels("--"+name, kvs)
 	}
-	if fl.Changed("insecure-http") {
-		cfg.InsecureHTTP, _ = fl.GetBool("insecure-http")
+	if err := flagIntoErr(fl, "depot", &cfg.Depots, keyValues); err != nil {
+		return cfg, err
 	}
-	if fl.Changed("depot") {
-		kvs, _ := fl.GetStringSlice("depot")
-		depots, err := agent.ParseLabels("--depot", kvs)
-		if err != nil {
-			return cfg, err
-		}
-		cfg.Depots = depots
-	}
-	if fl.Changed("tag") {
-		cfg.Tags, _ = fl.GetStringSlice("tag")
-	}
-	if fl.Changed("group") {
-		cfg.Groups, _ = fl.GetStringSlice("group")
-	}
-	if fl.Changed("label") {
-		kvs, _ := fl.GetStringSlice("label")
-		labels, err := agent.ParseLabels("--label", kvs)
-		if err != nil {
-			return cfg, err
-		}
-		cfg.Labels = labels
+	flagInto(fl, "tag", &cfg.Tags, fl.GetStringSlice)
+	flagInto(fl, "group", &cfg.Groups, fl.GetStringSlice)
+	if err := flagIntoErr(fl, "label", &cfg.Labels, keyValues); err != nil {
+		return cfg, err
 	}
 	dur := func(name string, dst *time.Duration) {
 		if fl.Changed(name) || *dst == 0 {
@@ -494,6 +478,28 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	dur("shutdown-grace", &cfg.ShutdownGrace)
 	cfg.Version = Version
 	return cfg, nil
+}
+
+// flagInto sets *dst to the flag name's value when the flag was given;
+// get reads it (fl.GetString, fl.GetDuration, ...), and cannot fail for
+// a flag of its type.
+func flagInto[T any](fl *pflag.FlagSet, name string, dst *T, get func(string) (T, error)) {
+	if fl.Changed(name) {
+		*dst, _ = get(name)
+	}
+}
+
+// flagIntoErr is flagInto for a value that get parses, and may refuse.
+func flagIntoErr[T any](fl *pflag.FlagSet, name string, dst *T, get func(string) (T, error)) error {
+	if !fl.Changed(name) {
+		return nil
+	}
+	v, err := get(name)
+	if err != nil {
+		return err
+	}
+	*dst = v
+	return nil
 }
 
 func newAgentCmd(e *env) *cobra.Command {
@@ -649,11 +655,7 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	if err != nil {
 		return err
 	}
-	cfg := f.config()
-	if cfg.Blobs, err = f.blobStore(ctx); err != nil {
-		return err
-	}
-	srv, err := server.New(cfg, st, log.With("component", "server"))
+	srv, err := f.newServer(ctx, st, log.With("component", "server"))
 	if err != nil {
 		return err
 	}

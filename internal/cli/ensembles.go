@@ -58,11 +58,8 @@ runs or fails. Without such a pool it is refused at once.
       container: {image: shop-web:1, ports: [{container: 8080}]}`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return fmt.Errorf("give the ensemble with -f FILE")
-			}
-			var spec api.EnsembleSpec
-			if err := loadYAML(file, &spec); err != nil {
+			spec, err := readSpec(file, "give the ensemble with -f FILE", yamlAs[api.EnsembleSpec])
+			if err != nil {
 				return err
 			}
 			c := clientFor(cmd, e)
@@ -144,19 +141,7 @@ func ensembleLsCmd(e *env) *cobra.Command {
 }
 
 func ensembleShowCmd(e *env) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use: "show ENSEMBLE", Short: "Show an ensemble: each replica's node, container, ports and status", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			got, err := clientFor(cmd, e).Ensemble(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return output(e, asJSON, got, printEnsemble)
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return showCmd(e, "show ENSEMBLE", "Show an ensemble: each replica's node, container, ports and status", (*client.Client).Ensemble, printEnsemble)
 }
 
 func printEnsemble(e *env, en api.Ensemble) {

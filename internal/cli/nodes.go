@@ -27,58 +27,30 @@ func newNodeCmd(e *env) *cobra.Command {
 }
 
 func nodeLsCmd(e *env) *cobra.Command {
-	var asJSON bool
 	var status string
-	var pf pageFlags
-	cmd := &cobra.Command{
-		Use:   "ls",
-		Short: "List nodes",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := clientFor(cmd, e)
-			nodes, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Node, string, error) {
-				l, err := c.NodesPage(ctx, status, p)
-				return l.Nodes, l.Next, err
-			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(e.stdout, api.NodeList{Nodes: nodes, Next: next})
-			}
-			defer pf.moreHint(e, len(nodes), next)
-			now := time.Now()
-			t := newTable(e.stdout, "ID", "NAME", "STATUS", "STATE", "SUITE", "TAGS", "CORES", "MEMORY", "GPUS", "LAST HEARTBEAT")
-			for _, n := range nodes {
-				t.row(n.ID, n.Name, n.Status, orDash(n.AgentState), orDash(n.CurrentSuite), orDash(strings.Join(n.Tags, ",")),
-					strconv.Itoa(n.Hardware.Cores), bytesIEC(n.Hardware.MemoryBytes),
-					strconv.Itoa(len(n.Hardware.GPUs)), ago(n.LastHeartbeat, now))
-			}
-			return t.flush()
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd := &cobra.Command{Use: "ls", Short: "List nodes", Args: cobra.NoArgs}
 	cmd.Flags().StringVar(&status, "status", "", "only nodes with this status: online, suspect, offline")
-	pf.add(cmd, "all")
-	return cmd
+	return lsCmd(e, cmd, "all",
+		func(c *client.Client, ctx context.Context, p client.Page) (api.NodeList, error) {
+			return c.NodesPage(ctx, status, p)
+		},
+		func(nodes []api.Node, next string) any { return api.NodeList{Nodes: nodes, Next: next} },
+		printNodes)
+}
+
+func printNodes(e *env, nodes []api.Node) error {
+	now := time.Now()
+	t := newTable(e.stdout, "ID", "NAME", "STATUS", "STATE", "SUITE", "TAGS", "CORES", "MEMORY", "GPUS", "LAST HEARTBEAT")
+	for _, n := range nodes {
+		t.row(n.ID, n.Name, n.Status, orDash(n.AgentState), orDash(n.CurrentSuite), orDash(strings.Join(n.Tags, ",")),
+			strconv.Itoa(n.Hardware.Cores), bytesIEC(n.Hardware.MemoryBytes),
+			strconv.Itoa(len(n.Hardware.GPUs)), ago(n.LastHeartbeat, now))
+	}
+	return t.flush()
 }
 
 func nodeShowCmd(e *env) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "show NODE",
-		Short: "Show one node (by ID, name or unique ID prefix)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := clientFor(cmd, e).Node(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return output(e, asJSON, n, printNode)
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return showCmd(e, "show NODE", "Show one node (by ID, name or unique ID prefix)", (*client.Client).Node, printNode)
 }
 
 func printNode(e *env, n api.Node) {

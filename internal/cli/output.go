@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,7 +9,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/base/humantime"
+	"github.com/spf13/cobra"
 )
 
 // printJSON writes v as indented JSON, for scripts (--json).
@@ -25,6 +28,28 @@ func output[T any](e *env, asJSON bool, v T, print func(*env, T)) error {
 	}
 	print(e, v)
 	return nil
+}
+
+// showCmd is a command that shows one thing of the server's, named by its
+// one argument: fetch reads it, print prints it for people, --json as the
+// API's JSON. fetch takes the client first, so that a method expression
+// such as (*client.Client).Node serves.
+func showCmd[T any](e *env, use, short string, fetch func(c *client.Client, ctx context.Context, ref string) (T, error), print func(*env, T)) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := fetch(clientFor(cmd, e), cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return output(e, asJSON, v, print)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }
 
 // table writes aligned columns for humans.

@@ -64,3 +64,37 @@ func (f pageFlags) moreHint(e *env, shown int, next string) {
 	// The cursor stands between spaces, so that it copies cleanly.
 	fmt.Fprintf(e.stderr, "showing %d; there are more: --%s shows every page, --after %s the next\n", shown, f.allName, next)
 }
+
+// lsCmd makes cmd (its Use, Short, Args and own flags set) an ls of the
+// server's: it reads the pages the paging flags ask for with page (the
+// client first, so that a method expression such as
+// (*client.Client).UsersPage serves), and prints their rows with table,
+// or with --json as the API's list (body makes it of the rows and the
+// next cursor), with a hint on stderr when more pages follow. allName is
+// the flag that fetches every page.
+func lsCmd[T any, L interface{ Page() ([]T, string) }](e *env, cmd *cobra.Command, allName string,
+	page func(c *client.Client, ctx context.Context, p client.Page) (L, error),
+	body func(rows []T, next string) any,
+	table func(e *env, rows []T) error) *cobra.Command {
+	var asJSON bool
+	var pf pageFlags
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c := clientFor(cmd, e)
+		rows, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]T, string, error) {
+			l, err := page(c, ctx, p)
+			rows, next := l.Page()
+			return rows, next, err
+		})
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(e.stdout, body(rows, next))
+		}
+		defer pf.moreHint(e, len(rows), next)
+		return table(e, rows)
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	pf.add(cmd, allName)
+	return cmd
+}

@@ -89,10 +89,7 @@ error at FILE:LINE:COL with the nearest known one.
 ` + poolFileHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return fmt.Errorf("give the pool file with -f FILE (YAML: name, template, provider, min, max, idle_timeout; see nodemgr pool --help)")
-			}
-			spec, err := LoadPoolFile(file)
+			spec, err := readSpec(file, "give the pool file with -f FILE (YAML: name, template, provider, min, max, idle_timeout; see nodemgr pool --help)", LoadPoolFile)
 			if err != nil {
 				return err
 			}
@@ -122,29 +119,11 @@ error at FILE:LINE:COL with the nearest known one.
 }
 
 func poolLsCmd(e *env) *cobra.Command {
-	var asJSON bool
-	var pf pageFlags
-	cmd := &cobra.Command{
-		Use: "ls", Short: "List pools with their machines by state", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := clientFor(cmd, e)
-			pools, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Pool, string, error) {
-				l, err := c.PoolsPage(ctx, p)
-				return l.Pools, l.Next, err
-			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(e.stdout, api.PoolList{Pools: pools, Next: next})
-			}
-			defer pf.moreHint(e, len(pools), next)
-			return printPools(e, pools)
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	pf.add(cmd, "all")
-	return cmd
+	cmd := &cobra.Command{Use: "ls", Short: "List pools with their machines by state", Args: cobra.NoArgs}
+	return lsCmd(e, cmd, "all",
+		(*client.Client).PoolsPage,
+		func(pools []api.Pool, next string) any { return api.PoolList{Pools: pools, Next: next} },
+		printPools)
 }
 
 // maxWaitingWidth bounds pool ls's WAITING column; pool show gives it whole.

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -145,40 +146,23 @@ func printDeployment(e *env, d api.Deployment) {
 
 func newDeploymentCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "deployment", Short: "Machines made by providers"}
-	var all, lsJSON bool
-	var pf pageFlags
-	ls := &cobra.Command{
-		Use: "ls", Short: "List deployments (live ones; --all for terminated too)", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := clientFor(cmd, e)
-			deps, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Deployment, string, error) {
-				l, err := c.DeploymentsPage(ctx, "", p)
-				return l.Deployments, l.Next, err
-			})
-			if err != nil {
-				return err
-			}
-			if !all {
-				live := deps[:0]
-				for _, d := range deps {
-					if d.State != "terminated" {
-						live = append(live, d)
-					}
-				}
-				deps = live
-			}
-			if lsJSON {
-				return printJSON(e.stdout, api.DeploymentList{Deployments: deps, Next: next})
-			}
-			defer pf.moreHint(e, len(deps), next)
-			printDeployments(e, deps)
-			return nil
-		},
-	}
+	var all bool
+	ls := &cobra.Command{Use: "ls", Short: "List deployments (live ones; --all for terminated too)", Args: cobra.NoArgs}
 	ls.Flags().BoolVar(&all, "all", false, "include terminated deployments")
 	// --all says which deployments, as it did before lists paged.
-	pf.add(ls, "all-pages")
-	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON")
+	ls = lsCmd(e, ls, "all-pages",
+		func(c *client.Client, ctx context.Context, p client.Page) (api.DeploymentList, error) {
+			l, err := c.DeploymentsPage(ctx, "", p)
+			if !all {
+				l.Deployments = slices.DeleteFunc(l.Deployments, func(d api.Deployment) bool { return d.State == "terminated" })
+			}
+			return l, err
+		},
+		func(deps []api.Deployment, next string) any { return api.DeploymentList{Deployments: deps, Next: next} },
+		func(e *env, deps []api.Deployment) error {
+			printDeployments(e, deps)
+			return nil
+		})
 	var showJSON bool
 	show := &cobra.Command{
 		Use: "show DEPLOYMENT", Short: "Show one deployment", Args: cobra.ExactArgs(1),

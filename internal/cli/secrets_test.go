@@ -3,10 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"io"
-	"log"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nodemgr/nodemgr/internal/base/tlsca"
+	"github.com/nodemgr/nodemgr/internal/base/tlsca/tlscatest"
 )
 
 // runRoot runs the command line with args and environment vars, and
@@ -163,23 +160,9 @@ func TestAgentSecretFlags(t *testing.T) {
 // NODEMGR_CA_CERT); without it the system's roots refuse the server with
 // an error that says to pass the CA.
 func TestClientCACert(t *testing.T) {
-	ca, _, err := tlsca.LoadOrCreate(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ca.ServerConfig([]string{"127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: &whoamiServer{}, ErrorLog: log.New(io.Discard, "", 0)}
-	go srv.Serve(tls.NewListener(ln, cfg))
-	defer srv.Close()
+	url, ca := tlscatest.Server(t, &whoamiServer{})
 	caFile := writeSecret(t, string(ca.CertPEM), 0o644)
-	url := "https://" + ln.Addr().String()
+	hostPort := strings.TrimPrefix(url, "https://")
 
 	tests := []struct {
 		name   string
@@ -189,9 +172,9 @@ func TestClientCACert(t *testing.T) {
 	}{
 		{name: "flag", args: []string{"--addr", url, "--ca-cert", caFile}},
 		{name: "variable", vars: map[string]string{"NODEMGR_ADDR": url, "NODEMGR_CA_CERT": caFile}},
-		{name: "no scheme means https with a CA", args: []string{"--addr", ln.Addr().String(), "--ca-cert", caFile}},
+		{name: "no scheme means https with a CA", args: []string{"--addr", hostPort, "--ca-cert", caFile}},
 		{name: "no CA", args: []string{"--addr", url}, errHas: "pass the server's CA with --ca-cert"},
-		{name: "plain http to it", args: []string{"--addr", "http://" + ln.Addr().String()}, errHas: "the server speaks HTTPS"},
+		{name: "plain http to it", args: []string{"--addr", "http://" + hostPort}, errHas: "the server speaks HTTPS"},
 		{name: "CA file missing", args: []string{"--addr", url, "--ca-cert", caFile + ".gone"}, errHas: "--ca-cert"},
 	}
 	for _, tc := range tests {

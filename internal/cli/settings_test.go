@@ -53,6 +53,16 @@ func parsePrinted(t *testing.T, out string) map[string]printedLine {
 	return m
 }
 
+// checkPrinted fails t unless got holds each line of want.
+func checkPrinted(t *testing.T, got, want map[string]printedLine) {
+	t.Helper()
+	for key, w := range want {
+		if got[key] != w {
+			t.Errorf("--print-config %s = %+v, want %+v", key, got[key], w)
+		}
+	}
+}
+
 func TestServerSettingsPrecedence(t *testing.T) {
 	file := writeFile(t, "server.yaml", `
 listen: 0.0.0.0:7000           # overridden by the variable and the flag
@@ -81,11 +91,7 @@ log_level: debug
 		"offline_after":      {"2m0s", "default"},
 		"blob_s3_path_style": {"false", "default"},
 	}
-	for key, w := range want {
-		if got[key] != w {
-			t.Errorf("--print-config %s = %+v, want %+v", key, got[key], w)
-		}
-	}
+	checkPrinted(t, got, want)
 	if strings.Contains(out, "hunter2") {
 		t.Errorf("--print-config shows the database password:\n%s", out)
 	}
@@ -143,11 +149,7 @@ container_defaults: {cpus: 1, memory_mb: 512}
 		"local_api_socket":   {"/tmp/agent-x/agent.sock", "default"},
 		"shutdown_grace":     {"30s", "default"},
 	}
-	for key, w := range want {
-		if got[key] != w {
-			t.Errorf("--print-config %s = %+v, want %+v", key, got[key], w)
-		}
-	}
+	checkPrinted(t, got, want)
 	if strings.Contains(out, "nmj_from_file") {
 		t.Errorf("--print-config shows the join token:\n%s", out)
 	}

@@ -32,8 +32,7 @@ func newSuiteCmd(e *env) *cobra.Command {
 // LoadSuiteFile reads a suite spec from YAML (or JSON, which is YAML).
 // Unknown keys are errors with their line.
 func LoadSuiteFile(path string) (api.SuiteSpec, error) {
-	var spec api.SuiteSpec
-	return spec, loadYAML(path, &spec)
+	return yamlAs[api.SuiteSpec](path)
 }
 
 func readFileOrStdin(path string) ([]byte, error) {
@@ -79,10 +78,7 @@ func suiteCreateCmd(e *env) *cobra.Command {
                                  # agent (the agent's own user): group admins only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return fmt.Errorf("give the suite file with -f FILE")
-			}
-			spec, err := LoadSuiteFile(file)
+			spec, err := readSpec(file, "give the suite file with -f FILE", LoadSuiteFile)
 			if err != nil {
 				return err
 			}
@@ -106,38 +102,26 @@ func suiteCreateCmd(e *env) *cobra.Command {
 }
 
 func suiteLsCmd(e *env) *cobra.Command {
-	var asJSON bool
 	var state string
-	var pf pageFlags
-	cmd := &cobra.Command{
-		Use: "ls", Short: "List suites", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := clientFor(cmd, e)
-			suites, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Suite, string, error) {
-				l, err := c.SuitesPage(ctx, state, p)
-				return l.Suites, l.Next, err
-			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(e.stdout, api.SuiteList{Suites: suites, Next: next})
-			}
-			defer pf.moreHint(e, len(suites), next)
-			t := newTable(e.stdout, "ID", "NAME", "STATE", "PRIORITY", "GROUP", "TAGS", "WORKERS", "READY", "RUNNING", "FINISHED", "FAILED", "CANCELLED")
-			for _, s := range suites {
-				c := s.Counts
-				t.row(s.ID, s.Name, s.State, strconv.Itoa(s.Priority), orDash(s.Group), orDash(strings.Join(s.Tags, ",")),
-					strconv.Itoa(s.WorkerSchedule.WorkerCount), strconv.Itoa(c.Ready), strconv.Itoa(c.Running),
-					strconv.Itoa(c.Finished), strconv.Itoa(c.Failed), strconv.Itoa(c.Cancelled))
-			}
-			return t.flush()
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd := &cobra.Command{Use: "ls", Short: "List suites", Args: cobra.NoArgs}
 	cmd.Flags().StringVar(&state, "state", "", "only suites in this state: Open, Closed, Complete, Cancelled")
-	pf.add(cmd, "all")
-	return cmd
+	return lsCmd(e, cmd, "all",
+		func(c *client.Client, ctx context.Context, p client.Page) (api.SuiteList, error) {
+			return c.SuitesPage(ctx, state, p)
+		},
+		func(suites []api.Suite, next string) any { return api.SuiteList{Suites: suites, Next: next} },
+		printSuites)
+}
+
+func printSuites(e *env, suites []api.Suite) error {
+	t := newTable(e.stdout, "ID", "NAME", "STATE", "PRIORITY", "GROUP", "TAGS", "WORKERS", "READY", "RUNNING", "FINISHED", "FAILED", "CANCELLED")
+	for _, s := range suites {
+		c := s.Counts
+		t.row(s.ID, s.Name, s.State, strconv.Itoa(s.Priority), orDash(s.Group), orDash(strings.Join(s.Tags, ",")),
+			strconv.Itoa(s.WorkerSchedule.WorkerCount), strconv.Itoa(c.Ready), strconv.Itoa(c.Running),
+			strconv.Itoa(c.Finished), strconv.Itoa(c.Failed), strconv.Itoa(c.Cancelled))
+	}
+	return t.flush()
 }
 
 func suiteShowCmd(e *env) *cobra.Command {
@@ -516,54 +500,45 @@ func submitInBatches(ctx context.Context, c interface {
 }
 
 func taskLsCmd(e *env) *cobra.Command {
-	var suite, state, name string
+	var suite string
 	var labels []string
-	var pf pageFlags
-	var asJSON bool
+	var f client.TaskFilter
 	cmd := &cobra.Command{
 		Use: "ls --suite SUITE", Short: "List a suite's tasks", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		PreRunE: func(*cobra.Command, []string) error {
 			if suite == "" {
 				return fmt.Errorf("--suite is required")
 			}
-			lbl, err := agent.ParseLabels("--label", labels)
-			if err != nil {
-				return err
-			}
-			c := clientFor(cmd, e)
-			f := client.TaskFilter{State: state, Name: name, Labels: lbl}
-			tasks, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Task, string, error) {
-				l, err := c.TasksFiltered(ctx, suite, f, p)
-				return l.Tasks, l.Next, err
-			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(e.stdout, api.TaskList{Tasks: tasks, Next: next})
-			}
-			defer pf.moreHint(e, len(tasks), next)
-			t := newTable(e.stdout, "ID", "NAME", "STATE", "ATTEMPTS", "EXIT", "NODE", "COMMAND")
-			for _, tk := range tasks {
-				exit := "-"
-				if r := tk.Result; r != nil {
-					exit = strconv.Itoa(r.ExitCode)
-					if r.Signal != "" {
-						exit = r.Signal
-					}
-				}
-				t.row(tk.ID, orDash(tk.Name), tk.State, strconv.Itoa(tk.Attempt), exit, orDash(tk.NodeID), truncate(strings.Join(tk.Argv, " "), 60))
-			}
-			return t.flush()
+			var err error
+			f.Labels, err = agent.ParseLabels("--label", labels)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&suite, "suite", "", "suite ID or name")
-	cmd.Flags().StringVar(&state, "state", "", "only tasks in this state (Pending, Ready, Running, Finished, Failed, Cancelled)")
-	cmd.Flags().StringVar(&name, "name", "", "only the task of this name")
+	cmd.Flags().StringVar(&f.State, "state", "", "only tasks in this state (Pending, Ready, Running, Finished, Failed, Cancelled)")
+	cmd.Flags().StringVar(&f.Name, "name", "", "only the task of this name")
 	cmd.Flags().StringSliceVar(&labels, "label", nil, "only tasks with this KEY=VALUE label (repeatable)")
-	pf.add(cmd, "all")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return lsCmd(e, cmd, "all",
+		func(c *client.Client, ctx context.Context, p client.Page) (api.TaskList, error) {
+			return c.TasksFiltered(ctx, suite, f, p)
+		},
+		func(tasks []api.Task, next string) any { return api.TaskList{Tasks: tasks, Next: next} },
+		printTasks)
+}
+
+func printTasks(e *env, tasks []api.Task) error {
+	t := newTable(e.stdout, "ID", "NAME", "STATE", "ATTEMPTS", "EXIT", "NODE", "COMMAND")
+	for _, tk := range tasks {
+		exit := "-"
+		if r := tk.Result; r != nil {
+			exit = strconv.Itoa(r.ExitCode)
+			if r.Signal != "" {
+				exit = r.Signal
+			}
+		}
+		t.row(tk.ID, orDash(tk.Name), tk.State, strconv.Itoa(tk.Attempt), exit, orDash(tk.NodeID), truncate(strings.Join(tk.Argv, " "), 60))
+	}
+	return t.flush()
 }
 
 func truncate(s string, n int) string {
@@ -574,19 +549,7 @@ func truncate(s string, n int) string {
 }
 
 func taskShowCmd(e *env) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use: "show TASK", Short: "Show a task: attempts, result, failures with signals and output tails", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			tk, err := clientFor(cmd, e).Task(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return output(e, asJSON, tk, printTask)
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return showCmd(e, "show TASK", "Show a task: attempts, result, failures with signals and output tails", (*client.Client).Task, printTask)
 }
 
 func printTask(e *env, tk api.Task) {

@@ -297,12 +297,7 @@ directory), at their paths relative to the task's sandbox.`,
 			if tk.Result == nil || len(tk.Result.Outputs) == 0 {
 				return fmt.Errorf("task %s has no output files (it is %s); a task lists its outputs with --output GLOB at submit", tk.ID, tk.State)
 			}
-			f := newFetcher(c, e, dest, outputsSize(tk))
-			if err := f.task(cmd.Context(), tk); err != nil {
-				return err
-			}
-			f.done()
-			return nil
+			return fetchOutputs(cmd.Context(), c, e, dest, tk)
 		},
 	}
 	cmd.Flags().StringVar(&dest, "dest", ".", "directory to write the files into")
@@ -317,31 +312,32 @@ func suiteFetchCmd(e *env) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := clientFor(cmd, e)
-			var tasks []api.Task
-			for p := (client.Page{Limit: 1000}); ; {
-				l, err := c.TasksFiltered(cmd.Context(), args[0], client.TaskFilter{State: api.TaskFinished}, p)
-				if err != nil {
-					return err
-				}
-				tasks = append(tasks, l.Tasks...)
-				if l.Next == "" {
-					break
-				}
-				p.After = l.Next
+			tasks, err := client.All(cmd.Context(), func(ctx context.Context, p client.Page) ([]api.Task, string, error) {
+				l, err := c.TasksFiltered(ctx, args[0], client.TaskFilter{State: api.TaskFinished}, p)
+				return l.Tasks, l.Next, err
+			})
+			if err != nil {
+				return err
 			}
 			sort.SliceStable(tasks, func(i, j int) bool { return tasks[i].CreatedAt.Before(tasks[j].CreatedAt) })
-			f := newFetcher(c, e, dest, outputsSize(tasks...))
-			for _, tk := range tasks {
-				if err := f.task(cmd.Context(), tk); err != nil {
-					return err
-				}
-			}
-			f.done()
-			return nil
+			return fetchOutputs(cmd.Context(), c, e, dest, tasks...)
 		},
 	}
 	cmd.Flags().StringVar(&dest, "dest", ".", "directory to write the files into")
 	return cmd
+}
+
+// fetchOutputs downloads the output files of tasks into dest, one task
+// after the other, with progress for their total size.
+func fetchOutputs(ctx context.Context, c *client.Client, e *env, dest string, tasks ...api.Task) error {
+	f := newFetcher(c, e, dest, outputsSize(tasks...))
+	for _, tk := range tasks {
+		if err := f.task(ctx, tk); err != nil {
+			return err
+		}
+	}
+	f.done()
+	return nil
 }
 
 // suiteOutcome is nil when no task of the suite failed or was cancelled

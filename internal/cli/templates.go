@@ -87,10 +87,7 @@ func docApplyCmd(e *env, k docKind) *cobra.Command {
 		Short: "Create or replace a " + k.name + " from a YAML file",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return fmt.Errorf("give the %s file with -f FILE", k.name)
-			}
-			b, err := readFileOrStdin(file)
+			b, err := readSpec(file, "give the "+k.name+" file with -f FILE", readFileOrStdin)
 			if err != nil {
 				return err
 			}
@@ -128,34 +125,19 @@ func docApplyCmd(e *env, k docKind) *cobra.Command {
 }
 
 func docLsCmd(e *env, k docKind) *cobra.Command {
-	var asJSON bool
-	var pf pageFlags
-	cmd := &cobra.Command{
-		Use: "ls", Short: "List " + k.plural, Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := clientFor(cmd, e)
-			docs, next, err := list(cmd.Context(), pf, func(ctx context.Context, p client.Page) ([]api.Document, string, error) {
-				l, err := c.DocumentsPage(ctx, k.plural, p)
-				return l.Items, l.Next, err
-			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(e.stdout, api.DocumentList{Items: docs, Next: next})
-			}
-			defer pf.moreHint(e, len(docs), next)
-			cols := []string{"NAME", "VERSION", "UPDATED", "SUMMARY"}
-			t := newTable(e.stdout, cols...)
+	cmd := &cobra.Command{Use: "ls", Short: "List " + k.plural, Args: cobra.NoArgs}
+	return lsCmd(e, cmd, "all",
+		func(c *client.Client, ctx context.Context, p client.Page) (api.DocumentList, error) {
+			return c.DocumentsPage(ctx, k.plural, p)
+		},
+		func(docs []api.Document, next string) any { return api.DocumentList{Items: docs, Next: next} },
+		func(e *env, docs []api.Document) error {
+			t := newTable(e.stdout, "NAME", "VERSION", "UPDATED", "SUMMARY")
 			for _, d := range docs {
 				t.row(d.Name, strconv.Itoa(d.Version), d.UpdatedAt.Format(time.RFC3339), docSummary(k, d))
 			}
 			return t.flush()
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	pf.add(cmd, "all")
-	return cmd
+		})
 }
 
 func docSummary(k docKind, d api.Document) string {

@@ -37,17 +37,27 @@ func nodeTarget(cmd *cobra.Command, e *env, args []string) (*client.Client, stri
 	return clientFor(cmd, e), args[0], args[1:], nil
 }
 
-// nodeTargetOne is nodeTarget for commands that name exactly one thing on
-// the node after NODE; what says what it is, for the error.
-func nodeTargetOne(cmd *cobra.Command, e *env, args []string, what string) (*client.Client, string, string, error) {
-	c, node, rest, err := nodeTarget(cmd, e, args)
-	if err != nil {
-		return nil, "", "", err
+// onNode is the RunE of a workload command: run gets the client and the
+// node it acts on (see nodeTarget), and the arguments after NODE.
+func onNode(e *env, run func(cmd *cobra.Command, c *client.Client, node string, rest []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, node, rest, err := nodeTarget(cmd, e, args)
+		if err != nil {
+			return err
+		}
+		return run(cmd, c, node, rest)
 	}
-	if len(rest) != 1 {
-		return nil, "", "", fmt.Errorf("name one %s", what)
-	}
-	return c, node, rest[0], nil
+}
+
+// onNodeOne is onNode for a command that names exactly one thing on the
+// node after NODE; what says what it is, for the error.
+func onNodeOne(e *env, what string, run func(cmd *cobra.Command, c *client.Client, node, name string) error) func(*cobra.Command, []string) error {
+	return onNode(e, func(cmd *cobra.Command, c *client.Client, node string, rest []string) error {
+		if len(rest) != 1 {
+			return fmt.Errorf("name one %s", what)
+		}
+		return run(cmd, c, node, rest[0])
+	})
 }
 
 // nodeView builds a read-only command on a node: fetch a value (given
@@ -120,11 +130,7 @@ func artifactInstallCmd(e *env) *cobra.Command {
 		Use:   "install NODE GROUP:ARTIFACT:VERSION...",
 		Short: "Install artifacts (a no-op for a version already installed)",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, ids, err := nodeTarget(cmd, e, args)
-			if err != nil {
-				return err
-			}
+		RunE: onNode(e, func(cmd *cobra.Command, c *client.Client, node string, ids []string) error {
 			if len(ids) == 0 {
 				return fmt.Errorf("name at least one artifact as group:artifact:version")
 			}
@@ -147,7 +153,7 @@ func artifactInstallCmd(e *env) *cobra.Command {
 				return printJSON(e.stdout, out)
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -183,11 +189,7 @@ func artifactRmCmd(e *env) *cobra.Command {
 		Use:   "rm NODE GROUP:ARTIFACT:VERSION",
 		Short: "Remove an artifact (refused while a service, running or stopped, uses it; --force removes anyway)",
 		Args:  nodeArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, name, err := nodeTargetOne(cmd, e, args, "artifact as group:artifact:version")
-			if err != nil {
-				return err
-			}
+		RunE: onNodeOne(e, "artifact as group:artifact:version", func(cmd *cobra.Command, c *client.Client, node, name string) error {
 			if !force {
 				if err := c.RemoveArtifact(cmd.Context(), node, name); err != nil {
 					return err
@@ -209,7 +211,7 @@ func artifactRmCmd(e *env) *cobra.Command {
 					strings.Join(users, ", "), name, node, name)
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "remove even while services use it; they cannot start again until it is reinstalled")
 	return cmd
@@ -237,8 +239,7 @@ agent adopts it again).`,
 // LoadServiceFile reads a service spec from YAML (or JSON). Unknown keys
 // are errors with their line.
 func LoadServiceFile(path string) (api.ServiceSpec, error) {
-	var spec api.ServiceSpec
-	return spec, loadYAML(path, &spec)
+	return yamlAs[api.ServiceSpec](path)
 }
 
 func serviceStartCmd(e *env) *cobra.Command {
@@ -248,15 +249,8 @@ func serviceStartCmd(e *env) *cobra.Command {
 		Use:   "start NODE -f service.yaml",
 		Short: "Start a service from a spec file",
 		Args:  nodeArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, _, err := nodeTarget(cmd, e, args)
-			if err != nil {
-				return err
-			}
-			if file == "" {
-				return fmt.Errorf("give the service spec with -f FILE (YAML: coordinate, artifact, command, ...; see `nodemgr service start --help`)")
-			}
-			spec, err := LoadServiceFile(file)
+		RunE: onNode(e, func(cmd *cobra.Command, c *client.Client, node string, _ []string) error {
+			spec, err := readSpec(file, "give the service spec with -f FILE (YAML: coordinate, artifact, command, ...; see `nodemgr service start --help`)", LoadServiceFile)
 			if err != nil {
 				return err
 			}
@@ -265,7 +259,7 @@ func serviceStartCmd(e *env) *cobra.Command {
 				return err
 			}
 			return output(e, asJSON, svc, printService)
-		},
+		}),
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "service spec (YAML or JSON; - for stdin)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -296,6 +290,9 @@ func serviceShowCmd(e *env) *cobra.Command {
 		}, printService)
 }
 
+// serviceArg names a service argument, for errors.
+const serviceArg = "service by its coordinate instance.service.user.cell"
+
 var actionProgress = map[string]string{"stop": "stopping", "drain": "draining", "restart": "restarting"}
 
 func serviceActionCmd(e *env, action, short string) *cobra.Command {
@@ -304,11 +301,7 @@ func serviceActionCmd(e *env, action, short string) *cobra.Command {
 		Use:   action + " NODE COORDINATE",
 		Short: short,
 		Args:  nodeArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, name, err := nodeTargetOne(cmd, e, args, "service by its coordinate instance.service.user.cell")
-			if err != nil {
-				return err
-			}
+		RunE: onNodeOne(e, serviceArg, func(cmd *cobra.Command, c *client.Client, node, name string) error {
 			if !asJSON {
 				fmt.Fprintf(e.stderr, "%s %s on %s ...\n", actionProgress[action], name, where(node))
 			}
@@ -317,7 +310,7 @@ func serviceActionCmd(e *env, action, short string) *cobra.Command {
 				return err
 			}
 			return output(e, asJSON, svc, printService)
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -336,26 +329,30 @@ With --follow, keep printing what the service writes, until interrupted
 followed from the start of the new file. While the node is unreachable the
 command waits for it.`,
 		Args: nodeArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, name, err := nodeTargetOne(cmd, e, args, "service by its coordinate instance.service.user.cell")
-			if err != nil {
-				return err
-			}
-			b, end, err := c.ServiceLogTail(cmd.Context(), node, name, tail)
-			if err != nil {
-				return err
-			}
-			if _, err := e.rawOut().Write(b); err != nil || !follow {
-				return err
-			}
-			return followLog(cmd.Context(), e, end, func(ctx context.Context, cursor string) ([]byte, string, error) {
-				return c.ServiceLogAfter(ctx, node, name, cursor)
-			})
-		},
+		RunE: onNodeOne(e, serviceArg, func(cmd *cobra.Command, c *client.Client, node, name string) error {
+			return printLog(cmd.Context(), e, follow,
+				func() ([]byte, string, error) { return c.ServiceLogTail(cmd.Context(), node, name, tail) },
+				func(ctx context.Context, cursor string) ([]byte, string, error) {
+					return c.ServiceLogAfter(ctx, node, name, cursor)
+				})
+		}),
 	}
 	cmd.Flags().Int64Var(&tail, "tail", 64<<10, "bytes from the end of the log")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what is written, until interrupted")
 	return cmd
+}
+
+// printLog prints the end of a log, which tail reads with the cursor
+// where it ends, and with follow what is written after it (see followLog).
+func printLog(ctx context.Context, e *env, follow bool, tail func() ([]byte, string, error), read func(ctx context.Context, cursor string) ([]byte, string, error)) error {
+	b, cursor, err := tail()
+	if err != nil {
+		return err
+	}
+	if _, err := e.rawOut().Write(b); err != nil || !follow {
+		return err
+	}
+	return followLog(ctx, e, cursor, read)
 }
 
 // followPoll is how often a followed log is asked for what is new.
@@ -425,17 +422,13 @@ func serviceRmCmd(e *env) *cobra.Command {
 		Use:   "rm NODE COORDINATE",
 		Short: "Forget a service that is not running (--purge deletes its runtime dir)",
 		Args:  nodeArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, node, name, err := nodeTargetOne(cmd, e, args, "service by its coordinate instance.service.user.cell")
-			if err != nil {
-				return err
-			}
+		RunE: onNodeOne(e, serviceArg, func(cmd *cobra.Command, c *client.Client, node, name string) error {
 			if err := c.RemoveService(cmd.Context(), node, name, purge); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "%s removed from %s\n", name, where(node))
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&purge, "purge", false, "also delete the runtime dir and its logs")
 	return cmd

@@ -88,8 +88,7 @@ func TestGroupRolesLimitWhatUsersSeeAndDo(t *testing.T) {
 func TestAgentRenewsItsCredential(t *testing.T) {
 	s := startServer(t, "--credential-ttl", "2s")
 	began := time.Now()
-	a := startAgent(t, s, "renewer")
-	waitStatus(t, s, "renewer", api.StatusOnline, 20*time.Second)
+	a, _ := startOnline(t, s, "renewer")
 	first := readCredential(t, a)
 
 	waitFor(t, 20*time.Second, "a renewed credential", func() (bool, string) {

@@ -84,8 +84,7 @@ func TestBadTokensAreRefused(t *testing.T) {
 
 func TestMalformedRequestsNameTheField(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "target")
-	waitStatus(t, s, "target", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "target")
 	join := s.joinToken(t)
 
 	tests := []struct {
@@ -123,8 +122,7 @@ func TestMalformedRequestsNameTheField(t *testing.T) {
 
 func TestMalformedFramesCloseOnlyThatConnection(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "innocent")
-	waitStatus(t, s, "innocent", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "innocent")
 
 	// Register a node by hand to get a credential.
 	body, _ := json.Marshal(api.RegisterRequest{MachineID: "m-rogue", DataDir: "/rogue", Name: "rogue"})

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/tlsca"
 )
 
@@ -72,8 +71,7 @@ func TestLocalAPIOverTLS(t *testing.T) {
 	s := startServer(t)
 	_, port, _ := net.SplitHostPort(freeAddr(t))
 	const token = "local-api-secret-0123456789"
-	startAgent(t, s, "tls-local", "--local-api-listen", "0.0.0.0:"+port, "--local-api-token", token)
-	waitStatus(t, s, "tls-local", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "tls-local", "--local-api-listen", "0.0.0.0:"+port, "--local-api-token", token)
 	var fp string
 	waitFor(t, 20*time.Second, "the node's local API fingerprint", func() (bool, string) {
 		n, err := s.client().Node(context.Background(), "tls-local")

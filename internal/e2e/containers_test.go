@@ -220,8 +220,7 @@ func TestBadContainerCommandsAreRefused(t *testing.T) {
 	testLabels := dockertest.Labels(t, eng)
 	labelJSON, _ := json.Marshal(testLabels)
 	s := startServer(t)
-	a := startAgent(t, s, "ct-bad", "--container-host-ip", "127.0.0.1")
-	waitStatus(t, s, "ct-bad", api.StatusOnline, 20*time.Second)
+	a, _ := startOnline(t, s, "ct-bad", "--container-host-ip", "127.0.0.1")
 	dir := t.TempDir()
 	cases := []struct{ name, file, want string }{
 		{"missing image", fmt.Sprintf("name: x\nimage: nodemgr-test/no-such-image:1\nports: [{container: 80}]\nlabels: %s\n", labelJSON), "no-such-image"},

@@ -76,8 +76,7 @@ func TestCrossTenantIsolation(t *testing.T) {
 	}
 
 	// b's node: its tasks cannot read what its agent keeps.
-	bNode := startAgent(t, s, "b-node", "--join-token", s.joinToken(t, "b"))
-	waitStatus(t, s, "b-node", api.StatusOnline, 20*time.Second)
+	bNode, _ := startOnline(t, s, "b-node", "--join-token", s.joinToken(t, "b"))
 	if _, err := bob.CreateSuite(ctx, api.SuiteSpec{Name: "sb", Group: "b", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}); err != nil {
 		t.Fatal(err)
 	}

@@ -68,8 +68,7 @@ func TestTwoAgentsShareASuite(t *testing.T) {
 // back tasks it has not started.
 func TestLateAgentGetsTasksGivenBack(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "early")
-	waitStatus(t, s, "early", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "early")
 	createSuite(t, s, api.SuiteSpec{Name: "late",
 		WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, TaskPrefetchCount: prefetch(32)}})
 	tasks := make([]api.TaskSpec, 40)
@@ -85,8 +84,7 @@ func TestLateAgentGetsTasksGivenBack(t *testing.T) {
 		return err == nil && su.Counts.Running >= 32, fmt.Sprintf("%+v %v", su.Counts, err)
 	})
 
-	startAgent(t, s, "tardy")
-	tardy := waitStatus(t, s, "tardy", api.StatusOnline, 20*time.Second)
+	_, tardy := startOnline(t, s, "tardy")
 	su, err := s.client().Suite(context.Background(), "late")
 	if err != nil {
 		t.Fatal(err)
@@ -112,8 +110,7 @@ func TestLateAgentGetsTasksGivenBack(t *testing.T) {
 // once.
 func TestLateAgentGetsAShareOfAFullyClaimedSuite(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "early")
-	waitStatus(t, s, "early", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "early")
 	createSuite(t, s, api.SuiteSpec{Name: "claimed",
 		WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(32)}})
 	dir := sharedDir(t)
@@ -132,8 +129,7 @@ func TestLateAgentGetsAShareOfAFullyClaimedSuite(t *testing.T) {
 	})
 	claimed := time.Now() // about when the early agent's two workers start
 
-	startAgent(t, s, "tardy")
-	tardy := waitStatus(t, s, "tardy", api.StatusOnline, 20*time.Second)
+	_, tardy := startOnline(t, s, "tardy")
 	ready := time.Now()
 	su := waitSuite(t, s, "claimed", api.SuiteComplete, 2*time.Minute)
 	logMakespan(t, claimed, ready, time.Now(), n, d)

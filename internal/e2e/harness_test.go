@@ -85,11 +85,18 @@ func start(t testing.TB, name string, args ...string) *proc {
 // startEnv is start with env added to the process's environment.
 func startEnv(t testing.TB, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
-	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p}, lockedWriter{p}
+	cmd := exec.Command(binary, args...)
 	// GORACE: race-built processes otherwise sleep 1 s when they exit.
-	p.cmd.Env = append(append(os.Environ(), env...), "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(append(os.Environ(), env...), "GORACE=atexit_sleep_ms=0")
+	return startCmd(t, name, cmd)
+}
+
+// startCmd starts cmd, its output captured, and kills it when the test
+// ends, showing its output if the test failed.
+func startCmd(t testing.TB, name string, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, cmd: cmd, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p}, lockedWriter{p}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -247,6 +254,29 @@ func (s *server) run(t *testing.T, args ...string) (string, string, int) {
 	return s.runIn(t, "", args...)
 }
 
+// runWith runs a CLI command against s from dir ("": the test's own),
+// with stdin as its standard input ("": none), and returns stdout,
+// stderr and the exit code.
+func (s *server) runWith(t *testing.T, dir, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NODEMGR_ADDR="+s.url(), "NODEMGR_TOKEN="+s.token, "GORACE=atexit_sleep_ms=0")
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
@@ -281,6 +311,14 @@ func nodeByName(t *testing.T, s *server, name string) (api.Node, bool) {
 }
 
 // waitStatus waits until the named node has the status.
+// startOnline starts an agent (see startAgent) and waits, up to 20s, for
+// its node to be online.
+func startOnline(t *testing.T, s *server, name string, extra ...string) (*agent, api.Node) {
+	t.Helper()
+	a := startAgent(t, s, name, extra...)
+	return a, waitStatus(t, s, name, api.StatusOnline, 20*time.Second)
+}
+
 func waitStatus(t *testing.T, s *server, name, status string, timeout time.Duration) api.Node {
 	t.Helper()
 	var got api.Node

@@ -50,8 +50,7 @@ func TestTasksCannotReachTheAgent(t *testing.T) {
 		t.Skip("needs root: the agent switches users only as root")
 	}
 	s := startServer(t)
-	a := startAgent(t, s, "isolated")
-	waitStatus(t, s, "isolated", api.StatusOnline, 20*time.Second)
+	a, _ := startOnline(t, s, "isolated")
 	agentJSON := filepath.Join(a.dataDir, "agent.json")
 
 	src := t.TempDir()
@@ -166,21 +165,8 @@ func TestAgentNotRootRunsTasksAsItself(t *testing.T) {
 // startAsNobody starts the nodemgr binary as nobody, its output captured.
 func startAsNobody(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
-	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p}, lockedWriter{p}
-	p.cmd.Env = append(os.Environ(), "NODEMGR_TOKEN=", "NODEMGR_ADDR=", "GORACE=atexit_sleep_ms=0", "HOME=/")
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("--- output of %s ---\n%s", name, p.output())
-		}
-	})
-	return p
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "NODEMGR_TOKEN=", "NODEMGR_ADDR=", "GORACE=atexit_sleep_ms=0", "HOME=/")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	return startCmd(t, name, cmd)
 }

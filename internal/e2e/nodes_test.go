@@ -182,8 +182,7 @@ func TestShutdownGracefulAndForce(t *testing.T) {
 
 func TestSecondAgentOnSameDataDirIsRefused(t *testing.T) {
 	s := startServer(t)
-	a := startAgent(t, s, "first")
-	waitStatus(t, s, "first", api.StatusOnline, 20*time.Second)
+	a, _ := startOnline(t, s, "first")
 
 	second := start(t, "second", "agent", "--server", s.url(), "--data-dir", a.dataDir, "--name", "second")
 	if code := second.wait(10 * time.Second); code == 0 {
@@ -199,8 +198,7 @@ func TestSecondAgentOnSameDataDirIsRefused(t *testing.T) {
 
 func TestTagsAndLabelsReachTheAgentEvenWhileItIsDown(t *testing.T) {
 	s := startServer(t)
-	a := startAgent(t, s, "edited")
-	waitStatus(t, s, "edited", api.StatusOnline, 20*time.Second)
+	a, _ := startOnline(t, s, "edited")
 
 	a.signal(syscall.SIGTERM)
 	a.wait(10 * time.Second)
@@ -235,8 +233,7 @@ func TestTagsAndLabelsReachTheAgentEvenWhileItIsDown(t *testing.T) {
 // is not connected.
 func TestResourcesWhileTheAgentIsAway(t *testing.T) {
 	s := startServer(t)
-	a := startAgent(t, s, "away")
-	waitStatus(t, s, "away", api.StatusOnline, 20*time.Second)
+	a, _ := startOnline(t, s, "away")
 	var live api.NodeResources
 	waitFor(t, 30*time.Second, "the node's books", func() (bool, string) {
 		var err error
@@ -275,8 +272,7 @@ func TestAgentFailsOverAmongServers(t *testing.T) {
 	}
 	dead := "http://" + l.Addr().String()
 	l.Close() // nothing answers there now
-	a := startAgent(t, s, "fo", "--server", dead+","+s.url())
-	first := waitStatus(t, s, "fo", api.StatusOnline, 20*time.Second)
+	a, first := startOnline(t, s, "fo", "--server", dead+","+s.url())
 
 	a.signal(syscall.SIGTERM)
 	a.wait(10 * time.Second)

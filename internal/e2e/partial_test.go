@@ -280,8 +280,7 @@ func TestOneProcessPerReplicaAndDataDir(t *testing.T) {
 func TestFrozenPostgresAnswersWithinTheBound(t *testing.T) {
 	fz := pgtest.Freezable(t, pgtest.NewDatabase(t))
 	s := startServer(t, "--db", fz.URL())
-	startAgent(t, s, "pf1")
-	waitStatus(t, s, "pf1", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "pf1")
 	if code, body, _ := scrape(t, s); code != http.StatusOK || !strings.Contains(body, "nodemgr_metrics_stale 0") {
 		t.Fatalf("GET /metrics before the freeze = %d, want 200 with fresh counts:\n%s", code, body)
 	}

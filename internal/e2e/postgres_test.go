@@ -25,8 +25,7 @@ import (
 // runs to completion.
 func TestMigrateStoreThenServeFromPostgres(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "mover")
-	node := waitStatus(t, s, "mover", api.StatusOnline, 20*time.Second)
+	_, node := startOnline(t, s, "mover")
 	createSuite(t, s, api.SuiteSpec{Name: "before", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2}})
 	submit(t, s, "before", []api.TaskSpec{sh("echo one"), sh("echo two"), sh("exit 3")})
 	s.client().CloseSuite(context.Background(), "before")

@@ -20,8 +20,7 @@ import (
 // and comes back to the first suite when it gets tasks again.
 func TestIdleSuiteDoesNotHoldItsAgent(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "solo")
-	waitStatus(t, s, "solo", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "solo")
 	createSuite(t, s, api.SuiteSpec{Name: "quiet", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}})
 	submit(t, s, "quiet", []api.TaskSpec{sh("true")})
 	waitFor(t, 30*time.Second, "the quiet suite's task done", func() (bool, string) {
@@ -44,8 +43,7 @@ func TestIdleSuiteDoesNotHoldItsAgent(t *testing.T) {
 // what it holds, and the low one goes on after.
 func TestHigherPrioritySuiteTakesTheNode(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "busy")
-	waitStatus(t, s, "busy", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "busy")
 	createSuite(t, s, api.SuiteSpec{Name: "bulk", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, TaskPrefetchCount: prefetch(1)}})
 	submit(t, s, "bulk", slices.Repeat([]api.TaskSpec{sh("sleep 0.2")}, 200))
 	s.client().CloseSuite(context.Background(), "bulk")
@@ -107,8 +105,7 @@ func TestAssignReplacesTheNodes(t *testing.T) {
 // each retry waits — no endless loop of stopped attempts.
 func TestTaskKillingItselfIsRetriedWithAPause(t *testing.T) {
 	s := startServer(t, "--retry-backoff", "300ms")
-	startAgent(t, s, "suicidal")
-	waitStatus(t, s, "suicidal", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "suicidal")
 	createSuite(t, s, api.SuiteSpec{Name: "self-term", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}})
 	ids := submit(t, s, "self-term", []api.TaskSpec{sh("kill -TERM $$")})
 	s.client().CloseSuite(context.Background(), "self-term")
@@ -165,8 +162,7 @@ func TestFrozenAgentIsOfflineWithoutWaitingForTheClose(t *testing.T) {
 // uncounted) until the suite is assigned there again.
 func TestAllocationStopPoolIsForGood(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "stopper")
-	waitStatus(t, s, "stopper", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "stopper")
 	n, _ := nodeByName(t, s, "stopper")
 	su := createSuite(t, s, api.SuiteSpec{Name: "halted", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(2)}})
 	submit(t, s, "halted", slices.Repeat([]api.TaskSpec{sh("sleep 30")}, 6))

@@ -77,8 +77,7 @@ func TestHooksAndTasksGetACleanEnvironment(t *testing.T) {
 // instead.
 func TestSecretFlagsAreWarnedAbout(t *testing.T) {
 	s := startServer(t)
-	a := startAgent(t, s, "flagged", "--local-api-listen", "127.0.0.1:0", "--local-api-token", "local-api-secret-0123456789")
-	waitStatus(t, s, "flagged", api.StatusOnline, 20*time.Second)
+	a, _ := startOnline(t, s, "flagged", "--local-api-listen", "127.0.0.1:0", "--local-api-token", "local-api-secret-0123456789")
 	for _, want := range []string{
 		"warning: --join-token is readable by every user of this machine (ps, /proc/PID/cmdline); use --join-token-file FILE or NODEMGR_JOIN_TOKEN instead",
 		"warning: --local-api-token is readable by every user of this machine",

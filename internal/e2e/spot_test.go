@@ -21,8 +21,7 @@ import (
 func TestSpotNoticeDrainsTheNode(t *testing.T) {
 	md := ec2test.NewIMDS(t)
 	s := startServer(t)
-	startAgent(t, s, "spotty", "--tag", "pool", "--imds", md.URL, "--imds-interval", "50ms")
-	spotty := waitStatus(t, s, "spotty", api.StatusOnline, 20*time.Second)
+	_, spotty := startOnline(t, s, "spotty", "--tag", "pool", "--imds", md.URL, "--imds-interval", "50ms")
 	waitFor(t, 10*time.Second, "the agent to read the metadata service", func() (bool, string) {
 		return md.Calls("GET", ec2test.IMDSActionPath) > 0, "no reads"
 	})

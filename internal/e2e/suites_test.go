@@ -199,8 +199,7 @@ func TestWorkersArePinned(t *testing.T) {
 		t.Skipf("needs 2 cores, this process may use %d", n)
 	}
 	s := startServer(t)
-	startAgent(t, s, "pinner")
-	waitStatus(t, s, "pinner", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "pinner")
 
 	for _, tc := range []struct {
 		strategy string
@@ -259,8 +258,7 @@ func cpusAllowed(t *testing.T) []string {
 
 func TestHooksRunWithSuiteContext(t *testing.T) {
 	s := startServer(t)
-	a := startAgent(t, s, "hooked")
-	waitStatus(t, s, "hooked", api.StatusOnline, 20*time.Second)
+	a, _ := startOnline(t, s, "hooked")
 	marker := filepath.Join(sharedDir(t), "cleanup-ran")
 
 	createSuite(t, s, api.SuiteSpec{Name: "with-hooks", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2},
@@ -302,8 +300,7 @@ func TestHooksRunWithSuiteContext(t *testing.T) {
 
 func TestGracefulShutdownFinishesRunningTasks(t *testing.T) {
 	s := startServer(t)
-	a := startAgent(t, s, "leaver")
-	waitStatus(t, s, "leaver", api.StatusOnline, 20*time.Second)
+	a, _ := startOnline(t, s, "leaver")
 	createSuite(t, s, api.SuiteSpec{Name: "slow", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2, TaskPrefetchCount: prefetch(16)}})
 	// Each task leaves a mark when it starts: Running counts the agent's
 	// buffer too, and the shutdown must come while both workers run one.
@@ -332,8 +329,7 @@ func TestGracefulShutdownFinishesRunningTasks(t *testing.T) {
 
 func TestCancelTaskAndSuite(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "canceller")
-	waitStatus(t, s, "canceller", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "canceller")
 	ctx := context.Background()
 
 	createSuite(t, s, api.SuiteSpec{Name: "sleepy", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, TaskPrefetchCount: prefetch(0)}})
@@ -377,8 +373,7 @@ func TestCancelTaskAndSuite(t *testing.T) {
 
 func TestBadSuitesAndTasksAreRefused(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "small")
-	waitStatus(t, s, "small", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "small")
 	createSuite(t, s, api.SuiteSpec{Name: "fine", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}})
 
 	tests := []struct {
@@ -424,8 +419,7 @@ func TestBadSuitesAndTasksAreRefused(t *testing.T) {
 // must not leave its tasks stuck in Running.
 func TestAgentRestartMidSuiteLosesNoTask(t *testing.T) {
 	s := startServer(t)
-	a := startAgent(t, s, "phoenix")
-	waitStatus(t, s, "phoenix", api.StatusOnline, 20*time.Second)
+	a, _ := startOnline(t, s, "phoenix")
 	runningSuite(t, s, "resilient", 100, func(int) string { return "sleep 0.05" })
 	a.signal(syscall.SIGKILL)
 	a.wait(5 * time.Second)
@@ -444,8 +438,7 @@ func TestAgentRestartMidSuiteLosesNoTask(t *testing.T) {
 // tells the new server process what it still holds.
 func TestServerRestartMidSuiteLosesNothing(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "steady")
-	waitStatus(t, s, "steady", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "steady")
 	runningSuite(t, s, "through-restart", 150, func(i int) string { return fmt.Sprintf("sleep 0.02; echo %d", i) })
 	s.signal(syscall.SIGTERM)
 	s.wait(10 * time.Second)
@@ -484,8 +477,7 @@ func runningSuite(t *testing.T, s *server, name string, n int, script func(i int
 // once the suite is done there.
 func TestWorkerPoolIsAnAllocation(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "pooler")
-	waitStatus(t, s, "pooler", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "pooler")
 	for _, binding := range []*api.CPUBinding{nil, {Cores: []int{0}, Strategy: api.BindShared}} {
 		name := fmt.Sprintf("pooled-%v", binding != nil)
 		su := createSuite(t, s, api.SuiteSpec{Name: name, WorkerSchedule: api.WorkerSchedule{WorkerCount: 1, CPUBinding: binding}})
@@ -512,8 +504,7 @@ func TestWorkerPoolIsAnAllocation(t *testing.T) {
 // heartbeat (a minute apart here).
 func TestNodeStateShowsAtOnce(t *testing.T) {
 	s := startServer(t, "--heartbeat-interval", "1m", "--offline-after", "3m")
-	startAgent(t, s, "prompt")
-	waitStatus(t, s, "prompt", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "prompt")
 	createSuite(t, s, api.SuiteSpec{Name: "slow-prepare", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1},
 		Hooks: api.Hooks{Prepare: &api.Hook{Command: []string{"sleep", "3"}}}})
 	submit(t, s, "slow-prepare", []api.TaskSpec{sh("sleep 60")})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 )
@@ -14,8 +13,7 @@ import (
 // show and node ls, never sent to the terminal; --json escapes it too.
 func TestHumanOutputEscapesControlCharacters(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "esc-node")
-	waitStatus(t, s, "esc-node", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "esc-node")
 	evil := "\u001b[2J\u001b[31mFAKE\rok"
 	if _, err := s.client().PatchNode(context.Background(), "esc-node", api.NodePatch{SetLabels: map[string]string{"note": evil}}); err != nil {
 		t.Fatal(err)

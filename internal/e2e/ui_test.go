@@ -193,8 +193,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	chromiumPath(t)
 	shots := screenshotDir(t)
 	s := startServer(t)
-	startAgent(t, s, "dev", "--group", "ml", "--tag", "linux")
-	waitStatus(t, s, "dev", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "dev", "--group", "ml", "--tag", "linux")
 	ctx := context.Background()
 	admin := s.client()
 	for _, args := range [][]string{
@@ -349,8 +348,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	t.Run("a node going offline shows without a reload", func(t *testing.T) {
 		b.t = t
-		other := startAgent(t, s, "dev2", "--group", "ml")
-		n := waitStatus(t, s, "dev2", api.StatusOnline, 20*time.Second)
+		other, n := startOnline(t, s, "dev2", "--group", "ml")
 		b.open("/ui/nodes")
 		eval[chromedp.Void](b, `window.__sameDocument = true`)
 		other.signal(syscall.SIGKILL)
@@ -367,8 +365,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	t.Run("pausing holds the table still", func(t *testing.T) {
 		b.t = t
-		other := startAgent(t, s, "dev3", "--group", "ml")
-		n := waitStatus(t, s, "dev3", api.StatusOnline, 20*time.Second)
+		other, n := startOnline(t, s, "dev3", "--group", "ml")
 		b.open("/ui/nodes")
 		sel := fmt.Sprintf(`tr[data-node=%q] [data-status]`, n.ID)
 		b.run("pause", chromedp.Click(chromedp.CSS("#live")))
@@ -526,8 +523,7 @@ func TestDashboardFollowsAContainerLog(t *testing.T) {
 	labels, _ := json.Marshal(dockertest.Labels(t, eng)) // removes leftovers when the test ends
 	shots := screenshotDir(t)
 	s := startServer(t)
-	startAgent(t, s, "ct-ui", "--container-host-ip", "127.0.0.1", "--container-usage-interval", "300ms")
-	n := waitStatus(t, s, "ct-ui", api.StatusOnline, 20*time.Second)
+	_, n := startOnline(t, s, "ct-ui", "--container-host-ip", "127.0.0.1", "--container-usage-interval", "300ms")
 	job := filepath.Join(t.TempDir(), "ticker.yaml")
 	os.WriteFile(job, []byte(fmt.Sprintf(`name: ticker
 image: %s

@@ -20,8 +20,7 @@ import (
 // it needs, and suite create warns about it at once.
 func TestSuiteShowSaysWhyItWaits(t *testing.T) {
 	s := startServer(t)
-	startAgent(t, s, "lic")
-	waitStatus(t, s, "lic", api.StatusOnline, 20*time.Second)
+	startOnline(t, s, "lic")
 
 	createSuite(t, s, api.SuiteSpec{Name: "needs-license", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1},
 		Hooks: api.Hooks{Prepare: &api.Hook{Command: []string{"sh", "-c", `echo checking; echo "missing license file" >&2; exit 3`}}}})

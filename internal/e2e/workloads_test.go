@@ -328,8 +328,7 @@ func TestBadArtifactsAndServicesAreRefused(t *testing.T) {
 		artifacttest.Zip(t, artifacttest.Entry{Name: "ok", Body: "fine"}))
 	depot.Put(corrupt+".sha256", []byte(strings.Repeat("0", 64)+"\n"))
 	s := startServer(t)
-	a := startAgent(t, s, "bad-node", "--depot", "acme="+depot.URL())
-	waitStatus(t, s, "bad-node", api.StatusOnline, 20*time.Second)
+	a, _ := startOnline(t, s, "bad-node", "--depot", "acme="+depot.URL())
 
 	cases := []struct {
 		name string

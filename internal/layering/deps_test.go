@@ -61,12 +61,17 @@ var tiers = map[string]tier{
 	"internal/base/lockfile":     tierBase,
 	"internal/base/procenv":      tierBase,
 	"internal/base/proto":        tierBase,
+	"internal/base/registry":     tierBase,
 	"internal/base/sha256sum":    tierBase,
 	"internal/base/tick":         tierBase,
 	"internal/base/tlsca":        tierBase,
 	"internal/base/validate":     tierBase,
 	"internal/base/workload":     tierBase,
 	"internal/base/yamlfield":    tierBase,
+
+	// Test helpers of base packages.
+	"internal/base/tlsca/tlscatest":         tierBase,
+	"internal/base/yamlfield/yamlfieldtest": tierBase,
 
 	"client": tierClient,
 

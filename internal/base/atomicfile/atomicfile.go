@@ -73,21 +73,7 @@ func IsTemp(name string) bool {
 // RemoveTemps deletes every temporary file interrupted writes left in dir:
 // for a directory of records that one owner writes.
 func RemoveTemps(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil
-		}
-		return err
-	}
-	for _, e := range entries {
-		if IsTemp(e.Name()) && e.Type().IsRegular() {
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {
-				return err
-			}
-		}
-	}
-	return nil
+	return removeIn(dir, IsTemp)
 }
 
 // RemoveTempsOf deletes the temporary files interrupted writes of path
@@ -97,6 +83,13 @@ func RemoveTempsOf(path string) error {
 	if dir == "" {
 		dir = "."
 	}
+	prefix := tempPrefix(base)
+	return removeIn(dir, func(name string) bool { return strings.HasPrefix(name, prefix) })
+}
+
+// removeIn deletes the regular files in dir whose names match; a
+// directory or file that is gone already is no error.
+func removeIn(dir string, match func(name string) bool) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if os.IsNotExist(err) {
@@ -105,7 +98,7 @@ func RemoveTempsOf(path string) error {
 		return err
 	}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), tempPrefix(base)) && e.Type().IsRegular() {
+		if match(e.Name()) && e.Type().IsRegular() {
 			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !os.IsNotExist(err) {
 				return err
 			}
@@ -140,6 +133,21 @@ func ReadJSON(path string, v any) (found bool, err error) {
 		}
 	}
 	return true, nil
+}
+
+// ReadState is ReadJSON for a component's state file, what it is called
+// in errors ("port state"): a file that cannot be read is "read <what>:
+// ...", and a corrupt one is the error corrupt makes of its path and
+// why, which says what to do about it.
+func ReadState[T any](path, what string, corrupt func(path, why string) error) (st T, found bool, err error) {
+	found, err = ReadJSON(path, &st)
+	switch {
+	case errors.Is(err, ErrCorrupt):
+		return st, true, corrupt(path, err.Error())
+	case err != nil:
+		return st, false, fmt.Errorf("read %s: %w", what, err)
+	}
+	return st, found, nil
 }
 
 // corruptError is content that decodes but makes no sense: it says why,

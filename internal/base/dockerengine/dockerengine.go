@@ -1,11 +1,15 @@
-// Package dockerengine is what the docker provider and the docker
-// executor share about talking to a Docker engine: how a client is made
-// from a DOCKER_HOST style address, and which errdefs class an engine
-// error belongs to.
+// Package dockerengine is what the docker provider, the docker executor
+// and the node's containers share about talking to a Docker engine: how
+// a client is made from a DOCKER_HOST style address, which errdefs class
+// an engine error belongs to, and how a container is inspected.
 package dockerengine
 
 import (
+	"context"
+	"fmt"
+
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -52,3 +56,24 @@ func Classify(err error) error {
 // Class returns err, with its message, as also belonging to the errdefs
 // class class.
 func Class(err, class error) error { return errdefs.Class(err, class) }
+
+// Inspector is the engine call Inspect makes.
+type Inspector interface {
+	ContainerInspect(context.Context, string, client.ContainerInspectOptions) (client.ContainerInspectResult, error)
+}
+
+// Inspect returns the container id, with its state; a container that is
+// gone is an errdefs.ErrNotFound.
+func Inspect(ctx context.Context, engine Inspector, id string) (container.InspectResponse, error) {
+	res, err := engine.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return container.InspectResponse{}, errdefs.NotFound("container %.12s", id)
+		}
+		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: %w", id, Classify(err))
+	}
+	if res.Container.State == nil {
+		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: the engine reported no state", id)
+	}
+	return res.Container, nil
+}

@@ -125,37 +125,30 @@ func checkFrame(f api.Frame) error {
 	if f.V != api.ProtocolVersion {
 		return protocolErrorf("unsupported protocol version %d, want %d", f.V, api.ProtocolVersion)
 	}
+	// What each type carries: an id (requests and their responses), a
+	// seq (notifications and their acks), a method (what is asked).
+	var id, seq, method bool
 	switch f.Type {
 	case api.FrameRequest:
-		if f.ID == 0 {
-			return protocolErrorf("%s frame without id", f.Type)
-		}
-		if f.Method == "" {
-			return protocolErrorf("%s frame without method", f.Type)
-		}
+		id, method = true, true
 	case api.FrameResponse:
-		if f.ID == 0 {
-			return protocolErrorf("%s frame without id", f.Type)
-		}
+		id = true
 	case api.FrameNotify:
-		if f.Seq == 0 {
-			return protocolErrorf("%s frame without seq", f.Type)
-		}
-		if f.Seq > MaxSeq {
-			return protocolErrorf("%s frame with seq %d, above the highest seq %d", f.Type, f.Seq, uint64(MaxSeq))
-		}
-		if f.Method == "" {
-			return protocolErrorf("%s frame without method", f.Type)
-		}
+		seq, method = true, true
 	case api.FrameAck:
-		if f.Seq == 0 {
-			return protocolErrorf("%s frame without seq", f.Type)
-		}
-		if f.Seq > MaxSeq {
-			return protocolErrorf("%s frame with seq %d, above the highest seq %d", f.Type, f.Seq, uint64(MaxSeq))
-		}
+		seq = true
 	default:
 		return protocolErrorf("unknown frame type %q", f.Type)
+	}
+	switch {
+	case id && f.ID == 0:
+		return protocolErrorf("%s frame without id", f.Type)
+	case seq && f.Seq == 0:
+		return protocolErrorf("%s frame without seq", f.Type)
+	case seq && f.Seq > MaxSeq:
+		return protocolErrorf("%s frame with seq %d, above the highest seq %d", f.Type, f.Seq, uint64(MaxSeq))
+	case method && f.Method == "":
+		return protocolErrorf("%s frame without method", f.Type)
 	}
 	return nil
 }

@@ -1,17 +1,10 @@
 package workload
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
-	"go.yaml.in/yaml/v3"
-
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/fuzzcheck"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 )
 
@@ -42,9 +35,7 @@ func FuzzCheckContainer(f *testing.F) {
 			checkJob(t, cmd.Job)
 		}
 		var fromYAML api.ContainerJob
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if dec.Decode(&fromYAML) == nil {
+		if fuzzcheck.DecodeYAML(data, &fromYAML) == nil {
 			checkJob(t, fromYAML)
 		}
 	})
@@ -52,25 +43,5 @@ func FuzzCheckContainer(f *testing.F) {
 
 func checkJob(t *testing.T, job api.ContainerJob) {
 	t.Helper()
-	if err := CheckContainer(job); err != nil {
-		var fe *errdefs.FieldError
-		if !errors.Is(err, errdefs.ErrInvalid) || !errors.As(err, &fe) || fe.Field == "" || fe.Reason == "" {
-			t.Fatalf("CheckContainer(%+v) = %v, want a field error naming the field", job, err)
-		}
-		return
-	}
-	b, err := json.Marshal(job)
-	if err != nil {
-		t.Fatalf("json.Marshal(%+v) = %v", job, err)
-	}
-	var again api.ContainerJob
-	if err := httpapi.DecodeStrict(b, &again); err != nil {
-		t.Fatalf("DecodeStrict(%s) = %v", b, err)
-	}
-	if err := CheckContainer(again); err != nil {
-		t.Fatalf("CheckContainer(%s) = %v after a JSON round trip", b, err)
-	}
-	if diff := cmp.Diff(job, again, cmpopts.EquateEmpty()); diff != "" {
-		t.Fatalf("job changed on a JSON round trip (-first +again):\n%s", diff)
-	}
+	fuzzcheck.Check(t, "CheckContainer", job, CheckContainer)
 }

@@ -1,19 +1,12 @@
 package workload
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
-	"go.yaml.in/yaml/v3"
-
 	"github.com/nodemgr/nodemgr/api"
-	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/fuzzcheck"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 )
 
@@ -28,7 +21,7 @@ func FuzzParseCoordinate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		c, err := ParseCoordinate(s)
 		if err != nil {
-			checkFieldError(t, "ParseCoordinate("+s+")", err)
+			fuzzcheck.FieldError(t, "ParseCoordinate("+s+")", err)
 			return
 		}
 		if c.String() != s {
@@ -66,9 +59,7 @@ func FuzzCheckService(f *testing.F) {
 			checkSpec(t, fromJSON)
 		}
 		var fromYAML api.ServiceSpec
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if dec.Decode(&fromYAML) == nil {
+		if fuzzcheck.DecodeYAML(data, &fromYAML) == nil {
 			checkSpec(t, fromYAML)
 		}
 	})
@@ -76,8 +67,7 @@ func FuzzCheckService(f *testing.F) {
 
 func checkSpec(t *testing.T, spec api.ServiceSpec) {
 	t.Helper()
-	if err := CheckService(spec); err != nil {
-		checkFieldError(t, "Validate", err)
+	if !fuzzcheck.Check(t, "CheckService", spec, CheckService) {
 		return
 	}
 	inside := func(p string) bool { return filepath.IsAbs(p) || filepath.IsLocal(p) }
@@ -88,27 +78,5 @@ func checkSpec(t *testing.T, spec api.ServiceSpec) {
 		if !filepath.IsLocal(fl.Path) || (fl.From != "" && !filepath.IsLocal(fl.From)) {
 			t.Fatalf("Validate passed file %+v, which leaves the runtime dir or the tree", fl)
 		}
-	}
-	b, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatalf("json.Marshal(%+v) = %v", spec, err)
-	}
-	var again api.ServiceSpec
-	if err := httpapi.DecodeStrict(b, &again); err != nil {
-		t.Fatalf("DecodeStrict(%s) = %v", b, err)
-	}
-	if err := CheckService(again); err != nil {
-		t.Fatalf("CheckService(%s) = %v after a JSON round trip", b, err)
-	}
-	if diff := cmp.Diff(spec, again, cmpopts.EquateEmpty()); diff != "" {
-		t.Fatalf("spec changed on a JSON round trip (-first +again):\n%s", diff)
-	}
-}
-
-func checkFieldError(t *testing.T, what string, err error) {
-	t.Helper()
-	var fe *errdefs.FieldError
-	if !errors.Is(err, errdefs.ErrInvalid) || !errors.As(err, &fe) || fe.Field == "" || fe.Reason == "" {
-		t.Fatalf("%s = %v, want a field error naming the field", what, err)
 	}
 }

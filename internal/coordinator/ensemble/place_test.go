@@ -71,18 +71,22 @@ var three = []NodeBooks{
 	books("small", 3, 6144, "linux", "ssd"),
 }
 
+// placeCase is an ensemble placed on nodes by a policy, and what comes of
+// it: the placements for TestPlace, the reasons for TestPlaceWhy.
+type placeCase struct {
+	name   string
+	nodes  []NodeBooks
+	spec   api.EnsembleSpec
+	policy string
+	want   []string
+}
+
 func TestPlace(t *testing.T) {
 	gpuNodes := []NodeBooks{
 		with(books("gpu", 8, 16384), func(b *NodeBooks) { b.Free.GPUs = 2 }),
 		books("cpu", 8, 16384),
 	}
-	tests := []struct {
-		name   string
-		nodes  []NodeBooks
-		spec   api.EnsembleSpec
-		policy string
-		want   []string
-	}{
+	tests := []placeCase{
 		{
 			name:  "two tiers, web spread over three sizes",
 			nodes: three,
@@ -528,13 +532,7 @@ func TestPlaceYAML(t *testing.T) {
 }
 
 func TestPlaceWhy(t *testing.T) {
-	tests := []struct {
-		name   string
-		nodes  []NodeBooks
-		spec   api.EnsembleSpec
-		policy string
-		want   []string
-	}{
+	tests := []placeCase{
 		{
 			name:   "pack says so",
 			nodes:  three,

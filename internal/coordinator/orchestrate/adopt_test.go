@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
-	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
@@ -78,11 +76,7 @@ func TestPoolAdoptsOnlyItsMachine(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := openStore(t)
 			now := time.Now()
 			m := store.PoolMachine{ID: "pm-1", Pool: "p1", Template: "small", Provider: "recording", State: api.MachineBootstrapping,
 				DeploymentID: "d-1", LaunchedAt: now}
@@ -98,7 +92,8 @@ func TestPoolAdoptsOnlyItsMachine(t *testing.T) {
 			}
 			cl := &recordingCluster{}
 			o := New(Config{}, st, cl, slog.New(slog.DiscardHandler))
-			if m, err = st.GetPoolMachine(ctx, "pm-1"); err != nil {
+			m, err := st.GetPoolMachine(ctx, "pm-1")
+			if err != nil {
 				t.Fatal(err)
 			}
 			o.stepBootstrapping(ctx, api.PoolSpec{Name: "p1"}, m, now)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/schedule"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
-	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision/libvirt"
 )
@@ -50,11 +48,7 @@ func (p namedProvider) Name() string { return p.name }
 func explainPool(t *testing.T, cl *candidateCluster, cands []api.PoolCandidate, req schedule.Request) []string {
 	t.Helper()
 	ctx := t.Context()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	body, _ := json.Marshal(api.PoolSpec{Name: "p", Max: 4, Candidates: cands})
 	if _, err := st.PutDocument(ctx, store.Document{Kind: store.KindPool, Name: "p", Body: body}); err != nil {
 		t.Fatal(err)

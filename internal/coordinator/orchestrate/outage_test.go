@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
-	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
@@ -114,11 +112,7 @@ var errDown = errdefs.Class(errors.New("dial tcp 127.0.0.1:1: connect: connectio
 func outage(t *testing.T, providers ...*flakyProvider) (*Orchestrator, store.Store) {
 	t.Helper()
 	ctx := t.Context()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	spec := api.PoolSpec{Name: "p1", Max: 1, MaxLaunching: 1}
 	cl := &outageCluster{providers: map[string]*flakyProvider{}}
 	for i, p := range providers {

@@ -2,14 +2,12 @@ package orchestrate
 
 import (
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
-	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
 )
 
 // TestRestartMidBootstrap: a machine left bootstrapping by a server that
@@ -41,11 +39,7 @@ func TestRestartMidBootstrap(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := openStore(t)
 			m := store.PoolMachine{ID: "pm-1", Pool: "p1", Template: "small", Provider: "recording", State: api.MachineBootstrapping,
 				DeploymentID: "d-1", LaunchedAt: tc.launched, DeliveredAt: tc.delivered}
 			d := store.Deployment{ID: "d-1", Provider: "recording", ResourceID: "r-1", Name: "p1-pm-1", State: "running"}

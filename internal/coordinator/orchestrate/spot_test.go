@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
-	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
@@ -44,11 +42,7 @@ func (c *spotCluster) set(busy bool, ns ...api.Notice) {
 func spotPool(t *testing.T) (*Orchestrator, store.Store, *spotCluster, *flakyProvider) {
 	t.Helper()
 	ctx := t.Context()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	spec := api.PoolSpec{Name: "p1", Min: 1, Max: 1, MaxLaunching: 1,
 		Candidates: []api.PoolCandidate{{Template: "small", Provider: "spot"}}}
 	body, _ := json.Marshal(spec)

@@ -12,13 +12,21 @@ import (
 // TestStatusReachesTheOtherServers checks that a server that does not run
 // the orchestrator answers for the pools from what the leader's saved, and
 // that a round that changes nothing writes nothing.
-func TestStatusReachesTheOtherServers(t *testing.T) {
-	ctx := t.Context()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
+// openStore opens a SQLite store in the test's directory, closed when
+// the test ends.
+func openStore(t testing.TB) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "nodemgr.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func TestStatusReachesTheOtherServers(t *testing.T) {
+	ctx := t.Context()
+	st := openStore(t)
 	leader := New(Config{}, st, nil, slog.New(slog.DiscardHandler))
 	other := New(Config{}, st, nil, slog.New(slog.DiscardHandler))
 

@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/yamlfield/yamlfieldtest"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
@@ -48,13 +49,7 @@ func TestParseForms(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Parse([]byte(tc.yaml), "t.yaml")
-			if err != nil {
-				t.Fatalf("Parse(%q) = %v", tc.yaml, err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("Parse(%q) mismatch (-want +got):\n%s", tc.yaml, diff)
-			}
+			yamlfieldtest.Parsed(t, Parse, "t.yaml", tc.yaml, tc.want)
 		})
 	}
 }
@@ -104,24 +99,7 @@ func TestParseErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml), "t.yaml")
-			var e *Error
-			if !errors.As(err, &e) {
-				t.Fatalf("Parse(%q) = %v, want *Error", tc.yaml, err)
-			}
-			if e.Field != tc.field || e.Line != tc.line || e.Column != tc.col || e.Source != "t.yaml" {
-				t.Errorf("Parse(%q) = %v (field %q at %d:%d), want field %q at %d:%d", tc.yaml, err, e.Field, e.Line, e.Column, tc.field, tc.line, tc.col)
-			}
-			if !strings.Contains(e.Reason, tc.reasonPart) {
-				t.Errorf("Parse(%q) reason = %q, want it to contain %q", tc.yaml, e.Reason, tc.reasonPart)
-			}
-			if !errors.Is(err, errdefs.ErrInvalid) {
-				t.Errorf("Parse(%q) = %v, not errdefs.ErrInvalid", tc.yaml, err)
-			}
-			if tc.field != "" {
-				if got := errdefs.ToAPI(err).Field; got != tc.field {
-					t.Errorf("errdefs.ToAPI(%v).Field = %q, want %q", err, got, tc.field)
-				}
-			}
+			yamlfieldtest.Refused(t, err, "t.yaml", tc.yaml, tc.field, tc.line, tc.col, tc.reasonPart)
 		})
 	}
 }

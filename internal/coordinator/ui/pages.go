@@ -54,6 +54,39 @@ func listQuery(r *http.Request, filters ...string) url.Values {
 	return q
 }
 
+// listData is what a list page shows: one page of items, the filter
+// it was asked for (a status, a state; "" for all), and the pager.
+type listData[T any] struct {
+	Items  []T
+	Filter string
+	Pager  pager
+}
+
+// listPage is a page that lists one page of the API's list at path,
+// filtered by the query parameter filter when it is not "" (and the
+// request names one); items takes the rows and the next cursor out of
+// the API's answer.
+func listPage[L, T any](page, title, path, filter string, items func(L) ([]T, string)) func(context.Context, *http.Request, *view) error {
+	return func(ctx context.Context, r *http.Request, v *view) error {
+		v.Page, v.Title, v.Nav = page, title, page
+		d := &listData[T]{}
+		var filters []string
+		if filter != "" {
+			d.Filter = r.URL.Query().Get(filter)
+			filters = append(filters, filter)
+		}
+		v.Data = d
+		var l L
+		if err := v.c.get(ctx, path, listQuery(r, filters...), &l); err != nil {
+			return err
+		}
+		var next string
+		d.Items, next = items(l)
+		d.Pager = makePager(r, next)
+		return nil
+	}
+}
+
 func (v *view) principal() auth.Principal {
 	return auth.Principal{User: v.User.Name, Admin: v.User.Admin, Groups: v.User.Groups}
 }
@@ -168,23 +201,8 @@ func scaling(p api.Pool) bool {
 
 // ---- nodes
 
-type nodesData struct {
-	Nodes  []api.Node
-	Status string
-	Pager  pager
-}
-
-func (u *UI) nodesPage(ctx context.Context, r *http.Request, v *view) error {
-	v.Page, v.Title, v.Nav = "nodes", "Nodes", "nodes"
-	d := &nodesData{Status: r.URL.Query().Get("status")}
-	v.Data = d
-	var nl api.NodeList
-	if err := v.c.get(ctx, "/v1/nodes", listQuery(r, "status"), &nl); err != nil {
-		return err
-	}
-	d.Nodes, d.Pager = nl.Nodes, makePager(r, nl.Next)
-	return nil
-}
+var nodesPage = listPage("nodes", "Nodes", "/v1/nodes", "status",
+	func(l api.NodeList) ([]api.Node, string) { return l.Nodes, l.Next })
 
 type nodeData struct {
 	Node          api.Node
@@ -240,23 +258,8 @@ func (u *UI) nodePage(ctx context.Context, r *http.Request, v *view) error {
 
 // ---- suites
 
-type suitesData struct {
-	Suites []api.Suite
-	State  string
-	Pager  pager
-}
-
-func (u *UI) suitesPage(ctx context.Context, r *http.Request, v *view) error {
-	v.Page, v.Title, v.Nav = "suites", "Suites", "suites"
-	d := &suitesData{State: r.URL.Query().Get("state")}
-	v.Data = d
-	var sl api.SuiteList
-	if err := v.c.get(ctx, "/v1/suites", listQuery(r, "state"), &sl); err != nil {
-		return err
-	}
-	d.Suites, d.Pager = sl.Suites, makePager(r, sl.Next)
-	return nil
-}
+var suitesPage = listPage("suites", "Suites", "/v1/suites", "state",
+	func(l api.SuiteList) ([]api.Suite, string) { return l.Suites, l.Next })
 
 type suiteData struct {
 	Suite   api.Suite
@@ -374,39 +377,11 @@ func attemptsOf(t api.Task) []attempt {
 
 // ---- deployments and pools
 
-type deploymentsData struct {
-	Deployments []api.Deployment
-	Pager       pager
-}
+var deploymentsPage = listPage("deployments", "Deployments", "/v1/deployments", "",
+	func(l api.DeploymentList) ([]api.Deployment, string) { return l.Deployments, l.Next })
 
-func (u *UI) deploymentsPage(ctx context.Context, r *http.Request, v *view) error {
-	v.Page, v.Title, v.Nav = "deployments", "Deployments", "deployments"
-	d := &deploymentsData{}
-	v.Data = d
-	var dl api.DeploymentList
-	if err := v.c.get(ctx, "/v1/deployments", listQuery(r), &dl); err != nil {
-		return err
-	}
-	d.Deployments, d.Pager = dl.Deployments, makePager(r, dl.Next)
-	return nil
-}
-
-type poolsData struct {
-	Pools []api.Pool
-	Pager pager
-}
-
-func (u *UI) poolsPage(ctx context.Context, r *http.Request, v *view) error {
-	v.Page, v.Title, v.Nav = "pools", "Pools", "pools"
-	d := &poolsData{}
-	v.Data = d
-	var pl api.PoolList
-	if err := v.c.get(ctx, "/v1/pools", listQuery(r), &pl); err != nil {
-		return err
-	}
-	d.Pools, d.Pager = pl.Pools, makePager(r, pl.Next)
-	return nil
-}
+var poolsPage = listPage("pools", "Pools", "/v1/pools", "",
+	func(l api.PoolList) ([]api.Pool, string) { return l.Pools, l.Next })
 
 type poolData struct {
 	Pool   api.PoolDetail

@@ -7,6 +7,7 @@ package execute
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -33,6 +34,32 @@ type Command struct {
 	Stdout  io.Writer // streamed as the command writes
 	Stderr  io.Writer
 	Timeout time.Duration // 0: none
+}
+
+// Bound refuses a command that names no program, and returns ctx bounded
+// by the command's Timeout, if it has one, with the cancel to call when
+// the command is done.
+func (c Command) Bound(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if len(c.Argv) == 0 {
+		return ctx, func() {}, errdefs.Field("argv", "is empty")
+	}
+	if c.Timeout > 0 {
+		ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+		return ctx, cancel, nil
+	}
+	return ctx, func() {}, nil
+}
+
+// CutOff says why the command was cut off when ctx (Bound's) ended, its
+// Timeout or ctx's own end, and passes other errors through.
+func (c Command) CutOff(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() == nil:
+		return err
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) && c.Timeout > 0:
+		return fmt.Errorf("timed out after %v: %w", c.Timeout, context.DeadlineExceeded)
+	}
+	return ctx.Err()
 }
 
 // Executor runs commands on, and copies files to and from, deployments.

@@ -1,13 +1,11 @@
 package execute
 
 import (
-	"cmp"
-	"maps"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/registry"
 )
 
 // Driver is an executor's registration record: everything nodemgr knows
@@ -50,17 +48,12 @@ type Env struct {
 	Executor func(name string) (Executor, error)
 }
 
-var (
-	mu       sync.Mutex
-	registry = map[string]Driver{}
-)
+var drivers = registry.New(func(d Driver) (string, int) { return d.Name, d.Order })
 
 // Register makes an executor available by name; drivers call it from
 // init. A record without a name, capability or constructor, or a name or
 // capability registered twice, is a programming error and panics.
 func Register(d Driver) {
-	mu.Lock()
-	defer mu.Unlock()
 	switch {
 	case d.Name == "":
 		panic("execute: executor registered without a name")
@@ -69,21 +62,16 @@ func Register(d Driver) {
 	case d.New == nil:
 		panic("execute: executor " + d.Name + " registered without New")
 	}
-	for _, o := range registry {
-		if o.Name == d.Name || o.Capability == d.Capability {
-			panic("execute: executor registered twice: " + d.Name + " (" + d.Capability + ")")
-		}
-	}
 	d.Settings = slices.Clone(d.Settings)
-	registry[d.Name] = d
+	if !drivers.Add(d, func(o Driver) bool { return o.Capability == d.Capability }) {
+		panic("execute: executor registered twice: " + d.Name + " (" + d.Capability + ")")
+	}
 }
 
 // Lookup returns the record of the named executor, or an ErrInvalid for
 // field that lists the executors nodemgr has.
 func Lookup(field, name string) (Driver, error) {
-	mu.Lock()
-	d, ok := registry[name]
-	mu.Unlock()
+	d, ok := drivers.Get(name)
 	if !ok {
 		return Driver{}, errdefs.Field(field, "no executor %q; nodemgr has %s", name, strings.Join(Names(), ", "))
 	}
@@ -92,31 +80,11 @@ func Lookup(field, name string) (Driver, error) {
 
 // ByCapability returns the record of the executor that takes capability.
 func ByCapability(capability string) (Driver, bool) {
-	mu.Lock()
-	defer mu.Unlock()
-	for _, d := range registry {
-		if d.Capability == capability {
-			return d, true
-		}
-	}
-	return Driver{}, false
+	return drivers.Find(func(d Driver) bool { return d.Capability == capability })
 }
 
 // Drivers lists the registered executors' records in their Order.
-func Drivers() []Driver {
-	mu.Lock()
-	defer mu.Unlock()
-	ds := slices.Collect(maps.Values(registry))
-	slices.SortFunc(ds, func(a, b Driver) int { return cmp.Or(cmp.Compare(a.Order, b.Order), cmp.Compare(a.Name, b.Name)) })
-	return ds
-}
+func Drivers() []Driver { return drivers.All() }
 
 // Names lists the registered executors in their Order.
-func Names() []string {
-	ds := Drivers()
-	names := make([]string, len(ds))
-	for i, d := range ds {
-		names[i] = d.Name
-	}
-	return names
-}
+func Names() []string { return drivers.Names() }

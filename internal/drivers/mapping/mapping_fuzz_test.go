@@ -5,12 +5,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
-
-	"go.yaml.in/yaml/v3"
-
-	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/fuzzcheck"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
@@ -40,10 +34,7 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rules, err := Parse(data, "fuzz.yaml")
 		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || !errors.Is(err, errdefs.ErrInvalid) || e.Reason == "" {
-				t.Fatalf("Parse(%q) = %v, want an *Error that is an errdefs.ErrInvalid", data, err)
-			}
+			fuzzcheck.Refusal(t, data, err, func(e *Error) string { return e.Reason })
 			return
 		}
 		if err := Validate(rules); err != nil {
@@ -58,17 +49,7 @@ func FuzzParse(f *testing.F) {
 				}
 			}
 		}
-		out, err := yaml.Marshal(map[string][]Rule{"mapping": rules})
-		if err != nil {
-			t.Fatalf("yaml.Marshal(%+v) = %v", rules, err)
-		}
-		again, err := Parse(out, "again.yaml")
-		if err != nil {
-			t.Fatalf("Parse(yaml.Marshal(Parse(%q))) = %v; YAML:\n%s", data, err, out)
-		}
-		if diff := cmp.Diff(rules, again, cmpopts.EquateEmpty(), fuzzcheck.SameNumber); diff != "" {
-			t.Fatalf("rules changed on a round trip through YAML (-first +again):\n%s\nYAML:\n%s", diff, out)
-		}
+		fuzzcheck.YAMLRoundTrip(t, data, rules, map[string][]Rule{"mapping": rules}, Parse)
 	})
 }
 

@@ -14,15 +14,13 @@
 package provision
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/registry"
 )
 
 // EC2-style lifecycle states.
@@ -85,6 +83,16 @@ type Deployment struct {
 	Extra      map[string]any    // what it was provisioned with
 	Labels     map[string]string // on the provider's resource
 	CreatedAt  time.Time
+}
+
+// Resource returns the deployment's ResourceID, or an ErrInvalid on
+// resource_id when it has none; what names the ID for people ("instance
+// ID", "container ID").
+func (d Deployment) Resource(what string) (string, error) {
+	if d.ResourceID == "" {
+		return "", errdefs.Field("resource_id", "deployment %s has no %s", d.Name, what)
+	}
+	return d.ResourceID, nil
 }
 
 // Provider makes and unmakes machines.
@@ -267,35 +275,27 @@ type Driver struct {
 	HostNetwork func(extra map[string]any) bool
 }
 
-var (
-	mu       sync.Mutex
-	registry = map[string]Driver{}
-)
+var drivers = registry.New(func(d Driver) (string, int) { return d.Name, d.Order })
 
 // Register makes a provider available by name; drivers call it from init.
 // A record without a name or constructor, or a name registered twice, is a
 // programming error and panics.
 func Register(d Driver) {
-	mu.Lock()
-	defer mu.Unlock()
 	switch {
 	case d.Name == "":
 		panic("provision: provider registered without a name")
 	case d.New == nil:
 		panic("provision: provider " + d.Name + " registered without New")
 	}
-	if _, dup := registry[d.Name]; dup {
+	if !drivers.Add(d, nil) {
 		panic("provision: provider registered twice: " + d.Name)
 	}
-	registry[d.Name] = d
 }
 
 // Lookup returns the record of the named provider, or an ErrInvalid for
 // field that lists the providers nodemgr has.
 func Lookup(field, name string) (Driver, error) {
-	mu.Lock()
-	d, ok := registry[name]
-	mu.Unlock()
+	d, ok := drivers.Get(name)
 	if !ok {
 		return Driver{}, errdefs.Field(field, "unknown provider %q; known: %v", name, Names())
 	}
@@ -312,14 +312,4 @@ func New(name string, settings map[string]string) (Provider, error) {
 }
 
 // Names lists the registered providers in their Order.
-func Names() []string {
-	mu.Lock()
-	defer mu.Unlock()
-	ds := slices.Collect(maps.Values(registry))
-	slices.SortFunc(ds, func(a, b Driver) int { return cmp.Or(cmp.Compare(a.Order, b.Order), cmp.Compare(a.Name, b.Name)) })
-	names := make([]string, len(ds))
-	for i, d := range ds {
-		names[i] = d.Name
-	}
-	return names
-}
+func Names() []string { return drivers.Names() }

@@ -271,13 +271,8 @@ func (w *workloads) reconcileBooks() {
 	w.syncServiceBooks()
 }
 
-func (a *Agent) handleResources(w http.ResponseWriter, r *http.Request) error {
-	res, err := a.wl.resources()
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, res)
-	return nil
+func (a *Agent) resources(*http.Request) (api.NodeResources, error) {
+	return a.wl.resources()
 }
 
 // resources is the node's books now, each allocation with its workload's
@@ -317,25 +312,16 @@ func (b *booksReport) due(res api.NodeResources, now time.Time) ([]byte, bool) {
 	return key, !bytes.Equal(key, b.sent) || now.Sub(b.sentAt) >= booksRefresh
 }
 
-func (a *Agent) handleOnboard(w http.ResponseWriter, r *http.Request) error {
-	var req api.OnboardRequest
-	if err := httpapi.Decode(r, &req, maxLocalBody); err != nil {
-		return err
-	}
+func (a *Agent) onboard(r *http.Request, req api.OnboardRequest) (api.Onboarding, error) {
 	l, err := a.wl.books()
 	if err != nil {
-		return err
+		return api.Onboarding{}, err
 	}
 	score, err := capacity.Benchmark(r.Context(), 0)
 	if err != nil {
-		return fmt.Errorf("cpu benchmark: %w", err)
+		return api.Onboarding{}, fmt.Errorf("cpu benchmark: %w", err)
 	}
-	o, err := l.Onboard(req.SharePercent, score)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, o)
-	return nil
+	return l.Onboard(req.SharePercent, score)
 }
 
 func (a *Agent) handleOffboard(w http.ResponseWriter, r *http.Request) error {
@@ -378,15 +364,6 @@ func (a *Agent) allocation(r *http.Request) (api.Allocation, error) {
 		return api.Allocation{}, fmt.Errorf("%w (see nodemgr allocation ls NODE)", err)
 	}
 	return a.wl.allocationView(al), nil
-}
-
-func (a *Agent) handleGetAllocation(w http.ResponseWriter, r *http.Request) error {
-	al, err := a.allocation(r)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, al)
-	return nil
 }
 
 // handleAllocationAction stops or restarts the workload behind an
@@ -511,21 +488,12 @@ func (w *workloads) bookPool(suiteID string, workers int, cores []int) {
 	}
 }
 
-func (a *Agent) handleCommit(w http.ResponseWriter, r *http.Request) error {
-	var req api.CommitRequest
-	if err := httpapi.Decode(r, &req, maxLocalBody); err != nil {
-		return err
-	}
+func (a *Agent) commit(_ *http.Request, req api.CommitRequest) (api.Commitment, error) {
 	l, err := a.wl.books()
 	if err != nil {
-		return err
+		return api.Commitment{}, err
 	}
-	c, err := l.Commit(req.Owner, req.Resources, req.Ports, time.Duration(req.TTL))
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, c)
-	return nil
+	return l.Commit(req.Owner, req.Resources, req.Ports, time.Duration(req.TTL))
 }
 
 func (a *Agent) handleRelease(w http.ResponseWriter, r *http.Request) error {

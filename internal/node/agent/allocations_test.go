@@ -46,14 +46,7 @@ func startServiceBooks(t *testing.T, dataDir, tree string) *serviceBooks {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := capacity.New(capacity.Config{StatePath: filepath.Join(dataDir, "capacity.json"),
-		Hardware: api.Hardware{Cores: 4, MemoryBytes: 8 << 30, DiskBytes: 100 << 30}, DataDir: dataDir,
-		MachineFree: func() (api.Resources, error) {
-			return api.Resources{CPUs: 4, MemoryMB: 8 << 10, DiskMB: 100 << 10}, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testBooks(t, dataDir)
 	if on, _ := l.Resources(); !on.Onboarding.Onboarded {
 		if _, err := l.Onboard(50, 1); err != nil {
 			t.Fatal(err)
@@ -105,17 +98,40 @@ func (sb *serviceBooks) allocations(t *testing.T) map[string]api.Allocation {
 	return out
 }
 
+// testBooks is the books of a 4-core, 8 GiB, 100 GiB machine, kept in
+// dir.
+func testBooks(t *testing.T, dir string) *capacity.Ledger {
+	t.Helper()
+	l, err := capacity.New(capacity.Config{StatePath: filepath.Join(dir, "capacity.json"),
+		Hardware: api.Hardware{Cores: 4, MemoryBytes: 8 << 30, DiskBytes: 100 << 30}, DataDir: dir,
+		MachineFree: func() (api.Resources, error) {
+			return api.Resources{CPUs: 4, MemoryMB: 8 << 10, DiskMB: 100 << 10}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// sleepService is a data dir, and an artifact tree whose bin/svc sleeps,
+// for a service test; it skips where services cannot run.
+func sleepService(t *testing.T) (dataDir, tree string) {
+	t.Helper()
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("services need Linux /proc")
+	}
+	dataDir, tree = t.TempDir(), t.TempDir()
+	os.MkdirAll(filepath.Join(tree, "bin"), 0o755)
+	os.WriteFile(filepath.Join(tree, "bin", "svc"), []byte("#!/bin/sh\nexec sleep 300\n"), 0o755)
+	return dataDir, tree
+}
+
 // TestServiceBooksFollowStopAndRestart is item 1 of issue 13: after a stop
 // (or drain) and a restart the service runs and holds its port, so it must
 // be in the books again, also after an agent restart; stopped, it holds
 // nothing.
 func TestServiceBooksFollowStopAndRestart(t *testing.T) {
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("services need Linux /proc")
-	}
-	dataDir, tree := t.TempDir(), t.TempDir()
-	os.MkdirAll(filepath.Join(tree, "bin"), 0o755)
-	os.WriteFile(filepath.Join(tree, "bin", "svc"), []byte("#!/bin/sh\nexec sleep 300\n"), 0o755)
+	dataDir, tree := sleepService(t)
 	const coord = "1.sleep.ops.test"
 	id := allocationID(api.AllocationService, coord)
 	spec := api.ServiceSpec{Coordinate: coord, Artifact: "acme:sleep:1.0", Command: []string{"bin/svc"}, ExpectedMemoryMB: 64, StopGrace: api.Duration(time.Second)}
@@ -184,12 +200,7 @@ func waitUntilT(t *testing.T, what string, cond func() bool) {
 // resources from the commitment, which is used up; its stored spec keeps
 // no commitment, so a restart books afresh.
 func TestServiceBooksItsResourcesFromACommitment(t *testing.T) {
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("services need Linux /proc")
-	}
-	dataDir, tree := t.TempDir(), t.TempDir()
-	os.MkdirAll(filepath.Join(tree, "bin"), 0o755)
-	os.WriteFile(filepath.Join(tree, "bin", "svc"), []byte("#!/bin/sh\nexec sleep 300\n"), 0o755)
+	dataDir, tree := sleepService(t)
 	const coord = "1.api.ensemble.shop"
 	sb := startServiceBooks(t, dataDir, tree)
 	t.Cleanup(func() { sb.a.wl.services.Stop(context.Background(), coord); sb.stopAgent(t) })

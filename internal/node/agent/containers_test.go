@@ -15,7 +15,6 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
-	"github.com/nodemgr/nodemgr/internal/node/capacity"
 	"github.com/nodemgr/nodemgr/internal/node/container"
 	"github.com/nodemgr/nodemgr/internal/node/portalloc"
 )
@@ -39,14 +38,7 @@ func containerBooks(t *testing.T, defaults container.Defaults) (*workloads, *cli
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := capacity.New(capacity.Config{StatePath: filepath.Join(dir, "capacity.json"),
-		Hardware: api.Hardware{Cores: 4, MemoryBytes: 8 << 30, DiskBytes: 100 << 30}, DataDir: dir,
-		MachineFree: func() (api.Resources, error) {
-			return api.Resources{CPUs: 4, MemoryMB: 8 << 10, DiskMB: 100 << 10}, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testBooks(t, dir)
 	if _, err := l.Onboard(50, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -47,27 +47,27 @@ func (a *Agent) localRoutes() []localRoute {
 	return []localRoute{
 		{"GET", "/v1/status", a.handleLocalStatus},
 		{"GET", "/v1/artifacts", a.handleListArtifacts},
-		{"POST", "/v1/artifacts", a.handleInstallArtifact},
-		{"GET", "/v1/artifacts/{id}", a.handleGetArtifact},
+		{"POST", "/v1/artifacts", jsonCall(a.installArtifact)},
+		{"GET", "/v1/artifacts/{id}", jsonAnswer(a.getArtifact)},
 		{"DELETE", "/v1/artifacts/{id}", a.handleRemoveArtifact},
 		{"GET", "/v1/services", a.handleListServices},
-		{"POST", "/v1/services", a.handleStartService},
-		{"GET", "/v1/services/{coordinate}", a.handleGetService},
+		{"POST", "/v1/services", jsonCall(a.startService)},
+		{"GET", "/v1/services/{coordinate}", jsonAnswer(a.getService)},
 		{"DELETE", "/v1/services/{coordinate}", a.handleRemoveService},
 		{"POST", "/v1/services/{coordinate}/{action}", a.handleServiceAction},
 		{"GET", "/v1/services/{coordinate}/logs", a.handleServiceLogs},
 		{"GET", "/v1/containers", a.handleListContainers},
-		{"POST", "/v1/containers", a.handleDeployContainer},
-		{"GET", "/v1/containers/{id}", a.handleGetContainer},
-		{"DELETE", "/v1/containers/{id}", a.handleDeleteContainer},
+		{"POST", "/v1/containers", jsonCall(a.deployContainer)},
+		{"GET", "/v1/containers/{id}", jsonAnswer(a.getContainer)},
+		{"DELETE", "/v1/containers/{id}", jsonAnswer(a.deleteContainer)},
 		{"GET", "/v1/containers/{id}/logs", a.handleContainerLogs},
-		{"GET", "/v1/resources", a.handleResources},
-		{"POST", "/v1/onboard", a.handleOnboard},
+		{"GET", "/v1/resources", jsonAnswer(a.resources)},
+		{"POST", "/v1/onboard", jsonCall(a.onboard)},
 		{"POST", "/v1/offboard", a.handleOffboard},
-		{"POST", "/v1/commitments", a.handleCommit},
+		{"POST", "/v1/commitments", jsonCall(a.commit)},
 		{"DELETE", "/v1/commitments/{id}", a.handleRelease},
 		{"GET", "/v1/allocations", a.handleListAllocations},
-		{"GET", "/v1/allocations/{id}", a.handleGetAllocation},
+		{"GET", "/v1/allocations/{id}", jsonAnswer(a.allocation)},
 		{"POST", "/v1/allocations/{id}/{action}", a.handleAllocationAction},
 		{"GET", "/v1/allocations/{id}/logs", a.handleAllocationLogs},
 	}
@@ -90,6 +90,31 @@ func (a *Agent) localHandler() http.Handler {
 		httpapi.WriteError(w, errdefs.NotFound("no local API endpoint %s %s", r.Method, r.URL.Path))
 	})
 	return mux
+}
+
+// jsonAnswer is a handler that answers, as JSON, what get returns.
+func jsonAnswer[T any](get func(r *http.Request) (T, error)) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		v, err := get(r)
+		if err != nil {
+			return err
+		}
+		httpapi.WriteJSON(w, http.StatusOK, v)
+		return nil
+	}
+}
+
+// jsonCall is jsonAnswer for a request with a JSON body, which do gets
+// decoded.
+func jsonCall[In, Out any](do func(r *http.Request, in In) (Out, error)) func(http.ResponseWriter, *http.Request) error {
+	return jsonAnswer(func(r *http.Request) (Out, error) {
+		var in In
+		if err := httpapi.Decode(r, &in, maxLocalBody); err != nil {
+			var none Out
+			return none, err
+		}
+		return do(r, in)
+	})
 }
 
 // requireToken guards the TCP listener.
@@ -268,22 +293,17 @@ func (a *Agent) currentServer() string {
 	return a.server()
 }
 
-func (a *Agent) handleInstallArtifact(w http.ResponseWriter, r *http.Request) error {
-	var req api.ArtifactInstall
-	if err := httpapi.Decode(r, &req, maxLocalBody); err != nil {
-		return err
-	}
+func (a *Agent) installArtifact(r *http.Request, req api.ArtifactInstall) (api.Artifact, error) {
 	id, err := artifact.ParseID(req.ID)
 	if err != nil {
-		return errdefs.Field("id", "%v", errdefs.Message(err))
+		return api.Artifact{}, errdefs.Field("id", "%v", errdefs.Message(err))
 	}
 	inst, err := a.wl.artifacts.Install(r.Context(), id)
 	if err != nil {
-		return err
+		return api.Artifact{}, err
 	}
 	a.wl.artifactsChanged()
-	httpapi.WriteJSON(w, http.StatusOK, a.wl.artifactInfo(inst))
-	return nil
+	return a.wl.artifactInfo(inst), nil
 }
 
 func (a *Agent) artifactID(r *http.Request) (artifact.ID, error) {
@@ -294,17 +314,16 @@ func (a *Agent) artifactID(r *http.Request) (artifact.ID, error) {
 	return id, nil
 }
 
-func (a *Agent) handleGetArtifact(w http.ResponseWriter, r *http.Request) error {
+func (a *Agent) getArtifact(r *http.Request) (api.Artifact, error) {
 	id, err := a.artifactID(r)
 	if err != nil {
-		return err
+		return api.Artifact{}, err
 	}
 	inst, err := a.wl.artifacts.Get(id)
 	if err != nil {
-		return err
+		return api.Artifact{}, err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, a.wl.artifactInfo(inst))
-	return nil
+	return a.wl.artifactInfo(inst), nil
 }
 
 func (a *Agent) handleRemoveArtifact(w http.ResponseWriter, r *http.Request) error {
@@ -334,26 +353,12 @@ func (a *Agent) handleListServices(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-func (a *Agent) handleStartService(w http.ResponseWriter, r *http.Request) error {
-	var spec api.ServiceSpec
-	if err := httpapi.Decode(r, &spec, maxLocalBody); err != nil {
-		return err
-	}
-	svc, err := a.wl.startService(r.Context(), spec)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, svc)
-	return nil
+func (a *Agent) startService(r *http.Request, spec api.ServiceSpec) (api.Service, error) {
+	return a.wl.startService(r.Context(), spec)
 }
 
-func (a *Agent) handleGetService(w http.ResponseWriter, r *http.Request) error {
-	svc, err := a.wl.services.Get(r.PathValue("coordinate"))
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, svc)
-	return nil
+func (a *Agent) getService(r *http.Request) (api.Service, error) {
+	return a.wl.services.Get(r.PathValue("coordinate"))
 }
 
 func (a *Agent) handleRemoveService(w http.ResponseWriter, r *http.Request) error {
@@ -443,36 +448,21 @@ func (a *Agent) handleListContainers(w http.ResponseWriter, r *http.Request) err
 	return nil
 }
 
-func (a *Agent) handleDeployContainer(w http.ResponseWriter, r *http.Request) error {
-	var job api.ContainerJob
-	if err := httpapi.Decode(r, &job, maxLocalBody); err != nil {
-		return err
-	}
-	c, err := a.wl.deployContainer(r.Context(), job)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, c)
-	return nil
+func (a *Agent) deployContainer(r *http.Request, job api.ContainerJob) (api.Container, error) {
+	return a.wl.deployContainer(r.Context(), job)
 }
 
-func (a *Agent) handleGetContainer(w http.ResponseWriter, r *http.Request) error {
-	c, err := a.wl.containers.Get(r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, c)
-	return nil
+func (a *Agent) getContainer(r *http.Request) (api.Container, error) {
+	return a.wl.containers.Get(r.PathValue("id"))
 }
 
-func (a *Agent) handleDeleteContainer(w http.ResponseWriter, r *http.Request) error {
+func (a *Agent) deleteContainer(r *http.Request) (api.Container, error) {
 	c, err := a.wl.containers.Delete(r.Context(), r.PathValue("id"))
 	if err != nil {
-		return err
+		return api.Container{}, err
 	}
 	a.wl.unbook(api.AllocationContainer, c.Job.ID)
-	httpapi.WriteJSON(w, http.StatusOK, c)
-	return nil
+	return c, nil
 }
 
 func (a *Agent) handleContainerLogs(w http.ResponseWriter, r *http.Request) error {

@@ -1,12 +1,9 @@
 package agent
 
 import (
-	"crypto/tls"
 	"errors"
 	"io"
-	"log"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,30 +12,16 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/tlsca"
+	"github.com/nodemgr/nodemgr/internal/base/tlsca/tlscatest"
 )
 
 // tlsServer serves HTTPS on 127.0.0.1 with a certificate from a fresh CA
 // and returns its URL and the CA.
 func tlsServer(t *testing.T) (string, *tlsca.CA) {
 	t.Helper()
-	ca, _, err := tlsca.LoadOrCreate(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ca.ServerConfig([]string{"127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return tlscatest.Server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.Header.Get("Authorization"))
-	}), ErrorLog: log.New(io.Discard, "", 0)}
-	go srv.Serve(tls.NewListener(ln, cfg))
-	t.Cleanup(func() { srv.Close() })
-	return "https://" + ln.Addr().String(), ca
+	}))
 }
 
 func testAgent(t *testing.T, cfg Config) (*Agent, error) {

@@ -58,15 +58,8 @@ func (l *Ledger) restore(st fileState) {
 }
 
 // loadState reads the state file at path; found is false if there is none.
-func loadState(path string) (st fileState, found bool, err error) {
-	found, err = atomicfile.ReadJSON(path, &st)
-	switch {
-	case errors.Is(err, atomicfile.ErrCorrupt):
-		return st, true, corrupt(path, err.Error())
-	case err != nil:
-		return st, false, fmt.Errorf("read capacity state: %w", err)
-	}
-	return st, found, nil
+func loadState(path string) (fileState, bool, error) {
+	return atomicfile.ReadState[fileState](path, "capacity state", corrupt)
 }
 
 func corrupt(path, why string) error {

@@ -175,17 +175,7 @@ func (m *Manager) start(ctx context.Context, id string) error {
 
 // inspect returns the container, or an errdefs.ErrNotFound when it is gone.
 func (m *Manager) inspect(ctx context.Context, id string) (container.InspectResponse, error) {
-	res, err := m.engine.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-	if err != nil {
-		if cerrdefs.IsNotFound(err) {
-			return container.InspectResponse{}, errdefs.NotFound("container %.12s", id)
-		}
-		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: %w", id, dockerengine.Classify(err))
-	}
-	if res.Container.State == nil {
-		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: the engine reported no state", id)
-	}
-	return res.Container, nil
+	return dockerengine.Inspect(ctx, m.engine, id)
 }
 
 // oomSettle is how long a SIGKILLed container of a job with a memory

@@ -381,18 +381,24 @@ func (a *Allocator) ReleaseOwner(owner string) []int {
 	defer a.mu.Unlock()
 	now := a.now()
 	a.expire(now)
+	ports := a.heldBy(owner)
+	if len(ports) == 0 {
+		return nil
+	}
+	a.release(owner, ports, now)
+	_ = a.save()
+	return ports
+}
+
+// heldBy lists the ports owner holds, sorted; a.mu is held.
+func (a *Allocator) heldBy(owner string) []int {
 	var ports []int
 	for p, o := range a.held {
 		if o == owner {
 			ports = append(ports, p)
 		}
 	}
-	if len(ports) == 0 {
-		return nil
-	}
 	sort.Ints(ports)
-	a.release(owner, ports, now)
-	_ = a.save()
 	return ports
 }
 
@@ -403,16 +409,10 @@ func (a *Allocator) ReleaseOwner(owner string) []int {
 func (a *Allocator) HandOver(owner string) []int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var ports []int
-	for p, o := range a.held {
-		if o == owner {
-			ports = append(ports, p)
-		}
-	}
+	ports := a.heldBy(owner)
 	if len(ports) == 0 {
 		return nil
 	}
-	sort.Ints(ports)
 	for _, p := range ports {
 		delete(a.held, p)
 		a.addAvail(p)

@@ -4,7 +4,6 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/atomicfile"
 
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -67,15 +66,8 @@ func (a *Allocator) save() error {
 }
 
 // loadState reads the state file at path; found is false if there is none.
-func loadState(path string) (st fileState, found bool, err error) {
-	found, err = atomicfile.ReadJSON(path, &st)
-	switch {
-	case errors.Is(err, atomicfile.ErrCorrupt):
-		return st, true, corrupt(path, err.Error())
-	case err != nil:
-		return st, false, fmt.Errorf("read port state: %w", err)
-	}
-	return st, found, nil
+func loadState(path string) (fileState, bool, error) {
+	return atomicfile.ReadState[fileState](path, "port state", corrupt)
 }
 
 func corrupt(path, why string) error {

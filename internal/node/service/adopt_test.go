@@ -5,7 +5,6 @@ package service
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -25,8 +24,7 @@ func TestReadoption(t *testing.T) {
 	h := newHarness(t)
 	a, stopA := h.supervisor()
 	const coord = "a.adopt.u.c"
-	v := mustStart(t, a, h.spec(coord))
-	waitAnswer(t, v.Port)
+	v := startAnswering(t, a, h.spec(coord))
 	stopA()
 
 	if r := waitAnswer(t, v.Port); r.PID != v.PID {
@@ -54,14 +52,7 @@ func TestReadoption(t *testing.T) {
 	}
 
 	syscall.Kill(v.PID, syscall.SIGKILL)
-	var after api.Service
-	waitFor(t, 10*time.Second, "the adopted service to be restarted", func() error {
-		after, _ = b.Get(coord)
-		if after.State != api.ServiceRunning || after.Restarts != 1 {
-			return fmt.Errorf("state %s restarts %d", after.State, after.Restarts)
-		}
-		return nil
-	})
+	after := waitRestarts(t, b, coord, 1, "the adopted service to be restarted")
 	if after.PID == v.PID || after.LastExit != "unknown" {
 		t.Errorf("after kill: %+v; want a new pid and last exit unknown", after)
 	}
@@ -76,22 +67,14 @@ func TestDiedWhileAway(t *testing.T) {
 	h := newHarness(t)
 	a, stopA := h.supervisor()
 	const coord = "a.away.u.c"
-	v := mustStart(t, a, h.spec(coord))
-	waitAnswer(t, v.Port)
+	v := startAnswering(t, a, h.spec(coord))
 	stopA()
 	syscall.Kill(v.PID, syscall.SIGKILL)
 	gone(t, v.PID)
 
 	b, _ := h.supervisor()
 	<-b.ready
-	var got api.Service
-	waitFor(t, 10*time.Second, "restart by the new supervisor", func() error {
-		got, _ = b.Get(coord)
-		if got.State != api.ServiceRunning || got.Restarts != 1 {
-			return fmt.Errorf("state %s restarts %d", got.State, got.Restarts)
-		}
-		return nil
-	})
+	got := waitRestarts(t, b, coord, 1, "restart by the new supervisor")
 	if got.LastExit != exitedAway || got.PID == v.PID {
 		t.Errorf("%+v: want last exit %q and a new pid", got, exitedAway)
 	}

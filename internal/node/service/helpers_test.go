@@ -465,6 +465,32 @@ func mustStart(t *testing.T, s *Supervisor, spec api.ServiceSpec) api.Service {
 	return v
 }
 
+// waitRestarts waits until the service runs again after restarts
+// restarts, and returns it; what says what is waited for.
+func waitRestarts(t *testing.T, s *Supervisor, coord string, restarts int, what string) api.Service {
+	t.Helper()
+	var v api.Service
+	waitFor(t, 10*time.Second, what, func() error {
+		var err error
+		if v, err = s.Get(coord); err != nil {
+			return err
+		}
+		if v.State != api.ServiceRunning || v.Restarts != restarts {
+			return fmt.Errorf("state %s restarts %d", v.State, v.Restarts)
+		}
+		return nil
+	})
+	return v
+}
+
+// startAnswering starts a service and waits until it answers on its port.
+func startAnswering(t *testing.T, s *Supervisor, spec api.ServiceSpec) api.Service {
+	t.Helper()
+	v := mustStart(t, s, spec)
+	waitAnswer(t, v.Port)
+	return v
+}
+
 // gone waits until pid no longer runs (or is a zombie).
 func gone(t *testing.T, pid int) {
 	t.Helper()

@@ -281,16 +281,13 @@ func (s *Supervisor) lookup(ctx context.Context, coordinate string) (*svc, error
 		if sv == nil {
 			return nil, notFound(coordinate)
 		}
-		if err := sv.lock(ctx); err != nil {
+		live, err := s.lockLive(ctx, sv)
+		if err != nil {
 			return nil, err
 		}
-		s.mu.Lock()
-		removed := sv.removed
-		s.mu.Unlock()
-		if !removed {
+		if live {
 			return sv, nil
 		}
-		sv.unlock() // removed while we waited; look again
 	}
 }
 
@@ -308,17 +305,30 @@ func (s *Supervisor) claim(ctx context.Context, c workload.Coordinate) (*svc, er
 			return sv, nil
 		}
 		s.mu.Unlock()
-		if err := sv.lock(ctx); err != nil {
+		live, err := s.lockLive(ctx, sv)
+		if err != nil {
 			return nil, err
 		}
-		s.mu.Lock()
-		removed := sv.removed
-		s.mu.Unlock()
-		if !removed {
+		if live {
 			return sv, nil
 		}
-		sv.unlock()
 	}
+}
+
+// lockLive locks sv, and says whether it is still in the books; one
+// removed while we waited is unlocked again, for the caller to look again.
+func (s *Supervisor) lockLive(ctx context.Context, sv *svc) (bool, error) {
+	if err := sv.lock(ctx); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	removed := sv.removed
+	s.mu.Unlock()
+	if removed {
+		sv.unlock()
+		return false, nil
+	}
+	return true, nil
 }
 
 // save writes a service's record as it is now. Holding wmu while taking

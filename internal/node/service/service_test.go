@@ -368,21 +368,9 @@ func TestKilledServiceRestarts(t *testing.T) {
 	h := newHarness(t)
 	s, _ := h.supervisor()
 	const coord = "a.kill.u.c"
-	v := mustStart(t, s, h.spec(coord))
-	waitAnswer(t, v.Port)
+	v := startAnswering(t, s, h.spec(coord))
 	syscall.Kill(v.PID, syscall.SIGKILL)
-	var got api.Service
-	waitFor(t, 10*time.Second, "a restart", func() error {
-		var err error
-		got, err = s.Get(coord)
-		if err != nil {
-			return err
-		}
-		if got.State != api.ServiceRunning || got.Restarts != 1 {
-			return fmt.Errorf("state %s restarts %d", got.State, got.Restarts)
-		}
-		return nil
-	})
+	got := waitRestarts(t, s, coord, 1, "a restart")
 	if got.PID == v.PID || got.Port != v.Port || got.LastExit != "signal: killed" || got.LastExitAt == nil {
 		t.Errorf("after kill: %+v; want a new pid, the same port %d, last exit signal: killed", got, v.Port)
 	}
@@ -472,13 +460,7 @@ func TestLongRunResetsQuickDeaths(t *testing.T) {
 		time.Sleep(150 * time.Millisecond) // outlive MinPeriod, so the death is not quick
 		cur, _ := s.Get(coord)
 		syscall.Kill(cur.PID, syscall.SIGKILL)
-		waitFor(t, 10*time.Second, fmt.Sprintf("restart %d", i), func() error {
-			v, _ = s.Get(coord)
-			if v.State != api.ServiceRunning || v.Restarts != i {
-				return fmt.Errorf("state %s restarts %d", v.State, v.Restarts)
-			}
-			return nil
-		})
+		v = waitRestarts(t, s, coord, i, fmt.Sprintf("restart %d", i))
 	}
 }
 
@@ -489,8 +471,7 @@ func TestStop(t *testing.T) {
 
 	t.Run("term", func(t *testing.T) {
 		const coord = "a.stop.u.c"
-		v := mustStart(t, s, h.spec(coord))
-		waitAnswer(t, v.Port)
+		v := startAnswering(t, s, h.spec(coord))
 		got, err := s.Stop(ctx, coord)
 		if err != nil {
 			t.Fatal(err)
@@ -515,8 +496,7 @@ func TestStop(t *testing.T) {
 		spec := h.spec(coord)
 		spec.Env = map[string]string{"SVC_IGNORE_TERM": "1"}
 		spec.StopGrace = api.Duration(300 * time.Millisecond)
-		v := mustStart(t, s, spec)
-		waitAnswer(t, v.Port)
+		v := startAnswering(t, s, spec)
 		start := time.Now()
 		got, err := s.Stop(ctx, coord)
 		if err != nil {
@@ -574,8 +554,7 @@ func TestDrain(t *testing.T) {
 		spec := h.spec(coord)
 		spec.Env = map[string]string{"SVC_DRAIN_EXIT": "1"}
 		spec.Drain = api.DrainSpec{Signal: "USR1", Timeout: api.Duration(10 * time.Second)}
-		v := mustStart(t, s, spec)
-		waitAnswer(t, v.Port)
+		startAnswering(t, s, spec)
 		start := time.Now()
 		got, err := s.Drain(ctx, coord)
 		if err != nil {
@@ -599,8 +578,7 @@ func TestDrain(t *testing.T) {
 			Command: []string{"/bin/sh", "-c", `echo "drain $NODEMGR_COORDINATE port $PORT" > drained-by-command`},
 			Timeout: api.Duration(10 * time.Second),
 		}
-		v := mustStart(t, s, spec)
-		waitAnswer(t, v.Port)
+		v := startAnswering(t, s, spec)
 		got, err := s.Drain(ctx, coord)
 		if err != nil {
 			t.Fatal(err)
@@ -650,8 +628,7 @@ func TestRestartOp(t *testing.T) {
 	s, _ := h.supervisor()
 	ctx := context.Background()
 	const coord = "a.restart.u.c"
-	v := mustStart(t, s, h.spec(coord))
-	waitAnswer(t, v.Port)
+	v := startAnswering(t, s, h.spec(coord))
 	r, err := s.Restart(ctx, coord)
 	if err != nil {
 		t.Fatal(err)

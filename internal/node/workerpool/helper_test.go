@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -219,6 +220,28 @@ func start(t testing.TB, cfg Config, src Source) *running {
 		}
 	})
 	return r
+}
+
+// checkEachFetchedEnded fails t unless every task the pool fetched was
+// reported or given back, once.
+func checkEachFetchedEnded(t testing.TB, rec workerpooltest.Record) {
+	t.Helper()
+	ended := slices.Clone(rec.Returned)
+	for _, r := range rec.Reports {
+		ended = append(ended, r.TaskID)
+	}
+	slices.Sort(ended)
+	if fetched := slices.Sorted(slices.Values(rec.Fetched)); !slices.Equal(ended, fetched) {
+		t.Errorf("reported+returned = %v, want each fetched task once: %v", ended, fetched)
+	}
+}
+
+// finish fails t unless Run returns nil within.
+func (r *running) finish(t testing.TB, within time.Duration) {
+	t.Helper()
+	if err := r.wait(t, within); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
 }
 
 // wait waits for Run to return and gives its error.

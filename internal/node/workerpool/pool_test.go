@@ -40,9 +40,7 @@ func TestEveryTaskRunsOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src := newSource(tasks("t", tc.tasks, "ok")...)
 			p := start(t, config(t, "worker", tc.workers, tc.prefetch), src)
-			if err := p.wait(t, 60*time.Second); err != nil {
-				t.Fatalf("Run = %v, want nil", err)
-			}
+			p.finish(t, 60*time.Second)
 			rec := src.Record()
 			fetched, returned, reports, maxes := rec.Fetched, rec.Returned, rec.Reports, rec.Maxes
 			if len(fetched) != tc.tasks {
@@ -95,9 +93,7 @@ func TestWorkerEnvironment(t *testing.T) {
 	cfg := config(t, "worker", 1, 0)
 	cfg.Env = append(cfg.Env, "EXTRA=1")
 	p := start(t, cfg, src)
-	if err := p.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 20*time.Second)
 	r, _ := src.ReportFor("env")
 	env := strings.Split(r.Result.Stdout, "\n")
 	for _, want := range []string{"EXTRA=1", "PATH=" + os.Getenv("PATH"), "TZ=Europe/Paris", "NODEMGR_SUITE_ID=suite-1",
@@ -118,17 +114,13 @@ func TestWorkerEnvironment(t *testing.T) {
 func TestDoneWithNoTasks(t *testing.T) {
 	src := newSource()
 	p := start(t, config(t, "worker", 2, 32), src)
-	if err := p.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 20*time.Second)
 }
 
 func TestFailedTask(t *testing.T) {
 	src := newSource(task("bad", "fail", "3"))
 	p := start(t, config(t, "worker", 1, 0), src)
-	if err := p.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 20*time.Second)
 	r, _ := src.ReportFor("bad")
 	if r.Outcome != api.OutcomeFailed || r.Reason != "exit status 3" || r.Result.ExitCode != 3 || r.Crash || r.Result.Stderr != "failing" {
 		t.Errorf("report = %+v, want failed, exit status 3, not a crash, with stderr", r)
@@ -160,9 +152,7 @@ func TestWorkerDeath(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src := newSource(append([]api.Task{task("victim", tc.argv...)}, tasks("after", 3, "ok")...)...)
 			p := start(t, config(t, "worker", 1, 0), src)
-			if err := p.wait(t, 30*time.Second); err != nil {
-				t.Fatalf("Run = %v, want nil", err)
-			}
+			p.finish(t, 30*time.Second)
 			r, ok := src.ReportFor("victim")
 			if !ok {
 				t.Fatal("no report for the task the worker died with")
@@ -192,9 +182,7 @@ func TestProtocolViolation(t *testing.T) {
 			marker := filepath.Join(shortTempDir(t), "done")
 			src := newSource(task("victim", misdeed, marker), task("next", "ok"))
 			p := start(t, config(t, "raw", 1, 32), src)
-			if err := p.wait(t, 30*time.Second); err != nil {
-				t.Fatalf("Run = %v, want nil", err)
-			}
+			p.finish(t, 30*time.Second)
 			if _, err := os.Stat(marker); err != nil {
 				t.Fatalf("the worker never misbehaved: %v", err)
 			}
@@ -240,9 +228,7 @@ func TestTimeout(t *testing.T) {
 			cfg := config(t, "worker", 1, 0)
 			cfg.KillGrace = 300 * time.Millisecond
 			p := start(t, cfg, src)
-			if err := p.wait(t, 20*time.Second); err != nil {
-				t.Fatalf("Run = %v, want nil", err)
-			}
+			p.finish(t, 20*time.Second)
 			r, _ := src.ReportFor("slow")
 			if r.Outcome != api.OutcomeFailed || r.Reason != "timeout" || r.Crash || r.Result.Signal != tc.signal {
 				t.Errorf("report = %+v, want failed, reason timeout, no crash, signal %q", r, tc.signal)
@@ -283,9 +269,7 @@ func TestCancel(t *testing.T) {
 	if !p.Cancel("running", 1) {
 		t.Error(`Cancel("running") = false, want true`)
 	}
-	if err := p.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 20*time.Second)
 	for id, want := range map[string]string{"running": "failed/cancelled", "buffered": "failed/cancelled", "last": "succeeded/"} {
 		if r, _ := src.ReportFor(id); r.Outcome+"/"+r.Reason != want {
 			t.Errorf("report for %s = %+v, want %s", id, r, want)
@@ -307,9 +291,7 @@ func TestGracefulStop(t *testing.T) {
 		return st.Busy == 2 && st.Buffered > 0
 	})
 	p.Stop(true)
-	if err := p.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 20*time.Second)
 	rec := src.Record()
 	fetched, returned, reports := rec.Fetched, rec.Returned, rec.Reports
 	if len(reports) != 2 {
@@ -343,9 +325,7 @@ func TestForceStop(t *testing.T) {
 			waitFor(t, 20*time.Second, "both workers busy", func() bool { return p.Stats().Busy == 2 })
 			begin := time.Now()
 			p.Stop(false)
-			if err := p.wait(t, 20*time.Second); err != nil {
-				t.Fatalf("Run = %v, want nil", err)
-			}
+			p.finish(t, 20*time.Second)
 			if d := time.Since(begin); d > defaultKillGrace {
 				t.Errorf("Run took %v to return after Stop(false), want less than the kill grace", d)
 			}
@@ -382,9 +362,7 @@ func TestWake(t *testing.T) {
 	if d := time.Since(begin); d > time.Second {
 		t.Errorf("task ran %v after Wake, want well under the 1.6s backoff", d)
 	}
-	if err := p.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 20*time.Second)
 }
 
 func TestBrokenWorkerCommand(t *testing.T) {
@@ -525,9 +503,7 @@ func TestBatchedWorkerDeath(t *testing.T) {
 	list = append(list, tasks("behind", 6, "ok")...)
 	src := newSource(list...)
 	p := start(t, config(t, "worker", 1, 32), src)
-	if err := p.wait(t, 30*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 30*time.Second)
 	rec := src.Record()
 	counts := map[string]int{}
 	for _, r := range rec.Reports {
@@ -573,9 +549,7 @@ func TestBatchedCancelAndTimeout(t *testing.T) {
 	if !p.Cancel("doomed", 1) {
 		t.Fatal("Cancel(doomed) = false, want the pool to hold it")
 	}
-	if err := p.wait(t, 30*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 30*time.Second)
 	want := map[string]string{"first": api.OutcomeSucceeded, "doomed": "cancelled", "slow": "timeout", "waits": api.OutcomeSucceeded}
 	counts := map[string]int{}
 	for _, r := range src.Record().Reports {
@@ -607,9 +581,7 @@ func TestWorkerChildHoldsStderr(t *testing.T) {
 	src := newSource(task("victim", "exit-leaving-child", pidFile), task("next", "ok"))
 	p := start(t, config(t, "worker", 1, 0), src)
 	begin := time.Now()
-	if err := p.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 20*time.Second)
 	t.Cleanup(func() {
 		if b, err := os.ReadFile(pidFile); err == nil {
 			if pid, err := strconv.Atoi(string(b)); err == nil {
@@ -702,9 +674,7 @@ func TestGracefulStopReturnsAFetchOnItsWay(t *testing.T) {
 	}
 	p.Stop(true)
 	time.AfterFunc(200*time.Millisecond, func() { close(src.answer) })
-	if err := p.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 20*time.Second)
 	if n := src.lost.Load(); n != 0 {
 		t.Errorf("%d claimed tasks were lost: the fetch on its way was cancelled", n)
 	}
@@ -745,21 +715,11 @@ func TestRelease(t *testing.T) {
 		t.Errorf("after releasing everything: %d busy, %d buffered; want 1 and 0", st.Busy, st.Buffered)
 	}
 	p.Stop(false)
-	if err := p.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 20*time.Second)
 	if got := p.Release(1); got != 0 {
 		t.Errorf("Release after Run = %d, want 0", got)
 	}
-	rec := src.Record()
-	ended := slices.Clone(rec.Returned)
-	for _, r := range rec.Reports {
-		ended = append(ended, r.TaskID)
-	}
-	slices.Sort(ended)
-	if fetched := slices.Sorted(slices.Values(rec.Fetched)); !slices.Equal(ended, fetched) {
-		t.Errorf("reported+returned = %v, want each fetched task once: %v", ended, fetched)
-	}
+	checkEachFetchedEnded(t, src.Record())
 }
 
 // startBatched runs a pool of one worker that holds a batch queued behind
@@ -817,23 +777,14 @@ func TestReleaseTakesBackQueuedTasks(t *testing.T) {
 		return ok
 	})
 	p.Stop(true)
-	if err := p.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 20*time.Second)
 	rec := src.Record()
 	for _, id := range held {
 		if _, ok := src.ReportFor(id); ok {
 			t.Errorf("%s was given back and reported too", id)
 		}
 	}
-	ended := slices.Clone(rec.Returned)
-	for _, r := range rec.Reports {
-		ended = append(ended, r.TaskID)
-	}
-	slices.Sort(ended)
-	if fetched := slices.Sorted(slices.Values(rec.Fetched)); !slices.Equal(ended, fetched) {
-		t.Errorf("reported+returned = %v, want each fetched task once: %v", ended, fetched)
-	}
+	checkEachFetchedEnded(t, rec)
 }
 
 // A worker too old to answer Release keeps its batch (it may have started
@@ -925,9 +876,7 @@ func TestReleasedCrossesAReport(t *testing.T) {
 	if f := readFrame(t, c); f.Op != workerproto.OpTask || !f.Task.Done {
 		t.Errorf("answer to the next fetch: %+v, want done: every task is reported or returned", f.Task)
 	}
-	if err := p.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	p.finish(t, 20*time.Second)
 	rec := src.Record()
 	if got, want := slices.Sorted(slices.Values(rec.Returned)), []string{"t-001", "t-002", "t-003"}; !slices.Equal(got, want) {
 		t.Errorf("returned %v, want %v", got, want)

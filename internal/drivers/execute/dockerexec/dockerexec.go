@@ -26,7 +26,6 @@ package dockerexec
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -98,14 +97,11 @@ func (e *Docker) Exec(ctx context.Context, d provision.Deployment, cmd execute.C
 	if err != nil {
 		return -1, err
 	}
-	if len(cmd.Argv) == 0 {
-		return -1, errdefs.Field("argv", "is empty")
+	ctx, cancel, err := cmd.Bound(ctx)
+	if err != nil {
+		return -1, err
 	}
-	if cmd.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cmd.Timeout)
-		defer cancel()
-	}
+	defer cancel()
 	name := cmd.Argv[0]
 
 	cr, err := e.engine.ExecCreate(ctx, id, client.ExecCreateOptions{
@@ -117,7 +113,7 @@ func (e *Docker) Exec(ctx context.Context, d provision.Deployment, cmd execute.C
 		AttachStderr: true,
 	})
 	if err != nil {
-		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cutOff(ctx, cmd.Timeout, dockerengine.Classify(err)))
+		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cmd.CutOff(ctx, dockerengine.Classify(err)))
 	}
 	// Attaching starts the command. A cut-off during the request would
 	// leave the engine starting a process the client no longer knows
@@ -127,7 +123,7 @@ func (e *Docker) Exec(ctx context.Context, d provision.Deployment, cmd execute.C
 	att, err := e.engine.ExecAttach(startCtx, cr.ID, client.ExecAttachOptions{})
 	cancelStart()
 	if err != nil {
-		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cutOff(ctx, cmd.Timeout, dockerengine.Classify(err)))
+		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cmd.CutOff(ctx, dockerengine.Classify(err)))
 	}
 	defer att.Close()
 
@@ -155,7 +151,7 @@ func (e *Docker) Exec(ctx context.Context, d provision.Deployment, cmd execute.C
 		att.Close()
 		<-copied
 		e.kill(cr.ID, id)
-		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cutOff(ctx, cmd.Timeout, ctx.Err()))
+		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cmd.CutOff(ctx, ctx.Err()))
 	}
 	if err != nil {
 		return -1, fmt.Errorf("exec %s in %s: output stream: %w", name, d.Name, err)
@@ -167,7 +163,7 @@ func (e *Docker) Exec(ctx context.Context, d provision.Deployment, cmd execute.C
 			// Cut off after it closed its output: it may still run.
 			e.kill(cr.ID, id)
 		}
-		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cutOff(ctx, cmd.Timeout, err))
+		return -1, fmt.Errorf("exec %s in %s: %w", name, d.Name, cmd.CutOff(ctx, err))
 	}
 	if insp.PID == 0 && (insp.ExitCode == 126 || insp.ExitCode == 127) {
 		// It never ran: the runtime could not start it.
@@ -316,22 +312,7 @@ func containerID(e execute.Executor, d provision.Deployment) (string, error) {
 	if err := execute.Check(e, d); err != nil {
 		return "", err
 	}
-	if d.ResourceID == "" {
-		return "", errdefs.Field("resource_id", "deployment %s has no container ID", d.Name)
-	}
-	return d.ResourceID, nil
-}
-
-// cutOff says why a command was cut off when ctx ended, and passes other
-// errors through.
-func cutOff(ctx context.Context, timeout time.Duration, err error) error {
-	switch {
-	case ctx.Err() == nil:
-		return err
-	case errors.Is(ctx.Err(), context.DeadlineExceeded) && timeout > 0:
-		return fmt.Errorf("timed out after %v: %w", timeout, context.DeadlineExceeded)
-	}
-	return ctx.Err()
+	return d.Resource("container ID")
 }
 
 func orDiscard(w io.Writer) io.Writer {

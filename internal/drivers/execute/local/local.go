@@ -68,14 +68,11 @@ func (l *Local) Exec(ctx context.Context, d provision.Deployment, cmd execute.Co
 	if err := execute.Check(l, d); err != nil {
 		return -1, err
 	}
-	if len(cmd.Argv) == 0 {
-		return -1, errdefs.Field("argv", "is empty")
+	ctx, cancel, err := cmd.Bound(ctx)
+	if err != nil {
+		return -1, err
 	}
-	if cmd.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cmd.Timeout)
-		defer cancel()
-	}
+	defer cancel()
 	if err := checkDir(cmd.Dir); err != nil {
 		return -1, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
 	}
@@ -86,7 +83,7 @@ func (l *Local) Exec(ctx context.Context, d provision.Deployment, cmd execute.Co
 	c.WaitDelay = outputWait
 	ownGroup(c)
 
-	err := c.Run()
+	err = c.Run()
 	switch {
 	case err == nil:
 		return 0, nil

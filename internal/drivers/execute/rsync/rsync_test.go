@@ -12,7 +12,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/executetest"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/rsync"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
@@ -26,25 +25,15 @@ func TestMain(m *testing.M) { os.Exit(sshtest.Main(m)) }
 // deployment of the test server.
 func node(t testing.TB, settings map[string]string) (*rsync.Rsync, provision.Deployment, *sshtest.Server) {
 	t.Helper()
-	srv := sshtest.Shared(t)
 	sshtest.Need(t, "rsync")
 	sshtest.Need(t, "ssh")
-	s := srv.Settings()
-	for k, v := range settings {
-		s[k] = v
-	}
-	r, err := rsync.New(s)
-	if err != nil {
-		t.Fatalf("rsync.New: %v", err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r, srv.Deployment("node", ssh.Capability, rsync.Capability), srv
+	return sshtest.Executor(t, rsync.New, settings, ssh.Capability, rsync.Capability)
 }
 
 func TestConformance(t *testing.T) {
 	executetest.Run(t, func(t *testing.T) executetest.Target {
 		r, d, srv := node(t, nil)
-		return executetest.Target{Executor: r, Deployment: d, User: srv.User, Env: sshtest.EnvVar}
+		return srv.Target(r, d)
 	})
 }
 
@@ -151,18 +140,7 @@ func TestHostKeyChecked(t *testing.T) {
 // need only copy:rsync.
 func TestExecNeedsSSH(t *testing.T) {
 	r, d, _ := node(t, nil)
-	d.Executors = []string{rsync.Capability}
-	code, err := r.Exec(context.Background(), d, execute.Command{Argv: []string{"true"}})
-	if code != -1 || !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), ssh.Capability) {
-		t.Errorf("Exec on a copy:rsync-only deployment = %d, %v; want -1 and invalid naming %s", code, err, ssh.Capability)
-	}
-	src := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(src, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.CopyTo(ctxFor(t), d, src, filepath.Join(t.TempDir(), "copied")); err != nil {
-		t.Errorf("CopyTo on a copy:rsync-only deployment = %v", err)
-	}
+	sshtest.CopyOnly(t, r, d)
 }
 
 func TestSSHConfig(t *testing.T) {

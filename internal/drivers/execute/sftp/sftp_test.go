@@ -2,15 +2,12 @@ package sftp_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/executetest"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/sftp"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
@@ -22,19 +19,13 @@ func TestMain(m *testing.M) { os.Exit(sshtest.Main(m)) }
 
 func node(t *testing.T) (*sftp.SFTP, provision.Deployment, *sshtest.Server) {
 	t.Helper()
-	srv := sshtest.Shared(t)
-	f, err := sftp.New(srv.Settings())
-	if err != nil {
-		t.Fatalf("sftp.New: %v", err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f, srv.Deployment("node", ssh.Capability, sftp.Capability), srv
+	return sshtest.Executor(t, sftp.New, nil, ssh.Capability, sftp.Capability)
 }
 
 func TestConformance(t *testing.T) {
 	executetest.Run(t, func(t *testing.T) executetest.Target {
 		f, d, srv := node(t)
-		return executetest.Target{Executor: f, Deployment: d, User: srv.User, Env: sshtest.EnvVar}
+		return srv.Target(f, d)
 	})
 }
 
@@ -42,20 +33,7 @@ func TestConformance(t *testing.T) {
 // which a deployment with copy:sftp alone does not carry.
 func TestExecNeedsSSH(t *testing.T) {
 	f, d, _ := node(t)
-	d.Executors = []string{sftp.Capability}
-	code, err := f.Exec(context.Background(), d, execute.Command{Argv: []string{"true"}})
-	if code != -1 || !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), ssh.Capability) {
-		t.Errorf("Exec on a copy:sftp-only deployment = %d, %v; want -1 and invalid naming %s", code, err, ssh.Capability)
-	}
-	// Copies need no exec:ssh.
-	src := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(src, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(t.TempDir(), "copied")
-	if err := f.CopyTo(context.Background(), d, src, dst); err != nil {
-		t.Errorf("CopyTo on a copy:sftp-only deployment = %v", err)
-	}
+	sshtest.CopyOnly(t, f, d)
 }
 
 // TestNoWriteThroughLinks checks that a link on the machine where the

@@ -43,9 +43,11 @@ func (e *SSH) Exec(ctx context.Context, d provision.Deployment, cmd execute.Comm
 // machines through this one (sftp, rsync) once they have checked their
 // own capability.
 func (e *SSH) Run(ctx context.Context, d provision.Deployment, cmd execute.Command) (int, error) {
-	if len(cmd.Argv) == 0 {
-		return -1, errdefs.Field("argv", "is empty")
+	ctx, cancel, err := cmd.Bound(ctx)
+	if err != nil {
+		return -1, err
 	}
+	defer cancel()
 	line, err := commandLine(cmd.Argv, cmd.Env, cmd.Dir)
 	if err != nil {
 		return -1, err
@@ -54,14 +56,9 @@ func (e *SSH) Run(ctx context.Context, d provision.Deployment, cmd execute.Comma
 	if err != nil {
 		return -1, err
 	}
-	if cmd.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cmd.Timeout)
-		defer cancel()
-	}
 	code, err := e.run(ctx, t, line, cmd)
 	if err != nil {
-		return -1, fmt.Errorf("exec %s on %s: %w", cmd.Argv[0], d.Name, cutOff(ctx, cmd.Timeout, err))
+		return -1, fmt.Errorf("exec %s on %s: %w", cmd.Argv[0], d.Name, cmd.CutOff(ctx, err))
 	}
 	return code, nil
 }

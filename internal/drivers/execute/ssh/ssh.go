@@ -57,7 +57,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -196,18 +195,6 @@ func openChannel(ctx context.Context, c *ssh.Client) (ssh.Channel, <-chan *ssh.R
 		}()
 		return nil, nil, ctx.Err()
 	}
-}
-
-// cutOff says why a command was cut off when ctx ended, and passes other
-// errors through.
-func cutOff(ctx context.Context, timeout time.Duration, err error) error {
-	switch {
-	case ctx.Err() == nil:
-		return err
-	case errors.Is(ctx.Err(), context.DeadlineExceeded) && timeout > 0:
-		return fmt.Errorf("timed out after %v: %w", timeout, context.DeadlineExceeded)
-	}
-	return ctx.Err()
 }
 
 var _ execute.Executor = (*SSH)(nil)

@@ -33,23 +33,13 @@ func TestMain(m *testing.M) { os.Exit(sshtest.Main(m)) }
 // deployment of the test server.
 func node(t testing.TB, settings map[string]string) (*ssh.SSH, provision.Deployment, *sshtest.Server) {
 	t.Helper()
-	srv := sshtest.Shared(t)
-	s := srv.Settings()
-	for k, v := range settings {
-		s[k] = v
-	}
-	e, err := ssh.New(s)
-	if err != nil {
-		t.Fatalf("ssh.New: %v", err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e, srv.Deployment("node", ssh.Capability), srv
+	return sshtest.Executor(t, ssh.New, settings, ssh.Capability)
 }
 
 func TestConformance(t *testing.T) {
 	executetest.Run(t, func(t *testing.T) executetest.Target {
 		e, d, srv := node(t, nil)
-		return executetest.Target{Executor: e, Deployment: d, User: srv.User, Env: sshtest.EnvVar}
+		return srv.Target(e, d)
 	})
 }
 

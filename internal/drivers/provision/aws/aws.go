@@ -670,12 +670,7 @@ func (a *AWS) deploymentOf(inst types.Instance) provision.Deployment {
 	return d
 }
 
-func resourceID(d provision.Deployment) (string, error) {
-	if d.ResourceID == "" {
-		return "", errdefs.Field("resource_id", "deployment %s has no instance ID", d.Name)
-	}
-	return d.ResourceID, nil
-}
+func resourceID(d provision.Deployment) (string, error) { return d.Resource("instance ID") }
 
 var (
 	_ provision.Provider      = (*AWS)(nil)

@@ -377,12 +377,7 @@ func address(mode string, networks map[string]*network.EndpointSettings) string 
 	return ""
 }
 
-func resourceID(dep provision.Deployment) (string, error) {
-	if dep.ResourceID == "" {
-		return "", errdefs.Field("resource_id", "deployment %s has no container ID", dep.Name)
-	}
-	return dep.ResourceID, nil
-}
+func resourceID(dep provision.Deployment) (string, error) { return dep.Resource("container ID") }
 
 var (
 	_ provision.Provider  = (*Docker)(nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/provisiontest"
 )
 
 // setup returns the provider, a raw client to check its work with, the
@@ -132,10 +133,9 @@ func TestLifecycle(t *testing.T) {
 	if want := provision.Verbs; !slices.Equal(d.Verbs(), want) {
 		t.Errorf("Verbs() = %v, want %v", d.Verbs(), want)
 	}
-	steps := []struct {
-		verb string
-		want string
-	}{
+	// Each step is quick: the keep-alive command exits on SIGTERM, so no
+	// grace period is waited out.
+	provisiontest.Steps(ctx, t, d, dep, 5*time.Second, [][2]string{
 		{provision.VerbStop, provision.StateStopped},
 		{provision.VerbStop, provision.StateStopped}, // again: no error
 		{provision.VerbStart, provision.StateRunning},
@@ -150,21 +150,7 @@ func TestLifecycle(t *testing.T) {
 		{provision.VerbStop, provision.StateStopped}, // from paused
 		{provision.VerbTerminate, provision.StateTerminated},
 		{provision.VerbTerminate, provision.StateTerminated}, // gone already: no error
-	}
-	for i, s := range steps {
-		start := time.Now()
-		if err := provision.Do(ctx, d, s.verb, dep); err != nil {
-			t.Fatalf("step %d: Do(%s) = %v", i, s.verb, err)
-		}
-		got, err := d.State(ctx, dep)
-		if err != nil || got != s.want {
-			t.Fatalf("step %d: after %s State = %q, %v, want %q", i, s.verb, got, err, s.want)
-		}
-		// The keep-alive command exits on SIGTERM: no grace period waited out.
-		if el := time.Since(start); el > 5*time.Second {
-			t.Errorf("step %d: %s took %v", i, s.verb, el)
-		}
-	}
+	})
 }
 
 func TestLifecycleRefused(t *testing.T) {

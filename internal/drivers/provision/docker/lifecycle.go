@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -160,15 +159,5 @@ func (d *Docker) lookup(ctx context.Context, dep provision.Deployment) (containe
 	if err != nil {
 		return container.InspectResponse{}, err
 	}
-	res, err := d.engine.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-	if err != nil {
-		if cerrdefs.IsNotFound(err) {
-			return container.InspectResponse{}, errdefs.NotFound("container %.12s", id)
-		}
-		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: %w", id, dockerengine.Classify(err))
-	}
-	if res.Container.State == nil {
-		return container.InspectResponse{}, fmt.Errorf("inspect container %.12s: the engine reported no state", id)
-	}
-	return res.Container, nil
+	return dockerengine.Inspect(ctx, d.engine, id)
 }

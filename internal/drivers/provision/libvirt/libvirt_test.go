@@ -19,6 +19,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision/libvirt"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision/libvirt/libvirttest"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/provisiontest"
 )
 
 // setup returns a provider on the test driver, a connection of the test's
@@ -244,10 +245,7 @@ func TestLifecycle(t *testing.T) {
 	if want := provision.Verbs; !slices.Equal(p.Verbs(), want) {
 		t.Errorf("Verbs() = %v, want %v", p.Verbs(), want)
 	}
-	steps := []struct {
-		verb string
-		want string
-	}{
+	provisiontest.Steps(ctx, t, p, dep, 5*time.Second, [][2]string{
 		{provision.VerbStop, provision.StateStopped},
 		{provision.VerbStop, provision.StateStopped}, // again: no error
 		{provision.VerbStart, provision.StateRunning},
@@ -261,19 +259,7 @@ func TestLifecycle(t *testing.T) {
 		{provision.VerbStart, provision.StateRunning},
 		{provision.VerbTerminate, provision.StateTerminated},
 		{provision.VerbTerminate, provision.StateTerminated},
-	}
-	for i, s := range steps {
-		start := time.Now()
-		if err := provision.Do(ctx, p, s.verb, dep); err != nil {
-			t.Fatalf("step %d: %s: %v", i, s.verb, err)
-		}
-		if took := time.Since(start); took > 5*time.Second {
-			t.Errorf("step %d: %s took %s", i, s.verb, took)
-		}
-		if st, err := p.State(ctx, dep); err != nil || st != s.want {
-			t.Fatalf("step %d: after %s, State = %q, %v; want %s", i, s.verb, st, err, s.want)
-		}
-	}
+	})
 }
 
 func TestLifecycleRefusals(t *testing.T) {

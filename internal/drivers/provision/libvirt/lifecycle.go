@@ -105,6 +105,16 @@ func (p *Libvirt) stop(ctx context.Context, c client, dom golibvirt.Domain) erro
 	}
 }
 
+// lookupState finds the deployment's domain and its state.
+func (p *Libvirt) lookupState(ctx context.Context, dep provision.Deployment) (client, golibvirt.Domain, string, error) {
+	c, dom, err := p.lookup(ctx, dep)
+	if err != nil {
+		return nil, dom, "", err
+	}
+	st, err := stateOf(c, dom)
+	return c, dom, st, err
+}
+
 // powerOff pulls the plug; a domain that stopped meanwhile is fine.
 func (p *Libvirt) powerOff(c client, dom golibvirt.Domain) error {
 	if err := c.DomainDestroy(dom); err != nil && !isCode(err, golibvirt.ErrOperationInvalid) {
@@ -117,11 +127,7 @@ func (p *Libvirt) powerOff(c client, dom golibvirt.Domain) error {
 // it off (libvirt's managed save); Start restores it. A hibernated machine
 // stays so; a stopped one cannot hibernate.
 func (p *Libvirt) Hibernate(ctx context.Context, dep provision.Deployment) error {
-	c, dom, err := p.lookup(ctx, dep)
-	if err != nil {
-		return fmt.Errorf("hibernate %s: %w", dep.Name, err)
-	}
-	st, err := stateOf(c, dom)
+	c, dom, st, err := p.lookupState(ctx, dep)
 	if err != nil {
 		return fmt.Errorf("hibernate %s: %w", dep.Name, err)
 	}
@@ -143,11 +149,7 @@ func (p *Libvirt) Hibernate(ctx context.Context, dep provision.Deployment) error
 // stop_timeout grace. provision.Do refuses a stopped machine; a
 // hibernated one is refused here: start it.
 func (p *Libvirt) Reboot(ctx context.Context, dep provision.Deployment) error {
-	c, dom, err := p.lookup(ctx, dep)
-	if err != nil {
-		return fmt.Errorf("reboot %s: %w", dep.Name, err)
-	}
-	st, err := stateOf(c, dom)
+	c, dom, st, err := p.lookupState(ctx, dep)
 	if err != nil {
 		return fmt.Errorf("reboot %s: %w", dep.Name, err)
 	}

@@ -1,9 +1,11 @@
 package provisiontest
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
@@ -122,4 +124,28 @@ func sprint(v any) string {
 		return fmt.Sprintf("%q", s)
 	}
 	return fmt.Sprint(v)
+}
+
+// Steps does each step's verb (a step is a verb and the state the machine
+// is in right after it) on d through provision.Do, in turn, and fails t
+// unless p's State is then the step's at once (a provider whose verbs
+// wait until they are done), each within took.
+func Steps(ctx context.Context, t *testing.T, p interface {
+	provision.Provider
+	provision.Lifecycle
+}, d provision.Deployment, took time.Duration, steps [][2]string) {
+	t.Helper()
+	for i, s := range steps {
+		verb, want := s[0], s[1]
+		start := time.Now()
+		if err := provision.Do(ctx, p, verb, d); err != nil {
+			t.Fatalf("step %d: Do(%s) = %v", i, verb, err)
+		}
+		if el := time.Since(start); el > took {
+			t.Errorf("step %d: %s took %v", i, verb, el)
+		}
+		if got, err := p.State(ctx, d); err != nil || got != want {
+			t.Fatalf("step %d: after %s State = %q, %v, want %q", i, verb, got, err, want)
+		}
+	}
 }

@@ -20,11 +20,13 @@ package sshtest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -39,6 +41,10 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/executetest"
+	sshexec "github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
@@ -130,6 +136,50 @@ func unavailable(t testing.TB, format string, args ...any) {
 func (s *Server) Deployment(name string, executors ...string) provision.Deployment {
 	return provision.Deployment{ID: "d-" + name, Provider: "sshtest", Name: name, State: provision.StateRunning,
 		Address: s.Addr, Executors: executors}
+}
+
+// Executor makes an executor of the shared server with newExec, from the
+// server's settings with settings over them, closed when t ends, and a
+// deployment of the server that carries capabilities.
+func Executor[E interface{ Close() error }](t testing.TB, newExec func(settings map[string]string) (E, error), settings map[string]string, capabilities ...string) (E, provision.Deployment, *Server) {
+	t.Helper()
+	srv := Shared(t)
+	s := srv.Settings()
+	maps.Copy(s, settings)
+	e, err := newExec(s)
+	if err != nil {
+		t.Fatalf("new executor: %v", err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e, srv.Deployment("node", capabilities...), srv
+}
+
+// CopyOnly checks an executor that copies over ssh's connections (sftp,
+// rsync) on d, a deployment of the server that carries only its copy
+// capability: commands are refused, for want of exec:ssh, and copies
+// work.
+func CopyOnly(t *testing.T, e execute.Executor, d provision.Deployment) {
+	t.Helper()
+	d.Executors = []string{e.Capability()}
+	code, err := e.Exec(context.Background(), d, execute.Command{Argv: []string{"true"}})
+	if code != -1 || !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), sshexec.Capability) {
+		t.Errorf("Exec on a %s-only deployment = %d, %v; want -1 and invalid naming %s", e.Capability(), code, err, sshexec.Capability)
+	}
+	src := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(src, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := e.CopyTo(ctx, d, src, filepath.Join(t.TempDir(), "copied")); err != nil {
+		t.Errorf("CopyTo on a %s-only deployment = %v", e.Capability(), err)
+	}
+}
+
+// Target is the conformance suite's target of e on d, a deployment of
+// the server.
+func (s *Server) Target(e execute.Executor, d provision.Deployment) executetest.Target {
+	return executetest.Target{Executor: e, Deployment: d, User: s.User, Env: EnvVar}
 }
 
 // Settings are the ssh executor's settings that reach the server: its
