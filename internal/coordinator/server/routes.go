@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 
@@ -36,7 +37,13 @@ type route struct {
 }
 
 func (s *Server) routeTable() []route {
-	return slices.Concat(s.coreRoutes(), s.workloadRoutes(), s.containerRoutes(), s.ensembleRoutes())
+	return slices.Concat(s.coreRoutes(), s.documentRoutes("/v1/templates", store.KindTemplate),
+		s.documentRoutes("/v1/mappings", store.KindMapping), s.workloadRoutes(), s.containerRoutes(), s.ensembleRoutes())
+}
+
+// withKind is f's handler for one kind (of token, of document).
+func withKind(f func(http.ResponseWriter, *http.Request, string) error, kind string) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error { return f(w, r, kind) }
 }
 
 func (s *Server) coreRoutes() []route {
@@ -73,15 +80,7 @@ func (s *Server) coreRoutes() []route {
 		{"GET", "/v1/blobs/{digest}", authSelf, s.handleGetBlob},
 		{"POST", "/v1/tasks/{task}/cancel", authUser, s.handleCancelTask},
 
-		{"GET", "/v1/templates", authAdmin, s.handleListTemplates},
-		{"GET", "/v1/templates/{name}", authAdmin, s.handleGetTemplate},
-		{"PUT", "/v1/templates/{name}", authAdmin, s.handlePutTemplate},
-		{"DELETE", "/v1/templates/{name}", authAdmin, s.handleDeleteTemplate},
 		{"GET", "/v1/templates/{name}/render", authAdmin, s.handleRenderTemplate},
-		{"GET", "/v1/mappings", authAdmin, s.handleListMappings},
-		{"GET", "/v1/mappings/{name}", authAdmin, s.handleGetMapping},
-		{"PUT", "/v1/mappings/{name}", authAdmin, s.handlePutMapping},
-		{"DELETE", "/v1/mappings/{name}", authAdmin, s.handleDeleteMapping},
 
 		{"GET", "/v1/deployments", authAdmin, s.handleListDeployments},
 		{"POST", "/v1/deployments", authAdmin, s.handleProvision},
@@ -105,13 +104,13 @@ func (s *Server) coreRoutes() []route {
 		{"DELETE", "/v1/users/{user}", authAdmin, s.handleDeleteUser},
 		{"PUT", "/v1/users/{user}/groups/{group}", authUser, s.handleSetMembership},
 
-		{"GET", "/v1/tokens", authUser, s.handleListTokens},
+		{"GET", "/v1/tokens", authUser, withKind(s.listTokens, api.TokenAPI)},
 		{"POST", "/v1/tokens", authUser, s.handleCreateToken},
-		{"DELETE", "/v1/tokens/{token}", authUser, s.handleDeleteToken},
+		{"DELETE", "/v1/tokens/{token}", authUser, withKind(s.deleteToken, api.TokenAPI)},
 		{"POST", "/v1/tokens/{token}/rotate", authUser, s.handleRotateToken},
-		{"GET", "/v1/join-tokens", authUser, s.handleListJoinTokens},
+		{"GET", "/v1/join-tokens", authUser, withKind(s.listTokens, api.TokenJoin)},
 		{"POST", "/v1/join-tokens", authUser, s.handleCreateJoinToken},
-		{"DELETE", "/v1/join-tokens/{token}", authUser, s.handleDeleteJoinToken},
+		{"DELETE", "/v1/join-tokens/{token}", authUser, withKind(s.deleteToken, api.TokenJoin)},
 	}
 }
 

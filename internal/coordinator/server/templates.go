@@ -91,29 +91,14 @@ func (s *Server) deleteDocument(w http.ResponseWriter, r *http.Request, kind str
 	return nil
 }
 
-func (s *Server) handlePutTemplate(w http.ResponseWriter, r *http.Request) error {
-	return s.putDocument(w, r, store.KindTemplate)
-}
-func (s *Server) handleGetTemplate(w http.ResponseWriter, r *http.Request) error {
-	return s.getDocument(w, r, store.KindTemplate)
-}
-func (s *Server) handleListTemplates(w http.ResponseWriter, r *http.Request) error {
-	return s.listDocuments(w, r, store.KindTemplate)
-}
-func (s *Server) handleDeleteTemplate(w http.ResponseWriter, r *http.Request) error {
-	return s.deleteDocument(w, r, store.KindTemplate)
-}
-func (s *Server) handlePutMapping(w http.ResponseWriter, r *http.Request) error {
-	return s.putDocument(w, r, store.KindMapping)
-}
-func (s *Server) handleGetMapping(w http.ResponseWriter, r *http.Request) error {
-	return s.getDocument(w, r, store.KindMapping)
-}
-func (s *Server) handleListMappings(w http.ResponseWriter, r *http.Request) error {
-	return s.listDocuments(w, r, store.KindMapping)
-}
-func (s *Server) handleDeleteMapping(w http.ResponseWriter, r *http.Request) error {
-	return s.deleteDocument(w, r, store.KindMapping)
+// documentRoutes are the routes of one kind of document under path.
+func (s *Server) documentRoutes(path, kind string) []route {
+	return []route{
+		{"GET", path, authAdmin, withKind(s.listDocuments, kind)},
+		{"GET", path + "/{name}", authAdmin, withKind(s.getDocument, kind)},
+		{"PUT", path + "/{name}", authAdmin, withKind(s.putDocument, kind)},
+		{"DELETE", path + "/{name}", authAdmin, withKind(s.deleteDocument, kind)},
+	}
 }
 
 func (s *Server) handleRenderTemplate(w http.ResponseWriter, r *http.Request) error {

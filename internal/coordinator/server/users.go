@@ -263,22 +263,6 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, kind string)
 	return nil
 }
 
-func (s *Server) handleListTokens(w http.ResponseWriter, r *http.Request) error {
-	return s.listTokens(w, r, api.TokenAPI)
-}
-
-func (s *Server) handleListJoinTokens(w http.ResponseWriter, r *http.Request) error {
-	return s.listTokens(w, r, api.TokenJoin)
-}
-
-func (s *Server) handleDeleteToken(w http.ResponseWriter, r *http.Request) error {
-	return s.deleteToken(w, r, api.TokenAPI)
-}
-
-func (s *Server) handleDeleteJoinToken(w http.ResponseWriter, r *http.Request) error {
-	return s.deleteToken(w, r, api.TokenJoin)
-}
-
 // deleteToken revokes a token of one kind: each route deletes its own kind
 // only (node credentials go with their node, nodemgr node rm).
 func (s *Server) deleteToken(w http.ResponseWriter, r *http.Request, kind string) error {
