@@ -31,20 +31,21 @@ func (s *Server) blobCaller(r *http.Request) (taskfiles.Caller, error) {
 	return taskfiles.Caller{User: p}, nil
 }
 
-func blobDigest(r *http.Request) (blob.Digest, error) {
+// blobRequest is who asks for a blob, and its digest in the path.
+func (s *Server) blobRequest(r *http.Request) (taskfiles.Caller, blob.Digest, error) {
+	c, err := s.blobCaller(r)
+	if err != nil {
+		return c, blob.Digest{}, err
+	}
 	d, err := blob.ParseDigest(r.PathValue("digest"))
 	if err != nil {
-		return blob.Digest{}, errdefs.Field("digest", "%v", err)
+		return c, d, errdefs.Field("digest", "%v", err)
 	}
-	return d, nil
+	return c, d, nil
 }
 
 func (s *Server) handleHeadBlob(w http.ResponseWriter, r *http.Request) error {
-	c, err := s.blobCaller(r)
-	if err != nil {
-		return err
-	}
-	d, err := blobDigest(r)
+	c, d, err := s.blobRequest(r)
 	if err != nil {
 		return err
 	}
@@ -60,11 +61,7 @@ func (s *Server) handleHeadBlob(w http.ResponseWriter, r *http.Request) error {
 // handlePutBlob stores a file under its digest; the content must hash to
 // it. Storing one that is there already costs only the upload.
 func (s *Server) handlePutBlob(w http.ResponseWriter, r *http.Request) error {
-	c, err := s.blobCaller(r)
-	if err != nil {
-		return err
-	}
-	d, err := blobDigest(r)
+	c, d, err := s.blobRequest(r)
 	if err != nil {
 		return err
 	}
@@ -81,11 +78,7 @@ func (s *Server) handlePutBlob(w http.ResponseWriter, r *http.Request) error {
 // handleGetBlob serves a blob by digest to a node that holds a task naming
 // it, and to admins.
 func (s *Server) handleGetBlob(w http.ResponseWriter, r *http.Request) error {
-	c, err := s.blobCaller(r)
-	if err != nil {
-		return err
-	}
-	d, err := blobDigest(r)
+	c, d, err := s.blobRequest(r)
 	if err != nil {
 		return err
 	}
