@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/dockerengine"
+	"github.com/nodemgr/nodemgr/internal/base/tick"
 )
 
 // cpuReading is a container's cumulative CPU time at a moment; two give
@@ -25,22 +26,15 @@ type cpuReading struct {
 // usageLoop samples every running job's usage each UsageInterval and
 // reports it through OnChange.
 func (m *Manager) usageLoop(ctx context.Context) {
-	t := time.NewTicker(m.usageEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, m.usageEvery, func() {
 		for _, j := range m.activeJobs() {
 			if ctx.Err() != nil {
-				return
+				return // stopping: no flush
 			}
 			m.sampleJob(ctx, j)
 		}
 		m.flush()
-	}
+	})
 }
 
 // sampleJob takes one usage sample of a running job. Sampling needs no

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/filecopy"
+	"github.com/nodemgr/nodemgr/internal/base/tick"
 	"github.com/nodemgr/nodemgr/internal/base/workload"
 )
 
@@ -20,20 +21,13 @@ const maxLogRead = 1 << 20
 // rotateLogs checks the logs of the services that run, every interval,
 // until ctx ends.
 func (s *Supervisor) rotateLogs(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, interval, func() {
 		for _, l := range s.liveLogs() {
 			if err := rotateIn(l.dir, l.max, l.keep); err != nil {
 				s.log.Warn("rotate service log", "coordinate", l.coord, "err", err)
 			}
 		}
-	}
+	})
 }
 
 type liveLog struct {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/tick"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ensemble"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
@@ -20,25 +21,18 @@ import (
 
 // tick is how often running ensembles are checked for lost nodes, and
 // waiting ones placed again.
-const tick = time.Second
+const restoreTick = time.Second
 
 // Loop, run by the leader, places waiting ensembles again, restores the
 // replicas of lost nodes and removes lost replicas' workloads once their
 // nodes are back, every tick until ctx ends.
 func (r *Runner) Loop(ctx context.Context) {
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, restoreTick, func() {
 		// All of them: a shut-down ensemble may still have a lost
 		// replica's container to delete once its node is back.
 		list, err := r.store.ListEnsembles(ctx, true)
 		if err != nil {
-			continue
+			return
 		}
 		for _, e := range list {
 			switch {
@@ -49,7 +43,7 @@ func (r *Runner) Loop(ctx context.Context) {
 			}
 		}
 		r.restoreFailures.forget(time.Now().Add(-restoreQuietLog))
-	}
+	})
 }
 
 // restore places again the replicas of e whose node was lost for longer
