@@ -26,6 +26,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/base/proto"
+	"github.com/nodemgr/nodemgr/internal/base/tick"
 )
 
 // AgentsConfig sets up one run of the agents harness.
@@ -275,21 +276,15 @@ func (a *simAgent) connect(ctx context.Context, addr, joinToken string) error {
 }
 
 func (a *simAgent) beat(ctx context.Context, measuring *atomic.Bool) {
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(a.interval))))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		t.Reset(a.interval)
+	// Spread the agents' beats over the interval, as agents that
+	// connected together do.
+	tick.From(ctx, time.Duration(rand.Int64N(int64(a.interval))), a.interval, func() {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, a.interval)
 		err := a.peer.Call(cctx, api.MethodHeartbeat, api.Heartbeat{State: api.AgentIdle}, nil)
 		cancel()
 		if !measuring.Load() || ctx.Err() != nil {
-			continue
+			return
 		}
 		a.mu.Lock()
 		if err != nil {
@@ -298,7 +293,7 @@ func (a *simAgent) beat(ctx context.Context, measuring *atomic.Bool) {
 			a.latencies = append(a.latencies, time.Since(start))
 		}
 		a.mu.Unlock()
-	}
+	})
 }
 
 func (a *simAgent) HandleRequest(ctx context.Context, method string, body json.RawMessage) (any, error) {

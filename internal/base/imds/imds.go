@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/tick"
 )
 
 // DefaultEndpoint is where EC2 serves the metadata of the instance that
@@ -167,22 +168,14 @@ func (c *Client) dropToken(tok string) {
 func Watch(ctx context.Context, c *Client, interval time.Duration, log *slog.Logger, changed func([]api.Notice)) {
 	var last []api.Notice
 	failing := false
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		t.Reset(interval)
+	tick.From(ctx, 0, interval, func() {
 		got, err := c.Notices(ctx)
 		if err != nil {
 			if !failing && ctx.Err() == nil {
 				log.Warn("the instance metadata service does not answer; spot notices go unheard until it does", "err", err)
 			}
 			failing = true
-			continue
+			return
 		}
 		if failing {
 			log.Info("the instance metadata service answers again")
@@ -192,5 +185,5 @@ func Watch(ctx context.Context, c *Client, interval time.Duration, log *slog.Log
 			last = got
 			changed(got)
 		}
-	}
+	})
 }

@@ -41,3 +41,22 @@ func TestEveryWaitsForTheFirstTick(t *testing.T) {
 		t.Error("the chore ran before its first period passed")
 	}
 }
+
+// TestFromStartsAtOnce: with no first delay the chore runs at once, long
+// before its period.
+func TestFromStartsAtOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ran := make(chan struct{}, 1)
+	go From(ctx, 0, time.Hour, func() {
+		select {
+		case ran <- struct{}{}:
+		default:
+		}
+	})
+	select {
+	case <-ran:
+	case <-time.After(5 * time.Second):
+		t.Fatal("From with no first delay did not run the chore at once")
+	}
+}
