@@ -16,8 +16,18 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
-// fakeAgent connects to ts as the node with credential cred and says hello.
+// fakeAgent connects to the server at url as the node with credential
+// cred and says hello as an idle one-core machine.
 func fakeAgent(t *testing.T, url, cred string) *websocket.Conn {
+	t.Helper()
+	c, _ := helloAt(t, url, cred, api.Hello{State: api.AgentIdle, Hardware: api.Hardware{Cores: 1}})
+	return c
+}
+
+// helloAt connects to the server at url as the node with credential cred,
+// says hello h and returns the connection (closed at the end of the test
+// at the latest) and the welcome.
+func helloAt(t *testing.T, url, cred string, h api.Hello) (*websocket.Conn, api.Welcome) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -26,8 +36,9 @@ func fakeAgent(t *testing.T, url, cred string) *websocket.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hello, _ := json.Marshal(api.Hello{State: api.AgentIdle, Hardware: api.Hardware{Cores: 1}})
-	f, _ := json.Marshal(api.Frame{V: 1, Type: "req", ID: 1, Method: api.MethodHello, Body: hello})
+	t.Cleanup(func() { c.CloseNow() }) // an open one would hold the test server's Close
+	body, _ := json.Marshal(h)
+	f, _ := json.Marshal(api.Frame{V: 1, Type: api.FrameRequest, ID: 1, Method: api.MethodHello, Body: body})
 	if err := c.Write(ctx, websocket.MessageText, f); err != nil {
 		t.Fatal(err)
 	}
@@ -36,14 +47,19 @@ func fakeAgent(t *testing.T, url, cred string) *websocket.Conn {
 		if err != nil {
 			t.Fatalf("read the welcome: %v", err)
 		}
-		var resp api.Frame
-		json.Unmarshal(b, &resp)
-		if resp.Type == "resp" && resp.ID == 1 {
-			if resp.Error != nil {
-				t.Fatalf("hello refused: %+v", resp.Error)
-			}
-			return c
+		var r api.Frame
+		json.Unmarshal(b, &r)
+		if r.Type != api.FrameResponse || r.ID != 1 {
+			continue
 		}
+		if r.Error != nil {
+			t.Fatalf("hello refused: %+v", *r.Error)
+		}
+		var w api.Welcome
+		if err := json.Unmarshal(r.Body, &w); err != nil {
+			t.Fatal(err)
+		}
+		return c, w
 	}
 }
 

@@ -15,41 +15,12 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
-// hello says hello as the node with cred and returns the welcome.
+// hello says hello as the node with cred and returns the welcome; the
+// connection closes at the end of the test.
 func (ts *testServer) hello(t *testing.T, cred string, h api.Hello) api.Welcome {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.http.URL, "http")+"/v1/agent/connect",
-		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + cred}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.CloseNow() })
-	body, _ := json.Marshal(h)
-	f, _ := json.Marshal(api.Frame{V: 1, Type: api.FrameRequest, ID: 1, Method: api.MethodHello, Body: body})
-	if err := c.Write(ctx, websocket.MessageText, f); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		_, b, err := c.Read(ctx)
-		if err != nil {
-			t.Fatalf("read the welcome: %v", err)
-		}
-		var r api.Frame
-		json.Unmarshal(b, &r)
-		if r.Type != api.FrameResponse {
-			continue
-		}
-		if r.Error != nil {
-			t.Fatalf("hello: %+v", *r.Error)
-		}
-		var w api.Welcome
-		if err := json.Unmarshal(r.Body, &w); err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
+	_, w := helloAt(t, ts.http.URL, cred, h)
+	return w
 }
 
 // TestWelcomeRevokesTasksGivenAway: an agent that comes back holding
