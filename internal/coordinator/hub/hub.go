@@ -1,10 +1,13 @@
 // Package hub is the coordinator's live side: the sessions of the agents
-// connected to this server, their heartbeats written to the store in
-// batches, the durable outbox pushed to them, the liveness checks that take
-// a silent node offline, the replica and leader leases, and the signals
-// and relayed calls by which servers sharing a store act for each other's
-// agents. The server decodes the agents' protocol and calls the hub; the
-// hub calls back into the server only through Hooks.
+// connected to this server (hello, heartbeats written to the store in
+// batches, goodbye), the durable outbox pushed to them, the liveness
+// checks that take a silent node offline, the replica and leader leases,
+// and the signals and relayed calls by which servers sharing a store act
+// for each other's agents. It also keeps what the server knows of a node
+// beside its row: its books, its provider's notices, its recent usage, its
+// live wire form, and the changes an admin makes to it (patch, forget).
+// The server decodes the agents' protocol and calls the hub; the hub calls
+// back into the server only through Hooks.
 package hub
 
 import (
