@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
@@ -19,7 +20,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 )
@@ -62,10 +62,46 @@ type S3 struct {
 	prefix  string // ends in "/" or is empty
 	where   string // the endpoint, for messages
 	tempDir string
-	// touches shares one CopyObject among the Puts of one blob at once:
-	// they would refresh the same object's time, and some S3 servers
-	// (moto) fail self-copies of one key that overlap.
-	touches singleflight.Group
+	// blobs serializes this process's writes of one blob: the first Put
+	// uploads it and those waiting then find it and only touch it, so it
+	// goes up once; and no copy of a key overlaps another write of it,
+	// which some S3 servers (moto) fail with a 500.
+	blobs keyLocks
+}
+
+// keyLocks are mutexes by key, kept while someone holds or waits for one.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int // holding or waiting
+}
+
+// lock takes key's mutex and returns its unlock.
+func (k *keyLocks) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyLock{}
+	}
+	l := k.m[key]
+	if l == nil {
+		l = &keyLock{}
+		k.m[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
 }
 
 // NewS3 returns the store cfg describes, after checking that its bucket
@@ -167,7 +203,8 @@ func (s *S3) put(ctx context.Context, r io.Reader, want Digest, maxSize int64) (
 	if err != nil {
 		return Info{}, errdefs.FromOS(err)
 	}
-	if modTime, err := s.touch(ctx, info.Digest); err == nil {
+	defer s.blobs.lock(info.Digest.String())()
+	if modTime, err := s.copyOnto(ctx, info.Digest); err == nil {
 		info.ModTime = modTime
 		return info, nil
 	} else if !errdefs.IsNotFound(err) {
@@ -201,11 +238,8 @@ func (s *S3) upload(ctx context.Context, f *os.File, info Info) error {
 // itself, and returns the new one; errdefs.ErrNotFound when there is no
 // such blob. REPLACE is what lets S3 copy an object onto itself.
 func (s *S3) touch(ctx context.Context, d Digest) (time.Time, error) {
-	t, err, _ := s.touches.Do(d.String(), func() (any, error) { return s.copyOnto(ctx, d) })
-	if err != nil {
-		return time.Time{}, err
-	}
-	return t.(time.Time), nil
+	defer s.blobs.lock(d.String())()
+	return s.copyOnto(ctx, d)
 }
 
 // copyOnto copies d's object onto itself, which sets its time to now.
