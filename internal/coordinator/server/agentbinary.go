@@ -18,7 +18,7 @@ var archPattern = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
 // the artifact for its arch, compressed, with its digest in a header. Only
 // a pool machine's bootstrap token, not yet spent, fetches it; the first
 // fetch binds the machine's deployment to the machine id sent, so the
-// token then registers that machine only (checkBootstrapMachine), and a
+// token then registers that machine only (enroll.BindMachine), and a
 // fetch for another machine id is refused.
 func (s *Server) handleAgentBinary(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()

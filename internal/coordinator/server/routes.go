@@ -204,7 +204,7 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt route) er
 
 // holdsSession reports whether a route's request lasts as long as an
 // agent's session, whose store calls are not an API request's: the store
-// bound (storebound.go) is left off it.
+// bound (store.WithBound) is left off it.
 func holdsSession(rt route) bool { return rt.Path == "/v1/agent/connect" }
 
 func streamsBody(rt route) bool {

@@ -248,7 +248,7 @@ func (c *Config) validate() error {
 // Server is the coordinator.
 type Server struct {
 	cfg Config
-	// store bounds the store calls of API requests (storebound.go);
+	// store bounds the store calls of API requests (store.Bounded);
 	// backend is the store itself, for its optional capabilities.
 	store   store.Store
 	backend store.Store
