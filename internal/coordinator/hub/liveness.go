@@ -27,9 +27,32 @@ import (
 // agents backing off after the outage have OfflineAfter to reconnect.
 type liveness struct {
 	mu         sync.Mutex
-	confirming map[string]bool // node ID → a check runs
-	closed     bool            // the server stops: no new checks
+	confirming map[string]bool      // node ID → a check runs
+	lost       map[string]time.Time // node ID → its connection ended during a running check, at
+	closed     bool                 // the server stops: no new checks
 	wg         sync.WaitGroup
+}
+
+// noteLost records that the node's connection ended while a check of it
+// runs, so that check gives it the reconnect grace and not less.
+func (l *liveness) noteLost(nodeID string, since time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.confirming[nodeID] {
+		if l.lost == nil {
+			l.lost = map[string]time.Time{}
+		}
+		l.lost[nodeID] = since
+	}
+}
+
+// lostSince says when the node's connection ended during its check, if it
+// did.
+func (l *liveness) lostSince(nodeID string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	since, ok := l.lost[nodeID]
+	return since, ok
 }
 
 // close refuses new checks and waits for those running. Add and Wait of
@@ -58,6 +81,7 @@ func (l *liveness) startCheck(nodeID string, check func()) bool {
 		defer func() {
 			l.mu.Lock()
 			delete(l.confirming, nodeID)
+			delete(l.lost, nodeID)
 			l.mu.Unlock()
 		}()
 		check()
@@ -133,7 +157,7 @@ const silenceTick = 500 * time.Millisecond
 // to come back. heard is the last beat the lost
 // connection carried.
 func (h *Hub) ConnectionLost(ctx context.Context, nodeID string, heard, since time.Time) {
-	h.live.startCheck(nodeID, func() {
+	started := h.live.startCheck(nodeID, func() {
 		n, err := h.getNodeRetrying(ctx, nodeID)
 		if err != nil {
 			if !errdefs.IsNotFound(err) && ctx.Err() == nil {
@@ -150,9 +174,19 @@ func (h *Hub) ConnectionLost(ctx context.Context, nodeID string, heard, since ti
 		reason := fmt.Sprintf("connection lost; waiting %s for the agent to reconnect", wait.Round(time.Millisecond))
 		h.log.Info("agent connection lost; waiting for it to reconnect", "node", n.ID, "name", n.Name, "grace", wait.Round(time.Millisecond))
 		if h.suspect(ctx, n, reason) {
-			h.confirm(ctx, n, heard, wait, "connection lost; last heard from at "+since.UTC().Format(time.RFC3339))
+			h.confirm(ctx, n, heard, wait, lostReason(since))
 		}
 	})
+	if !started {
+		// A check runs already (its heartbeats were overdue): it must not
+		// give up on the node before the reconnect grace is over.
+		h.live.noteLost(nodeID, since)
+	}
+}
+
+// lostReason is why a node whose connection ended at since is offline.
+func lostReason(since time.Time) string {
+	return "connection lost; last heard from at " + since.UTC().Format(time.RFC3339)
 }
 
 // getNodeRetrying reads a node, trying again for a few seconds if the
@@ -192,8 +226,8 @@ func (h *Hub) suspect(ctx context.Context, n store.Node, reason string) bool {
 // a session here and the store heard from it after heard (what this
 // replica last heard): its agent is connected to another replica.
 func (h *Hub) confirm(ctx context.Context, n store.Node, heard time.Time, wait time.Duration, why string) {
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
+	start := time.Now()
+	deadline := start.Add(wait)
 	if h.Get(n.ID) == nil {
 		// Its agent may be connected to another server: that one pings it
 		// and writes the answer as a heartbeat, which heardElsewhere finds.
@@ -202,8 +236,17 @@ func (h *Hub) confirm(ctx context.Context, n store.Node, heard time.Time, wait t
 	var lastErr error
 	sawSession := false
 	for {
+		wctx, cancel := context.WithDeadline(ctx, deadline)
 		sess := h.waitSession(wctx, n.ID)
+		cancel()
 		if sess == nil {
+			// Its connection ended while it was checked: it has the
+			// reconnect grace, counted from then, to come back.
+			if since, ok := h.live.lostSince(n.ID); ok && since.Add(h.cfg.ReconnectGrace).After(deadline) {
+				deadline = since.Add(h.cfg.ReconnectGrace)
+				wait, why = deadline.Sub(start).Round(time.Millisecond), lostReason(since)
+				continue
+			}
 			break
 		}
 		sawSession = true
@@ -220,8 +263,10 @@ func (h *Hub) confirm(ctx context.Context, n store.Node, heard time.Time, wait t
 		// never sends: do not make the verdict wait for it.
 		h.Remove(sess)
 		go sess.Conn.Close(proto.CloseGoingAway, "did not answer the liveness check")
-		if wctx.Err() != nil {
-			break
+		if time.Now().After(deadline) {
+			if _, ok := h.live.lostSince(n.ID); !ok {
+				break
+			}
 		}
 	}
 	if ctx.Err() != nil {

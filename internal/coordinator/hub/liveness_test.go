@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,14 +14,14 @@ import (
 )
 
 // newHub makes a hub over a fresh SQLite store (newHubOver).
-func newHub(t *testing.T) (*Hub, store.Store) {
+func newHub(t *testing.T, tune func(*Config)) (*Hub, store.Store) {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "nodemgr.db"), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return newHubOver(t, st, nil), st
+	return newHubOver(t, st, tune), st
 }
 
 // newHubOver makes a hub over st with the timings of the server's
@@ -54,7 +55,7 @@ func TestHeardElsewhereStaysOnline(t *testing.T) {
 		{"no beat", false, api.StatusOffline},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, st := newHub(t)
+			h, st := newHub(t, nil)
 			ctx := t.Context()
 			long := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
 			n, err := st.CreateNode(ctx, store.Node{ID: "n1", Name: "n1", MachineID: "m1", DataDir: "/d",
@@ -77,5 +78,39 @@ func TestHeardElsewhereStaysOnline(t *testing.T) {
 				t.Errorf("status after the check = %s (%s), want %s", got.Status, got.StatusReason, tc.after)
 			}
 		})
+	}
+}
+
+// TestConnectionLostDuringHeartbeatCheckGetsReconnectGrace: a node whose
+// heartbeats are overdue is being checked when its connection ends. The
+// check must give it the reconnect grace, not the shorter confirm
+// timeout, and say that its connection was lost.
+func TestConnectionLostDuringHeartbeatCheckGetsReconnectGrace(t *testing.T) {
+	const confirm, grace = 50 * time.Millisecond, 600 * time.Millisecond
+	h, st := newHub(t, func(c *Config) { c.ConfirmTimeout, c.ReconnectGrace = confirm, grace })
+	ctx := t.Context()
+	long := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	n, err := st.CreateNode(ctx, store.Node{ID: "n1", Name: "n1", MachineID: "m1", DataDir: "/d",
+		Status: api.StatusSuspect, LastHeartbeat: long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDone := make(chan struct{})
+	if !h.live.startCheck(n.ID, func() {
+		defer close(checkDone)
+		h.confirm(ctx, n, long, confirm, "no heartbeat since then")
+	}) {
+		t.Fatal("the heartbeat check did not start")
+	}
+	lostAt := time.Now()
+	h.ConnectionLost(ctx, n.ID, long, lostAt)
+	<-checkDone
+
+	got, _ := st.GetNode(ctx, n.ID)
+	if took := time.Since(lostAt); took < grace {
+		t.Errorf("the check ended %s after the connection was lost, before the reconnect grace %s", took, grace)
+	}
+	if got.Status != api.StatusOffline || !strings.Contains(got.StatusReason, "connection lost") {
+		t.Errorf("node is %s (%q), want offline because its connection was lost", got.Status, got.StatusReason)
 	}
 }
