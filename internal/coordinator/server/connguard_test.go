@@ -62,7 +62,7 @@ func TestUnauthenticatedConnectionsAreBounded(t *testing.T) {
 		silent = append(silent, c)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if n := s.guard.count(); n > 5 {
+	if n := s.guard.Unauthenticated(); n > 5 {
 		t.Errorf("unauthenticated connections held = %d, want at most 5", n)
 	}
 	// They are all gone once idle past UnauthIdle.
@@ -71,7 +71,7 @@ func TestUnauthenticatedConnectionsAreBounded(t *testing.T) {
 			t.Errorf("silent connection %d still open after the idle limit", i)
 		}
 	}
-	if n := s.guard.count(); n != 0 {
+	if n := s.guard.Unauthenticated(); n != 0 {
 		t.Errorf("unauthenticated connections after the idle limit = %d, want 0", n)
 	}
 	// The authenticated one outlives them.

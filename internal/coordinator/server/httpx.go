@@ -73,7 +73,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, kind string)
 		return store.Token{}, fmt.Errorf("token %s expired at %s; create a new one: %w", t.ID, t.ExpiresAt.Format(time.RFC3339), errdefs.ErrUnauthenticated)
 	}
 	s.hub.TouchToken(t.ID)
-	s.guard.authenticated(r.Context())
+	s.guard.Authenticated(r.Context())
 	return t, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/cleartext"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/coordinator/blob"
 	"github.com/nodemgr/nodemgr/internal/coordinator/catalog"
 	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
@@ -279,10 +280,10 @@ type Server struct {
 	tls *serverTLS // nil: plain HTTP
 
 	// submitBudget caps the bytes of task batches received at once.
-	submitBudget *byteBudget
+	submitBudget *httpapi.ByteBudget
 	files        *taskfiles.Files // task files in the blob store, and who may reach them
 	// guard bounds unauthenticated connections; nil until Serve.
-	guard *connGuard
+	guard *httpapi.ConnGuard
 }
 
 // New makes a server over st. It does not listen until Run.
@@ -300,7 +301,7 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	if s.tls, err = setupTLS(cfg); err != nil {
 		return nil, fmt.Errorf("server TLS: %w", err)
 	}
-	s.submitBudget = newByteBudget(cfg.MaxSubmitInFlight)
+	s.submitBudget = httpapi.NewByteBudget(cfg.MaxSubmitInFlight, "task batches")
 	blobs, err := taskfiles.Open(cfg.Blobs, cfg.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("server config: %w", err)
@@ -367,7 +368,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.life = ctx
 	s.hub.Begin(ctx, started)
 	s.catalog.SetStarted(started)
-	s.guard = newConnGuard(s.cfg.MaxUnauthConns, s.cfg.UnauthIdle)
+	s.guard = httpapi.NewConnGuard(s.cfg.MaxUnauthConns, s.cfg.UnauthIdle)
 	// Ready once what every request reads is set: a handler served on
 	// another listener (tests do) may run from here on.
 	close(s.ready)
@@ -379,8 +380,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
-		ConnState:         s.guard.connState,
-		ConnContext:       s.guard.connContext,
+		ConnState:         s.guard.ConnState,
+		ConnContext:       s.guard.ConnContext,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
@@ -395,7 +396,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	fatal := make(chan error, 1)
 	wg.Go(func() { s.hub.Run(ctx, replica, func(err error) { fatal <- err }) })
-	wg.Go(func() { s.guard.reap(ctx) })
+	wg.Go(func() { s.guard.Reap(ctx) })
 	wg.Go(func() { s.dispatcher.SharesLoop(ctx) })
 	if !s.blobsShared() {
 		wg.Go(func() { s.files.Loop(ctx) })

@@ -241,11 +241,11 @@ func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	reserve := batchReservation(r)
-	if err := s.submitBudget.acquire(r.Context(), reserve, submitBudgetWait); err != nil {
+	if err := s.submitBudget.Acquire(r.Context(), reserve, submitBudgetWait); err != nil {
 		w.Header().Set("Retry-After", "5")
 		return err
 	}
-	defer s.submitBudget.release(reserve)
+	defer s.submitBudget.Release(reserve)
 	specs, err := readTaskBatch(w, r)
 	if err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -63,26 +62,6 @@ func TestDecodeTaskBatchCapsTheCount(t *testing.T) {
 	_, err := decodeTaskBatch(json.NewDecoder(strings.NewReader(b.String())))
 	if err == nil || !strings.Contains(err.Error(), "at most") {
 		t.Errorf("a batch of %d tasks = %v, want the per-call cap", dispatch.MaxTasksPerCall+1, err)
-	}
-}
-
-func TestByteBudget(t *testing.T) {
-	b := newByteBudget(100)
-	if err := b.acquire(t.Context(), 60, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	// 60 + 60 does not fit: the second waits and gives up with 503.
-	err := b.acquire(t.Context(), 60, 50*time.Millisecond)
-	if !errors.Is(err, errdefs.ErrUnavailable) {
-		t.Errorf("acquire over the budget = %v, want ErrUnavailable", err)
-	}
-	// A release lets a waiter in.
-	got := make(chan error, 1)
-	go func() { got <- b.acquire(t.Context(), 60, 5*time.Second) }()
-	time.Sleep(20 * time.Millisecond)
-	b.release(60)
-	if err := <-got; err != nil {
-		t.Errorf("acquire after a release = %v, want nil", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"context"
@@ -8,14 +8,14 @@ import (
 	"time"
 )
 
-// connGuard bounds what clients that have not shown a credential can hold.
+// ConnGuard bounds what clients that have not shown a credential can hold.
 // Anyone who reaches the port can open connections; until a request on one
 // authenticates, the connection counts against a cap, and one left idle is
 // closed after a short while. Past the cap, a new connection first evicts
 // the longest-idle unauthenticated one, else it is closed at once. Agents'
 // WebSockets and users' keep-alive connections, once authenticated, are
 // governed by the server's ordinary idle timeout instead.
-type connGuard struct {
+type ConnGuard struct {
 	max      int
 	idleFor  time.Duration
 	mu       sync.Mutex
@@ -28,20 +28,22 @@ type guardedConn struct {
 	idleSince time.Time // zero while a request is in flight
 }
 
-func newConnGuard(max int, idleFor time.Duration) *connGuard {
-	return &connGuard{max: max, idleFor: idleFor, conns: map[net.Conn]*guardedConn{}}
+// NewConnGuard lets max unauthenticated connections be open, each idle
+// at most idleFor.
+func NewConnGuard(max int, idleFor time.Duration) *ConnGuard {
+	return &ConnGuard{max: max, idleFor: idleFor, conns: map[net.Conn]*guardedConn{}}
 }
 
 // connKey carries the request's connection in its context.
 type connKey struct{}
 
-// connContext is the http.Server's ConnContext.
-func (g *connGuard) connContext(ctx context.Context, c net.Conn) context.Context {
+// ConnContext is the http.Server's ConnContext.
+func (g *ConnGuard) ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
 }
 
-// connState is the http.Server's ConnState.
-func (g *connGuard) connState(c net.Conn, st http.ConnState) {
+// ConnState is the http.Server's ConnState.
+func (g *ConnGuard) ConnState(c net.Conn, st http.ConnState) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch st {
@@ -72,7 +74,7 @@ func (g *connGuard) connState(c net.Conn, st http.ConnState) {
 }
 
 // evictIdleLocked closes the unauthenticated connection idle the longest.
-func (g *connGuard) evictIdleLocked() bool {
+func (g *ConnGuard) evictIdleLocked() bool {
 	var oldest net.Conn
 	var since time.Time
 	for c, gc := range g.conns {
@@ -88,15 +90,15 @@ func (g *connGuard) evictIdleLocked() bool {
 	return true
 }
 
-func (g *connGuard) forgetLocked(c net.Conn) {
+func (g *ConnGuard) forgetLocked(c net.Conn) {
 	if gc := g.conns[c]; gc != nil && !gc.authed {
 		g.unauthed--
 	}
 	delete(g.conns, c)
 }
 
-// authenticated marks the request's connection as a known client's.
-func (g *connGuard) authenticated(ctx context.Context) {
+// Authenticated marks the request's connection as a known client's.
+func (g *ConnGuard) Authenticated(ctx context.Context) {
 	if g == nil {
 		return
 	}
@@ -112,9 +114,9 @@ func (g *connGuard) authenticated(ctx context.Context) {
 	}
 }
 
-// reap closes unauthenticated connections idle longer than idleFor, until
+// Reap closes unauthenticated connections idle longer than idleFor, until
 // ctx is done.
-func (g *connGuard) reap(ctx context.Context) {
+func (g *ConnGuard) Reap(ctx context.Context) {
 	t := time.NewTicker(g.idleFor / 2)
 	defer t.Stop()
 	for {
@@ -134,8 +136,8 @@ func (g *connGuard) reap(ctx context.Context) {
 	}
 }
 
-// count is the number of unauthenticated connections open.
-func (g *connGuard) count() int {
+// Unauthenticated is the number of unauthenticated connections open.
+func (g *ConnGuard) Unauthenticated() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.unauthed
