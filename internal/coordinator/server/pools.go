@@ -149,8 +149,8 @@ func (s *Server) newOrchestrator() error {
 		cfg.Bootstrap.Self = self
 	}
 	cfg.Bootstrap.StageDir = s.cfg.DataDir
-	if s.tls != nil && s.tls.caFile != "" {
-		cfg.Bootstrap.ServerCA = s.tls.caFile
+	if s.tls != nil && s.tls.CAFile != "" {
+		cfg.Bootstrap.ServerCA = s.tls.CAFile
 	}
 	s.orch = orchestrate.New(cfg, s.store, cluster{s}, s.log.With("component", "orchestrator"))
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/cleartext"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/tlsca"
 	"github.com/nodemgr/nodemgr/internal/coordinator/blob"
 	"github.com/nodemgr/nodemgr/internal/coordinator/catalog"
 	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
@@ -277,7 +278,7 @@ type Server struct {
 	listener net.Listener
 	ready    chan struct{}
 
-	tls *serverTLS // nil: plain HTTP
+	tls *tlsca.Serving // nil: plain HTTP
 
 	// submitBudget caps the bytes of task batches received at once.
 	submitBudget *httpapi.ByteBudget
@@ -357,7 +358,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Serve serves on ln until ctx is done, with TLS when the server has it.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	ln = s.tls.listener(ln)
+	ln = s.tls.Listener(ln)
 	s.mu.Lock()
 	s.listener = ln
 	s.mu.Unlock()
@@ -404,7 +405,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	s.log.Info("server listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "tls", s.tls.describe(),
+	s.log.Info("server listening", "addr", ln.Addr().String(), "version", s.cfg.Version, "tls", s.tls.Describe(),
 		"replica", s.cfg.ReplicaID, "instance", s.hub.Instance())
 
 	select {

@@ -160,8 +160,8 @@ func TestSetupTLS(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || !strings.HasPrefix(got.describe(), tc.tls) {
-				t.Fatalf("setupTLS(%+v) = %s, %v; want %s", tc.cfg, got.describe(), err, tc.tls)
+			if err != nil || !strings.HasPrefix(got.Describe(), tc.tls) {
+				t.Fatalf("setupTLS(%+v) = %s, %v; want %s", tc.cfg, got.Describe(), err, tc.tls)
 			}
 		})
 	}
