@@ -133,7 +133,7 @@ var tiers = map[string]tier{
 	"internal/coordinator/store/storetest":       tierCoordinator,
 	"internal/coordinator/taskfiles":             tierCoordinator,
 	"internal/coordinator/template":              tierCoordinator,
-	"internal/coordinator/tokens":                tierCoordinator,
+	"internal/coordinator/accounts":              tierCoordinator,
 	"internal/coordinator/ui":                    tierCoordinator,
 
 	"cmd/nodemgr":       tierTop,
@@ -238,7 +238,7 @@ func TestRooms(t *testing.T) {
 		{"internal/coordinator/hub", append([]string{"internal/coordinator/server", "internal/coordinator/dispatch", "internal/coordinator/orchestrate", "internal/coordinator/catalog"}, drivers...), "the hub keeps sessions, liveness and leases; it reaches the rest of the server only through its Hooks"},
 		{"internal/coordinator/enroll", append([]string{"internal/coordinator/server", "internal/coordinator/hub", "internal/coordinator/dispatch", "internal/base/httpapi"}, drivers...), "enrollment checks tokens and machines against the store; the server authenticates and answers"},
 		{"internal/coordinator/oncommand", append([]string{"internal/coordinator/server", "internal/coordinator/hub", "internal/base/httpapi"}, drivers...), "container commands reach agents and check roles only through the Hooks the server gives"},
-		{"internal/coordinator/tokens", append([]string{"internal/coordinator/server", "internal/coordinator/hub", "internal/base/httpapi", "net/http"}, drivers...), "tokens are made and found here; who may ask is the server's call"},
+		{"internal/coordinator/accounts", append([]string{"internal/coordinator/server", "internal/coordinator/hub", "internal/base/httpapi", "net/http"}, drivers...), "users and tokens are kept here, and who may ask for what is decided here; the server authenticates and answers"},
 		{"internal/coordinator/taskfiles", append([]string{"internal/coordinator/server", "internal/coordinator/hub", "internal/base/httpapi"}, drivers...), "who may reach a task file is asked of the store here; the server authenticates and streams"},
 		{"internal/coordinator/server", drivers, "the server makes providers and executors through their registries; internal/drivers/all links them in at the top"},
 		{"internal/coordinator/orchestrate", drivers, "the orchestrator asks the registries what a driver is, never names one"},

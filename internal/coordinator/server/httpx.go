@@ -11,8 +11,8 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/coordinator/accounts"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
-	"github.com/nodemgr/nodemgr/internal/coordinator/tokens"
 )
 
 // maxBody caps request bodies; nothing the API takes is near it, but for
@@ -60,7 +60,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, kind string)
 		return store.Token{}, fmt.Errorf("missing token: set NODEMGR_TOKEN or NODEMGR_TOKEN_FILE, or pass --token-file (an admin's first token is in the server's data dir, file admin-token): %w", errdefs.ErrUnauthenticated)
 	}
 	if got := auth.KindOf(secret); got != kind {
-		return store.Token{}, fmt.Errorf("wrong kind of token: this endpoint takes a %s token: %w", tokens.KindName(kind), errdefs.ErrUnauthenticated)
+		return store.Token{}, fmt.Errorf("wrong kind of token: this endpoint takes a %s token: %w", accounts.KindName(kind), errdefs.ErrUnauthenticated)
 	}
 	t, err := s.store.TokenByHash(ctx, auth.Hash(secret))
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -91,4 +91,22 @@ func (s *Server) userPrincipal(ctx context.Context, r *http.Request) (auth.Princ
 		return auth.Principal{}, fmt.Errorf("authenticate: %w", err)
 	}
 	return auth.Principal{User: u.Name, Admin: u.Admin, Groups: u.Groups, TokenExpires: t.ExpiresAt}, nil
+}
+
+// answer writes v with code, or returns err for writeError to answer.
+func answer(w http.ResponseWriter, code int, v any, err error) error {
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, code, v)
+	return nil
+}
+
+// noContent answers 204, or returns err for writeError to answer.
+func noContent(w http.ResponseWriter, err error) error {
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

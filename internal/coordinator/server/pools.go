@@ -110,7 +110,7 @@ func (c cluster) ForgetNode(ctx context.Context, nodeID, reason string) error {
 }
 
 func (c cluster) JoinToken(ctx context.Context, deploymentID string, groups []string, ttl time.Duration) (string, error) {
-	t, err := c.s.tokens.Issue(ctx, store.Token{Kind: api.TokenJoin, Name: "bootstrap of " + deploymentID,
+	t, err := c.s.accounts.Issue(ctx, store.Token{Kind: api.TokenJoin, Name: "bootstrap of " + deploymentID,
 		DeploymentID: deploymentID, Groups: groups, MaxUses: 1}, ttl)
 	return t.Secret, err
 }

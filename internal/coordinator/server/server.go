@@ -15,6 +15,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/base/tlsca"
+	"github.com/nodemgr/nodemgr/internal/coordinator/accounts"
 	"github.com/nodemgr/nodemgr/internal/coordinator/blob"
 	"github.com/nodemgr/nodemgr/internal/coordinator/catalog"
 	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
@@ -25,7 +26,6 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/taskfiles"
-	"github.com/nodemgr/nodemgr/internal/coordinator/tokens"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ui"
 )
 
@@ -262,7 +262,7 @@ type Server struct {
 	dispatcher *dispatch.Dispatcher // suites and tasks to agents
 	enroll     *enroll.Enroller     // admits agents
 	containers *oncommand.Commander // containers on command
-	tokens     *tokens.Issuer       // API and join tokens
+	accounts   *accounts.Accounts   // users and their tokens
 	health     healthCheck
 	life       context.Context           // ends when Serve returns; for work that outlives a request
 	catalog    *catalog.Catalog          // templates, drivers and the machines they made
@@ -310,7 +310,7 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 	s.files = taskfiles.New(taskfiles.Config{MaxSize: cfg.BlobMaxSize, Retention: cfg.BlobRetention}, s.store, blobs, logger)
 	s.hub = s.newHub(st)
 	s.dispatcher = s.newDispatcher()
-	s.tokens = tokens.New(tokens.Config{MaxTTL: cfg.MaxTokenTTL, DataDir: cfg.DataDir}, s.store, s.caFingerprint, logger)
+	s.accounts = accounts.New(accounts.Config{MaxTTL: cfg.MaxTokenTTL, DataDir: cfg.DataDir}, s.store, s.caFingerprint, logger)
 	s.containers = oncommand.New(oncommand.Config{CallTimeout: forwardLongTimeout}, s.store,
 		oncommand.Hooks{CallLocal: s.hub.CallLocal, Resolve: s.resolveNode}, logger)
 	s.enroll = enroll.New(enroll.Config{CredentialTTL: cfg.CredentialTTL}, s.store,
@@ -438,14 +438,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 const DefaultStoreTimeout = 5 * time.Second
 
 // DefaultMaxTokenTTL caps token lifetimes unless configured otherwise.
-const DefaultMaxTokenTTL = tokens.DefaultMaxTTL
+const DefaultMaxTokenTTL = accounts.DefaultMaxTTL
 
 // Bootstrap, ResetAdminToken and AdminTokenFile are the tokens room's, for
 // the programs that start a server.
 var (
-	Bootstrap       = tokens.Bootstrap
-	ResetAdminToken = tokens.ResetAdminToken
-	AdminTokenFile  = tokens.AdminTokenFile
+	Bootstrap       = accounts.Bootstrap
+	ResetAdminToken = accounts.ResetAdminToken
+	AdminTokenFile  = accounts.AdminTokenFile
 )
 
 // Close releases the provider and executor connections (the Docker

@@ -1,7 +1,9 @@
-// Package tokens issues, finds and rotates the coordinator's tokens (API
-// tokens, join tokens) and keeps the first admin's token in the data dir.
-// Who may ask for which token is the server's call; this room makes them.
-package tokens
+// Package accounts keeps the coordinator's users and their tokens: it
+// creates and deletes users and their group memberships, issues, finds,
+// rotates and revokes tokens (API tokens, join tokens), decides who may
+// ask for which, and keeps the first admin's token in the data dir. The
+// server authenticates a request and hands its principal here.
+package accounts
 
 import (
 	"bytes"
@@ -27,21 +29,26 @@ const (
 	DefaultMaxTTL  = 365 * 24 * time.Hour
 )
 
-// Config tunes the issuer.
+// Config tunes the accounts.
 type Config struct {
 	MaxTTL  time.Duration // the longest lifetime a token may be given
 	DataDir string        // where the admin-token file is; "" none
 }
 
-// Store is what the issuer needs of the store.
+// Store is what accounts need of the store.
 type Store interface {
 	CreateToken(ctx context.Context, t store.Token) error
 	DeleteToken(ctx context.Context, id string) error
 	ListTokens(ctx context.Context, f store.TokenFilter) ([]store.Token, error)
+	CreateUser(ctx context.Context, u store.User) error
+	GetUser(ctx context.Context, name string) (store.User, error)
+	DeleteUser(ctx context.Context, name string) error
+	SetMembership(ctx context.Context, user, group, role string) error
+	store.NodeFinder
 }
 
-// Issuer makes tokens.
-type Issuer struct {
+// Accounts keeps users and makes their tokens.
+type Accounts struct {
 	cfg   Config
 	store Store
 	// pin is the fingerprint of the server's CA, "" when it has none: a
@@ -51,15 +58,15 @@ type Issuer struct {
 	log *slog.Logger
 }
 
-// New makes an Issuer.
-func New(cfg Config, st Store, pin func() string, logger *slog.Logger) *Issuer {
-	return &Issuer{cfg: cfg, store: st, pin: pin, log: logger}
+// New makes the accounts over st.
+func New(cfg Config, st Store, pin func() string, logger *slog.Logger) *Accounts {
+	return &Accounts{cfg: cfg, store: st, pin: pin, log: logger}
 }
 
 // Rotate replaces a token with a new one of the same name, user and
 // lifetime (capped), and revokes the old. When the old one is in the
 // admin-token file, the file gets the new secret.
-func (i *Issuer) Rotate(ctx context.Context, old store.Token) (api.Token, error) {
+func (i *Accounts) Rotate(ctx context.Context, old store.Token) (api.Token, error) {
 	ttl := DefaultAPITTL
 	if !old.ExpiresAt.IsZero() {
 		ttl = old.ExpiresAt.Sub(old.CreatedAt)
@@ -81,7 +88,7 @@ func (i *Issuer) Rotate(ctx context.Context, old store.Token) (api.Token, error)
 
 // ParseTTL reads a token lifetime: def when empty, never more than the
 // server's cap.
-func (i *Issuer) ParseTTL(ttl string, def time.Duration) (time.Duration, error) {
+func (i *Accounts) ParseTTL(ttl string, def time.Duration) (time.Duration, error) {
 	if ttl == "" {
 		return min(def, i.cfg.MaxTTL), nil
 	}
@@ -97,7 +104,7 @@ func (i *Issuer) ParseTTL(ttl string, def time.Duration) (time.Duration, error) 
 
 // Issue gives t a fresh ID and secret and stores it; the answer
 // carries the secret, the only time it is shown.
-func (i *Issuer) Issue(ctx context.Context, t store.Token, ttl time.Duration) (api.Token, error) {
+func (i *Accounts) Issue(ctx context.Context, t store.Token, ttl time.Duration) (api.Token, error) {
 	secret, hash := auth.NewSecret(t.Kind)
 	now := time.Now().UTC()
 	t.ID, t.Hash, t.CreatedAt, t.ExpiresAt, t.Uses, t.LastUsed = auth.NewID("t-"), hash, now, now.Add(ttl), 0, time.Time{}
@@ -115,7 +122,7 @@ func (i *Issuer) Issue(ctx context.Context, t store.Token, ttl time.Duration) (a
 
 // replaceAdminTokenFile writes secret to the admin-token file if the file
 // holds old's secret.
-func (i *Issuer) replaceAdminTokenFile(old store.Token, secret string) error {
+func (i *Accounts) replaceAdminTokenFile(old store.Token, secret string) error {
 	if i.cfg.DataDir == "" {
 		return nil
 	}
@@ -128,7 +135,7 @@ func (i *Issuer) replaceAdminTokenFile(old store.Token, secret string) error {
 }
 
 // Find finds a token of kind by ID.
-func (i *Issuer) Find(ctx context.Context, kind, id string) (store.Token, error) {
+func (i *Accounts) Find(ctx context.Context, kind, id string) (store.Token, error) {
 	tokens, err := i.store.ListTokens(ctx, store.TokenFilter{Kind: kind})
 	if err != nil {
 		return store.Token{}, err
