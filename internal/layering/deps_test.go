@@ -44,6 +44,7 @@ var tiers = map[string]tier{
 	"internal/base/archive":      tierBase,
 	"internal/base/atomicfile":   tierBase,
 	"internal/base/auth":         tierBase,
+	"internal/base/paging":       tierBase,
 	"internal/base/backoff":      tierBase,
 	"internal/base/blobclient":   tierBase,
 	"internal/base/cgroup":       tierBase,

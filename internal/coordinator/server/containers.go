@@ -10,6 +10,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/paging"
 	"github.com/nodemgr/nodemgr/internal/coordinator/oncommand"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
@@ -65,7 +66,7 @@ func (s *Server) handleListContainers(w http.ResponseWriter, r *http.Request) er
 		}
 		f.NodeID = n.ID
 	}
-	pg, err := readPage(q, "containers", f.NodeID, strconv.FormatBool(f.Live))
+	pg, err := paging.Read(q, "containers", f.NodeID, strconv.FormatBool(f.Live))
 	if err != nil {
 		return err
 	}
@@ -81,7 +82,7 @@ func (s *Server) handleListContainers(w http.ResponseWriter, r *http.Request) er
 		}
 		return n != nil
 	}
-	cs, next, err := fillPage(pg, func(sp store.Page) ([]api.Container, error) {
+	cs, next, err := paging.Fill(pg, func(sp store.Page) ([]api.Container, error) {
 		f.Page = sp
 		return s.store.ListContainers(r.Context(), f)
 	}, store.ContainerCursor, mayRead)

@@ -7,6 +7,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/paging"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/catalog"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
@@ -62,11 +63,11 @@ func (s *Server) handleListDeployments(w http.ResponseWriter, r *http.Request) e
 	if st := q.Get("state"); st != "" {
 		f.States = strings.Split(st, ",")
 	}
-	pg, err := readPage(q, "deployments", f.Provider, q.Get("state"))
+	pg, err := paging.Read(q, "deployments", f.Provider, q.Get("state"))
 	if err != nil {
 		return err
 	}
-	list, next, err := fillPage(pg, func(sp store.Page) ([]store.Deployment, error) {
+	list, next, err := paging.Fill(pg, func(sp store.Page) ([]store.Deployment, error) {
 		f.Page = sp
 		return s.store.ListDeployments(r.Context(), f)
 	}, store.Deployment.Cursor, nil)

@@ -10,6 +10,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/paging"
 	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
@@ -40,7 +41,7 @@ func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return errdefs.Field("status", "must be online, suspect or offline, got %q", f.Status)
 	}
-	pg, err := readPage(r.URL.Query(), "nodes", f.Status)
+	pg, err := paging.Read(r.URL.Query(), "nodes", f.Status)
 	if err != nil {
 		return err
 	}
@@ -53,7 +54,7 @@ func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 	}
-	nodes, next, err := fillPage(pg, func(sp store.Page) ([]store.Node, error) {
+	nodes, next, err := paging.Fill(pg, func(sp store.Page) ([]store.Node, error) {
 		f.Page = sp
 		return s.store.ListNodes(r.Context(), f)
 	}, store.Node.Cursor, nil)

@@ -11,6 +11,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/paging"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/schedule"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
@@ -197,11 +198,11 @@ func (s *Server) handlePatchPool(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleListPools(w http.ResponseWriter, r *http.Request) error {
-	pg, err := readPage(r.URL.Query(), "pools")
+	pg, err := paging.Read(r.URL.Query(), "pools")
 	if err != nil {
 		return err
 	}
-	docs, next, err := fillPage(pg, func(sp store.Page) ([]store.Document, error) {
+	docs, next, err := paging.Fill(pg, func(sp store.Page) ([]store.Document, error) {
 		return s.store.ListDocuments(r.Context(), store.KindPool, sp)
 	}, store.Document.Cursor, nil)
 	if err != nil {
@@ -263,11 +264,11 @@ func (s *Server) handlePoolEvents(w http.ResponseWriter, r *http.Request) error 
 			return err
 		}
 	}
-	pg, err := readPage(r.URL.Query(), "pool-events", name)
+	pg, err := paging.Read(r.URL.Query(), "pool-events", name)
 	if err != nil {
 		return err
 	}
-	evs, next, err := fillPage(pg, func(sp store.Page) ([]api.PoolEvent, error) {
+	evs, next, err := paging.Fill(pg, func(sp store.Page) ([]api.PoolEvent, error) {
 		return s.store.PoolEvents(r.Context(), name, sp)
 	}, store.PoolEventCursor, nil)
 	if err != nil {

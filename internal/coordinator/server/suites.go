@@ -12,6 +12,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/paging"
 	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
@@ -133,11 +134,11 @@ func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error 
 		}
 		f.States = []string{st}
 	}
-	pg, err := readPage(r.URL.Query(), "suites", r.URL.Query().Get("state"))
+	pg, err := paging.Read(r.URL.Query(), "suites", r.URL.Query().Get("state"))
 	if err != nil {
 		return err
 	}
-	suites, next, err := fillPage(pg, func(sp store.Page) ([]store.Suite, error) {
+	suites, next, err := paging.Fill(pg, func(sp store.Page) ([]store.Suite, error) {
 		f.Page = sp
 		return s.store.ListSuites(r.Context(), f)
 	}, store.Suite.Cursor, func(su store.Suite) bool {
@@ -282,11 +283,11 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
 		}
 		f.Labels[k] = v
 	}
-	pg, err := readPage(q, "tasks", su.ID, q.Get("state"), f.Name, strings.Join(q["label"], ","))
+	pg, err := paging.Read(q, "tasks", su.ID, q.Get("state"), f.Name, strings.Join(q["label"], ","))
 	if err != nil {
 		return err
 	}
-	tasks, next, err := fillPage(pg, func(sp store.Page) ([]store.Task, error) {
+	tasks, next, err := paging.Fill(pg, func(sp store.Page) ([]store.Task, error) {
 		f.Page = sp
 		return s.store.ListTasks(r.Context(), f)
 	}, store.Task.Cursor, nil)

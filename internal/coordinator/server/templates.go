@@ -8,6 +8,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/paging"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/catalog"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
@@ -58,11 +59,11 @@ func (s *Server) getDocument(w http.ResponseWriter, r *http.Request, kind string
 }
 
 func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request, kind string) error {
-	pg, err := readPage(r.URL.Query(), "documents", kind)
+	pg, err := paging.Read(r.URL.Query(), "documents", kind)
 	if err != nil {
 		return err
 	}
-	docs, next, err := fillPage(pg, func(sp store.Page) ([]store.Document, error) {
+	docs, next, err := paging.Fill(pg, func(sp store.Page) ([]store.Document, error) {
 		return s.store.ListDocuments(r.Context(), kind, sp)
 	}, store.Document.Cursor, nil)
 	if err != nil {

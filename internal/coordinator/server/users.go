@@ -6,6 +6,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/paging"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -13,11 +14,11 @@ func (s *Server) handleListUsers(w http.ResponseWriter, r *http.Request) error {
 	if err := principalFrom(r.Context()).RequireAdmin("list users"); err != nil {
 		return err
 	}
-	pg, err := readPage(r.URL.Query(), "users")
+	pg, err := paging.Read(r.URL.Query(), "users")
 	if err != nil {
 		return err
 	}
-	users, next, err := fillPage(pg, func(sp store.Page) ([]store.User, error) {
+	users, next, err := paging.Fill(pg, func(sp store.Page) ([]store.User, error) {
 		return s.store.ListUsers(r.Context(), sp)
 	}, store.User.Cursor, nil)
 	if err != nil {
@@ -87,11 +88,11 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, kind string)
 	if !p.Admin {
 		f.User = p.User // non-admins see their own
 	}
-	pg, err := readPage(r.URL.Query(), "tokens", kind)
+	pg, err := paging.Read(r.URL.Query(), "tokens", kind)
 	if err != nil {
 		return err
 	}
-	tokens, next, err := fillPage(pg, func(sp store.Page) ([]store.Token, error) {
+	tokens, next, err := paging.Fill(pg, func(sp store.Page) ([]store.Token, error) {
 		f.Page = sp
 		return s.store.ListTokens(r.Context(), f)
 	}, store.Token.Cursor, nil)

@@ -6,19 +6,14 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/paging"
 )
 
 // Page asks a list for one page of its rows, in the list's order. Paging is
 // by keyset, never by offset: a page starts after the sort key of the last
 // row of the one before, so rows added or deleted meanwhile neither shift
 // the next page nor make it repeat or skip a row that was already there.
-type Page struct {
-	// After is the Cursor of the last row of the previous page; "" starts
-	// at the top. The row itself need not exist any more.
-	After string
-	// Limit is the most rows to return; 0 means no limit.
-	Limit int
-}
+type Page = paging.Window
 
 // The cursors of the lists: the values of each list's sort key, which is
 // unique and ordered the way the list is, as a JSON array. A cursor says

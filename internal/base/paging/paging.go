@@ -1,4 +1,8 @@
-package server
+// Package paging pages the API's lists: ?limit= and ?after= in, the rows
+// of one page and the opaque cursor of the next out. A cursor is the
+// store's sort key of the last row, bound to the list and filters it was
+// made for.
+package paging
 
 import (
 	"crypto/sha256"
@@ -9,26 +13,36 @@ import (
 	"strings"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
 // Every list pages with ?limit= and ?after=, and its body says where the
 // next page starts in "next" (absent on the last page).
 //
-// A request without a limit gets defaultPageLimit rows, as GitHub (30, at
+// A request without a limit gets DefaultLimit rows, as GitHub (30, at
 // most 100) and Stripe (10, at most 100) do, and not everything, as
 // Kubernetes does for the sake of clients older than its paging: an answer
 // stays bounded at the edge whatever a client forgets, and "next" tells it
 // there is more. nodemgr's rows are small, so its pages are larger.
 const (
-	defaultPageLimit = 100
-	maxPageLimit     = 1000
+	DefaultLimit = 100
+	MaxLimit     = 1000
 )
 
-// page is a list request's paging: the store's page, and the scope (the
-// list and its filters) that its cursors belong to.
-type page struct {
-	store.Page
+// Window asks a list for one page of its rows, in the list's order: the
+// rows after the cursor After, at most Limit of them (0: no limit). Paging
+// is by keyset, never by offset (see store.Page).
+type Window struct {
+	// After is the cursor of the last row of the previous page; "" starts
+	// at the top. The row itself need not exist any more.
+	After string
+	// Limit is the most rows to return; 0 means no limit.
+	Limit int
+}
+
+// Request is a list request's paging: its window, and the scope (the list
+// and its filters) that its cursors belong to.
+type Request struct {
+	Window
 	scope string
 }
 
@@ -40,15 +54,15 @@ type apiCursor struct {
 	Key   string `json:"k"`
 }
 
-// readPage reads ?limit= and ?after= for the list whose name and filter
+// Read reads ?limit= and ?after= for the list whose name and filter
 // values are scope.
-func readPage(q url.Values, scope ...string) (page, error) {
+func Read(q url.Values, scope ...string) (Request, error) {
 	sum := sha256.Sum256([]byte(strings.Join(scope, "\x00")))
-	p := page{Page: store.Page{Limit: defaultPageLimit}, scope: base64.RawURLEncoding.EncodeToString(sum[:9])}
+	p := Request{Window: Window{Limit: DefaultLimit}, scope: base64.RawURLEncoding.EncodeToString(sum[:9])}
 	if l, ok := q["limit"]; ok {
 		n, err := strconv.Atoi(l[0])
-		if err != nil || n < 1 || n > maxPageLimit {
-			return p, errdefs.Field("limit", "must be a whole number from 1 to %d, got %q; page through longer lists with after", maxPageLimit, l[0])
+		if err != nil || n < 1 || n > MaxLimit {
+			return p, errdefs.Field("limit", "must be a whole number from 1 to %d, got %q; page through longer lists with after", MaxLimit, l[0])
 		}
 		p.Limit = n
 	}
@@ -62,7 +76,7 @@ func readPage(q url.Values, scope ...string) (page, error) {
 	return p, nil
 }
 
-func (p page) decode(after string) (string, error) {
+func (p Request) decode(after string) (string, error) {
 	var c apiCursor
 	b, err := base64.RawURLEncoding.DecodeString(after)
 	if err == nil {
@@ -78,7 +92,7 @@ func (p page) decode(after string) (string, error) {
 }
 
 // next is the API cursor of a page whose last row has the store cursor key.
-func (p page) next(key string) string {
+func (p Request) next(key string) string {
 	b, err := json.Marshal(apiCursor{Scope: p.scope, Key: key})
 	if err != nil {
 		panic(err) // two strings always encode
@@ -86,16 +100,16 @@ func (p page) next(key string) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// fillPage reads one page of rows through read, keeping those keep accepts
+// Fill reads one page of rows through read, keeping those keep accepts
 // (nil keeps all), and returns them with the cursor of the next page, ""
 // on the last. Rows the caller may not see are skipped without counting,
 // so a page is short only at the end of the list, and one row more than
 // the limit is read to know whether there is a next page at all.
-func fillPage[T any](p page, read func(store.Page) ([]T, error), cursor func(T) string, keep func(T) bool) ([]T, string, error) {
+func Fill[T any](p Request, read func(Window) ([]T, error), cursor func(T) string, keep func(T) bool) ([]T, string, error) {
 	out := make([]T, 0, min(p.Limit, 128))
 	after := p.After
 	for {
-		rows, err := read(store.Page{After: after, Limit: p.Limit + 1})
+		rows, err := read(Window{After: after, Limit: p.Limit + 1})
 		if err != nil {
 			return nil, "", err
 		}
