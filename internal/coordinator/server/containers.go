@@ -49,11 +49,7 @@ func (s *Server) handleContainerCommand(w http.ResponseWriter, r *http.Request) 
 		return err
 	}
 	out, err := s.containers.Run(r.Context(), cmd)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
-	return nil
+	return answer(w, http.StatusOK, out, err)
 }
 
 func (s *Server) handleListContainers(w http.ResponseWriter, r *http.Request) error {

@@ -50,11 +50,7 @@ func (s *Server) handleProvision(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	made, err := s.catalog.Provision(r.Context(), req)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusAccepted, api.DeploymentList{Deployments: made})
-	return nil
+	return answer(w, http.StatusAccepted, api.DeploymentList{Deployments: made}, err)
 }
 
 func (s *Server) handleListDeployments(w http.ResponseWriter, r *http.Request) error {

@@ -64,11 +64,7 @@ func (s *Server) handleDeployEnsemble(w http.ResponseWriter, r *http.Request) er
 func (s *Server) handleListEnsembles(w http.ResponseWriter, r *http.Request) error {
 	all, _ := strconv.ParseBool(r.URL.Query().Get("all"))
 	list, err := s.ensembles.List(r.Context(), principalFrom(r.Context()), all)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, api.EnsembleList{Ensembles: list})
-	return nil
+	return answer(w, http.StatusOK, api.EnsembleList{Ensembles: list}, err)
 }
 
 func (s *Server) handleGetEnsemble(w http.ResponseWriter, r *http.Request) error {

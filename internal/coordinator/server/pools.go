@@ -271,11 +271,7 @@ func (s *Server) handlePoolEvents(w http.ResponseWriter, r *http.Request) error 
 	evs, next, err := paging.Fill(pg, func(sp store.Page) ([]api.PoolEvent, error) {
 		return s.store.PoolEvents(r.Context(), name, sp)
 	}, store.PoolEventCursor, nil)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, api.PoolEventList{Events: evs, Next: next})
-	return nil
+	return answer(w, http.StatusOK, api.PoolEventList{Events: evs, Next: next}, err)
 }
 
 func (s *Server) handleScheduleExplain(w http.ResponseWriter, r *http.Request) error {

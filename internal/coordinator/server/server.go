@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -125,85 +126,34 @@ type Config struct {
 	LeaderLease time.Duration
 }
 
+// setDefaults fills in what was left zero (DESIGN.md's defaults).
 func (c *Config) setDefaults() {
-	if c.EnsembleRestoreDeadline == 0 {
-		c.EnsembleRestoreDeadline = 5 * time.Minute
-	}
-	if c.EnsembleProvisionDeadline == 0 {
-		c.EnsembleProvisionDeadline = 10 * time.Minute
-	}
-	if c.BlobMaxSize == 0 {
-		c.BlobMaxSize = taskfiles.DefaultMaxSize
-	}
-	if c.BlobRetention == 0 {
-		c.BlobRetention = taskfiles.DefaultRetention
-	}
-	if c.Listen == "" {
-		c.Listen = "127.0.0.1:7070"
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = 30 * time.Second
-	}
-	if c.OfflineAfter == 0 {
-		c.OfflineAfter = 2 * time.Minute
-	}
-	if c.ConfirmTimeout == 0 {
-		c.ConfirmTimeout = 10 * time.Second
-	}
-	if c.ReconnectGrace == 0 {
-		c.ReconnectGrace = 10 * time.Second
-	}
-	if c.RetryBackoff == 0 {
-		c.RetryBackoff = time.Second
-	}
-	if c.RetryBackoffMax == 0 {
-		c.RetryBackoffMax = time.Minute
-	}
-	if c.IdleSuiteGrace == 0 {
-		c.IdleSuiteGrace = 5 * time.Second
-	}
-	if c.CredentialTTL == 0 {
-		c.CredentialTTL = 30 * 24 * time.Hour
-	}
-	if c.MaxUnauthConns == 0 {
-		c.MaxUnauthConns = 1024
-	}
-	if c.UnauthIdle == 0 {
-		c.UnauthIdle = 10 * time.Second
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = 2 * time.Minute
-	}
-	if c.MaxSubmitInFlight == 0 {
-		c.MaxSubmitInFlight = 2 * maxTaskBody
-	}
-	if c.MaxTokenTTL == 0 {
-		c.MaxTokenTTL = DefaultMaxTokenTTL
-	}
-	if c.FlushInterval == 0 {
-		c.FlushInterval = time.Second
-	}
-	if c.StoreTimeout == 0 {
-		c.StoreTimeout = DefaultStoreTimeout
-	}
-	if c.SuiteCloseAfter == 0 {
-		c.SuiteCloseAfter = 180 * time.Second
-	}
-	if c.SuiteTick == 0 {
-		c.SuiteTick = time.Second
-	}
-	if c.DriftInterval == 0 {
-		c.DriftInterval = 30 * time.Second
-	}
-	if c.Version == "" {
-		c.Version = "dev"
-	}
-	if c.ReplicaID == "" {
-		c.ReplicaID = auth.NewID("r-")
-	}
-	if c.LeaderLease == 0 {
-		c.LeaderLease = 10 * time.Second
-	}
+	c.EnsembleRestoreDeadline = cmp.Or(c.EnsembleRestoreDeadline, 5*time.Minute)
+	c.EnsembleProvisionDeadline = cmp.Or(c.EnsembleProvisionDeadline, 10*time.Minute)
+	c.BlobMaxSize = cmp.Or(c.BlobMaxSize, taskfiles.DefaultMaxSize)
+	c.BlobRetention = cmp.Or(c.BlobRetention, taskfiles.DefaultRetention)
+	c.Listen = cmp.Or(c.Listen, "127.0.0.1:7070")
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, 30*time.Second)
+	c.OfflineAfter = cmp.Or(c.OfflineAfter, 2*time.Minute)
+	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, 10*time.Second)
+	c.ReconnectGrace = cmp.Or(c.ReconnectGrace, 10*time.Second)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, time.Second)
+	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, time.Minute)
+	c.IdleSuiteGrace = cmp.Or(c.IdleSuiteGrace, 5*time.Second)
+	c.CredentialTTL = cmp.Or(c.CredentialTTL, 30*24*time.Hour)
+	c.MaxUnauthConns = cmp.Or(c.MaxUnauthConns, 1024)
+	c.UnauthIdle = cmp.Or(c.UnauthIdle, 10*time.Second)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, 2*time.Minute)
+	c.MaxSubmitInFlight = cmp.Or(c.MaxSubmitInFlight, 2*maxTaskBody)
+	c.MaxTokenTTL = cmp.Or(c.MaxTokenTTL, DefaultMaxTokenTTL)
+	c.FlushInterval = cmp.Or(c.FlushInterval, time.Second)
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, DefaultStoreTimeout)
+	c.SuiteCloseAfter = cmp.Or(c.SuiteCloseAfter, 180*time.Second)
+	c.SuiteTick = cmp.Or(c.SuiteTick, time.Second)
+	c.DriftInterval = cmp.Or(c.DriftInterval, 30*time.Second)
+	c.Version = cmp.Or(c.Version, "dev")
+	c.ReplicaID = cmp.Or(c.ReplicaID, auth.NewID("r-"))
+	c.LeaderLease = cmp.Or(c.LeaderLease, 10*time.Second)
 }
 
 func (c *Config) validate() error {

@@ -252,11 +252,7 @@ func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	ids, err := s.dispatcher.Submit(r.Context(), su, specs)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusCreated, api.SubmitResult{IDs: ids})
-	return nil
+	return answer(w, http.StatusCreated, api.SubmitResult{IDs: ids}, err)
 }
 
 func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {

@@ -108,9 +108,5 @@ func (s *Server) handleRenderTemplate(w http.ResponseWriter, r *http.Request) er
 		return errdefs.Field("provider", "required: one of %s", strings.Join(provision.Names(), ", "))
 	}
 	out, err := s.catalog.Render(r.Context(), r.PathValue("name"), provider)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
-	return nil
+	return answer(w, http.StatusOK, out, err)
 }
