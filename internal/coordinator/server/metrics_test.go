@@ -153,9 +153,7 @@ func TestMetricsStoreCountsAreCached(t *testing.T) {
 	if body := scrape(t, s.Handler(), admin); !strings.Contains(body, online(2)) {
 		t.Errorf("a scrape within the TTL asked the store again:\n%s", grepLines(body, "nodemgr_nodes"))
 	}
-	s.metrics.stats.mu.Lock()
-	s.metrics.stats.at = s.metrics.stats.at.Add(-statsTTL)
-	s.metrics.stats.mu.Unlock()
+	s.metrics.stats.Expire()
 	if body := scrape(t, s.Handler(), admin); !strings.Contains(body, online(3)) {
 		t.Errorf("a scrape after the TTL did not see the new node:\n%s", grepLines(body, "nodemgr_nodes"))
 	}

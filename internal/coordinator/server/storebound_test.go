@@ -171,9 +171,7 @@ func TestMetricsServeStaleCountsWhileTheStoreIsSilent(t *testing.T) {
 	}
 	st.auth.Store(true)
 	st.data.Store(true)
-	ts.metrics.stats.mu.Lock()
-	ts.metrics.stats.at = ts.metrics.stats.at.Add(-statsTTL) // due to be read again
-	ts.metrics.stats.mu.Unlock()
+	ts.metrics.stats.Expire() // due to be read again
 
 	for i := range 2 { // the second while the first's read still waits
 		code, body, took := ts.timedCall(t, 5*time.Second, "GET", "/metrics")
@@ -186,8 +184,8 @@ func TestMetricsServeStaleCountsWhileTheStoreIsSilent(t *testing.T) {
 			}
 		}
 		age := regexp.MustCompile(`(?m)^nodemgr_metrics_age_seconds (\S+)$`).FindStringSubmatch(body)
-		if age == nil || parseFloat(age[1]) < statsTTL.Seconds() {
-			t.Errorf("scrape %d with a silent store: age %v, want nodemgr_metrics_age_seconds of at least %s", i+1, age, statsTTL)
+		if age == nil || parseFloat(age[1]) < store.CountsTTL.Seconds() {
+			t.Errorf("scrape %d with a silent store: age %v, want nodemgr_metrics_age_seconds of at least %s", i+1, age, store.CountsTTL)
 		}
 		if took > bound+time.Second {
 			t.Errorf("scrape %d with a silent store took %s, want about the bound (%s)", i+1, took, bound)
