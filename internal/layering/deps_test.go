@@ -130,6 +130,7 @@ var tiers = map[string]tier{
 	"internal/coordinator/store/postgres/pgtest": tierCoordinator,
 	"internal/coordinator/store/sqlite":          tierCoordinator,
 	"internal/coordinator/store/sqlstore":        tierCoordinator,
+	"internal/coordinator/store/storemetrics":    tierCoordinator,
 	"internal/coordinator/store/sqlrow":          tierCoordinator,
 	"internal/coordinator/store/storetest":       tierCoordinator,
 	"internal/coordinator/taskfiles":             tierCoordinator,

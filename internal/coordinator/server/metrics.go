@@ -13,7 +13,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/storemetrics"
 )
 
 // metrics are the server's Prometheus instruments, on a registry of its own
@@ -24,7 +24,7 @@ type metrics struct {
 	httpRequests   *prometheus.CounterVec
 	httpDuration   *prometheus.HistogramVec
 	protocolErrors prometheus.Counter
-	stats          *store.CountsCollector
+	stats          *storemetrics.Collector
 }
 
 // longLived are the routes whose requests last as long as what they carry:
@@ -52,7 +52,7 @@ func newMetrics(s *Server) *metrics {
 		protocolErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodemgr_agent_protocol_errors_total", Help: "Agent connections closed for a malformed frame.",
 		}),
-		stats: store.NewCountsCollector(s.lifeCtx, s.backend, s.cfg.StoreTimeout, s.log),
+		stats: storemetrics.New(s.lifeCtx, s.backend, s.cfg.StoreTimeout, s.log),
 	}
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.protocolErrors, m.stats,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -17,6 +17,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store/storemetrics"
 )
 
 // silentStore is a SQLite store whose calls, once silenced, wait until
@@ -184,8 +185,8 @@ func TestMetricsServeStaleCountsWhileTheStoreIsSilent(t *testing.T) {
 			}
 		}
 		age := regexp.MustCompile(`(?m)^nodemgr_metrics_age_seconds (\S+)$`).FindStringSubmatch(body)
-		if age == nil || parseFloat(age[1]) < store.CountsTTL.Seconds() {
-			t.Errorf("scrape %d with a silent store: age %v, want nodemgr_metrics_age_seconds of at least %s", i+1, age, store.CountsTTL)
+		if age == nil || parseFloat(age[1]) < storemetrics.TTL.Seconds() {
+			t.Errorf("scrape %d with a silent store: age %v, want nodemgr_metrics_age_seconds of at least %s", i+1, age, storemetrics.TTL)
 		}
 		if took > bound+time.Second {
 			t.Errorf("scrape %d with a silent store took %s, want about the bound (%s)", i+1, took, bound)

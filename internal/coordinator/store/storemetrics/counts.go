@@ -1,4 +1,7 @@
-package store
+// Package storemetrics exports the store's counts of nodes, suites and
+// tasks as Prometheus gauges (a package of its own: the store knows no
+// HTTP, and the Prometheus client does).
+package storemetrics
 
 import (
 	"context"
@@ -10,13 +13,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
-// CountsTTL is how long the store's counts serve scrapes before they are
+// TTL is how long the store's counts serve scrapes before they are
 // asked again: several Prometheus servers scraping every few seconds cost
 // the store one round of queries. A read that failed is not tried again
 // for as long either.
-const CountsTTL = 5 * time.Second
+const TTL = 5 * time.Second
 
 var (
 	nodesDesc  = prometheus.NewDesc("nodemgr_nodes", "Nodes by status.", []string{"status"}, nil)
@@ -31,12 +35,12 @@ var (
 		"Age of the store's counts in this scrape; absent until they were first read.", nil, nil)
 )
 
-// CountsCollector exports the store's counts of nodes, suites and tasks,
+// Collector exports the store's counts of nodes, suites and tasks,
 // asking the store at most once per ttl. When the store does not answer,
 // a scrape shows the counts last read, marked stale, rather than block or
 // leave them out: a graph that keeps its last value with a stale flag
 // says more during an outage than one with a hole.
-type CountsCollector struct {
+type Collector struct {
 	store   Counter
 	life    func() context.Context // the server's: a read outlives the scrape
 	timeout time.Duration          // a read's bound (the store timeout)
@@ -58,20 +62,20 @@ type Counter interface {
 	CountSuites(ctx context.Context) (map[string]int, api.TaskCounts, error)
 }
 
-// NewCountsCollector exports st's counts, read at most once per CountsTTL,
+// New exports st's counts, read at most once per TTL,
 // each read bounded by timeout and ended with life.
-func NewCountsCollector(life func() context.Context, st Counter, timeout time.Duration, log *slog.Logger) *CountsCollector {
-	return &CountsCollector{store: st, life: life, timeout: timeout, ttl: CountsTTL, log: log}
+func New(life func() context.Context, st Counter, timeout time.Duration, log *slog.Logger) *Collector {
+	return &Collector{store: st, life: life, timeout: timeout, ttl: TTL, log: log}
 }
 
 // Expire makes the counts due: the next Update reads the store again.
-func (c *CountsCollector) Expire() {
+func (c *Collector) Expire() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.at = c.at.Add(-c.ttl)
 }
 
-func (c *CountsCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- nodesDesc
 	ch <- suitesDesc
 	ch <- tasksDesc
@@ -83,7 +87,7 @@ func (c *CountsCollector) Describe(ch chan<- *prometheus.Desc) {
 // Update starts a read of the counts when they are older than ttl and no
 // read is under way. With wait, it returns once the read under way ended
 // (it is bounded by the store timeout) or ctx did; without, at once.
-func (c *CountsCollector) Update(ctx context.Context, wait bool) {
+func (c *Collector) Update(ctx context.Context, wait bool) {
 	c.mu.Lock()
 	if c.reading == nil && time.Since(c.at) >= c.ttl && time.Since(c.failed) >= c.ttl {
 		c.reading = make(chan struct{})
@@ -102,7 +106,7 @@ func (c *CountsCollector) Update(ctx context.Context, wait bool) {
 
 // read asks the store for the counts. It is not the request's: a scraper
 // that hangs up must not leave a cancelled read's answer for the others.
-func (c *CountsCollector) read(done chan struct{}) {
+func (c *Collector) read(done chan struct{}) {
 	defer close(done)
 	ctx, cancel := context.WithTimeout(c.life(), c.timeout)
 	defer cancel()
@@ -113,7 +117,7 @@ func (c *CountsCollector) read(done chan struct{}) {
 		suites, tasks, err = c.store.CountSuites(ctx)
 	}
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		err = TimeoutError("count nodes, suites and tasks", c.timeout)
+		err = store.TimeoutError("count nodes, suites and tasks", c.timeout)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -128,7 +132,7 @@ func (c *CountsCollector) read(done chan struct{}) {
 
 // Collect exports the counts last read, with whether they are stale and
 // their age.
-func (c *CountsCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	stale := 0.0
