@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -55,6 +56,7 @@ type Store interface {
 	DeleteNode(ctx context.Context, id string) error
 	UpdateNode(ctx context.Context, id string, fn func(*store.Node) error) (store.Node, error)
 	Ack(ctx context.Context, nodeID string, seq uint64) error
+	ListContainers(ctx context.Context, f store.ContainerFilter) ([]api.Container, error)
 }
 
 // Hooks are what the hub asks of the rest of the server.
@@ -82,6 +84,9 @@ type Hub struct {
 	metrics  *metrics
 	signals  *signaller // to and from the other servers on the store
 	instance string     // this process among the replicas (replica.go)
+	// remoteWork is when agents connected to other servers were last seen
+	// working, as the leader's orchestrator read it (their idle time).
+	remoteWork sync.Map
 
 	mu       sync.Mutex
 	sessions map[string]*Session

@@ -52,53 +52,10 @@ func (c cluster) Demands(ctx context.Context) ([]orchestrate.Demand, error) {
 	return append(suites, ens...), nil
 }
 
-// NodeState says whether a node is connected, whether it has work (a
-// suite, a service or a container in its books, or a live container
-// report), and when it last had a suite.
+// NodeState is the hub's Activity of the node.
 func (c cluster) NodeState(ctx context.Context, nodeID string) (orchestrate.NodeState, error) {
-	s := c.s
-	var st orchestrate.NodeState
-	n, err := s.store.GetNode(ctx, nodeID)
-	if err != nil {
-		return st, err
-	}
-	if st.Notices, err = s.hub.NodeNotices(ctx, nodeID); err != nil {
-		return st, err
-	}
-	if sess := s.hub.Get(nodeID); sess != nil {
-		st.Connected = true
-		st.LastWork = sess.LastWork()
-		if state, cur := sess.Work(); cur != "" && state != api.AgentIdle {
-			st.Busy = true
-			return st, nil
-		}
-	} else if s.hub.ConnectedElsewhere(n) {
-		// Its heartbeats, written by the server holding its session, say
-		// what it does (a flush late).
-		st.Connected = true
-		if n.CurrentSuite != "" && n.AgentState != api.AgentIdle {
-			s.remoteWork.Store(nodeID, n.LastHeartbeat)
-			st.Busy = true
-			return st, nil
-		}
-		if t, ok := s.remoteWork.Load(nodeID); ok {
-			st.LastWork = t.(time.Time)
-		}
-	} else {
-		return st, nil
-	}
-	if cs, err := s.store.ListContainers(ctx, store.ContainerFilter{NodeID: nodeID, Live: true, Page: store.Page{Limit: 1}}); err == nil && len(cs) > 0 {
-		st.Busy = true
-		return st, nil
-	}
-	if nr, ok := s.hub.Books(ctx, nodeID); ok {
-		for _, a := range nr.Allocations {
-			if a.Kind != api.AllocationPool {
-				st.Busy = true
-			}
-		}
-	}
-	return st, nil
+	a, err := c.s.hub.Activity(ctx, nodeID)
+	return orchestrate.NodeState(a), err
 }
 
 func (c cluster) DrainNode(ctx context.Context, nodeID string) error {

@@ -202,13 +202,10 @@ type Server struct {
 	cfg Config
 	// store bounds the store calls of API requests (store.Bounded);
 	// backend is the store itself, for its optional capabilities.
-	store   store.Store
-	backend store.Store
-	log     *slog.Logger
-	hub     *hub.Hub // agents' sessions, liveness, leases, signals and relays
-	// remoteWork is when agents connected to other servers were last seen
-	// working, as the leader's orchestrator read it (their idle time).
-	remoteWork sync.Map
+	store      store.Store
+	backend    store.Store
+	log        *slog.Logger
+	hub        *hub.Hub             // agents' sessions, liveness, leases, signals and relays
 	dispatcher *dispatch.Dispatcher // suites and tasks to agents
 	enroll     *enroll.Enroller     // admits agents
 	containers *oncommand.Commander // containers on command
