@@ -28,6 +28,7 @@ type Config struct {
 type Store interface {
 	WhyStore
 	ListSuites(ctx context.Context, f store.SuiteFilter) ([]store.Suite, error)
+	SuiteByName(ctx context.Context, name string) (store.Suite, error)
 	UpdateSuite(ctx context.Context, id string, fn func(*store.Suite) error) (store.Suite, error)
 	CloseIdleSuites(ctx context.Context, cutoff time.Time) ([]string, error)
 	CompleteSuites(ctx context.Context) ([]string, error)

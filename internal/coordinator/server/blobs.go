@@ -11,6 +11,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/coordinator/blob"
+	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 	"github.com/nodemgr/nodemgr/internal/coordinator/taskfiles"
 )
 
@@ -114,7 +115,7 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, d blob.Digest
 
 // handleGetTaskOutput streams one output file of a task's result.
 func (s *Server) handleGetTaskOutput(w http.ResponseWriter, r *http.Request) error {
-	t, err := s.resolveTask(r.Context(), r.PathValue("task"), suiteRead)
+	t, err := s.resolveTask(r.Context(), r.PathValue("task"), dispatch.ReadSuite)
 	if err != nil {
 		return err
 	}

@@ -18,52 +18,9 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
-func suiteGroups(s store.Suite) []string {
-	if s.Spec.Group == "" {
-		return nil
-	}
-	return []string{s.Spec.Group}
-}
-
-// suiteAccess is what a caller wants to do with a suite.
-type suiteAccess int
-
-const (
-	suiteRead suiteAccess = iota // see it and its tasks: its owner, or Read in its group
-	suiteStop                    // close or cancel it or its tasks: its owner, or Write
-	suiteWork                    // add tasks or assign nodes, which runs commands on the group's nodes: Write, always
-)
-
-// resolveSuite finds a suite by ID or name and checks the caller may do
-// what with it. Owning a suite never outlives the role it was created
-// with: a user whose Write role in the group was taken away may still read
-// and stop their suites, but no longer make them run anything.
-func (s *Server) resolveSuite(ctx context.Context, ref string, what suiteAccess) (store.Suite, error) {
-	su, err := s.store.GetSuite(ctx, ref)
-	if errdefs.IsNotFound(err) {
-		su, err = s.store.SuiteByName(ctx, ref)
-	}
-	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return store.Suite{}, errdefs.NotFound("suite %q (see nodemgr suite ls)", ref)
-		}
-		return store.Suite{}, err
-	}
-	p := principalFrom(ctx)
-	if p.User == su.Owner && what != suiteWork {
-		return su, nil
-	}
-	if !p.Can(api.RoleRead, suiteGroups(su)) {
-		if p.User == su.Owner {
-			return su, p.Require(api.RoleWrite, suiteGroups(su), "suite "+su.Spec.Name)
-		}
-		return store.Suite{}, errdefs.NotFound("suite %q (see nodemgr suite ls)", ref)
-	}
-	role := api.RoleWrite
-	if what == suiteRead {
-		role = api.RoleRead
-	}
-	return su, p.Require(role, suiteGroups(su), "suite "+su.Spec.Name)
+// resolveSuite finds a suite the caller may do what with (dispatch.ResolveSuite).
+func (s *Server) resolveSuite(ctx context.Context, ref string, what dispatch.Access) (store.Suite, error) {
+	return s.dispatcher.ResolveSuite(ctx, principalFrom(ctx), ref, what)
 }
 
 func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error {
@@ -102,7 +59,7 @@ func (s *Server) handleCreateSuite(w http.ResponseWriter, r *http.Request) error
 // error names that suite; the caller sees it only if they may read it, so
 // a clash never tells a user another group's suite ID.
 func (s *Server) nameTaken(ctx context.Context, name string, err error) error {
-	_, rerr := s.resolveSuite(ctx, name, suiteRead)
+	_, rerr := s.resolveSuite(ctx, name, dispatch.ReadSuite)
 	switch {
 	case rerr == nil:
 		return fmt.Errorf("create suite %s: %w", name, err)
@@ -142,7 +99,7 @@ func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error 
 		f.Page = sp
 		return s.store.ListSuites(r.Context(), f)
 	}, store.Suite.Cursor, func(su store.Suite) bool {
-		return su.Owner == p.User || p.Can(api.RoleRead, suiteGroups(su))
+		return su.Owner == p.User || p.Can(api.RoleRead, dispatch.SuiteGroups(su))
 	})
 	if err != nil {
 		return fmt.Errorf("list suites: %w", err)
@@ -156,7 +113,7 @@ func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error 
 }
 
 func (s *Server) handleGetSuite(w http.ResponseWriter, r *http.Request) error {
-	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteRead)
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), dispatch.ReadSuite)
 	if err != nil {
 		return err
 	}
@@ -175,7 +132,7 @@ func (s *Server) handleGetSuite(w http.ResponseWriter, r *http.Request) error {
 
 // setSuiteState closes or cancels a suite.
 func (s *Server) setSuiteState(w http.ResponseWriter, r *http.Request, to string) error {
-	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteStop)
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), dispatch.StopSuite)
 	if err != nil {
 		return err
 	}
@@ -208,7 +165,7 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteWork)
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), dispatch.WorkSuite)
 	if err != nil {
 		return err
 	}
@@ -237,7 +194,7 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 // caller's role is checked before the body is read, and the body is
 // decoded as a stream within the server's budget for batches in flight.
 func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error {
-	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteWork)
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), dispatch.WorkSuite)
 	if err != nil {
 		return err
 	}
@@ -256,7 +213,7 @@ func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error
 }
 
 func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
-	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), suiteRead)
+	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), dispatch.ReadSuite)
 	if err != nil {
 		return err
 	}
@@ -299,22 +256,13 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
 }
 
 // resolveTask finds a task and checks the caller's role on its suite.
-func (s *Server) resolveTask(ctx context.Context, id string, what suiteAccess) (store.Task, error) {
-	t, err := s.store.GetTask(ctx, id)
-	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return t, errdefs.NotFound("task %q", id)
-		}
-		return t, err
-	}
-	if _, err := s.resolveSuite(ctx, t.SuiteID, what); err != nil {
-		return t, err
-	}
-	return t, nil
+// resolveTask finds a task whose suite the caller may do what with.
+func (s *Server) resolveTask(ctx context.Context, id string, what dispatch.Access) (store.Task, error) {
+	return s.dispatcher.ResolveTask(ctx, principalFrom(ctx), id, what)
 }
 
 func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) error {
-	t, err := s.resolveTask(r.Context(), r.PathValue("task"), suiteRead)
+	t, err := s.resolveTask(r.Context(), r.PathValue("task"), dispatch.ReadSuite)
 	if err != nil {
 		return err
 	}
@@ -323,7 +271,7 @@ func (s *Server) handleGetTask(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleCancelTask(w http.ResponseWriter, r *http.Request) error {
-	t, err := s.resolveTask(r.Context(), r.PathValue("task"), suiteStop)
+	t, err := s.resolveTask(r.Context(), r.PathValue("task"), dispatch.StopSuite)
 	if err != nil {
 		return err
 	}
