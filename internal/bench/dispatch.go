@@ -333,7 +333,7 @@ func runDispatchCase(ctx context.Context, c *client.Client, cfg DispatchConfig, 
 	// The rate is the steady flow, from the first stored result to the
 	// last (not our last poll); the start of the suite on the node (its
 	// assignment, the workers' start) is a latency of its own.
-	first, last, err := finishSpan(ctx, c, su.ID)
+	first, last, err := finishSpan(ctx, c, su.ID, n)
 	if err != nil {
 		return DispatchResult{}, err
 	}
@@ -456,8 +456,9 @@ func NoopWorker(ctx context.Context) error {
 }
 
 // finishSpan is when the suite's first and last results were stored.
-func finishSpan(ctx context.Context, c *client.Client, suiteID string) (first, last time.Time, err error) {
+func finishSpan(ctx context.Context, c *client.Client, suiteID string, want int) (first, last time.Time, err error) {
 	p := client.Page{Limit: client.MaxPageLimit}
+	seen := 0
 	for {
 		page, err := c.TasksPage(ctx, suiteID, "", p)
 		if err != nil {
@@ -467,6 +468,7 @@ func finishSpan(ctx context.Context, c *client.Client, suiteID string) (first, l
 			if t.Result == nil {
 				continue
 			}
+			seen++
 			if at := t.Result.FinishedAt; first.IsZero() || at.Before(first) {
 				first = at
 			}
@@ -475,8 +477,14 @@ func finishSpan(ctx context.Context, c *client.Client, suiteID string) (first, l
 			}
 		}
 		if page.Next == "" {
-			return first, last, nil
+			break
 		}
 		p.After = page.Next
 	}
+	if seen != want {
+		// A span over part of the tasks gives a rate that is false, not
+		// just rough (a server whose API pages otherwise, say).
+		return first, last, fmt.Errorf("suite %s: the task list showed %d results, want %d: the rate would be false; is the server's API older than this bench's (compare binaries that page their task lists)?", suiteID, seen, want)
+	}
+	return first, last, nil
 }
