@@ -94,7 +94,7 @@ const claimTasks = `WITH picked AS (
 		ORDER BY priority DESC, seq
 		LIMIT $4
 		FOR UPDATE SKIP LOCKED)
-	UPDATE tasks SET state = '` + api.TaskRunning + `', attempt = tasks.attempt + 1, node_id = $1, updated_at = $2
+	UPDATE tasks SET state = '` + api.TaskRunning + `', attempt = tasks.attempt + 1, handed_out = tasks.attempt + 1, node_id = $1, updated_at = $2
 	FROM picked
 	WHERE tasks.seq = picked.seq AND tasks.attempt = picked.attempt AND tasks.state = picked.state
 	RETURNING ` + sqlstore.TaskColumns

@@ -598,7 +598,5 @@ func TestFilesArePrivate(t *testing.T) {
 // TestAnAttemptIsHandedOutOnce: see storetest.AnAttemptIsHandedOutOnce.
 func TestAnAttemptIsHandedOutOnce(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
-	storetest.AnAttemptIsHandedOutOnce(t, s, s.w,
-		`DROP TRIGGER task_attempt_returned`,
-		`UPDATE tasks SET state = 'Ready', attempt = 0 WHERE id = 't1'`)
+	storetest.AnAttemptIsHandedOutOnce(t, s, s.w)
 }

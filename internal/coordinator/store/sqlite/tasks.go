@@ -73,7 +73,7 @@ func (b newTasks) Insert(ctx context.Context, q sqlstore.Querier, suiteID string
 // hands over in order. The limit is +?4, not ?4: SQLite plans for the value
 // bound to a bare LIMIT parameter, and so prepares the statement again each
 // time a new value is bound.
-const claimTasks = `UPDATE tasks SET state = '` + api.TaskRunning + `', attempt = attempt + 1, node_id = ?1, updated_at = ?2
+const claimTasks = `UPDATE tasks SET state = '` + api.TaskRunning + `', attempt = attempt + 1, handed_out = attempt + 1, node_id = ?1, updated_at = ?2
 	WHERE seq IN (SELECT seq FROM tasks WHERE suite_id = ?3 AND state = '` + api.TaskReady + `' AND not_before <= ?2
 		ORDER BY priority DESC, seq LIMIT +?4)
 	RETURNING ` + sqlstore.TaskColumns

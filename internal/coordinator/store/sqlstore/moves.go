@@ -22,7 +22,7 @@ func (s *Store) ReturnTasks(ctx context.Context, nodeID string, ids []string) (i
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := s.moveTasks(ctx, true, api.TaskRunning, `UPDATE tasks SET state = '`+api.TaskReady+`', attempt = attempt - 1, updated_at = $1
+	n, err := s.moveTasks(ctx, true, api.TaskRunning, `UPDATE tasks SET state = '`+api.TaskReady+`', attempt = attempt - 1, handed_out = attempt - 1, updated_at = $1
 		WHERE node_id = $2 AND state = '`+api.TaskRunning+`' AND `+s.d.In(`id`, `$3`)+`
 		RETURNING suite_id, state`,
 		s.d.Now().UnixNano(), nodeID, s.d.TextList(ids))
