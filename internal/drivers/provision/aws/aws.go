@@ -3,7 +3,6 @@ package aws
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -222,12 +221,7 @@ func (a *AWS) Provision(ctx context.Context, spec provision.Spec) (provision.Dep
 	if err := cfg.takeUserData(spec.UserData); err != nil {
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", spec.Name, err)
 	}
-	name := spec.Name
-	if name == "" {
-		b := make([]byte, 6)
-		rand.Read(b)
-		name = "nodemgr-" + hex.EncodeToString(b)
-	}
+	name := spec.NameOrRandom()
 	if len(name) > 256 {
 		return provision.Deployment{}, errdefs.Field("name", "%q is longer than an EC2 tag value (256)", name)
 	}

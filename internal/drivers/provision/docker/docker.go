@@ -2,8 +2,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"math"
@@ -118,12 +116,8 @@ func (d *Docker) Provision(ctx context.Context, spec provision.Spec) (provision.
 	if err != nil {
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", spec.Name, err)
 	}
-	name := spec.Name
-	if name == "" {
-		b := make([]byte, 6)
-		rand.Read(b)
-		name = "nodemgr-" + hex.EncodeToString(b)
-	} else if !validName.MatchString(name) {
+	name := spec.NameOrRandom()
+	if !validName.MatchString(name) {
 		return provision.Deployment{}, errdefs.Field("name", "%q cannot name a container: use letters, digits, _ . - (at least two, starting with a letter or digit)", name)
 	}
 
