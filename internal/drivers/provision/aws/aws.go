@@ -271,11 +271,9 @@ func (a *AWS) Provision(ctx context.Context, spec provision.Spec) (provision.Dep
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", name, err)
 	}
 	if err != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if terr := a.terminate(cctx, id); terr != nil {
-			err = fmt.Errorf("%w (and terminating instance %s failed: %v)", err, id, terr)
-		}
+		err = provision.Undo(ctx, cleanupTimeout, err, "terminating instance "+id, func(ctx context.Context) error {
+			return a.terminate(ctx, id)
+		})
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", name, err)
 	}
 	dep.Template = spec.Template

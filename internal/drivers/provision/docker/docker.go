@@ -153,12 +153,9 @@ func (d *Docker) Provision(ctx context.Context, spec provision.Spec) (provision.
 
 	dep, err := d.start(ctx, id)
 	if err != nil {
-		// Never orphan: take the container away even if ctx is done.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if rerr := d.remove(cctx, id); rerr != nil {
-			err = fmt.Errorf("%w (and removing container %.12s failed: %v)", err, id, rerr)
-		}
+		err = provision.Undo(ctx, cleanupTimeout, err, fmt.Sprintf("removing container %.12s", id), func(ctx context.Context) error {
+			return d.remove(ctx, id)
+		})
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", name, err)
 	}
 	dep.Template = spec.Template

@@ -432,12 +432,9 @@ func (p *Libvirt) provision(ctx context.Context, c client, name string, cfg conf
 	}
 	made := []VolumeRef{} // the volumes this call made, which a failure removes
 	fail := func(err error) (provision.Deployment, error) {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if rerr := p.remove(cctx, c, dom, made); rerr != nil {
-			err = fmt.Errorf("%w (and removing domain %s failed: %v)", err, name, rerr)
-		}
-		return provision.Deployment{}, err
+		return provision.Deployment{}, provision.Undo(ctx, cleanupTimeout, err, "removing domain "+name, func(ctx context.Context) error {
+			return p.remove(ctx, c, dom, made)
+		})
 	}
 	if inst.SSH != nil {
 		// Only now does libvirt's own PCI layout show which slot is free.
