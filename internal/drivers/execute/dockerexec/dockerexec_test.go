@@ -68,28 +68,15 @@ func TestErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := provision.Deployment{Name: "gone", ResourceID: "0123456789ab0123456789ab", Executors: d.Executors}
-	tests := []struct {
-		name  string
-		do    func() error
-		class error
-	}{
-		{"container gone", func() error {
+	executetest.CheckFailing(t, []executetest.Failing{
+		{Name: "container gone", Do: func() error {
 			_, err := e.Exec(ctx, gone, execute.Command{Argv: []string{"true"}})
 			return err
-		}, errdefs.ErrNotFound},
-		{"relative dst", func() error { return e.CopyTo(ctx, d, src, "opt/x") }, errdefs.ErrInvalid},
-		{"relative src", func() error { return e.CopyFrom(ctx, d, "etc/passwd", filepath.Join(dir, "x")) }, errdefs.ErrInvalid},
-		{"parent is a file", func() error { return e.CopyTo(ctx, d, src, "/etc/passwd/x") }, errdefs.ErrConflict},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.do()
-			if !errors.Is(err, tc.class) {
-				t.Errorf("%s = %v, want class %v", tc.name, err, tc.class)
-			}
-			t.Logf("%s: %v", tc.name, err)
-		})
-	}
+		}, Class: errdefs.ErrNotFound},
+		{Name: "relative dst", Do: func() error { return e.CopyTo(ctx, d, src, "opt/x") }, Class: errdefs.ErrInvalid},
+		{Name: "relative src", Do: func() error { return e.CopyFrom(ctx, d, "etc/passwd", filepath.Join(dir, "x")) }, Class: errdefs.ErrInvalid},
+		{Name: "parent is a file", Do: func() error { return e.CopyTo(ctx, d, src, "/etc/passwd/x") }, Class: errdefs.ErrConflict},
+	})
 }
 
 func TestCapability(t *testing.T) {

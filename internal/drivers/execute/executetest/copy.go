@@ -1,7 +1,6 @@
 package executetest
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -332,25 +331,12 @@ func testCopyErrors(t *testing.T, tg Target) {
 	}
 	remoteWant, _ := targetListing(t, tg, remote)
 
-	tests := []struct {
-		name  string
-		do    func() error
-		class error
-	}{
+	CheckFailing(t, []Failing{
 		{"missing local src", func() error { return e.CopyTo(ctx, d, filepath.Join(src, "nope"), path.Join(dir, "x")) }, errdefs.ErrNotFound},
 		{"missing target src", func() error { return e.CopyFrom(ctx, d, path.Join(dir, "nope"), filepath.Join(t.TempDir(), "x")) }, errdefs.ErrNotFound},
 		{"file onto a dir", func() error { return e.CopyTo(ctx, d, filepath.Join(src, "secret"), path.Join(remote, "sub")) }, errdefs.ErrConflict},
 		{"tree onto a local file", func() error { return e.CopyFrom(ctx, d, path.Join(remote, "sub"), filepath.Join(src, "run.sh")) }, errdefs.ErrConflict},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.do()
-			if !errors.Is(err, tc.class) {
-				t.Errorf("%s = %v, want class %v", tc.name, err, tc.class)
-			}
-			t.Logf("%s: %v", tc.name, err)
-		})
-	}
+	})
 	if diff := cmp.Diff(want, Listing(t, src)); diff != "" {
 		t.Errorf("failed copies changed the local tree (-want +got):\n%s", diff)
 	}

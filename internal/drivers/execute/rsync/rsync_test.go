@@ -88,10 +88,7 @@ func TestOnlyChangesSent(t *testing.T) {
 func TestJumpHost(t *testing.T) {
 	srv := sshtest.Shared(t)
 	p := sshtest.NewProxy(t, srv.Addr)
-	kh := filepath.Join(t.TempDir(), "known_hosts")
-	if err := os.WriteFile(kh, []byte(srv.KnownHostsLine(srv.Addr)+"\n"+srv.KnownHostsLine(p.Addr)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kh := srv.KnownHostsFile(t, srv.Addr, p.Addr)
 	r, d, _ := node(t, map[string]string{"known_hosts": kh, "jump_host": p.Addr})
 	src := executetest.Tree(t, t.TempDir(), "tree")
 	remote := filepath.Join(t.TempDir(), "copy")
@@ -112,10 +109,7 @@ func TestJumpHost(t *testing.T) {
 // key is taken out of the file once the checks' connection is open.
 func TestHostKeyChecked(t *testing.T) {
 	srv := sshtest.Shared(t)
-	kh := filepath.Join(t.TempDir(), "known_hosts")
-	if err := os.WriteFile(kh, []byte(srv.KnownHostsLine(srv.Addr)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kh := srv.KnownHostsFile(t, srv.Addr)
 	r, d, _ := node(t, map[string]string{"known_hosts": kh})
 	ctx := ctxFor(t)
 	src := filepath.Join(t.TempDir(), "f")

@@ -306,11 +306,8 @@ func TestTrustOnFirstUse(t *testing.T) {
 func TestJumpHost(t *testing.T) {
 	srv := sshtest.Shared(t)
 	p := sshtest.NewProxy(t, srv.Addr)
-	kh := filepath.Join(t.TempDir(), "known_hosts")
 	// The target is reached at its own address from the jump host.
-	if err := os.WriteFile(kh, []byte(srv.KnownHostsLine(srv.Addr)+"\n"+srv.KnownHostsLine(p.Addr)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kh := srv.KnownHostsFile(t, srv.Addr, p.Addr)
 	tests := []struct {
 		name     string
 		settings map[string]string
@@ -373,10 +370,7 @@ func mustAtoi(t *testing.T, s string) int {
 func TestConnectionReuse(t *testing.T) {
 	srv := sshtest.Shared(t)
 	p := sshtest.NewProxy(t, srv.Addr)
-	kh := filepath.Join(t.TempDir(), "known_hosts")
-	if err := os.WriteFile(kh, []byte(srv.KnownHostsLine(p.Addr)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kh := srv.KnownHostsFile(t, p.Addr)
 	e, d, _ := node(t, map[string]string{"known_hosts": kh})
 	d.Address = p.Addr
 	for i := range 20 {

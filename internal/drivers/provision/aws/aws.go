@@ -3,7 +3,6 @@ package aws
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -222,12 +221,7 @@ func (a *AWS) Provision(ctx context.Context, spec provision.Spec) (provision.Dep
 	if err := cfg.takeUserData(spec.UserData); err != nil {
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", spec.Name, err)
 	}
-	name := spec.Name
-	if name == "" {
-		b := make([]byte, 6)
-		rand.Read(b)
-		name = "nodemgr-" + hex.EncodeToString(b)
-	}
+	name := spec.NameOrRandom()
 	if len(name) > 256 {
 		return provision.Deployment{}, errdefs.Field("name", "%q is longer than an EC2 tag value (256)", name)
 	}
@@ -277,11 +271,9 @@ func (a *AWS) Provision(ctx context.Context, spec provision.Spec) (provision.Dep
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", name, err)
 	}
 	if err != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if terr := a.terminate(cctx, id); terr != nil {
-			err = fmt.Errorf("%w (and terminating instance %s failed: %v)", err, id, terr)
-		}
+		err = provision.Undo(ctx, cleanupTimeout, err, "terminating instance "+id, func(ctx context.Context) error {
+			return a.terminate(ctx, id)
+		})
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", name, err)
 	}
 	dep.Template = spec.Template

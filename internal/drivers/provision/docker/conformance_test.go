@@ -4,23 +4,16 @@ import (
 	"testing"
 
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
-	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision/provisiontest"
 )
 
 func TestConformance(t *testing.T) {
 	provisiontest.Run(t, func(t *testing.T) provisiontest.Target {
-		c := dockertest.Client(t)
-		img := dockertest.EnsureImage(t, c)
-		d, err := docker.New(nil)
-		if err != nil {
-			t.Fatalf("docker.New: %v", err)
-		}
-		t.Cleanup(func() { d.Close() })
+		d, c, img, labels := setup(t)
 		return provisiontest.Target{
 			Provider: d,
-			Spec:     provision.Spec{Extra: map[string]any{"image": img}, Labels: dockertest.Labels(t, c)},
+			Spec:     provision.Spec{Extra: map[string]any{"image": img}, Labels: labels},
 			Invalid: []provisiontest.Invalid{
 				{Extra: map[string]any{"image": 42}, Field: "extra.image"},
 				{Extra: map[string]any{"cpu": "lots"}, Field: "extra.cpu"},

@@ -2,8 +2,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"math"
@@ -118,12 +116,8 @@ func (d *Docker) Provision(ctx context.Context, spec provision.Spec) (provision.
 	if err != nil {
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", spec.Name, err)
 	}
-	name := spec.Name
-	if name == "" {
-		b := make([]byte, 6)
-		rand.Read(b)
-		name = "nodemgr-" + hex.EncodeToString(b)
-	} else if !validName.MatchString(name) {
+	name := spec.NameOrRandom()
+	if !validName.MatchString(name) {
 		return provision.Deployment{}, errdefs.Field("name", "%q cannot name a container: use letters, digits, _ . - (at least two, starting with a letter or digit)", name)
 	}
 
@@ -159,12 +153,9 @@ func (d *Docker) Provision(ctx context.Context, spec provision.Spec) (provision.
 
 	dep, err := d.start(ctx, id)
 	if err != nil {
-		// Never orphan: take the container away even if ctx is done.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if rerr := d.remove(cctx, id); rerr != nil {
-			err = fmt.Errorf("%w (and removing container %.12s failed: %v)", err, id, rerr)
-		}
+		err = provision.Undo(ctx, cleanupTimeout, err, fmt.Sprintf("removing container %.12s", id), func(ctx context.Context) error {
+			return d.remove(ctx, id)
+		})
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", name, err)
 	}
 	dep.Template = spec.Template

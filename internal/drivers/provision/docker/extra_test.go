@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/provisiontest"
 )
 
 func TestParseExtra(t *testing.T) {
@@ -73,13 +74,7 @@ func TestParseExtra(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseExtra(tc.extra)
-			if err != nil {
-				t.Fatalf("parseExtra(%v) = %v", tc.extra, err)
-			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(config{})); diff != "" {
-				t.Errorf("parseExtra(%v) (-want +got):\n%s", tc.extra, diff)
-			}
+			provisiontest.CheckParsed(t, parseExtra, tc.extra, tc.want, cmp.AllowUnexported(config{}))
 		})
 	}
 }

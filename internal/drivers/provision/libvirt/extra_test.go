@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/provisiontest"
 )
 
 func TestParseExtra(t *testing.T) {
@@ -65,13 +66,7 @@ func TestParseExtra(t *testing.T) {
 				hostname: "web-1", consoleLog: "/var/log/nm/web-1.log"})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseExtra(tc.extra)
-			if err != nil {
-				t.Fatalf("parseExtra(%v) = %v", tc.extra, err)
-			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(config{})); diff != "" {
-				t.Errorf("parseExtra(%v) (-want +got):\n%s", tc.extra, diff)
-			}
+			provisiontest.CheckParsed(t, parseExtra, tc.extra, tc.want, cmp.AllowUnexported(config{}))
 		})
 	}
 }

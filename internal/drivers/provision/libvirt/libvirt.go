@@ -3,8 +3,6 @@ package libvirt
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -354,12 +352,8 @@ func (p *Libvirt) Provision(ctx context.Context, spec provision.Spec) (provision
 	if err := cfg.takeUserData(spec.UserData, spec.Extra); err != nil {
 		return provision.Deployment{}, fmt.Errorf("provision %s: %w", spec.Name, err)
 	}
-	name := spec.Name
-	if name == "" {
-		b := make([]byte, 6)
-		rand.Read(b)
-		name = "nodemgr-" + hex.EncodeToString(b)
-	} else if !validName.MatchString(name) || len(name) > 200 {
+	name := spec.NameOrRandom()
+	if !validName.MatchString(name) || len(name) > 200 {
 		return provision.Deployment{}, errdefs.Field("name", "%q cannot name a domain: use letters, digits, _ . - (starting with a letter or digit)", name)
 	}
 	if cfg.netMode == netUser && !p.local() {
@@ -438,12 +432,9 @@ func (p *Libvirt) provision(ctx context.Context, c client, name string, cfg conf
 	}
 	made := []VolumeRef{} // the volumes this call made, which a failure removes
 	fail := func(err error) (provision.Deployment, error) {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if rerr := p.remove(cctx, c, dom, made); rerr != nil {
-			err = fmt.Errorf("%w (and removing domain %s failed: %v)", err, name, rerr)
-		}
-		return provision.Deployment{}, err
+		return provision.Deployment{}, provision.Undo(ctx, cleanupTimeout, err, "removing domain "+name, func(ctx context.Context) error {
+			return p.remove(ctx, c, dom, made)
+		})
 	}
 	if inst.SSH != nil {
 		// Only now does libvirt's own PCI layout show which slot is free.

@@ -194,6 +194,23 @@ func (s *Server) KnownHostsLine(addr string) string {
 	return knownhosts.Line([]string{knownhosts.Normalize(addr)}, s.HostKey)
 }
 
+// KnownHostsFile writes a known_hosts file under t's temporary directory
+// that gives the server's host key for each of addrs (host:port: its own,
+// a proxy's in front of it), and returns its path: the known_hosts
+// setting of an executor that trusts those addresses and no others.
+func (s *Server) KnownHostsFile(t testing.TB, addrs ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, addr := range addrs {
+		b.WriteString(s.KnownHostsLine(addr) + "\n")
+	}
+	path := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // Log is what the server has logged so far.
 func (s *Server) Log() string { return s.log.String() }
 
