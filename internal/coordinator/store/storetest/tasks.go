@@ -84,6 +84,14 @@ func mustFinish(t *testing.T, s store.Store, nodeID string, wantApplied int, ret
 	return done
 }
 
+// mustReclaim takes a lost node's Running tasks back and checks how many.
+func mustReclaim(t *testing.T, s store.Store, nodeID string, want int) {
+	t.Helper()
+	if n, err := s.ReclaimNode(t.Context(), nodeID); err != nil || n != want {
+		t.Fatalf("ReclaimNode(%q) = %d, %v, want %d, nil", nodeID, n, err, want)
+	}
+}
+
 func succeeded(tk store.Task) store.Attempt {
 	return store.Attempt{TaskID: tk.ID, Attempt: tk.Attempt, Outcome: api.OutcomeSucceeded,
 		Result: api.TaskResult{Stdout: "ok\n", DurationMS: 10, FinishedAt: t0}}
@@ -577,9 +585,7 @@ func testFinishFirstCommitWins(t *testing.T, s store.Store) {
 	// After the node lost the task, its late reports do not count, and the
 	// attempt that holds the task now finishes it.
 	b := mustClaim(t, s, "s1", "n1", 1)[0]
-	if n, err := s.ReclaimNode(t.Context(), "n1"); err != nil || n != 1 {
-		t.Fatalf("ReclaimNode(%q) = %d, %v, want 1, nil", "n1", n, err)
-	}
+	mustReclaim(t, s, "n1", 1)
 	b2 := mustClaim(t, s, "s1", "n2", 1)[0]
 	if b2.ID != b.ID || b2.Attempt != 2 {
 		t.Fatalf("ClaimTasks() after reclaim = %s attempt %d, want %s attempt 2", b2.ID, b2.Attempt, b.ID)
@@ -865,10 +871,7 @@ func testReclaimNode(t *testing.T, s store.Store) {
 	n2 := mustClaim(t, s, "s1", "n2", 1)[0]         // t3
 	mustFinish(t, s, "n1", 1, nil, succeeded(c[0])) // t0 Finished
 
-	n, err := s.ReclaimNode(t.Context(), "n1")
-	if err != nil || n != 3 {
-		t.Fatalf("ReclaimNode(%q) = %d, %v, want 3, nil", "n1", n, err)
-	}
+	mustReclaim(t, s, "n1", 3)
 	for id, want := range map[string]string{
 		"s1-t0": api.TaskFinished, "s1-t1": api.TaskReady, "s1-t2": api.TaskReady,
 		"s2-t0": api.TaskReady, "s1-t3": api.TaskRunning,
@@ -1047,9 +1050,7 @@ func testFinishLostAttemptWins(t *testing.T, s store.Store) {
 	mustCreateSuite(t, s, newSuite("s1"))
 	mustAddTasks(t, s, "s1", newTasks("s1", 3)...)
 	lost := mustClaim(t, s, "s1", "n1", 3)
-	if n, err := s.ReclaimNode(t.Context(), "n1"); err != nil || n != 3 {
-		t.Fatalf("ReclaimNode(n1) = %d, %v, want 3, nil", n, err)
-	}
+	mustReclaim(t, s, "n1", 3)
 	// t0 is re-run on n2; t1 waits in the queue; t2 is re-run and
 	// finishes there first.
 	rerun := mustClaim(t, s, "s1", "n2", 1)[0]
@@ -1118,9 +1119,7 @@ func testReattachTasks(t *testing.T, s store.Store) {
 	mustCreateSuite(t, s, newSuite("s1"))
 	mustAddTasks(t, s, "s1", newTasks("s1", 3)...)
 	held := mustClaim(t, s, "s1", "n1", 3)
-	if n, err := s.ReclaimNode(t.Context(), "n1"); err != nil || n != 3 {
-		t.Fatalf("ReclaimNode(n1) = %d, %v, want 3, nil", n, err)
-	}
+	mustReclaim(t, s, "n1", 3)
 	elsewhere := mustClaim(t, s, "s1", "n2", 1)[0]
 	n, err := s.ReattachTasks(t.Context(), "n1", []string{"s1-t0", "s1-t1", "s1-t2", "ghost"})
 	if err != nil || n != 2 {
