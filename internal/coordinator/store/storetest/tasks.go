@@ -126,11 +126,7 @@ func task(tasks []store.Task, id string) store.Task {
 }
 
 func taskIDs(tasks []store.Task) []string {
-	out := []string{}
-	for _, tk := range tasks {
-		out = append(out, tk.ID)
-	}
-	return out
+	return idsOf(tasks, func(tk store.Task) string { return tk.ID })
 }
 
 func testAddTasks(t *testing.T, s store.Store) {
@@ -257,15 +253,7 @@ func testListTasks(t *testing.T, s store.Store) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := s.ListTasks(t.Context(), tc.filter)
-			if err != nil {
-				t.Fatalf("ListTasks(%+v) = %v, want nil", tc.filter, err)
-			}
-			if got == nil {
-				t.Errorf("ListTasks(%+v) = nil, want a non-nil slice", tc.filter)
-			}
-			if diff := cmp.Diff(tc.want, taskIDs(got)); diff != "" {
-				t.Errorf("ListTasks(%+v) IDs mismatch (-want +got):\n%s", tc.filter, diff)
-			}
+			checkListed(t, fmt.Sprintf("ListTasks(%+v)", tc.filter), got, err, taskIDs, tc.want)
 		})
 	}
 
