@@ -69,13 +69,27 @@ func newTestServerWith(t *testing.T, cfg Config) *testServer {
 func (ts *testServer) call(t *testing.T, token, method, path string, in, out any) (int, string) {
 	t.Helper()
 	var body io.Reader
+	var contentType string
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		body = bytes.NewReader(b)
+		body, contentType = bytes.NewReader(b), "application/json"
 	}
+	resp, raw := ts.send(t, token, method, path, contentType, body)
+	if out != nil && resp.StatusCode/100 == 2 {
+		if err := json.Unmarshal([]byte(raw), out); err != nil {
+			t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
+		}
+	}
+	return resp.StatusCode, raw
+}
+
+// send sends body as it is (nil: none) with token and contentType (""
+// for none of either), and returns the answer with its body read.
+func (ts *testServer) send(t *testing.T, token, method, path, contentType string, body io.Reader) (*http.Response, string) {
+	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, ts.http.URL+path, body)
 	if err != nil {
 		t.Fatal(err)
@@ -83,8 +97,8 @@ func (ts *testServer) call(t *testing.T, token, method, path string, in, out any
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := ts.http.Client().Do(req)
 	if err != nil {
@@ -92,12 +106,7 @@ func (ts *testServer) call(t *testing.T, token, method, path string, in, out any
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode/100 == 2 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
-		}
-	}
-	return resp.StatusCode, string(raw)
+	return resp, string(raw)
 }
 
 // mustCall is call that fails the test unless the answer is want.
