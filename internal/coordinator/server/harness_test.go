@@ -31,14 +31,29 @@ func newServer(t *testing.T, dir string, cfg Config) (*Server, store.Store, stri
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), log)
+	st := openStore(t, dir)
+	s, admin := newServerOver(t, dir, cfg, st)
+	return s, st, admin
+}
+
+// openStore opens a SQLite store in dir, closed when the test ends.
+func openStore(t *testing.T, dir string) store.Store {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), discardLog())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// newServerOver makes a server with cfg over st with its data in dir,
+// bootstraps it and returns it with the admin token. It is closed when
+// the test ends.
+func newServerOver(t *testing.T, dir string, cfg Config, st store.Store) (*Server, string) {
+	t.Helper()
 	cfg.DataDir = dir
-	s, err := New(cfg, st, log)
+	s, err := New(cfg, st, discardLog())
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -47,8 +62,10 @@ func newServer(t *testing.T, dir string, cfg Config) (*Server, store.Store, stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, st, admin
+	return s, admin
 }
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func newTestServer(t *testing.T) *testServer {
 	t.Helper()
