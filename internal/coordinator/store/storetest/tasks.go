@@ -1031,17 +1031,25 @@ func testNodeCurrentSuite(t *testing.T, s store.Store) {
 	check("after UpdateNode", "s4")
 }
 
+// lostAttempts makes suite s1 with three tasks that n1 claimed and then
+// lost to a reclaim, and has n2 claim the first of them again: n1's
+// attempts are late, n2's is the live one.
+func lostAttempts(t *testing.T, s store.Store) (lost []store.Task, rerun store.Task) {
+	t.Helper()
+	mustCreateSuite(t, s, newSuite("s1"))
+	mustAddTasks(t, s, "s1", newTasks("s1", 3)...)
+	lost = mustClaim(t, s, "s1", "n1", 3)
+	mustReclaim(t, s, "n1", 3)
+	return lost, mustClaim(t, s, "s1", "n2", 1)[0]
+}
+
 // A node declared offline may have been cut off, not dead: the attempt it
 // lost can still finish, and the first completion wins, whether the task
 // is Ready again or running its re-run elsewhere.
 func testFinishLostAttemptWins(t *testing.T, s store.Store) {
-	mustCreateSuite(t, s, newSuite("s1"))
-	mustAddTasks(t, s, "s1", newTasks("s1", 3)...)
-	lost := mustClaim(t, s, "s1", "n1", 3)
-	mustReclaim(t, s, "n1", 3)
 	// t0 is re-run on n2; t1 waits in the queue; t2 is re-run and
 	// finishes there first.
-	rerun := mustClaim(t, s, "s1", "n2", 1)[0]
+	lost, rerun := lostAttempts(t, s)
 	if rerun.ID != "s1-t0" || rerun.Attempt != 2 {
 		t.Fatalf("ClaimTasks(n2) = %s attempt %d, want s1-t0 attempt 2", rerun.ID, rerun.Attempt)
 	}
@@ -1104,11 +1112,7 @@ func testRetryWaits(t *testing.T, s store.Store) {
 // An agent that comes back holding tasks taken from it gets them back,
 // unless they run elsewhere meanwhile.
 func testReattachTasks(t *testing.T, s store.Store) {
-	mustCreateSuite(t, s, newSuite("s1"))
-	mustAddTasks(t, s, "s1", newTasks("s1", 3)...)
-	held := mustClaim(t, s, "s1", "n1", 3)
-	mustReclaim(t, s, "n1", 3)
-	elsewhere := mustClaim(t, s, "s1", "n2", 1)[0]
+	held, elsewhere := lostAttempts(t, s)
 	n, err := s.ReattachTasks(t.Context(), "n1", []string{"s1-t0", "s1-t1", "s1-t2", "ghost"})
 	if err != nil || n != 2 {
 		t.Fatalf("ReattachTasks(n1) = %d, %v, want 2 (one runs on n2), nil", n, err)
