@@ -849,15 +849,24 @@ func testReturnTasks(t *testing.T, s store.Store) {
 	}
 }
 
-func testReclaimNode(t *testing.T, s store.Store) {
+// runningOnTwoNodes makes suites s1 (four tasks) and s2 (one) with work
+// on two nodes: n1 claimed s1-t0..t2 and finished t0, and claimed s2-t0;
+// n2 runs s1-t3. It returns n1's claims in s1 and n2's task.
+func runningOnTwoNodes(t *testing.T, s store.Store) (n1 []store.Task, n2 store.Task) {
+	t.Helper()
 	mustCreateSuite(t, s, newSuite("s1"))
 	mustCreateSuite(t, s, newSuite("s2"))
 	mustAddTasks(t, s, "s1", newTasks("s1", 4)...)
 	mustAddTasks(t, s, "s2", newTasks("s2", 1)...)
-	c := mustClaim(t, s, "s1", "n1", 3)             // t0 t1 t2
-	mustClaim(t, s, "s2", "n1", 1)                  // s2-t0
-	n2 := mustClaim(t, s, "s1", "n2", 1)[0]         // t3
-	mustFinish(t, s, "n1", 1, nil, succeeded(c[0])) // t0 Finished
+	n1 = mustClaim(t, s, "s1", "n1", 3)
+	mustClaim(t, s, "s2", "n1", 1)
+	n2 = mustClaim(t, s, "s1", "n2", 1)[0]
+	mustFinish(t, s, "n1", 1, nil, succeeded(n1[0]))
+	return n1, n2
+}
+
+func testReclaimNode(t *testing.T, s store.Store) {
+	c, n2 := runningOnTwoNodes(t, s)
 
 	mustReclaim(t, s, "n1", 3)
 	for id, want := range map[string]string{
@@ -911,14 +920,7 @@ func testReclaimNodeKeeps(t *testing.T, s store.Store) {
 // tasks still Running on it, and only those; attempts stay counted and the
 // lost attempt's late success still wins, as with ReclaimNode.
 func testReclaimSuiteTasks(t *testing.T, s store.Store) {
-	mustCreateSuite(t, s, newSuite("s1"))
-	mustCreateSuite(t, s, newSuite("s2"))
-	mustAddTasks(t, s, "s1", newTasks("s1", 4)...)
-	mustAddTasks(t, s, "s2", newTasks("s2", 1)...)
-	c := mustClaim(t, s, "s1", "n1", 3)             // t0 t1 t2
-	mustClaim(t, s, "s2", "n1", 1)                  // s2-t0
-	mustClaim(t, s, "s1", "n2", 1)                  // t3
-	mustFinish(t, s, "n1", 1, nil, succeeded(c[0])) // t0 Finished
+	c, _ := runningOnTwoNodes(t, s)
 
 	n, err := s.ReclaimSuiteTasks(t.Context(), "s1", "n1")
 	if err != nil || n != 2 {
