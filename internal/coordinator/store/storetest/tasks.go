@@ -865,19 +865,27 @@ func runningOnTwoNodes(t *testing.T, s store.Store) (n1 []store.Task, n2 store.T
 	return n1, n2
 }
 
+// checkFirstAttempts fails t unless each task, after the reclaim named by
+// after, is in its state and still on attempt 1: a reclaim counts no
+// attempt.
+func checkFirstAttempts(t *testing.T, s store.Store, after string, states map[string]string) {
+	t.Helper()
+	for id, want := range states {
+		got := mustGetTask(t, s, id)
+		if got.State != want || got.Attempt != 1 {
+			t.Errorf("GetTask(%q) after %s = %q, attempt %d; want %q, 1 (attempts stay counted)", id, after, got.State, got.Attempt, want)
+		}
+	}
+}
+
 func testReclaimNode(t *testing.T, s store.Store) {
 	c, n2 := runningOnTwoNodes(t, s)
 
 	mustReclaim(t, s, "n1", 3)
-	for id, want := range map[string]string{
+	checkFirstAttempts(t, s, "ReclaimNode", map[string]string{
 		"s1-t0": api.TaskFinished, "s1-t1": api.TaskReady, "s1-t2": api.TaskReady,
 		"s2-t0": api.TaskReady, "s1-t3": api.TaskRunning,
-	} {
-		got := mustGetTask(t, s, id)
-		if got.State != want || got.Attempt != 1 {
-			t.Errorf("GetTask(%q) after ReclaimNode = %q, attempt %d; want %q, 1 (attempts stay counted)", id, got.State, got.Attempt, want)
-		}
-	}
+	})
 	if got := mustGetTask(t, s, n2.ID); got.NodeID != "n2" {
 		t.Errorf("GetTask(%q).NodeID = %q, want %q", n2.ID, got.NodeID, "n2")
 	}
@@ -926,15 +934,10 @@ func testReclaimSuiteTasks(t *testing.T, s store.Store) {
 	if err != nil || n != 2 {
 		t.Fatalf("ReclaimSuiteTasks(s1, n1) = %d, %v, want 2, nil", n, err)
 	}
-	for id, want := range map[string]string{
+	checkFirstAttempts(t, s, "ReclaimSuiteTasks", map[string]string{
 		"s1-t0": api.TaskFinished, "s1-t1": api.TaskReady, "s1-t2": api.TaskReady,
 		"s2-t0": api.TaskRunning, "s1-t3": api.TaskRunning,
-	} {
-		got := mustGetTask(t, s, id)
-		if got.State != want || got.Attempt != 1 {
-			t.Errorf("GetTask(%q) after ReclaimSuiteTasks = %q, attempt %d; want %q, 1 (attempts stay counted)", id, got.State, got.Attempt, want)
-		}
-	}
+	})
 	if got := mustGetTask(t, s, c[1].ID); got.NodeID != "n1" {
 		t.Errorf("GetTask(%q).NodeID = %q, want %q", c[1].ID, got.NodeID, "n1")
 	}
