@@ -1,42 +1,22 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/internal/base/syncbuf"
 )
-
-// lockedBuffer is a bytes.Buffer that a running command and the test may
-// use at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // inProcessServer is `nodemgr server` run by run in this process.
 type inProcessServer struct {
 	addr   string
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	cancel context.CancelFunc
 	done   chan int // the exit code, once run returns
 }
@@ -52,8 +32,8 @@ func serveDataDir(t *testing.T, dir string) *inProcessServer {
 	addr := ln.Addr().String()
 	ln.Close()
 	ctx, cancel := context.WithCancel(t.Context())
-	s := &inProcessServer{addr: addr, stderr: &lockedBuffer{}, cancel: cancel, done: make(chan int, 1)}
-	var stdout lockedBuffer
+	s := &inProcessServer{addr: addr, stderr: &syncbuf.Buffer{}, cancel: cancel, done: make(chan int, 1)}
+	var stdout syncbuf.Buffer
 	e := &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: s.stderr, rawStdout: &stdout, rawStderr: s.stderr,
 		getenv: func(string) string { return "" }}
 	go func() {

@@ -64,6 +64,7 @@ var tiers = map[string]tier{
 	"internal/base/proto":        tierBase,
 	"internal/base/registry":     tierBase,
 	"internal/base/sha256sum":    tierBase,
+	"internal/base/syncbuf":      tierBase,
 	"internal/base/tick":         tierBase,
 	"internal/base/tlsca":        tierBase,
 	"internal/base/validate":     tierBase,

@@ -1,7 +1,6 @@
 package imds
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/syncbuf"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision/aws/ec2test"
 )
 
@@ -137,29 +137,15 @@ func TestWatchUnreachableIsQuiet(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	var buf syncbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	called := false
 	Watch(ctx, New("http://"+addr), 5*time.Millisecond, log, func([]api.Notice) { called = true })
-	mu.Lock()
-	defer mu.Unlock()
 	if n := strings.Count(buf.String(), "\n"); n != 1 || called {
 		t.Errorf("an unreachable service logged %d lines (want 1) and called back %v:\n%s", n, called, buf.String())
 	}
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 func waitFor(t *testing.T, cond func() bool) {

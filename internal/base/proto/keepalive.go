@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/nodemgr/nodemgr/internal/base/tick"
 )
 
 // Heard is when a connection last heard from its remote: a frame, or a
@@ -40,36 +42,39 @@ const KeepaliveDeadline = 2
 // cut off: the connection is closed, and Run returns an error saying so.
 // An answered ping moves Contact to when it was sent.
 func (p *Peer) keepaliveLoop(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	// stop ends the loop once the connection is closed: no ping after.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	tick.Every(ctx, period, func() {
+		if !p.ping(ctx, KeepaliveDeadline*period) {
+			stop()
 		}
-		sent := time.Now()
-		deadline := KeepaliveDeadline * period
-		pctx, cancel := context.WithTimeout(ctx, deadline)
-		err := p.conn.Ping(pctx)
-		cancel()
-		switch {
-		case err == nil:
-			p.contact.Store(sent.UnixNano())
-		case ctx.Err() != nil:
-			return
-		default:
-			silent := fmt.Errorf("the remote did not answer a ping within %s (frozen or cut off): %w", deadline, unavailable{err})
-			p.silent.Store(&silent)
-			p.log.Warn("closing connection: the remote stopped answering", "deadline", deadline)
-			// A remote that answers no ping would not answer a close
-			// either: do not wait for it.
-			if !p.closing.Swap(true) {
-				_ = p.conn.CloseNow()
-			}
-			return
-		}
+	})
+}
+
+// ping pings the remote and reports whether the connection stays open: a
+// ping not answered within deadline closes it.
+func (p *Peer) ping(ctx context.Context, deadline time.Duration) bool {
+	sent := time.Now()
+	pctx, cancel := context.WithTimeout(ctx, deadline)
+	err := p.conn.Ping(pctx)
+	cancel()
+	switch {
+	case err == nil:
+		p.contact.Store(sent.UnixNano())
+		return true
+	case ctx.Err() != nil:
+		return false
 	}
+	silent := fmt.Errorf("the remote did not answer a ping within %s (frozen or cut off): %w", deadline, unavailable{err})
+	p.silent.Store(&silent)
+	p.log.Warn("closing connection: the remote stopped answering", "deadline", deadline)
+	// A remote that answers no ping would not answer a close either: do
+	// not wait for it.
+	if !p.closing.Swap(true) {
+		_ = p.conn.CloseNow()
+	}
+	return false
 }
 
 // Contact returns when the last ping that the remote answered was sent:

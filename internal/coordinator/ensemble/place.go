@@ -4,13 +4,13 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/coordinator/schedule"
 )
 
 // The policies Place ranks the nodes that fit by. Ties go by node name,
@@ -93,7 +93,7 @@ type amount struct {
 }
 
 func toAmount(r api.Resources) amount {
-	return amount{milli(r.CPUs), max(r.MemoryMB, 0), max(r.DiskMB, 0), int64(max(r.GPUs, 0))}
+	return amount{schedule.MilliCPUs(r.CPUs), max(r.MemoryMB, 0), max(r.DiskMB, 0), int64(max(r.GPUs, 0))}
 }
 
 func (a amount) resources() api.Resources {
@@ -111,17 +111,6 @@ func (a amount) sub(b amount) amount {
 // covers reports whether a is at least b in every dimension.
 func (a amount) covers(b amount) bool {
 	return a.milliCPU >= b.milliCPU && a.memMB >= b.memMB && a.diskMB >= b.diskMB && a.gpus >= b.gpus
-}
-
-// milli is CPUs in thousandths; NaN and negatives are 0.
-func milli(cpus float64) int64 {
-	if !(cpus > 0) {
-		return 0
-	}
-	if cpus > math.MaxInt64/2000 {
-		return math.MaxInt64 / 2
-	}
-	return int64(math.Round(cpus * 1000))
 }
 
 // planner holds the books while a plan is made: the nodes as given, and

@@ -11,6 +11,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/base/workload"
+	"github.com/nodemgr/nodemgr/internal/coordinator/schedule"
 )
 
 // Limits on a spec, so that one request cannot ask Place for unbounded
@@ -130,7 +131,7 @@ func validateService(field string, spec *api.ServiceSpec, r api.Resources) error
 		return errdefs.Field(field+".port", "%d names a host port; an ensemble's ports come from each node's port allocator: leave it out (or -1 for none)", spec.Port)
 	}
 	if l := spec.Limits; l != nil {
-		if milli(l.CPUs) > milli(r.CPUs) {
+		if schedule.MilliCPUs(l.CPUs) > schedule.MilliCPUs(r.CPUs) {
 			return errdefs.Field(field+".limits.cpus", "%v is over the allocation's resources.cpus %v: a replica may use no more than it books", l.CPUs, r.CPUs)
 		}
 		if l.MemoryMB > r.MemoryMB {
@@ -214,7 +215,7 @@ func validateContainer(field string, job *api.ContainerJob, r api.Resources) err
 	if job.Commitment != "" {
 		return errdefs.Field(field+".commitment", "is made for each replica when the ensemble is placed; leave it out")
 	}
-	if job.CPUs != 0 && milli(job.CPUs) != milli(r.CPUs) {
+	if job.CPUs != 0 && schedule.MilliCPUs(job.CPUs) != schedule.MilliCPUs(r.CPUs) {
 		return errdefs.Field(field+".cpus", "is %v, but the allocation's resources.cpus is %v; leave it out: the resources set it", job.CPUs, r.CPUs)
 	}
 	if job.MemoryMB != 0 && job.MemoryMB != r.MemoryMB {

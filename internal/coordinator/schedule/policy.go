@@ -145,8 +145,8 @@ func unknownLast(aKnown, bKnown bool) int {
 // has less than req.
 func spare(req Request, c Candidate) (milliCPU, memoryMB int64) {
 	milliCPU, memoryMB = -1, -1
-	if m := milli(c.CPUs); m > 0 {
-		milliCPU = max(m-milli(req.CPUs), 0)
+	if m := MilliCPUs(c.CPUs); m > 0 {
+		milliCPU = max(m-MilliCPUs(req.CPUs), 0)
 	}
 	if c.MemoryMB > 0 {
 		memoryMB = max(c.MemoryMB-req.MemoryMB, 0)

@@ -185,7 +185,7 @@ func infeasible(req Request, c Candidate, q Quota, limited bool, now time.Time) 
 	if req.Arch != "" && c.Arch != "" && normArch(req.Arch) != normArch(c.Arch) {
 		why = append(why, fmt.Sprintf("arch %s, want %s", c.Arch, req.Arch))
 	}
-	if milli(req.CPUs) > 0 && milli(c.CPUs) > 0 && milli(c.CPUs) < milli(req.CPUs) {
+	if MilliCPUs(req.CPUs) > 0 && MilliCPUs(c.CPUs) > 0 && MilliCPUs(c.CPUs) < MilliCPUs(req.CPUs) {
 		why = append(why, fmt.Sprintf("needs %s, has %s", cpus(req.CPUs), num(c.CPUs)))
 	}
 	if req.MemoryMB > 0 && c.MemoryMB > 0 && c.MemoryMB < req.MemoryMB {
@@ -218,7 +218,7 @@ func overQuota(c Candidate, q Quota) []string {
 	if q.MaxMachines > 0 && q.Machines >= q.MaxMachines {
 		why = append(why, fmt.Sprintf("pool %s at max %d machines", c.Pool, q.MaxMachines))
 	}
-	if limit := milli(q.MaxCPUs); limit > 0 && milli(c.CPUs) > 0 && milli(q.CPUs)+milli(c.CPUs) > limit {
+	if limit := MilliCPUs(q.MaxCPUs); limit > 0 && MilliCPUs(c.CPUs) > 0 && MilliCPUs(q.CPUs)+MilliCPUs(c.CPUs) > limit {
 		why = append(why, fmt.Sprintf("pool %s: %s of %s CPUs used, one machine needs %s",
 			c.Pool, num(q.CPUs), num(q.MaxCPUs), num(c.CPUs)))
 	}
@@ -240,7 +240,7 @@ func byName(a, b Candidate) int {
 
 // sizeNote says which of c's sizes are unknown, or "".
 func sizeNote(c Candidate) string {
-	switch cpuKnown, memKnown := milli(c.CPUs) > 0, c.MemoryMB > 0; {
+	switch cpuKnown, memKnown := MilliCPUs(c.CPUs) > 0, c.MemoryMB > 0; {
 	case !cpuKnown && !memKnown:
 		return "size unknown"
 	case !cpuKnown:
@@ -265,9 +265,10 @@ func normArch(a string) string {
 	return a
 }
 
-// milli is CPUs in thousandths, so that sums and ties compare exactly
-// (0.1+0.2 is 0.3 here); NaN and less than a thousandth are 0, unknown.
-func milli(cpus float64) int64 {
+// MilliCPUs is CPUs in thousandths, so that sums and ties compare exactly
+// (0.1+0.2 is 0.3 here); NaN, negatives and less than a thousandth are 0,
+// unknown. Placing ensembles counts CPUs the same way.
+func MilliCPUs(cpus float64) int64 {
 	if !(cpus > 0) {
 		return 0
 	}

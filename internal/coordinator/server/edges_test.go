@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,13 +12,7 @@ func TestHTTPEdges(t *testing.T) {
 	ts := newTestServer(t)
 
 	t.Run("wrong method is 405 with Allow", func(t *testing.T) {
-		req, _ := http.NewRequest("PUT", ts.http.URL+"/v1/suites", nil)
-		req.Header.Set("Authorization", "Bearer "+ts.admin)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		resp, _ := ts.send(t, ts.admin, "PUT", "/v1/suites", "", nil)
 		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, POST" {
 			t.Errorf("PUT /v1/suites = %d, Allow %q; want 405, Allow \"GET, POST\"", resp.StatusCode, resp.Header.Get("Allow"))
 		}
@@ -40,29 +33,15 @@ func TestHTTPEdges(t *testing.T) {
 
 	t.Run("integers past int64 are not wrapped", func(t *testing.T) {
 		body := `{"name": "big", "worker_schedule": {"worker_count": 9223372036854775808}}`
-		req, _ := http.NewRequest("POST", ts.http.URL+"/v1/suites", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+ts.admin)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b bytes.Buffer
-		b.ReadFrom(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || strings.Contains(b.String(), "-9223372036854775808") || !strings.Contains(b.String(), "worker_count") {
-			t.Errorf("worker_count 2^63 = %d %s, want 400 naming worker_count, no negative number", resp.StatusCode, b.String())
+		resp, b := ts.send(t, ts.admin, "POST", "/v1/suites", "", strings.NewReader(body))
+		if resp.StatusCode != http.StatusBadRequest || strings.Contains(b, "-9223372036854775808") || !strings.Contains(b, "worker_count") {
+			t.Errorf("worker_count 2^63 = %d %s, want 400 naming worker_count, no negative number", resp.StatusCode, b)
 		}
 	})
 
 	t.Run("oversized body is 413", func(t *testing.T) {
 		big := `{"name": "` + strings.Repeat("x", maxBody) + `"}`
-		req, _ := http.NewRequest("POST", ts.http.URL+"/v1/suites", strings.NewReader(big))
-		req.Header.Set("Authorization", "Bearer "+ts.admin)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		resp, _ := ts.send(t, ts.admin, "POST", "/v1/suites", "", strings.NewReader(big))
 		if resp.StatusCode != http.StatusRequestEntityTooLarge {
 			t.Errorf("POST /v1/suites of %d bytes = %d, want 413", len(big), resp.StatusCode)
 		}

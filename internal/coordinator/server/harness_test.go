@@ -31,14 +31,29 @@ func newServer(t *testing.T, dir string, cfg Config) (*Server, store.Store, stri
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), log)
+	st := openStore(t, dir)
+	s, admin := newServerOver(t, dir, cfg, st)
+	return s, st, admin
+}
+
+// openStore opens a SQLite store in dir, closed when the test ends.
+func openStore(t *testing.T, dir string) store.Store {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), discardLog())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// newServerOver makes a server with cfg over st with its data in dir,
+// bootstraps it and returns it with the admin token. It is closed when
+// the test ends.
+func newServerOver(t *testing.T, dir string, cfg Config, st store.Store) (*Server, string) {
+	t.Helper()
 	cfg.DataDir = dir
-	s, err := New(cfg, st, log)
+	s, err := New(cfg, st, discardLog())
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -47,8 +62,10 @@ func newServer(t *testing.T, dir string, cfg Config) (*Server, store.Store, stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, st, admin
+	return s, admin
 }
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func newTestServer(t *testing.T) *testServer {
 	t.Helper()
@@ -69,13 +86,27 @@ func newTestServerWith(t *testing.T, cfg Config) *testServer {
 func (ts *testServer) call(t *testing.T, token, method, path string, in, out any) (int, string) {
 	t.Helper()
 	var body io.Reader
+	var contentType string
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		body = bytes.NewReader(b)
+		body, contentType = bytes.NewReader(b), "application/json"
 	}
+	resp, raw := ts.send(t, token, method, path, contentType, body)
+	if out != nil && resp.StatusCode/100 == 2 {
+		if err := json.Unmarshal([]byte(raw), out); err != nil {
+			t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
+		}
+	}
+	return resp.StatusCode, raw
+}
+
+// send sends body as it is (nil: none) with token and contentType (""
+// for none of either), and returns the answer with its body read.
+func (ts *testServer) send(t *testing.T, token, method, path, contentType string, body io.Reader) (*http.Response, string) {
+	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, ts.http.URL+path, body)
 	if err != nil {
 		t.Fatal(err)
@@ -83,8 +114,8 @@ func (ts *testServer) call(t *testing.T, token, method, path string, in, out any
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := ts.http.Client().Do(req)
 	if err != nil {
@@ -92,12 +123,7 @@ func (ts *testServer) call(t *testing.T, token, method, path string, in, out any
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode/100 == 2 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
-		}
-	}
-	return resp.StatusCode, string(raw)
+	return resp, string(raw)
 }
 
 // mustCall is call that fails the test unless the answer is want.

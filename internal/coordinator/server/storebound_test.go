@@ -3,10 +3,8 @@ package server
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
-	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/storemetrics"
 )
 
@@ -77,22 +74,9 @@ func (s *silentStore) CountSuites(ctx context.Context) (map[string]int, api.Task
 func silentServer(t *testing.T, bound time.Duration) (*testServer, *silentStore) {
 	t.Helper()
 	dir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openStore(t, dir)
 	st := &silentStore{Store: db}
-	s, err := New(Config{DataDir: dir, StoreTimeout: bound}, st, log)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	admin, _, err := Bootstrap(t.Context(), st, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, admin := newServerOver(t, dir, Config{StoreTimeout: bound}, st)
 	if _, err := db.CreateNode(t.Context(), store.Node{ID: "n-a", Name: "a", MachineID: "m-a", DataDir: "/d",
 		Status: api.StatusOnline, RegisteredAt: time.Now()}); err != nil {
 		t.Fatal(err)

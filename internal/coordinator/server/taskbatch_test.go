@@ -80,13 +80,7 @@ func TestSubmitTooLarge(t *testing.T) {
 		b.WriteString(`{"argv": ["echo", "` + arg + `"]}`)
 	}
 	b.WriteString(`]}`)
-	req, _ := http.NewRequest("POST", ts.http.URL+"/v1/suites/"+su.ID+"/tasks", strings.NewReader(b.String()))
-	req.Header.Set("Authorization", "Bearer "+ts.admin)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ := ts.send(t, ts.admin, "POST", "/v1/suites/"+su.ID+"/tasks", "", strings.NewReader(b.String()))
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("a %d MiB batch = %d, want 413", b.Len()>>20, resp.StatusCode)
 	}

@@ -17,10 +17,6 @@ import (
 
 // The seed's template file, byte for byte, must load unchanged.
 func TestParseSeed(t *testing.T) {
-	got, err := Parse(readFile(t, "testdata/ubuntu-worker-small.yaml"), "ubuntu-worker-small.yaml")
-	if err != nil {
-		t.Fatalf("Parse(ubuntu-worker-small.yaml) = %v", err)
-	}
 	want := Template{
 		Name: "ubuntu-worker-small", CPU: 2, MemoryMB: 256, Image: "ubuntu:24.04", User: "ubuntu",
 		Overrides: map[string]map[string]any{
@@ -28,9 +24,7 @@ func TestParseSeed(t *testing.T) {
 			"libvirt": {"memoryMB": 1024, "diskGB": 3, "network": "default"},
 		},
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("Parse(ubuntu-worker-small.yaml) mismatch (-want +got):\n%s", diff)
-	}
+	yamlfieldtest.ParsedFile(t, Parse, "testdata/ubuntu-worker-small.yaml", want)
 }
 
 func TestParseForms(t *testing.T) {

@@ -2,10 +2,7 @@ package mapping
 
 import (
 	"errors"
-	"os"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/yamlfield/yamlfieldtest"
@@ -13,14 +10,6 @@ import (
 
 // The seed's mapping file, byte for byte, must load unchanged.
 func TestParseSeed(t *testing.T) {
-	data, err := os.ReadFile("testdata/seed.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := Parse(data, "seed.yaml")
-	if err != nil {
-		t.Fatalf("Parse(seed.yaml) = %v", err)
-	}
 	want := []Rule{{
 		Match:     map[string]string{"image": "ubuntu:24.04"},
 		MatchType: Glob,
@@ -31,9 +20,7 @@ func TestParseSeed(t *testing.T) {
 			"docker":  {"image": "ubuntu:24.04"},
 		},
 	}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("Parse(seed.yaml) mismatch (-want +got):\n%s", diff)
-	}
+	yamlfieldtest.ParsedFile(t, Parse, "testdata/seed.yaml", want)
 }
 
 func TestParseForms(t *testing.T) {

@@ -34,6 +34,16 @@ func manager(t *testing.T, mode Mode) *Manager {
 	return m
 }
 
+// newGroup is a new group of m.
+func newGroup(t testing.TB, m *Manager) *Group {
+	t.Helper()
+	g, err := m.NewGroup()
+	if err != nil {
+		t.Fatalf("NewGroup: %v", err)
+	}
+	return g
+}
+
 // start starts sh -c script in g and reaps it when the test ends.
 func start(t *testing.T, g *Group, script string) int {
 	t.Helper()
@@ -89,10 +99,7 @@ func TestGroupHoldsEscapedDescendants(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			m := manager(t, mode)
-			g, err := m.NewGroup()
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := newGroup(t, m)
 			dir := t.TempDir()
 			child, setsid, double := filepath.Join(dir, "child"), filepath.Join(dir, "setsid"), filepath.Join(dir, "double")
 			// The task's process stays: its children are found through
@@ -143,10 +150,7 @@ func TestGroupSignalTerm(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			m := manager(t, mode)
-			g, err := m.NewGroup()
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := newGroup(t, m)
 			defer g.Close()
 			dir := t.TempDir()
 			pidFile, trapped := filepath.Join(dir, "pid"), filepath.Join(dir, "trapped")
@@ -168,14 +172,8 @@ func TestGroupsApart(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			m := manager(t, mode)
-			a, err := m.NewGroup()
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := m.NewGroup()
-			if err != nil {
-				t.Fatal(err)
-			}
+			a := newGroup(t, m)
+			b := newGroup(t, m)
 			defer a.Close()
 			defer b.Close()
 			dir := t.TempDir()
@@ -311,10 +309,7 @@ func BenchmarkKillEmpty(b *testing.B) {
 				b.Skipf("New(%s): %v", mode, err)
 			}
 			defer m.Close()
-			g, err := m.NewGroup()
-			if err != nil {
-				b.Fatal(err)
-			}
+			g := newGroup(b, m)
 			for b.Loop() {
 				if err := g.Kill(); err != nil {
 					b.Fatal(err)

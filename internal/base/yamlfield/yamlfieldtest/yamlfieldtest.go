@@ -4,6 +4,9 @@ package yamlfieldtest
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -42,11 +45,30 @@ func Refused(t *testing.T, err error, source, doc, field string, line, col int, 
 // Parsed fails t unless parse reads doc (from source) as want.
 func Parsed[T any](t *testing.T, parse func(data []byte, source string) (T, error), source, doc string, want T) {
 	t.Helper()
-	got, err := parse([]byte(doc), source)
+	parsedAs(t, parse, []byte(doc), source, strconv.Quote(doc), want)
+}
+
+// ParsedFile fails t unless parse reads the file at path, its base name as
+// the source, as want: a seed file that must load unchanged.
+func ParsedFile[T any](t *testing.T, parse func(data []byte, source string) (T, error), path string, want T) {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("Parse(%q) = %v", doc, err)
+		t.Fatal(err)
+	}
+	source := filepath.Base(path)
+	parsedAs(t, parse, data, source, source, want)
+}
+
+// parsedAs fails t unless parse reads data (from source) as want; name is
+// how the messages show the input.
+func parsedAs[T any](t *testing.T, parse func(data []byte, source string) (T, error), data []byte, source, name string, want T) {
+	t.Helper()
+	got, err := parse(data, source)
+	if err != nil {
+		t.Fatalf("Parse(%s) = %v", name, err)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("Parse(%q) mismatch (-want +got):\n%s", doc, diff)
+		t.Errorf("Parse(%s) mismatch (-want +got):\n%s", name, diff)
 	}
 }

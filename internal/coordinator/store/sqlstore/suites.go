@@ -44,14 +44,9 @@ func (s *Store) CreateSuite(ctx context.Context, su store.Suite) error {
 		now := s.d.Now()
 		su.CreatedAt = sqlrow.OrNow(su.CreatedAt, now)
 		su.UpdatedAt = now
-		a, err := sqlrow.SuiteArgs(su)
+		a, err := suiteRow(ctx, s.d, tx, su)
 		if err != nil {
 			return err
-		}
-		if live(su.State) {
-			if err := nameFree(ctx, s.d, tx, su); err != nil {
-				return err
-			}
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO suites (id, spec, state, owner, assigned_nodes, stopped_nodes,
 				created_at, updated_at, last_task_at, name, group_name, priority)
@@ -73,6 +68,21 @@ func (s *Store) CreateSuite(ctx context.Context, su store.Suite) error {
 
 // live reports whether a suite in this state holds its name.
 func live(state string) bool { return state == api.SuiteOpen || state == api.SuiteClosed }
+
+// suiteRow is su's column values to write, after checking that no other
+// live suite has its name, for an insert and an update alike.
+func suiteRow(ctx context.Context, d Driver, tx Querier, su store.Suite) ([]any, error) {
+	a, err := sqlrow.SuiteArgs(su)
+	if err != nil {
+		return nil, err
+	}
+	if live(su.State) {
+		if err := nameFree(ctx, d, tx, su); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
 
 // nameFree is nil unless another live suite has su's name, which the partial
 // unique index would refuse too; this says which suite has it.
@@ -199,14 +209,9 @@ func (s *Store) UpdateSuite(ctx context.Context, id string, fn func(*store.Suite
 		}
 		now := s.d.Now()
 		su.UpdatedAt = now
-		a, err := sqlrow.SuiteArgs(su)
+		a, err := suiteRow(ctx, s.d, tx, su)
 		if err != nil {
 			return err
-		}
-		if live(su.State) {
-			if err := nameFree(ctx, s.d, tx, su); err != nil {
-				return err
-			}
 		}
 		_, err = tx.Exec(ctx, `UPDATE suites SET
 				spec = $1, state = $2, owner = $3, assigned_nodes = $4, stopped_nodes = $5, created_at = $6, updated_at = $7,

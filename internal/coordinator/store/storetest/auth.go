@@ -3,6 +3,7 @@ package storetest
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -65,11 +66,7 @@ func mustTokenByHash(t *testing.T, s store.Store, id string) store.Token {
 }
 
 func tokenIDs(tokens []store.Token) []string {
-	out := []string{}
-	for _, tok := range tokens {
-		out = append(out, tok.ID)
-	}
-	return out
+	return idsOf(tokens, func(tok store.Token) string { return tok.ID })
 }
 
 func testUsers(t *testing.T, s store.Store) {
@@ -299,15 +296,7 @@ func testListTokens(t *testing.T, s store.Store) {
 	}
 	for _, tc := range tests {
 		got, err := s.ListTokens(t.Context(), tc.filter)
-		if err != nil {
-			t.Fatalf("ListTokens(%+v) = %v, want nil", tc.filter, err)
-		}
-		if got == nil {
-			t.Errorf("ListTokens(%+v) = nil, want a non-nil slice", tc.filter)
-		}
-		if diff := cmp.Diff(tc.want, tokenIDs(got)); diff != "" {
-			t.Errorf("ListTokens(%+v) IDs mismatch (-want +got):\n%s", tc.filter, diff)
-		}
+		checkListed(t, fmt.Sprintf("ListTokens(%+v)", tc.filter), got, err, tokenIDs, tc.want)
 	}
 }
 

@@ -39,11 +39,7 @@ func mustGetNode(t *testing.T, s store.Store, id string) store.Node {
 }
 
 func ids(nodes []store.Node) []string {
-	out := []string{}
-	for _, n := range nodes {
-		out = append(out, n.ID)
-	}
-	return out
+	return idsOf(nodes, func(n store.Node) string { return n.ID })
 }
 
 func testCreateNodeCreates(t *testing.T, s store.Store) {
@@ -200,15 +196,7 @@ func testListNodes(t *testing.T, s store.Store) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := s.ListNodes(t.Context(), tc.filter)
-			if err != nil {
-				t.Fatalf("ListNodes(%+v) = %v, want nil", tc.filter, err)
-			}
-			if got == nil {
-				t.Errorf("ListNodes(%+v) = nil, want a non-nil slice", tc.filter)
-			}
-			if diff := cmp.Diff(tc.want, ids(got)); diff != "" {
-				t.Errorf("ListNodes(%+v) IDs mismatch (-want +got):\n%s", tc.filter, diff)
-			}
+			checkListed(t, fmt.Sprintf("ListNodes(%+v)", tc.filter), got, err, ids, tc.want)
 		})
 	}
 }
@@ -493,15 +481,7 @@ func testStaleNodes(t *testing.T, s store.Store) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := s.StaleNodes(t.Context(), t0, tc.statuses...)
-			if err != nil {
-				t.Fatalf("StaleNodes(%v, %q) = %v, want nil", t0, tc.statuses, err)
-			}
-			if got == nil {
-				t.Errorf("StaleNodes(%v, %q) = nil, want a non-nil slice", t0, tc.statuses)
-			}
-			if diff := cmp.Diff(tc.want, ids(got)); diff != "" {
-				t.Errorf("StaleNodes(%v, %q) IDs mismatch (-want +got):\n%s", t0, tc.statuses, diff)
-			}
+			checkListed(t, fmt.Sprintf("StaleNodes(%v, %q)", t0, tc.statuses), got, err, ids, tc.want)
 		})
 	}
 }

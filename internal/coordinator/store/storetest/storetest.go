@@ -76,6 +76,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
@@ -217,4 +218,29 @@ func wantErr(err, want error) bool {
 		return err == nil
 	}
 	return errors.Is(err, want)
+}
+
+// idsOf is the IDs of items in order, never nil: an empty list compares
+// equal to []string{}.
+func idsOf[T any](items []T, id func(T) string) []string {
+	out := []string{}
+	for _, it := range items {
+		out = append(out, id(it))
+	}
+	return out
+}
+
+// checkListed fails t unless a list call (named so in messages) returned
+// no error and a non-nil slice whose IDs are want, in order.
+func checkListed[T any](t *testing.T, call string, got []T, err error, ids func([]T) []string, want []string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s = %v, want nil", call, err)
+	}
+	if got == nil {
+		t.Errorf("%s = nil, want a non-nil slice", call)
+	}
+	if diff := cmp.Diff(want, ids(got)); diff != "" {
+		t.Errorf("%s IDs mismatch (-want +got):\n%s", call, diff)
+	}
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -53,11 +54,7 @@ func setSuiteState(t *testing.T, s store.Store, id, state string) store.Suite {
 }
 
 func suiteIDs(suites []store.Suite) []string {
-	out := []string{}
-	for _, su := range suites {
-		out = append(out, su.ID)
-	}
-	return out
+	return idsOf(suites, func(su store.Suite) string { return su.ID })
 }
 
 func testCreateSuite(t *testing.T, s store.Store) {
@@ -238,15 +235,7 @@ func testListSuites(t *testing.T, s store.Store) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := s.ListSuites(t.Context(), tc.filter)
-			if err != nil {
-				t.Fatalf("ListSuites(%+v) = %v, want nil", tc.filter, err)
-			}
-			if got == nil {
-				t.Errorf("ListSuites(%+v) = nil, want a non-nil slice", tc.filter)
-			}
-			if diff := cmp.Diff(tc.want, suiteIDs(got)); diff != "" {
-				t.Errorf("ListSuites(%+v) IDs mismatch (-want +got):\n%s", tc.filter, diff)
-			}
+			checkListed(t, fmt.Sprintf("ListSuites(%+v)", tc.filter), got, err, suiteIDs, tc.want)
 		})
 	}
 

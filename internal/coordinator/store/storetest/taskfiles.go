@@ -116,9 +116,7 @@ func testNodeReadsBlob(t *testing.T, s store.Store) {
 	// the node's: a report, or a reclaim.
 	claimed := []store.Task{mustGetTask(t, s, "use")}
 	mustFinish(t, s, "n1", 1, abortAfter(1), succeeded(task(claimed, "use")))
-	if n, err := s.ReclaimNode(t.Context(), "n2"); err != nil || n != 1 {
-		t.Fatalf("ReclaimNode(n2) = %d, %v, want 1, nil", n, err)
-	}
+	mustReclaim(t, s, "n2", 1)
 	for _, c := range []struct{ node, blob string }{{"n1", "in"}, {"n1", "out"}, {"n2", "b"}} {
 		if got, err := s.NodeReadsBlob(t.Context(), c.node, digestOf(c.blob)); err != nil || got {
 			t.Errorf("NodeReadsBlob(%s, %s) after its task left it = %v, %v, want false, nil", c.node, c.blob, got, err)

@@ -84,6 +84,14 @@ func mustFinish(t *testing.T, s store.Store, nodeID string, wantApplied int, ret
 	return done
 }
 
+// mustReclaim takes a lost node's Running tasks back and checks how many.
+func mustReclaim(t *testing.T, s store.Store, nodeID string, want int) {
+	t.Helper()
+	if n, err := s.ReclaimNode(t.Context(), nodeID); err != nil || n != want {
+		t.Fatalf("ReclaimNode(%q) = %d, %v, want %d, nil", nodeID, n, err, want)
+	}
+}
+
 func succeeded(tk store.Task) store.Attempt {
 	return store.Attempt{TaskID: tk.ID, Attempt: tk.Attempt, Outcome: api.OutcomeSucceeded,
 		Result: api.TaskResult{Stdout: "ok\n", DurationMS: 10, FinishedAt: t0}}
@@ -118,11 +126,7 @@ func task(tasks []store.Task, id string) store.Task {
 }
 
 func taskIDs(tasks []store.Task) []string {
-	out := []string{}
-	for _, tk := range tasks {
-		out = append(out, tk.ID)
-	}
-	return out
+	return idsOf(tasks, func(tk store.Task) string { return tk.ID })
 }
 
 func testAddTasks(t *testing.T, s store.Store) {
@@ -249,15 +253,7 @@ func testListTasks(t *testing.T, s store.Store) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := s.ListTasks(t.Context(), tc.filter)
-			if err != nil {
-				t.Fatalf("ListTasks(%+v) = %v, want nil", tc.filter, err)
-			}
-			if got == nil {
-				t.Errorf("ListTasks(%+v) = nil, want a non-nil slice", tc.filter)
-			}
-			if diff := cmp.Diff(tc.want, taskIDs(got)); diff != "" {
-				t.Errorf("ListTasks(%+v) IDs mismatch (-want +got):\n%s", tc.filter, diff)
-			}
+			checkListed(t, fmt.Sprintf("ListTasks(%+v)", tc.filter), got, err, taskIDs, tc.want)
 		})
 	}
 
@@ -577,9 +573,7 @@ func testFinishFirstCommitWins(t *testing.T, s store.Store) {
 	// After the node lost the task, its late reports do not count, and the
 	// attempt that holds the task now finishes it.
 	b := mustClaim(t, s, "s1", "n1", 1)[0]
-	if n, err := s.ReclaimNode(t.Context(), "n1"); err != nil || n != 1 {
-		t.Fatalf("ReclaimNode(%q) = %d, %v, want 1, nil", "n1", n, err)
-	}
+	mustReclaim(t, s, "n1", 1)
 	b2 := mustClaim(t, s, "s1", "n2", 1)[0]
 	if b2.ID != b.ID || b2.Attempt != 2 {
 		t.Fatalf("ClaimTasks() after reclaim = %s attempt %d, want %s attempt 2", b2.ID, b2.Attempt, b.ID)
@@ -855,29 +849,43 @@ func testReturnTasks(t *testing.T, s store.Store) {
 	}
 }
 
-func testReclaimNode(t *testing.T, s store.Store) {
+// runningOnTwoNodes makes suites s1 (four tasks) and s2 (one) with work
+// on two nodes: n1 claimed s1-t0..t2 and finished t0, and claimed s2-t0;
+// n2 runs s1-t3. It returns n1's claims in s1 and n2's task.
+func runningOnTwoNodes(t *testing.T, s store.Store) (n1 []store.Task, n2 store.Task) {
+	t.Helper()
 	mustCreateSuite(t, s, newSuite("s1"))
 	mustCreateSuite(t, s, newSuite("s2"))
 	mustAddTasks(t, s, "s1", newTasks("s1", 4)...)
 	mustAddTasks(t, s, "s2", newTasks("s2", 1)...)
-	c := mustClaim(t, s, "s1", "n1", 3)             // t0 t1 t2
-	mustClaim(t, s, "s2", "n1", 1)                  // s2-t0
-	n2 := mustClaim(t, s, "s1", "n2", 1)[0]         // t3
-	mustFinish(t, s, "n1", 1, nil, succeeded(c[0])) // t0 Finished
+	n1 = mustClaim(t, s, "s1", "n1", 3)
+	mustClaim(t, s, "s2", "n1", 1)
+	n2 = mustClaim(t, s, "s1", "n2", 1)[0]
+	mustFinish(t, s, "n1", 1, nil, succeeded(n1[0]))
+	return n1, n2
+}
 
-	n, err := s.ReclaimNode(t.Context(), "n1")
-	if err != nil || n != 3 {
-		t.Fatalf("ReclaimNode(%q) = %d, %v, want 3, nil", "n1", n, err)
-	}
-	for id, want := range map[string]string{
-		"s1-t0": api.TaskFinished, "s1-t1": api.TaskReady, "s1-t2": api.TaskReady,
-		"s2-t0": api.TaskReady, "s1-t3": api.TaskRunning,
-	} {
+// checkFirstAttempts fails t unless each task, after the reclaim named by
+// after, is in its state and still on attempt 1: a reclaim counts no
+// attempt.
+func checkFirstAttempts(t *testing.T, s store.Store, after string, states map[string]string) {
+	t.Helper()
+	for id, want := range states {
 		got := mustGetTask(t, s, id)
 		if got.State != want || got.Attempt != 1 {
-			t.Errorf("GetTask(%q) after ReclaimNode = %q, attempt %d; want %q, 1 (attempts stay counted)", id, got.State, got.Attempt, want)
+			t.Errorf("GetTask(%q) after %s = %q, attempt %d; want %q, 1 (attempts stay counted)", id, after, got.State, got.Attempt, want)
 		}
 	}
+}
+
+func testReclaimNode(t *testing.T, s store.Store) {
+	c, n2 := runningOnTwoNodes(t, s)
+
+	mustReclaim(t, s, "n1", 3)
+	checkFirstAttempts(t, s, "ReclaimNode", map[string]string{
+		"s1-t0": api.TaskFinished, "s1-t1": api.TaskReady, "s1-t2": api.TaskReady,
+		"s2-t0": api.TaskReady, "s1-t3": api.TaskRunning,
+	})
 	if got := mustGetTask(t, s, n2.ID); got.NodeID != "n2" {
 		t.Errorf("GetTask(%q).NodeID = %q, want %q", n2.ID, got.NodeID, "n2")
 	}
@@ -920,28 +928,16 @@ func testReclaimNodeKeeps(t *testing.T, s store.Store) {
 // tasks still Running on it, and only those; attempts stay counted and the
 // lost attempt's late success still wins, as with ReclaimNode.
 func testReclaimSuiteTasks(t *testing.T, s store.Store) {
-	mustCreateSuite(t, s, newSuite("s1"))
-	mustCreateSuite(t, s, newSuite("s2"))
-	mustAddTasks(t, s, "s1", newTasks("s1", 4)...)
-	mustAddTasks(t, s, "s2", newTasks("s2", 1)...)
-	c := mustClaim(t, s, "s1", "n1", 3)             // t0 t1 t2
-	mustClaim(t, s, "s2", "n1", 1)                  // s2-t0
-	mustClaim(t, s, "s1", "n2", 1)                  // t3
-	mustFinish(t, s, "n1", 1, nil, succeeded(c[0])) // t0 Finished
+	c, _ := runningOnTwoNodes(t, s)
 
 	n, err := s.ReclaimSuiteTasks(t.Context(), "s1", "n1")
 	if err != nil || n != 2 {
 		t.Fatalf("ReclaimSuiteTasks(s1, n1) = %d, %v, want 2, nil", n, err)
 	}
-	for id, want := range map[string]string{
+	checkFirstAttempts(t, s, "ReclaimSuiteTasks", map[string]string{
 		"s1-t0": api.TaskFinished, "s1-t1": api.TaskReady, "s1-t2": api.TaskReady,
 		"s2-t0": api.TaskRunning, "s1-t3": api.TaskRunning,
-	} {
-		got := mustGetTask(t, s, id)
-		if got.State != want || got.Attempt != 1 {
-			t.Errorf("GetTask(%q) after ReclaimSuiteTasks = %q, attempt %d; want %q, 1 (attempts stay counted)", id, got.State, got.Attempt, want)
-		}
-	}
+	})
 	if got := mustGetTask(t, s, c[1].ID); got.NodeID != "n1" {
 		t.Errorf("GetTask(%q).NodeID = %q, want %q", c[1].ID, got.NodeID, "n1")
 	}
@@ -1040,19 +1036,25 @@ func testNodeCurrentSuite(t *testing.T, s store.Store) {
 	check("after UpdateNode", "s4")
 }
 
+// lostAttempts makes suite s1 with three tasks that n1 claimed and then
+// lost to a reclaim, and has n2 claim the first of them again: n1's
+// attempts are late, n2's is the live one.
+func lostAttempts(t *testing.T, s store.Store) (lost []store.Task, rerun store.Task) {
+	t.Helper()
+	mustCreateSuite(t, s, newSuite("s1"))
+	mustAddTasks(t, s, "s1", newTasks("s1", 3)...)
+	lost = mustClaim(t, s, "s1", "n1", 3)
+	mustReclaim(t, s, "n1", 3)
+	return lost, mustClaim(t, s, "s1", "n2", 1)[0]
+}
+
 // A node declared offline may have been cut off, not dead: the attempt it
 // lost can still finish, and the first completion wins, whether the task
 // is Ready again or running its re-run elsewhere.
 func testFinishLostAttemptWins(t *testing.T, s store.Store) {
-	mustCreateSuite(t, s, newSuite("s1"))
-	mustAddTasks(t, s, "s1", newTasks("s1", 3)...)
-	lost := mustClaim(t, s, "s1", "n1", 3)
-	if n, err := s.ReclaimNode(t.Context(), "n1"); err != nil || n != 3 {
-		t.Fatalf("ReclaimNode(n1) = %d, %v, want 3, nil", n, err)
-	}
 	// t0 is re-run on n2; t1 waits in the queue; t2 is re-run and
 	// finishes there first.
-	rerun := mustClaim(t, s, "s1", "n2", 1)[0]
+	lost, rerun := lostAttempts(t, s)
 	if rerun.ID != "s1-t0" || rerun.Attempt != 2 {
 		t.Fatalf("ClaimTasks(n2) = %s attempt %d, want s1-t0 attempt 2", rerun.ID, rerun.Attempt)
 	}
@@ -1115,13 +1117,7 @@ func testRetryWaits(t *testing.T, s store.Store) {
 // An agent that comes back holding tasks taken from it gets them back,
 // unless they run elsewhere meanwhile.
 func testReattachTasks(t *testing.T, s store.Store) {
-	mustCreateSuite(t, s, newSuite("s1"))
-	mustAddTasks(t, s, "s1", newTasks("s1", 3)...)
-	held := mustClaim(t, s, "s1", "n1", 3)
-	if n, err := s.ReclaimNode(t.Context(), "n1"); err != nil || n != 3 {
-		t.Fatalf("ReclaimNode(n1) = %d, %v, want 3, nil", n, err)
-	}
-	elsewhere := mustClaim(t, s, "s1", "n2", 1)[0]
+	held, elsewhere := lostAttempts(t, s)
 	n, err := s.ReattachTasks(t.Context(), "n1", []string{"s1-t0", "s1-t1", "s1-t2", "ghost"})
 	if err != nil || n != 2 {
 		t.Fatalf("ReattachTasks(n1) = %d, %v, want 2 (one runs on n2), nil", n, err)

@@ -19,7 +19,6 @@ package sshtest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -42,6 +41,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/syncbuf"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/executetest"
 	sshexec "github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
@@ -65,7 +65,7 @@ type Server struct {
 	Dir        string        // the server's directory: keys, configuration, log
 
 	cmd  *exec.Cmd
-	log  *lockedBuffer
+	log  *syncbuf.Buffer
 	done chan struct{}
 }
 
@@ -223,7 +223,7 @@ func start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{User: u.Username, Dir: dir, log: &lockedBuffer{}}
+	s := &Server{User: u.Username, Dir: dir, log: &syncbuf.Buffer{}}
 	hostKey, err := writeKey(filepath.Join(dir, "host_ed25519"))
 	if err != nil {
 		return nil, err
@@ -402,21 +402,4 @@ func writeKey(path string) (ssh.PublicKey, error) {
 		return nil, err
 	}
 	return ssh.NewPublicKey(pub)
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
