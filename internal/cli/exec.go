@@ -65,7 +65,7 @@ Examples:
 	cmd.Flags().StringVar(&dir, "workdir", "", "working directory on the machine (default: the machine's)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "kill the command after this long (0: no limit)")
 	cmd.Flags().BoolVar(&noStdin, "no-stdin", false, "give the command no standard input")
-	cmd.Flags().StringVar(&via, "via", "", "executor to run it with: local, docker, ssh, sftp or rsync (default: the machine's first exec: capability)")
+	cmd.Flags().StringVar(&via, "via", "", "executor to run it with: "+executorList()+" (default: the machine's first exec: capability)")
 	return cmd
 }
 
@@ -162,7 +162,7 @@ Examples:
 			return c.CopyFromVia(cmd.Context(), srcNode, via, src, dst)
 		},
 	}
-	cmd.Flags().StringVar(&via, "via", "", "executor to copy with: local, docker, ssh, sftp or rsync (default: the machine's first copy: capability, else its first executor)")
+	cmd.Flags().StringVar(&via, "via", "", "executor to copy with: "+executorList()+" (default: the machine's first copy: capability, else its first executor)")
 	return cmd
 }
 

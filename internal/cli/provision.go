@@ -23,7 +23,7 @@ func newProvisionCmd(e *env) *cobra.Command {
 	var asJSON, noWait bool
 	cmd := &cobra.Command{
 		Use:   "provision --template NAME --provider PROVIDER [--count N]",
-		Short: "Make machines from a template with a provider (local, docker)",
+		Short: "Make machines from a template with a provider (" + providerList() + ")",
 		Long: `Make machines from a template: the server renders the template for the
 provider (see nodemgr template render), asks the provider for each machine in
 parallel, and tracks them as deployments. This command shows their progress
@@ -66,7 +66,7 @@ until every one is running or failed (--no-wait returns at once).`,
 		},
 	}
 	cmd.Flags().StringVar(&req.Template, "template", "", "template name (nodemgr template ls)")
-	cmd.Flags().StringVar(&req.Provider, "provider", "", "provider: local, docker")
+	cmd.Flags().StringVar(&req.Provider, "provider", "", "provider: "+providerList())
 	cmd.Flags().IntVar(&req.Count, "count", 1, fmt.Sprintf("how many machines (1-%d)", maxProvisionCount))
 	cmd.Flags().StringVar(&req.Name, "name", "", "machine name, or prefix with --count (default: the template's name)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the server has accepted the request")
