@@ -662,6 +662,15 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	defer srv.Close()
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Run(ctx) }()
+	// The port may be taken (another dev, another server): say so and stop,
+	// rather than wait for a listener that never comes.
+	select {
+	case <-srv.Ready():
+	case err := <-srvErr:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	addr := srv.URL()
 	caFile := srv.TLS().CAFile // set when dev listens beyond loopback, or with --tls-auto
 

@@ -288,6 +288,10 @@ func (s *Server) lifeCtx() context.Context {
 // Handler is the server's HTTP handler (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// Ready is closed once the server listens (Run or Serve got that far); a
+// Run that cannot listen returns its error instead, and Ready stays open.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
 // Addr returns the address the server listens on, once Run has started.
 func (s *Server) Addr() string {
 	<-s.ready
