@@ -12,7 +12,9 @@ import (
 func acquire(path, holder string) (*Lock, error) {
 	// os.OpenFile sets O_CLOEXEC, so processes the agent starts do not
 	// inherit the descriptor and cannot keep the lock alive after it dies.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	// Private, as everything in a data dir: an agent that runs suites as
+	// other users seals its data dir, and would find its own lock open.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("acquire lock %s: %w", path, err)
 	}

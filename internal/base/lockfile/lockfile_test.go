@@ -59,6 +59,12 @@ func TestAcquireRelease(t *testing.T) {
 	if got, want := strings.TrimSpace(string(b)), strconv.Itoa(os.Getpid()); got != want {
 		t.Errorf("lock file holds %q, want %q", got, want)
 	}
+	// Private, or a sealed data dir would find its own lock open.
+	if fi, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("lock file mode = %v, want 0600", fi.Mode().Perm())
+	}
 
 	// A second open file description conflicts, even in this process.
 	_, err = Acquire(path, "nodemgr agent")
