@@ -2,7 +2,9 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -82,8 +84,26 @@ func printNewToken(e *env, tk api.Token, asJSON bool, what string) error {
 	if asJSON {
 		return printJSON(e.stdout, tk)
 	}
-	fmt.Fprintf(e.stdout, "Created %s %s (expires %s). The secret is shown only now:\n\n%s\n", what, tk.ID, expires(tk.ExpiresAt, time.Now()), tk.Secret)
+	banner := fmt.Sprintf("Created %s %s (expires %s). The secret is shown only now", what, tk.ID, expires(tk.ExpiresAt, time.Now()))
+	if !isTerminal(e.rawStdout) {
+		// Saved to a file or piped on: the secret alone, so the file is a
+		// token file as it is; the banner goes to the person.
+		fmt.Fprintf(e.stderr, "%s; it went to standard output.\n", banner)
+		fmt.Fprintln(e.stdout, tk.Secret)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "%s:\n\n%s\n", banner, tk.Secret)
 	return nil
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 func newTokenCmd(e *env) *cobra.Command {

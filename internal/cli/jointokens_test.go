@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/coordinator/server"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/sqlite"
 )
@@ -103,6 +105,34 @@ func TestJoinTokenListShowsGroupsAndUses(t *testing.T) {
 	for _, tk := range list.Tokens {
 		if tk.ID == scoped.ID && (strings.Join(tk.Groups, ",") != "ml,ops" || tk.Uses != 1 || tk.MaxUses != 3) {
 			t.Errorf("join-token ls --json of %s = groups %v, uses %d of %d; want [ml ops], 1 of 3", tk.ID, tk.Groups, tk.Uses, tk.MaxUses)
+		}
+	}
+}
+
+// TestTokenCreateToAFileWritesTheSecretAlone: `join-token create > FILE`
+// (standard output not a terminal) writes the secret alone, so the file is
+// a token file the agent reads as it is; the banner goes to stderr. The
+// secret file reader takes what was written.
+func TestTokenCreateToAFileWritesTheSecretAlone(t *testing.T) {
+	url, admin := realServer(t)
+	vars := map[string]string{"NODEMGR_ADDR": url, "NODEMGR_TOKEN": admin}
+	for _, kind := range []string{"join-token", "token"} {
+		code, out, stderr := runEnv(t, vars, kind, "create", "--name", "saved")
+		if code != 0 {
+			t.Fatalf("%s create = exit %d: %s", kind, code, stderr)
+		}
+		if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 1 || strings.ContainsAny(lines[0], " \t") {
+			t.Errorf("%s create > FILE wrote %q, want the secret alone", kind, out)
+		}
+		if !strings.Contains(stderr, "shown only now") {
+			t.Errorf("%s create > FILE: stderr %q, want the banner there", kind, stderr)
+		}
+		path := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if secret, _, err := auth.ReadSecretFile(path); err != nil || secret != strings.TrimSpace(out) {
+			t.Errorf("reading back the %s file = %q, %v; want the secret", kind, secret, err)
 		}
 	}
 }

@@ -2,6 +2,9 @@ package auth
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -68,6 +71,34 @@ func TestBearer(t *testing.T) {
 	} {
 		if got := Bearer(tc.header); got != tc.want {
 			t.Errorf("Bearer(%q) = %q, want %q", tc.header, got, tc.want)
+		}
+	}
+}
+
+// TestReadSecretFileRefusesMoreThanASecret: a file with a banner saved
+// beside the token is refused, saying why, rather than sent whole (which
+// the agent retried for ever: "invalid header field value").
+func TestReadSecretFileRefusesMoreThanASecret(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct {
+		body string
+		ok   bool
+	}{
+		"token":             {"nmj_abc123\n", true},
+		"token, blank line": {"\n  nmj_abc123  \n\n", true},
+		"banner and token":  {"Created join token t-1 (expires in 24h). The secret is shown only now:\n\nnmj_abc123\n", false},
+		"two tokens":        {"nmj_a\nnmj_b\n", false},
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "_"))
+		if err := os.WriteFile(path, []byte(tc.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		secret, _, err := ReadSecretFile(path)
+		if tc.ok && (err != nil || secret != "nmj_abc123") {
+			t.Errorf("%s: ReadSecretFile = %q, %v; want the token", name, secret, err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "not one secret")) {
+			t.Errorf("%s: ReadSecretFile = %q, %v; want it refused as not one secret", name, secret, err)
 		}
 	}
 }

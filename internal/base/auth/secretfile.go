@@ -8,7 +8,9 @@ import (
 
 // ReadSecretFile reads a secret kept in a file, the way to hand one to a
 // process without putting it on its command line, where every local user
-// can read it (/proc/PID/cmdline). Surrounding white space is dropped.
+// can read it (/proc/PID/cmdline). Surrounding white space is dropped; a
+// file with more than the one word of a secret is refused, since sending
+// it whole would fail at every try (a banner saved with the token, say).
 // openToOthers says that users other than the owner may read the file.
 func ReadSecretFile(path string) (secret string, openToOthers bool, err error) {
 	f, err := os.Open(path)
@@ -25,6 +27,9 @@ func ReadSecretFile(path string) (secret string, openToOthers bool, err error) {
 	secret = strings.TrimSpace(string(b[:n]))
 	if secret == "" {
 		return "", false, fmt.Errorf("%s is empty: write the secret into it", path)
+	}
+	if words := strings.Fields(secret); len(words) > 1 {
+		return "", false, fmt.Errorf("%s holds %d words, not one secret: keep only the secret in it (nodemgr token create and join-token create print only the secret when their output goes to a file)", path, len(words))
 	}
 	return secret, fi.Mode().Perm()&0o077 != 0, nil
 }
