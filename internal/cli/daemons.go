@@ -691,6 +691,9 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	a, err := agent.New(agent.Config{
 		Server: addr, ServerCA: caFile, DataDir: agentDir, JoinToken: joinToken,
 		Name: name, Tags: tags, Version: Version,
+		// The dev agent's server is the one of this data dir, on whatever
+		// --listen it was given this time.
+		SameCoordinator: true,
 	}, log.With("component", "agent"))
 	if err != nil {
 		return err

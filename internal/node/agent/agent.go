@@ -120,11 +120,10 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	if a.st.Server != "" && !slices.Contains(cfg.Servers, a.st.Server) {
-		// A credential is only good at the coordinator that issued it
-		// (any of its replicas).
-		logger.Warn("server changed since last run; registering afresh", "was", a.st.Server, "now", cfg.Server)
-		a.st = state{}
-		forgetServerCA(cfg.DataDir)
+		if err := a.serverMoved(); err != nil {
+			lock.Release()
+			return nil, err
+		}
 	}
 	if err := a.setupTransport(); err != nil {
 		lock.Release()

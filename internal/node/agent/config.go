@@ -50,6 +50,12 @@ type Config struct {
 	// to a plain http:// server beyond loopback, where anyone on the path
 	// can read them. Without it such a server is refused at start.
 	InsecureHTTP bool `yaml:"insecure_http"`
+	// SameCoordinator says the server is the coordinator the saved state
+	// was made with, whatever URL it had then: the agent keeps its
+	// credential when the URL changed. nodemgr dev sets it (its server and
+	// agent share a data dir); a real agent reaching a new URL registers
+	// afresh, since a credential is good only where it was issued.
+	SameCoordinator bool `yaml:"-"`
 
 	// HeartbeatInterval overrides the interval the server asks for.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`

@@ -55,3 +55,20 @@ func (st state) save(dataDir string) error {
 	}
 	return nil
 }
+
+// serverMoved handles saved state made with another server URL. A
+// credential is only good at the coordinator that issued it (any of its
+// replicas), so the agent registers afresh, unless it is told the
+// coordinator is the same one at a new address (nodemgr dev on another
+// --listen): then it keeps its identity and notes the new URL.
+func (a *Agent) serverMoved() error {
+	if a.cfg.SameCoordinator {
+		a.log.Info("the coordinator's address changed since last run; keeping this node's identity", "was", a.st.Server, "now", a.cfg.Servers[0])
+		a.st.Server = a.cfg.Servers[0]
+		return a.st.save(a.cfg.DataDir)
+	}
+	a.log.Warn("server changed since last run; registering afresh", "was", a.st.Server, "now", a.cfg.Server)
+	a.st = state{}
+	forgetServerCA(a.cfg.DataDir)
+	return nil
+}
