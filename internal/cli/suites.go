@@ -91,7 +91,7 @@ func suiteCreateCmd(e *env) *cobra.Command {
 			}
 			fmt.Fprintf(e.stdout, "created suite %s (%s); submit tasks with: nodemgr task submit --suite %s -- CMD ARGS...\n", s.Name, s.ID, s.Name)
 			if s.WaitingReason != "" {
-				fmt.Fprintf(e.stderr, "warning: no current node could run it: %s (it waits until one can)\n", s.WaitingReason)
+				fmt.Fprintf(e.stderr, "warning: no current node could run it: %s (it waits until one can: a node that joins, or one a pool starts for it; see nodemgr pool ls)\n", s.WaitingReason)
 			}
 			return nil
 		},
@@ -281,12 +281,24 @@ func suiteWatchCmd(e *env) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := clientFor(cmd, e)
 			start := time.Now()
+			waiting, drawn := "", false
 			for {
 				s, err := c.Suite(cmd.Context(), args[0])
 				if err != nil {
 					return err
 				}
+				// Why it waits, on a line of its own each time it changes:
+				// a bar that does not move says nothing of the reason.
+				if s.WaitingReason != waiting {
+					if waiting = s.WaitingReason; waiting != "" {
+						if drawn {
+							fmt.Fprintln(e.stdout) // the bar so far stays above
+						}
+						fmt.Fprintf(e.stdout, "waiting: %s\n", waiting)
+					}
+				}
 				redraw(e.rawOut(), progressLine(s, time.Since(start)))
+				drawn = true
 				if s.State == api.SuiteComplete || s.State == api.SuiteCancelled {
 					fmt.Fprintln(e.stdout)
 					return suiteOutcome(s)
