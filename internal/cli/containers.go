@@ -81,7 +81,13 @@ func containerDeployCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return output(e, asJSON, ct, printContainer)
+			if err := output(e, asJSON, ct, printContainer); err != nil {
+				return err
+			}
+			if ct.Status == api.ContainerFailed {
+				return &exitError{code: 1} // shown as FAILED above: the deploy did not work
+			}
+			return nil
 		}),
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "job file (YAML or JSON; - for stdin)")

@@ -371,12 +371,12 @@ nodemgr suite fetch.
       --output lua -- gcc -o lua src/lapi.o`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if suite == "" {
-				return fmt.Errorf("--suite is required")
+				return &usageError{fmt.Errorf("--suite is required")}
 			}
 			var tasks []api.TaskSpec
 			switch {
 			case file != "" && len(args) > 0:
-				return fmt.Errorf("give either -f FILE or a command after --, not both")
+				return &usageError{fmt.Errorf("give either -f FILE or a command after --, not both")}
 			case file != "":
 				var err error
 				if tasks, err = loadTasks(file); err != nil {
@@ -416,7 +416,7 @@ nodemgr suite fetch.
 				up.report()
 				tasks = []api.TaskSpec{t}
 			default:
-				return fmt.Errorf("give the task's command after --, e.g. nodemgr task submit --suite %s -- echo hello", suite)
+				return &usageError{fmt.Errorf("give the task's command after --, e.g. nodemgr task submit --suite %s -- echo hello", suite)}
 			}
 			ids, err := submitInBatches(cmd.Context(), clientFor(cmd, e), suite, tasks, e)
 			if err != nil {
