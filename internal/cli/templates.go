@@ -245,7 +245,7 @@ func templateRenderCmd(e *env) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&provider, "provider", "", "local, docker, libvirt or aws")
+	cmd.Flags().StringVar(&provider, "provider", "", providerList())
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: extra, steps and the mapping sets applied")
 	cmd.Flags().BoolVar(&explain, "explain", false, "also list every step, layer by layer")
 	return cmd
