@@ -29,7 +29,7 @@ func newNodeCmd(e *env) *cobra.Command {
 func nodeLsCmd(e *env) *cobra.Command {
 	var status string
 	cmd := &cobra.Command{Use: "ls", Short: "List nodes", Args: cobra.NoArgs}
-	cmd.Flags().StringVar(&status, "status", "", "only nodes with this status: online, suspect, offline")
+	cmd.Flags().StringVar(&status, "status", "", "only nodes with this status: online, suspect, offline (any case)")
 	return lsCmd(e, cmd, "all",
 		func(c *client.Client, ctx context.Context, p client.Page) (api.NodeList, error) {
 			return c.NodesPage(ctx, status, p)

@@ -104,7 +104,7 @@ func suiteCreateCmd(e *env) *cobra.Command {
 func suiteLsCmd(e *env) *cobra.Command {
 	var state string
 	cmd := &cobra.Command{Use: "ls", Short: "List suites", Args: cobra.NoArgs}
-	cmd.Flags().StringVar(&state, "state", "", "only suites in this state: Open, Closed, Complete, Cancelled")
+	cmd.Flags().StringVar(&state, "state", "", "only suites in this state: Open, Closed, Complete, Cancelled (any case)")
 	return lsCmd(e, cmd, "all",
 		func(c *client.Client, ctx context.Context, p client.Page) (api.SuiteList, error) {
 			return c.SuitesPage(ctx, state, p)
@@ -527,7 +527,7 @@ func taskLsCmd(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&suite, "suite", "", "suite ID or name")
-	cmd.Flags().StringVar(&f.State, "state", "", "only tasks in this state (Pending, Ready, Running, Finished, Failed, Cancelled)")
+	cmd.Flags().StringVar(&f.State, "state", "", "only tasks in this state: Pending, Ready, Running, Finished, Failed, Cancelled (any case)")
 	cmd.Flags().StringVar(&f.Name, "name", "", "only the task of this name")
 	cmd.Flags().StringSliceVar(&labels, "label", nil, "only tasks with this KEY=VALUE label (repeatable)")
 	return lsCmd(e, cmd, "all",

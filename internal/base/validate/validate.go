@@ -6,6 +6,7 @@ package validate
 import (
 	"regexp"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -84,4 +85,20 @@ func Name(field, name string) error {
 
 func indexed(field string, i int) string {
 	return field + "[" + strconv.Itoa(i) + "]"
+}
+
+// OneOf returns the one of allowed that v names, in any case ("open" is
+// Open): filters and enum fields take what a person types. Anything else
+// is an error naming field and listing what it may be.
+func OneOf(field, v string, allowed ...string) (string, error) {
+	for _, a := range allowed {
+		if strings.EqualFold(v, a) {
+			return a, nil
+		}
+	}
+	list := strings.Join(allowed, ", ")
+	if n := len(allowed); n > 1 {
+		list = strings.Join(allowed[:n-1], ", ") + " or " + allowed[n-1]
+	}
+	return "", errdefs.Field(field, "must be %s, got %q", list, v)
 }

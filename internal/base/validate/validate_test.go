@@ -90,3 +90,14 @@ func TestSandboxPath(t *testing.T) {
 		})
 	}
 }
+
+func TestOneOf(t *testing.T) {
+	for v, want := range map[string]string{"open": "Open", "OPEN": "Open", "Closed": "Closed"} {
+		if got, err := OneOf("state", v, "Open", "Closed"); err != nil || got != want {
+			t.Errorf("OneOf(%q) = %q, %v; want %q", v, got, err, want)
+		}
+	}
+	if _, err := OneOf("state", "shut", "Open", "Closed"); err == nil || !strings.Contains(err.Error(), `must be Open or Closed, got "shut"`) {
+		t.Errorf(`OneOf("shut") = %v, want it refused listing Open or Closed`, err)
+	}
+}

@@ -57,7 +57,7 @@ func (s *Server) handleListDeployments(w http.ResponseWriter, r *http.Request) e
 	q := r.URL.Query()
 	f := store.DeploymentFilter{Provider: q.Get("provider")}
 	if st := q.Get("state"); st != "" {
-		f.States = strings.Split(st, ",")
+		f.States = strings.Split(strings.ToLower(st), ",") // its states are lower case; people type any
 	}
 	pg, err := paging.Read(q, "deployments", f.Provider, q.Get("state"))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/base/paging"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
@@ -35,11 +36,12 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) handleListNodes(w http.ResponseWriter, r *http.Request) error {
 	p := principalFrom(r.Context())
-	f := store.NodeFilter{Status: r.URL.Query().Get("status")}
-	switch f.Status {
-	case "", api.StatusOnline, api.StatusSuspect, api.StatusOffline:
-	default:
-		return errdefs.Field("status", "must be online, suspect or offline, got %q", f.Status)
+	var f store.NodeFilter
+	if st := r.URL.Query().Get("status"); st != "" {
+		var err error
+		if f.Status, err = validate.OneOf("status", st, api.StatusOnline, api.StatusSuspect, api.StatusOffline); err != nil {
+			return err
+		}
 	}
 	pg, err := paging.Read(r.URL.Query(), "nodes", f.Status)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -13,6 +12,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/base/paging"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/base/workload"
 	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
@@ -86,12 +86,13 @@ func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error 
 	p := principalFrom(r.Context())
 	var f store.SuiteFilter
 	if st := r.URL.Query().Get("state"); st != "" {
-		if !slices.Contains([]string{api.SuiteOpen, api.SuiteClosed, api.SuiteComplete, api.SuiteCancelled}, st) {
-			return errdefs.Field("state", "must be Open, Closed, Complete or Cancelled, got %q", st)
+		st, err := validate.OneOf("state", st, api.SuiteOpen, api.SuiteClosed, api.SuiteComplete, api.SuiteCancelled)
+		if err != nil {
+			return err
 		}
 		f.States = []string{st}
 	}
-	pg, err := paging.Read(r.URL.Query(), "suites", r.URL.Query().Get("state"))
+	pg, err := paging.Read(r.URL.Query(), "suites", strings.Join(f.States, ","))
 	if err != nil {
 		return err
 	}
@@ -220,8 +221,9 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f := store.TaskFilter{SuiteID: su.ID}
 	if st := q.Get("state"); st != "" {
-		if !slices.Contains([]string{api.TaskPending, api.TaskReady, api.TaskRunning, api.TaskFinished, api.TaskFailed, api.TaskCancelled}, st) {
-			return errdefs.Field("state", "must be Pending, Ready, Running, Finished, Failed or Cancelled, got %q", st)
+		st, err := validate.OneOf("state", st, api.TaskPending, api.TaskReady, api.TaskRunning, api.TaskFinished, api.TaskFailed, api.TaskCancelled)
+		if err != nil {
+			return err
 		}
 		f.States = []string{st}
 	}
@@ -236,7 +238,7 @@ func (s *Server) handleListTasks(w http.ResponseWriter, r *http.Request) error {
 		}
 		f.Labels[k] = v
 	}
-	pg, err := paging.Read(q, "tasks", su.ID, q.Get("state"), f.Name, strings.Join(q["label"], ","))
+	pg, err := paging.Read(q, "tasks", su.ID, strings.Join(f.States, ","), f.Name, strings.Join(q["label"], ","))
 	if err != nil {
 		return err
 	}
