@@ -351,6 +351,50 @@ flags; --print-config shows the result and where each value came from.`,
 	cmd.Flags().String("config", "", "server config file (YAML: every setting below by its flag's name with _ for -, e.g. data_dir); NODEMGR_SERVER_<KEY> variables override it, flags override both")
 	cmd.Flags().Bool("print-config", false, "print the settings in effect, each with its source (default, file, env, flag), and exit")
 	cmd.Flags().Bool("reset-admin-token", false, "make a new API token for the admin user and write it to DATA_DIR/admin-token (when every admin token expired or was lost)")
+	cmd.AddCommand(newServerBackupCmd(e))
+	return cmd
+}
+
+// newServerBackupCmd copies a SQLite store while its server serves.
+func newServerBackupCmd(e *env) *cobra.Command {
+	var dataDir, db, to string
+	cmd := &cobra.Command{
+		Use:   "backup --to FILE [--data-dir DIR]",
+		Short: "Copy the server's SQLite database to FILE, consistent, while the server runs",
+		Long: `Copy the server's SQLite database (DATA_DIR/nodemgr.db, or --db) to a new
+file, consistent as of one moment, while the server keeps serving (SQLite's
+VACUUM INTO). The copy is private (0600) and never overwrites a file.
+
+To restore: stop the server, put the copy in the data dir as nodemgr.db
+(remove nodemgr.db-wal and nodemgr.db-shm there), and start it. The data
+dir's other files (admin-token, ca.crt and ca.key, blobs) are files: copy
+them as they are. For a PostgreSQL store use pg_dump and pg_restore.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if to == "" {
+				return &usageError{fmt.Errorf("--to is required: the new file to write the backup to")}
+			}
+			if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+				return &usageError{fmt.Errorf("--db is a PostgreSQL database: back it up with pg_dump (see docs/operations.md); this command copies a SQLite store")}
+			}
+			if db == "" {
+				db = filepath.Join(dataDir, "nodemgr.db")
+			}
+			start := time.Now()
+			if err := sqlite.Backup(cmd.Context(), db, to); err != nil {
+				return err
+			}
+			fi, err := os.Stat(to)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "backed up %s to %s (%d KiB in %s)\n", db, to, fi.Size()>>10, time.Since(start).Round(time.Millisecond))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", "/var/lib/nodemgr/server", "the server's data dir")
+	cmd.Flags().StringVar(&db, "db", "", "the SQLite database file (default DATA_DIR/nodemgr.db)")
+	cmd.Flags().StringVar(&to, "to", "", "the new file to write (required)")
 	return cmd
 }
 
