@@ -351,15 +351,16 @@ flags; --print-config shows the result and where each value came from.`,
 	cmd.Flags().String("config", "", "server config file (YAML: every setting below by its flag's name with _ for -, e.g. data_dir); NODEMGR_SERVER_<KEY> variables override it, flags override both")
 	cmd.Flags().Bool("print-config", false, "print the settings in effect, each with its source (default, file, env, flag), and exit")
 	cmd.Flags().Bool("reset-admin-token", false, "make a new API token for the admin user and write it to DATA_DIR/admin-token (when every admin token expired or was lost)")
-	cmd.AddCommand(newServerBackupCmd(e))
 	return cmd
 }
 
-// newServerBackupCmd copies a SQLite store while its server serves.
-func newServerBackupCmd(e *env) *cobra.Command {
+// newBackupStoreCmd copies a SQLite store while its server serves. It is
+// not "server backup": server runs, and a command with subcommands shows
+// its help.
+func newBackupStoreCmd(e *env) *cobra.Command {
 	var dataDir, db, to string
 	cmd := &cobra.Command{
-		Use:   "backup --to FILE [--data-dir DIR]",
+		Use:   "backup-store --to FILE [--data-dir DIR]",
 		Short: "Copy the server's SQLite database to FILE, consistent, while the server runs",
 		Long: `Copy the server's SQLite database (DATA_DIR/nodemgr.db, or --db) to a new
 file, consistent as of one moment, while the server keeps serving (SQLite's
