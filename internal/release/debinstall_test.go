@@ -266,8 +266,9 @@ func TestDebInstallsInDebian(t *testing.T) {
 
 	agent := readUnit(t, c.sh("root", "cat /usr/lib/systemd/system/nodemgr-agent.service"))
 	c.prepare(agent)
-	token := c.sh("root", client+"join-token create --name debtest --max-uses 1 | tail -1")
-	c.sh("root", "umask 077 && printf %s '"+strings.TrimSpace(token)+"' > /etc/nodemgr/join-token")
+	// Saved to a file, the command writes the secret alone (the banner goes
+	// to stderr): the file is a token file as it is.
+	c.sh("root", "umask 077 && "+client+"join-token create --name debtest --max-uses 1 > /etc/nodemgr/join-token")
 	// What an operator does with the packaged agent.yaml: uncomment two lines.
 	c.sh("root", `sed -i 's|^#server: ""$|server: http://127.0.0.1:7070|; s|^#join_token_file: ""$|join_token_file: /etc/nodemgr/join-token|; s|^#name: ""$|name: debtest|' /etc/nodemgr/agent.yaml`)
 	c.startDaemon(agent.user, "/tmp/agent.log", nil, strings.Fields(agent.execStart))
