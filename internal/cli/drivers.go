@@ -4,8 +4,7 @@ package cli
 // program: the server makes them by name, and the CLI checks templates and
 // mappings against their records.
 import (
-	"strings"
-
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 	_ "github.com/nodemgr/nodemgr/internal/drivers/all"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
@@ -13,14 +12,6 @@ import (
 
 // providerList and executorList name the registered drivers for help
 // texts and errors, "a, b or c", so that they list what this binary has.
-func providerList() string { return orList(provision.Names()) }
+func providerList() string { return validate.OrList(provision.Names()) }
 
-func executorList() string { return orList(execute.Names()) }
-
-// orList joins names as "a, b or c".
-func orList(names []string) string {
-	if len(names) < 2 {
-		return strings.Join(names, "")
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
-}
+func executorList() string { return validate.OrList(execute.Names()) }

@@ -33,7 +33,4 @@ func TestHelpListsEveryDriver(t *testing.T) {
 	if code, _, stderr := runArgs(t, "template", "render", "x"); code == 0 || !strings.Contains(stderr, providerList()) {
 		t.Errorf("template render without --provider = exit %d, %q; want the providers listed", code, stderr)
 	}
-	if got := orList([]string{"a", "b", "c"}); got != "a, b or c" {
-		t.Errorf(`orList(a, b, c) = %q, want "a, b or c"`, got)
-	}
 }

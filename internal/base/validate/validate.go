@@ -96,9 +96,13 @@ func OneOf(field, v string, allowed ...string) (string, error) {
 			return a, nil
 		}
 	}
-	list := strings.Join(allowed, ", ")
-	if n := len(allowed); n > 1 {
-		list = strings.Join(allowed[:n-1], ", ") + " or " + allowed[n-1]
+	return "", errdefs.Field(field, "must be %s, got %q", OrList(allowed), v)
+}
+
+// OrList joins names for a message: "a, b or c".
+func OrList(names []string) string {
+	if n := len(names); n > 1 {
+		return strings.Join(names[:n-1], ", ") + " or " + names[n-1]
 	}
-	return "", errdefs.Field(field, "must be %s, got %q", list, v)
+	return strings.Join(names, "")
 }

@@ -101,3 +101,11 @@ func TestOneOf(t *testing.T) {
 		t.Errorf(`OneOf("shut") = %v, want it refused listing Open or Closed`, err)
 	}
 }
+
+func TestOrList(t *testing.T) {
+	for want, names := range map[string][]string{"": nil, "a": {"a"}, "a or b": {"a", "b"}, "a, b or c": {"a", "b", "c"}} {
+		if got := OrList(names); got != want {
+			t.Errorf("OrList(%q) = %q, want %q", names, got, want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
@@ -171,10 +172,7 @@ func capabilities() string {
 	for _, d := range execute.Drivers() {
 		cs = append(cs, d.Capability)
 	}
-	if len(cs) < 2 {
-		return strings.Join(cs, "")
-	}
-	return strings.Join(cs[:len(cs)-1], ", ") + " or " + cs[len(cs)-1]
+	return validate.OrList(cs)
 }
 
 // ExecTarget resolves a deployment and picks its executor: the one via
