@@ -27,7 +27,9 @@ import (
 //     (relay.go);
 //   - pingChannel, payload a node ID: the leader's liveness check of a
 //     node whose heartbeats are overdue; the server holding its session
-//     pings it, and an answer is a heartbeat, written to the store.
+//     pings it, and an answer is a heartbeat, written to the store;
+//   - store.AuthChannel: tokens, users or memberships changed (the
+//     database signals it); the store empties its cache of them.
 //
 // A server that starts listening, or listens again after its connection
 // dropped, may have missed signals: it sends every outbox it holds and
@@ -112,10 +114,13 @@ func (h *Hub) signalLoop(ctx context.Context) {
 	}
 	bo := &backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
-		err := h.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel, cancelChannel, relayChannel, pingChannel, orchestrateChannel}, h.heard)
+		err := h.signals.sig.Listen(ctx, []string{outboxChannel, wakeChannel, cancelChannel, relayChannel, pingChannel, orchestrateChannel, store.AuthChannel}, h.heard)
 		if ctx.Err() != nil {
 			return
 		}
+		// Deaf until it listens again: a revoke made meanwhile must not
+		// stay cached (listening again empties the cache once more).
+		h.authChanged()
 		d := bo.Next()
 		h.log.Warn("listening for other servers' signals failed; listening again", "err", err, "in", d)
 		select {
@@ -147,6 +152,8 @@ func (h *Hub) heard(channel, payload string) {
 		h.WakeLocal(suite, "")
 	case relayChannel:
 		h.heardRelay(payload)
+	case store.AuthChannel:
+		h.authChanged()
 	case orchestrateChannel:
 		if _, leads := h.Leads(); leads {
 			h.hooks.WakeOrchestrator()
@@ -171,6 +178,14 @@ func (h *Hub) heard(channel, payload string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		h.hooks.SuiteCancelled(ctx, suite)
+	}
+}
+
+// authChanged empties the store's cache of tokens and users, if it keeps
+// one.
+func (h *Hub) authChanged() {
+	if c, ok := h.signals.sig.(store.AuthCaching); ok {
+		c.AuthChanged()
 	}
 }
 

@@ -26,7 +26,7 @@ type testServer struct {
 // newServer makes a server with cfg over a fresh SQLite store in dir (a
 // temp dir when ""), bootstrapped, and returns it with its store and admin
 // token. Both are closed when the test ends.
-func newServer(t *testing.T, dir string, cfg Config) (*Server, store.Store, string) {
+func newServer(t testing.TB, dir string, cfg Config) (*Server, store.Store, string) {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -37,7 +37,7 @@ func newServer(t *testing.T, dir string, cfg Config) (*Server, store.Store, stri
 }
 
 // openStore opens a SQLite store in dir, closed when the test ends.
-func openStore(t *testing.T, dir string) store.Store {
+func openStore(t testing.TB, dir string) store.Store {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), discardLog())
 	if err != nil {
@@ -50,7 +50,7 @@ func openStore(t *testing.T, dir string) store.Store {
 // newServerOver makes a server with cfg over st with its data in dir,
 // bootstraps it and returns it with the admin token. It is closed when
 // the test ends.
-func newServerOver(t *testing.T, dir string, cfg Config, st store.Store) (*Server, string) {
+func newServerOver(t testing.TB, dir string, cfg Config, st store.Store) (*Server, string) {
 	t.Helper()
 	cfg.DataDir = dir
 	s, err := New(cfg, st, discardLog())
@@ -67,13 +67,13 @@ func newServerOver(t *testing.T, dir string, cfg Config, st store.Store) (*Serve
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newTestServer(t *testing.T) *testServer {
+func newTestServer(t testing.TB) *testServer {
 	t.Helper()
 	return newTestServerWith(t, Config{})
 }
 
 // newTestServerWith is newTestServer with a configuration of its own.
-func newTestServerWith(t *testing.T, cfg Config) *testServer {
+func newTestServerWith(t testing.TB, cfg Config) *testServer {
 	t.Helper()
 	s, _, admin := newServer(t, "", cfg)
 	hs := httptest.NewServer(s.Handler())
@@ -83,7 +83,7 @@ func newTestServerWith(t *testing.T, cfg Config) *testServer {
 
 // call sends a JSON request with token and decodes a 2xx answer into out.
 // It returns the status code and the raw body.
-func (ts *testServer) call(t *testing.T, token, method, path string, in, out any) (int, string) {
+func (ts *testServer) call(t testing.TB, token, method, path string, in, out any) (int, string) {
 	t.Helper()
 	var body io.Reader
 	var contentType string
@@ -105,7 +105,7 @@ func (ts *testServer) call(t *testing.T, token, method, path string, in, out any
 
 // send sends body as it is (nil: none) with token and contentType (""
 // for none of either), and returns the answer with its body read.
-func (ts *testServer) send(t *testing.T, token, method, path, contentType string, body io.Reader) (*http.Response, string) {
+func (ts *testServer) send(t testing.TB, token, method, path, contentType string, body io.Reader) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, ts.http.URL+path, body)
 	if err != nil {
@@ -127,7 +127,7 @@ func (ts *testServer) send(t *testing.T, token, method, path, contentType string
 }
 
 // mustCall is call that fails the test unless the answer is want.
-func (ts *testServer) mustCall(t *testing.T, want int, token, method, path string, in, out any) {
+func (ts *testServer) mustCall(t testing.TB, want int, token, method, path string, in, out any) {
 	t.Helper()
 	if code, body := ts.call(t, token, method, path, in, out); code != want {
 		t.Fatalf("%s %s = %d %s, want %d", method, path, code, body, want)
@@ -135,7 +135,7 @@ func (ts *testServer) mustCall(t *testing.T, want int, token, method, path strin
 }
 
 // user creates a user with roles in groups and returns an API token of theirs.
-func (ts *testServer) user(t *testing.T, name string, admin bool, groups map[string]string) string {
+func (ts *testServer) user(t testing.TB, name string, admin bool, groups map[string]string) string {
 	t.Helper()
 	ts.mustCall(t, http.StatusCreated, ts.admin, "POST", "/v1/users", api.CreateUserRequest{Name: name, Admin: admin, Groups: groups}, nil)
 	var tk api.Token

@@ -43,6 +43,10 @@ func (s *Store) CreateUser(ctx context.Context, u store.User) error {
 
 // GetUser returns a user with its memberships.
 func (s *Store) GetUser(ctx context.Context, name string) (store.User, error) {
+	return s.auth.User(name, func() (store.User, error) { return s.readUser(ctx, name) })
+}
+
+func (s *Store) readUser(ctx context.Context, name string) (store.User, error) {
 	users, err := s.users(ctx, name, store.Page{})
 	if err == nil && len(users) == 0 {
 		err = errdefs.ErrNotFound
@@ -141,6 +145,7 @@ func (s *Store) SetMembership(ctx context.Context, user, group, role string) err
 		}
 		return s.setMembership(ctx, tx, user, group, role)
 	})
+	s.auth.Changed()
 	if err != nil {
 		return fmt.Errorf("set user %s role in group %s: %w", user, group, err)
 	}
@@ -169,6 +174,7 @@ func (s *Store) DeleteUser(ctx context.Context, name string) error {
 		}
 		return mustAffect(n)
 	})
+	s.auth.Changed()
 	if err != nil {
 		return fmt.Errorf("delete user %s: %w", name, err)
 	}
@@ -205,6 +211,7 @@ func (s *Store) ReplaceNodeCredential(ctx context.Context, t store.Token) error 
 		}
 		return s.insertToken(ctx, tx, t, s.d.Now())
 	})
+	s.auth.Changed()
 	if err != nil {
 		return fmt.Errorf("replace node %s credential with %s: %w", t.NodeID, t.ID, err)
 	}
@@ -250,6 +257,10 @@ func (s *Store) insertToken(ctx context.Context, tx Querier, t store.Token, now 
 
 // TokenByHash finds a token by the SHA-256 of its secret.
 func (s *Store) TokenByHash(ctx context.Context, hash []byte) (store.Token, error) {
+	return s.auth.Token(hash, func() (store.Token, error) { return s.readTokenByHash(ctx, hash) })
+}
+
+func (s *Store) readTokenByHash(ctx context.Context, hash []byte) (store.Token, error) {
 	t, err := s.scanToken(s.d.Reader().QueryRow(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash = $1`, hash))
 	if err != nil {
 		// The hash stays out of the message: it is as good as the secret
@@ -302,6 +313,7 @@ func (s *Store) DeleteToken(ctx context.Context, id string) error {
 		}
 		return mustAffect(n)
 	})
+	s.auth.Changed()
 	if err != nil {
 		return fmt.Errorf("delete token %s: %w", id, err)
 	}

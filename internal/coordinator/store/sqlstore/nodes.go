@@ -263,6 +263,7 @@ func (s *Store) DeleteNode(ctx context.Context, id string) error {
 		_, err = tx.Exec(ctx, `DELETE FROM containers WHERE node_id = $1`, id)
 		return err
 	})
+	s.auth.Changed() // its credentials went with it
 	if err != nil {
 		return fmt.Errorf("delete node %s: %w", id, err)
 	}

@@ -114,7 +114,14 @@ type Row interface {
 // Store implements the store methods both databases share.
 type Store struct {
 	d Driver
+	// auth keeps the tokens and users that requests authenticate with;
+	// every write to them empties it (store.AuthCache).
+	auth *store.AuthCache
 }
 
 // New returns the shared store over d.
-func New(d Driver) *Store { return &Store{d: d} }
+func New(d Driver) *Store { return &Store{d: d, auth: store.NewAuthCache()} }
+
+// AuthChanged empties the cache of tokens and users: another server, or
+// another process, changed them.
+func (s *Store) AuthChanged() { s.auth.Changed() }

@@ -535,3 +535,72 @@ func testJoinNode(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testAuthChangesSeenAtOnce: a store may cache what requests authenticate
+// with (store.AuthCache); every change to tokens, users, memberships and
+// nodes is seen by the very next lookup, each read once before the
+// change so that a cache would hold it.
+func testAuthChangesSeenAtOnce(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	gone := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("%s = %v, want %v", what, err, errdefs.ErrNotFound)
+		}
+	}
+	mustCreateUser(t, s, store.User{Name: "ann", Groups: map[string]string{"ml": api.RoleRead}})
+	mustCreateUser(t, s, store.User{Name: "bob"})
+	mustCreateToken(t, s, apiToken("ta", "ann"))
+	mustCreateToken(t, s, apiToken("tb", "bob"))
+	if _, err := s.CreateNode(ctx, store.Node{ID: "n1", MachineID: "m1", DataDir: "/d"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateNode(ctx, store.Node{ID: "n2", MachineID: "m2", DataDir: "/d"}); err != nil {
+		t.Fatal(err)
+	}
+	mustCreateToken(t, s, nodeToken("c1", "n1"))
+	mustCreateToken(t, s, nodeToken("c2", "n2"))
+	for _, id := range []string{"ta", "tb", "c1", "c2"} {
+		mustTokenByHash(t, s, id)
+	}
+	mustGetUser(t, s, "ann")
+	mustGetUser(t, s, "bob")
+
+	if err := s.SetMembership(ctx, "ann", "ml", api.RoleAdmin); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGetUser(t, s, "ann").Groups["ml"]; got != api.RoleAdmin {
+		t.Errorf("ann's role in ml after SetMembership = %q, want %q", got, api.RoleAdmin)
+	}
+	if err := s.DeleteToken(ctx, "ta"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.TokenByHash(ctx, hash("ta"))
+	gone("TokenByHash(ta) after DeleteToken", err)
+	if err := s.DeleteUser(ctx, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.TokenByHash(ctx, hash("tb"))
+	gone("TokenByHash(tb) after DeleteUser(bob)", err)
+	_, err = s.GetUser(ctx, "bob")
+	gone("GetUser(bob) after DeleteUser", err)
+	if err := s.ReplaceNodeCredential(ctx, nodeToken("c1b", "n1")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.TokenByHash(ctx, hash("c1"))
+	gone("TokenByHash(c1) after ReplaceNodeCredential", err)
+	mustTokenByHash(t, s, "c1b")
+	if err := s.DeleteNode(ctx, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.TokenByHash(ctx, hash("c2"))
+	gone("TokenByHash(c2) after DeleteNode(n2)", err)
+
+	// A cached value is the caller's own: changing it changes no later
+	// answer.
+	u := mustGetUser(t, s, "ann")
+	u.Groups["ops"] = api.RoleAdmin
+	if got := mustGetUser(t, s, "ann").Groups; len(got) != 1 {
+		t.Errorf("ann's groups after a caller changed its copy = %v, want only ml", got)
+	}
+}

@@ -134,6 +134,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"JoinNode", testJoinNode},
 		{"TouchTokens", testTouchTokens},
 		{"ReplaceNodeCredential", testReplaceNodeCredential},
+		{"AuthChangesSeenAtOnce", testAuthChangesSeenAtOnce},
 
 		{"CreateSuite", testCreateSuite},
 		{"CreateSuiteErrors", testCreateSuiteErrors},
