@@ -49,6 +49,13 @@ type SuiteSpec struct {
 	// (the agent's own user) give them the agent's rights, and only an
 	// admin of the suite's group may ask for them.
 	RunAs string `json:"run_as,omitempty" yaml:"run_as"`
+	// Cache answers the suite's tasks from the action cache: a task whose
+	// command, environment, working directory, inputs and outputs (and the
+	// suite's worker command, hooks and run_as) equal those of one that
+	// succeeded before in the same group is not run again; it gets that
+	// run's result and outputs, marked cached. Only for deterministic
+	// tasks; a task's own cache field overrides it.
+	Cache bool `json:"cache,omitempty" yaml:"cache"`
 }
 
 // Privileged RunAs values: the agent's own rights.
@@ -221,6 +228,17 @@ type TaskSpec struct {
 	InputFrom []InputFrom `json:"input_from,omitempty"`
 	// Retry overrides the suite's retry policy field by field.
 	Retry *RetryPolicy `json:"retry,omitempty"`
+	// Cache overrides the suite's cache for this task: true answers it
+	// from the action cache when it can, false always runs it.
+	Cache *bool `json:"cache,omitempty"`
+}
+
+// Cached says whether the task may be answered from the action cache.
+func (t TaskSpec) Cached(su SuiteSpec) bool {
+	if t.Cache != nil {
+		return *t.Cache
+	}
+	return su.Cache
 }
 
 // TaskFile is a file in a task's sandbox: an input to stage, or an output
@@ -301,6 +319,9 @@ type TaskResult struct {
 	Missing    []string  `json:"missing,omitempty"`
 	NodeID     string    `json:"node_id"`
 	FinishedAt time.Time `json:"finished_at"`
+	// CachedFrom, when set, says that the task did not run: its result is
+	// that of the task named here, found in the action cache.
+	CachedFrom string `json:"cached_from,omitempty"`
 }
 
 // TaskFailure records one failed attempt of a task on a node.

@@ -406,6 +406,30 @@ func (b *bounded) BlobsInUse(ctx context.Context) (_ map[string]bool, err error)
 	return b.st.BlobsInUse(ctx)
 }
 
+func (b *bounded) CachedActions(ctx context.Context, scope string, keys []string) (_ map[string]CachedAction, err error) {
+	ctx, end := b.bound(ctx, "CachedActions")
+	defer end(&err)
+	return b.st.CachedActions(ctx, scope, keys)
+}
+
+func (b *bounded) CacheActions(ctx context.Context, scope string, entries map[string]CachedAction) (err error) {
+	ctx, end := b.bound(ctx, "CacheActions")
+	defer end(&err)
+	return b.st.CacheActions(ctx, scope, entries)
+}
+
+func (b *bounded) DeleteCachedActions(ctx context.Context, scope, key string) (_ int, err error) {
+	ctx, end := b.bound(ctx, "DeleteCachedActions")
+	defer end(&err)
+	return b.st.DeleteCachedActions(ctx, scope, key)
+}
+
+func (b *bounded) ExpireCachedActions(ctx context.Context, before time.Time) (_ int, err error) {
+	ctx, end := b.bound(ctx, "ExpireCachedActions")
+	defer end(&err)
+	return b.st.ExpireCachedActions(ctx, before)
+}
+
 // Documents
 
 func (b *bounded) PutDocument(ctx context.Context, d Document) (_ Document, err error) {

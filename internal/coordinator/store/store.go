@@ -413,8 +413,28 @@ type TaskFiles interface {
 	// longer holds.
 	ForgetBlobGroups(ctx context.Context, digests []string) error
 	// BlobsInUse lists the digests of the files that tasks name as inputs
-	// or hold as outputs, for the blob store's collection.
+	// or hold as outputs, and the outputs of action cache entries, for the
+	// blob store's collection.
 	BlobsInUse(ctx context.Context) (map[string]bool, error)
+
+	// CachedActions finds the action cache's entries of scope for keys,
+	// and marks them used now.
+	CachedActions(ctx context.Context, scope string, keys []string) (map[string]CachedAction, error)
+	// CacheActions stores entries in scope, each replacing the one of its
+	// key.
+	CacheActions(ctx context.Context, scope string, entries map[string]CachedAction) error
+	// DeleteCachedActions removes scope's entry of key, or every entry of
+	// scope when key is "", and says how many went.
+	DeleteCachedActions(ctx context.Context, scope, key string) (int, error)
+	// ExpireCachedActions removes the entries last used before before.
+	ExpireCachedActions(ctx context.Context, before time.Time) (int, error)
+}
+
+// CachedAction is an action cache entry: the result of a task's run that
+// succeeded, and that task's ID.
+type CachedAction struct {
+	Result api.TaskResult
+	TaskID string
 }
 
 // Document kinds.

@@ -115,7 +115,7 @@ func (s *Store) ForgetBlobGroups(ctx context.Context, digests []string) error {
 // BlobsInUse lists the digests that tasks name as inputs or hold as
 // outputs; the blob store's collection calls it hourly.
 func (s *Store) BlobsInUse(ctx context.Context) (map[string]bool, error) {
-	rows, err := s.d.Reader().Query(ctx, `SELECT DISTINCT digest FROM task_files`)
+	rows, err := s.d.Reader().Query(ctx, `SELECT digest FROM task_files UNION SELECT digest FROM action_cache_files`)
 	if err != nil {
 		return nil, fmt.Errorf("list blobs in use: %w", s.d.Classify(err))
 	}

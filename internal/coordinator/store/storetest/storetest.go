@@ -176,7 +176,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ReclaimSuiteTasks", testReclaimSuiteTasks},
 		{"CancelTask", testCancelTask},
 		{"NodeCurrentSuite", testNodeCurrentSuite},
-		{"NodeReadsBlob", testNodeReadsBlob}, {"NodeBlobScope", testNodeBlobScope}, {"BlobInGroups", testBlobInGroups}, {"BlobsInUse", testBlobsInUse},
+		{"NodeReadsBlob", testNodeReadsBlob}, {"NodeBlobScope", testNodeBlobScope}, {"BlobInGroups", testBlobInGroups}, {"BlobsInUse", testBlobsInUse}, {"ActionCache", testActionCache},
 		{"Stats", testStats},
 
 		{"LeaseAcquire", testLeaseAcquire}, {"LeaseTakeover", testLeaseTakeover}, {"LeaseExpiredSelf", testLeaseExpiredSelf}, {"LeaseRelease", testLeaseRelease}, {"FencedWrites", testFencedWrites}, {"FenceRace", testFenceRace},
