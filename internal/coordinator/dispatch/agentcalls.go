@@ -116,7 +116,7 @@ func (d *Dispatcher) Fetch(ctx context.Context, sess Session, req api.TasksFetch
 	}
 	// The store authorizes every claim, one of 0 tasks too: moveOn looks
 	// at most once a second, the store every time, and it decides.
-	claimed, err := d.store.ClaimTasks(ctx, req.SuiteID, sess.Node(), want)
+	claimed, answered, err := d.claim(ctx, sess, req.SuiteID, want)
 	if errors.Is(err, errdefs.ErrPermission) {
 		d.fetches.Recheck(req.SuiteID, sess.Node())
 		d.shares.Leave(req.SuiteID, sess.Node())
@@ -127,11 +127,13 @@ func (d *Dispatcher) Fetch(ctx context.Context, sess Session, req api.TasksFetch
 	}
 	if len(claimed) > 0 {
 		d.shares.Claimed(req.SuiteID, sess.Node(), sess, len(claimed))
+	} else if answered > 0 {
+		d.CompleteIfDone(ctx, req.SuiteID) // the cache may have answered its last tasks
 	}
 	// A node held to its share has work: only one that found the
 	// suite empty counts towards moving on.
 	if req.Max > 0 && want > 0 {
-		d.fetches.NoteClaim(req.SuiteID, sess.Node(), len(claimed))
+		d.fetches.NoteClaim(req.SuiteID, sess.Node(), len(claimed)+answered)
 	}
 	if len(members) > 1 && len(claimed) < want {
 		// Nothing more is Ready while the node is short of its share:
@@ -141,14 +143,7 @@ func (d *Dispatcher) Fetch(ctx context.Context, sess Session, req api.TasksFetch
 			d.giveback(req.SuiteID, nodeID, n)
 		}
 	}
-	d.metrics.tasksClaimed.Add(float64(len(claimed)))
-	out := api.TasksFetched{Tasks: make([]api.Task, len(claimed)), Remaining: -1}
-	for i, t := range claimed {
-		out.Tasks[i] = t.Wire()
-		if len(t.Spec.InputFrom) > 0 {
-			d.resolveInputs(ctx, &out.Tasks[i])
-		}
-	}
+	out := api.TasksFetched{Tasks: claimed, Remaining: -1}
 	if len(claimed) < req.Max || req.Max == 0 {
 		// The read before the claim is still good: nothing this fetch
 		// did changes the suite's state, and fewer claimed means the
@@ -167,6 +162,43 @@ func (d *Dispatcher) Fetch(ctx context.Context, sess Session, req api.TasksFetch
 	}
 	return out, nil
 }
+
+// claim claims up to want of the suite's Ready tasks for the node, their
+// input_from resolved. Those the action cache answers are finished at
+// once and not returned, and more are claimed in their place, so that a
+// build whose every task is a hit is done within the fetch; answered
+// says how many.
+func (d *Dispatcher) claim(ctx context.Context, sess Session, suiteID string, want int) (tasks []api.Task, answered int, err error) {
+	tasks = []api.Task{}
+	for round := 0; ; round++ {
+		ask := want - len(tasks)
+		claimed, err := d.store.ClaimTasks(ctx, suiteID, sess.Node(), ask)
+		if err != nil {
+			if round > 0 && !errors.Is(err, errdefs.ErrPermission) {
+				return tasks, answered, nil // what it has is claimed: hand it out
+			}
+			return nil, 0, err
+		}
+		d.metrics.tasksClaimed.Add(float64(len(claimed)))
+		fresh := make([]api.Task, len(claimed))
+		for i, t := range claimed {
+			fresh[i] = t.Wire()
+			if len(t.Spec.InputFrom) > 0 {
+				d.resolveInputs(ctx, &fresh[i])
+			}
+		}
+		run, hits := d.answerFromCache(ctx, sess, suiteID, fresh)
+		tasks, answered = append(tasks, run...), answered+hits
+		// Claim again only when hits left room and the store had more.
+		if hits == 0 || len(claimed) < ask || len(tasks) >= want || round >= maxCacheRounds {
+			return tasks, answered, nil
+		}
+	}
+}
+
+// maxCacheRounds bounds the claims one fetch makes in place of tasks the
+// action cache answered: the agent asks again for the rest.
+const maxCacheRounds = 64
 
 // yield is a fetch's answer that claims nothing and tells the node to
 // move on, and why.
@@ -190,6 +222,7 @@ func (d *Dispatcher) Report(ctx context.Context, sess Session, req api.TasksRepo
 	if err != nil {
 		return 0, err
 	}
+	d.cacheSucceeded(ctx, attempts)
 	d.metrics.tasksReported.Add(float64(done.Applied))
 	d.stopSuperseded(ctx, done.Superseded)
 	for _, id := range done.Released { // dependents became Ready: wake their nodes
@@ -244,6 +277,7 @@ func (d *Dispatcher) Return(ctx context.Context, sess Session, req api.TasksRetu
 	if err != nil {
 		return 0, err
 	}
+	d.forgetPending(req.TaskIDs)
 	d.metrics.tasksReturned.Add(float64(n))
 	d.shares.Settled(sess.Node(), len(req.TaskIDs), true)
 	if n > 0 {

@@ -45,6 +45,8 @@ type Store interface {
 	AddTasks(ctx context.Context, suiteID string, tasks []store.Task) error
 	CancelTask(ctx context.Context, id string) (store.Task, error)
 	ReattachTasks(ctx context.Context, nodeID string, holding []string) (int, error)
+	CachedActions(ctx context.Context, scope string, keys []string) (map[string]store.CachedAction, error)
+	CacheActions(ctx context.Context, scope string, entries map[string]store.CachedAction) error
 }
 
 // Session is an agent's live connection to this server.
@@ -84,6 +86,7 @@ type Dispatcher struct {
 	prepare PrepareFailures
 	fetches FetchWatch
 	shares  Shares[Session]
+	actions actionCache
 }
 
 // New makes the dispatcher; pools gives the orchestrator's pools, nil

@@ -13,6 +13,8 @@ type metrics struct {
 	tasksClaimed  prometheus.Counter
 	tasksReturned prometheus.Counter
 	taskReports   *prometheus.CounterVec
+	cacheHits     prometheus.Counter
+	cacheMisses   prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -23,6 +25,8 @@ func newMetrics() *metrics {
 		tasksReported: counter("nodemgr_task_attempts_finished_total", "Task attempt reports applied (first commit wins)."),
 		tasksClaimed:  counter("nodemgr_tasks_claimed_total", "Tasks agents claimed to run (dispatch)."),
 		tasksReturned: counter("nodemgr_tasks_returned_total", "Claimed tasks agents gave back unstarted."),
+		cacheHits:     counter("nodemgr_action_cache_hits_total", "Claimed tasks answered from the action cache, not run."),
+		cacheMisses:   counter("nodemgr_action_cache_misses_total", "Claimed tasks that opted in to the action cache and ran: it held no result for them."),
 		taskReports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodemgr_task_reports_total",
 			Help: "Task attempt reports received from agents, by outcome (succeeded, failed, stopped); repeats included.",
@@ -37,5 +41,5 @@ func newMetrics() *metrics {
 // Collectors are the dispatcher's instruments, for the server's registry.
 func (d *Dispatcher) Collectors() []prometheus.Collector {
 	m := d.metrics
-	return []prometheus.Collector{m.tasksReported, m.tasksClaimed, m.tasksReturned, m.taskReports}
+	return []prometheus.Collector{m.tasksReported, m.tasksClaimed, m.tasksReturned, m.taskReports, m.cacheHits, m.cacheMisses}
 }
