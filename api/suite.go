@@ -282,6 +282,12 @@ type SubmitResult struct {
 	IDs []string `json:"ids"`
 }
 
+// ActionCacheCleared answers DELETE /v1/action-cache and
+// /v1/groups/{group}/action-cache.
+type ActionCacheCleared struct {
+	Deleted int `json:"deleted"` // entries removed; their tasks run again
+}
+
 // Task is a stored task.
 type Task struct {
 	ID      string `json:"id"`

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/auth"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -53,11 +54,29 @@ func actionSuiteOf(su store.Suite) actionSuite {
 		RunAs  string
 	}{actionKeyVersion, su.Spec.WorkerSchedule.WorkerCommand, su.Spec.Hooks, su.Spec.RunAs})
 	h := sha256.Sum256(b)
-	scope := "group:" + su.Spec.Group
-	if su.Spec.Group == "" {
-		scope = "user:" + su.Owner
+	return actionSuite{on: su.Spec.Cache, scope: actionScope(su.Spec.Group, su.Owner), salt: hex.EncodeToString(h[:])}
+}
+
+// actionScope is where the cache keeps the results of a suite's tasks:
+// its group's, or its owner's when it is in none.
+func actionScope(group, owner string) string {
+	if group == "" {
+		return "user:" + owner
 	}
-	return actionSuite{on: su.Spec.Cache, scope: scope, salt: hex.EncodeToString(h[:])}
+	return "group:" + group
+}
+
+// ForgetActions empties a scope of the action cache, or removes one key
+// of it: group's (Write there), or with group "" the caller's own, of
+// their suites outside groups. It says how many entries went; the tasks
+// they answered run again.
+func (d *Dispatcher) ForgetActions(ctx context.Context, p auth.Principal, group, key string) (int, error) {
+	if group != "" {
+		if err := p.Require(api.RoleWrite, []string{group}, "clear group "+group+"'s action cache"); err != nil {
+			return 0, err
+		}
+	}
+	return d.store.DeleteCachedActions(ctx, actionScope(group, p.User), key)
 }
 
 // actionKey is the digest of the action a claimed task runs: its command,

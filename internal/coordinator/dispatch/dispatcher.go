@@ -47,6 +47,7 @@ type Store interface {
 	ReattachTasks(ctx context.Context, nodeID string, holding []string) (int, error)
 	CachedActions(ctx context.Context, scope string, keys []string) (map[string]store.CachedAction, error)
 	CacheActions(ctx context.Context, scope string, entries map[string]store.CachedAction) error
+	DeleteCachedActions(ctx context.Context, scope, key string) (int, error)
 }
 
 // Session is an agent's live connection to this server.

@@ -96,4 +96,16 @@ func TestActionCache(t *testing.T) {
 	if after.Counts.Ready != 0 || after.Counts.Finished != 16 {
 		t.Errorf("suite counts after the build of hits = %+v, want 0 Ready and 16 Finished", after.Counts)
 	}
+
+	// Cleared (the suite is in no group: its owner's scope), the compile
+	// runs again.
+	var cleared api.ActionCacheCleared
+	ts.mustCall(t, http.StatusOK, admin, "DELETE", "/v1/action-cache", nil, &cleared)
+	if cleared.Deleted != 3 {
+		t.Errorf("clearing the cache removed %d entries, want 3 (the compile, its -O0 twin, and false, which succeeded the second time)", cleared.Deleted)
+	}
+	submit(cc)
+	if got := fetch(4); len(got) != 1 {
+		t.Errorf("fetch after clearing the cache handed out %d tasks, want the compile", len(got))
+	}
 }

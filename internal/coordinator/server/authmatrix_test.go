@@ -61,6 +61,8 @@ var routeNeeds = map[string]need{
 	"POST /v1/suites/{suite}/tasks":          needWrite,
 	"GET /v1/tasks/{task}":                   needRead,
 	"POST /v1/tasks/{task}/cancel":           needWrite,
+	"DELETE /v1/action-cache":                needAnyUser, // the caller's own scope
+	"DELETE /v1/groups/{group}/action-cache": needWrite,
 	"GET /v1/tasks/{task}/outputs/{path...}": needRead,
 	"HEAD /v1/blobs/{digest}":                needBlobWrite,
 	"PUT /v1/blobs/{digest}":                 needBlobWrite,

@@ -38,7 +38,7 @@ var wireTypes = map[string]any{
 	"BlobInfo": struct {
 		Digest string `json:"digest"`
 		Size   int64  `json:"size"`
-	}{}, "SubmitTasks": api.SubmitTasks{}, "SubmitResult": api.SubmitResult{},
+	}{}, "SubmitTasks": api.SubmitTasks{}, "SubmitResult": api.SubmitResult{}, "ActionCacheCleared": api.ActionCacheCleared{},
 	"TaskResult": api.TaskResult{}, "TaskFailure": api.TaskFailure{}, "Task": api.Task{}, "TaskList": api.TaskList{},
 	"Document": api.Document{}, "DocumentList": api.DocumentList{}, "RenderStep": api.RenderStep{},
 	"Rendered": api.Rendered{}, "Deployment": api.Deployment{}, "DeploymentList": api.DeploymentList{},

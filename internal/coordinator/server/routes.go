@@ -79,6 +79,8 @@ func (s *Server) coreRoutes() []route {
 		{"PUT", "/v1/blobs/{digest}", authSelf, s.handlePutBlob},
 		{"GET", "/v1/blobs/{digest}", authSelf, s.handleGetBlob},
 		{"POST", "/v1/tasks/{task}/cancel", authUser, s.handleCancelTask},
+		{"DELETE", "/v1/action-cache", authUser, s.handleClearActionCache},
+		{"DELETE", "/v1/groups/{group}/action-cache", authUser, s.handleClearActionCache},
 
 		{"GET", "/v1/templates/{name}/render", authAdmin, s.handleRenderTemplate},
 

@@ -292,3 +292,10 @@ func apiProblems(ps []store.SuiteProblem) []api.SuiteProblem {
 	}
 	return out
 }
+
+// handleClearActionCache empties a scope of the action cache (the path's
+// group, else the caller's own), or removes the entry ?key= names.
+func (s *Server) handleClearActionCache(w http.ResponseWriter, r *http.Request) error {
+	n, err := s.dispatcher.ForgetActions(r.Context(), principalFrom(r.Context()), r.PathValue("group"), r.URL.Query().Get("key"))
+	return answer(w, http.StatusOK, api.ActionCacheCleared{Deleted: n}, err)
+}

@@ -72,6 +72,7 @@ type Store interface {
 	AddBlobGroups(ctx context.Context, digest string, groups []string) error
 	BlobsInUse(ctx context.Context) (map[string]bool, error)
 	ForgetBlobGroups(ctx context.Context, digests []string) error
+	ExpireCachedActions(ctx context.Context, before time.Time) (int, error)
 }
 
 // Files are the task files in the blob store, and who may reach them.
@@ -234,9 +235,17 @@ func (f *Files) Loop(ctx context.Context) {
 	})
 }
 
-// Collect deletes the blobs no task refers to that are older than the
-// retention, and forgets the groups they were uploaded into.
+// Collect deletes the action cache's entries unused for the retention,
+// then the blobs neither a task nor an entry refers to that are older
+// than the retention, and forgets the groups they were uploaded into.
 func (f *Files) Collect(ctx context.Context) (blob.CollectStats, error) {
+	expired, err := f.store.ExpireCachedActions(ctx, time.Now().Add(-f.cfg.Retention))
+	if err != nil {
+		return blob.CollectStats{}, err
+	}
+	if expired > 0 {
+		f.log.Info("expired unused action cache entries", "entries", expired)
+	}
 	used, err := f.store.BlobsInUse(ctx)
 	if err != nil {
 		return blob.CollectStats{}, err
