@@ -274,6 +274,21 @@ func (c *Client) DeleteToken(ctx context.Context, id string) error {
 	return c.Do(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(id), nil, nil)
 }
 
+// ClearActionCache empties group's action cache (the caller's own when
+// group is ""), or removes the entry of key, and says how many went.
+func (c *Client) ClearActionCache(ctx context.Context, group, key string) (int, error) {
+	path := "/v1/action-cache"
+	if group != "" {
+		path = "/v1/groups/" + url.PathEscape(group) + "/action-cache"
+	}
+	if key != "" {
+		path += "?key=" + url.QueryEscape(key)
+	}
+	var out api.ActionCacheCleared
+	err := c.Do(ctx, http.MethodDelete, path, nil, &out)
+	return out.Deleted, err
+}
+
 // JoinTokens lists every join token the caller may see.
 func (c *Client) JoinTokens(ctx context.Context) ([]api.Token, error) {
 	return allPages[api.Token](ctx, c.JoinTokensPage)

@@ -198,7 +198,7 @@ installs it)`,
 	root.PersistentFlags().String("log-format", "text", "log format of daemons: text or json")
 	root.AddCommand(
 		newServerCmd(e), newAgentCmd(e), newDevCmd(e), newWorkerCmd(e),
-		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newPoolCmd(e), newScheduleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newEnsembleCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
+		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newCacheCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newPoolCmd(e), newScheduleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newEnsembleCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
 		newWhoamiCmd(e), newBenchCmd(e), newMigrateStoreCmd(e), newBackupStoreCmd(e),
 	)
 	addCompletions(root, e)

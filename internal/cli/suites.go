@@ -340,13 +340,44 @@ func newTaskCmd(e *env) *cobra.Command {
 	return cmd
 }
 
+func newCacheCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{Use: "cache", Short: "Manage the action cache that answers tasks which opt in (cache: true)"}
+	var group, key string
+	var asJSON bool
+	rm := &cobra.Command{
+		Use:   "rm",
+		Short: "Empty the action cache of a group, or your own, or remove one entry",
+		Long: `Empty the action cache, so that the tasks it would answer run again: a
+group's (--group, needs Write there), or by default your own, which holds the
+results of your suites outside any group. --key removes one entry only (an
+action key, as the server logs it).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := clientFor(cmd, e).ClearActionCache(cmd.Context(), group, key)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, api.ActionCacheCleared{Deleted: n})
+			}
+			fmt.Fprintf(e.stdout, "removed %d cached result(s); their tasks run again\n", n)
+			return nil
+		},
+	}
+	rm.Flags().StringVar(&group, "group", "", "the group whose cache to empty (default: your own)")
+	rm.Flags().StringVar(&key, "key", "", "remove this action key only")
+	rm.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(rm)
+	return cmd
+}
+
 func taskSubmitCmd(e *env) *cobra.Command {
 	var suite, file, workdir, name string
 	var envs, labels, inputs, outputs, after, inputFrom []string
 	var timeout, killGrace, backoff time.Duration
 	var priority, maxAttempts int
 	var finalCodes []int
-	var asJSON bool
+	var asJSON, cache bool
 	cmd := &cobra.Command{
 		Use:   "submit --suite SUITE [flags] -- CMD ARGS... | --suite SUITE -f tasks.jsonl",
 		Short: "Submit one task, or many from a file",
@@ -354,7 +385,8 @@ func taskSubmitCmd(e *env) *cobra.Command {
 per line ({"argv": [...], "env": {...}, "workdir": "...", "timeout": "30s",
 "kill_grace": "10s", "priority": 0, "name": "...", "labels": {...},
 "inputs": [{"path": "src/a.c"}], "outputs": ["*.o"], "after": ["other-task"],
-"input_from": [{"task": "other-task", "path": "a.o"}], "retry": {"max_attempts": 1}}),
+"input_from": [{"task": "other-task", "path": "a.o"}], "retry": {"max_attempts": 1},
+"cache": true}),
 or a YAML list of such tasks. Files are sent in batches of 10,000; each batch
 is stored all or none.
 
@@ -409,6 +441,9 @@ nodemgr suite fetch.
 				if maxAttempts != 0 || finalCodes != nil || backoff != 0 {
 					t.Retry = &api.RetryPolicy{MaxAttempts: maxAttempts, FinalExitCodes: finalCodes, Backoff: api.Duration(backoff)}
 				}
+				if cmd.Flags().Changed("cache") {
+					t.Cache = &cache
+				}
 				up := newUploader(clientFor(cmd, e), e)
 				if t.Inputs, err = up.expand(cmd.Context(), inputs); err != nil {
 					return err
@@ -446,6 +481,7 @@ nodemgr suite fetch.
 	cmd.Flags().StringArrayVar(&outputs, "output", nil, "glob, relative to the sandbox, of files to bring back (repeatable)")
 	cmd.Flags().StringArrayVar(&after, "after", nil, "run after this task (ID or name) finished; cancelled if it fails (repeatable)")
 	cmd.Flags().StringArrayVar(&inputFrom, "input-from", nil, "TASK (all its outputs), TASK:PATH or TASK:PATH=AS as inputs; TASK must be in --after (repeatable)")
+	cmd.Flags().BoolVar(&cache, "cache", false, "answer the task from the action cache when an equal one succeeded before (--cache=false: always run it); default: the suite's cache setting")
 	cmd.Flags().IntVar(&maxAttempts, "max-attempts", 0, "give the task up after this many failed attempts (0: the suite's policy, else the seed's rules)")
 	cmd.Flags().IntSliceVar(&finalCodes, "final-exit-code", nil, "exit codes that retrying cannot fix: fail at once (repeatable)")
 	cmd.Flags().DurationVar(&backoff, "retry-backoff", 0, "pause before the second attempt, doubled after each failure (0: the server's)")
@@ -591,7 +627,11 @@ func printTask(e *env, tk api.Task) {
 		if r.Signal != "" {
 			outcome = "killed by " + r.Signal
 		}
-		fmt.Fprintf(w, "Result    %s in %s on node %s\n", outcome, time.Duration(r.DurationMS)*time.Millisecond, r.NodeID)
+		if r.CachedFrom != "" {
+			fmt.Fprintf(w, "Result    %s, from the action cache: not run; task %s ran it in %s\n", outcome, r.CachedFrom, time.Duration(r.DurationMS)*time.Millisecond)
+		} else {
+			fmt.Fprintf(w, "Result    %s in %s on node %s\n", outcome, time.Duration(r.DurationMS)*time.Millisecond, r.NodeID)
+		}
 		for _, o := range r.Outputs {
 			fmt.Fprintf(w, "  output  %s  %s  %s\n", o.Path, sizeString(o.Size), o.Digest)
 		}
