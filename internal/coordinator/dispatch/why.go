@@ -161,15 +161,15 @@ func (w *Why) diagnose(ctx context.Context, su store.Suite, new bool) (string, e
 	if len(online) == 0 {
 		return fmt.Sprintf("no node is online (%d registered, none connected)", len(reg.nodes)), nil
 	}
-	slices.Sort(online) // by name, as reasons name nodes
-	var placed, fit []store.Node
+	slices.Sort(online)           // by name, as reasons name nodes
+	var placed, fit []*store.Node // into reg, which is not changed
 	for _, i := range online {
-		n := reg.nodes[i]
-		if Placement(su, n) != nil {
+		n := &reg.nodes[i]
+		if Placement(su, *n) != nil {
 			continue
 		}
 		placed = append(placed, n)
-		if m := w.WhyNot(su, n); m == nil || m.kind == misfitPrepare {
+		if m := w.WhyNot(su, *n); m == nil || m.kind == misfitPrepare {
 			fit = append(fit, n)
 		}
 	}
@@ -186,7 +186,7 @@ func (w *Why) diagnose(ctx context.Context, su store.Suite, new bool) (string, e
 
 // noPlacement says that no online node matches the suite's assignment,
 // tags or group, and names offline nodes that would.
-func noPlacement(su store.Suite, offline []store.Node) string {
+func noPlacement(su store.Suite, offline []*store.Node) string {
 	var why string
 	switch spec := su.Spec; {
 	case len(su.StoppedNodes) > 0 && len(su.AssignedNodes) == 0 && len(spec.Tags) == 0 && spec.Group == "":
@@ -211,7 +211,7 @@ func noPlacement(su store.Suite, offline []store.Node) string {
 
 // noCores says that the suite's binding needs more cores than any online
 // node that it may go to has.
-func noCores(su store.Suite, placed []store.Node) string {
+func noCores(su store.Suite, placed []*store.Node) string {
 	b := su.Spec.WorkerSchedule.CPUBinding
 	largest := 0
 	for _, n := range placed {
@@ -231,10 +231,10 @@ func noCores(su store.Suite, placed []store.Node) string {
 // them failed to prepare it a short while ago, or they all work on other
 // suites. It is "" when one of them is free (it takes the suite up at its
 // next ask).
-func (w *Why) busyOrFailed(ctx context.Context, su store.Suite, fit []store.Node) (string, error) {
-	var failed, busy []store.Node
+func (w *Why) busyOrFailed(ctx context.Context, su store.Suite, fit []*store.Node) (string, error) {
+	var failed, busy []*store.Node
 	for _, n := range fit {
-		switch m := w.WhyNot(su, n); {
+		switch m := w.WhyNot(su, *n); {
 		case m != nil && m.kind == misfitPrepare:
 			failed = append(failed, n)
 		case w.Busy(n.ID):
@@ -269,7 +269,7 @@ func (w *Why) Busy(nodeID string) bool {
 	return connected && cur != "" && state != api.AgentIdle
 }
 
-func nodeNames(nodes []store.Node, most int) string {
+func nodeNames(nodes []*store.Node, most int) string {
 	var names []string
 	for i, n := range nodes {
 		if i == most {

@@ -83,8 +83,9 @@ func walkDiagnose(ctx context.Context, w *Why, su store.Suite, new bool) (string
 	if len(nodes) == 0 {
 		return "no node is registered yet: start an agent with a join token (nodemgr join-token create)", nil
 	}
-	var online, placedOffline, placed, fit []store.Node
-	for _, n := range nodes {
+	var online, placedOffline, placed, fit []*store.Node
+	for i := range nodes {
+		n := &nodes[i]
 		_, cur, connected := w.sessions.Work(n.ID)
 		if connected {
 			if cur == su.ID {
@@ -92,7 +93,7 @@ func walkDiagnose(ctx context.Context, w *Why, su store.Suite, new bool) (string
 			}
 			online = append(online, n)
 		}
-		if Placement(su, n) != nil {
+		if Placement(su, *n) != nil {
 			continue
 		}
 		if !connected {
@@ -100,7 +101,7 @@ func walkDiagnose(ctx context.Context, w *Why, su store.Suite, new bool) (string
 			continue
 		}
 		placed = append(placed, n)
-		if m := w.WhyNot(su, n); m == nil || m.kind == misfitPrepare {
+		if m := w.WhyNot(su, *n); m == nil || m.kind == misfitPrepare {
 			fit = append(fit, n)
 		}
 	}

@@ -83,19 +83,19 @@ func (w *Why) registered(ctx context.Context) (*registered, error) {
 // placed lists, by name, the nodes that su's placement allows. Only the
 // nodes that might fit are looked at: the suite's assigned nodes, else
 // those with the tag it needs that fewest nodes have, else its group's.
-func (r *registered) placed(su store.Suite) []store.Node {
+func (r *registered) placed(su store.Suite) []*store.Node {
 	candidates, all := r.mayFit(su)
 	count := len(candidates)
 	if all {
 		count = len(r.nodes)
 	}
-	var out []store.Node
+	var out []*store.Node
 	for k := range count {
 		i := k
 		if !all {
 			i = candidates[k]
 		}
-		if n := r.nodes[i]; Placement(su, n) == nil {
+		if n := &r.nodes[i]; Placement(su, *n) == nil {
 			out = append(out, n)
 		}
 	}
