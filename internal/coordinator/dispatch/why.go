@@ -49,10 +49,11 @@ type Why struct {
 	// pools are the orchestrator's, nil while there is none.
 	pools func() Pools
 
-	// known is what describes the registered nodes (whynodes.go); load
-	// lets one caller at a time read them again.
-	known atomic.Pointer[registered]
-	load  sync.Mutex
+	// known is what describes the registered nodes (whynodes.go), and
+	// loading the read of them under way, if any.
+	known   atomic.Pointer[registered]
+	mu      sync.Mutex
+	loading *nodesLoad
 }
 
 // NewWhy returns a Why over st and the server's sessions, with the

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -372,4 +373,82 @@ type listCounter struct {
 func (c *listCounter) ListNodes(ctx context.Context, f store.NodeFilter) ([]store.Node, error) {
 	c.lists.Add(1)
 	return c.Store.ListNodes(ctx, f)
+}
+
+// gatedFleet is a fleet whose ListNodes waits for release, counting calls.
+type gatedFleet struct {
+	*fleet
+	release chan struct{}
+	revs    atomic.Int64 // NodesRevision calls
+	lists   atomic.Int64 // ListNodes calls
+}
+
+func (g *gatedFleet) NodesRevision(ctx context.Context) (int64, error) {
+	g.revs.Add(1)
+	return g.fleet.NodesRevision(ctx)
+}
+
+func (g *gatedFleet) ListNodes(ctx context.Context, f store.NodeFilter) ([]store.Node, error) {
+	g.lists.Add(1)
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.fleet.ListNodes(ctx, f)
+}
+
+// TestWhyReadsChangedNodesOnce: answers that find the same new revision at
+// once share one read of the nodes; one that gives up waiting (its client
+// left) gets its context's error, and neither stops the read the others
+// wait for.
+func TestWhyReadsChangedNodesOnce(t *testing.T) {
+	g := &gatedFleet{fleet: &fleet{nodes: []store.Node{{ID: "n1", Name: "n1"}}, rev: 7}, release: make(chan struct{})}
+	w := NewWhy(g, agentsHere{}, &PrepareFailures{}, func() Pools { return nil })
+	su := store.Suite{ID: "s-x", Spec: api.SuiteSpec{Name: "x"}, State: api.SuiteOpen, Counts: api.TaskCounts{Ready: 1}}
+	const want = "no node is online (1 registered, none connected)"
+
+	// The first caller starts the read, then leaves.
+	first, leave := context.WithCancel(t.Context())
+	left := make(chan error)
+	go func() {
+		_, err := w.WaitingReason(first, su)
+		left <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); g.lists.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the first caller did not read the nodes within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	const callers = 8
+	got := make(chan string, callers)
+	for range callers {
+		go func() {
+			why, err := w.WaitingReason(t.Context(), su)
+			if err != nil {
+				why = err.Error()
+			}
+			got <- why
+		}()
+	}
+	for deadline := time.Now().Add(10 * time.Second); g.revs.Load() < callers+1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d callers read the revision within 10s", g.revs.Load(), callers+1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	leave()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Errorf("WaitingReason of a caller that left = %v, want %v", err, context.Canceled)
+	}
+	close(g.release)
+	for range callers {
+		if why := <-got; why != want {
+			t.Errorf("WaitingReason = %q, want %q", why, want)
+		}
+	}
+	if n := g.lists.Load(); n != 1 {
+		t.Errorf("%d answers at once read the nodes %d times, want once", callers+1, n)
+	}
 }

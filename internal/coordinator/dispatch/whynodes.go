@@ -53,7 +53,8 @@ func newRegistered(rev int64, nodes []store.Node) *registered {
 }
 
 // registered returns the nodes as of the store's revision now, read again
-// when it moved.
+// when it moved. Answers that find the same new revision at once share
+// one read; each waits for it only as long as its own ctx lets it.
 func (w *Why) registered(ctx context.Context) (*registered, error) {
 	rev, err := w.store.NodesRevision(ctx)
 	if err != nil {
@@ -62,22 +63,53 @@ func (w *Why) registered(ctx context.Context) (*registered, error) {
 	if r := w.known.Load(); r != nil && r.rev == rev {
 		return r, nil
 	}
-	// One reader at a time: a change seen by many pollers at once costs
-	// one read, and the others take its result.
-	w.load.Lock()
-	defer w.load.Unlock()
-	if r := w.known.Load(); r != nil && r.rev == rev {
+	w.mu.Lock()
+	if r := w.known.Load(); r != nil && r.rev == rev { // read meanwhile
+		w.mu.Unlock()
 		return r, nil
 	}
-	nodes, err := w.store.ListNodes(ctx, store.NodeFilter{})
-	if err != nil {
-		return nil, err
+	l := w.loading
+	if l == nil || l.rev != rev {
+		l = &nodesLoad{rev: rev, done: make(chan struct{})}
+		w.loading = l
+		// Not cancelled with the caller who started it, who may leave
+		// while others wait; still bound as a store call of its request.
+		go w.load(context.WithoutCancel(ctx), l)
 	}
-	// Tagged with the revision read before the nodes: a change between
-	// the two reads is in them, and shows as a new revision next time.
-	r := newRegistered(rev, nodes)
-	w.known.Store(r)
-	return r, nil
+	w.mu.Unlock()
+	select {
+	case <-l.done:
+		return l.r, l.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// nodesLoad is a read of the nodes under way.
+type nodesLoad struct {
+	rev  int64
+	done chan struct{} // closed when r or err is set
+	r    *registered
+	err  error
+}
+
+func (w *Why) load(ctx context.Context, l *nodesLoad) {
+	nodes, err := w.store.ListNodes(ctx, store.NodeFilter{})
+	if err == nil {
+		// Tagged with the revision read before the nodes: a change
+		// between the two reads is in them, and shows as a new revision
+		// next time. Kept before loading is cleared, so that a caller
+		// that finds no load under way finds its result.
+		l.r = newRegistered(l.rev, nodes)
+		w.known.Store(l.r)
+	}
+	l.err = err
+	close(l.done)
+	w.mu.Lock()
+	if w.loading == l {
+		w.loading = nil
+	}
+	w.mu.Unlock()
 }
 
 // placed lists, by name, the nodes that su's placement allows. Only the
