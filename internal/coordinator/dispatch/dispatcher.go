@@ -110,6 +110,16 @@ func (s sessions) Work(nodeID string) (state, suiteID string, connected bool) {
 	return state, suiteID, true
 }
 
+func (s sessions) Connected() []AgentWork {
+	all := s.agents.All()
+	out := make([]AgentWork, len(all))
+	for i, sess := range all {
+		out[i].NodeID = sess.Node()
+		out[i].State, out[i].SuiteID = sess.Work()
+	}
+	return out
+}
+
 // NextSuite picks the suite a node should run: the highest-priority
 // eligible suite with tasks ready, or with tasks other nodes would give
 // back to it (shares.go).

@@ -9,9 +9,10 @@ import (
 )
 
 // reasonTTL is how long a suite's waiting reason is reused. Finding it
-// reads every node (50 ms with 5,000 on SQLite), and dashboards and
-// `suite show --watch` ask for the same suite over and over; a reason a
-// couple of seconds old is still the truth for a person reading it.
+// reads the store (the nodes' revision, the suite's problems) and walks
+// the agents connected here, and dashboards and `suite show --watch` ask
+// for the same suite over and over; a reason a couple of seconds old is
+// still the truth for a person reading it.
 const reasonTTL = 2 * time.Second
 
 // ReasonCache keeps recent waiting reasons by suite.

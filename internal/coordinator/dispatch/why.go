@@ -3,8 +3,11 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -14,6 +17,7 @@ import (
 // WhyStore is what Why reads nodes, suites and their problems from.
 type WhyStore interface {
 	ListNodes(ctx context.Context, f store.NodeFilter) ([]store.Node, error)
+	NodesRevision(ctx context.Context) (int64, error)
 	GetNode(ctx context.Context, id string) (store.Node, error)
 	GetSuite(ctx context.Context, id string) (store.Suite, error)
 	SuiteProblems(ctx context.Context, suiteID, nodeID string) ([]store.SuiteProblem, error)
@@ -24,7 +28,12 @@ type Sessions interface {
 	// Work is what a node's agent works on (its state and suite), and
 	// whether it is connected here at all.
 	Work(nodeID string) (state, suiteID string, connected bool)
+	// Connected is Work for every agent connected here.
+	Connected() []AgentWork
 }
+
+// AgentWork is what the agent of a node connected here works on.
+type AgentWork struct{ NodeID, State, SuiteID string }
 
 // Pools say which pools start machines for a suite; the orchestrator's.
 type Pools interface {
@@ -39,6 +48,12 @@ type Why struct {
 	prepare  *PrepareFailures
 	// pools are the orchestrator's, nil while there is none.
 	pools func() Pools
+
+	// known is what describes the registered nodes (whynodes.go), and
+	// loading the read of them under way, if any.
+	known   atomic.Pointer[registered]
+	mu      sync.Mutex
+	loading *nodesLoad
 }
 
 // NewWhy returns a Why over st and the server's sessions, with the
@@ -119,43 +134,49 @@ func (w *Why) CreationWarning(ctx context.Context, su store.Suite) (string, erro
 	return w.diagnose(ctx, su, true)
 }
 
-// diagnose looks at every node and says why none takes su up. Online means
-// connected: only a connected agent asks for suites. New leaves out what
-// only matters once the suite has tasks (prepare failures, busy nodes).
+// diagnose says why no node takes su up. Online means connected here:
+// only a connected agent asks for suites, so the nodes the sessions name
+// are the ones looked at; offline nodes matter only to name those that
+// would fit, and are found through the suite's assignment, tags or group.
+// New leaves out what only matters once the suite has tasks (prepare
+// failures, busy nodes).
 func (w *Why) diagnose(ctx context.Context, su store.Suite, new bool) (string, error) {
-	nodes, err := w.store.ListNodes(ctx, store.NodeFilter{})
+	reg, err := w.registered(ctx)
 	if err != nil {
 		return "", fmt.Errorf("list nodes to explain suite %s: %w", su.Spec.Name, err)
 	}
-	if len(nodes) == 0 {
+	if len(reg.nodes) == 0 {
 		return "no node is registered yet: start an agent with a join token (nodemgr join-token create)", nil
 	}
-	var online, placedOffline, placed, fit []store.Node
-	for _, n := range nodes {
-		_, cur, connected := w.sessions.Work(n.ID)
-		if connected {
-			if cur == su.ID {
-				return "", nil // it runs there
-			}
-			online = append(online, n)
+	var online []int // indexes into reg.nodes
+	for _, a := range w.sessions.Connected() {
+		i, ok := reg.at[a.NodeID]
+		if !ok {
+			continue // not registered (deleted since): not a node to count
 		}
-		if Placement(su, n) != nil {
-			continue
+		if a.SuiteID == su.ID {
+			return "", nil // it runs there
 		}
-		if !connected {
-			placedOffline = append(placedOffline, n)
+		online = append(online, i)
+	}
+	if len(online) == 0 {
+		return fmt.Sprintf("no node is online (%d registered, none connected)", len(reg.nodes)), nil
+	}
+	slices.Sort(online)           // by name, as reasons name nodes
+	var placed, fit []*store.Node // into reg, which is not changed
+	for _, i := range online {
+		n := &reg.nodes[i]
+		if Placement(su, *n) != nil {
 			continue
 		}
 		placed = append(placed, n)
-		if m := w.WhyNot(su, n); m == nil || m.kind == misfitPrepare {
+		if m := w.WhyNot(su, *n); m == nil || m.kind == misfitPrepare {
 			fit = append(fit, n)
 		}
 	}
 	switch {
-	case len(online) == 0:
-		return fmt.Sprintf("no node is online (%d registered, none connected)", len(nodes)), nil
-	case len(placed) == 0:
-		return noPlacement(su, placedOffline), nil
+	case len(placed) == 0: // so every node the placement allows is offline
+		return noPlacement(su, reg.placed(su)), nil
 	case len(fit) == 0:
 		return noCores(su, placed), nil
 	case new:
@@ -166,7 +187,7 @@ func (w *Why) diagnose(ctx context.Context, su store.Suite, new bool) (string, e
 
 // noPlacement says that no online node matches the suite's assignment,
 // tags or group, and names offline nodes that would.
-func noPlacement(su store.Suite, offline []store.Node) string {
+func noPlacement(su store.Suite, offline []*store.Node) string {
 	var why string
 	switch spec := su.Spec; {
 	case len(su.StoppedNodes) > 0 && len(su.AssignedNodes) == 0 && len(spec.Tags) == 0 && spec.Group == "":
@@ -191,7 +212,7 @@ func noPlacement(su store.Suite, offline []store.Node) string {
 
 // noCores says that the suite's binding needs more cores than any online
 // node that it may go to has.
-func noCores(su store.Suite, placed []store.Node) string {
+func noCores(su store.Suite, placed []*store.Node) string {
 	b := su.Spec.WorkerSchedule.CPUBinding
 	largest := 0
 	for _, n := range placed {
@@ -211,10 +232,10 @@ func noCores(su store.Suite, placed []store.Node) string {
 // them failed to prepare it a short while ago, or they all work on other
 // suites. It is "" when one of them is free (it takes the suite up at its
 // next ask).
-func (w *Why) busyOrFailed(ctx context.Context, su store.Suite, fit []store.Node) (string, error) {
-	var failed, busy []store.Node
+func (w *Why) busyOrFailed(ctx context.Context, su store.Suite, fit []*store.Node) (string, error) {
+	var failed, busy []*store.Node
 	for _, n := range fit {
-		switch m := w.WhyNot(su, n); {
+		switch m := w.WhyNot(su, *n); {
 		case m != nil && m.kind == misfitPrepare:
 			failed = append(failed, n)
 		case w.Busy(n.ID):
@@ -249,7 +270,7 @@ func (w *Why) Busy(nodeID string) bool {
 	return connected && cur != "" && state != api.AgentIdle
 }
 
-func nodeNames(nodes []store.Node, most int) string {
+func nodeNames(nodes []*store.Node, most int) string {
 	var names []string
 	for i, n := range nodes {
 		if i == most {

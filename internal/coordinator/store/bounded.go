@@ -106,6 +106,12 @@ func (b *bounded) ListNodes(ctx context.Context, f NodeFilter) (_ []Node, err er
 	return b.st.ListNodes(ctx, f)
 }
 
+func (b *bounded) NodesRevision(ctx context.Context) (_ int64, err error) {
+	ctx, end := b.bound(ctx, "NodesRevision")
+	defer end(&err)
+	return b.st.NodesRevision(ctx)
+}
+
 func (b *bounded) UpdateNode(ctx context.Context, id string, fn func(*Node) error) (_ Node, err error) {
 	ctx, end := b.bound(ctx, "UpdateNode")
 	defer end(&err)

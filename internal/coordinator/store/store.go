@@ -103,6 +103,14 @@ type Nodes interface {
 	GetNode(ctx context.Context, id string) (Node, error)
 	// ListNodes lists nodes by name, then ID.
 	ListNodes(ctx context.Context, f NodeFilter) ([]Node, error)
+	// NodesRevision is a number that changes whenever a node is created
+	// or deleted, or its name, tags, labels, groups or hardware change,
+	// through any server on the store, and at no other write (status,
+	// heartbeats, agent state, current suite, replica). What a server
+	// keeps of those fields from ListNodes stays true while it reads the
+	// same revision; read the revision before the nodes, so that a change
+	// between the two reads shows as a new revision next time.
+	NodesRevision(ctx context.Context) (int64, error)
 	// UpdateNode applies fn to the current node inside one transaction and
 	// stores the result; fn may return an error to abort.
 	UpdateNode(ctx context.Context, id string, fn func(*Node) error) (Node, error)

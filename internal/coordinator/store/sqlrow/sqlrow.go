@@ -238,6 +238,11 @@ func NodeArgs(n store.Node) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n.Hardware.GPUs == nil {
+		// As it reads back: a node written again unchanged keeps the same
+		// text, and does not move the nodes' revision (NodesRevision).
+		n.Hardware.GPUs = []api.GPU{}
+	}
 	hw, err := JSONArg(n.Hardware)
 	if err != nil {
 		return nil, err

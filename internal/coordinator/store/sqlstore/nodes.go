@@ -125,6 +125,16 @@ func (s *Store) ListNodes(ctx context.Context, f store.NodeFilter) ([]store.Node
 	return nodes, nil
 }
 
+// NodesRevision reads node_revision, which the database's triggers move
+// on every write that adds, removes or redescribes a node (migration 00027).
+func (s *Store) NodesRevision(ctx context.Context) (int64, error) {
+	var rev int64
+	if err := s.d.Reader().QueryRow(ctx, `SELECT rev FROM node_revision WHERE id = 1`).Scan(&rev); err != nil {
+		return 0, fmt.Errorf("read the nodes' revision: %w", s.d.Classify(err))
+	}
+	return rev, nil
+}
+
 // NodeReplicas lists the replicas that the nodes in one of statuses last
 // said hello to, each once.
 func (s *Store) NodeReplicas(ctx context.Context, statuses ...string) ([]string, error) {

@@ -554,3 +554,63 @@ func testDeleteNode(t *testing.T, s store.Store) {
 		t.Errorf("TokenByHash(cred-n2) = %v, want nil", err)
 	}
 }
+
+// testNodesRevision: the revision moves with every write that adds,
+// removes or redescribes a node, and with no other: a server keeps the
+// nodes' names, tags, groups and hardware while it reads the same one.
+func testNodesRevision(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	last, err := s.NodesRevision(ctx)
+	if err != nil {
+		t.Fatalf("NodesRevision() of a new store = %v, want nil", err)
+	}
+	update := func(fn func(*store.Node)) func() error {
+		return func() error {
+			_, err := s.UpdateNode(ctx, "n1", func(n *store.Node) error { fn(n); return nil })
+			return err
+		}
+	}
+	steps := []struct {
+		name  string
+		write func() error
+		moves bool
+	}{
+		{"create", func() error { _, err := s.CreateNode(ctx, newNode("n1")); return err }, true},
+		{"create another", func() error { _, err := s.CreateNode(ctx, newNode("n2")); return err }, true},
+		{"heartbeats", func() error {
+			return s.RecordHeartbeats(ctx, []store.Heartbeat{{NodeID: "n1", At: t0, AgentState: api.AgentExecuting, SuiteID: "s1"}})
+		}, false},
+		{"status", func() error { _, err := s.SetNodeStatus(ctx, "n1", api.StatusSuspect, "late"); return err }, false},
+		{"offline", func() error { _, err := s.SetNodeStatus(ctx, "n1", api.StatusOffline, "gone"); return err }, false},
+		{"hello", update(func(n *store.Node) {
+			n.Status, n.AgentState, n.AgentVersion, n.CurrentSuite = api.StatusOnline, api.AgentIdle, "v2", ""
+			n.LastHeartbeat, n.Replica = t0.Add(time.Minute), "r1/x"
+		}), false},
+		{"nothing", update(func(*store.Node) {}), false},
+		{"name", update(func(n *store.Node) { n.Name = "renamed" }), true},
+		{"tags", update(func(n *store.Node) { n.Tags = []string{"gpu"} }), true},
+		{"labels", update(func(n *store.Node) { n.Labels = map[string]string{"zone": "a"} }), true},
+		{"groups", update(func(n *store.Node) { n.Groups = []string{"ml"} }), true},
+		{"cores", update(func(n *store.Node) { n.Hardware.Cores = 16 }), true},
+		{"refused create", func() error {
+			if _, err := s.CreateNode(ctx, newNode("n1")); !errors.Is(err, errdefs.ErrConflict) {
+				return fmt.Errorf("CreateNode(%q) again = %v, want %v", "n1", err, errdefs.ErrConflict)
+			}
+			return nil
+		}, false},
+		{"delete", func() error { return s.DeleteNode(ctx, "n2") }, true},
+	}
+	for _, step := range steps {
+		if err := step.write(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		rev, err := s.NodesRevision(ctx)
+		if err != nil {
+			t.Fatalf("NodesRevision() after %s = %v, want nil", step.name, err)
+		}
+		if moved := rev != last; moved != step.moves {
+			t.Errorf("NodesRevision() after %s = %d, was %d: moved %v, want %v", step.name, rev, last, moved, step.moves)
+		}
+		last = rev
+	}
+}

@@ -29,7 +29,9 @@
 //   - a node ID never gets the same notification seq twice, even after
 //     DeleteNode and a new node under that ID;
 //   - a node's CurrentSuite comes from heartbeats (older ones ignored) and
-//     UpdateNode; CreateNode never adopts a known node.
+//     UpdateNode; CreateNode never adopts a known node;
+//   - NodesRevision moves when a node is created or deleted or its name,
+//     tags, labels, groups or hardware change, and at no other write.
 //
 // For suites and tasks:
 //
@@ -105,6 +107,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"StaleNodes", testStaleNodes},
 		{"NodeReplicas", testNodeReplicas},
 		{"DeleteNode", testDeleteNode},
+		{"NodesRevision", testNodesRevision},
 
 		{"EnqueueSeqs", testEnqueueSeqs},
 		{"EnqueueConcurrent", testEnqueueConcurrent},
