@@ -30,6 +30,10 @@ type BuildConfig struct {
 	Rounds  int
 	Agents  int // agents, each with the default worker schedule
 	Jobs    int // make -j
+	// Cache makes the suites use the action cache, and has each round
+	// build the same sources a second time, as from a clean tree: every
+	// task a hit.
+	Cache bool
 }
 
 // BuildRound is one round: make, then nodemgr, on the same sources.
@@ -70,6 +74,12 @@ type BuildRound struct {
 	ClientCPU time.Duration `json:"client_cpu"`
 	// SameObjects counts the fetched objects byte-identical to make's.
 	SameObjects int `json:"same_objects"`
+	// With the action cache (BuildConfig.Cache): the same build again, as
+	// from a clean tree, first upload to last file fetched; its ratio to
+	// make; and how many of its tasks the cache answered.
+	Rebuild      time.Duration `json:"rebuild,omitempty"`
+	RebuildRatio float64       `json:"rebuild_ratio,omitempty"`
+	CacheHits    int           `json:"cache_hits,omitempty"`
 }
 
 // BuildResult is a whole run.
@@ -152,18 +162,41 @@ func RunBuild(ctx context.Context, cfg BuildConfig, progress io.Writer) (BuildRe
 		}
 		fmt.Fprintf(progress, "  round %d/%d: make -j%d %v", i, cfg.Rounds, cfg.Jobs, r.Make.Round(time.Millisecond))
 		dest := filepath.Join(work, fmt.Sprintf("fetched-%d", i))
-		if err := nodemgrBuild(ctx, c, srv, agents, src, dest, plan, i, &r); err != nil {
+		if err := nodemgrBuild(ctx, c, srv, agents, src, dest, plan, i, cfg.Cache, &r); err != nil {
 			return res, fmt.Errorf("round %d: %w", i, err)
 		}
-		fmt.Fprintf(progress, ", nodemgr %v\n", r.Nodemgr.Round(time.Millisecond))
+		fmt.Fprintf(progress, ", nodemgr %v", r.Nodemgr.Round(time.Millisecond))
 		if err := checkBuild(src, dest, plan, &r); err != nil {
 			return res, fmt.Errorf("round %d: %w", i, err)
 		}
+		if cfg.Cache {
+			if err := rebuild(ctx, c, srv, agents, src, work, plan, i, &r); err != nil {
+				return res, fmt.Errorf("round %d, again from the cache: %w", i, err)
+			}
+			fmt.Fprintf(progress, ", again from the cache %v (%d hits)", r.Rebuild.Round(time.Millisecond), r.CacheHits)
+		}
+		fmt.Fprintln(progress)
 		r.Ratio = r.Nodemgr.Seconds() / r.Make.Seconds()
 		res.Rounds = append(res.Rounds, r)
 	}
 	res.Median = medianRound(res.Rounds)
 	return res, nil
+}
+
+// rebuild builds the round's sources through nodemgr again, as from a
+// clean tree, the action cache warm from the first build, and checks the
+// result as the first build's.
+func rebuild(ctx context.Context, c *client.Client, srv *benchServer, agents *buildAgents, src, work string, p buildPlan, round int, r *BuildRound) error {
+	again := BuildRound{Round: round, Make: r.Make}
+	dest := filepath.Join(work, fmt.Sprintf("fetched-%d-again", round))
+	if err := nodemgrBuild(ctx, c, srv, agents, src, dest, p, round, true, &again); err != nil {
+		return err
+	}
+	if err := checkBuild(src, dest, p, &again); err != nil {
+		return err
+	}
+	r.Rebuild, r.RebuildRatio, r.CacheHits = again.Nodemgr, again.Nodemgr.Seconds()/r.Make.Seconds(), again.CacheHits
+	return nil
 }
 
 // medianRound is the median of each time and of the ratio.
@@ -175,24 +208,27 @@ func medianRound(rs []BuildRound) BuildRound {
 		}
 		return middle(xs)
 	}
-	var ratios []float64
+	var ratios, rebuildRatios []float64
 	for _, r := range rs {
 		ratios = append(ratios, r.Ratio)
+		rebuildRatios = append(rebuildRatios, r.RebuildRatio)
 	}
 	return BuildRound{
-		Make:      col(func(r BuildRound) time.Duration { return r.Make }),
-		Nodemgr:   col(func(r BuildRound) time.Duration { return r.Nodemgr }),
-		Ratio:     middle(ratios),
-		Upload:    col(func(r BuildRound) time.Duration { return r.Upload }),
-		Submit:    col(func(r BuildRound) time.Duration { return r.Submit }),
-		Compile:   col(func(r BuildRound) time.Duration { return r.Compile }),
-		Link:      col(func(r BuildRound) time.Duration { return r.Link }),
-		Seen:      col(func(r BuildRound) time.Duration { return r.Seen }),
-		Fetch:     col(func(r BuildRound) time.Duration { return r.Fetch }),
-		MakeCPU:   col(func(r BuildRound) time.Duration { return r.MakeCPU }),
-		AgentCPU:  col(func(r BuildRound) time.Duration { return r.AgentCPU }),
-		ServerCPU: col(func(r BuildRound) time.Duration { return r.ServerCPU }),
-		ClientCPU: col(func(r BuildRound) time.Duration { return r.ClientCPU }),
+		Make:         col(func(r BuildRound) time.Duration { return r.Make }),
+		Nodemgr:      col(func(r BuildRound) time.Duration { return r.Nodemgr }),
+		Ratio:        middle(ratios),
+		Upload:       col(func(r BuildRound) time.Duration { return r.Upload }),
+		Submit:       col(func(r BuildRound) time.Duration { return r.Submit }),
+		Compile:      col(func(r BuildRound) time.Duration { return r.Compile }),
+		Link:         col(func(r BuildRound) time.Duration { return r.Link }),
+		Seen:         col(func(r BuildRound) time.Duration { return r.Seen }),
+		Fetch:        col(func(r BuildRound) time.Duration { return r.Fetch }),
+		MakeCPU:      col(func(r BuildRound) time.Duration { return r.MakeCPU }),
+		AgentCPU:     col(func(r BuildRound) time.Duration { return r.AgentCPU }),
+		ServerCPU:    col(func(r BuildRound) time.Duration { return r.ServerCPU }),
+		ClientCPU:    col(func(r BuildRound) time.Duration { return r.ClientCPU }),
+		Rebuild:      col(func(r BuildRound) time.Duration { return r.Rebuild }),
+		RebuildRatio: middle(rebuildRatios),
 	}
 }
 
@@ -356,7 +392,7 @@ func (a *buildAgents) cpu() float64 {
 
 // nodemgrBuild is one round through nodemgr, timed from the first upload
 // to the last output written into dest.
-func nodemgrBuild(ctx context.Context, c *client.Client, srv *benchServer, agents *buildAgents, src, dest string, p buildPlan, round int, r *BuildRound) error {
+func nodemgrBuild(ctx context.Context, c *client.Client, srv *benchServer, agents *buildAgents, src, dest string, p buildPlan, round int, cache bool, r *BuildRound) error {
 	serverCPU, agentCPU, clientCPU := procCPU(srv.pid()), agents.cpu(), selfCPU()
 	suite := fmt.Sprintf("bench-build-%d-%d", time.Now().UnixNano()%1e6, round)
 	final := &api.RetryPolicy{FinalExitCodes: []int{1}}
@@ -399,7 +435,7 @@ func nodemgrBuild(ctx context.Context, c *client.Client, srv *benchServer, agent
 	r.Upload = uploaded.Sub(start)
 
 	// No worker_schedule: the default, one worker per CPU of each node.
-	su, err := c.CreateSuite(ctx, api.SuiteSpec{Name: suite})
+	su, err := c.CreateSuite(ctx, api.SuiteSpec{Name: suite, Cache: cache})
 	if err != nil {
 		return err
 	}
@@ -458,6 +494,9 @@ func nodemgrBuild(ctx context.Context, c *client.Client, srv *benchServer, agent
 	var lastCompile, linked time.Time
 	r.PerAgent = make([]int, len(agents.nodes))
 	for _, t := range all {
+		if t.Result.CachedFrom != "" {
+			r.CacheHits++
+		}
 		at := t.Result.FinishedAt
 		if t.Name == "link" {
 			linked = at
