@@ -155,6 +155,10 @@ type Welcome struct {
 	// taken back while it was away and given to another node (or ended).
 	// The agent drops them unstarted and stops those it runs.
 	Revoked []string `json:"revoked,omitempty"`
+	// IdlePoll is how often an idle agent asks for a suite when nothing
+	// woke it: the server wakes idle agents whenever a suite may have
+	// work for them, so this is a safety net. Absent (older servers): 5s.
+	IdlePoll Duration `json:"idle_poll,omitempty"`
 }
 
 // Heartbeat is the periodic liveness report.

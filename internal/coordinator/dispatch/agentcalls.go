@@ -218,9 +218,22 @@ func (d *Dispatcher) Report(ctx context.Context, sess Session, req api.TasksRepo
 		}
 		attempts = append(attempts, a)
 	}
-	done, err := d.store.FinishAttempts(ctx, sess.Node(), attempts, d.retryPolicy)
+	// A task that waits before its next attempt is Ready only then: its
+	// nodes may be idle by that time, and are woken for it.
+	var wait time.Duration
+	retry := func(suite, task *api.RetryPolicy, failures []api.TaskFailure) (bool, time.Duration) {
+		giveUp, w := d.retryPolicy(suite, task, failures)
+		if !giveUp {
+			wait = max(wait, w)
+		}
+		return giveUp, w
+	}
+	done, err := d.store.FinishAttempts(ctx, sess.Node(), attempts, retry)
 	if err != nil {
 		return 0, err
+	}
+	if wait > 0 {
+		time.AfterFunc(wait, func() { d.wakeSuite("", "") })
 	}
 	d.cacheSucceeded(ctx, attempts)
 	d.metrics.tasksReported.Add(float64(done.Applied))

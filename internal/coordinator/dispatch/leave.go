@@ -45,6 +45,9 @@ func (d *Dispatcher) noteLeave(ctx context.Context, nodeID string, req api.Suite
 		d.prepare.Clear(req.SuiteID, nodeID)
 	} else {
 		d.prepare.Note(req.SuiteID, nodeID)
+		// Kept off the suite until then; idle by that time, it is woken
+		// to take it up again.
+		time.AfterFunc(PrepareBackoff, func() { d.NodeChanged(nodeID) })
 	}
 	kept := api.SuiteProblem{NodeID: nodeID, Stage: p.Stage, ExitCode: p.ExitCode,
 		Reason: cutTail(p.Reason, api.MaxProblemReason, true), OutputTail: cutTail(p.OutputTail, api.MaxProblemOutput, false),

@@ -245,6 +245,7 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 		ServerVersion:     h.s.cfg.Version,
 		ReclaimAfter:      api.Duration(h.s.cfg.ReconnectGrace),
 		Revoked:           revoked,
+		IdlePoll:          api.Duration(h.s.cfg.IdlePoll),
 	}, nil
 }
 

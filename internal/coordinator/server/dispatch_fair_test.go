@@ -311,3 +311,32 @@ func waitGivebacks(t *testing.T, a *testAgent, want []api.TasksGiveback) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// An idle agent asks for a suite only every IdlePoll (the welcome says
+// it), so whatever gives an idle node work wakes it. A failed task that
+// waits before its next attempt is Ready only when the wait is over: the
+// idle nodes are woken then, not at their next poll.
+func TestIdleNodesAreWokenWhenARetryWaitEnds(t *testing.T) {
+	const wait = 300 * time.Millisecond
+	_, suiteID, a, b := fairSetupWith(t, Config{RetryBackoff: wait, RetryBackoffMax: wait}, 1, fairNodes{workers: 1, coresA: 1, coresB: 1})
+	a.join(suiteID)
+	if got := a.fetch(suiteID, 1); got != 1 {
+		t.Fatalf("fetch got %d tasks, want 1", got)
+	}
+	before, _ := b.seen()
+	failed := time.Now()
+	a.call(api.MethodTasksReport, api.TasksReport{Reports: []api.TaskReport{{TaskID: a.held[0], Attempt: 1,
+		Outcome: api.OutcomeFailed, Reason: "exit status 2", Result: api.TaskResult{ExitCode: 2}}}}, nil)
+	for {
+		if wakes, _ := b.seen(); wakes > before {
+			if waited := time.Since(failed); waited < wait {
+				t.Errorf("the idle node was woken %s after the failure, before the %s wait ended", waited, wait)
+			}
+			return
+		}
+		if time.Since(failed) > 10*time.Second {
+			t.Fatalf("the idle node was not woken in 10s; the retry waited %s", wait)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

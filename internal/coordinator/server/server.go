@@ -69,6 +69,13 @@ type Config struct {
 	// node waits for the machines pools start for it; default 10m.
 	EnsembleProvisionDeadline time.Duration
 	SuiteTick                 time.Duration // how often suites are closed and completed; default 1s
+	// IdlePoll is how often an idle agent asks for a suite when nothing
+	// woke it (the welcome tells it); default 30s. Every change that may
+	// give an idle node work wakes it at once: tasks added, released or
+	// back in the queue, a retry's or a failed prepare's wait over, the
+	// node retagged. The poll is a safety net, and each ask costs the
+	// server a look at every open suite.
+	IdlePoll time.Duration
 	DriftInterval             time.Duration // how often deployments are compared with their providers; default 30s
 	// AgentServerURL is the server's URL as pool machines reach it;
 	// default the URL it listens on. A plain http:// one beyond loopback
@@ -150,6 +157,7 @@ func (c *Config) setDefaults() {
 	c.StoreTimeout = cmp.Or(c.StoreTimeout, DefaultStoreTimeout)
 	c.SuiteCloseAfter = cmp.Or(c.SuiteCloseAfter, 180*time.Second)
 	c.SuiteTick = cmp.Or(c.SuiteTick, time.Second)
+	c.IdlePoll = cmp.Or(c.IdlePoll, 30*time.Second)
 	c.DriftInterval = cmp.Or(c.DriftInterval, 30*time.Second)
 	c.Version = cmp.Or(c.Version, "dev")
 	c.ReplicaID = cmp.Or(c.ReplicaID, auth.NewID("r-"))

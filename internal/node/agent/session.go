@@ -51,6 +51,7 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 		a.runner.revoke(welcome.Revoked)
 	}
 	a.contact.Store(newContact(peer, helloSent, time.Duration(welcome.ReclaimAfter), a.cfg.Keepalive))
+	a.runner.idlePoll.Store(int64(welcome.IdlePoll))
 	defer a.contact.Store(nil)
 	a.runner.resume()
 	a.maybeRenew(ctx, peer)

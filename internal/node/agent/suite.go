@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,14 +26,18 @@ import (
 	"github.com/nodemgr/nodemgr/internal/node/workerpool"
 )
 
-// idlePoll is how often an idle agent asks for a suite when nobody wakes it.
-const idlePoll = 5 * time.Second
+// defaultIdlePoll is how often an idle agent asks for a suite when nobody
+// wakes it, unless the server's welcome says otherwise.
+const defaultIdlePoll = 5 * time.Second
 
 // runner takes suites one at a time and walks the Mitosis state machine:
 // Idle → Preparing → Executing → Cleanup → Idle.
 type runner struct {
 	env  runnerEnv
 	wake chan struct{}
+	// idlePoll is the server's IdlePoll, in nanoseconds; 0 until a
+	// welcome says it.
+	idlePoll atomic.Int64
 
 	mu       sync.Mutex
 	run      *suiteRun // nil when idle
@@ -147,7 +153,7 @@ func (r *runner) loop(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 			case <-r.wake:
-			case <-time.After(idlePoll):
+			case <-time.After(cmp.Or(time.Duration(r.idlePoll.Load()), defaultIdlePoll)):
 			}
 			continue
 		}
