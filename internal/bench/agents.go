@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -42,6 +43,11 @@ type AgentsConfig struct {
 	// over them in turn. Empty: one server on SQLite.
 	DB       string
 	Replicas int
+	// OpenSuites are suites with Ready tasks that no simulated agent may
+	// run (a tag none has): every idle agent's ask for a suite looks at
+	// them, as at a busy cluster's suites for other machines.
+	OpenSuites int
+	IdlePoll   time.Duration // the server's --idle-poll; 0: its default
 }
 
 // AgentsResult is what one run measured.
@@ -65,6 +71,12 @@ type AgentsResult struct {
 	Disconnects    int64   `json:"disconnects"`
 	ServerCPUSecs  float64 `json:"server_cpu_seconds"`
 	MeasureSeconds float64 `json:"measure_seconds"`
+	// IdleAsks are the suite.next calls the idle agents made while
+	// measured: on their own every IdlePoll (the welcome's), and when
+	// woken. They cost the server more CPU the more suites are open.
+	IdleAsks   int           `json:"idle_asks"`
+	IdlePoll   time.Duration `json:"idle_poll"`
+	OpenSuites int           `json:"open_suites"`
 }
 
 // Holds reports whether the run had every agent connected, no failed
@@ -84,7 +96,11 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 		cfg.Connect = 64
 	}
 	raiseFileLimit()
-	srvs, err := startServers(ctx, cfg, "--heartbeat-interval", cfg.Heartbeat.String(), "--offline-after", cfg.OfflineAfter.String())
+	args := []string{"--heartbeat-interval", cfg.Heartbeat.String(), "--offline-after", cfg.OfflineAfter.String()}
+	if cfg.IdlePoll > 0 {
+		args = append(args, "--idle-poll", cfg.IdlePoll.String())
+	}
+	srvs, err := startServers(ctx, cfg, args...)
 	if err != nil {
 		return AgentsResult{}, err
 	}
@@ -97,7 +113,10 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 		return AgentsResult{}, fmt.Errorf("join token: %w", err)
 	}
 
-	res := AgentsResult{Agents: cfg.Agents, Store: "sqlite", Replicas: len(srvs)}
+	if err := openSuites(ctx, c, cfg.OpenSuites); err != nil {
+		return AgentsResult{}, err
+	}
+	res := AgentsResult{Agents: cfg.Agents, Store: "sqlite", Replicas: len(srvs), OpenSuites: cfg.OpenSuites}
 	if cfg.DB != "" {
 		res.Store = "postgres"
 	}
@@ -166,6 +185,8 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 		}
 		res.Failed += p.Failed
 		res.Disconnects += p.Disconnects
+		res.IdleAsks += p.IdleAsks
+		res.IdlePoll = max(res.IdlePoll, time.Duration(p.IdlePoll))
 		if p.FirstError != "" {
 			fmt.Fprintf(progress, "  first connect error: %s\n", p.FirstError)
 		}
@@ -178,6 +199,21 @@ func RunAgents(ctx context.Context, cfg AgentsConfig, progress io.Writer) (Agent
 		res.P50, res.P99, res.Max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
 	}
 	return res, nil
+}
+
+// openSuites creates n suites of one Ready task that no simulated agent
+// may run: their tag is on no node.
+func openSuites(ctx context.Context, c *client.Client, n int) error {
+	for i := range n {
+		su, err := c.CreateSuite(ctx, api.SuiteSpec{Name: fmt.Sprintf("bench-open-%d", i), Tags: []string{"bench-elsewhere"}})
+		if err != nil {
+			return fmt.Errorf("open suite %d: %w", i, err)
+		}
+		if _, err := c.SubmitTasks(ctx, su.ID, []api.TaskSpec{{Argv: []string{"true"}}}); err != nil {
+			return fmt.Errorf("open suite %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // startServers starts the server, or cfg.Replicas of them on a fresh
@@ -237,10 +273,13 @@ type simAgent struct {
 	peer        *proto.Peer
 	conn        proto.Conn
 	interval    time.Duration
+	idlePoll    time.Duration
 	mu          sync.Mutex
 	latencies   []time.Duration
 	failed      int
 	disconnects atomic.Int64
+	asks        atomic.Int64 // suite.next calls while measured
+	measuring   *atomic.Bool
 }
 
 func (a *simAgent) connect(ctx context.Context, addr, joinToken string) error {
@@ -272,7 +311,24 @@ func (a *simAgent) connect(ctx context.Context, addr, joinToken string) error {
 		return fmt.Errorf("hello %s: %w", name, err)
 	}
 	a.interval = time.Duration(w.HeartbeatInterval)
+	// An older server says nothing: its agents asked every 5s.
+	a.idlePoll = cmp.Or(time.Duration(w.IdlePoll), 5*time.Second)
 	return nil
+}
+
+// idle asks for a suite as an idle agent does: every idlePoll, spread over
+// the agents, and when woken (HandleRequest).
+func (a *simAgent) idle(ctx context.Context) {
+	tick.From(ctx, time.Duration(rand.Int64N(int64(a.idlePoll))), a.idlePoll, func() { a.askNext(ctx) })
+}
+
+func (a *simAgent) askNext(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var next api.SuiteNext
+	if a.peer.Call(cctx, api.MethodSuiteNext, struct{}{}, &next) == nil && a.measuring.Load() {
+		a.asks.Add(1)
+	}
 }
 
 func (a *simAgent) beat(ctx context.Context, measuring *atomic.Bool) {
@@ -297,7 +353,11 @@ func (a *simAgent) beat(ctx context.Context, measuring *atomic.Bool) {
 }
 
 func (a *simAgent) HandleRequest(ctx context.Context, method string, body json.RawMessage) (any, error) {
-	if method == api.MethodPing {
+	switch method {
+	case api.MethodPing:
+		return struct{}{}, nil
+	case api.MethodWake:
+		go a.askNext(context.WithoutCancel(ctx))
 		return struct{}{}, nil
 	}
 	return nil, proto.UnknownMethod(method)

@@ -43,6 +43,8 @@ type simResult struct {
 	Latencies   []int64 `json:"latencies_ns"`
 	Failed      int     `json:"failed"`
 	Disconnects int64   `json:"disconnects"`
+	IdleAsks    int     `json:"idle_asks"`
+	IdlePoll    int64   `json:"idle_poll_ns"` // the welcome's
 }
 
 // RunSimAgents is the child's side: it reads its share from in, connects
@@ -76,7 +78,7 @@ func RunSimAgents(ctx context.Context, in io.Reader, out io.Writer) error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(part.Connect, 1))
 	for i := range agents {
-		a := &simAgent{idx: part.From + i}
+		a := &simAgent{idx: part.From + i, measuring: &measuring}
 		agents[i] = a
 		sem <- struct{}{}
 		wg.Add(1)
@@ -89,6 +91,7 @@ func RunSimAgents(ctx context.Context, in io.Reader, out io.Writer) error {
 				return
 			}
 			go a.beat(ctx, &measuring) // from the moment it is connected, as a real agent
+			go a.idle(ctx)
 			if n := connected.Add(1); n%250 == 0 {
 				say("connected %d", n)
 			}
@@ -115,6 +118,8 @@ func RunSimAgents(ctx context.Context, in io.Reader, out io.Writer) error {
 				res.Failed += a.failed
 				a.mu.Unlock()
 				res.Disconnects += a.disconnects.Load()
+				res.IdleAsks += int(a.asks.Load())
+				res.IdlePoll = max(res.IdlePoll, int64(a.idlePoll))
 			}
 			b, err := json.Marshal(res)
 			if err != nil {

@@ -207,6 +207,11 @@ heartbeats handled per second, p50/p99 heartbeat latency, the server's RSS and
 CPU, and any node wrongly declared offline. A small baseline run comes first,
 and latencies are also given as ratios to it, since this machine is noisy.
 
+The agents are idle as real ones are: each also asks for a suite every
+idle_poll the server's welcome gives (5s from servers that give none), and
+when the server wakes it; IDLE ASKS counts those calls. --open-suites adds
+suites with work that no simulated agent may run, which every ask looks at.
+
 The server's offline threshold is 3 heartbeats, stricter than the default.
 
 With --db postgres://... (a user that may CREATE DATABASE), every count also
@@ -260,6 +265,8 @@ CPU the replicas' together.`,
 	cmd.Flags().IntVar(&cfg.Connect, "connect-concurrency", 64, "agents connecting at once")
 	cmd.Flags().StringVar(&cfg.DB, "db", "", "also run each count on this PostgreSQL server (postgres://USER@HOST/DB; a fresh database per run)")
 	cmd.Flags().IntVar(&cfg.Replicas, "replicas", 1, "with --db: servers sharing the database")
+	cmd.Flags().IntVar(&cfg.OpenSuites, "open-suites", 0, "open suites with Ready tasks that no simulated agent may run")
+	cmd.Flags().DurationVar(&cfg.IdlePoll, "idle-poll", 0, "the server's --idle-poll (0: its default)")
 	cmd.Flags().BoolVar(&noSQLite, "no-sqlite", false, "with --db: skip the SQLite run of each count (one server may not hold that many sockets)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -287,7 +294,7 @@ func storeName(c bench.AgentsConfig) string {
 
 func printAgentsBench(e *env, rs []bench.AgentsResult, hasBaseline bool) {
 	t := newTable(e.stdout, "STORE", "AGENTS", "CONNECTED", "CONNECT", "HB/S", "EXPECTED", "P50", "P99", "P50×BASE", "P99×BASE",
-		"SERVER RSS", "SERVER CPU", "FALSE OFFLINE", "HOLDS")
+		"SERVER RSS", "SERVER CPU", "IDLE ASKS/S", "FALSE OFFLINE", "HOLDS")
 	base := rs[0]
 	best := 0
 	for _, r := range rs {
@@ -306,13 +313,16 @@ func printAgentsBench(e *env, rs []bench.AgentsResult, hasBaseline bool) {
 			r.P50.Round(time.Microsecond).String(), r.P99.Round(time.Microsecond).String(),
 			ratio(r.P50, base.P50), ratio(r.P99, base.P99),
 			bytesIEC(r.ServerRSS), fmt.Sprintf("%.0f%%", 100*r.ServerCPUSecs/r.MeasureSeconds),
-			strconv.Itoa(r.FalseOffline), strconv.FormatBool(r.Holds()))
+			fmt.Sprintf("%.1f", float64(r.IdleAsks)/r.MeasureSeconds), strconv.Itoa(r.FalseOffline), strconv.FormatBool(r.Holds()))
 		if r.Holds() && r.Agents > best {
 			best = r.Agents
 		}
 	}
 	t.flush()
 	fmt.Fprintf(e.stdout, "\nlargest agent count with every agent connected, no failed heartbeat and no false offline: %d\n", best)
+	if len(rs) > 0 {
+		fmt.Fprintf(e.stdout, "idle agents ask for a suite every %s (the server's idle_poll) and when woken; %d open suites none may run\n", rs[0].IdlePoll, rs[0].OpenSuites)
+	}
 }
 
 func benchProvisionCmd(e *env) *cobra.Command {

@@ -45,7 +45,7 @@ type serverFlags struct {
 	suiteCloseAfter, driftInterval                                 time.Duration
 	leaderLease, storeTimeout                                      time.Duration
 	replicaID                                                      string
-	reconnectGrace, retryBackoff, idleSuiteGrace                   time.Duration
+	reconnectGrace, retryBackoff, idleSuiteGrace, idlePoll         time.Duration
 	dockerHost                                                     string
 	awsRegion, awsEndpoint, awsProfile                             string
 	libvirtURI, libvirtPool, libvirtPoolDir, libvirtDomainType     string
@@ -83,6 +83,7 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.reconnectGrace, "reconnect-grace", 10*time.Second, "an agent whose connection ended without a goodbye has this long to reconnect before its running tasks go back to the queue")
 	fl.DurationVar(&f.retryBackoff, "retry-backoff", time.Second, "pause before a failed task's first retry; it doubles with each failure, up to 1m")
 	fl.DurationVar(&f.idleSuiteGrace, "idle-suite-grace", 5*time.Second, "an agent with nothing to run in its suite for this long moves to another suite that has work")
+	fl.DurationVar(&f.idlePoll, "idle-poll", 30*time.Second, "how often an idle agent asks for a suite when nothing woke it (the server wakes idle agents whenever a suite may have work for them)")
 	fl.DurationVar(&f.credentialTTL, "credential-ttl", 30*24*time.Hour, "lifetime of node credentials (agents renew them)")
 	fl.DurationVar(&f.maxTokenTTL, "max-token-ttl", server.DefaultMaxTokenTTL, "the longest lifetime an API or join token may be given (rotate tokens before they expire)")
 	fl.DurationVar(&f.suiteCloseAfter, "suite-close-after", 180*time.Second, "an Open suite that gets no new task for this long is Closed")
@@ -151,7 +152,7 @@ func (f *serverFlags) config() server.Config {
 	return server.Config{
 		Listen: f.listen, DataDir: f.dataDir, HeartbeatInterval: f.heartbeatInterval,
 		OfflineAfter: f.offlineAfter, ConfirmTimeout: f.confirmTimeout, ReconnectGrace: f.reconnectGrace,
-		RetryBackoff: f.retryBackoff, RetryBackoffMax: max(time.Minute, f.retryBackoff), IdleSuiteGrace: f.idleSuiteGrace,
+		RetryBackoff: f.retryBackoff, RetryBackoffMax: max(time.Minute, f.retryBackoff), IdleSuiteGrace: f.idleSuiteGrace, IdlePoll: f.idlePoll,
 		CredentialTTL: f.credentialTTL, MaxTokenTTL: f.maxTokenTTL, SuiteCloseAfter: f.suiteCloseAfter, DriftInterval: f.driftInterval,
 		LeaderLease: f.leaderLease, ReplicaID: f.replicaID, StoreTimeout: f.storeTimeout,
 		ProviderSettings: f.providerSettings(), ExecutorSettings: f.executorSettings(), Version: Version,
