@@ -331,6 +331,36 @@ func (c *Client) Suite(ctx context.Context, ref string) (api.Suite, error) {
 	return call[api.Suite](ctx, c, http.MethodGet, "/v1/suites/"+url.PathEscape(ref), nil)
 }
 
+// SuiteChange returns the suite once it differs from the answer whose ETag
+// is etag ("" : at once), with its new ETag; or, when it did not change
+// within wait (at most a minute), the old ETag and changed false. One
+// request per change, instead of polling.
+func (c *Client) SuiteChange(ctx context.Context, ref, etag string, wait time.Duration) (su api.Suite, newETag string, changed bool, err error) {
+	path := "/v1/suites/" + url.PathEscape(ref) + "?wait=" + url.QueryEscape(wait.String())
+	req, err := c.request(ctx, http.MethodGet, path, "", nil)
+	if err != nil {
+		return su, etag, false, err
+	}
+	if etag != "" {
+		req.Header.Set("If-None-Match", etag)
+	}
+	resp, err := c.stream.Do(req)
+	if err != nil {
+		return su, etag, false, c.unreachable(http.MethodGet, path, err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotModified:
+		return su, etag, false, nil
+	case resp.StatusCode >= 300:
+		return su, etag, false, answerError(http.MethodGet, path, resp)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&su); err != nil {
+		return su, etag, false, fmt.Errorf("GET %s: decode answer: %w", path, err)
+	}
+	return su, resp.Header.Get("ETag"), true, nil
+}
+
 // CloseSuite stops a suite taking tasks; it completes when the last ends.
 func (c *Client) CloseSuite(ctx context.Context, ref string) (api.Suite, error) {
 	return call[api.Suite](ctx, c, http.MethodPost, "/v1/suites/"+url.PathEscape(ref)+"/close", nil)

@@ -448,22 +448,18 @@ func nodemgrBuild(ctx context.Context, c *client.Client, srv *benchServer, agent
 	submitted := time.Now()
 	r.Submit = submitted.Sub(uploaded)
 
-	// A closed suite completes the moment its last task ends. Polled every
-	// 25 ms: each poll costs the server about half a millisecond of CPU
-	// on a machine the compiles keep busy, and SEEN shows what the wait
-	// adds.
+	// A closed suite completes the moment its last task ends, and a
+	// waiting GET hears it then (as suite wait does): one request per
+	// change, not a poll every few milliseconds taking CPU from the
+	// compiles. SEEN shows what the wait adds.
 	var s api.Suite
-	for {
-		if s, err = c.Suite(ctx, su.ID); err != nil {
+	for etag := ""; s.State != api.SuiteComplete && s.State != api.SuiteCancelled; {
+		got, tag, changed, err := c.SuiteChange(ctx, su.ID, etag, 30*time.Second)
+		if err != nil {
 			return err
 		}
-		if s.State == api.SuiteComplete || s.State == api.SuiteCancelled {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(25 * time.Millisecond):
+		if changed {
+			s, etag = got, tag
 		}
 	}
 	seen := time.Now()

@@ -282,10 +282,20 @@ func suiteWatchCmd(e *env) *cobra.Command {
 			c := clientFor(cmd, e)
 			start := time.Now()
 			waiting, drawn := "", false
-			for {
-				s, err := c.Suite(cmd.Context(), args[0])
+			var s api.Suite
+			// Each change is shown at once; with none, the bar's clock
+			// moves every --every.
+			for etag := ""; ; {
+				got, tag, changed, err := nextSuiteChange(cmd.Context(), c, args[0], etag, min(every, time.Minute))
+				if cmd.Context().Err() != nil {
+					fmt.Fprintln(e.stdout)
+					return nil
+				}
 				if err != nil {
 					return err
+				}
+				if changed {
+					s, etag = got, tag
 				}
 				// Why it waits, on a line of its own each time it changes:
 				// a bar that does not move says nothing of the reason.
@@ -303,16 +313,10 @@ func suiteWatchCmd(e *env) *cobra.Command {
 					fmt.Fprintln(e.stdout)
 					return suiteOutcome(s)
 				}
-				select {
-				case <-cmd.Context().Done():
-					fmt.Fprintln(e.stdout)
-					return nil
-				case <-time.After(every):
-				}
 			}
 		},
 	}
-	cmd.Flags().DurationVar(&every, "every", 500*time.Millisecond, "refresh interval")
+	cmd.Flags().DurationVar(&every, "every", 500*time.Millisecond, "redraw at least this often (changes show at once)")
 	return cmd
 }
 

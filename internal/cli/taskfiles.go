@@ -380,23 +380,39 @@ is safe in scripts.`,
 				defer cancel()
 			}
 			c := clientFor(cmd, e)
-			for wait := 10 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-				s, err := c.Suite(ctx, args[0])
+			var s api.Suite
+			for etag := ""; ; {
+				got, tag, changed, err := nextSuiteChange(ctx, c, args[0], etag, 30*time.Second)
+				if ctx.Err() != nil && etag != "" {
+					return fmt.Errorf("suite %s: still %d pending, %d ready, %d running after %v", s.Name,
+						s.Counts.Pending, s.Counts.Ready, s.Counts.Running, timeout)
+				}
 				if err != nil {
 					return err
 				}
+				if changed {
+					s, etag = got, tag
+				}
 				if settled(s) {
 					return suiteOutcome(s)
-				}
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("suite %s: still %d pending, %d ready, %d running after %v", s.Name,
-						s.Counts.Pending, s.Counts.Ready, s.Counts.Running, timeout)
-				case <-time.After(wait):
 				}
 			}
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait as long as it takes)")
 	return cmd
+}
+
+// nextSuiteChange is client.SuiteChange: the suite once it differs from
+// the answer of etag, or after wait. A server too old to wait answers at
+// once without an ETag: then it paces the asking itself.
+func nextSuiteChange(ctx context.Context, c *client.Client, ref, etag string, wait time.Duration) (api.Suite, string, bool, error) {
+	s, tag, changed, err := c.SuiteChange(ctx, ref, etag, wait)
+	if err == nil && tag == "" && etag != "" {
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(wait, 100*time.Millisecond)):
+		}
+	}
+	return s, tag, changed, err
 }

@@ -216,6 +216,7 @@ func (d *Dispatcher) answerFromCache(ctx context.Context, sess Session, suiteID 
 		d.log.Warn("action cache: finish the tasks it answered; running them", "suite", suiteID, "err", err)
 		return tasks, 0
 	}
+	d.Changes.Notify(suiteID)
 	d.metrics.cacheHits.Add(float64(done.Applied))
 	d.metrics.tasksReported.Add(float64(done.Applied))
 	d.stopSuperseded(ctx, done.Superseded)

@@ -246,9 +246,12 @@ func (d *Dispatcher) Report(ctx context.Context, sess Session, req api.TasksRepo
 	// tasks any more (as counted here; a node this server has not seen
 	// fetch is looked at every time).
 	drained, member := d.shares.Settled(sess.Node(), len(req.Reports), false)
-	if _, current := sess.Work(); !member && current != "" {
+	_, current := sess.Work()
+	if !member && current != "" {
 		drained = append(drained, current)
 	}
+	// The tasks are the suites' the node fetched from, or its current one.
+	d.Changes.Notify(append(d.shares.SuitesOf(sess.Node()), current)...)
 	for _, id := range drained {
 		d.CompleteIfDone(ctx, id)
 	}
@@ -292,6 +295,11 @@ func (d *Dispatcher) Return(ctx context.Context, sess Session, req api.TasksRetu
 	}
 	d.forgetPending(req.TaskIDs)
 	d.metrics.tasksReturned.Add(float64(n))
+	if _, current := sess.Work(); current != "" {
+		d.Changes.Notify(append(d.shares.SuitesOf(sess.Node()), current)...)
+	} else {
+		d.Changes.Notify(d.shares.SuitesOf(sess.Node())...)
+	}
 	d.shares.Settled(sess.Node(), len(req.TaskIDs), true)
 	if n > 0 {
 		// Ready again: whoever runs the suite or is idle may take them

@@ -83,6 +83,8 @@ type Dispatcher struct {
 	log     *slog.Logger
 	metrics *metrics
 	Why     *Why // why a suite waits, and whether a node may take it up
+	// Changes wakes the long-polled reads of suites this server changed.
+	Changes SuiteChanges
 
 	prepare PrepareFailures
 	fetches FetchWatch
@@ -157,6 +159,7 @@ func (d *Dispatcher) wouldGetGivenBack(su store.Suite, n store.Node) bool {
 // SuiteChanged wakes the agents that might now have work for the suite:
 // idle ones, and those already running it and waiting for tasks.
 func (d *Dispatcher) SuiteChanged(ctx context.Context, suiteID string) {
+	d.Changes.Notify(suiteID)
 	d.agents.WakeOrchestrator() // new tasks may be demand for a pool
 	d.wakeSuite(suiteID, "")
 }
@@ -231,6 +234,7 @@ func (d *Dispatcher) Reclaim(ctx context.Context, nodeID, why string, keep ...st
 		return
 	}
 	if n > 0 {
+		d.Changes.Notify() // whichever suites they were of
 		d.log.Info("tasks returned to the queue", "node", nodeID, "tasks", n, "why", why)
 		d.agents.WakeLocal("", "")
 		d.agents.SignalWake("")

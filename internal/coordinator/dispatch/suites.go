@@ -131,6 +131,7 @@ func (d *Dispatcher) CancelTask(ctx context.Context, t store.Task) (store.Task, 
 			d.log.Warn("tell node to cancel task", "task", t.ID, "node", before.NodeID, "err", err)
 		}
 	}
+	d.Changes.Notify(t.SuiteID)
 	d.CompleteIfDone(ctx, t.SuiteID)
 	return d.store.GetTask(ctx, t.ID)
 }

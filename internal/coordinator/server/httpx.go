@@ -110,3 +110,17 @@ func noContent(w http.ResponseWriter, err error) error {
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// queryDuration reads the query parameter name as a Go duration between 0
+// and most; absent, 0.
+func queryDuration(r *http.Request, name string, most time.Duration) (time.Duration, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > most {
+		return 0, errdefs.Field(name, "must be a duration between 0s and %s, e.g. 30s; got %q", most, v)
+	}
+	return d, nil
+}

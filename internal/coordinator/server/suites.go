@@ -2,10 +2,14 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/auth"
@@ -113,22 +117,83 @@ func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
+// A GET of a suite may wait for it to change: with ?wait=DURATION and the
+// ETag of the answer it has (If-None-Match), it is answered when the suite
+// differs from that answer, or with 304 once the wait is over. suite wait,
+// suite watch and scripts so see each change at once, at the price of one
+// request per change rather than one per poll.
+const (
+	maxSuiteWait = time.Minute
+	// suiteWaitLook is how often a waiting GET reads the suite again, for
+	// the changes other servers make (this one's wake it at once).
+	suiteWaitLook = time.Second
+)
+
 func (s *Server) handleGetSuite(w http.ResponseWriter, r *http.Request) error {
-	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), dispatch.ReadSuite)
+	wait, err := queryDuration(r, "wait", maxSuiteWait)
 	if err != nil {
 		return err
 	}
-	out := su.Wire()
-	problems, err := s.store.SuiteProblems(r.Context(), su.ID, "")
+	have := r.Header.Get("If-None-Match")
+	deadline := time.Now().Add(wait)
+	for {
+		out, changed, err := s.suiteAnswer(r.Context(), r.PathValue("suite"), wait > 0 && have != "")
+		if err != nil {
+			return err
+		}
+		body, err := json.MarshalIndent(out, "", "  ")
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(body)
+		etag := `"` + hex.EncodeToString(sum[:12]) + `"`
+		w.Header().Set("ETag", etag)
+		left := time.Until(deadline)
+		if etag != have {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			w.Write(append(body, '\n'))
+			return nil
+		}
+		if left <= 0 {
+			w.WriteHeader(http.StatusNotModified)
+			return nil
+		}
+		select {
+		case <-r.Context().Done():
+			return nil
+		case <-changed:
+		case <-time.After(min(left, suiteWaitLook)):
+		}
+	}
+}
+
+// suiteAnswer is the suite as GET answers it: with its problems and why
+// it waits. With listen, it also returns a channel closed at the suite's
+// next change, listened to before the suite is read: a change made during
+// the read still closes it.
+func (s *Server) suiteAnswer(ctx context.Context, ref string, listen bool) (api.Suite, <-chan struct{}, error) {
+	su, err := s.resolveSuite(ctx, ref, dispatch.ReadSuite)
 	if err != nil {
-		return fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
+		return api.Suite{}, nil, err
+	}
+	var changed <-chan struct{}
+	if listen {
+		changed = s.dispatcher.Changes.Changed(su.ID)
+		if su, err = s.store.GetSuite(ctx, su.ID); err != nil {
+			return api.Suite{}, nil, err
+		}
+	}
+	out := su.Wire()
+	problems, err := s.store.SuiteProblems(ctx, su.ID, "")
+	if err != nil {
+		return api.Suite{}, nil, fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
 	}
 	out.Problems = apiProblems(problems)
-	if out.WaitingReason, err = s.reasons.Get(su, func() (string, error) { return s.dispatcher.Why.WaitingReason(r.Context(), su) }); err != nil {
-		return fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
+	if out.WaitingReason, err = s.reasons.Get(su, func() (string, error) { return s.dispatcher.Why.WaitingReason(ctx, su) }); err != nil {
+		return api.Suite{}, nil, fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
 	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
-	return nil
+	return out, changed, nil
 }
 
 // setSuiteState closes or cancels a suite.
