@@ -75,8 +75,8 @@ type Config struct {
 	// back in the queue, a retry's or a failed prepare's wait over, the
 	// node retagged. The poll is a safety net, and each ask costs the
 	// server a look at every open suite.
-	IdlePoll time.Duration
-	DriftInterval             time.Duration // how often deployments are compared with their providers; default 30s
+	IdlePoll      time.Duration
+	DriftInterval time.Duration // how often deployments are compared with their providers; default 30s
 	// AgentServerURL is the server's URL as pool machines reach it;
 	// default the URL it listens on. A plain http:// one beyond loopback
 	// would carry their join tokens and credentials in clear: it is
