@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -45,20 +46,37 @@ type RSSResult struct {
 // RunRSS starts a server and an idle agent for each binary, all at once,
 // lets them idle, and reads each agent's memory. An agent-only build
 // (one without the server command) gets a server of cfg.Binary.
+//
+// Each agent runs from a copy of its binary that is not in the page
+// cache, as after a reboot, so that what is resident is what the agent
+// itself faulted in: the server, from the original file, shares none of
+// it. Which neighbours of a touched page the kernel maps too depends on
+// the page cache (readahead, fault-around, the size of the cached folios):
+// a binary that was just written or read whole can show far more.
 func RunRSS(ctx context.Context, cfg RSSConfig, progress io.Writer) ([]RSSResult, error) {
+	dir, err := os.MkdirTemp("", "nodemgr-bench-rss-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	bins := append([]string{cfg.Binary}, cfg.Against...)
 	var rigs []*rig
 	defer func() {
 		for _, r := range rigs {
 			r.close()
 		}
 	}()
-	for i, bin := range append([]string{cfg.Binary}, cfg.Against...) {
+	for i, bin := range bins {
 		server := bin
 		if !hasServer(ctx, bin) {
 			server = cfg.Binary
 		}
-		fmt.Fprintf(progress, "starting %s (server %s)\n", bin, server)
-		r, err := startRigWith(ctx, AgentsConfig{Binary: server}, bin, fmt.Sprintf("bench-rss-%d", i))
+		agentBin := filepath.Join(dir, fmt.Sprintf("%d-%s", i, filepath.Base(bin)))
+		if err := coldCopy(bin, agentBin); err != nil {
+			return nil, fmt.Errorf("copy %s: %w", bin, err)
+		}
+		fmt.Fprintf(progress, "starting the agent of %s (server %s)\n", bin, server)
+		r, err := startRigWith(ctx, AgentsConfig{Binary: server}, agentBin, fmt.Sprintf("bench-rss-%d", i))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", bin, err)
 		}
@@ -72,15 +90,37 @@ func RunRSS(ctx context.Context, cfg RSSConfig, progress io.Writer) ([]RSSResult
 	for i, r := range rigs {
 		res, err := agentRSS(r.agent.Process.Pid)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", r.agentBinary, err)
+			return nil, fmt.Errorf("%s: %w", bins[i], err)
 		}
-		res.Binary, res.Server = r.agentBinary, r.binary
-		if st, err := os.Stat(r.agentBinary); err == nil {
+		res.Binary, res.Server = bins[i], r.binary
+		if st, err := os.Stat(bins[i]); err == nil {
 			res.Size = st.Size()
 		}
 		out[i] = res
 	}
 	return out, nil
+}
+
+// coldCopy copies the executable src to dst and drops dst from the page
+// cache.
+func coldCopy(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	if _, err := io.Copy(out, in); err != nil {
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		return err
+	}
+	return dropCache(out)
 }
 
 // hasServer reports whether bin has the server command.

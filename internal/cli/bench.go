@@ -508,10 +508,11 @@ before a change, an agent-only build) gets a server and an agent of its own,
 started beside this one's and read at the same time. An agent-only build,
 which has no server command, gets a server of this binary.
 
-File pages count once they are mapped: an agent that touches a page of its
-binary also maps the neighbours the page cache holds (the kernel's
-fault-around), so the numbers depend on the page cache too. The binaries
-compared here run the same way, each beside its own server.`,
+Each agent runs from a copy of its binary dropped from the page cache, as
+after a reboot, so its file pages are the ones it faulted in itself. They
+count once mapped, and with each page the kernel maps neighbours it has in
+the cache (readahead, fault-around, large folios): a binary just written or
+read whole can show far more than here.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
