@@ -123,9 +123,10 @@ func coldCopy(src, dst string) error {
 	return dropCache(out)
 }
 
-// hasServer reports whether bin has the server command.
+// hasServer reports whether bin has the server command. (`bin server
+// --help` would not tell: for a command it lacks, it shows the root's help.)
 func hasServer(ctx context.Context, bin string) bool {
-	return exec.CommandContext(ctx, bin, "server", "--help").Run() == nil
+	return exec.CommandContext(ctx, bin, "help", "server").Run() == nil
 }
 
 // agentRSS reads a process's memory from /proc/PID/status, and where its
