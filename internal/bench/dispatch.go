@@ -197,15 +197,16 @@ func median(xs []float64) float64 {
 }
 
 // rig is a server (or replicas on one database) and one agent, as
-// processes of one binary.
+// processes of one binary (the agent's may be another: startRigWith).
 type rig struct {
-	binary   string
-	srv      *benchServer   // the one the agent connects to
-	srvs     []*benchServer // all of them
-	c        *client.Client // tasks go in through the last server
-	agent    *exec.Cmd
-	agentDir string
-	node     api.Node
+	binary      string         // the servers'
+	agentBinary string         // the agent's: binary, unless startRigWith says
+	srv         *benchServer   // the one the agent connects to
+	srvs        []*benchServer // all of them
+	c           *client.Client // tasks go in through the last server
+	agent       *exec.Cmd
+	agentDir    string
+	node        api.Node
 }
 
 // startRig starts a server and an agent called name, and waits for the
@@ -218,13 +219,17 @@ func startRig(ctx context.Context, binary, name string) (*rig, error) {
 // fresh PostgreSQL database) and an agent on the first; with replicas,
 // tasks are submitted through the last, so that its wake-ups cross.
 func startRigOn(ctx context.Context, store AgentsConfig, name string) (*rig, error) {
-	binary := store.Binary
+	return startRigWith(ctx, store, store.Binary, name)
+}
+
+// startRigWith is startRigOn with the agent run from agentBinary.
+func startRigWith(ctx context.Context, store AgentsConfig, agentBinary, name string) (*rig, error) {
 	srvs, err := startServers(ctx, store)
 	if err != nil {
 		return nil, err
 	}
 	srv, last := srvs[0], srvs[len(srvs)-1]
-	r := &rig{binary: binary, srv: srv, srvs: srvs, c: client.New(last.addr, last.token)}
+	r := &rig{binary: store.Binary, agentBinary: agentBinary, srv: srv, srvs: srvs, c: client.New(last.addr, last.token)}
 	jt, err := r.c.CreateJoinToken(ctx, api.CreateTokenRequest{Name: "bench"})
 	if err != nil {
 		stopServers(srvs)
@@ -234,7 +239,7 @@ func startRigOn(ctx context.Context, store AgentsConfig, name string) (*rig, err
 		stopServers(srvs)
 		return nil, err
 	}
-	r.agent = exec.Command(binary, "agent", "--server", "http://"+srv.addr, "--data-dir", r.agentDir,
+	r.agent = exec.Command(agentBinary, "agent", "--server", "http://"+srv.addr, "--data-dir", r.agentDir,
 		"--name", name, "--log-level", "warn")
 	// The join token in the environment: on the command line other users
 	// could read it, and the agent would warn.

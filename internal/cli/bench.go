@@ -1,3 +1,5 @@
+//go:build !agentonly
+
 package cli
 
 import (
@@ -15,7 +17,7 @@ import (
 
 func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Load harnesses that measure nodemgr on this machine"}
-	cmd.AddCommand(benchAgentsCmd(e), benchDispatchCmd(e), benchLatencyCmd(e), benchProvisionCmd(e), benchPoolCmd(e), benchBuildCmd(e), &cobra.Command{
+	cmd.AddCommand(benchAgentsCmd(e), benchDispatchCmd(e), benchLatencyCmd(e), benchProvisionCmd(e), benchPoolCmd(e), benchBuildCmd(e), benchRSSCmd(e), &cobra.Command{
 		Use: "noop-worker", Hidden: true, Short: "A worker whose tasks do nothing (used by bench dispatch)",
 		RunE: func(cmd *cobra.Command, _ []string) error { return bench.NoopWorker(cmd.Context()) },
 	}, &cobra.Command{
@@ -512,4 +514,52 @@ func printBuildBench(e *env, r bench.BuildResult) error {
 		}
 	}
 	return nil
+}
+
+func benchRSSCmd(e *env) *cobra.Command {
+	var cfg bench.RSSConfig
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "rss",
+		Short: "Start an idle agent and report its memory, beside other builds' agents",
+		Long: `Start a server and an agent as processes, let the agent idle (--idle), and
+read its memory from /proc: VmRSS, and its parts RssAnon (heap, stacks) and
+RssFile (pages of the binary), the latter split by where they lie in the
+binary (code, read-only data, the function tables, data).
+
+With --against BINARY (repeatable), each other nodemgr binary (the build
+before a change, an agent-only build) gets a server and an agent of its own,
+started beside this one's and read at the same time. An agent-only build,
+which has no server command, gets a server of this binary.
+
+Each agent runs from a copy of its binary dropped from the page cache, as
+after a reboot, so its file pages are the ones it faulted in itself. They
+count once mapped, and with each page the kernel maps neighbours it has in
+the cache (readahead, fault-around, large folios): a binary just written or
+read whole can show far more than here.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Binary, err = os.Executable(); err != nil {
+				return err
+			}
+			results, err := bench.RunRSS(cmd.Context(), cfg, e.stderr)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(e.stdout, map[string]any{"agents": results})
+			}
+			t := newTable(e.stdout, "BINARY", "SIZE", "VmRSS", "RssAnon", "RssFile", "CODE", "RODATA", "PCLNTAB", "DATA")
+			mb := func(n uint64) string { return fmt.Sprintf("%.1fM", float64(n)/(1<<20)) }
+			for _, r := range results {
+				t.row(r.Binary, mb(uint64(r.Size)), mb(r.VmRSS), mb(r.RssAnon), mb(r.RssFile), mb(r.Text), mb(r.Rodata), mb(r.Pclntab), mb(r.Data))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().StringSliceVar(&cfg.Against, "against", nil, "another nodemgr binary whose idle agent is measured beside this one's (repeatable)")
+	cmd.Flags().DurationVar(&cfg.Idle, "idle", 20*time.Second, "how long the agents idle, connected, before they are read")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

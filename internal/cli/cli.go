@@ -34,7 +34,8 @@ var (
 
 // versionLine is what nodemgr --version prints after "nodemgr version ":
 // the version, the commit (stamped, else the one go build recorded) and
-// the toolchain and platform, enough to tell two builds apart in a bug report.
+// the toolchain and platform, and whether it is the agent-only build:
+// enough to tell two builds apart in a bug report.
 func versionLine() string {
 	commit := Commit
 	if commit == "" {
@@ -43,7 +44,11 @@ func versionLine() string {
 	if commit == "" {
 		commit = "unknown"
 	}
-	return fmt.Sprintf("%s (commit %s, %s %s/%s)", Version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	build := ""
+	if agentOnly {
+		build = ", agent only"
+	}
+	return fmt.Sprintf("%s (commit %s, %s %s/%s%s)", Version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH, build)
 }
 
 // buildVCSRevision is the commit go build stamped, with "-dirty" for a
@@ -158,27 +163,9 @@ func describe(err error) string {
 
 func newRoot(e *env) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "nodemgr",
-		Short: "Compute nodes on demand, and the work that runs on them",
-		Long: `nodemgr gives a team compute nodes and runs work on them through one agent
-per machine. A coordinator server holds the state; agents hold one WebSocket
-to it.
-
-Start here:
-  nodemgr dev                      server + agent in one process, on ./nodemgr-dev
-  nodemgr server                   the coordinator
-  nodemgr agent --server URL       an agent (register once, --join-token-file FILE)
-  nodemgr node ls                  what the server knows
-
-Client commands read NODEMGR_ADDR, NODEMGR_TOKEN (or NODEMGR_TOKEN_FILE) and
-NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.
-
-Exit codes: 0 done; 1 the operation failed (an error, a failed task, a
-container that failed to start); 2 the command line is wrong (usage).
-
-Topics: nodemgr help templates | suites | pools | ensembles
-Shell completion: nodemgr completion bash | zsh | fish (the Debian package
-installs it)`,
+		Use:           "nodemgr",
+		Short:         "Compute nodes on demand, and the work that runs on them",
+		Long:          rootLong,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       versionLine(),
@@ -196,12 +183,7 @@ installs it)`,
 	root.PersistentFlags().String("ca-cert", "", "PEM file of the CA the server's certificate is checked against, e.g. the server's DATA_DIR/ca.crt ($NODEMGR_CA_CERT; default the system's roots)")
 	root.PersistentFlags().String("log-level", "info", "log level of daemons: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "text", "log format of daemons: text or json")
-	root.AddCommand(
-		newServerCmd(e), newAgentCmd(e), newDevCmd(e), newWorkerCmd(e),
-		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newCacheCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newPoolCmd(e), newScheduleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newEnsembleCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
-		newWhoamiCmd(e), newBenchCmd(e), newMigrateStoreCmd(e), newBackupStoreCmd(e),
-	)
-	addCompletions(root, e)
+	addCommands(root, e)
 	root.SetHelpCommand(newHelpCmd(root))
 	strictUsage(root)
 	return root

@@ -1,3 +1,5 @@
+//go:build !agentonly
+
 package cli
 
 // Every provider and executor registers itself here, once for the whole

@@ -291,3 +291,33 @@ func TestRooms(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentOnlyBuild: nodemgr built with -tags agentonly (what pool
+// machines can run) links no server, driver, bench or release code. Go
+// initializes every package a binary links, used or not, and their code,
+// tables and type descriptors then stay resident in the agent.
+func TestAgentOnlyBuild(t *testing.T) {
+	out, err := exec.Command("go", "list", "-tags", "agentonly", "-deps", module+"cmd/nodemgr").Output()
+	if err != nil {
+		t.Fatalf("go list -tags agentonly: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, module+"internal/node/agent") {
+		t.Fatalf("the agent-only build does not link internal/node/agent; deps: %v", deps)
+	}
+	top := []string{"cmd/nodemgr", "internal/cli"} // the top-tier packages it may link
+	for _, d := range deps {
+		name, ours := strings.CutPrefix(d, module)
+		if !ours {
+			continue
+		}
+		switch tier := tiers[name]; tier {
+		case tierCoordinator, tierDrivers:
+			t.Errorf("the agent-only build links %s (%s): only the agent's side belongs in it; keep the file that imports it behind //go:build !agentonly", name, tier)
+		case tierTop:
+			if !slices.Contains(top, name) {
+				t.Errorf("the agent-only build links %s: keep the file that imports it behind //go:build !agentonly", name)
+			}
+		}
+	}
+}

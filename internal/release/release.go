@@ -1,6 +1,7 @@
 // Package release builds what a nodemgr release ships: static nodemgr
 // binaries for each Linux architecture with the version and commit stamped
-// in, their SHA256SUMS, a list of the modules each one holds (an SBOM of
+// in, the agent-only build of each in agent/ (for pool machines: the
+// server's --agent-binaries), their SHA256SUMS, a list of the modules each one holds (an SBOM of
 // sorts, from the binary's own build information), and the Debian package
 // (deb.go). cmd/release is its command line.
 package release
@@ -48,14 +49,21 @@ type Options struct {
 
 // Artifact is one built binary.
 type Artifact struct {
-	Target Target
-	Path   string
-	SHA256 string
+	Target    Target
+	Path      string
+	SHA256    string
+	AgentOnly bool // built with -tags agentonly: the agent and its workers alone
 }
 
+// AgentDir is where in OutDir the agent-only builds go, under the names
+// --agent-binaries expects.
+const AgentDir = "agent"
+
 // Build builds a static binary per target into OutDir with NAME.modules
-// beside each one, a Debian package of each (unless NoDeb), and
-// SHA256SUMS over binaries and packages. It returns the binaries.
+// beside each one, the agent-only build of each into OutDir/agent (also
+// with its modules), a Debian package of each full binary (unless NoDeb),
+// and SHA256SUMS over binaries and packages. It returns the binaries, the
+// full ones first.
 func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	if err := o.check(); err != nil {
 		return nil, err
@@ -63,16 +71,18 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("release: out dir: %w", err)
 	}
-	var arts, sums []Artifact
+	var arts, agents, sums []Artifact
 	for _, t := range o.targets() {
-		a, err := buildOne(ctx, o, t)
+		a, err := buildOne(ctx, o, t, false)
 		if err != nil {
 			return nil, err
 		}
-		if err := writeModules(a.Path, a.Path+".modules"); err != nil {
+		arts, sums = append(arts, a), append(sums, a)
+		ag, err := buildOne(ctx, o, t, true)
+		if err != nil {
 			return nil, err
 		}
-		arts, sums = append(arts, a), append(sums, a)
+		agents, sums = append(agents, ag), append(sums, ag)
 		if o.NoDeb || t.OS != "linux" {
 			continue
 		}
@@ -85,7 +95,7 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	if err := WriteChecksums(filepath.Join(o.OutDir, "SHA256SUMS"), sums); err != nil {
 		return nil, err
 	}
-	return arts, nil
+	return append(arts, agents...), nil
 }
 
 // buildDeb packages a as a .deb and checksums it.
@@ -120,25 +130,36 @@ func (o Options) targets() []Target {
 
 // buildOne runs go build for one target: no cgo (the binary runs on any
 // Linux, including minimal images with no C library), -trimpath (no build
-// machine paths in the binary), and the version stamped in.
-func buildOne(ctx context.Context, o Options, t Target) (Artifact, error) {
-	out, err := filepath.Abs(filepath.Join(o.OutDir, t.Name()))
+// machine paths in the binary), and the version stamped in; agentOnly
+// builds the agent alone (-tags agentonly) into AgentDir. The binary's
+// modules are written beside it.
+func buildOne(ctx context.Context, o Options, t Target, agentOnly bool) (Artifact, error) {
+	dir := o.OutDir
+	args := []string{"build", "-trimpath", "-buildvcs=false"}
+	if agentOnly {
+		dir = filepath.Join(o.OutDir, AgentDir)
+		args = append(args, "-tags", "agentonly")
+	}
+	out, err := filepath.Abs(filepath.Join(dir, t.Name()))
 	if err != nil {
 		return Artifact{}, err
 	}
 	ldflags := fmt.Sprintf("-s -w -X %s.Version=%s -X %s.Commit=%s", cliPkg, o.Version, cliPkg, o.Commit)
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, "./cmd/nodemgr")
+	cmd := exec.CommandContext(ctx, "go", append(args, "-ldflags", ldflags, "-o", out, "./cmd/nodemgr")...)
 	cmd.Dir = o.RepoDir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+t.OS, "GOARCH="+t.Arch)
 	cmd.Stdout, cmd.Stderr = o.stderr(), o.stderr()
 	if err := cmd.Run(); err != nil {
-		return Artifact{}, fmt.Errorf("release: build %s: %w", t.Name(), err)
+		return Artifact{}, fmt.Errorf("release: build %s: %w", out, err)
+	}
+	if err := writeModules(out, out+".modules"); err != nil {
+		return Artifact{}, err
 	}
 	sum, err := fileSHA256(out)
 	if err != nil {
 		return Artifact{}, err
 	}
-	return Artifact{Target: t, Path: out, SHA256: sum}, nil
+	return Artifact{Target: t, Path: out, SHA256: sum, AgentOnly: agentOnly}, nil
 }
 
 func (o Options) stderr() io.Writer {
@@ -157,12 +178,25 @@ func fileSHA256(path string) (string, error) {
 	return sha256sum.Hex(d), nil
 }
 
-// WriteChecksums writes sha256sum's format ("HASH  NAME"), so that
-// `sha256sum -c SHA256SUMS` checks a download.
+// WriteChecksums writes sha256sum's format ("HASH  NAME", NAME relative
+// to path's directory: agent/nodemgr-linux-amd64), so that `sha256sum -c
+// SHA256SUMS` checks a download.
 func WriteChecksums(path string, arts []Artifact) error {
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("release: checksums: %w", err)
+	}
 	lines := make([]string, 0, len(arts))
 	for _, a := range arts {
-		lines = append(lines, a.SHA256+"  "+filepath.Base(a.Path)+"\n")
+		p, err := filepath.Abs(a.Path)
+		if err != nil {
+			return fmt.Errorf("release: checksums: %w", err)
+		}
+		name, err := filepath.Rel(dir, p)
+		if err != nil || strings.HasPrefix(name, "..") {
+			return fmt.Errorf("release: checksums: %s is not under %s", a.Path, dir)
+		}
+		lines = append(lines, a.SHA256+"  "+filepath.ToSlash(name)+"\n")
 	}
 	sort.Strings(lines)
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o644); err != nil {

@@ -16,9 +16,10 @@ import (
 // of nodemgr takes minutes on a small machine.
 var built struct {
 	sync.Mutex
-	o   Options
-	a   Artifact
-	err error
+	o     Options
+	a     Artifact
+	agent Artifact // the agent-only build
+	err   error
 }
 
 func TestMain(m *testing.M) {
@@ -29,8 +30,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildHere builds a release (binary and .deb) for this machine's
-// architecture, once per test binary.
+// buildHere builds a release (binary, agent-only binary and .deb) for
+// this machine's architecture, once per test binary.
 func buildHere(t *testing.T) (Options, Artifact) {
 	t.Helper()
 	if testing.Short() {
@@ -47,7 +48,7 @@ func buildHere(t *testing.T) (Options, Artifact) {
 			Targets: []Target{{"linux", runtime.GOARCH}}}
 		var arts []Artifact
 		if arts, built.err = Build(context.Background(), built.o); built.err == nil {
-			built.a = arts[0]
+			built.a, built.agent = arts[0], arts[1]
 		}
 	}
 	if built.err != nil {
@@ -81,8 +82,8 @@ func TestBuildStampsVersionAndChecksums(t *testing.T) {
 	if want := got + "  " + a.Target.Name() + "\n"; !strings.Contains(string(sums), want) {
 		t.Errorf("SHA256SUMS = %q, want a line %q", sums, want)
 	}
-	if n := strings.Count(string(sums), "\n"); n != 2 {
-		t.Errorf("SHA256SUMS has %d lines, want 2: the binary and the .deb", n)
+	if n := strings.Count(string(sums), "\n"); n != 3 {
+		t.Errorf("SHA256SUMS has %d lines, want 3: the binary, the agent-only binary and the .deb", n)
 	}
 	if _, err := exec.LookPath("sha256sum"); err == nil {
 		cmd := exec.Command("sha256sum", "-c", "SHA256SUMS")
@@ -90,6 +91,40 @@ func TestBuildStampsVersionAndChecksums(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("sha256sum -c SHA256SUMS: %v\n%s", err, out)
 		}
+	}
+}
+
+// TestBuildAgentOnly: the release holds the agent-only build, under the
+// name --agent-binaries DIR expects in agent/, stamped, checksummed, and
+// with no server in it.
+func TestBuildAgentOnly(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("runs the linux binary")
+	}
+	o, _ := buildHere(t)
+	a := built.agent
+	if want := filepath.Join(o.OutDir, AgentDir, a.Target.Name()); a.Path != want || !a.AgentOnly {
+		t.Errorf("agent-only artifact %+v, want AgentOnly at %s", a, want)
+	}
+	out, err := exec.Command(a.Path, "--version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "nodemgr version 1.2.3+test") || !strings.Contains(string(out), "agent only") {
+		t.Errorf("%s --version = %q, %v; want version 1.2.3+test, agent only", a.Path, out, err)
+	}
+	if err := exec.Command(a.Path, "help", "server").Run(); err == nil {
+		t.Errorf("%s help server succeeded; the agent-only build has no server", a.Path)
+	}
+	if err := exec.Command(a.Path, "agent", "--help").Run(); err != nil {
+		t.Errorf("%s agent --help: %v", a.Path, err)
+	}
+	sums, err := os.ReadFile(filepath.Join(o.OutDir, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := a.SHA256 + "  " + AgentDir + "/" + a.Target.Name() + "\n"; !strings.Contains(string(sums), want) {
+		t.Errorf("SHA256SUMS = %q, want a line %q", sums, want)
+	}
+	if _, err := os.Stat(a.Path + ".modules"); err != nil {
+		t.Error(err)
 	}
 }
 

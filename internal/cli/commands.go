@@ -1,0 +1,39 @@
+//go:build !agentonly
+
+package cli
+
+import "github.com/spf13/cobra"
+
+// agentOnly is false: this is the whole nodemgr. Built with -tags
+// agentonly it is the agent alone (commands_agentonly.go).
+const agentOnly = false
+
+// addCommands adds nodemgr's commands to root.
+func addCommands(root *cobra.Command, e *env) {
+	root.AddCommand(
+		newServerCmd(e), newAgentCmd(e), newDevCmd(e), newWorkerCmd(e),
+		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newCacheCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newPoolCmd(e), newScheduleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newEnsembleCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
+		newWhoamiCmd(e), newBenchCmd(e), newMigrateStoreCmd(e), newBackupStoreCmd(e),
+	)
+	addCompletions(root, e)
+}
+
+const rootLong = `nodemgr gives a team compute nodes and runs work on them through one agent
+per machine. A coordinator server holds the state; agents hold one WebSocket
+to it.
+
+Start here:
+  nodemgr dev                      server + agent in one process, on ./nodemgr-dev
+  nodemgr server                   the coordinator
+  nodemgr agent --server URL       an agent (register once, --join-token-file FILE)
+  nodemgr node ls                  what the server knows
+
+Client commands read NODEMGR_ADDR, NODEMGR_TOKEN (or NODEMGR_TOKEN_FILE) and
+NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.
+
+Exit codes: 0 done; 1 the operation failed (an error, a failed task, a
+container that failed to start); 2 the command line is wrong (usage).
+
+Topics: nodemgr help templates | suites | pools | ensembles
+Shell completion: nodemgr completion bash | zsh | fish (the Debian package
+installs it)`
