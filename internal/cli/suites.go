@@ -114,12 +114,13 @@ func suiteLsCmd(e *env) *cobra.Command {
 }
 
 func printSuites(e *env, suites []api.Suite) error {
-	t := newTable(e.stdout, "ID", "NAME", "STATE", "PRIORITY", "GROUP", "TAGS", "WORKERS", "READY", "RUNNING", "FINISHED", "FAILED", "CANCELLED")
+	t := newTable(e.stdout, "ID", "NAME", "STATE", "PRIORITY", "GROUP", "TAGS", "WORKERS", "READY", "RUNNING", "FINISHED", "FAILED", "CANCELLED", "WAITING")
 	for _, s := range suites {
 		c := s.Counts
+		// The reason whole: a table cell cut short would hide what to do.
 		t.row(s.ID, s.Name, s.State, strconv.Itoa(s.Priority), orDash(s.Group), orDash(strings.Join(s.Tags, ",")),
 			strconv.Itoa(s.WorkerSchedule.WorkerCount), strconv.Itoa(c.Ready), strconv.Itoa(c.Running),
-			strconv.Itoa(c.Finished), strconv.Itoa(c.Failed), strconv.Itoa(c.Cancelled))
+			strconv.Itoa(c.Finished), strconv.Itoa(c.Failed), strconv.Itoa(c.Cancelled), orDash(s.WaitingReason))
 	}
 	return t.flush()
 }

@@ -111,7 +111,13 @@ func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error 
 	}
 	out := api.SuiteList{Suites: make([]api.Suite, 0, len(suites)), Next: next}
 	for _, su := range suites {
-		out.Suites = append(out.Suites, su.Wire())
+		w := su.Wire()
+		// Why it waits costs no walk of the fleet (dispatch.Why), and only
+		// a suite with Ready tasks that runs nowhere has a reason.
+		if w.WaitingReason, err = s.reasons.Get(su, func() (string, error) { return s.dispatcher.Why.WaitingReason(r.Context(), su) }); err != nil {
+			return fmt.Errorf("list suites: %w", err)
+		}
+		out.Suites = append(out.Suites, w)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil

@@ -642,3 +642,26 @@ func TestRevokedTokenEndsTheSession(t *testing.T) {
 		t.Errorf("a page after the token was revoked = %d to %q, want 303 to the login", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }
+
+// TestListsSayWhySuitesWait: a suite with Ready tasks that runs nowhere
+// says why, in one line, in the suite list's API answer and on the
+// overview and suites pages, as on its own page.
+func TestListsSayWhySuitesWait(t *testing.T) {
+	e := newEnv(t)
+	su := createSuite(t, e.api, "stuck", "")
+	if _, err := e.api.SubmitTasks(t.Context(), su.ID, []api.TaskSpec{{Argv: []string{"true"}}}); err != nil {
+		t.Fatal(err)
+	}
+	const why = "no node is registered yet"
+	suites, err := e.api.Suites(t.Context(), "")
+	if err != nil || len(suites) != 1 || !strings.Contains(suites[0].WaitingReason, why) {
+		t.Fatalf("suite list = %+v, %v; want the suite, waiting because %s", suites, err, why)
+	}
+	b := e.browser()
+	b.login(e.admin)
+	for _, page := range []string{"/ui/", "/ui/suites"} {
+		if _, body := b.get(page); !strings.Contains(body, "Waiting: "+why) {
+			t.Errorf("%s does not say the suite waits because %s", page, why)
+		}
+	}
+}
