@@ -355,6 +355,15 @@ const (
 	NotifyTaskCancel     = "task.cancel"     // server: kill this task if it runs here (TaskRef)
 )
 
+// SuiteNextRequest is the body of suite.next.
+type SuiteNextRequest struct {
+	// Poll says the agent asks on its own timer (idle_poll), not because
+	// it was woken or just became idle: whatever gives an idle node work
+	// wakes it, so a poll is a safety net that the server may answer from
+	// what it read of the suites a few seconds ago.
+	Poll bool `json:"poll,omitempty"`
+}
+
 // SuiteNext answers suite.next; Suite is nil when there is nothing to do.
 type SuiteNext struct {
 	Suite *Suite `json:"suite,omitempty"`

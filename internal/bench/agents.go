@@ -319,14 +319,14 @@ func (a *simAgent) connect(ctx context.Context, addr, joinToken string) error {
 // idle asks for a suite as an idle agent does: every idlePoll, spread over
 // the agents, and when woken (HandleRequest).
 func (a *simAgent) idle(ctx context.Context) {
-	tick.From(ctx, time.Duration(rand.Int64N(int64(a.idlePoll))), a.idlePoll, func() { a.askNext(ctx) })
+	tick.From(ctx, time.Duration(rand.Int64N(int64(a.idlePoll))), a.idlePoll, func() { a.askNext(ctx, true) })
 }
 
-func (a *simAgent) askNext(ctx context.Context) {
+func (a *simAgent) askNext(ctx context.Context, poll bool) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var next api.SuiteNext
-	if a.peer.Call(cctx, api.MethodSuiteNext, struct{}{}, &next) == nil && a.measuring.Load() {
+	if a.peer.Call(cctx, api.MethodSuiteNext, api.SuiteNextRequest{Poll: poll}, &next) == nil && a.measuring.Load() {
 		a.asks.Add(1)
 	}
 }
@@ -357,7 +357,7 @@ func (a *simAgent) HandleRequest(ctx context.Context, method string, body json.R
 	case api.MethodPing:
 		return struct{}{}, nil
 	case api.MethodWake:
-		go a.askNext(context.WithoutCancel(ctx))
+		go a.askNext(context.WithoutCancel(ctx), false)
 		return struct{}{}, nil
 	}
 	return nil, proto.UnknownMethod(method)

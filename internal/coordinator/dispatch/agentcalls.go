@@ -24,12 +24,19 @@ const MaxFetch = 4096
 // caps it too.
 const maxOutputTail = 64 << 10
 
-// Next answers suite.next: the suite the node should run now, if any.
-func (d *Dispatcher) Next(ctx context.Context, sess Session) (api.SuiteNext, error) {
+// Next answers suite.next: the suite the node should run now, if any. A
+// poll may be answered from a listing of the suites up to pollListingAge
+// old: thousands of idle agents polling then cost one read of the suites
+// per period, not one each.
+func (d *Dispatcher) Next(ctx context.Context, sess Session, req api.SuiteNextRequest) (api.SuiteNext, error) {
 	if sess.Draining() {
 		return api.SuiteNext{}, nil // its machine is about to go
 	}
-	su, err := d.NextSuite(ctx, sess.Node())
+	var maxAge time.Duration
+	if req.Poll {
+		maxAge = pollListingAge
+	}
+	su, err := d.nextSuite(ctx, sess.Node(), maxAge)
 	if err != nil || su == nil {
 		return api.SuiteNext{}, err
 	}

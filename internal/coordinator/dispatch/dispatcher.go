@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -90,6 +91,11 @@ type Dispatcher struct {
 	fetches FetchWatch
 	shares  Shares[Session]
 	actions actionCache
+	listing struct { // the last listing of the live suites (liveSuites)
+		mu     sync.Mutex
+		at     time.Time
+		suites []store.Suite
+	}
 }
 
 // New makes the dispatcher; pools gives the orchestrator's pools, nil
@@ -126,11 +132,21 @@ func (s sessions) Connected() []AgentWork {
 // eligible suite with tasks ready, or with tasks other nodes would give
 // back to it (shares.go).
 func (d *Dispatcher) NextSuite(ctx context.Context, nodeID string) (*store.Suite, error) {
+	return d.nextSuite(ctx, nodeID, 0)
+}
+
+// pollListingAge is how old a listing of the suites may be to answer an
+// idle agent's poll (api.SuiteNextRequest).
+const pollListingAge = 5 * time.Second
+
+// nextSuite is NextSuite from a listing of the live suites at most maxAge
+// old (0: read now).
+func (d *Dispatcher) nextSuite(ctx context.Context, nodeID string, maxAge time.Duration) (*store.Suite, error) {
 	n, err := d.store.GetNode(ctx, nodeID)
 	if err != nil {
 		return nil, err
 	}
-	suites, err := d.store.ListSuites(ctx, store.SuiteFilter{States: []string{api.SuiteOpen, api.SuiteClosed}})
+	suites, err := d.liveSuites(ctx, maxAge)
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +160,29 @@ func (d *Dispatcher) NextSuite(ctx context.Context, nodeID string) (*store.Suite
 		return &su, nil
 	}
 	return nil, nil
+}
+
+// liveSuites lists the Open and Closed suites, or returns the last listing
+// when it is at most maxAge old. The listing is shared: never changed.
+func (d *Dispatcher) liveSuites(ctx context.Context, maxAge time.Duration) ([]store.Suite, error) {
+	l := &d.listing
+	l.mu.Lock()
+	if maxAge > 0 && time.Since(l.at) <= maxAge {
+		defer l.mu.Unlock()
+		return l.suites, nil
+	}
+	l.mu.Unlock()
+	now := time.Now()
+	suites, err := d.store.ListSuites(ctx, store.SuiteFilter{States: []string{api.SuiteOpen, api.SuiteClosed}})
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if now.After(l.at) {
+		l.suites, l.at = suites, now
+	}
+	l.mu.Unlock()
+	return suites, nil
 }
 
 // wouldGetGivenBack says whether node n, joining suite su, would be given

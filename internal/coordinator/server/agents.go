@@ -167,7 +167,7 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 	case api.MethodNotices:
 		return h.noticesReq(ctx, body)
 	case api.MethodSuiteNext:
-		return h.suiteNext(ctx)
+		return h.suiteNext(ctx, body)
 	case api.MethodSuiteLeave:
 		return h.suiteLeave(ctx, body)
 	case api.MethodTasksFetch:

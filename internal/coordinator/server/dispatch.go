@@ -44,8 +44,14 @@ func (a dispatchAgents) All() []dispatch.Session {
 // Agent requests about suites and tasks: decoded here, answered by the
 // dispatcher.
 
-func (h *agentHandler) suiteNext(ctx context.Context) (any, error) {
-	return h.s.dispatcher.Next(ctx, h.sess)
+func (h *agentHandler) suiteNext(ctx context.Context, body json.RawMessage) (any, error) {
+	var req api.SuiteNextRequest
+	if len(body) > 0 && string(body) != "null" {
+		if err := httpapi.DecodeStrict(body, &req); err != nil {
+			return nil, err
+		}
+	}
+	return h.s.dispatcher.Next(ctx, h.sess, req)
 }
 
 func (h *agentHandler) suiteLeave(ctx context.Context, body json.RawMessage) (any, error) {

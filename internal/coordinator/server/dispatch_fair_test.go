@@ -340,3 +340,35 @@ func TestIdleNodesAreWokenWhenARetryWaitEnds(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// An idle agent's poll (suite.next with poll) may be answered from a
+// listing of the suites a few seconds old, so that thousands of polling
+// agents cost one read of the suites; an ask after a wake reads them now,
+// so no work that woke the agent is missed.
+func TestPollsShareAListingAndWokenAsksReadNow(t *testing.T) {
+	s, _, admin := newServer(t, "", Config{})
+	url := serve(t, s)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	ts := &testServer{Server: s, http: hs, admin: admin}
+	_, cred := ts.nodeNamed(t, "a")
+	a := connectTestAgent(t, url, cred, 1)
+	ask := func(poll bool) *api.Suite {
+		t.Helper()
+		var next api.SuiteNext
+		a.call(api.MethodSuiteNext, api.SuiteNextRequest{Poll: poll}, &next)
+		return next.Suite
+	}
+	if su := ask(false); su != nil {
+		t.Fatalf("suite.next with no suite = %s, want none", su.ID)
+	}
+	var su api.Suite
+	ts.mustCall(t, http.StatusCreated, admin, "POST", "/v1/suites", api.SuiteSpec{Name: "late", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}, &su)
+	ts.mustCall(t, http.StatusCreated, admin, "POST", "/v1/suites/"+su.ID+"/tasks", api.SubmitTasks{Tasks: []api.TaskSpec{{Argv: []string{"true"}}}}, nil)
+	if got := ask(true); got != nil {
+		t.Errorf("a poll just after the last listing = suite %s, want the listing's answer (none)", got.ID)
+	}
+	if got := ask(false); got == nil || got.ID != su.ID {
+		t.Errorf("an ask after a wake = %v, want suite %s, read now", got, su.ID)
+	}
+}

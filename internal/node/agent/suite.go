@@ -136,6 +136,7 @@ func (r *runner) poke() {
 // loop runs suites until ctx ends or a shutdown is requested.
 func (r *runner) loop(ctx context.Context) {
 	defer close(r.stopped)
+	poll := false
 	for ctx.Err() == nil && !r.shuttingDown() {
 		if r.drainingFor() != "" {
 			// No new suite: wait for the shutdown, or the machine's end.
@@ -145,15 +146,17 @@ func (r *runner) loop(ctx context.Context) {
 			}
 			continue
 		}
-		su, err := r.next(ctx)
+		su, err := r.next(ctx, poll)
 		if err != nil && ctx.Err() == nil {
 			r.env.log.Debug("ask for a suite", "err", err)
 		}
+		poll = false
 		if su == nil {
 			select {
 			case <-ctx.Done():
 			case <-r.wake:
 			case <-time.After(cmp.Or(time.Duration(r.idlePoll.Load()), defaultIdlePoll)):
+				poll = true // nothing woke it: the server may answer from a recent listing
 			}
 			continue
 		}
@@ -167,11 +170,11 @@ func (r *runner) shuttingDown() bool {
 	return r.stopping != ""
 }
 
-func (r *runner) next(ctx context.Context) (*api.Suite, error) {
+func (r *runner) next(ctx context.Context, poll bool) (*api.Suite, error) {
 	var resp api.SuiteNext
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := r.env.server.call(cctx, api.MethodSuiteNext, struct{}{}, &resp); err != nil {
+	if err := r.env.server.call(cctx, api.MethodSuiteNext, api.SuiteNextRequest{Poll: poll}, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Suite, nil
