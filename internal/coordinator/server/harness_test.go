@@ -37,7 +37,7 @@ func newServer(t *testing.T, dir string, cfg Config) (*Server, store.Store, stri
 }
 
 // openStore opens a SQLite store in dir, closed when the test ends.
-func openStore(t *testing.T, dir string) store.Store {
+func openStore(t testing.TB, dir string) store.Store {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "nodemgr.db"), discardLog())
 	if err != nil {

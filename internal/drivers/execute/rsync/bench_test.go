@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/executetest"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/rsync"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
 )
@@ -44,7 +45,7 @@ func BenchmarkCopyVsRsync(b *testing.B) {
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	src := benchTree(b)
+	src := executetest.BenchTree(b, b.TempDir())
 	ctx := context.Background()
 	out := b.TempDir() // the machine is this host
 
@@ -70,7 +71,7 @@ func BenchmarkCopyVsRsync(b *testing.B) {
 		}
 		took[k] = append(took[k], time.Since(start))
 	}
-	const files = 200
+	const files = executetest.BenchTreeFiles
 	round := 0
 	for b.Loop() {
 		round++
@@ -95,34 +96,6 @@ func BenchmarkCopyVsRsync(b *testing.B) {
 	}
 	b.ReportMetric(float64(p50["nodemgr-first"])/float64(p50["rsync-first"]), "ratio-first")
 	b.ReportMetric(float64(p50["nodemgr-unchanged"])/float64(p50["rsync-unchanged"]), "ratio-unchanged")
-}
-
-// benchTree makes a tree of 200 files of 8 KiB in 10 directories, with
-// modes, times and a link or two.
-func benchTree(b *testing.B) string {
-	root := filepath.Join(b.TempDir(), "tree")
-	body := make([]byte, 8<<10)
-	mtime := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
-	for i := range 200 {
-		dir := filepath.Join(root, "data", strconv.Itoa(i%10))
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			b.Fatal(err)
-		}
-		body[0] = byte(i)
-		p := filepath.Join(dir, strconv.Itoa(i))
-		if err := os.WriteFile(p, body, 0o640); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Chtimes(p, mtime, mtime); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for _, l := range []string{"abs-link", "rel-link"} {
-		if err := os.Symlink("/etc/hostname", filepath.Join(root, l)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return root
 }
 
 func must(s string, err error) string {
