@@ -101,6 +101,11 @@ func Main(args []string) int {
 // cannot run, else 1.
 func run(ctx context.Context, e *env, args []string) int {
 	root := newRoot(e)
+	if len(args) > 0 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd) {
+		// Only a shell asking for completions reads them, and walking
+		// every command's flags for them is a tenth of a command's start.
+		addCompletions(root, e)
+	}
 	root.SetArgs(args)
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
@@ -201,7 +206,6 @@ installs it)`,
 		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newPoolCmd(e), newScheduleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newEnsembleCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
 		newWhoamiCmd(e), newBenchCmd(e), newMigrateStoreCmd(e), newBackupStoreCmd(e),
 	)
-	addCompletions(root, e)
 	root.SetHelpCommand(newHelpCmd(root))
 	strictUsage(root)
 	return root
