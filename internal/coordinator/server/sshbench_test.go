@@ -145,7 +145,10 @@ func median(ds []time.Duration) time.Duration {
 }
 
 // BenchmarkCLIExecVsOpenSSH runs `nodemgr exec vm-1 -- true` against
-// `ssh HOST true` through a warm OpenSSH ControlMaster.
+// `ssh HOST true` through a warm OpenSSH ControlMaster, and, to tell the
+// CLI's start from the rest, `nodemgr --version`. With
+// $NODEMGR_BENCH_AGAINST, another nodemgr binary (the build before a
+// change) runs the same exec beside them.
 //
 //	NODEMGR_REQUIRE_SSH=1 go test ./internal/coordinator/server -run '^$' -bench CLIExecVsOpenSSH -benchtime 40x
 func BenchmarkCLIExecVsOpenSSH(b *testing.B) {
@@ -155,10 +158,19 @@ func BenchmarkCLIExecVsOpenSSH(b *testing.B) {
 	master := append(slices.Clone(r.ssh), "-o", "ControlMaster=auto", "-o", "ControlPath="+cm, "-o", "ControlPersist=60")
 	b.Cleanup(func() { exec.Command("ssh", append(slices.Clone(master), "-O", "exit", host)...).Run() })
 	run := map[string]func() error{
-		"nodemgr-exec":   func() error { return r.nodemgr("exec", "vm-1", "--", "true") },
-		"ssh-controlmst": func() error { return command("ssh", append(slices.Clone(master), host, "true")...) },
+		"nodemgr-exec":    func() error { return r.nodemgr("exec", "vm-1", "--", "true") },
+		"nodemgr-version": func() error { return r.nodemgr("--version") },
+		"ssh-controlmst":  func() error { return command("ssh", append(slices.Clone(master), host, "true")...) },
 	}
-	kinds := []string{"nodemgr-exec", "ssh-controlmst"}
+	kinds := []string{"nodemgr-exec", "nodemgr-version", "ssh-controlmst"}
+	ratios := map[string][2]string{"ratio-vs-controlmaster": {"nodemgr-exec", "ssh-controlmst"},
+		"version-vs-controlmaster": {"nodemgr-version", "ssh-controlmst"}}
+	if against := os.Getenv("NODEMGR_BENCH_AGAINST"); against != "" {
+		old := &sshRig{bin: against, env: r.env}
+		run["against-exec"] = func() error { return old.nodemgr("exec", "vm-1", "--", "true") }
+		kinds = append(kinds, "against-exec")
+		ratios["against-ratio-vs-controlmaster"] = [2]string{"against-exec", "ssh-controlmst"}
+	}
 	// Warm up: the server's connection, the master, the page cache.
 	for _, k := range kinds {
 		if err := run[k](); err != nil {
@@ -171,7 +183,7 @@ func BenchmarkCLIExecVsOpenSSH(b *testing.B) {
 			tm.time(b, k, run[k])
 		}
 	}
-	tm.report(b, map[string][2]string{"ratio-vs-controlmaster": {"nodemgr-exec", "ssh-controlmst"}})
+	tm.report(b, ratios)
 }
 
 // BenchmarkCLICopyVsRsync copies a tree of 200 files with `nodemgr cp
