@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +22,7 @@ import (
 )
 
 // The benchmarks here time what a user runs, end to end: the nodemgr
-// binary (built once per test binary, or $NODEMGR_BENCH_BINARY) as a
+// binary (built for the benchmark, or $NODEMGR_BENCH_BINARY) as a
 // process, over HTTPS to a server in this process with a CA of its own,
 // whose executors reach the test sshd; against OpenSSH's ssh and rsync
 // on the same sshd, side by side in each round, so that both see the
@@ -84,34 +83,17 @@ func (r *sshRig) nodemgr(args ...string) error {
 	return nil
 }
 
-var built struct {
-	once sync.Once
-	path string
-	err  error
-}
-
 // nodemgrBinary is $NODEMGR_BENCH_BINARY, or the nodemgr binary of this
-// tree, built once.
+// tree, built for b (go build's cache makes the second build a link).
 func nodemgrBinary(b *testing.B) string {
 	if p := os.Getenv("NODEMGR_BENCH_BINARY"); p != "" {
 		return p
 	}
-	built.once.Do(func() {
-		dir, err := os.MkdirTemp("", "nodemgr-bench-")
-		if err != nil {
-			built.err = err
-			return
-		}
-		built.path = filepath.Join(dir, "nodemgr")
-		out, err := exec.Command("go", "build", "-o", built.path, "github.com/nodemgr/nodemgr/cmd/nodemgr").CombinedOutput()
-		if err != nil {
-			built.err = fmt.Errorf("go build: %v: %s", err, out)
-		}
-	})
-	if built.err != nil {
-		b.Fatal(built.err)
+	path := filepath.Join(b.TempDir(), "nodemgr")
+	if out, err := exec.Command("go", "build", "-o", path, "github.com/nodemgr/nodemgr/cmd/nodemgr").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v: %s", err, out)
 	}
-	return built.path
+	return path
 }
 
 // timings are each kind's durations over the rounds.
