@@ -22,6 +22,7 @@ import (
 	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/base/cleartext"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/rsync"
 )
 
 // Version and Commit are stamped at build time by the release tool
@@ -90,6 +91,11 @@ type env struct {
 
 // Main runs the nodemgr command line and returns the process exit code.
 func Main(args []string) int {
+	if len(args) > 0 && args[0] == rsync.RelayCommand {
+		// rsync's remote shell, started by the rsync executor: its
+		// arguments are rsync's, not flags of ours.
+		return rsync.RelayMain(args[1:], os.Stdin, os.Stdout, os.Stderr)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	e := &env{stdin: os.Stdin, stdout: &safeWriter{w: os.Stdout}, stderr: &safeWriter{w: os.Stderr},
@@ -106,6 +112,11 @@ func Main(args []string) int {
 // cannot run, else 1.
 func run(ctx context.Context, e *env, args []string) int {
 	root := newRoot(e)
+	if len(args) > 0 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd) {
+		// Only a shell asking for completions reads them, and walking
+		// every command's flags for them is a tenth of a command's start.
+		addCompletions(root, e)
+	}
 	root.SetArgs(args)
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)

@@ -15,7 +15,6 @@ func addCommands(root *cobra.Command, e *env) {
 		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newCacheCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newPoolCmd(e), newScheduleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newEnsembleCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
 		newWhoamiCmd(e), newBenchCmd(e), newMigrateStoreCmd(e), newBackupStoreCmd(e),
 	)
-	addCompletions(root, e)
 }
 
 const rootLong = `nodemgr gives a team compute nodes and runs work on them through one agent

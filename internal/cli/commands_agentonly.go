@@ -12,6 +12,10 @@ import "github.com/spf13/cobra"
 // under 20 (nodemgr bench rss). Pool machines can be given this build.
 const agentOnly = true
 
+// addCompletions has nothing to add: the agent-only build completes no
+// names of the server's.
+func addCompletions(*cobra.Command, *env) {}
+
 // addCommands adds the agent-only build's commands to root.
 func addCommands(root *cobra.Command, e *env) {
 	root.AddCommand(newAgentCmd(e), newWorkerCmd(e))

@@ -12,12 +12,30 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 )
 
+// The forms of tags, label keys, groups and names, their lengths checked
+// apart (see Pattern).
 var (
-	tagRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/+=-]{0,63}$`)
-	keyRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}$`)
-	groupRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
-	nameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$`)
+	tagRE   = NewPattern(`^[A-Za-z0-9][A-Za-z0-9_.:/+=-]*$`, 64)
+	keyRE   = NewPattern(`^[A-Za-z0-9][A-Za-z0-9_./-]*$`, 63)
+	groupRE = NewPattern(`^[a-z0-9][a-z0-9_.-]*$`, 64)
+	nameRE  = NewPattern(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`, 253)
 )
+
+// Pattern is a regular expression over ASCII with a length limit in
+// bytes: what a bounded repeat such as [a-z]{0,252} says, without its
+// cost. The regexp package compiles a copy of the repeated part per
+// repeat, and every nodemgr process, a command line's included, compiles
+// the package-level patterns at start: {0,252} alone took 1 ms.
+type Pattern struct {
+	re  *regexp.Regexp
+	max int
+}
+
+// NewPattern compiles expr, whose matches are at most max bytes long.
+func NewPattern(expr string, max int) Pattern { return Pattern{re: regexp.MustCompile(expr), max: max} }
+
+// MatchString says whether s is at most max bytes long and matches.
+func (p Pattern) MatchString(s string) bool { return len(s) <= p.max && p.re.MatchString(s) }
 
 // Tags checks a list of tags such as "gpu" or "cuda:11.8".
 func Tags(field string, tags []string) error {

@@ -109,3 +109,25 @@ func TestOrList(t *testing.T) {
 		}
 	}
 }
+
+// TestLengthLimits pins the limits the patterns keep apart from their
+// expressions: the longest name of each kind passes, one byte more fails.
+func TestLengthLimits(t *testing.T) {
+	for _, tc := range []struct {
+		kind  string
+		check func(s string) error
+		max   int
+	}{
+		{"tag", func(s string) error { return Tags("tags", []string{s}) }, 64},
+		{"label key", func(s string) error { return Labels("labels", map[string]string{s: "v"}) }, 63},
+		{"group", func(s string) error { return Group("group", s) }, 64},
+		{"name", func(s string) error { return Name("name", s) }, 253},
+	} {
+		if err := tc.check(strings.Repeat("a", tc.max)); err != nil {
+			t.Errorf("%s of %d bytes: %v, want accepted", tc.kind, tc.max, err)
+		}
+		if err := tc.check(strings.Repeat("a", tc.max+1)); err == nil {
+			t.Errorf("%s of %d bytes accepted, want refused", tc.kind, tc.max+1)
+		}
+	}
+}

@@ -2,10 +2,10 @@ package workload
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 )
 
 // ArtifactID names one version of an artifact, written group:artifact:version, as
@@ -17,7 +17,7 @@ type ArtifactID struct {
 // Each part becomes one path element under <prefix>/software and one in the
 // depot URL, so it must be a plain name: no separators, no "..", and not
 // starting with a dot (which also keeps it clear of the store's .tmp).
-var artifactPartRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`)
+var artifactPartRE = validate.NewPattern(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`, 128)
 
 // ParseArtifactID parses "group:artifact:version". A malformed id is an
 // errdefs.ErrInvalid that names it and the part at fault.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 )
 
 // Labels nodemgr puts on every container it makes; a job's own labels
@@ -30,7 +31,7 @@ const MinContainerMemoryMB = 6
 
 // DNSLabel is what IDs and names look like: they go into container names,
 // labels and file names, so they are kept to a DNS label.
-var DNSLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var DNSLabel = validate.NewPattern(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`, 63)
 
 // CheckContainer checks a container job before anything is done with it. It returns an
 // errdefs field error (ErrInvalid) naming the first bad field by its path,

@@ -6,7 +6,6 @@ import (
 	"math"
 	"net/url"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 )
 
 // Defaults for the zero values of a ServiceSpec.
@@ -36,7 +36,7 @@ type Coordinate struct {
 	Instance, Service, User, Cell string
 }
 
-var coordPartRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var coordPartRE = validate.NewPattern(`^[a-z0-9][a-z0-9_-]*$`, 63)
 
 const coordForm = "instance.service.user.cell, four names of a-z, 0-9, _ and - (starting with a letter or digit, at most 63 each) separated by dots"
 

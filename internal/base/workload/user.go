@@ -1,10 +1,9 @@
 package workload
 
 import (
-	"regexp"
-
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 )
 
 // Privileged says whether a run_as or user value asks for the agent's
@@ -15,7 +14,7 @@ func Privileged(name string) bool {
 
 // userRE is what a user name (or numeric uid) may look like in a spec:
 // useradd's portable set, a little wider for existing accounts.
-var userRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,31}$`)
+var userRE = validate.NewPattern(`^[A-Za-z0-9_][A-Za-z0-9._-]*$`, 32)
 
 // CheckUser checks the form of a run_as or user value; "" is the default.
 func CheckUser(field, name string) error {

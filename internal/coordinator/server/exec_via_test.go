@@ -98,6 +98,57 @@ func TestExecCopyVia(t *testing.T) {
 	}
 }
 
+// TestExecKeepsConnection checks that the server keeps one SSH
+// connection per machine across requests: commands, and copies with sftp
+// and rsync, all go over one, and one that broke is dialed again.
+func TestExecKeepsConnection(t *testing.T) {
+	srv := sshtest.Shared(t)
+	sshtest.Need(t, "rsync")
+	p := sshtest.NewProxy(t, srv.Addr)
+	settings := srv.Settings()
+	settings["known_hosts"] = srv.KnownHostsFile(t, p.Addr)
+	s, st, admin := newServer(t, "", Config{ExecutorSettings: map[string]map[string]string{"ssh": settings}})
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	ts := &testServer{Server: s, http: hs, admin: admin}
+	now := time.Now()
+	if err := st.CreateDeployment(t.Context(), store.Deployment{ID: "dep-ssh", Provider: "local", ResourceID: "r", Name: "vm-1",
+		State: provision.StateRunning, Address: p.Addr, Executors: []string{"exec:ssh", "copy:sftp", "copy:rsync"},
+		CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(what string) {
+		t.Helper()
+		if code, out, errMsg := execCall(t, ts, api.ExecRequest{Argv: []string{"echo", what}}); code != 0 || out != what+"\n" {
+			t.Fatalf("exec %s = %d, %q, error %q", what, code, out, errMsg)
+		}
+	}
+	exec("one")
+	exec("two")
+	src := executetest.Tree(t, t.TempDir(), "tree")
+	for _, via := range []string{"sftp", "rsync"} {
+		var body bytes.Buffer
+		if err := archive.Write(t.Context(), &body, src, "tree"); err != nil {
+			t.Fatal(err)
+		}
+		remote := filepath.Join(t.TempDir(), "copy")
+		if code, msg := raw(t, ts, "PUT", "/v1/deployments/vm-1/files?"+query(remote, via), &body); code != http.StatusNoContent {
+			t.Fatalf("PUT files via %s = %d %s", via, code, msg)
+		}
+		if diff := cmp.Diff(executetest.Listing(t, src), executetest.Listing(t, remote)); diff != "" {
+			t.Errorf("copied via %s (-want +got):\n%s", via, diff)
+		}
+	}
+	if n := p.Accepted(); n != 1 {
+		t.Errorf("two execs and two copies made %d connections to the machine, want 1", n)
+	}
+	p.Break() // as sshd's restart or a machine's reboot would
+	exec("three")
+	if n := p.Accepted(); n != 2 {
+		t.Errorf("after the connection broke: %d connections in all, want 2", n)
+	}
+}
+
 func query(path, via string) string {
 	q := url.Values{"path": {path}}
 	if via != "" {

@@ -79,7 +79,7 @@ type Entry struct {
 
 // Listing describes the local file or tree at root, by path relative to
 // root ("." for root itself).
-func Listing(t *testing.T, root string) map[string]Entry {
+func Listing(t testing.TB, root string) map[string]Entry {
 	t.Helper()
 	out := map[string]Entry{}
 	err := filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {

@@ -3,53 +3,41 @@ package rsync_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/nodemgr/nodemgr/internal/drivers/execute/rsync"
-	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/executetest"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh/sshtest"
 )
 
 // BenchmarkCopyVsRsync copies the same tree to the test sshd, side by
-// side in each round: with the executor (CopyToStats: its check over the
-// kept ssh connection, then rsync) and with plain rsync over the same
-// ssh_config, each a first copy into a fresh directory and an unchanged
+// side in each round: with the executor (CopyToStats: its check and rsync,
+// both over the kept ssh connection) and with plain rsync over a fresh
+// OpenSSH ssh, each a first copy into a fresh directory and an unchanged
 // second copy. It reports the median of each (-benchtime=50x for 50
 // rounds) and the executor's ratios.
 //
 //	go test ./internal/drivers/execute/rsync -run '^$' -bench CopyVsRsync -benchtime 50x
 func BenchmarkCopyVsRsync(b *testing.B) {
 	r, d, srv := node(b, nil)
-	rsyncBin, sshBin := must(exec.LookPath("rsync")), must(exec.LookPath("ssh"))
-	// The ssh_config the executor writes for d.
-	s, err := ssh.New(srv.Settings())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	t, err := s.Target(d)
-	if err != nil {
-		b.Fatal(err)
-	}
-	body, err := rsync.SSHConfig(t)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := filepath.Join(b.TempDir(), "ssh_config")
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	src := benchTree(b)
+	rsyncBin := sshtest.Need(b, "rsync")
+	host, port, _ := net.SplitHostPort(srv.Addr)
+	// rsync -e splits on blanks: none of these has one.
+	rsh := strings.Join([]string{sshtest.Need(b, "ssh"), "-F", "/dev/null", "-p", port, "-i", srv.Identity, "-l", srv.User,
+		"-o", "UserKnownHostsFile=" + srv.KnownHosts, "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes"}, " ")
+	src := executetest.BenchTree(b, b.TempDir())
 	ctx := context.Background()
 	out := b.TempDir() // the machine is this host
 
 	plain := func(dst string) error {
-		c := exec.Command(rsyncBin, "-rlpt", "-s", "--stats", "-e", sshBin+" -F "+cfg, "--", src+"/", "nodemgr-target:"+dst+"/")
+		c := exec.Command(rsyncBin, "-rlpt", "-s", "--stats", "-e", rsh, "--", src+"/", host+":"+dst+"/")
 		if o, err := c.CombinedOutput(); err != nil {
 			return fmt.Errorf("%v: %s", err, o)
 		}
@@ -70,7 +58,7 @@ func BenchmarkCopyVsRsync(b *testing.B) {
 		}
 		took[k] = append(took[k], time.Since(start))
 	}
-	const files = 200
+	const files = executetest.BenchTreeFiles
 	round := 0
 	for b.Loop() {
 		round++
@@ -95,39 +83,4 @@ func BenchmarkCopyVsRsync(b *testing.B) {
 	}
 	b.ReportMetric(float64(p50["nodemgr-first"])/float64(p50["rsync-first"]), "ratio-first")
 	b.ReportMetric(float64(p50["nodemgr-unchanged"])/float64(p50["rsync-unchanged"]), "ratio-unchanged")
-}
-
-// benchTree makes a tree of 200 files of 8 KiB in 10 directories, with
-// modes, times and a link or two.
-func benchTree(b *testing.B) string {
-	root := filepath.Join(b.TempDir(), "tree")
-	body := make([]byte, 8<<10)
-	mtime := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
-	for i := range 200 {
-		dir := filepath.Join(root, "data", strconv.Itoa(i%10))
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			b.Fatal(err)
-		}
-		body[0] = byte(i)
-		p := filepath.Join(dir, strconv.Itoa(i))
-		if err := os.WriteFile(p, body, 0o640); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Chtimes(p, mtime, mtime); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for _, l := range []string{"abs-link", "rel-link"} {
-		if err := os.Symlink("/etc/hostname", filepath.Join(root, l)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return root
-}
-
-func must(s string, err error) string {
-	if err != nil {
-		panic(err)
-	}
-	return s
 }

@@ -77,10 +77,6 @@ func (r *Rsync) CopyToStats(ctx context.Context, d provision.Deployment, src, ds
 	if err != nil {
 		return Stats{}, err
 	}
-	t, err := r.ssh.Target(d)
-	if err != nil {
-		return Stats{}, err
-	}
 	kind, from, to := "f", abs, hostAlias+":"+target
 	if fi.IsDir() {
 		// The tree's content goes into target itself.
@@ -89,7 +85,7 @@ func (r *Rsync) CopyToStats(ctx context.Context, d provision.Deployment, src, ds
 	if _, err := r.check(ctx, d, pushCheck, target, kind, path.Dir(target)); err != nil {
 		return Stats{}, fmt.Errorf("copy %s to %s:%s: %w", src, d.Name, target, err)
 	}
-	st, err := r.run(ctx, t, from, to)
+	st, err := r.run(ctx, d, from, to)
 	if err != nil {
 		return Stats{}, fmt.Errorf("copy %s to %s:%s: %w", src, d.Name, target, err)
 	}
@@ -116,10 +112,6 @@ func (r *Rsync) CopyFromStats(ctx context.Context, d provision.Deployment, src, 
 	if err != nil {
 		return Stats{}, err
 	}
-	t, err := r.ssh.Target(d)
-	if err != nil {
-		return Stats{}, err
-	}
 	wrap := func(err error) error { return fmt.Errorf("copy %s:%s to %s: %w", d.Name, srcPath, target, err) }
 	kind, err := r.check(ctx, d, pullCheck, srcPath)
 	if err != nil {
@@ -142,7 +134,7 @@ func (r *Rsync) CopyFromStats(ctx context.Context, d provision.Deployment, src, 
 	if tree {
 		from, to = from+"/", to+"/"
 	}
-	st, err := r.run(ctx, t, from, to)
+	st, err := r.run(ctx, d, from, to)
 	if err != nil {
 		return Stats{}, wrap(err)
 	}
@@ -174,24 +166,33 @@ func (r *Rsync) check(ctx context.Context, d provision.Deployment, script string
 	return "", fmt.Errorf("check the machine's side: exit code %d: %s", code, msg)
 }
 
-// run runs rsync from src to dst, one of them on the machine (hostAlias).
-func (r *Rsync) run(ctx context.Context, t ssh.Target, src, dst string) (Stats, error) {
-	cfg, err := r.cfg.path(t)
+// hostAlias is the machine in rsync's HOST:PATH: the relay knows the
+// machine from its socket, and rsync never has to spell a user, a port or
+// an IPv6 address.
+const hostAlias = "nodemgr-target"
+
+// run runs rsync from src to dst, one of them on d (hostAlias), its
+// remote shell the relay.
+func (r *Rsync) run(ctx context.Context, d provision.Deployment, src, dst string) (Stats, error) {
+	x, sock, err := r.listen(d)
 	if err != nil {
 		return Stats{}, err
 	}
-	if strings.ContainsAny(cfg, " '\"") {
-		return Stats{}, fmt.Errorf("rsync executor: the temporary directory %s has a blank or a quote in its path, which rsync -e cannot carry", filepath.Dir(cfg))
-	}
-	cmd := exec.CommandContext(ctx, r.rsync, "-rlpt", "-s", "--stats", "-e", r.sshBin+" -F "+cfg, "--", src, dst)
+	go x.serve(ctx)
+	cmd := exec.CommandContext(ctx, r.rsync, "-rlpt", "-s", "--stats", "-e", r.rsh+" "+sock, "--", src, dst)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 2 * time.Second
 	ownGroup(cmd)
 	err = cmd.Run()
+	// What kept the machine's side from running says more than rsync,
+	// which saw its connection close.
+	relayErr := x.close()
 	switch {
 	case ctx.Err() != nil:
 		return Stats{}, ctx.Err()
+	case err != nil && relayErr != nil:
+		return Stats{}, relayErr
 	case err != nil:
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
@@ -201,7 +202,7 @@ func (r *Rsync) run(ctx context.Context, t ssh.Target, src, dst string) (Stats, 
 		if msg == "" {
 			msg = err.Error()
 		}
-		return Stats{}, connErr(classify(fmt.Sprintf("rsync (exit %d): %s", ee.ExitCode(), msg)), t)
+		return Stats{}, classify(fmt.Sprintf("rsync (exit %d): %s", ee.ExitCode(), msg))
 	}
 	return parseStats(stdout.String()), nil
 }
@@ -232,21 +233,13 @@ func classify(msg string) error {
 		return errdefs.Class(err, errdefs.ErrNotFound)
 	case strings.Contains(msg, "Not a directory"), strings.Contains(msg, "File exists"), strings.Contains(msg, "Is a directory"):
 		return errdefs.Class(err, errdefs.ErrConflict)
-	case strings.Contains(msg, "Permission denied"), strings.Contains(msg, "Operation not permitted"), strings.Contains(msg, "Host key verification failed"):
+	case strings.Contains(msg, "Permission denied"), strings.Contains(msg, "Operation not permitted"):
 		return errdefs.Class(err, errdefs.ErrPermission)
 	case strings.Contains(msg, "No space left"), strings.Contains(msg, "Disk quota exceeded"):
 		return errdefs.Class(err, errdefs.ErrStorageFull)
 	case strings.Contains(msg, "Connection refused"), strings.Contains(msg, "timed out"), strings.Contains(msg, "Connection closed"),
 		strings.Contains(msg, "connection unexpectedly closed"), strings.Contains(msg, "Could not resolve"):
 		return errdefs.Class(err, errdefs.ErrUnavailable)
-	}
-	return err
-}
-
-// connErr adds where host keys are checked to a refused host key.
-func connErr(err error, t ssh.Target) error {
-	if strings.Contains(err.Error(), "Host key verification failed") {
-		return fmt.Errorf("%w (host keys are checked against known_hosts %s)", err, t.KnownHosts)
 	}
 	return err
 }

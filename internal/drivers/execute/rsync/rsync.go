@@ -1,20 +1,21 @@
 // Package rsync is the "rsync" executor: it copies files and trees to and
-// from machines with the system's rsync over OpenSSH's ssh, for
-// deployments carrying copy:rsync, so that a copy onto a tree that is
-// already there sends only what changed (rsync's quick check: size and
-// modification time). Exec is the ssh executor's: a deployment needs
-// exec:ssh as well for commands, and is refused without it.
+// from machines with the system's rsync, for deployments carrying
+// copy:rsync, so that a copy onto a tree that is already there sends only
+// what changed (rsync's quick check: size and modification time). Exec is
+// the ssh executor's: a deployment needs exec:ssh as well for commands,
+// and is refused without it.
 //
-// Where and how it connects is the ssh executor's business (see package
-// ssh: address, user, port, keys, known_hosts and trust on first use,
-// jump host, the deployment's Extra winning over settings). From that the
-// executor writes an ssh_config of its own, read instead of the user's
-// and the system's, and runs rsync -rlpt -s --stats -e "ssh -F CONFIG":
-// known_hosts is checked (StrictHostKeyChecking yes, or accept-new), keys
-// are those named (else OpenSSH's defaults) and the agent's, the jump
-// host is a ProxyJump that reads the same file. Ownership is not copied
-// (-rlpt, not -a): what lands on the machine belongs to the login user,
-// and what comes back to the caller.
+// rsync goes over the ssh executor's kept connection to the machine, as
+// OpenSSH's ssh does over a ControlMaster: its remote shell (-e) is
+// nodemgr's own binary as a relay (relay.go), which hands the remote
+// command to the executor through a private unix socket. So where and how
+// it connects is the ssh executor's business (see package ssh: address,
+// user, port, keys, known_hosts and trust on first use, pinned host keys,
+// jump host, the deployment's Extra winning over settings), a copy makes
+// no connection of its own, and OpenSSH's client is not used. rsync runs
+// as rsync -rlpt -s --stats. Ownership is not copied (-rlpt, not -a):
+// what lands on the machine belongs to the login user, and what comes
+// back to the caller.
 //
 // Copies follow the executors' rule: dst names the copy, a dst ending in
 // "/" means into it, missing parents are made (0755), a tree merges into
@@ -30,14 +31,18 @@
 // CopyFrom gives it absolute local paths only, so none is taken for a
 // remote one.
 //
-// Needs rsync and ssh (OpenSSH's client) on this host, and rsync on the
-// machine.
+// Needs rsync on this host and on the machine, and the binary this
+// process runs (os.Executable) to answer RelayCommand: nodemgr's main
+// does, and so do test binaries through sshtest.Main.
 package rsync
 
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"strings"
+	"sync"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
@@ -48,13 +53,17 @@ import (
 // Capability is what a deployment must offer for this executor.
 const Capability = "copy:rsync"
 
-// Rsync copies files to and from machines with rsync over ssh.
+// Rsync copies files to and from machines with rsync over the ssh
+// executor's connections.
 type Rsync struct {
-	ssh    *ssh.SSH
-	own    bool   // ssh is ours to close
-	rsync  string // the rsync program
-	sshBin string // OpenSSH's client
-	cfg    *configs
+	ssh   *ssh.SSH
+	own   bool   // ssh is ours to close
+	rsync string // the rsync program
+	rsh   string // rsync -e: this binary as the relay
+
+	mu  sync.Mutex
+	tmp string // private directory of the relay sockets, once made
+	seq int    // names the next socket
 }
 
 // New returns an rsync executor with connections of its own (for its
@@ -73,18 +82,23 @@ func New(settings map[string]string) (*Rsync, error) {
 	return r, nil
 }
 
-// NewWith returns an rsync executor that uses s's settings, and its
-// connections for checks and commands; closing it leaves s open. It
-// fails when rsync or ssh is not installed here.
+// NewWith returns an rsync executor that goes over s's connections;
+// closing it leaves s open. It fails when rsync is not installed here.
 func NewWith(s *ssh.SSH) (*Rsync, error) {
-	r := &Rsync{ssh: s, cfg: &configs{}}
+	r := &Rsync{ssh: s}
 	var err error
 	if r.rsync, err = exec.LookPath("rsync"); err != nil {
 		return nil, fmt.Errorf("rsync executor: rsync is not installed on this host (apt-get install rsync): %w", errdefs.ErrInvalid)
 	}
-	if r.sshBin, err = exec.LookPath("ssh"); err != nil {
-		return nil, fmt.Errorf("rsync executor: ssh, OpenSSH's client, is not installed on this host (apt-get install openssh-client): %w", errdefs.ErrInvalid)
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("rsync executor: this program's path, for rsync's remote shell: %w", err)
 	}
+	// rsync splits -e on blanks and takes quotes, but no backslash.
+	if strings.ContainsAny(self, `'"`) {
+		return nil, fmt.Errorf("rsync executor: the path of this program, %s, has a quote, which rsync -e cannot carry: %w", self, errdefs.ErrInvalid)
+	}
+	r.rsh = "'" + self + "' " + RelayCommand
 	return r, nil
 }
 
@@ -94,10 +108,15 @@ func (r *Rsync) Name() string { return "rsync" }
 // Capability is "copy:rsync".
 func (r *Rsync) Capability() string { return Capability }
 
-// Close removes the ssh configurations written and closes the
-// connections New made.
+// Close removes the relay's directory and closes the connections New
+// made.
 func (r *Rsync) Close() error {
-	r.cfg.close()
+	r.mu.Lock()
+	if r.tmp != "" {
+		os.RemoveAll(r.tmp)
+		r.tmp = ""
+	}
+	r.mu.Unlock()
 	if r.own {
 		return r.ssh.Close()
 	}

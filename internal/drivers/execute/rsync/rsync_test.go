@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/executetest"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/rsync"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
@@ -26,7 +27,6 @@ func TestMain(m *testing.M) { os.Exit(sshtest.Main(m)) }
 func node(t testing.TB, settings map[string]string) (*rsync.Rsync, provision.Deployment, *sshtest.Server) {
 	t.Helper()
 	sshtest.Need(t, "rsync")
-	sshtest.Need(t, "ssh")
 	return sshtest.Executor(t, rsync.New, settings, ssh.Capability, rsync.Capability)
 }
 
@@ -83,8 +83,8 @@ func TestOnlyChangesSent(t *testing.T) {
 }
 
 // TestJumpHost copies through the server as a jump host at another
-// address (OpenSSH refuses a jump host that is the target itself): the
-// jump reads the same ssh_config (known_hosts, key).
+// address: the copy goes over the ssh executor's one connection, which
+// the jump carries.
 func TestJumpHost(t *testing.T) {
 	srv := sshtest.Shared(t)
 	p := sshtest.NewProxy(t, srv.Addr)
@@ -98,34 +98,76 @@ func TestJumpHost(t *testing.T) {
 	if diff := cmp.Diff(executetest.Listing(t, src), executetest.Listing(t, remote)); diff != "" {
 		t.Errorf("copy through the jump host (-want +got):\n%s", diff)
 	}
-	// The checks' connection and rsync's ssh: two through the jump.
-	if n := p.Accepted(); n != 2 {
-		t.Errorf("the jump host took %d connections, want 2", n)
+	if n := p.Accepted(); n != 1 {
+		t.Errorf("the jump host took %d connections, want 1", n)
 	}
 }
 
-// TestHostKeyChecked checks that rsync's ssh checks the host key against
-// the executor's known_hosts, and that its refusal names the file: the
-// key is taken out of the file once the checks' connection is open.
-func TestHostKeyChecked(t *testing.T) {
+// TestCopiesRideTheConnection checks that rsync goes over the ssh
+// executor's kept connection: copies both ways, first and unchanged, and
+// commands, all on one connection; one that broke is dialed again.
+func TestCopiesRideTheConnection(t *testing.T) {
 	srv := sshtest.Shared(t)
-	kh := srv.KnownHostsFile(t, srv.Addr)
-	r, d, _ := node(t, map[string]string{"known_hosts": kh})
+	p := sshtest.NewProxy(t, srv.Addr)
+	r, d, _ := node(t, map[string]string{"known_hosts": srv.KnownHostsFile(t, p.Addr)})
+	d.Address = p.Addr
 	ctx := ctxFor(t)
+	src := executetest.Tree(t, t.TempDir(), "tree")
+	want := executetest.Listing(t, src)
+	remote, back := filepath.Join(t.TempDir(), "copy"), filepath.Join(t.TempDir(), "back")
+	for i, files := range []int{4, 0} {
+		if st, err := r.CopyToStats(ctx, d, src, remote); err != nil || st.Files != files {
+			t.Fatalf("CopyToStats %d = %+v, %v; want %d files sent", i+1, st, err, files)
+		}
+		if st, err := r.CopyFromStats(ctx, d, remote, back); err != nil || st.Files != files {
+			t.Fatalf("CopyFromStats %d = %+v, %v; want %d files sent", i+1, st, err, files)
+		}
+	}
+	if code, err := r.Exec(ctx, d, execute.Command{Argv: []string{"true"}}); code != 0 || err != nil {
+		t.Fatalf("Exec(true) = %d, %v", code, err)
+	}
+	if n := p.Accepted(); n != 1 {
+		t.Errorf("four copies and a command made %d connections, want 1", n)
+	}
+	for _, dir := range []string{remote, back} {
+		if diff := cmp.Diff(want, executetest.Listing(t, dir)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", dir, diff)
+		}
+	}
+
+	p.Break()
+	again := filepath.Join(t.TempDir(), "again")
+	if err := r.CopyTo(ctx, d, src, again); err != nil {
+		t.Fatalf("CopyTo after the connection broke = %v", err)
+	}
+	if diff := cmp.Diff(want, executetest.Listing(t, again)); diff != "" {
+		t.Errorf("copy after the connection broke (-want +got):\n%s", diff)
+	}
+	if n := p.Accepted(); n != 2 {
+		t.Errorf("after the connection broke: %d connections in all, want 2", n)
+	}
+}
+
+// TestHostKeyChecked checks that the host key is checked where the ssh
+// executor connects, against its known_hosts, and that the refusal names
+// the file.
+func TestHostKeyChecked(t *testing.T) {
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(kh, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, d, _ := node(t, map[string]string{"known_hosts": kh})
 	src := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(src, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "f")
-	if err := r.CopyTo(ctx, d, src, dst); err != nil {
-		t.Fatalf("CopyTo = %v", err)
+	err := r.CopyTo(ctxFor(t), d, src, dst)
+	if !errors.Is(err, errdefs.ErrPermission) || !strings.Contains(err.Error(), "is not in known_hosts "+kh) {
+		t.Errorf("CopyTo with the key not in known_hosts = %v, want permission denied naming %s", err, kh)
 	}
-	if err := os.WriteFile(kh, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err := r.CopyTo(ctx, d, src, dst)
-	if !errors.Is(err, errdefs.ErrPermission) || !strings.Contains(err.Error(), "Host key verification failed") || !strings.Contains(err.Error(), kh) {
-		t.Errorf("CopyTo with the key gone from known_hosts = %v, want permission denied naming %s", err, kh)
+	if _, err := os.Lstat(dst); err == nil {
+		t.Errorf("%s was written", dst)
 	}
 }
 
@@ -135,24 +177,4 @@ func TestHostKeyChecked(t *testing.T) {
 func TestExecNeedsSSH(t *testing.T) {
 	r, d, _ := node(t, nil)
 	sshtest.CopyOnly(t, r, d)
-}
-
-func TestSSHConfig(t *testing.T) {
-	tg := ssh.Target{User: "ops", Host: "fe80::1", Port: 2222, IdentityFiles: []string{"/keys/my key", "/k/%h"},
-		KnownHosts: "/kh", AcceptNewHostKeys: true, ConnectTimeout: 15 * time.Second,
-		Jump: &ssh.Target{User: "hop", Host: "bastion", Port: 22}}
-	got, err := rsync.SSHConfig(tg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"HostName fe80::1\n", "Port 2222\n", "User ops\n", "ProxyJump hop@bastion:22\n", "UserKnownHostsFile /kh\n",
-		"StrictHostKeyChecking accept-new\n", `IdentityFile "/keys/my key"` + "\n", "IdentityFile /k/%%h\n", "IdentitiesOnly yes\n", "BatchMode yes\n"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("SSHConfig(%v) has no %q:\n%s", tg, want, got)
-		}
-	}
-	tg.KnownHosts = `/a"b`
-	if _, err := rsync.SSHConfig(tg); !errors.Is(err, errdefs.ErrInvalid) {
-		t.Errorf("SSHConfig with a quote in a path = %v, want invalid", err)
-	}
 }

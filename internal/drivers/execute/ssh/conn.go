@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -222,6 +223,19 @@ func (p *pool) dropLocked(c *conn) {
 	}
 	if len(p.conns[c.key]) == 0 {
 		delete(p.conns, c.key)
+	}
+}
+
+// forget closes the connections to key: channels open on them are cut.
+func (p *pool) forget(key string) {
+	p.mu.Lock()
+	list := p.conns[key]
+	for _, c := range slices.Clone(list) {
+		p.dropLocked(c)
+	}
+	p.mu.Unlock()
+	for _, c := range list {
+		c.close()
 	}
 }
 

@@ -17,16 +17,21 @@ import (
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
-// ForgetHost removes from known_hosts the keys of a destroyed machine's
-// address (host:port, plain or hashed), so that the next machine a
-// provider gives that address (a recycled IP, a reused forwarded port) is
-// not refused as "does not match known_hosts". Lines that name other
-// hosts too are left alone: the user wrote them. A machine whose key was
-// pinned left no line.
+// ForgetHost closes the kept connections to a destroyed machine and
+// removes from known_hosts the keys of its address (host:port, plain or
+// hashed), so that the next machine a provider gives that address (a
+// recycled IP, a reused forwarded port) is dialed afresh and not refused
+// as "does not match known_hosts". Lines that name other hosts too are
+// left alone: the user wrote them. A machine whose key was pinned left no
+// line.
 func (e *SSH) ForgetHost(d provision.Deployment) error {
 	t, err := e.Target(d)
-	if err != nil || t.HostKey != "" {
-		return nil // no address, or nothing written for it
+	if err != nil {
+		return nil // no address: nothing kept for it
+	}
+	e.pool.forget(t.key())
+	if t.HostKey != "" {
+		return nil // nothing written for it
 	}
 	host := knownhosts.Normalize(t.Addr())
 	knownHostsMu.Lock()

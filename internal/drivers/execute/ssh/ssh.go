@@ -20,10 +20,13 @@
 // ([user@]host[:port], ProxyJump style, one hop) is reached with the
 // same keys and known_hosts.
 //
-// One connection per target is kept and shared by every command and copy
-// (up to 10 channels at once, OpenSSH's default MaxSessions, then another
+// One connection per target (address, user, keys) is kept and shared by
+// every command and copy, the sftp and rsync executors' included (up to
+// 10 channels at once, OpenSSH's default MaxSessions, then another
 // connection); a broken one is dropped and dialed again, an idle one
-// closed after 5 minutes.
+// closed after 5 minutes, and those to a destroyed machine closed by
+// ForgetHost. The server makes one ssh executor and keeps it, so the
+// connections outlive the requests that use them.
 //
 // # Commands
 //

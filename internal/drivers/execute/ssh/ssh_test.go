@@ -277,6 +277,32 @@ func TestForgetHost(t *testing.T) {
 	}
 }
 
+// TestForgetHostCloses checks that ForgetHost closes the kept connection
+// to the machine: the next machine at its address is dialed afresh.
+func TestForgetHostCloses(t *testing.T) {
+	srv := sshtest.Shared(t)
+	p := sshtest.NewProxy(t, srv.Addr)
+	e, d, _ := node(t, map[string]string{"known_hosts": filepath.Join(t.TempDir(), "known_hosts"), "accept_new_host_keys": "true"})
+	d.Address = p.Addr
+	for range 2 {
+		if code, _ := run(t, e, d, "true"); code != 0 {
+			t.Fatalf("Exec(true) = %d", code)
+		}
+	}
+	if n := p.Accepted(); n != 1 {
+		t.Fatalf("two commands made %d connections, want 1", n)
+	}
+	if err := e.ForgetHost(d); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := run(t, e, d, "true"); code != 0 {
+		t.Fatalf("Exec(true) after ForgetHost = %d", code)
+	}
+	if n := p.Accepted(); n != 2 {
+		t.Errorf("after ForgetHost: %d connections in all, want 2", n)
+	}
+}
+
 // TestTrustOnFirstUse checks that accept_new_host_keys adds an unknown
 // host's key to known_hosts, which then serves without the setting.
 func TestTrustOnFirstUse(t *testing.T) {

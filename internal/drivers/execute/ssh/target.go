@@ -104,8 +104,7 @@ func parseSettings(settings map[string]string) (config, error) {
 }
 
 // Target is where and how the executor connects for one deployment: its
-// settings and the deployment's Extra, resolved. The rsync executor
-// builds its OpenSSH command line from it.
+// settings and the deployment's Extra, resolved.
 type Target struct {
 	User string
 	Host string // a name or an IP address, without brackets
@@ -123,9 +122,6 @@ type Target struct {
 	// machine before it booted (provision.ExtraSSHHostKey), so neither
 	// known_hosts nor trust on first use is needed.
 	HostKey string
-	// HostKeyFile is a known_hosts file that holds HostKey alone for
-	// this host, for OpenSSH (the rsync executor writes it).
-	HostKeyFile string
 	// Jump is the host connected through, or nil.
 	Jump           *Target
 	ConnectTimeout time.Duration

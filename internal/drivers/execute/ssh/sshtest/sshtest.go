@@ -44,6 +44,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/syncbuf"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/executetest"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/rsync"
 	sshexec "github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
@@ -78,7 +79,14 @@ var (
 
 // Main runs the package's tests and then stops the server if one was
 // started. Call it from TestMain.
+//
+// A test binary run as rsync's remote shell (the rsync executor runs its
+// own program with rsync.RelayCommand, which is nodemgr's in production)
+// is the relay instead, and runs no tests.
 func Main(m *testing.M) int {
+	if len(os.Args) > 1 && os.Args[1] == rsync.RelayCommand {
+		return rsync.RelayMain(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+	}
 	code := m.Run()
 	if shared != nil {
 		shared.stop()
