@@ -119,3 +119,54 @@ func verifyUnits(t *testing.T, root string) {
 		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
 	}
 }
+
+// TestPostrmPurgeRemovesEnableLinks runs the package's postrm in a root of
+// its own (DPKG_ROOT, as dpkg --root does): purge removes the links
+// `systemctl enable` made for the units and nothing else; remove keeps
+// them (the operator's choice survives a reinstall).
+func TestPostrmPurgeRemovesEnableLinks(t *testing.T) {
+	script, err := debian.ReadFile("debian/postrm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := []string{
+		"etc/systemd/system/multi-user.target.wants/" + serverUnit,
+		"etc/systemd/system/multi-user.target.wants/" + agentUnit,
+		"etc/systemd/system/network-online.target.requires/" + agentUnit,
+	}
+	other := "etc/systemd/system/multi-user.target.wants/ssh.service"
+	for _, tc := range []struct {
+		action string
+		gone   bool
+	}{
+		{"remove", false},
+		{"purge", true},
+	} {
+		t.Run(tc.action, func(t *testing.T) {
+			root := t.TempDir()
+			for _, l := range append(links, other) {
+				p := filepath.Join(root, l)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(unitDir+"/"+filepath.Base(l), p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := exec.Command("sh", "-c", string(script), "postrm", tc.action)
+			cmd.Env = append(os.Environ(), "DPKG_ROOT="+root)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("postrm %s: %v\n%s", tc.action, err, out)
+			}
+			for _, l := range links {
+				_, err := os.Lstat(filepath.Join(root, l))
+				if gone := os.IsNotExist(err); gone != tc.gone {
+					t.Errorf("after postrm %s, /%s gone = %v, want %v", tc.action, l, gone, tc.gone)
+				}
+			}
+			if _, err := os.Lstat(filepath.Join(root, other)); err != nil {
+				t.Errorf("postrm %s removed another package's link /%s: %v", tc.action, other, err)
+			}
+		})
+	}
+}
