@@ -291,7 +291,8 @@ func newServerCmd(e *env) *cobra.Command {
 (log in with an API token), the agents' WebSocket, and the loops that keep
 the node view true. State lives in an embedded SQLite
 file in the data dir. On first start an admin user is created and its API
-token is printed and written to DATA_DIR/admin-token (mode 0600).
+token is written to DATA_DIR/admin-token (mode 0600), and printed when
+standard output is a terminal (not to a journal or a log file).
 
 On an address other than loopback the server speaks HTTPS: with
 --tls-cert/--tls-key, or else with a certificate from a CA it makes on first
@@ -329,13 +330,13 @@ flags; --print-config shows the result and where each value came from.`,
 				return err
 			}
 			if created {
-				fmt.Fprintf(e.stdout, "Created the admin user. Its API token (also in %s):\n\n  export NODEMGR_TOKEN=%s\n\n", server.AdminTokenFile(f.dataDir), token)
+				printAdminToken(e, "Created the admin user.", f.dataDir, token)
 			}
 			if reset, _ := cmd.Flags().GetBool("reset-admin-token"); reset && !created {
 				if token, err = server.ResetAdminToken(ctx, st, f.dataDir); err != nil {
 					return err
 				}
-				fmt.Fprintf(e.stdout, "Made a new API token for the admin user (also in %s):\n\n  export NODEMGR_TOKEN=%s\n\n", server.AdminTokenFile(f.dataDir), token)
+				printAdminToken(e, "Made a new API token for the admin user.", f.dataDir, token)
 			}
 			srv, err := f.newServer(ctx, st, log)
 			if err != nil {
@@ -351,6 +352,19 @@ flags; --print-config shows the result and where each value came from.`,
 	cmd.Flags().Bool("print-config", false, "print the settings in effect, each with its source (default, file, env, flag), and exit")
 	cmd.Flags().Bool("reset-admin-token", false, "make a new API token for the admin user and write it to DATA_DIR/admin-token (when every admin token expired or was lost)")
 	return cmd
+}
+
+// printAdminToken tells the person who started the server its admin
+// token. Under systemd (or any other non-terminal) stdout goes to the
+// journal, which others may read and which outlives the token: there it
+// says only where the token is, the 0600 file.
+func printAdminToken(e *env, what, dataDir, token string) {
+	file := server.AdminTokenFile(dataDir)
+	if !isTerminal(e.rawStdout) {
+		fmt.Fprintf(e.stdout, "%s Its API token is in %s (mode 0600): export NODEMGR_TOKEN_FILE=%s\n", what, file, file)
+		return
+	}
+	fmt.Fprintf(e.stdout, "%s Its API token (also in %s):\n\n  export NODEMGR_TOKEN=%s\n\n", what, file, token)
 }
 
 // newBackupStoreCmd copies a SQLite store while its server serves. It is

@@ -2,6 +2,7 @@ package release
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"fmt"
 	"os"
@@ -32,8 +33,9 @@ const (
 // DIR/nodemgr_VERSION_ARCH.deb: the binary, the two systemd units, the
 // commented config files (made by cli.ConfigTemplate from the settings
 // tables, so they hold every setting at its true default), the shell
-// completions, and the scripts that add the nodemgr user.
-func BuildDeb(o Options, a Artifact) (string, error) {
+// completions, the copyright file and changelog Debian wants, and the
+// scripts that add the nodemgr user.
+func BuildDeb(ctx context.Context, o Options, a Artifact) (string, error) {
 	stage, err := os.MkdirTemp("", "nodemgr-deb-")
 	if err != nil {
 		return "", fmt.Errorf("release: deb: %w", err)
@@ -43,6 +45,11 @@ func BuildDeb(o Options, a Artifact) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	docs, err := stageDocs(ctx, o, stage, a.Path)
+	if err != nil {
+		return "", err
+	}
+	contents = append(contents, docs...)
 	info := nfpm.WithDefaults(&nfpm.Info{
 		Name:          "nodemgr",
 		Arch:          a.Target.Arch,
@@ -51,7 +58,7 @@ func BuildDeb(o Options, a Artifact) (string, error) {
 		VersionSchema: "none", // the version as given: 0.0.0+git.HASH is a fine Debian version
 		Section:       "admin",
 		Priority:      "optional",
-		Maintainer:    "nodemgr maintainers <nodemgr@localhost>",
+		Maintainer:    o.Maintainer,
 		Homepage:      "https://github.com/nodemgr/nodemgr",
 		Description: "compute nodes on demand, and the work that runs on them\n" +
 			"nodemgr gives a team compute nodes (containers, VMs, cloud instances or\n" +
@@ -141,4 +148,26 @@ func stageDeb(stage, binary string) (files.Contents, nfpm.Scripts, error) {
 		*dst = p
 	}
 	return contents, scripts, nil
+}
+
+// stageDocs writes the package's copyright file and changelog into stage.
+func stageDocs(ctx context.Context, o Options, stage, binary string) (files.Contents, error) {
+	copyright, err := copyrightFile(ctx, o, binary)
+	if err != nil {
+		return nil, err
+	}
+	name, changelog, err := changelogFile(o)
+	if err != nil {
+		return nil, err
+	}
+	var contents files.Contents
+	for file, b := range map[string][]byte{"copyright": copyright, name: changelog} {
+		p := filepath.Join(stage, file)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return nil, fmt.Errorf("release: deb: %w", err)
+		}
+		contents = append(contents, &files.Content{Source: p, Destination: docDir + "/" + file, Type: files.TypeFile,
+			FileInfo: &files.ContentFileInfo{Mode: 0o644, Owner: "root", Group: "root"}})
+	}
+	return contents, nil
 }

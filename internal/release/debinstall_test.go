@@ -273,6 +273,14 @@ func TestDebInstallsInDebian(t *testing.T) {
 	c.sh("root", `sed -i 's|^#server: ""$|server: http://127.0.0.1:7070|; s|^#join_token_file: ""$|join_token_file: /etc/nodemgr/join-token|; s|^#name: ""$|name: debtest|' /etc/nodemgr/agent.yaml`)
 	c.startDaemon(agent.user, "/tmp/agent.log", nil, strings.Fields(agent.execStart))
 	c.waitFor("the agent's node online", "root", client+"node ls | grep -E '^n-[a-z0-9]+ +debtest +online'", 60*time.Second, "/tmp/server.log", "/tmp/agent.log")
+
+	// Enabled by the operator, the units' links go with a purge.
+	c.sh("root", "systemctl enable nodemgr-server.service nodemgr-agent.service 2>&1")
+	c.sh("root", "test -L /etc/systemd/system/multi-user.target.wants/nodemgr-agent.service")
+	c.sh("root", "dpkg --purge nodemgr")
+	if out := c.sh("root", "ls /etc/systemd/system/*.wants/ | grep nodemgr || true"); strings.TrimSpace(out) != "" {
+		t.Errorf("after dpkg --purge, enable links are left:\n%s", out)
+	}
 	t.Logf("rootfs image %s, build %s, install to node online %s", tImage.Round(time.Second), tBuild.Round(time.Second),
 		(time.Since(t0) - tImage - tBuild).Round(time.Second))
 }

@@ -20,10 +20,15 @@ func Main(args []string) int {
 	out := fs.String("out", "dist", "directory the release is written to")
 	arches := fs.String("arch", "amd64,arm64", "Linux architectures to build, comma-separated")
 	noDeb := fs.Bool("no-deb", false, "skip the Debian packages")
+	maintainer := fs.String("maintainer", "", `the Debian package's maintainer, "Name <address>" (default "$DEBFULLNAME <$DEBEMAIL>" as Debian's tools take it, else git's user.name and user.email)`)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	o := Options{Version: *version, Commit: *commit, OutDir: *out, RepoDir: ".", NoDeb: *noDeb}
+	o := Options{Version: *version, Commit: *commit, OutDir: *out, RepoDir: ".", NoDeb: *noDeb,
+		Maintainer: *maintainer, Date: GitDate(ctx, ".")}
+	if o.Maintainer == "" {
+		o.Maintainer = DefaultMaintainer(ctx, o.RepoDir)
+	}
 	if o.Version == "" {
 		o.Version = GitVersion(ctx, o.RepoDir)
 	}

@@ -1,7 +1,7 @@
 // Package release builds what a nodemgr release ships: static nodemgr
 // binaries for each Linux architecture with the version and commit stamped
 // in, the agent-only build of each in agent/ (for pool machines: the
-// server's --agent-binaries), their SHA256SUMS, a list of the modules each one holds (an SBOM of
+// server's --agent-binaries), SHA256SUMS over everything, a list of the modules each one holds (an SBOM of
 // sorts, from the binary's own build information), and the Debian package
 // (deb.go). cmd/release is its command line.
 package release
@@ -16,7 +16,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nodemgr/nodemgr/internal/base/sha256sum"
 )
@@ -42,9 +44,14 @@ type Options struct {
 	Targets []Target // default DefaultTargets
 	// RepoDir is the module's root (where go.mod is); default ".".
 	RepoDir string
-	Stderr  io.Writer // the go tool's output; default os.Stderr
+	Stderr  io.Writer // progress and the go tool's output; default os.Stderr
 	// NoDeb skips the Debian packages (one per Linux target).
 	NoDeb bool
+	// Maintainer is the Debian package's maintainer, "Name <address>";
+	// required unless NoDeb.
+	Maintainer string
+	// Date is the release's date, for the Debian changelog; default now.
+	Date time.Time
 }
 
 // Artifact is one built binary.
@@ -62,7 +69,8 @@ const AgentDir = "agent"
 // Build builds a static binary per target into OutDir with NAME.modules
 // beside each one, the agent-only build of each into OutDir/agent (also
 // with its modules), a Debian package of each full binary (unless NoDeb),
-// and SHA256SUMS over binaries and packages. It returns the binaries, the
+// and SHA256SUMS over every file it wrote. It says on Stderr as each step
+// starts and ends, with how long it took. It returns the binaries, the
 // full ones first.
 func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	if err := o.check(); err != nil {
@@ -71,41 +79,61 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("release: out dir: %w", err)
 	}
-	var arts, agents, sums []Artifact
+	var arts, agents []Artifact
+	var written []string // every file Build writes into OutDir, for SHA256SUMS
 	for _, t := range o.targets() {
-		a, err := buildOne(ctx, o, t, false)
-		if err != nil {
-			return nil, err
+		for _, agentOnly := range []bool{false, true} {
+			what := t.OS + "/" + t.Arch + ": " + t.Name()
+			if agentOnly {
+				what = t.OS + "/" + t.Arch + ": " + AgentDir + "/" + t.Name() + " (agent only)"
+			}
+			var a Artifact
+			err := o.step(what, func() (err error) {
+				a, err = buildOne(ctx, o, t, agentOnly)
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+			written = append(written, a.Path, a.Path+".modules")
+			if agentOnly {
+				agents = append(agents, a)
+			} else {
+				arts = append(arts, a)
+			}
 		}
-		arts, sums = append(arts, a), append(sums, a)
-		ag, err := buildOne(ctx, o, t, true)
-		if err != nil {
-			return nil, err
-		}
-		agents, sums = append(agents, ag), append(sums, ag)
 		if o.NoDeb || t.OS != "linux" {
 			continue
 		}
-		d, err := buildDeb(o, a)
+		err := o.step(t.OS+"/"+t.Arch+": Debian package", func() error {
+			path, err := BuildDeb(ctx, o, arts[len(arts)-1])
+			written = append(written, path)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
-		sums = append(sums, d)
 	}
-	if err := WriteChecksums(filepath.Join(o.OutDir, "SHA256SUMS"), sums); err != nil {
+	if err := WriteChecksums(filepath.Join(o.OutDir, "SHA256SUMS"), written); err != nil {
 		return nil, err
 	}
 	return append(arts, agents...), nil
 }
 
-// buildDeb packages a as a .deb and checksums it.
-func buildDeb(o Options, a Artifact) (Artifact, error) {
-	path, err := BuildDeb(o, a)
+// step runs one step of a build, saying on o's stderr when it starts and
+// how long it took: a release builds for minutes, and the go tool is
+// silent while it works.
+func (o Options) step(what string, f func() error) error {
+	fmt.Fprintf(o.stderr(), "release: %s: building\n", what)
+	start := time.Now()
+	err := f()
+	took := time.Since(start).Round(100 * time.Millisecond)
 	if err != nil {
-		return Artifact{}, err
+		fmt.Fprintf(o.stderr(), "release: %s: failed after %s\n", what, took)
+		return err
 	}
-	sum, err := fileSHA256(path)
-	return Artifact{Target: a.Target, Path: path, SHA256: sum}, err
+	fmt.Fprintf(o.stderr(), "release: %s: done in %s\n", what, took)
+	return nil
 }
 
 func (o Options) check() error {
@@ -118,7 +146,17 @@ func (o Options) check() error {
 	if o.OutDir == "" {
 		return fmt.Errorf("release: out dir is empty: pass -out DIR")
 	}
+	if !o.NoDeb && !maintainerRE.MatchString(o.Maintainer) {
+		return fmt.Errorf("release: maintainer %q is not \"Name <address>\": pass -maintainer, or set DEBFULLNAME and DEBEMAIL, or git's user.name and user.email", o.Maintainer)
+	}
 	return nil
+}
+
+func (o Options) repoDir() string {
+	if o.RepoDir == "" {
+		return "."
+	}
+	return o.RepoDir
 }
 
 func (o Options) targets() []Target {
@@ -146,7 +184,7 @@ func buildOne(ctx context.Context, o Options, t Target, agentOnly bool) (Artifac
 	}
 	ldflags := fmt.Sprintf("-s -w -X %s.Version=%s -X %s.Commit=%s", cliPkg, o.Version, cliPkg, o.Commit)
 	cmd := exec.CommandContext(ctx, "go", append(args, "-ldflags", ldflags, "-o", out, "./cmd/nodemgr")...)
-	cmd.Dir = o.RepoDir
+	cmd.Dir = o.repoDir()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+t.OS, "GOARCH="+t.Arch)
 	cmd.Stdout, cmd.Stderr = o.stderr(), o.stderr()
 	if err := cmd.Run(); err != nil {
@@ -178,25 +216,30 @@ func fileSHA256(path string) (string, error) {
 	return sha256sum.Hex(d), nil
 }
 
-// WriteChecksums writes sha256sum's format ("HASH  NAME", NAME relative
-// to path's directory: agent/nodemgr-linux-amd64), so that `sha256sum -c
-// SHA256SUMS` checks a download.
-func WriteChecksums(path string, arts []Artifact) error {
+// WriteChecksums writes the SHA-256 of each of files in sha256sum's
+// format ("HASH  NAME", NAME relative to path's directory:
+// agent/nodemgr-linux-amd64), so that `sha256sum -c SHA256SUMS` checks a
+// download.
+func WriteChecksums(path string, files []string) error {
 	dir, err := filepath.Abs(filepath.Dir(path))
 	if err != nil {
 		return fmt.Errorf("release: checksums: %w", err)
 	}
-	lines := make([]string, 0, len(arts))
-	for _, a := range arts {
-		p, err := filepath.Abs(a.Path)
+	lines := make([]string, 0, len(files))
+	for _, f := range files {
+		p, err := filepath.Abs(f)
 		if err != nil {
 			return fmt.Errorf("release: checksums: %w", err)
 		}
 		name, err := filepath.Rel(dir, p)
 		if err != nil || strings.HasPrefix(name, "..") {
-			return fmt.Errorf("release: checksums: %s is not under %s", a.Path, dir)
+			return fmt.Errorf("release: checksums: %s is not under %s", f, dir)
 		}
-		lines = append(lines, a.SHA256+"  "+filepath.ToSlash(name)+"\n")
+		sum, err := fileSHA256(p)
+		if err != nil {
+			return err
+		}
+		lines = append(lines, sum+"  "+filepath.ToSlash(name)+"\n")
 	}
 	sort.Strings(lines)
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o644); err != nil {
@@ -234,6 +277,36 @@ func GitCommit(ctx context.Context, repoDir string) string {
 		commit += "-dirty"
 	}
 	return commit
+}
+
+// DefaultMaintainer is who releases: "$DEBFULLNAME <$DEBEMAIL>", as
+// Debian's tools (dch) take it, else git's user.name and user.email in
+// repoDir; empty when neither is set.
+func DefaultMaintainer(ctx context.Context, repoDir string) string {
+	name, email := os.Getenv("DEBFULLNAME"), os.Getenv("DEBEMAIL")
+	if name == "" || email == "" {
+		n, _ := gitOutput(ctx, repoDir, "config", "user.name")
+		e, _ := gitOutput(ctx, repoDir, "config", "user.email")
+		name, email = strings.TrimSpace(n), strings.TrimSpace(e)
+	}
+	if name == "" || email == "" {
+		return ""
+	}
+	return name + " <" + email + ">"
+}
+
+// GitDate is the time of the repo's HEAD commit (so the same commit gives
+// the same changelog); zero outside a git checkout.
+func GitDate(ctx context.Context, repoDir string) time.Time {
+	out, err := gitOutput(ctx, repoDir, "log", "-1", "--format=%ct")
+	if err != nil {
+		return time.Time{}
+	}
+	sec, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Unix(sec, 0)
 }
 
 // GitVersion is the version of the newest v* tag (v1.2.0 → 1.2.0, with

@@ -1,15 +1,20 @@
 package release
 
 import (
+	"bytes"
 	"context"
 	"debug/elf"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // built is the release buildHere made, shared by the tests: a cold build
@@ -18,7 +23,8 @@ var built struct {
 	sync.Mutex
 	o     Options
 	a     Artifact
-	agent Artifact // the agent-only build
+	agent Artifact     // the agent-only build
+	log   bytes.Buffer // Build's progress and the go tool's output
 	err   error
 }
 
@@ -45,14 +51,15 @@ func buildHere(t *testing.T) (Options, Artifact) {
 			t.Fatal(err)
 		}
 		built.o = Options{Version: "1.2.3+test", Commit: "0123456789abcdef", OutDir: dir, RepoDir: "../..",
-			Targets: []Target{{"linux", runtime.GOARCH}}}
+			Maintainer: "Release Tester <release-tester@example.org>",
+			Targets:    []Target{{"linux", runtime.GOARCH}}, Stderr: &built.log}
 		var arts []Artifact
 		if arts, built.err = Build(context.Background(), built.o); built.err == nil {
 			built.a, built.agent = arts[0], arts[1]
 		}
 	}
 	if built.err != nil {
-		t.Fatal(built.err)
+		t.Fatalf("%v\n%s", built.err, built.log.String())
 	}
 	return built.o, built.a
 }
@@ -82,14 +89,69 @@ func TestBuildStampsVersionAndChecksums(t *testing.T) {
 	if want := got + "  " + a.Target.Name() + "\n"; !strings.Contains(string(sums), want) {
 		t.Errorf("SHA256SUMS = %q, want a line %q", sums, want)
 	}
-	if n := strings.Count(string(sums), "\n"); n != 3 {
-		t.Errorf("SHA256SUMS has %d lines, want 3: the binary, the agent-only binary and the .deb", n)
-	}
 	if _, err := exec.LookPath("sha256sum"); err == nil {
 		cmd := exec.Command("sha256sum", "-c", "SHA256SUMS")
 		cmd.Dir = o.OutDir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("sha256sum -c SHA256SUMS: %v\n%s", err, out)
+		}
+	}
+}
+
+// TestChecksumsCoverEveryFile: every file Build wrote into the release
+// directory (binaries, modules lists, packages, the agent-only builds) is
+// in SHA256SUMS with its hash, and SHA256SUMS names nothing else.
+func TestChecksumsCoverEveryFile(t *testing.T) {
+	o, _ := buildHere(t)
+	sums, err := os.ReadFile(filepath.Join(o.OutDir, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSuffix(string(sums), "\n"), "\n") {
+		sum, name, ok := strings.Cut(line, "  ")
+		if !ok {
+			t.Fatalf("SHA256SUMS line %q is not HASH  NAME", line)
+		}
+		listed[name] = sum
+	}
+	onDisk := map[string]string{}
+	err = filepath.WalkDir(o.OutDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		name, _ := filepath.Rel(o.OutDir, path)
+		if name == "SHA256SUMS" {
+			return nil
+		}
+		sum, err := fileSHA256(path)
+		onDisk[filepath.ToSlash(name)] = sum
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(onDisk, listed); diff != "" {
+		t.Errorf("SHA256SUMS (+) against the files in %s (-):\n%s", o.OutDir, diff)
+	}
+	if len(onDisk) < 5 {
+		t.Errorf("the release holds %d files, want at least the binary, the agent-only binary, their modules and the .deb", len(onDisk))
+	}
+}
+
+// TestBuildSaysProgress: Build says as each target's step starts and
+// ends, with how long it took.
+func TestBuildSaysProgress(t *testing.T) {
+	_, a := buildHere(t)
+	arch := "linux/" + a.Target.Arch
+	for _, step := range []string{a.Target.Name(), AgentDir + "/" + a.Target.Name() + " (agent only)", "Debian package"} {
+		for _, want := range []string{
+			`(?m)^release: ` + regexp.QuoteMeta(arch+": "+step) + `: building$`,
+			`(?m)^release: ` + regexp.QuoteMeta(arch+": "+step) + `: done in [0-9.hms]+$`,
+		} {
+			if !regexp.MustCompile(want).MatchString(built.log.String()) {
+				t.Errorf("Build's output has no line matching %s:\n%s", want, built.log.String())
+			}
 		}
 	}
 }
@@ -159,21 +221,27 @@ func TestBuildIsStaticWithModulesList(t *testing.T) {
 }
 
 func TestOptionsCheck(t *testing.T) {
+	const maint = "Jane Doe <jane@example.org>"
 	for _, tc := range []struct {
-		name, version, out string
-		ok                 bool
+		name, version, out, maintainer string
+		noDeb                          bool
+		ok                             bool
 	}{
-		{"plain", "1.2.0", "dist", true},
-		{"git describe", "1.2.0+3.gabc1234", "dist", true},
-		{"leading v", "v1.2.0", "dist", false},
-		{"empty", "", "dist", false},
-		{"underscore", "1.2_0", "dist", false},
-		{"no out dir", "1.2.0", "", false},
+		{"plain", "1.2.0", "dist", maint, false, true},
+		{"git describe", "1.2.0+3.gabc1234", "dist", maint, false, true},
+		{"leading v", "v1.2.0", "dist", maint, false, false},
+		{"empty", "", "dist", maint, false, false},
+		{"underscore", "1.2_0", "dist", maint, false, false},
+		{"no out dir", "1.2.0", "", maint, false, false},
+		{"no maintainer", "1.2.0", "dist", "", false, false},
+		{"maintainer without address", "1.2.0", "dist", "Jane Doe", false, false},
+		{"maintainer address alone", "1.2.0", "dist", "<jane@example.org>", false, false},
+		{"no maintainer, no deb", "1.2.0", "dist", "", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := Options{Version: tc.version, OutDir: tc.out}.check()
+			err := Options{Version: tc.version, OutDir: tc.out, Maintainer: tc.maintainer, NoDeb: tc.noDeb}.check()
 			if (err == nil) != tc.ok {
-				t.Errorf("check(%q, %q) = %v, want ok %v", tc.version, tc.out, err, tc.ok)
+				t.Errorf("check(%q, %q, %q) = %v, want ok %v", tc.version, tc.out, tc.maintainer, err, tc.ok)
 			}
 		})
 	}
