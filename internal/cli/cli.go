@@ -22,7 +22,6 @@ import (
 	"github.com/nodemgr/nodemgr/client"
 	"github.com/nodemgr/nodemgr/internal/base/cleartext"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/nodemgr/nodemgr/internal/drivers/execute/rsync"
 )
 
 // Version and Commit are stamped at build time by the release tool
@@ -91,10 +90,8 @@ type env struct {
 
 // Main runs the nodemgr command line and returns the process exit code.
 func Main(args []string) int {
-	if len(args) > 0 && args[0] == rsync.RelayCommand {
-		// rsync's remote shell, started by the rsync executor: its
-		// arguments are rsync's, not flags of ours.
-		return rsync.RelayMain(args[1:], os.Stdin, os.Stdout, os.Stderr)
+	if code, ok := relayed(args); ok {
+		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -2,7 +2,13 @@
 
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/rsync"
+)
 
 // agentOnly is false: this is the whole nodemgr. Built with -tags
 // agentonly it is the agent alone (commands_agentonly.go).
@@ -36,3 +42,12 @@ container that failed to start); 2 the command line is wrong (usage).
 Topics: nodemgr help templates | suites | pools | ensembles
 Shell completion: nodemgr completion bash | zsh | fish (the Debian package
 installs it)`
+
+// relayed runs nodemgr as rsync's remote shell when args say so (the rsync
+// executor starts it so): its arguments are rsync's, not flags of ours.
+func relayed(args []string) (code int, ok bool) {
+	if len(args) > 0 && args[0] == rsync.RelayCommand {
+		return rsync.RelayMain(args[1:], os.Stdin, os.Stdout, os.Stderr), true
+	}
+	return 0, false
+}

@@ -12,6 +12,10 @@ import "github.com/spf13/cobra"
 // under 20 (nodemgr bench rss). Pool machines can be given this build.
 const agentOnly = true
 
+// relayed: the agent-only build is never rsync's remote shell (the
+// server's rsync executor starts a full nodemgr).
+func relayed([]string) (int, bool) { return 0, false }
+
 // addCompletions has nothing to add: the agent-only build completes no
 // names of the server's.
 func addCompletions(*cobra.Command, *env) {}

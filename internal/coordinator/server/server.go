@@ -349,6 +349,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	replica, err := s.hub.ClaimReplica(ctx)
 	if err != nil {
 		ln.Close()
+		if ctx.Err() != nil {
+			return nil // stopped while it started: a stop, not a failure
+		}
 		return err
 	}
 	// Every replica runs its own chores; the singleton loops run on the

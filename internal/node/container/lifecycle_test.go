@@ -50,10 +50,18 @@ func TestRestartPolicy(t *testing.T) {
 			if c.Restarts != tc.restarts || c.ExitCode == nil || *c.ExitCode != tc.code {
 				t.Errorf("job = %+v, want %d restarts and exit code %d", c, tc.restarts, tc.code)
 			}
+			// The change that reports the final status may reach the
+			// listener a moment after the manager's own record shows it.
 			var statuses []string
-			for _, x := range ch.list() {
-				if x.Job.ID == job.ID {
-					statuses = append(statuses, x.Status)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				statuses = statuses[:0]
+				for _, x := range ch.list() {
+					if x.Job.ID == job.ID {
+						statuses = append(statuses, x.Status)
+					}
+				}
+				if slices.ContainsFunc(statuses, api.ContainerFinal) || time.Now().After(deadline) {
+					break
 				}
 			}
 			if first := slices.IndexFunc(statuses, api.ContainerFinal); first != len(statuses)-1 {
