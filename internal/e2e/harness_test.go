@@ -102,6 +102,16 @@ func startCmd(t testing.TB, name string, cmd *exec.Cmd) *proc {
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
+		if t.Failed() {
+			// A failed test may be a process that hangs: SIGQUIT makes a
+			// Go process print every goroutine's stack as it exits, so the
+			// output shows where it waited.
+			p.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-p.done:
+			case <-time.After(5 * time.Second):
+			}
+		}
 		p.cmd.Process.Kill()
 		<-p.done
 		if t.Failed() {
