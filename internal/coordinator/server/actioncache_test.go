@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"testing"
 
@@ -15,13 +14,8 @@ import (
 // out, a new action and the action of a failure run. A fetch whose every
 // claimed task is a hit claims again, so a build of hits ends within it.
 func TestActionCache(t *testing.T) {
-	s, _, admin := newServer(t, "", Config{})
-	url := serve(t, s)
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(hs.Close)
-	ts := &testServer{Server: s, http: hs, admin: admin}
-	_, cred := ts.nodeNamed(t, "a")
-	a := connectTestAgent(t, url, cred, 2)
+	ts, a := serverWithAgent(t, 2)
+	admin := ts.admin
 
 	var su api.Suite
 	ts.mustCall(t, http.StatusCreated, admin, "POST", "/v1/suites", api.SuiteSpec{Name: "build", Cache: true,

@@ -125,6 +125,19 @@ func fairSetup(t *testing.T, n int) (suiteID string, a, b *testAgent) {
 // fairNodes is the suite's worker count and the agents' cores.
 type fairNodes struct{ workers, coresA, coresB int }
 
+// serverWithAgent is a test server with one agent of cores connected to
+// it, as node "a".
+func serverWithAgent(t *testing.T, cores int) (*testServer, *testAgent) {
+	t.Helper()
+	s, _, admin := newServer(t, "", Config{})
+	url := serve(t, s)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	ts := &testServer{Server: s, http: hs, admin: admin}
+	_, cred := ts.nodeNamed(t, "a")
+	return ts, connectTestAgent(t, url, cred, cores)
+}
+
 func fairSetupWith(t *testing.T, cfg Config, n int, fn fairNodes) (ts *testServer, suiteID string, a, b *testAgent) {
 	t.Helper()
 	s, _, admin := newServer(t, "", cfg)
@@ -346,13 +359,8 @@ func TestIdleNodesAreWokenWhenARetryWaitEnds(t *testing.T) {
 // agents cost one read of the suites; an ask after a wake reads them now,
 // so no work that woke the agent is missed.
 func TestPollsShareAListingAndWokenAsksReadNow(t *testing.T) {
-	s, _, admin := newServer(t, "", Config{})
-	url := serve(t, s)
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(hs.Close)
-	ts := &testServer{Server: s, http: hs, admin: admin}
-	_, cred := ts.nodeNamed(t, "a")
-	a := connectTestAgent(t, url, cred, 1)
+	ts, a := serverWithAgent(t, 1)
+	admin := ts.admin
 	ask := func(poll bool) *api.Suite {
 		t.Helper()
 		var next api.SuiteNext
