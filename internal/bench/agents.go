@@ -478,24 +478,26 @@ func (s *benchServer) offlineMarks(ctx context.Context) int {
 
 // procRSS returns a process's resident and peak resident memory.
 func procRSS(pid int) (rss, peak uint64) {
+	st, _ := procStatus(pid)
+	return st["VmRSS"], st["VmHWM"]
+}
+
+// procStatus reads the sizes /proc/PID/status gives in kB (VmRSS,
+// RssAnon, ...), in bytes by name.
+func procStatus(pid int) (map[string]uint64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, 0
+		return nil, err
 	}
+	sizes := map[string]uint64{}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseUint(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			rss = kb * 1024
-		case "VmHWM:":
-			peak = kb * 1024
+		if len(f) == 3 && f[2] == "kB" {
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			sizes[strings.TrimSuffix(f[0], ":")] = kb << 10
 		}
 	}
-	return rss, peak
+	return sizes, nil
 }
 
 // procCPU returns a process's user+system CPU seconds.

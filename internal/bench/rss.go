@@ -133,25 +133,11 @@ func hasServer(ctx context.Context, bin string) bool {
 // binary's resident pages lie from /proc/PID/maps and pagemap.
 func agentRSS(pid int) (RSSResult, error) {
 	var r RSSResult
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := procStatus(pid)
 	if err != nil {
 		return r, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseUint(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			r.VmRSS = kb << 10
-		case "RssAnon:":
-			r.RssAnon = kb << 10
-		case "RssFile:":
-			r.RssFile = kb << 10
-		}
-	}
+	r.VmRSS, r.RssAnon, r.RssFile = st["VmRSS"], st["RssAnon"], st["RssFile"]
 	r.Text, r.Rodata, r.Pclntab, r.Data = binaryPages(pid)
 	return r, nil
 }
