@@ -14,10 +14,10 @@ func (s *Store) TouchTokens(ctx context.Context, used map[string]time.Time) erro
 		return nil
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, `UPDATE tokens SET last_used = ?1
+		stmt, err := s.stmt(ctx, tx, `UPDATE tokens SET last_used = ?1
 			WHERE id = ?2 AND (last_used IS NULL OR last_used < ?1)`)
 		if err != nil {
-			return classify(err)
+			return err
 		}
 		defer stmt.Close()
 		for id, at := range used {

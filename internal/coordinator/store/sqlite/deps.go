@@ -26,9 +26,9 @@ func (s *Store) addDeps(ctx context.Context, tx *sql.Tx, suiteID string, tasks [
 	for _, t := range tasks {
 		fresh[t.ID] = true
 	}
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO task_deps (after_id, task_id) VALUES (?, ?)`)
+	stmt, err := s.stmt(ctx, tx, `INSERT INTO task_deps (after_id, task_id) VALUES (?, ?)`)
 	if err != nil {
-		return classify(err)
+		return err
 	}
 	defer stmt.Close()
 	old := map[string]bool{} // dependencies stored before this batch
@@ -48,11 +48,11 @@ func (s *Store) addDeps(ctx context.Context, tx *sql.Tx, suiteID string, tasks [
 	if slices.ContainsFunc(tasks, func(t store.Task) bool { return len(t.After) > 0 }) {
 		s.deps.Store(true)
 	}
-	ended, err := sqlstore.OldDeps(ctx, driver{s}, sqlQ{tx}, suiteID, old)
+	ended, err := sqlstore.OldDeps(ctx, driver{s}, s.writeQ(tx), suiteID, old)
 	if err != nil {
 		return err
 	}
-	_, err = sqlstore.SettleDeps(ctx, driver{s}, sqlQ{tx}, ended, counts, now)
+	_, err = sqlstore.SettleDeps(ctx, driver{s}, s.writeQ(tx), ended, counts, now)
 	return err
 }
 

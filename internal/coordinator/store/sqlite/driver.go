@@ -17,10 +17,10 @@ import (
 type driver struct{ s *Store }
 
 func (d driver) Write(ctx context.Context, fn func(sqlstore.Querier) error) error {
-	return classify(d.s.write(ctx, func(tx *sql.Tx) error { return fn(sqlQ{tx}) }))
+	return classify(d.s.write(ctx, func(tx *sql.Tx) error { return fn(d.s.writeQ(tx)) }))
 }
 
-func (d driver) Reader() sqlstore.Querier { return sqlQ{d.s.r} }
+func (d driver) Reader() sqlstore.Querier { return sqlQ{q: d.s.r, c: d.s.rc} }
 func (d driver) Classify(err error) error { return classify(err) }
 func (d driver) IsUnique(err error) bool  { return isUnique(err) }
 func (d driver) NoRows(err error) bool    { return errors.Is(err, sql.ErrNoRows) }
@@ -59,7 +59,7 @@ func (d driver) ApplyCounts(ctx context.Context, tx sqlstore.Querier, t tally) e
 
 // txOf is the transaction of a Querier that Write made, for the hooks
 // sqlstore calls inside it.
-func txOf(q sqlstore.Querier) *sql.Tx { return q.(sqlQ).q.(*sql.Tx) }
+func txOf(q sqlstore.Querier) *sql.Tx { return q.(sqlQ).tx }
 
 // Read runs fn in a read-only transaction on the readers' pool: WAL gives
 // it one snapshot, beside the writer.
@@ -68,20 +68,40 @@ func (d driver) Read(ctx context.Context, fn func(sqlstore.Querier) error) error
 	if err != nil {
 		return classify(err)
 	}
-	defer tx.Rollback()
-	return classify(fn(sqlQ{tx}))
+	err = fn(sqlQ{q: tx, tx: tx, c: d.s.rc})
+	tx.Rollback()
+	d.s.rc.prepareSeen(ctx)
+	return classify(err)
 }
 
-// sqlQ runs sqlstore's statements, their $N placeholders rewritten.
+// sqlQ runs sqlstore's statements, their $N placeholders rewritten, each
+// prepared once (c) where it can be.
 type sqlQ struct {
 	q interface {
 		querier
 		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	}
+	tx *sql.Tx    // q, if it is a transaction
+	c  *stmtCache // nil: prepare each statement as it runs
+}
+
+// prepared is query's statement, or nil when it is not prepared yet.
+func (q sqlQ) prepared(ctx context.Context, query string) *sql.Stmt {
+	if q.c == nil {
+		return nil
+	}
+	return q.c.in(ctx, q.tx, query)
 }
 
 func (q sqlQ) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := q.q.ExecContext(ctx, rebind(query), args...)
+	query = rebind(query)
+	var res sql.Result
+	var err error
+	if st := q.prepared(ctx, query); st != nil {
+		res, err = st.ExecContext(ctx, args...)
+	} else {
+		res, err = q.q.ExecContext(ctx, query, args...)
+	}
 	if err != nil {
 		return 0, classify(err)
 	}
@@ -90,7 +110,14 @@ func (q sqlQ) Exec(ctx context.Context, query string, args ...any) (int64, error
 }
 
 func (q sqlQ) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
-	rows, err := q.q.QueryContext(ctx, rebind(query), args...)
+	query = rebind(query)
+	var rows *sql.Rows
+	var err error
+	if st := q.prepared(ctx, query); st != nil {
+		rows, err = st.QueryContext(ctx, args...)
+	} else {
+		rows, err = q.q.QueryContext(ctx, query, args...)
+	}
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -98,7 +125,11 @@ func (q sqlQ) Query(ctx context.Context, query string, args ...any) (sqlstore.Ro
 }
 
 func (q sqlQ) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
-	return q.q.QueryRowContext(ctx, rebind(query), args...)
+	query = rebind(query)
+	if st := q.prepared(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return q.q.QueryRowContext(ctx, query, args...)
 }
 
 // sqlRows is *sql.Rows with a Close that returns nothing, like pgx's.

@@ -23,7 +23,7 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 		// A beat older than a node's suspicion (batched beats arrive up to
 		// a flush late) must not clear it: the suspicion may be about the
 		// very connection that sent the beat.
-		stmt, err := tx.PrepareContext(ctx, `UPDATE nodes SET
+		stmt, err := s.stmt(ctx, tx, `UPDATE nodes SET
 				last_heartbeat = ?1,
 				agent_state = CASE WHEN status = ?6 THEN agent_state ELSE ?2 END,
 				current_suite = CASE WHEN status = ?6 THEN current_suite ELSE ?7 END,

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
@@ -15,12 +14,12 @@ import (
 // lease has another holder or term now. It runs first in every write
 // transaction, which holds the write lock: no takeover can come between
 // the check and the commit.
-func checkFence(ctx context.Context, tx *sql.Tx) error {
+func checkFence(ctx context.Context, tx sqlQ) error {
 	want, ok := store.FenceFrom(ctx)
 	if !ok {
 		return nil
 	}
-	cur, err := sqlstore.ReadLease(ctx, driver{}, sqlQ{tx}, want.Name, "")
+	cur, err := sqlstore.ReadLease(ctx, driver{}, tx, want.Name, "")
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("check the write's fence, lease %s: %w", want.Name, err)
 	}

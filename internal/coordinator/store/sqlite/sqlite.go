@@ -40,20 +40,19 @@ type Store struct {
 	r   *sql.DB // read-only connections that WAL lets run beside the writer
 	now func() time.Time
 
-	// Statements prepared once, in Open, by query: the dispatch loop's.
-	// modernc takes tens of microseconds to prepare one, about as long as
-	// a small claim takes to run.
-	wstmts, rstmts map[string]*sql.Stmt
+	// The writer's and the readers' statements, each prepared once.
+	wc, rc *stmtCache
 
 	// deps says whether any task ever waited for another; until one does,
 	// ending a task looks for no dependents (see deps.go).
 	deps atomic.Bool
 }
 
-// hotWrites and hotReads are the queries that Open prepares.
+// hotWrites and hotReads are the queries that Open prepares: the dispatch
+// loop's, which GetSuite and NodeReadsBlob run on the pool directly.
 var (
 	hotWrites = []string{claimAuth, claimTasks, finishEnds, recordFailure, afterFailures, addCounts}
-	hotReads  = []string{getSuite, nodeReadsBlob}
+	hotReads  = []string{getSuite, nodeReadsBlob, claimAuth}
 )
 
 // Open opens the SQLite database at path, creating the file if needed, and
@@ -102,8 +101,9 @@ func Open(ctx context.Context, path string, logger *slog.Logger) (*Store, error)
 
 	s := &Store{w: w, r: r, now: time.Now}
 	s.Store = sqlstore.New(driver{s})
-	if s.wstmts, err = prepare(ctx, w, hotWrites); err == nil {
-		s.rstmts, err = prepare(ctx, r, hotReads)
+	s.wc, s.rc = newStmtCache(w), newStmtCache(r)
+	if err = s.wc.prepare(ctx, hotWrites...); err == nil {
+		err = s.rc.prepare(ctx, hotReads...)
 	}
 	if err == nil {
 		var any bool
@@ -138,28 +138,6 @@ func makePrivate(path string, logger *slog.Logger) error {
 		}
 	}
 	return nil
-}
-
-// prepare prepares queries on db.
-func prepare(ctx context.Context, db *sql.DB, queries []string) (map[string]*sql.Stmt, error) {
-	stmts := make(map[string]*sql.Stmt, len(queries))
-	for _, q := range queries {
-		stmt, err := db.PrepareContext(ctx, q)
-		if err != nil {
-			closeAll(stmts)
-			return nil, fmt.Errorf("prepare %q: %w", q, err)
-		}
-		stmts[q] = stmt
-	}
-	return stmts, nil
-}
-
-func closeAll(stmts map[string]*sql.Stmt) error {
-	var errs []error
-	for _, stmt := range stmts {
-		errs = append(errs, stmt.Close())
-	}
-	return errors.Join(errs...)
 }
 
 // dsn is the driver's data source name for path. Pragmas ride in the DSN so
@@ -213,20 +191,21 @@ func migrate(ctx context.Context, db *sql.DB, logger *slog.Logger) error {
 
 // Close closes the database.
 func (s *Store) Close() error {
-	return errors.Join(closeAll(s.wstmts), closeAll(s.rstmts), s.r.Close(), s.w.Close())
+	return errors.Join(s.wc.close(), s.rc.close(), s.r.Close(), s.w.Close())
 }
 
-// stmt is query as a statement of tx: the one Open prepared if query is
-// among hotWrites, else one prepared now, for this transaction only (the
-// writer's one connection is the transaction's, so the pool could not
-// prepare it now).
+// stmt is query as a statement of the write transaction tx: the writer's
+// cached one, else one prepared for tx alone (the cache has it after tx).
 func (s *Store) stmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
-	if stmt, ok := s.wstmts[query]; ok {
-		return tx.StmtContext(ctx, stmt), nil
+	if st := s.wc.in(ctx, tx, query); st != nil {
+		return st, nil
 	}
 	stmt, err := tx.PrepareContext(ctx, query)
 	return stmt, classify(err)
 }
+
+// writeQ is the write transaction tx as sqlstore's Querier.
+func (s *Store) writeQ(tx *sql.Tx) sqlQ { return sqlQ{q: tx, tx: tx, c: s.wc} }
 
 // write runs fn in a transaction on the writer connection. A ctx fenced
 // by a lease (store.WithFence) writes only while the lease has the fence's
@@ -236,7 +215,8 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err != nil {
 		return classify(err)
 	}
-	if err := checkFence(ctx, tx); err != nil {
+	defer s.wc.prepareSeen(ctx)
+	if err := checkFence(ctx, s.writeQ(tx)); err != nil {
 		tx.Rollback()
 		return err
 	}

@@ -21,7 +21,7 @@ var getSuite = rebind(sqlstore.SuiteSelect(driver{}) + ` WHERE s.id = $1`)
 
 // GetSuite returns a suite with its task counts.
 func (s *Store) GetSuite(ctx context.Context, id string) (store.Suite, error) {
-	su, err := sqlstore.ScanSuite(s.rstmts[getSuite].QueryRowContext(ctx, id))
+	su, err := sqlstore.ScanSuite(s.rc.in(ctx, nil, getSuite).QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = errdefs.ErrNotFound
 	}

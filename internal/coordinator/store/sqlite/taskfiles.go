@@ -27,7 +27,7 @@ const nodeReadsBlob = `SELECT EXISTS (
 // see store.TaskFiles.
 func (s *Store) NodeReadsBlob(ctx context.Context, nodeID, digest string) (bool, error) {
 	var ok bool
-	if err := s.rstmts[nodeReadsBlob].QueryRowContext(ctx, nodeID, digest).Scan(&ok); err != nil {
+	if err := s.rc.in(ctx, nil, nodeReadsBlob).QueryRowContext(ctx, nodeID, digest).Scan(&ok); err != nil {
 		return false, fmt.Errorf("authorize blob %s for node %s: %w", digest, nodeID, classify(err))
 	}
 	return ok, nil

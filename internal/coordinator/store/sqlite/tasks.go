@@ -21,8 +21,8 @@ import (
 // load: adding tasks, claiming them (here) and applying reports
 // (finish.go), each prepared once where it runs often.
 
-// newTasks is a submission as SQLite inserts it: with one statement,
-// prepared in the write transaction, run per task.
+// newTasks is a submission as SQLite inserts it: with one statement
+// (insertTask), run per task.
 type newTasks struct {
 	s     *Store
 	tasks []store.Task
@@ -34,11 +34,9 @@ func (d driver) NewTasks(tasks []store.Task) (sqlstore.NewTasks, error) {
 
 func (b newTasks) Insert(ctx context.Context, q sqlstore.Querier, suiteID string, now time.Time, counts tally) error {
 	tx := txOf(q)
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO tasks
-			(id, suite_id, spec, priority, state, attempt, node_id, result, created_at, updated_at, name, waiting)
-		VALUES (?, ?, ?, ?, ?, 0, '', NULL, ?, ?, ?, ?)`)
+	stmt, err := b.s.stmt(ctx, tx, insertTask)
 	if err != nil {
-		return classify(err)
+		return err
 	}
 	defer stmt.Close()
 	for i := range b.tasks {
@@ -68,6 +66,10 @@ func (b newTasks) Insert(ctx context.Context, q sqlstore.Querier, suiteID string
 	}
 	return b.s.addDeps(ctx, tx, suiteID, b.tasks, counts, now.UnixNano())
 }
+
+const insertTask = `INSERT INTO tasks
+		(id, suite_id, spec, priority, state, attempt, node_id, result, created_at, updated_at, name, waiting)
+	VALUES (?, ?, ?, ?, ?, 0, '', NULL, ?, ?, ?, ?)`
 
 // claimTasks claims the first Ready tasks of a suite, which the claim index
 // hands over in order. The limit is +?4, not ?4: SQLite plans for the value
@@ -103,7 +105,7 @@ func authorizeClaim(row *sql.Row, suiteID, nodeID string) error {
 // and even when max <= 0 (which claims nothing, on the reader).
 func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int) ([]store.Task, error) {
 	if max <= 0 { // a question, not a claim: the writer is not needed
-		if err := authorizeClaim(s.r.QueryRowContext(ctx, claimAuth, suiteID, nodeID), suiteID, nodeID); err != nil {
+		if err := authorizeClaim(s.rc.in(ctx, nil, claimAuth).QueryRowContext(ctx, suiteID, nodeID), suiteID, nodeID); err != nil {
 			return nil, fmt.Errorf("claim tasks of suite %s for node %s: %w", suiteID, nodeID, err)
 		}
 		return []store.Task{}, nil
@@ -134,7 +136,7 @@ func (s *Store) ClaimTasks(ctx context.Context, suiteID, nodeID string, max int)
 			return err
 		}
 		// Only a task claimed before can have failed before.
-		return sqlstore.AddFailures(ctx, driver{s}, sqlQ{tx}, claimed, 2)
+		return sqlstore.AddFailures(ctx, driver{s}, s.writeQ(tx), claimed, 2)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim %d tasks of suite %s for node %s: %w", max, suiteID, nodeID, err)
