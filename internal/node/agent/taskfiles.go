@@ -104,10 +104,10 @@ func hasFiles(t api.TaskSpec) bool {
 // Fetch claims tasks and stages the files of those that have some. A task
 // whose inputs cannot be staged fails its attempt here, with the reason,
 // and never reaches the pool.
-func (f *filesSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, error) {
-	tasks, done, err := f.inner.Fetch(ctx, max)
+func (f *filesSource) Fetch(ctx context.Context, max int) (tasks []api.Task, done, drained bool, err error) {
+	tasks, done, drained, err = f.inner.Fetch(ctx, max)
 	if err != nil || len(tasks) == 0 {
-		return tasks, done, err
+		return tasks, done, drained, err
 	}
 	failed := make([]error, len(tasks))
 	sem := make(chan struct{}, stageParallel)
@@ -143,7 +143,7 @@ func (f *filesSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, err
 			Reason: "stage inputs: " + failed[i].Error(),
 			Result: api.TaskResult{ExitCode: -1, Stderr: "nodemgr: stage inputs: " + failed[i].Error() + "\n"}})
 	}
-	return ready, done, nil
+	return ready, done, drained, nil
 }
 
 // stage makes the task's sandbox and puts its inputs there; the task's

@@ -180,7 +180,9 @@ type recordSource struct {
 	reports []api.TaskReport
 }
 
-func (s *recordSource) Fetch(context.Context, int) ([]api.Task, bool, error) { return nil, true, nil }
+func (s *recordSource) Fetch(context.Context, int) ([]api.Task, bool, bool, error) {
+	return nil, true, false, nil
+}
 func (s *recordSource) Return([]string)                                      {}
 func (s *recordSource) Report(r api.TaskReport) {
 	s.mu.Lock()

@@ -66,24 +66,27 @@ func startTaskSource(call func(ctx context.Context, method string, req, resp any
 	return s
 }
 
-// Fetch claims up to max tasks. done is true once the suite will give no
+// Fetch claims up to max tasks. Done is true once the suite will give no
 // more: it ended, or it is closed with nothing left to claim, or the
-// server sends this node elsewhere (yielded says why).
-func (s *taskSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, error) {
+// server sends this node elsewhere (yielded says why). Drained says the
+// server saw no other task Ready.
+func (s *taskSource) Fetch(ctx context.Context, max int) (tasks []api.Task, done, drained bool, err error) {
 	var resp api.TasksFetched
 	if err := s.call(ctx, api.MethodTasksFetch, api.TasksFetch{SuiteID: s.suiteID, Max: max}, &resp); err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	if resp.Yield != "" {
 		s.mu.Lock()
 		s.yield = resp.Yield
 		s.mu.Unlock()
 		s.log.Info("leaving the suite when the tasks at hand are done", "why", resp.Yield)
-		return nil, true, nil
+		return nil, true, false, nil
 	}
+	// Remaining is -1 when the fetch got all it asked for: more may wait.
+	drained = len(resp.Tasks) == 0 || resp.Remaining == 0
 	s.mu.Lock()
 	s.held += len(resp.Tasks)
-	s.drained = len(resp.Tasks) == 0
+	s.drained = drained
 	// Reports waiting for company that cannot come go now.
 	kick := s.drained && s.held == 0 && len(s.pending) > 0 && !s.urgent
 	if kick {
@@ -96,7 +99,7 @@ func (s *taskSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, erro
 		default:
 		}
 	}
-	return resp.Tasks, resp.Done && len(resp.Tasks) == 0, nil
+	return resp.Tasks, resp.Done && len(resp.Tasks) == 0, drained, nil
 }
 
 // yielded says why the server sent the node away from the suite, if it did.

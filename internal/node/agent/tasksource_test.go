@@ -28,8 +28,10 @@ type reportSink struct {
 
 func (k *reportSink) call(_ context.Context, method string, req, resp any) error {
 	if method == api.MethodTasksFetch {
-		// As many tasks as asked for: t0, t1, ...
+		// As many tasks as asked for: t0, t1, ...; and, as the server
+		// says then, maybe more (Remaining -1).
 		out := resp.(*api.TasksFetched)
+		out.Remaining = -1
 		for i := range req.(api.TasksFetch).Max {
 			out.Tasks = append(out.Tasks, api.Task{ID: fmt.Sprint("t", i)})
 		}
@@ -107,7 +109,7 @@ func checkDelivered(t *testing.T, k *reportSink, n int) int {
 // fetch makes the source hand out n tasks, as the pool's fetches do.
 func fetch(t *testing.T, s *taskSource, n int) {
 	t.Helper()
-	if tasks, _, err := s.Fetch(t.Context(), n); err != nil || len(tasks) != n {
+	if tasks, _, _, err := s.Fetch(t.Context(), n); err != nil || len(tasks) != n {
 		t.Fatalf("Fetch(%d) = %d tasks, %v", n, len(tasks), err)
 	}
 }

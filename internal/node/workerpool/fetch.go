@@ -21,10 +21,12 @@ const fetchDrainWait = 10 * time.Second
 // fetchLoop keeps the buffer filled from the source: with Prefetch n, it
 // tops the buffer up to n whenever it falls to n/2; with Prefetch 0 it
 // fetches one task for each worker waiting (in one call when several wait).
-// A fetch that finds nothing is retried after a wait that doubles from 50ms
-// to 2s, or at once on Wake, or when a worker has gone idle since with
-// nothing buffered: the server may have held the fetch to this node's fair
-// share of the suite, and never holds back the tasks an idle worker needs.
+// A fetch that finds nothing, or that takes the last Ready tasks (Drained),
+// is followed by a wait that doubles from 50ms to 2s, cut short by Wake,
+// or by a worker gone idle since with nothing buffered: the server may
+// have held the fetch to this node's fair share of the suite, and never
+// holds back the tasks an idle worker needs. A lone task thus costs one
+// fetch, not a second that finds nothing while it runs.
 func (p *Pool) fetchLoop(ctx context.Context) {
 	defer p.bgWG.Done()
 	wait := fetchMinWait
@@ -32,6 +34,7 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 		p.mu.Lock()
 		n := p.wantLocked()
 		p.inflight += n
+		wakes := p.wakes
 		p.mu.Unlock()
 		if n == 0 {
 			select {
@@ -45,9 +48,14 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 			continue
 		}
 
-		tasks, done, err := p.src.Fetch(ctx, n)
+		tasks, done, drained, err := p.src.Fetch(ctx, n)
 		p.mu.Lock()
 		p.inflight -= n
+		// Woken meanwhile: what the fetch saw may be old.
+		drained = drained && p.wakes == wakes
+		if err == nil {
+			p.drained = drained || (len(tasks) == 0 && p.wakes == wakes)
+		}
 		p.addLocked(tasks)
 		if done {
 			p.done = true
@@ -66,10 +74,15 @@ func (p *Pool) fetchLoop(ctx context.Context) {
 			p.log.Warn("fetch tasks", "max", n, "err", err)
 		case len(tasks) > 0:
 			wait = fetchMinWait
-			continue
+			if !drained {
+				continue
+			}
 		}
 
 		woken, ok := p.backOff(ctx, wait, idle)
+		p.mu.Lock()
+		p.drained = false // time to look again
+		p.mu.Unlock()
 		switch {
 		case !ok:
 			return
@@ -116,6 +129,8 @@ func (p *Pool) wantLocked() int {
 	case p.cfg.Prefetch == 0:
 		// No buffer: exactly one task for each worker waiting right now.
 		return max(0, len(p.waiting)-len(p.buf)-p.inflight)
+	case p.drained && (len(p.waiting) == 0 || len(p.buf)+p.inflight > 0):
+		return 0 // nothing else is Ready, and no worker lacks a task
 	case len(p.buf)+p.inflight <= p.cfg.Prefetch/2:
 		return p.cfg.Prefetch - len(p.buf) - p.inflight
 	}

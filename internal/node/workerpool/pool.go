@@ -29,9 +29,11 @@ import (
 // held and never after Run has returned; they may run while Fetch does.
 type Source interface {
 	// Fetch claims up to max tasks. done means the suite will have no more
-	// tasks: the pool stops asking. Zero tasks and !done means none now;
-	// the pool asks again after a growing wait (50ms to 2s) or on Wake.
-	Fetch(ctx context.Context, max int) (tasks []api.Task, done bool, err error)
+	// tasks: the pool stops asking. drained means no other task was
+	// Ready: as after a fetch that claimed none, the pool asks again after
+	// a growing wait (50ms to 2s) or on Wake, not at once to fill its
+	// buffer.
+	Fetch(ctx context.Context, max int) (tasks []api.Task, done, drained bool, err error)
 	// Report delivers one attempt's result. It should not block for long.
 	Report(r api.TaskReport)
 	// Return gives back tasks that were fetched but never started.
@@ -162,6 +164,11 @@ type Pool struct {
 	stop      stopMode
 	fatal     error
 	done      bool // the source has no more tasks
+	// drained: the last fetch saw no other task Ready. Until a backoff
+	// ends or Wake, the buffer is not refilled; a worker left with
+	// nothing to run still fetches.
+	drained bool
+	wakes   int // Wake calls so far: one during a fetch makes its answer old
 	slots     []*slot
 	buf       []api.Task       // fetched, not started, in order
 	inflight  int              // tasks asked for by fetches still on their way
@@ -692,7 +699,13 @@ func (p *Pool) mayStartLocked() bool { return p.cfg.MayStart == nil || p.cfg.May
 
 // Wake makes the pool ask its source for tasks now, cutting short the wait
 // after a fetch that found none. Call it when the server says tasks arrived.
-func (p *Pool) Wake() { p.signal(p.wake) }
+func (p *Pool) Wake() {
+	p.mu.Lock()
+	p.drained = false
+	p.wakes++
+	p.mu.Unlock()
+	p.signal(p.wake)
+}
 
 // Stats returns a snapshot of the pool.
 func (p *Pool) Stats() Stats {

@@ -644,18 +644,18 @@ type slowSource struct {
 	lost    atomic.Int32 // claimed tasks whose answer nobody waited for
 }
 
-func (s *slowSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, error) {
+func (s *slowSource) Fetch(ctx context.Context, max int) ([]api.Task, bool, bool, error) {
 	if s.calls.Add(1) != 1 {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	close(s.entered)
-	tasks, _, _ := s.Source.Fetch(context.Background(), max) // claimed now
+	tasks, _, _, _ := s.Source.Fetch(context.Background(), max) // claimed now
 	select {
 	case <-s.answer:
-		return tasks, false, nil
+		return tasks, false, false, nil
 	case <-ctx.Done():
 		s.lost.Add(int32(len(tasks)))
-		return nil, false, ctx.Err()
+		return nil, false, false, ctx.Err()
 	}
 }
 
@@ -909,6 +909,20 @@ func TestIdleWorkerCutsTheBackoff(t *testing.T) {
 	})
 	if d := time.Since(begin); d > time.Second {
 		t.Errorf("the idle worker got its task %v after it went idle, want well under the backoff of 1.6s or more", d)
+	}
+}
+
+// A fetch that takes the suite's last Ready task is not followed at once
+// by another to fill the buffer, which would find nothing while the task
+// runs: the next waits for the backoff, or for Wake.
+func TestDrainedFetchBacksOff(t *testing.T) {
+	src := newSource(task("lone", "sleep", "300ms"))
+	src.SetOpen(true)
+	start(t, config(t, "worker", 1, 4), src)
+	waitFor(t, 20*time.Second, "a second fetch", func() bool { return len(src.Record().At) >= 2 })
+	at := src.Record().At
+	if gap := at[1].Sub(at[0]); gap < fetchMinWait {
+		t.Errorf("the fetch after the one that drained the suite came %v after it, want the backoff of %v or more", gap, fetchMinWait)
 	}
 }
 

@@ -22,6 +22,7 @@ type Source struct {
 	open     bool
 	fetched  []string
 	maxes    []int
+	at       []time.Time
 	reports  []api.TaskReport
 	returned []string
 }
@@ -45,10 +46,12 @@ func (s *Source) Add(tasks ...api.Task) {
 }
 
 // Fetch hands out up to max queued tasks, as Running with Attempt one more.
-func (s *Source) Fetch(ctx context.Context, max int) ([]api.Task, bool, error) {
+// It says Drained when it handed out fewer than max, as a server does.
+func (s *Source) Fetch(ctx context.Context, max int) (tasks []api.Task, done, drained bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.maxes = append(s.maxes, max)
+	s.at = append(s.at, time.Now())
 	n := min(max, len(s.queue))
 	out := slices.Clone(s.queue[:n])
 	s.queue = s.queue[n:]
@@ -57,7 +60,7 @@ func (s *Source) Fetch(ctx context.Context, max int) ([]api.Task, bool, error) {
 		out[i].State = api.TaskRunning
 		s.fetched = append(s.fetched, out[i].ID)
 	}
-	return out, !s.open && len(s.queue) == 0, nil
+	return out, !s.open && len(s.queue) == 0, len(out) < max, nil
 }
 
 // Report records a report.
@@ -88,8 +91,9 @@ func (s *Source) ReportFor(id string) (api.TaskReport, bool) {
 
 // Record is what a pool did with a source.
 type Record struct {
-	Fetched  []string // task IDs, in the order handed out
-	Maxes    []int    // the max of each Fetch call
+	Fetched  []string    // task IDs, in the order handed out
+	Maxes    []int       // the max of each Fetch call
+	At       []time.Time // when each Fetch call came
 	Reports  []api.TaskReport
 	Returned []string
 }
@@ -98,7 +102,7 @@ type Record struct {
 func (s *Source) Record() Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Record{Fetched: slices.Clone(s.fetched), Maxes: slices.Clone(s.maxes),
+	return Record{Fetched: slices.Clone(s.fetched), Maxes: slices.Clone(s.maxes), At: slices.Clone(s.at),
 		Reports: slices.Clone(s.reports), Returned: slices.Clone(s.returned)}
 }
 
