@@ -183,7 +183,7 @@ type recordSource struct {
 func (s *recordSource) Fetch(context.Context, int) ([]api.Task, bool, bool, error) {
 	return nil, true, false, nil
 }
-func (s *recordSource) Return([]string)                                      {}
+func (s *recordSource) Return([]string) {}
 func (s *recordSource) Report(r api.TaskReport) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

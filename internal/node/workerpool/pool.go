@@ -158,17 +158,17 @@ type Pool struct {
 	connWG sync.WaitGroup // accept loop and connection readers
 	bgWG   sync.WaitGroup // fetcher
 
-	mu        sync.Mutex
-	started   bool
-	closed    bool // Run has returned
-	stop      stopMode
-	fatal     error
-	done      bool // the source has no more tasks
+	mu      sync.Mutex
+	started bool
+	closed  bool // Run has returned
+	stop    stopMode
+	fatal   error
+	done    bool // the source has no more tasks
 	// drained: the last fetch saw no other task Ready. Until a backoff
 	// ends or Wake, the buffer is not refilled; a worker left with
 	// nothing to run still fetches.
-	drained bool
-	wakes   int // Wake calls so far: one during a fetch makes its answer old
+	drained   bool
+	wakes     int // Wake calls so far: one during a fetch makes its answer old
 	slots     []*slot
 	buf       []api.Task       // fetched, not started, in order
 	inflight  int              // tasks asked for by fetches still on their way
