@@ -42,20 +42,32 @@ func (d *Dispatcher) ResolveSuite(ctx context.Context, p auth.Principal, ref str
 		}
 		return store.Suite{}, err
 	}
+	if err := checkSuiteAccess(p, su, ref, what); err != nil {
+		if errdefs.IsNotFound(err) {
+			return store.Suite{}, err
+		}
+		return su, err
+	}
+	return su, nil
+}
+
+// checkSuiteAccess says whether p may do what with su, which ref named. A
+// suite p may not even read is not found.
+func checkSuiteAccess(p auth.Principal, su store.Suite, ref string, what Access) error {
 	if p.User == su.Owner && what != WorkSuite {
-		return su, nil
+		return nil
 	}
 	if !p.Can(api.RoleRead, SuiteGroups(su)) {
 		if p.User == su.Owner {
-			return su, p.Require(api.RoleWrite, SuiteGroups(su), "suite "+su.Spec.Name)
+			return p.Require(api.RoleWrite, SuiteGroups(su), "suite "+su.Spec.Name)
 		}
-		return store.Suite{}, errdefs.NotFound("suite %q (see nodemgr suite ls)", ref)
+		return errdefs.NotFound("suite %q (see nodemgr suite ls)", ref)
 	}
 	role := api.RoleWrite
 	if what == ReadSuite {
 		role = api.RoleRead
 	}
-	return su, p.Require(role, SuiteGroups(su), "suite "+su.Spec.Name)
+	return p.Require(role, SuiteGroups(su), "suite "+su.Spec.Name)
 }
 
 // ResolveTask finds a task by ID and checks that p may do what with its
@@ -72,4 +84,21 @@ func (d *Dispatcher) ResolveTask(ctx context.Context, p auth.Principal, id strin
 		return t, err
 	}
 	return t, nil
+}
+
+// ResolveSuiteSpec is ResolveSuite for callers that need only what never
+// changes in a suite: its ID, owner and spec. Its state and counts may be
+// old; whatever acts on the suite checks its state in the store (AddTasks
+// refuses a suite that is no longer Open). A suite named by ID is read
+// from the store once, not at every submit: a lone task's submit spent a
+// store read (0.27 ms on an idle server) only to learn the suite's group.
+func (d *Dispatcher) ResolveSuiteSpec(ctx context.Context, p auth.Principal, ref string, what Access) (store.Suite, error) {
+	if su, ok := d.specs.get(ref); ok {
+		return su, checkSuiteAccess(p, su, ref, what)
+	}
+	su, err := d.ResolveSuite(ctx, p, ref, what)
+	if err == nil {
+		d.specs.put(su)
+	}
+	return su, err
 }

@@ -91,6 +91,7 @@ type Dispatcher struct {
 	fetches FetchWatch
 	shares  Shares[Session]
 	actions actionCache
+	specs   suiteSpecs // what never changes in a suite, by ID (ResolveSuiteSpec)
 	listing struct { // the last listing of the live suites (liveSuites)
 		mu     sync.Mutex
 		at     time.Time

@@ -266,7 +266,9 @@ func (s *Server) handleAssignSuite(w http.ResponseWriter, r *http.Request) error
 // caller's role is checked before the body is read, and the body is
 // decoded as a stream within the server's budget for batches in flight.
 func (s *Server) handleSubmitTasks(w http.ResponseWriter, r *http.Request) error {
-	su, err := s.resolveSuite(r.Context(), r.PathValue("suite"), dispatch.WorkSuite)
+	// Submit needs the suite's ID, name and group; AddTasks checks that it
+	// is still Open.
+	su, err := s.dispatcher.ResolveSuiteSpec(r.Context(), principalFrom(r.Context()), r.PathValue("suite"), dispatch.WorkSuite)
 	if err != nil {
 		return err
 	}

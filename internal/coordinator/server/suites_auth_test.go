@@ -154,3 +154,28 @@ func TestServiceUserNeedsAGroupAdmin(t *testing.T) {
 		})
 	}
 }
+
+// TestSubmitChecksTheSuiteNow: a submit reads a suite's spec once (it
+// never changes), but its access and its state are checked at every
+// submit: a user of another group still finds no suite, and a cancelled
+// suite takes no more tasks.
+func TestSubmitChecksTheSuiteNow(t *testing.T) {
+	ts := newTestServer(t)
+	bob := ts.user(t, "bob", false, map[string]string{"a": api.RoleWrite})
+	eve := ts.user(t, "eve", false, map[string]string{"b": api.RoleWrite})
+	var su api.Suite
+	ts.mustCall(t, http.StatusCreated, bob, "POST", "/v1/suites",
+		api.SuiteSpec{Name: "build", Group: "a", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}}, &su)
+	tasks := api.SubmitTasks{Tasks: []api.TaskSpec{{Argv: []string{"true"}}}}
+	path := "/v1/suites/" + su.ID + "/tasks"
+	ts.mustCall(t, http.StatusCreated, bob, "POST", path, tasks, nil)
+
+	if code, body := ts.call(t, eve, "POST", path, tasks, nil); code != http.StatusNotFound {
+		t.Errorf("another group's writer submitting = %d %s, want 404", code, body)
+	}
+	ts.mustCall(t, http.StatusOK, bob, "POST", "/v1/suites/"+su.ID+"/cancel", nil, nil)
+	code, body := ts.call(t, bob, "POST", path, tasks, nil)
+	if code != http.StatusConflict || !strings.Contains(body, api.SuiteCancelled) {
+		t.Errorf("submitting to the cancelled suite = %d %s, want 409 saying it is %s", code, body, api.SuiteCancelled)
+	}
+}
