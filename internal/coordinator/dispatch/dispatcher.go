@@ -92,7 +92,7 @@ type Dispatcher struct {
 	shares  Shares[Session]
 	actions actionCache
 	specs   suiteSpecs // what never changes in a suite, by ID (ResolveSuiteSpec)
-	listing struct { // the last listing of the live suites (liveSuites)
+	listing struct {   // the last listing of the live suites (liveSuites)
 		mu     sync.Mutex
 		at     time.Time
 		suites []store.Suite
