@@ -279,7 +279,7 @@ func parseCounts(s string) ([]int, error) {
 	for _, p := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(p))
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("--agents: %q is not a positive count", p)
+			return nil, usagef("--agents: %q is not a positive count", p)
 		}
 		ns = append(ns, n)
 	}
@@ -451,7 +451,7 @@ seen, and a round on unchanged files would upload nothing.`,
 				return err
 			}
 			if cfg.Rounds < 1 || cfg.Agents < 1 || cfg.Jobs < 1 {
-				return fmt.Errorf("--rounds, --agents and --jobs must be at least 1")
+				return usagef("--rounds, --agents and --jobs must be at least 1")
 			}
 			r, err := bench.RunBuild(cmd.Context(), cfg, e.stderr)
 			if err != nil {

@@ -223,7 +223,7 @@ func newLogger(cmd *cobra.Command, w io.Writer) (*slog.Logger, error) {
 	format, _ := cmd.Flags().GetString("log-format")
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(levelName)); err != nil {
-		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", levelName)
+		return nil, usagef("--log-level: %q is not one of debug, info, warn, error", levelName)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch format {
@@ -232,7 +232,7 @@ func newLogger(cmd *cobra.Command, w io.Writer) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
+	return nil, usagef("--log-format: %q is not text or json", format)
 }
 
 // startCPUProfile writes a CPU profile of this process to path.PID until the

@@ -134,7 +134,7 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 func (f *serverFlags) blobStore(ctx context.Context) (blob.Store, error) {
 	if f.blobS3Bucket == "" {
 		if f.blobS3Prefix != "" || f.blobS3Endpoint != "" || f.blobS3Region != "" || f.blobS3Profile != "" {
-			return nil, fmt.Errorf("--blob-s3-prefix, -endpoint, -region and -profile need --blob-s3-bucket")
+			return nil, usagef("--blob-s3-prefix, -endpoint, -region and -profile need --blob-s3-bucket")
 		}
 		return nil, nil
 	}
@@ -257,7 +257,7 @@ func (f *serverFlags) openStore(ctx context.Context, log *slog.Logger) (store.St
 		return st, nil, nil
 	}
 	if f.dbListen != "" {
-		return nil, nil, fmt.Errorf("--db-listen-url is for a PostgreSQL --db (behind PgBouncer); drop it, or give --db a postgres:// URL")
+		return nil, nil, usagef("--db-listen-url is for a PostgreSQL --db (behind PgBouncer); drop it, or give --db a postgres:// URL")
 	}
 	path := f.db
 	if path == "" {
@@ -386,10 +386,10 @@ them as they are. For a PostgreSQL store use pg_dump and pg_restore.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if to == "" {
-				return &usageError{fmt.Errorf("--to is required: the new file to write the backup to")}
+				return usagef("--to is required: the new file to write the backup to")
 			}
 			if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
-				return &usageError{fmt.Errorf("--db is a PostgreSQL database: back it up with pg_dump (see docs/operations.md); this command copies a SQLite store")}
+				return usagef("--db is a PostgreSQL database: back it up with pg_dump (see docs/operations.md); this command copies a SQLite store")
 			}
 			if db == "" {
 				db = filepath.Join(dataDir, "nodemgr.db")

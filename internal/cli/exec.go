@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -34,7 +35,8 @@ func newExecCmd(e *env) *cobra.Command {
 Its stdout and stderr arrive on this command's stdout and stderr as they are
 written, and nodemgr exits with its exit code (128+n when signal n killed
 it), or with 255 when it could not be run: an unknown machine, one without
-an executor, a program that is not there, a timeout.
+an executor, a program that is not there, a timeout; or with 2, before
+anything runs, when the command line is wrong.
 
 Standard input, when it is not a terminal, is read to its end (at most
 16 MiB) and given to the command; --no-stdin gives none.
@@ -53,6 +55,9 @@ Examples:
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			code, err := runExec(cmd, e, args, api.ExecRequest{Env: env, Dir: dir, Via: via}, timeout, noStdin)
+			if ue := (*usageError)(nil); errors.As(err, &ue) {
+				return err
+			}
 			if err != nil {
 				fmt.Fprintln(e.stderr, "error:", describe(err))
 				return &exitError{code: execFailed}
@@ -73,15 +78,15 @@ Examples:
 
 func runExec(cmd *cobra.Command, e *env, args []string, req api.ExecRequest, timeout time.Duration, noStdin bool) (int, error) {
 	if dash := cmd.ArgsLenAtDash(); len(args) < 2 || (dash != -1 && dash != 1) {
-		return -1, fmt.Errorf("usage: nodemgr exec NODE [flags] -- CMD ARGS... (one machine, then the command after --)")
+		return -1, usagef("usage: nodemgr exec NODE [flags] -- CMD ARGS... (one machine, then the command after --)")
 	}
 	for _, kv := range req.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return -1, fmt.Errorf("--env %q: want KEY=VALUE", kv)
+			return -1, usagef("--env %q: want KEY=VALUE", kv)
 		}
 	}
 	if timeout < 0 {
-		return -1, fmt.Errorf("--timeout %s: must not be negative", timeout)
+		return -1, usagef("--timeout %s: must not be negative", timeout)
 	}
 	if timeout > 0 {
 		req.Timeout = timeout.String()
@@ -153,11 +158,11 @@ Examples:
 			c := clientFor(cmd, e)
 			switch {
 			case srcRemote && dstRemote:
-				return fmt.Errorf("both %s and %s name a machine; copy to this one first, then on", args[0], args[1])
+				return usagef("both %s and %s name a machine; copy to this one first, then on", args[0], args[1])
 			case !srcRemote && !dstRemote:
-				return fmt.Errorf("neither %s nor %s names a machine: write NODE:PATH for the machine's side (a local path that contains ':' starts with ./)", args[0], args[1])
+				return usagef("neither %s nor %s names a machine: write NODE:PATH for the machine's side (a local path that contains ':' starts with ./)", args[0], args[1])
 			case srcNode == "" && srcRemote, dstNode == "" && dstRemote:
-				return fmt.Errorf("%s: NODE is empty; write NODE:PATH, or ./PATH for a local path", strings.Join(args, " "))
+				return usagef("%s: NODE is empty; write NODE:PATH, or ./PATH for a local path", strings.Join(args, " "))
 			case dstRemote:
 				return c.CopyToVia(cmd.Context(), dstNode, via, src, dst)
 			}

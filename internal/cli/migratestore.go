@@ -40,10 +40,10 @@ URL (PGPASSWORD or ~/.pgpass).
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			path, ok := strings.CutPrefix(from, "sqlite:")
 			if !ok || path == "" {
-				return fmt.Errorf("--from must be sqlite:PATH (the server's DATA_DIR/nodemgr.db), got %q", from)
+				return usagef("--from must be sqlite:PATH (the server's DATA_DIR/nodemgr.db), got %q", from)
 			}
 			if !strings.HasPrefix(to, "postgres://") && !strings.HasPrefix(to, "postgresql://") {
-				return fmt.Errorf("--to must be a postgres:// URL, got %q", to)
+				return usagef("--to must be a postgres:// URL, got %q", to)
 			}
 			if _, err := os.Stat(path); err != nil {
 				return fmt.Errorf("--from: %w", err)

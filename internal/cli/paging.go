@@ -35,7 +35,7 @@ func (f *pageFlags) add(cmd *cobra.Command, allName string) {
 // the cursor on. next is where the rows shown stop ("" at the end).
 func list[T any](ctx context.Context, f pageFlags, page func(context.Context, client.Page) ([]T, string, error)) (rows []T, next string, err error) {
 	if f.limit < 1 || f.limit > client.MaxPageLimit {
-		return nil, "", fmt.Errorf("--limit must be from 1 to %d, got %d; use --%s to see every page", client.MaxPageLimit, f.limit, f.allName)
+		return nil, "", usagef("--limit must be from 1 to %d, got %d; use --%s to see every page", client.MaxPageLimit, f.limit, f.allName)
 	}
 	p := client.Page{Limit: f.limit, After: f.after}
 	if !f.all {

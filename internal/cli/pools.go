@@ -377,10 +377,10 @@ With --follow, print every event from --after on, then new ones as they come
 			}
 			if follow {
 				if asJSON {
-					return fmt.Errorf("--follow prints a table; drop --json, or page with --after the next cursor --json gives")
+					return usagef("--follow prints a table; drop --json, or page with --after the next cursor --json gives")
 				}
 				if pf.limit < 1 || pf.limit > client.MaxPageLimit {
-					return fmt.Errorf("--limit must be from 1 to %d, got %d", client.MaxPageLimit, pf.limit)
+					return usagef("--limit must be from 1 to %d, got %d", client.MaxPageLimit, pf.limit)
 				}
 				return followEvents(cmd.Context(), e, client.Page{Limit: pf.limit, After: pf.after}, read)
 			}

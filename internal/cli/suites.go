@@ -249,7 +249,7 @@ nodes left out finish the tasks they hold and take no more (--add keeps them).
 				return fmt.Errorf("name nodes, or give --auto to go back to assignment by tags")
 			}
 			if auto && add {
-				return fmt.Errorf("--add needs nodes to add; --auto goes back to assignment by tags")
+				return usagef("--add needs nodes to add; --auto goes back to assignment by tags")
 			}
 			assign := clientFor(cmd, e).AssignSuite
 			if add {
@@ -408,7 +408,7 @@ nodemgr suite fetch.
       --output lua -- gcc -o lua src/lapi.o`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if suite == "" {
-				return &usageError{fmt.Errorf("--suite is required")}
+				return usagef("--suite is required")
 			}
 			var tasks []api.TaskSpec
 			switch {
@@ -560,7 +560,7 @@ func taskLsCmd(e *env) *cobra.Command {
 		Use: "ls --suite SUITE", Short: "List a suite's tasks", Args: cobra.NoArgs,
 		PreRunE: func(*cobra.Command, []string) error {
 			if suite == "" {
-				return fmt.Errorf("--suite is required")
+				return usagef("--suite is required")
 			}
 			var err error
 			f.Labels, err = agent.ParseLabels("--label", labels)

@@ -151,7 +151,7 @@ func mustGetwd() string {
 func parseInputFrom(s string) (api.InputFrom, error) {
 	task, rest, _ := strings.Cut(s, ":")
 	if task == "" {
-		return api.InputFrom{}, fmt.Errorf("--input-from %q: give TASK, TASK:PATH or TASK:PATH=AS", s)
+		return api.InputFrom{}, usagef("--input-from %q: give TASK, TASK:PATH or TASK:PATH=AS", s)
 	}
 	p, as, _ := strings.Cut(rest, "=")
 	return api.InputFrom{Task: task, Path: p, As: as}, nil

@@ -219,7 +219,7 @@ func templateRenderCmd(e *env) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if provider == "" {
-				return fmt.Errorf("--provider is required: %s", providerList())
+				return usagef("--provider is required: %s", providerList())
 			}
 			r, err := clientFor(cmd, e).Render(cmd.Context(), args[0], provider)
 			if err != nil {

@@ -19,6 +19,10 @@ type usageError struct{ err error }
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
+// usagef is a usageError: a flag's value or an argument that cannot be
+// right whatever the server holds.
+func usagef(format string, a ...any) error { return &usageError{fmt.Errorf(format, a...)} }
+
 // strictUsage makes every command of the tree refuse what it does not
 // know, instead of printing help and succeeding:
 //   - a command with subcommands and no action of its own refuses an
