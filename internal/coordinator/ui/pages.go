@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -249,11 +250,23 @@ func (u *UI) nodePage(ctx context.Context, r *http.Request, v *view) error {
 			d.ServicesError = err.Error()
 		}
 	}
+	// Ended jobs too: a job that failed at once is what the page is
+	// opened for. The live ones first.
 	var cl api.ContainerList
-	if err := v.c.get(ctx, "/v1/containers", url.Values{"node": {n.ID}, "limit": {"100"}}, &cl); err == nil {
+	if err := v.c.get(ctx, "/v1/containers", url.Values{"node": {n.ID}, "all": {"true"}, "limit": {"100"}}, &cl); err == nil {
 		d.Containers = cl.Containers
+		slices.SortStableFunc(d.Containers, func(a, b api.Container) int {
+			return cmp.Compare(b2i(api.ContainerFinal(a.Status)), b2i(api.ContainerFinal(b.Status)))
+		})
 	}
 	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // ---- suites
@@ -509,4 +522,50 @@ func (u *UI) docPage(ctx context.Context, r *http.Request, v *view, kind string)
 	name := r.PathValue("name")
 	v.Title = name
 	return d, v.c.get(ctx, "/v1/"+kind+"/"+esc(name), nil, &d.Doc)
+}
+
+// ---- ensembles
+
+type ensemblesData struct {
+	Items []api.Ensemble
+	All   bool // shut down and failed ones too
+}
+
+func (u *UI) ensemblesPage(ctx context.Context, r *http.Request, v *view) error {
+	v.Page, v.Title, v.Nav = "ensembles", "Ensembles", "ensembles"
+	d := &ensemblesData{All: r.URL.Query().Get("all") == "true"}
+	v.Data = d
+	q := url.Values{}
+	if d.All {
+		q.Set("all", "true")
+	}
+	var l api.EnsembleList
+	if err := v.c.get(ctx, "/v1/ensembles", q, &l); err != nil {
+		return err
+	}
+	d.Items = l.Ensembles
+	return nil
+}
+
+type ensembleData struct {
+	E api.Ensemble
+	// Specs are the allocations' specs by name, for their resources and
+	// placement beside their state.
+	Specs map[string]api.AllocationSpec
+}
+
+func (u *UI) ensemblePage(ctx context.Context, r *http.Request, v *view) error {
+	v.Page, v.Nav = "ensemble", "ensembles"
+	d := &ensembleData{}
+	v.Data = d
+	v.Title = r.PathValue("ensemble")
+	if err := v.c.get(ctx, "/v1/ensembles/"+esc(r.PathValue("ensemble")), nil, &d.E); err != nil {
+		return err
+	}
+	v.Title = d.E.Name
+	d.Specs = make(map[string]api.AllocationSpec, len(d.E.Spec.Allocations))
+	for _, a := range d.E.Spec.Allocations {
+		d.Specs[a.Name] = a
+	}
+	return nil
 }

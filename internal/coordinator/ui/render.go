@@ -59,6 +59,7 @@ var funcs = template.FuncMap{
 	"scaling":  scaling,
 	"width":    func(part, whole int) string { return fmt.Sprintf("%.2f%%", share(part, whole)) },
 	"fmtFloat": func(f float64) string { return fmt.Sprintf("%.1f", f) },
+	"span":     func(d api.Duration) string { return time.Duration(d).String() },
 	"short":    short,
 	"value":    func(v any) string { return fmt.Sprint(v) },
 	"segments": segments,
@@ -74,7 +75,8 @@ func badge(s string) string {
 		return "b-info"
 	case "online", "finished", "ready", "idle", "complete":
 		return "b-ok"
-	case "suspect", "closed", "pending", "preparing", "cleanup", "starting", "launching", "bootstrapping", "draining", "stopping", "backoff", "shuttingdown":
+	case "suspect", "closed", "pending", "preparing", "cleanup", "starting", "launching", "bootstrapping", "draining", "stopping", "backoff", "shuttingdown",
+		"waiting", "deploying", "degraded", "creating":
 		return "b-warn"
 	case "offline", "failed", "dead", "cancelled", "error":
 		return "b-bad"

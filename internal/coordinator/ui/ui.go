@@ -109,6 +109,8 @@ func (u *UI) routes() *http.ServeMux {
 	m.HandleFunc("GET /ui/suites/{suite}", u.page(u.suitePage))
 	m.HandleFunc("GET /ui/tasks/{task}", u.page(u.taskPage))
 	m.HandleFunc("GET /ui/deployments", u.page(deploymentsPage))
+	m.HandleFunc("GET /ui/ensembles", u.page(u.ensemblesPage))
+	m.HandleFunc("GET /ui/ensembles/{ensemble}", u.page(u.ensemblePage))
 	m.HandleFunc("GET /ui/pools", u.page(poolsPage))
 	m.HandleFunc("GET /ui/pools/{pool}", u.page(u.poolPage))
 	m.HandleFunc("GET /ui/templates", u.page(u.templatesPage))

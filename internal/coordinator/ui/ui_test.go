@@ -33,6 +33,7 @@ type env struct {
 	url   string
 	admin string
 	api   *client.Client
+	st    *sqlite.Store
 }
 
 func newEnv(t *testing.T) *env {
@@ -55,7 +56,7 @@ func newEnv(t *testing.T) *env {
 	}
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
-	return &env{t: t, url: hs.URL, admin: admin, api: client.New(hs.URL, admin)}
+	return &env{t: t, url: hs.URL, admin: admin, api: client.New(hs.URL, admin), st: st}
 }
 
 // browser is an HTTP client with cookies that does not follow redirects.

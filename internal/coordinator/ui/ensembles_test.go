@@ -1,0 +1,118 @@
+package ui_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
+)
+
+// addNode stores a node as registration would, offline.
+func (e *env) addNode(id, name string) {
+	e.t.Helper()
+	now := time.Now()
+	_, err := e.st.CreateNode(e.t.Context(), store.Node{ID: id, Name: name, MachineID: "m-" + id, DataDir: "/d",
+		Hardware: api.Hardware{Cores: 4, MemoryBytes: 8 << 30}, Status: api.StatusOffline, RegisteredAt: now, UpdatedAt: now})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestEnsemblePages: the dashboard lists ensembles and shows one with its
+// allocations (state, resources, placement), its replicas (node, ports, why
+// there, restores), the replicas restored elsewhere, and why it waits.
+func TestEnsemblePages(t *testing.T) {
+	e := newEnv(t)
+	e.addNode("n-aaaa1111", "box-a")
+	e.addNode("n-bbbb2222", "box-b")
+	now := time.Now()
+	web := api.AllocationSpec{Name: "web", Count: 2, Resources: api.Resources{CPUs: 0.5, MemoryMB: 256},
+		Placement: api.Placement{Tags: []string{"ssd"}, Spread: true}, Container: &api.ContainerJob{Name: "web", Image: "shop-web:1"}}
+	shop := api.Ensemble{ID: "e-shop", Name: "shop", State: api.EnsembleDegraded, Reason: "web#2: its node is lost",
+		Owner: "admin", Spec: api.EnsembleSpec{Name: "shop", Allocations: []api.AllocationSpec{web}, Policy: "spread"},
+		Replicas: []api.EnsembleReplica{
+			{Allocation: "web", Replica: 1, NodeID: "n-aaaa1111", NodeName: "box-a", Why: "spread: emptiest of 2", Container: "c-web-1",
+				Ports: []api.ContainerPort{{Container: 8080, Host: 31001}}},
+			{Allocation: "web", Replica: 2, NodeID: "n-bbbb2222", NodeName: "box-b", Container: "c-web-2", Restores: 1},
+		},
+		Lost:      []api.EnsembleReplica{{Allocation: "web", Replica: 2, NodeID: "n-aaaa1111", NodeName: "box-a", Container: "c-web-2"}},
+		CreatedAt: now, UpdatedAt: now}
+	batch := api.Ensemble{ID: "e-batch", Name: "batch", State: api.EnsembleWaiting, Owner: "admin",
+		Reason: "no node has 64 CPUs free; pool burst is starting 2 machines",
+		Spec:   api.EnsembleSpec{Name: "batch", Allocations: []api.AllocationSpec{{Name: "crunch", Resources: api.Resources{CPUs: 64, MemoryMB: 1024}, Container: &api.ContainerJob{Name: "crunch", Image: "c:1"}}}},
+		CreatedAt: now, UpdatedAt: now}
+	old := api.Ensemble{ID: "e-old", Name: "old", State: api.EnsembleShutDown, Owner: "admin",
+		Spec: api.EnsembleSpec{Name: "old", Allocations: []api.AllocationSpec{web}}, CreatedAt: now, UpdatedAt: now}
+	for _, en := range []api.Ensemble{shop, batch, old} {
+		if err := e.st.CreateEnsemble(t.Context(), en); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := e.browser()
+	b.login(e.admin)
+
+	resp, list := b.get("/ui/ensembles")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /ui/ensembles = %d: %.500s", resp.StatusCode, list)
+	}
+	for _, want := range []string{`href="/ui/ensembles/e-shop"`, `href="/ui/ensembles/e-batch"`, "pool burst is starting 2 machines", `href="/ui/ensembles" class="active"`} {
+		if !strings.Contains(list, want) {
+			t.Errorf("the ensembles page lacks %q", want)
+		}
+	}
+	if strings.Contains(list, "e-old") {
+		t.Error("the ensembles page lists a shut-down ensemble without ?all=true")
+	}
+	if _, all := b.get("/ui/ensembles?all=true"); !strings.Contains(all, `href="/ui/ensembles/e-old"`) {
+		t.Error("?all=true does not list the shut-down ensemble")
+	}
+
+	_, page := b.get("/ui/ensembles/e-shop")
+	for _, want := range []string{
+		"web#1", "web#2", `href="/ui/nodes/n-aaaa1111"`, "box-b", "31001→8080", "spread: emptiest of 2",
+		"0.5 CPUs, 256 MB", "tags ssd; spread", "node box-b is offline", `id="lost"`, "lost replicas move elsewhere after the server's restore deadline", `href="/ui/logs?container=c-web-1"`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the ensemble page lacks %q", want)
+		}
+	}
+	_, waiting := b.get("/ui/ensembles/batch")
+	for _, want := range []string{"Waiting: no node has 64 CPUs free", "No replica is placed yet", "64.0 CPUs"} {
+		if !strings.Contains(waiting, want) {
+			t.Errorf("the waiting ensemble's page lacks %q", want)
+		}
+	}
+	if resp, _ := b.get("/ui/ensembles/nope"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("an unknown ensemble's page = %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestNodePageShowsEndedContainers: a job that failed at once is on its
+// node's page, with why, after the live ones (it said "No containers.").
+func TestNodePageShowsEndedContainers(t *testing.T) {
+	e := newEnv(t)
+	e.addNode("n-cccc3333", "box-c")
+	code := 4
+	now := time.Now()
+	err := e.st.PutContainers(t.Context(), "n-cccc3333", []api.Container{
+		{Job: api.ContainerJob{ID: "c-fails", Name: "fails", Image: "busybox"}, Status: api.ContainerFailed, ExitCode: &code,
+			Reason: "exit code 4", CreatedAt: now, StartedAt: &now, FinishedAt: &now},
+		{Job: api.ContainerJob{ID: "c-runs", Name: "runs", Image: "busybox"}, Status: api.ContainerRunning, CreatedAt: now.Add(time.Second), StartedAt: &now},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.login(e.admin)
+	_, page := b.get("/ui/nodes/n-cccc3333")
+	failed, running := strings.Index(page, "c-fails"), strings.Index(page, "c-runs")
+	if failed < 0 || !strings.Contains(page, "exit code 4") {
+		t.Fatalf("the node page does not show the failed job and why:\n%.3000s", page)
+	}
+	if running < 0 || running > failed {
+		t.Errorf("the running job is not listed before the ended one (running at %d, failed at %d)", running, failed)
+	}
+}
