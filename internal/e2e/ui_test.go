@@ -261,6 +261,20 @@ func TestDashboardInBrowser(t *testing.T) {
 			seen[pct] = true
 			return pct == "100", pct
 		})
+		// What the events do not carry comes live too (issue 31 item 9: the
+		// Failures panel said "None." beside "1 failed", the rows froze).
+		waitFor(t, 20*time.Second, "the Failures panel to list the failed task without a reload", func() (bool, string) {
+			return b.exists(`#failures a[href^="/ui/tasks/"]`), b.text("#failures")
+		})
+		waitFor(t, 20*time.Second, "the task rows to show Finished tasks without a reload", func() (bool, string) {
+			got := b.text("#task-rows")
+			return strings.Contains(got, api.TaskFinished), got
+		})
+		age := b.text(`#suite-info time[data-ago]`)
+		waitFor(t, 10*time.Second, "the suite's age to count on", func() (bool, string) {
+			got := b.text(`#suite-info time[data-ago]`)
+			return got != age, got
+		})
 		same := eval[bool](b, `window.__sameDocument === true`)
 		if !same {
 			t.Error("the page reloaded; the progress must advance live")

@@ -84,7 +84,9 @@ func badge(s string) string {
 	return "b-muted"
 }
 
-func ago(t any) string {
+// ago is how long ago t was, in a <time> element that the page's script
+// keeps counting ("28s ago" does not freeze on a live page).
+func ago(t any) template.HTML {
 	var at time.Time
 	switch v := t.(type) {
 	case time.Time:
@@ -98,7 +100,12 @@ func ago(t any) string {
 	if at.IsZero() {
 		return "—"
 	}
-	now := time.Now()
+	return template.HTML(`<time datetime="` + at.UTC().Format(time.RFC3339Nano) + `" data-ago>` +
+		template.HTMLEscapeString(agoText(at, time.Now())) + `</time>`)
+}
+
+// agoText is ago's text; app.js's agoText says the same.
+func agoText(at, now time.Time) string {
 	if now.Sub(at) >= humantime.Days {
 		return at.Format("2006-01-02")
 	}

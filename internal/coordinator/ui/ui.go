@@ -235,7 +235,19 @@ func (u *UI) newView(r *http.Request, s *session) *view {
 	token, user, expires := u.sessions.read(s)
 	c := caller{h: u.api, token: token}
 	return &view{User: user, CSRF: s.csrf, Expires: expires.UnixMilli(),
-		Since: s.feed.touch(r.Context()), Flash: s.takeFlash(), Return: r.URL.RequestURI(), c: c, s: s}
+		Since: s.feed.touch(r.Context()), Flash: takeFlash(r, s), Return: r.URL.RequestURI(), c: c, s: s}
+}
+
+// refreshHeader marks the page script's own fetch of the page it shows, to
+// render its live panels again (app.js): it must not take a flash message
+// meant for the next page the user opens.
+const refreshHeader = "X-Nodemgr-Refresh"
+
+func takeFlash(r *http.Request, s *session) flash {
+	if r.Header.Get(refreshHeader) != "" {
+		return flash{}
+	}
+	return s.takeFlash()
 }
 
 // Admin says whether the user is a superuser (pools, deployments,

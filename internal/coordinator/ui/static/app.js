@@ -112,9 +112,63 @@
     rateSeen = { at: now, ended: ended };
   }
 
+  // ---- panels: what the events do not carry (failures, task rows,
+  // attempts, containers) the server renders again. A panel marked
+  // data-refresh="suite:ID" or "node:ID" is fetched anew, with the page,
+  // after an event about that suite or node, at most every two seconds;
+  // every panel also every 15 s, for what changes without an event.
+  var refresh = { busy: false, again: false, last: Date.now() };
+  function refreshPanels() {
+    if (!document.querySelector("[data-refresh][id]")) return;
+    if (live.paused) { refresh.stale = true; return; }
+    if (refresh.busy) { refresh.again = true; return; }
+    refresh.busy = true;
+    setTimeout(function () {
+      fetch(location.href, { credentials: "same-origin", headers: { "X-Nodemgr-Refresh": "1" } })
+        .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
+        .then(function (html) {
+          var doc = new DOMParser().parseFromString(html, "text/html");
+          each("[data-refresh][id]", function (el) {
+            var fresh = doc.getElementById(el.id);
+            if (fresh && fresh.innerHTML !== el.innerHTML) el.innerHTML = fresh.innerHTML;
+          });
+        })
+        .catch(function () { /* the next event or tick tries again */ })
+        .then(function () {
+          refresh.busy = false;
+          refresh.last = Date.now();
+          if (refresh.again) { refresh.again = false; refreshPanels(); }
+        });
+    }, Math.max(0, refresh.last + 2000 - Date.now()));
+  }
+  function refreshFor(kind, id) {
+    if (document.querySelector('[data-refresh="' + kind + ":" + cssEscape(id) + '"]')) refreshPanels();
+  }
+  setInterval(function () {
+    if (document.visibilityState === "visible" && Date.now() - refresh.last >= 15000) refreshPanels();
+  }, 5000);
+
+  // ---- times: "28s ago" keeps counting.
+  function agoText(at, now) {
+    var d = (now - at) / 1000;
+    if (d < 0) return "just now";
+    if (d < 60) return Math.floor(d) + "s ago";
+    if (d < 3600) return Math.floor(d / 60) + "m ago";
+    if (d < 48 * 3600) return Math.floor(d / 3600) + "h ago";
+    return new Date(at).toISOString().slice(0, 10);
+  }
+  function tickAgo() {
+    var now = Date.now();
+    each("time[data-ago]", function (el) {
+      var at = Date.parse(el.getAttribute("datetime"));
+      if (!isNaN(at)) { var t = agoText(at, now); if (el.textContent !== t) el.textContent = t; }
+    });
+  }
+  setInterval(function () { if (!live.paused) tickAgo(); }, 1000);
+
   function apply(type, data) {
-    if (type === "node") applyNode(data);
-    else if (type === "suite") applySuite(data);
+    if (type === "node") { applyNode(data); refreshFor("node", data.id); }
+    else if (type === "suite") { applySuite(data); refreshFor("suite", data.id); }
     else if (type === "rate") { var r = document.getElementById("rate"); if (r) r.textContent = data.per_second.toFixed(1); }
   }
 
@@ -164,6 +218,7 @@
       if (live.paused) { setButton("paused", "Paused"); return; }
       var p = live.pending; live.pending = {};
       Object.keys(p).forEach(function (k) { apply(p[k].type, p[k].data); });
+      if (refresh.stale) { refresh.stale = false; refreshPanels(); }
       setButton("on", "Live");
     });
   }

@@ -1,7 +1,9 @@
 package ui_test
 
 import (
+	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -41,8 +43,8 @@ func TestEnsemblePages(t *testing.T) {
 		Lost:      []api.EnsembleReplica{{Allocation: "web", Replica: 2, NodeID: "n-aaaa1111", NodeName: "box-a", Container: "c-web-2"}},
 		CreatedAt: now, UpdatedAt: now}
 	batch := api.Ensemble{ID: "e-batch", Name: "batch", State: api.EnsembleWaiting, Owner: "admin",
-		Reason: "no node has 64 CPUs free; pool burst is starting 2 machines",
-		Spec:   api.EnsembleSpec{Name: "batch", Allocations: []api.AllocationSpec{{Name: "crunch", Resources: api.Resources{CPUs: 64, MemoryMB: 1024}, Container: &api.ContainerJob{Name: "crunch", Image: "c:1"}}}},
+		Reason:    "no node has 64 CPUs free; pool burst is starting 2 machines",
+		Spec:      api.EnsembleSpec{Name: "batch", Allocations: []api.AllocationSpec{{Name: "crunch", Resources: api.Resources{CPUs: 64, MemoryMB: 1024}, Container: &api.ContainerJob{Name: "crunch", Image: "c:1"}}}},
 		CreatedAt: now, UpdatedAt: now}
 	old := api.Ensemble{ID: "e-old", Name: "old", State: api.EnsembleShutDown, Owner: "admin",
 		Spec: api.EnsembleSpec{Name: "old", Allocations: []api.AllocationSpec{web}}, CreatedAt: now, UpdatedAt: now}
@@ -114,5 +116,40 @@ func TestNodePageShowsEndedContainers(t *testing.T) {
 	}
 	if running < 0 || running > failed {
 		t.Errorf("the running job is not listed before the ended one (running at %d, failed at %d)", running, failed)
+	}
+}
+
+// TestPanelRefreshLeavesTheFlash: the page script's own fetch of the page
+// (to render its live panels again) must not take the message an action
+// left for the next page the user opens; and times are <time> elements
+// the script keeps counting.
+func TestPanelRefreshLeavesTheFlash(t *testing.T) {
+	e := newEnv(t)
+	su := createSuite(t, e.api, "live", "ml")
+	b := e.browser()
+	csrf := b.login(e.admin)
+	b.post("/ui/suites/"+su.ID+"/close", url.Values{"csrf": {csrf}, "return": {"/ui/suites/" + su.ID}})
+
+	req, err := http.NewRequest("GET", e.url+"/ui/suites/"+su.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Nodemgr-Refresh", "1")
+	resp, err := b.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refreshed, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(refreshed), `role="status"`) {
+		t.Error("the panels' refresh took the action's message")
+	}
+	for _, id := range []string{`id="failures" data-refresh="suite:` + su.ID, `id="task-rows" data-refresh="suite:` + su.ID, `<time datetime="`} {
+		if !strings.Contains(string(refreshed), id) {
+			t.Errorf("the suite page lacks %q", id)
+		}
+	}
+	if _, page := b.get("/ui/suites/" + su.ID); !strings.Contains(page, `role="status"`) {
+		t.Error("the next page the user opens does not show the action's message")
 	}
 }
