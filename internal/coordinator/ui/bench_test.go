@@ -118,6 +118,7 @@ func BenchmarkPagesAtScale(b *testing.B) {
 		{"suite-page-2", strings.ReplaceAll(next[1], "&amp;", "&")},
 		{"suite-filtered", "/ui/suites/" + suiteID + "?state=Ready&name=t004242"},
 		{"task", "/ui/tasks/" + taskID},
+		{"ensembles", "/ui/ensembles"},
 	}
 	for _, p := range pages {
 		b.Run(p.name, func(b *testing.B) {
