@@ -529,7 +529,10 @@ func runDev(cmd *cobra.Command, e *env, f *serverFlags, name string, tags []stri
 	}
 	defer a.Close()
 
-	fmt.Fprintf(e.stdout, `nodemgr dev is running: a server and one agent, state in %s
+	// The banner is written at once, after the demo suite exists: a log
+	// line (the suite created) must not land in the middle of it.
+	var banner strings.Builder
+	fmt.Fprintf(&banner, `nodemgr dev is running: a server and one agent, state in %s
 
 In another terminal:
 
@@ -538,14 +541,14 @@ In another terminal:
 `, f.dataDir, addr, adminToken)
 	var opts []client.Option
 	if caFile != "" {
-		fmt.Fprintf(e.stdout, "  export NODEMGR_CA_CERT=%s\n", caFile)
+		fmt.Fprintf(&banner, "  export NODEMGR_CA_CERT=%s\n", caFile)
 		certs, err := tlsca.LoadCerts(caFile)
 		if err != nil {
 			return err
 		}
 		opts = append(opts, client.WithRootCAs(tlsca.Pool(certs...)))
 	}
-	fmt.Fprintf(e.stdout, "  nodemgr node ls\n")
+	fmt.Fprintf(&banner, "  nodemgr node ls\n")
 	if demo {
 		runAs := ""
 		if blocked := closedAbove(f.dataDir); runas.CanSwitch() && blocked != "" {
@@ -558,11 +561,12 @@ In another terminal:
 		if err := createDemoSuite(ctx, client.New(addr, adminToken, opts...), runAs); err != nil {
 			log.Warn("demo suite not created", "err", err)
 		} else {
-			fmt.Fprintf(e.stdout, "  nodemgr suite watch %s      # the demo suite, running now\n", demoSuite)
+			fmt.Fprintf(&banner, "  nodemgr suite watch %s      # the demo suite, running now\n", demoSuite)
 		}
 	}
-	fmt.Fprintf(e.stdout, "\nOr open %s/ui/ in a browser and log in with the token.\n", addr)
-	fmt.Fprintf(e.stdout, "\nPress Ctrl-C to stop.\n")
+	fmt.Fprintf(&banner, "\nOr open %s/ui/ in a browser and log in with the token.\n", addr)
+	fmt.Fprintf(&banner, "\nPress Ctrl-C to stop.\n")
+	io.WriteString(e.stdout, banner.String())
 
 	agentErr := make(chan error, 1)
 	go func() { agentErr <- a.Run(ctx) }()

@@ -197,9 +197,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("migrate: %w", classify(err))
 	}
-	for _, r := range results {
-		logger.Info("store migrated", "version", r.Source.Version, "duration", r.Duration)
-	}
+	sqlrow.LogMigrated(logger, results)
 	return nil
 }
 

@@ -183,9 +183,7 @@ func migrate(ctx context.Context, db *sql.DB, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	for _, r := range results {
-		logger.Info("store migrated", "version", r.Source.Version, "duration", r.Duration)
-	}
+	sqlrow.LogMigrated(logger, results)
 	return nil
 }
 

@@ -85,8 +85,8 @@ func TestReopen(t *testing.T) {
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	s := open(t, path, logger)
-	if !strings.Contains(logs.String(), "store migrated") {
-		t.Errorf("Open(%q) of a new file logged no migration:\n%s", path, logs.String())
+	if !strings.Contains(logs.String(), "store created") || strings.Contains(logs.String(), "store migrated") {
+		t.Errorf("Open(%q) of a new file did not say in one line that it made the store:\n%s", path, logs.String())
 	}
 	node, err := s.CreateNode(ctx, store.Node{ID: "n1", MachineID: "m1", DataDir: "/d", Tags: []string{"a"}, Status: api.StatusOnline})
 	if err != nil {
