@@ -159,6 +159,9 @@ type Welcome struct {
 	// woke it: the server wakes idle agents whenever a suite may have
 	// work for them, so this is a safety net. Absent (older servers): 5s.
 	IdlePoll Duration `json:"idle_poll,omitempty"`
+	// TakesHeld says the server takes Held in tasks.fetch and
+	// tasks.report; older servers refuse fields they do not know.
+	TakesHeld bool `json:"takes_held,omitempty"`
 }
 
 // Heartbeat is the periodic liveness report.

@@ -121,12 +121,18 @@ type Resource struct {
 
 // TaskCounts counts a suite's tasks by state.
 type TaskCounts struct {
-	Pending   int `json:"pending"`
-	Ready     int `json:"ready"`
+	Pending int `json:"pending"`
+	Ready   int `json:"ready"`
+	// Running counts the tasks nodes claimed: those that run, and those
+	// held (prefetched) that have not started yet.
 	Running   int `json:"running"`
 	Finished  int `json:"finished"`
 	Failed    int `json:"failed"`
 	Cancelled int `json:"cancelled"`
+	// Held is how many of Running the nodes hold unstarted, as their
+	// agents last said (within a second or two); Running - Held run now.
+	// Only the server's answers fill it in.
+	Held int `json:"held"`
 }
 
 // Total is the number of tasks.
@@ -387,6 +393,9 @@ type SuiteLeave struct {
 type TasksFetch struct {
 	SuiteID string `json:"suite_id"`
 	Max     int    `json:"max"`
+	// Held is how many of the suite's tasks the node holds and has not
+	// started (prefetched), as it asks; absent from older agents.
+	Held *int `json:"held,omitempty"`
 }
 
 // TasksFetched answers TasksFetch. When fewer than Max tasks came back,
@@ -427,6 +436,9 @@ type TaskReport struct {
 // TasksReport carries a batch of reports.
 type TasksReport struct {
 	Reports []TaskReport `json:"reports"`
+	// SuiteID and Held: as TasksFetch's, when the reports leave.
+	SuiteID string `json:"suite_id,omitempty"`
+	Held    *int   `json:"held,omitempty"`
 }
 
 // TasksReturn gives claimed tasks back unstarted.

@@ -114,16 +114,20 @@ func suiteLsCmd(e *env) *cobra.Command {
 }
 
 func printSuites(e *env, suites []api.Suite) error {
-	t := newTable(e.stdout, "ID", "NAME", "STATE", "PRIORITY", "GROUP", "TAGS", "WORKERS", "READY", "RUNNING", "FINISHED", "FAILED", "CANCELLED", "WAITING")
+	t := newTable(e.stdout, "ID", "NAME", "STATE", "PRIORITY", "GROUP", "TAGS", "WORKERS", "READY", "RUNNING", "HELD", "FINISHED", "FAILED", "CANCELLED", "WAITING")
 	for _, s := range suites {
 		c := s.Counts
 		// The reason whole: a table cell cut short would hide what to do.
 		t.row(s.ID, s.Name, s.State, strconv.Itoa(s.Priority), orDash(s.Group), orDash(strings.Join(s.Tags, ",")),
-			strconv.Itoa(s.WorkerSchedule.WorkerCount), strconv.Itoa(c.Ready), strconv.Itoa(c.Running),
+			strconv.Itoa(s.WorkerSchedule.WorkerCount), strconv.Itoa(c.Ready), strconv.Itoa(runningNow(c)), strconv.Itoa(c.Held),
 			strconv.Itoa(c.Finished), strconv.Itoa(c.Failed), strconv.Itoa(c.Cancelled), orDash(s.WaitingReason))
 	}
 	return t.flush()
 }
+
+// runningNow is how many of a suite's tasks run now: the ones nodes
+// claimed (Running) less those they hold and have not started (Held).
+func runningNow(c api.TaskCounts) int { return c.Running - c.Held }
 
 func suiteShowCmd(e *env) *cobra.Command {
 	var asJSON bool
@@ -160,8 +164,8 @@ func suiteShowCmd(e *env) *cobra.Command {
 				{"Workers", fmt.Sprintf("%d, binding %s, prefetch %s", ws.WorkerCount, binding, prefetch)},
 				{"Prepare hook", hookString(s.Hooks.Prepare)}, {"Cleanup hook", hookString(s.Hooks.Cleanup)},
 				{"Runs as", runAsString(s.RunAs)},
-				{"Tasks", fmt.Sprintf("%d: %d ready, %d running, %d finished, %d failed, %d cancelled",
-					c.Total(), c.Ready, c.Running, c.Finished, c.Failed, c.Cancelled)},
+				{"Tasks", fmt.Sprintf("%d: %d ready, %d running, %d held (fetched by nodes, not started), %d finished, %d failed, %d cancelled",
+					c.Total(), c.Ready, runningNow(c), c.Held, c.Finished, c.Failed, c.Cancelled)},
 				{"Created", s.CreatedAt.Format(time.RFC3339)},
 			} {
 				t.row(r[0], r[1])
@@ -335,8 +339,12 @@ func progressLine(s api.Suite, elapsed time.Duration) string {
 	if c.Pending > 0 {
 		pending = fmt.Sprintf("pending %d  ", c.Pending)
 	}
-	return fmt.Sprintf("%s %s %d/%d  %sready %d  running %d  finished %d  failed %d  cancelled %d  %s  %s ",
-		s.Name, bar, done, total, pending, c.Ready, c.Running, c.Finished, c.Failed, c.Cancelled, s.State, elapsed.Round(time.Second))
+	held := ""
+	if c.Held > 0 {
+		held = fmt.Sprintf("held %d  ", c.Held)
+	}
+	return fmt.Sprintf("%s %s %d/%d  %sready %d  running %d  %sfinished %d  failed %d  cancelled %d  %s  %s ",
+		s.Name, bar, done, total, pending, c.Ready, runningNow(c), held, c.Finished, c.Failed, c.Cancelled, s.State, elapsed.Round(time.Second))
 }
 
 func newTaskCmd(e *env) *cobra.Command {

@@ -15,7 +15,8 @@ import (
 func (h *Hub) Heartbeat(sess *Session, hb api.Heartbeat) time.Time {
 	now := time.Now().UTC()
 	sess.Beat(now, hb.State, hb.SuiteID)
-	h.RecordBeat(store.Heartbeat{NodeID: sess.NodeID, At: now, AgentState: hb.State, SuiteID: hb.SuiteID})
+	h.RecordBeat(store.Heartbeat{NodeID: sess.NodeID, At: now, AgentState: hb.State, SuiteID: hb.SuiteID,
+		Held: sess.Held(hb.SuiteID)})
 	h.Usage.Record(sess.NodeID, now, hb.Usage)
 	return now
 }
@@ -41,6 +42,31 @@ func (h *Hub) RecordBeat(hb store.Heartbeat) {
 	h.heartbeat[hb.NodeID] = hb
 	h.bufMu.Unlock()
 	h.metrics.heartbeats.Inc()
+}
+
+// NoteHeld takes an agent's count of the suite's tasks it holds and has
+// not started (with its fetches and reports), for the store's next
+// heartbeat batch. It changes nothing else a heartbeat does: the beat
+// keeps the time, state and suite it had.
+func (h *Hub) NoteHeld(sess *Session, suite string, n int) {
+	if old := sess.held.Load(); old != nil && *old == (heldCount{suite, n}) {
+		return
+	}
+	state, current := sess.Work()
+	if current != suite {
+		return // its beat saying it works on suite is on its way: count then
+	}
+	h.bufMu.Lock()
+	hb, ok := h.heartbeat[sess.NodeID]
+	if !ok {
+		hb = store.Heartbeat{NodeID: sess.NodeID, At: sess.Heartbeat(), AgentState: state, SuiteID: current}
+	}
+	if hb.SuiteID == suite && !hb.At.IsZero() {
+		hb.Held = n
+		h.heartbeat[sess.NodeID] = hb
+		sess.held.Store(&heldCount{suite, n})
+	}
+	h.bufMu.Unlock()
 }
 
 // ForgetBeat drops a buffered heartbeat, so that a node just declared

@@ -33,6 +33,23 @@ type Session struct {
 	lastWork atomic.Int64
 	doing    atomic.Pointer[work]
 	presence atomic.Pointer[api.Presence] // nil until the agent publishes one
+	// held is the agent's last count of its suite's tasks held unstarted
+	// that reached the heartbeat batch.
+	held atomic.Pointer[heldCount]
+}
+
+// heldCount is how many of a suite's tasks an agent holds unstarted.
+type heldCount struct {
+	suite string
+	n     int
+}
+
+// Held is the agent's last count of suite's tasks it holds unstarted.
+func (s *Session) Held(suite string) int {
+	if h := s.held.Load(); h != nil && h.suite == suite {
+		return h.n
+	}
+	return 0
 }
 
 // work is what an agent last said it was doing.

@@ -246,6 +246,7 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 		ReclaimAfter:      api.Duration(h.s.cfg.ReconnectGrace),
 		Revoked:           revoked,
 		IdlePoll:          api.Duration(h.s.cfg.IdlePoll),
+		TakesHeld:         true,
 	}, nil
 }
 

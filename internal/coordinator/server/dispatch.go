@@ -67,6 +67,9 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	if err := httpapi.DecodeStrict(body, &req); err != nil {
 		return nil, err
 	}
+	if req.Held != nil {
+		h.s.hub.NoteHeld(h.sess, req.SuiteID, *req.Held)
+	}
 	return h.s.dispatcher.Fetch(ctx, h.sess, req)
 }
 
@@ -74,6 +77,9 @@ func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (a
 	var req api.TasksReport
 	if err := httpapi.DecodeStrict(body, &req); err != nil {
 		return nil, err
+	}
+	if req.Held != nil && req.SuiteID != "" {
+		h.s.hub.NoteHeld(h.sess, req.SuiteID, *req.Held)
 	}
 	applied, err := h.s.dispatcher.Report(ctx, h.sess, req)
 	if err != nil {

@@ -119,7 +119,33 @@ func (s *Server) handleListSuites(w http.ResponseWriter, r *http.Request) error 
 		}
 		out.Suites = append(out.Suites, w)
 	}
+	if err := s.fillHeld(r.Context(), out.Suites); err != nil {
+		return fmt.Errorf("list suites: %w", err)
+	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// fillHeld says how many of each suite's running tasks the nodes hold and
+// have not started (TaskCounts.Held), as their agents last said.
+func (s *Server) fillHeld(ctx context.Context, suites []api.Suite) error {
+	var ids []string
+	for _, su := range suites {
+		if su.Counts.Running > 0 {
+			ids = append(ids, su.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	held, err := s.store.HeldTasks(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for i := range suites {
+		// The agents' counts lag the store's by a heartbeat flush.
+		suites[i].Counts.Held = min(held[suites[i].ID], suites[i].Counts.Running)
+	}
 	return nil
 }
 
@@ -196,6 +222,11 @@ func (s *Server) suiteAnswer(ctx context.Context, ref string, listen bool) (api.
 		return api.Suite{}, nil, fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
 	}
 	out.Problems = apiProblems(problems)
+	one := []api.Suite{out}
+	if err := s.fillHeld(ctx, one); err != nil {
+		return api.Suite{}, nil, fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
+	}
+	out = one[0]
 	if out.WaitingReason, err = s.reasons.Get(su, func() (string, error) { return s.dispatcher.Why.WaitingReason(ctx, su) }); err != nil {
 		return api.Suite{}, nil, fmt.Errorf("get suite %s: %w", su.Spec.Name, err)
 	}

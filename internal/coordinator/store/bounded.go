@@ -112,6 +112,12 @@ func (b *bounded) NodesRevision(ctx context.Context) (_ int64, err error) {
 	return b.st.NodesRevision(ctx)
 }
 
+func (b *bounded) HeldTasks(ctx context.Context, suiteIDs []string) (_ map[string]int, err error) {
+	ctx, end := b.bound(ctx, "HeldTasks")
+	defer end(&err)
+	return b.st.HeldTasks(ctx, suiteIDs)
+}
+
 func (b *bounded) UpdateNode(ctx context.Context, id string, fn func(*Node) error) (_ Node, err error) {
 	ctx, end := b.bound(ctx, "UpdateNode")
 	defer end(&err)

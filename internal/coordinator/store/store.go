@@ -86,6 +86,9 @@ type Heartbeat struct {
 	At         time.Time
 	AgentState string
 	SuiteID    string // written to Node.CurrentSuite
+	// Held is how many of SuiteID's tasks the agent holds and has not
+	// started (Node.Held).
+	Held int
 }
 
 // Nodes stores nodes.
@@ -111,6 +114,10 @@ type Nodes interface {
 	// same revision; read the revision before the nodes, so that a change
 	// between the two reads shows as a new revision next time.
 	NodesRevision(ctx context.Context) (int64, error)
+	// HeldTasks sums, for each of suiteIDs, the tasks that the online
+	// nodes working on it hold and have not started, as their last
+	// heartbeats said (Heartbeat.Held). A suite none holds is left out.
+	HeldTasks(ctx context.Context, suiteIDs []string) (map[string]int, error)
 	// UpdateNode applies fn to the current node inside one transaction and
 	// stores the result; fn may return an error to abort.
 	UpdateNode(ctx context.Context, id string, fn func(*Node) error) (Node, error)

@@ -44,6 +44,7 @@ var funcs = template.FuncMap{
 	"total":    func(c api.TaskCounts) int { return c.Total() },
 	"percent":  func(s api.Suite) int { return suiteOf(s).Percent },
 	"ended":    func(c api.TaskCounts) int { return c.Finished + c.Failed + c.Cancelled },
+	"runNow":   func(c api.TaskCounts) int { return c.Running - c.Held },
 	"sortedKV": sortedKV,
 	"statuses": func() []string { return []string{api.StatusOnline, api.StatusSuspect, api.StatusOffline} },
 	"suiteStates": func() []string {

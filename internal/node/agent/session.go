@@ -52,6 +52,7 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 	}
 	a.contact.Store(newContact(peer, helloSent, time.Duration(welcome.ReclaimAfter), a.cfg.Keepalive))
 	a.runner.idlePoll.Store(int64(welcome.IdlePoll))
+	a.runner.takesHeld.Store(welcome.TakesHeld)
 	defer a.contact.Store(nil)
 	a.runner.resume()
 	a.maybeRenew(ctx, peer)

@@ -38,6 +38,8 @@ type runner struct {
 	// idlePoll is the server's IdlePoll, in nanoseconds; 0 until a
 	// welcome says it.
 	idlePoll atomic.Int64
+	// takesHeld: the server takes the count of held tasks (Welcome).
+	takesHeld atomic.Bool
 
 	mu       sync.Mutex
 	run      *suiteRun // nil when idle
@@ -241,6 +243,7 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 		r.leaveUnprepared(parent, ctx, su.ID, api.StageWorkers, err)
 		return
 	}
+	src.countUnstarted(func() (int, bool) { return pool.Unstarted(), r.takesHeld.Load() })
 	r.mu.Lock()
 	run.pool, run.src, run.files = pool, src, files
 	stop, draining := r.stopping, r.draining

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -56,6 +57,28 @@ type taskSource struct {
 	kick       chan struct{}
 	closing    chan struct{}
 	done       chan struct{}
+
+	// unstarted counts the tasks the pool holds and has not started; the
+	// server shows them apart from those that run (countUnstarted).
+	unstarted atomic.Pointer[func() (int, bool)]
+}
+
+// countUnstarted makes fetches and reports say how many tasks f counts as
+// held and not started, while f says the server takes it.
+func (s *taskSource) countUnstarted(f func() (n int, ok bool)) { s.unstarted.Store(&f) }
+
+// heldUnstarted is what the next call says of the tasks held and not
+// started, or nil.
+func (s *taskSource) heldUnstarted() *int {
+	f := s.unstarted.Load()
+	if f == nil {
+		return nil
+	}
+	n, ok := (*f)()
+	if !ok {
+		return nil
+	}
+	return &n
 }
 
 func startTaskSource(call func(ctx context.Context, method string, req, resp any) error,
@@ -72,7 +95,7 @@ func startTaskSource(call func(ctx context.Context, method string, req, resp any
 // server saw no other task Ready.
 func (s *taskSource) Fetch(ctx context.Context, max int) (tasks []api.Task, done, drained bool, err error) {
 	var resp api.TasksFetched
-	if err := s.call(ctx, api.MethodTasksFetch, api.TasksFetch{SuiteID: s.suiteID, Max: max}, &resp); err != nil {
+	if err := s.call(ctx, api.MethodTasksFetch, api.TasksFetch{SuiteID: s.suiteID, Max: max, Held: s.heldUnstarted()}, &resp); err != nil {
 		return nil, false, false, err
 	}
 	if resp.Yield != "" {
@@ -208,7 +231,7 @@ func (s *taskSource) flushLoop() {
 		sent := time.Now()
 		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := s.call(ctx, api.MethodTasksReport, api.TasksReport{Reports: batch}, nil)
+		err := s.call(ctx, api.MethodTasksReport, api.TasksReport{Reports: batch, SuiteID: s.suiteID, Held: s.heldUnstarted()}, nil)
 		cancel()
 		if err != nil {
 			s.log.Debug("report tasks; will retry", "count", n, "err", err)

@@ -267,3 +267,51 @@ func BenchmarkLoneReport(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs/report")
 }
+
+// TestFetchesAndReportsSayWhatIsHeld: with a count of the tasks held
+// unstarted and a server that takes it, fetches and reports carry it (and
+// the suite); to a server that does not, neither says it (it would refuse
+// the field).
+func TestFetchesAndReportsSayWhatIsHeld(t *testing.T) {
+	for _, takes := range []bool{true, false} {
+		var mu sync.Mutex
+		var fetched, reported []*int
+		var reportSuite string
+		call := func(_ context.Context, method string, req, resp any) error {
+			mu.Lock()
+			defer mu.Unlock()
+			switch method {
+			case api.MethodTasksFetch:
+				fetched = append(fetched, req.(api.TasksFetch).Held)
+				resp.(*api.TasksFetched).Remaining = -1
+			case api.MethodTasksReport:
+				r := req.(api.TasksReport)
+				reported, reportSuite = append(reported, r.Held), r.SuiteID
+			}
+			return nil
+		}
+		stopped := make(chan struct{})
+		s := startTaskSource(call, stopped, slog.New(slog.NewTextHandler(io.Discard, nil)), "suite-1")
+		s.countUnstarted(func() (int, bool) { return 3, takes })
+		s.Fetch(t.Context(), 1)
+		s.Report(api.TaskReport{TaskID: "t0", Attempt: 1, Outcome: api.OutcomeSucceeded})
+		closeSource(t, s)
+		close(stopped)
+		mu.Lock()
+		if len(fetched) != 1 || len(reported) != 1 {
+			t.Fatalf("%d fetches and %d reports, want one of each", len(fetched), len(reported))
+		}
+		for what, h := range map[string]*int{"fetch": fetched[0], "report": reported[0]} {
+			switch {
+			case takes && (h == nil || *h != 3):
+				t.Errorf("the %s says held %v, want 3", what, h)
+			case !takes && h != nil:
+				t.Errorf("the %s to a server that does not take it says held %d", what, *h)
+			}
+		}
+		if reportSuite != "suite-1" {
+			t.Errorf("the report names suite %q, want suite-1", reportSuite)
+		}
+		mu.Unlock()
+	}
+}

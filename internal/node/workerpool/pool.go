@@ -707,6 +707,20 @@ func (p *Pool) Wake() {
 	p.signal(p.wake)
 }
 
+// Unstarted is how many tasks the pool holds that no worker has started:
+// buffered, or queued in a worker's batch behind the task it runs.
+func (p *Pool) Unstarted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	busy := 0
+	for _, s := range p.slots {
+		if s.job != nil {
+			busy++
+		}
+	}
+	return len(p.buf) + max(0, len(p.held)-busy)
+}
+
 // Stats returns a snapshot of the pool.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()

@@ -982,3 +982,20 @@ func TestRunAs(t *testing.T) {
 		})
 	}
 }
+
+// TestUnstarted counts the tasks the pool holds that no worker started:
+// what the server shows apart from the running ones.
+func TestUnstarted(t *testing.T) {
+	src := newSource(workerpooltest.Tasks("long", 4, "sleep", "30s")...)
+	src.SetOpen(true)
+	p := start(t, config(t, "worker", 1, 4), src)
+	waitFor(t, 20*time.Second, "one task to run and the rest to wait in the buffer", func() bool {
+		st := p.Stats()
+		return st.Busy == 1 && st.Buffered == 3
+	})
+	if got := p.Unstarted(); got != 3 {
+		t.Errorf("Unstarted() = %d with one of 4 tasks running, want 3", got)
+	}
+	p.Cancel("long-000", 0)
+	waitFor(t, 20*time.Second, "the next task to start", func() bool { return p.Unstarted() == 2 })
+}

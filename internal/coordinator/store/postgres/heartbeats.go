@@ -24,10 +24,11 @@ const recordHeartbeats = `UPDATE nodes SET
 		last_heartbeat = h.beat,
 		agent_state = CASE WHEN status = $5 THEN agent_state ELSE h.state END,
 		current_suite = CASE WHEN status = $5 THEN current_suite ELSE h.suite END,
+		held = CASE WHEN status = $5 THEN nodes.held ELSE h.held END,
 		status = CASE WHEN status = $5 OR (status = $6 AND h.beat < updated_at) THEN status ELSE $7 END,
 		status_reason = CASE WHEN status = $5 OR (status = $6 AND h.beat < updated_at) THEN status_reason ELSE '' END,
 		updated_at = CASE WHEN status IN ($7, $5) OR (status = $6 AND h.beat < updated_at) THEN updated_at ELSE $8 END
-	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS h(id, beat, state, suite)
+	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $9::int[]) AS h(id, beat, state, suite, held)
 	WHERE nodes.id = h.id AND (nodes.last_heartbeat IS NULL OR nodes.last_heartbeat <= h.beat)`
 
 // RecordHeartbeats stores a batch of heartbeats in one statement; it
@@ -43,12 +44,13 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 	ats := make([]int64, len(beats))
 	states := make([]string, len(beats))
 	suites := make([]string, len(beats))
+	held := make([]int32, len(beats))
 	for i, hb := range beats {
-		ids[i], ats[i], states[i], suites[i] = hb.NodeID, hb.At.UnixNano(), hb.AgentState, hb.SuiteID
+		ids[i], ats[i], states[i], suites[i], held[i] = hb.NodeID, hb.At.UnixNano(), hb.AgentState, hb.SuiteID, int32(hb.Held)
 	}
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, recordHeartbeats, planned, ids, ats, states, suites,
-			api.StatusOffline, api.StatusSuspect, api.StatusOnline, now.UnixNano())
+			api.StatusOffline, api.StatusSuspect, api.StatusOnline, now.UnixNano(), held)
 		return err
 	})
 	if err != nil {

@@ -27,6 +27,7 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 				last_heartbeat = ?1,
 				agent_state = CASE WHEN status = ?6 THEN agent_state ELSE ?2 END,
 				current_suite = CASE WHEN status = ?6 THEN current_suite ELSE ?7 END,
+				held = CASE WHEN status = ?6 THEN held ELSE ?9 END,
 				status = CASE WHEN status = ?6 OR (status = ?8 AND ?1 < updated_at) THEN status ELSE ?3 END,
 				status_reason = CASE WHEN status = ?6 OR (status = ?8 AND ?1 < updated_at) THEN status_reason ELSE '' END,
 				updated_at = CASE WHEN status IN (?3, ?6) OR (status = ?8 AND ?1 < updated_at) THEN updated_at ELSE ?4 END
@@ -38,7 +39,7 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []store.Heartbeat) err
 		now := s.now()
 		for _, hb := range hbs {
 			at := sqlrow.OrNow(hb.At, now)
-			if _, err := stmt.ExecContext(ctx, at.UnixNano(), hb.AgentState, api.StatusOnline, now.UnixNano(), hb.NodeID, api.StatusOffline, hb.SuiteID, api.StatusSuspect); err != nil {
+			if _, err := stmt.ExecContext(ctx, at.UnixNano(), hb.AgentState, api.StatusOnline, now.UnixNano(), hb.NodeID, api.StatusOffline, hb.SuiteID, api.StatusSuspect, hb.Held); err != nil {
 				return classify(err)
 			}
 		}

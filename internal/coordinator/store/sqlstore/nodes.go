@@ -135,6 +135,30 @@ func (s *Store) NodesRevision(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
+// HeldTasks sums the held tasks of the online nodes on each suite.
+func (s *Store) HeldTasks(ctx context.Context, suiteIDs []string) (map[string]int, error) {
+	out := map[string]int{}
+	if len(suiteIDs) == 0 {
+		return out, nil
+	}
+	rows, err := s.d.Reader().Query(ctx, `SELECT current_suite, SUM(held) FROM nodes
+		WHERE `+s.d.In(`current_suite`, `$1`)+` AND status = $2 AND held > 0 GROUP BY current_suite`,
+		s.d.TextList(suiteIDs), api.StatusOnline)
+	if err != nil {
+		return nil, fmt.Errorf("count held tasks: %w", s.d.Classify(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, fmt.Errorf("count held tasks: %w", s.d.Classify(err))
+		}
+		out[id] = int(n)
+	}
+	return out, s.d.Classify(rows.Err())
+}
+
 // NodeReplicas lists the replicas that the nodes in one of statuses last
 // said hello to, each once.
 func (s *Store) NodeReplicas(ctx context.Context, statuses ...string) ([]string, error) {

@@ -614,3 +614,47 @@ func testNodesRevision(t *testing.T, s store.Store) {
 		last = rev
 	}
 }
+
+// testHeldTasks: the tasks the agents hold unstarted reach the store with
+// their heartbeats and are summed by suite, over the online nodes that
+// work on it; an offline node's count is not, and a beat keeps it.
+func testHeldTasks(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	for _, id := range []string{"n1", "n2", "n3"} {
+		n := newNode(id)
+		n.Status = api.StatusOnline
+		mustCreateNode(t, s, n)
+	}
+	beat := func(at time.Time, hbs ...store.Heartbeat) {
+		t.Helper()
+		for i := range hbs {
+			hbs[i].At, hbs[i].AgentState = at, api.AgentExecuting
+		}
+		if err := s.RecordHeartbeats(ctx, hbs); err != nil {
+			t.Fatalf("RecordHeartbeats() = %v", err)
+		}
+	}
+	want := func(when string, ids []string, want map[string]int) {
+		t.Helper()
+		got, err := s.HeldTasks(ctx, ids)
+		if err != nil {
+			t.Fatalf("HeldTasks(%v) %s = %v", ids, when, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("HeldTasks(%v) %s (-want +got):\n%s", ids, when, diff)
+		}
+	}
+	beat(t0.Add(time.Minute), store.Heartbeat{NodeID: "n1", SuiteID: "s1", Held: 5},
+		store.Heartbeat{NodeID: "n2", SuiteID: "s1", Held: 3}, store.Heartbeat{NodeID: "n3", SuiteID: "s2", Held: 2})
+	want("after the beats", []string{"s1", "s2", "s3"}, map[string]int{"s1": 8, "s2": 2})
+	want("of one suite", []string{"s2"}, map[string]int{"s2": 2})
+	want("of none", nil, map[string]int{})
+
+	if _, err := s.SetNodeStatus(ctx, "n2", api.StatusOffline, "lost"); err != nil {
+		t.Fatal(err)
+	}
+	beat(t0.Add(2*time.Minute), store.Heartbeat{NodeID: "n1", SuiteID: "s1", Held: 1})
+	want("with n2 offline and n1 holding 1", []string{"s1"}, map[string]int{"s1": 1})
+	beat(t0.Add(3*time.Minute), store.Heartbeat{NodeID: "n1", SuiteID: ""})
+	want("with n1 idle", []string{"s1"}, map[string]int{})
+}

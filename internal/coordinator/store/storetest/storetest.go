@@ -108,6 +108,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NodeReplicas", testNodeReplicas},
 		{"DeleteNode", testDeleteNode},
 		{"NodesRevision", testNodesRevision},
+		{"HeldTasks", testHeldTasks},
 
 		{"EnqueueSeqs", testEnqueueSeqs},
 		{"EnqueueConcurrent", testEnqueueConcurrent},

@@ -70,7 +70,8 @@
   }
 
   function applySuite(s) {
-    var c = s.counts, total = s.total || 0;
+    var c = Object.assign({}, s.counts), total = s.total || 0;
+    c.run_now = c.running - (c.held || 0); // running counts the held (prefetched) too
     var ended = c.finished + c.failed + c.cancelled;
     each('[data-suite="' + cssEscape(s.id) + '"]', function (el) {
       var st = el.querySelector("[data-state]");
