@@ -116,9 +116,10 @@ func TestExecCp(t *testing.T) {
 			{"cp from unknown node", []string{"cp", "no-such-node:/tmp/f", file}, 1, []string{`"no-such-node"`}},
 			{"exec without the capability", []string{"exec", broken, "--", "true"}, 255, []string{broken, "no executor", "exec:docker"}},
 			{"cp without the capability", []string{"cp", file, broken + ":/tmp/f"}, 1, []string{broken, "no executor"}},
-			{"exec without a command", []string{"exec", dockerNode}, 255, []string{"-- CMD"}},
-			{"cp between two nodes", []string{"cp", dockerNode + ":/etc/passwd", localNode + ":/tmp/passwd"}, 1, []string{"both"}},
-			{"cp with no node", []string{"cp", file, file + "2"}, 1, []string{"NODE:PATH", "./"}},
+			// The command line is wrong: 2, before anything runs.
+			{"exec without a command", []string{"exec", dockerNode}, 2, []string{"-- CMD"}},
+			{"cp between two nodes", []string{"cp", dockerNode + ":/etc/passwd", localNode + ":/tmp/passwd"}, 2, []string{"both"}},
+			{"cp with no node", []string{"cp", file, file + "2"}, 2, []string{"NODE:PATH", "./"}},
 			{"cp to a relative path", []string{"cp", file, dockerNode + ":tmp/f"}, 1, []string{"path", "absolute"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

@@ -25,17 +25,19 @@ func TestAgentsRegisterAndHeartbeat(t *testing.T) {
 	for _, name := range []string{"alpha", "beta", "gamma"} {
 		waitStatus(t, s, name, api.StatusOnline, 20*time.Second)
 	}
-	alpha, _ := nodeByName(t, s, "alpha")
+	// Online comes with the registration; the agent's connection a moment
+	// later.
+	var alpha api.Node
+	waitFor(t, 20*time.Second, "alpha idle and connected", func() (bool, string) {
+		alpha, _ = nodeByName(t, s, "alpha")
+		return alpha.AgentState == api.AgentIdle && alpha.Connected, fmt.Sprintf("state %q, connected %v", alpha.AgentState, alpha.Connected)
+	})
 	if !slices.Equal(alpha.Tags, []string{"gpu", "linux"}) || alpha.Labels["zone"] != "eu-1" {
 		t.Errorf("alpha tags, labels = %v, %v; want [gpu linux], zone=eu-1", alpha.Tags, alpha.Labels)
 	}
 	if alpha.Hardware.Cores <= 0 || alpha.Hardware.MemoryBytes == 0 || alpha.Hardware.DiskBytes == 0 || alpha.Hardware.OS != "linux" {
 		t.Errorf("alpha hardware = %+v; want cores, memory, disk and os measured", alpha.Hardware)
 	}
-	if alpha.AgentState != api.AgentIdle || !alpha.Connected {
-		t.Errorf("alpha state=%q connected=%v; want Idle, connected", alpha.AgentState, alpha.Connected)
-	}
-
 	// The credential is saved for the agent's eyes only.
 	fi, err := os.Stat(filepath.Join(b.dataDir, "agent.json"))
 	if err != nil {

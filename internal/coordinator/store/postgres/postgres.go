@@ -197,7 +197,11 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("migrate: %w", classify(err))
 	}
-	sqlrow.LogMigrated(logger, results)
+	done := make([]sqlrow.Migrated, len(results))
+	for i, r := range results {
+		done[i] = sqlrow.Migrated{Version: r.Source.Version, Duration: r.Duration}
+	}
+	sqlrow.LogMigrated(logger, done)
 	return nil
 }
 

@@ -183,7 +183,11 @@ func migrate(ctx context.Context, db *sql.DB, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	sqlrow.LogMigrated(logger, results)
+	done := make([]sqlrow.Migrated, len(results))
+	for i, r := range results {
+		done[i] = sqlrow.Migrated{Version: r.Source.Version, Duration: r.Duration}
+	}
+	sqlrow.LogMigrated(logger, done)
 	return nil
 }
 

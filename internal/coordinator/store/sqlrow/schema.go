@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
-	"github.com/pressly/goose/v3"
 )
 
 // CheckSchemaVersion refuses a database that a newer nodemgr migrated
@@ -22,24 +21,30 @@ func CheckSchemaVersion(applied, known int64) error {
 	return errdefs.Conflict("the store is at migration %d, this binary knows up to %d; upgrade nodemgr or restore a backup", applied, known)
 }
 
+// Migrated is one migration a run applied.
+type Migrated struct {
+	Version  int64
+	Duration time.Duration
+}
+
 // LogMigrated says what a migration run did: a line per migration for a
 // store it brought up to date, and for one it made from nothing a single
 // line, the migrations at debug level (a newcomer's first start is not
 // 27 lines of versions).
-func LogMigrated(logger *slog.Logger, results []*goose.MigrationResult) {
-	if len(results) == 0 {
+func LogMigrated(logger *slog.Logger, done []Migrated) {
+	if len(done) == 0 {
 		return
 	}
 	level, took := slog.LevelInfo, time.Duration(0)
-	created := results[0].Source.Version == 1
+	created := done[0].Version == 1
 	if created {
 		level = slog.LevelDebug
 	}
-	for _, r := range results {
-		logger.Log(context.Background(), level, "store migrated", "version", r.Source.Version, "duration", r.Duration)
-		took += r.Duration
+	for _, m := range done {
+		logger.Log(context.Background(), level, "store migrated", "version", m.Version, "duration", m.Duration)
+		took += m.Duration
 	}
 	if created {
-		logger.Info("store created", "schema_version", results[len(results)-1].Source.Version, "duration", took)
+		logger.Info("store created", "schema_version", done[len(done)-1].Version, "duration", took)
 	}
 }
