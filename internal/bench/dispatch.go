@@ -93,12 +93,11 @@ func RunDispatch(ctx context.Context, cfg DispatchConfig, progress io.Writer) ([
 		bases = append(bases, b)
 		return b
 	}
-	for _, kind := range []string{"in-process", "command"} {
+	for _, c := range dispatchCases(cfg) {
+		kind, n := c.kind, c.tasks
 		for _, pf := range cfg.Prefetches {
-			n := cfg.Tasks
 			var before SpawnBaseline
 			if kind == "command" {
-				n = cfg.CommandTasks
 				before = baseline()
 			}
 			fmt.Fprintf(progress, "  %s workers, prefetch %d: %d tasks\n", kind, pf, n)
@@ -113,6 +112,24 @@ func RunDispatch(ctx context.Context, cfg DispatchConfig, progress io.Writer) ([
 		}
 	}
 	return results, meanBaseline(bases...), nil
+}
+
+// dispatchKind is a kind of worker the bench runs, and how many tasks.
+type dispatchKind struct {
+	kind  string
+	tasks int
+}
+
+// dispatchCases are the kinds of worker to run: a count of 0 leaves its
+// kind out (a rate of 0 tasks is no figure).
+func dispatchCases(cfg DispatchConfig) []dispatchKind {
+	var out []dispatchKind
+	for _, c := range []dispatchKind{{"in-process", cfg.Tasks}, {"command", cfg.CommandTasks}} {
+		if c.tasks > 0 {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // DispatchComparison is one case run on two binaries in the same run.
@@ -144,12 +161,9 @@ func CompareDispatch(ctx context.Context, cfg DispatchConfig, against string, ro
 	}
 	defer other.close()
 	var out []DispatchComparison
-	for _, kind := range []string{"in-process", "command"} {
+	for _, c := range dispatchCases(cfg) {
+		kind, n := c.kind, c.tasks
 		for _, pf := range cfg.Prefetches {
-			n := cfg.Tasks
-			if kind == "command" {
-				n = cfg.CommandTasks
-			}
 			var mine, theirs []DispatchResult
 			var ratios []float64
 			for round := range max(1, rounds) {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"io"
+	"slices"
 	"testing"
 	"time"
 )
@@ -30,6 +31,23 @@ func TestRunDispatchSmall(t *testing.T) {
 		}
 		if r.AgentFetchP50 <= 0 {
 			t.Errorf("%s prefetch %d: no agent-side fetch latency", r.Worker, r.Prefetch)
+		}
+	}
+}
+
+// A count of 0 tasks leaves its kind of worker out: a rate over no task
+// printed -Inf and NaN.
+func TestDispatchCasesLeaveOutNoTasks(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  DispatchConfig
+		want []dispatchKind
+	}{
+		{DispatchConfig{Tasks: 10, CommandTasks: 5}, []dispatchKind{{"in-process", 10}, {"command", 5}}},
+		{DispatchConfig{Tasks: 10}, []dispatchKind{{"in-process", 10}}},
+		{DispatchConfig{CommandTasks: 5}, []dispatchKind{{"command", 5}}},
+	} {
+		if got := dispatchCases(tc.cfg); !slices.Equal(got, tc.want) {
+			t.Errorf("dispatchCases(%+v) = %v, want %v", tc.cfg, got, tc.want)
 		}
 	}
 }

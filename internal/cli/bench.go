@@ -66,6 +66,9 @@ rate and the median of its ratios to SQLite's.`,
 			if cfg.Binary, err = os.Executable(); err != nil {
 				return err
 			}
+			if cfg.Tasks < 0 || cfg.CommandTasks < 0 || cfg.Tasks+cfg.CommandTasks == 0 {
+				return usagef("--tasks and --command-tasks must not be negative, and one must be above 0")
+			}
 			if against != "" {
 				return compareDispatch(cmd, e, cfg, against, rounds, asJSON)
 			}
@@ -93,12 +96,14 @@ rate and the median of its ratios to SQLite's.`,
 					fmt.Sprintf("%.0f", r.PerSecond), ratio, d(r.AgentFetchP50), d(r.AgentFetchP99), p50, p99,
 					d(r.ServerCPUPerTask), d(r.AgentCPUPerTask))
 			}
-			t.row("spawn `true`", "-", strconv.Itoa(base.Spawns), "-", "-", fmt.Sprintf("%.0f", base.PerSecond), "100%", "-", "-", "-", "-", "-", d(base.CPUPerSpawn))
+			if base.Spawns > 0 {
+				t.row("spawn `true`", "-", strconv.Itoa(base.Spawns), "-", "-", fmt.Sprintf("%.0f", base.PerSecond), "100%", "-", "-", "-", "-", "-", d(base.CPUPerSpawn))
+			}
 			return t.flush()
 		},
 	}
-	cmd.Flags().IntVar(&cfg.Tasks, "tasks", 100000, "no-op tasks per in-process case")
-	cmd.Flags().IntVar(&cfg.CommandTasks, "command-tasks", 5000, "tasks per command-worker case")
+	cmd.Flags().IntVar(&cfg.Tasks, "tasks", 100000, "no-op tasks per in-process case (0: no in-process case)")
+	cmd.Flags().IntVar(&cfg.CommandTasks, "command-tasks", 5000, "tasks per command-worker case (0: no command case)")
 	cmd.Flags().IntVar(&cfg.Workers, "workers", 2, "workers in the pool")
 	cmd.Flags().IntSliceVar(&cfg.Prefetches, "prefetch", []int{32, 0}, "prefetch sizes to compare")
 	cmd.Flags().StringVar(&against, "against", "", "another nodemgr binary to run every case on too, interleaved")
