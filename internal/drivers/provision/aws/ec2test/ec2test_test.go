@@ -133,7 +133,9 @@ func TestDescribeImages(t *testing.T) {
 // TestLifecycleRules: what EC2 refuses, the fake refuses with EC2's codes.
 func TestLifecycleRules(t *testing.T) {
 	c, srv := client(t)
-	srv.SetDelay(50 * time.Millisecond)
+	// Long enough that a loaded machine (CI runs packages side by side)
+	// still sees pending and stopping; the waits below poll, not sleep.
+	srv.SetDelay(time.Second)
 	ctx := context.Background()
 	plain := awssdk.ToString(run(t, c, &ec2.RunInstancesInput{InstanceType: "t3.micro"}).InstanceId)
 	spot := awssdk.ToString(run(t, c, &ec2.RunInstancesInput{InstanceType: "t3.micro",
@@ -145,8 +147,7 @@ func TestLifecycleRules(t *testing.T) {
 	if _, err := c.StopInstances(ctx, &ec2.StopInstancesInput{InstanceIds: []string{plain}}); code(err) != "IncorrectInstanceState" {
 		t.Errorf("StopInstances(pending) = %v, want IncorrectInstanceState", err)
 	}
-	time.Sleep(60 * time.Millisecond)
-	if st := describe(t, c, plain).State.Name; st != types.InstanceStateNameRunning {
+	if st := waitState(t, c, plain, types.InstanceStateNameRunning); st != types.InstanceStateNameRunning {
 		t.Errorf("after the delay: %s, want running", st)
 	}
 	if got := describe(t, c, spot).InstanceLifecycle; got != types.InstanceLifecycleTypeSpot {
@@ -186,7 +187,7 @@ func TestLifecycleRules(t *testing.T) {
 	if err := srv.InterruptSpot(spot); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Millisecond)
+	waitState(t, c, spot, types.InstanceStateNameTerminated)
 	got := describe(t, c, spot)
 	if got.State.Name != types.InstanceStateNameTerminated || awssdk.ToString(got.StateReason.Code) != "Server.SpotInstanceTermination" {
 		t.Errorf("after InterruptSpot: %s (%v), want terminated with Server.SpotInstanceTermination", got.State.Name, got.StateReason)
@@ -219,4 +220,17 @@ func TestUnsigned(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), "<Code>AuthFailure</Code>") {
 		t.Errorf("unsigned DescribeInstances = %s %s, want 401 AuthFailure", resp.Status, body)
 	}
+}
+
+// waitState polls the instance until it is in state want, for 10 s at
+// most, and returns the state it saw last.
+func waitState(t *testing.T, c *ec2.Client, id string, want types.InstanceStateName) types.InstanceStateName {
+	t.Helper()
+	var st types.InstanceStateName
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if st = describe(t, c, id).State.Name; st == want {
+			break
+		}
+	}
+	return st
 }
