@@ -68,10 +68,12 @@ func (d driver) Read(ctx context.Context, fn func(sqlstore.Querier) error) error
 	if err != nil {
 		return classify(err)
 	}
-	err = fn(sqlQ{q: tx, tx: tx, c: d.s.rc})
-	tx.Rollback()
-	d.s.rc.prepareSeen(ctx)
-	return classify(err)
+	// Deferred, so that a panic in fn (which net/http recovers) still
+	// gives the connection back; the statements it saw are prepared
+	// once it is back.
+	defer d.s.rc.prepareSeen(ctx)
+	defer tx.Rollback()
+	return classify(fn(sqlQ{q: tx, tx: tx, c: d.s.rc}))
 }
 
 // sqlQ runs sqlstore's statements, their $N placeholders rewritten, each
