@@ -81,7 +81,8 @@ func RunCommand(ctx context.Context, t Task) Result {
 func taskEnv(base []string, extra map[string]string) []string {
 	env := slices.DeleteFunc(slices.Clone(base), func(kv string) bool {
 		return strings.HasPrefix(kv, workerproto.EnvSocket+"=") || strings.HasPrefix(kv, workerproto.EnvToken+"=") ||
-			strings.HasPrefix(kv, workerproto.EnvRunAs+"=")
+			strings.HasPrefix(kv, workerproto.EnvRunAs+"=") || strings.HasPrefix(kv, workerproto.EnvLogDir+"=") ||
+			strings.HasPrefix(kv, workerproto.EnvLogMax+"=")
 	})
 	keys := make([]string, 0, len(extra))
 	for k := range extra {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/tasklog"
 	"github.com/nodemgr/nodemgr/internal/node/proctree"
 	"github.com/nodemgr/nodemgr/internal/node/workerproto"
 )
@@ -78,9 +79,11 @@ func runCommand(ctx context.Context, t Task, env []string) Result {
 	if grace <= 0 {
 		grace = api.DefaultKillGrace
 	}
+	run.log, run.logBy = fullLogs.logWriter(t.ID, t.Attempt), time.Now().Add(logOpenAfter)
 	stopTerm := context.AfterFunc(ctx, func() { run.terminate(grace) })
 	ws := run.wait(stopTerm)
 	run.finish()
+	run.log.Close()
 	res := Result{ExitCode: -1, Stdout: run.out[tagStdout].String(), Stderr: run.out[tagStderr].String()}
 	switch {
 	case run.waitErr != nil:
@@ -213,6 +216,9 @@ type running struct {
 	pidfd int
 	pipes [2]int // read ends of stdout and stderr; -1 once closed
 	out   [2]tailBuffer
+	log   *tasklog.Writer // the attempt's full output; nil: not kept
+	// logBy: when output still held in memory goes to the log's file.
+	logBy time.Time
 
 	mu       sync.Mutex
 	reaped   bool
@@ -296,6 +302,7 @@ func (r *running) wait(stopTerm func() bool) syscall.WaitStatus {
 			}
 			timeout = int((left + time.Millisecond - 1) / time.Millisecond)
 		}
+		timeout = r.logTimeout(timeout)
 		n, err := unix.EpollWait(r.w.epfd, r.w.events[:], timeout)
 		if err == unix.EINTR {
 			continue
@@ -329,6 +336,24 @@ func (r *running) wait(stopTerm func() bool) syscall.WaitStatus {
 	return ws
 }
 
+// logTimeout shortens an epoll timeout (ms, -1: none) to when output
+// held in memory is due in the log's file, making the file if it is due.
+func (r *running) logTimeout(timeout int) int {
+	if !r.log.Pending() {
+		return timeout
+	}
+	left := time.Until(r.logBy)
+	if left <= 0 {
+		r.log.Open()
+		return timeout
+	}
+	ms := int((left + time.Millisecond - 1) / time.Millisecond)
+	if timeout < 0 || ms < timeout {
+		return ms
+	}
+	return timeout
+}
+
 // read takes what one pipe has; level-triggered, so one read per event
 // never blocks, and what is left is reported again.
 func (r *running) read(tag int) {
@@ -339,6 +364,7 @@ func (r *running) read(tag int) {
 	n, err := unix.Read(fd, r.w.buf)
 	if n > 0 {
 		r.out[tag].Write(r.w.buf[:n])
+		r.log.Write(tasklog.Stream(tag+1), r.w.buf[:n])
 		return
 	}
 	if err == unix.EINTR || err == unix.EAGAIN {

@@ -20,6 +20,7 @@ func TestDependencies(t *testing.T) {
 		"github.com/nodemgr/nodemgr/internal/node/gocrash":     true,
 		"github.com/nodemgr/nodemgr/internal/node/proctree":    true,
 		"github.com/nodemgr/nodemgr/internal/base/cgroup":      true, // proctree's, standard library only
+		"github.com/nodemgr/nodemgr/internal/base/tasklog":     true, // standard library only
 	}
 	for _, pkg := range strings.Fields(string(out)) {
 		if strings.HasPrefix(pkg, "github.com/nodemgr/nodemgr/") && !allowed[pkg] {

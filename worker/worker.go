@@ -140,6 +140,7 @@ func run(ctx context.Context, h Handler, extraProcs int) error {
 		return fmt.Errorf("worker: bad %s: %w", workerproto.EnvWorkerID, err)
 	}
 	sizeRuntime(extraProcs)
+	fullLogs = readLogSettings()
 	nc, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -477,6 +478,9 @@ func (s *session) runTask(ctx context.Context, h Handler, at *api.Task) error {
 }
 
 func (s *session) report(t *api.Task, res Result, outcome, reason string, d time.Duration) error {
+	if len(res.Stdout) > maxTail || len(res.Stderr) > maxTail {
+		keepFullOutput(t, res) // a handler's output, returned whole
+	}
 	r := api.TaskReport{TaskID: t.ID, Attempt: t.Attempt, Outcome: outcome, Reason: reason,
 		Result: api.TaskResult{ExitCode: res.ExitCode, Signal: res.Signal,
 			Stdout: tailString(res.Stdout), Stderr: tailString(res.Stderr), DurationMS: d.Milliseconds()}}

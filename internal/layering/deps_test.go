@@ -65,6 +65,7 @@ var tiers = map[string]tier{
 	"internal/base/registry":     tierBase,
 	"internal/base/sha256sum":    tierBase,
 	"internal/base/syncbuf":      tierBase,
+	"internal/base/tasklog":      tierBase,
 	"internal/base/tick":         tierBase,
 	"internal/base/tlsca":        tierBase,
 	"internal/base/validate":     tierBase,

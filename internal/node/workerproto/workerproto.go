@@ -45,6 +45,12 @@ const (
 	// task as this user: "UID:GID" or "UID:GID:G1,G2,..." with the
 	// supplementary groups (FormatRunAs). Unset: tasks run as the worker.
 	EnvRunAs = "NODEMGR_WORKER_RUN_AS"
+	// EnvLogDir is where a worker writes each attempt's full output
+	// (package tasklog, <dir>/<task>.<attempt>.log), and EnvLogMax the
+	// bytes of output it keeps per attempt. Unset: no full logs, only
+	// the tails in the reports.
+	EnvLogDir = "NODEMGR_WORKER_LOG_DIR"
+	EnvLogMax = "NODEMGR_WORKER_LOG_MAX"
 )
 
 // FormatRunAs is the value of EnvRunAs for a user.
