@@ -162,6 +162,10 @@ type Welcome struct {
 	// TakesHeld says the server takes Held in tasks.fetch and
 	// tasks.report; older servers refuse fields they do not know.
 	TakesHeld bool `json:"takes_held,omitempty"`
+	// TaskLogMax is how many bytes of each attempt's output the server
+	// keeps as its full log (TaskResult.Log). Absent (older servers, or
+	// a server that keeps none): the agent sends the tails only.
+	TaskLogMax int64 `json:"task_log_max,omitempty"`
 }
 
 // Heartbeat is the periodic liveness report.

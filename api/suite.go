@@ -334,7 +334,31 @@ type TaskResult struct {
 	// CachedFrom, when set, says that the task did not run: its result is
 	// that of the task named here, found in the action cache.
 	CachedFrom string `json:"cached_from,omitempty"`
+	// Log is the attempt's full output, kept when it was more than the
+	// tails hold or the attempt ran long enough to be followed; read it
+	// with GET /v1/tasks/{task}/logs.
+	Log *TaskLog `json:"log,omitempty"`
 }
+
+// TaskLog is an attempt's full output as the server keeps it: stdout and
+// stderr in the order they came, gzipped in the blob store.
+type TaskLog struct {
+	Digest string `json:"digest"` // of the stored log
+	Bytes  int64  `json:"bytes"`  // bytes of output it holds, both streams
+	// Truncated says the attempt printed more than the server keeps
+	// (nodemgr server --task-log-max): the log ends with a notice.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Logs answers GET /v1/tasks/{task}/logs in these headers; the body is the
+// output itself (text/plain).
+const (
+	// HeaderLogAttempt is the attempt the answer is about.
+	HeaderLogAttempt = "Nodemgr-Log-Attempt"
+	// HeaderLogComplete is "true" when the attempt has ended and the
+	// answer reaches the end of its output: a follower stops there.
+	HeaderLogComplete = "Nodemgr-Log-Complete"
+)
 
 // TaskFailure records one failed attempt of a task on a node.
 type TaskFailure struct {
@@ -345,6 +369,7 @@ type TaskFailure struct {
 	Reason   string    `json:"reason"` // e.g. "worker crashed (SIGSEGV)", "exit status 3", "timeout"
 	Stdout   string    `json:"stdout,omitempty"`
 	Stderr   string    `json:"stderr,omitempty"`
+	Log      *TaskLog  `json:"log,omitempty"` // as TaskResult's
 	At       time.Time `json:"at"`
 }
 

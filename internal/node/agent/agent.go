@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -189,6 +190,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("resource books: %w", err)
 	}
 	a.wl.reconcileBooks()
+	// Logs of attempts an agent that stopped mid-suite ran: those attempts
+	// are the server's to run again.
+	os.RemoveAll(a.taskLogsDir())
 
 	// The runner outlives connections: a suite goes on while the agent
 	// reconnects, and its reports wait for the next session.

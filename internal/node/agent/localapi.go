@@ -70,6 +70,7 @@ func (a *Agent) localRoutes() []localRoute {
 		{"GET", "/v1/allocations/{id}", jsonAnswer(a.allocation)},
 		{"POST", "/v1/allocations/{id}/{action}", a.handleAllocationAction},
 		{"GET", "/v1/allocations/{id}/logs", a.handleAllocationLogs},
+		{"GET", "/v1/tasks/{task}/log", a.handleTaskLog},
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/procenv"
 	"github.com/nodemgr/nodemgr/internal/node/runas"
 	"github.com/nodemgr/nodemgr/internal/node/workerpool"
+	"github.com/nodemgr/nodemgr/internal/node/workerproto"
 )
 
 // defaultIdlePoll is how often an idle agent asks for a suite when nobody
@@ -40,6 +41,9 @@ type runner struct {
 	idlePoll atomic.Int64
 	// takesHeld: the server takes the count of held tasks (Welcome).
 	takesHeld atomic.Bool
+	// taskLogMax: the bytes of each attempt's output the server keeps as
+	// its full log (Welcome); 0: none.
+	taskLogMax atomic.Int64
 
 	mu       sync.Mutex
 	run      *suiteRun // nil when idle
@@ -97,6 +101,7 @@ type sandboxes interface {
 	giveWorkDir(workDir string, as *runas.User) error
 	takeWorkDir(workDir string, as *runas.User)
 	suitesDir() string
+	taskLogsDir() string
 }
 
 // poolBooks books a suite's worker pool on the node's hardware.
@@ -228,10 +233,13 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 
 	r.env.node.setWork(api.AgentExecuting, su.ID)
 	src := startTaskSource(r.env.server.call, r.env.stop(), r.env.log, su.ID)
+	logs := r.taskLogs(su, as, log)
+	defer logs.remove()
 	files, err := newFilesSource(src, r.env.blobs(), workDir, as, r.env.stop(), log)
 	var pool *workerpool.Pool
 	if err == nil {
-		pool, err = workerpool.New(r.poolConfig(su, workDir, as), files)
+		files.logs = logs
+		pool, err = workerpool.New(r.poolConfig(su, workDir, as, logs), files)
 	}
 	if err != nil {
 		log.Warn("cannot start workers; leaving the suite", "err", err)
@@ -311,7 +319,7 @@ func (r *runner) cleanup(ctx context.Context, su api.Suite, workDir string, as *
 
 // poolConfig is the suite's worker pool, its code run as as (nil: the
 // agent's own user).
-func (r *runner) poolConfig(su api.Suite, workDir string, as *runas.User) workerpool.Config {
+func (r *runner) poolConfig(su api.Suite, workDir string, as *runas.User, logs suiteLogs) workerpool.Config {
 	ws := su.WorkerSchedule
 	prefetch := 32
 	if ws.TaskPrefetchCount != nil {
@@ -328,6 +336,9 @@ func (r *runner) poolConfig(su api.Suite, workDir string, as *runas.User) worker
 	env := suiteEnv(su, r.env.node.NodeID())
 	if as != nil {
 		env = append(env, "HOME="+workDir) // the agent's HOME is not theirs
+	}
+	if logs.dir != "" {
+		env = append(env, workerproto.EnvLogDir+"="+logs.dir, workerproto.EnvLogMax+"="+strconv.FormatInt(logs.max, 10))
 	}
 	return workerpool.Config{
 		SuiteID: su.ID, SuiteName: su.Name, NodeID: r.env.node.NodeID(),

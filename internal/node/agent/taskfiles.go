@@ -62,6 +62,7 @@ type filesSource struct {
 	as      *runas.User
 	stopped <-chan struct{}
 	log     *slog.Logger
+	logs    suiteLogs // where attempts' full logs are, to store with their reports
 
 	mu        sync.Mutex
 	sandboxes map[string]string   // task ID → its sandbox's name in box
@@ -215,14 +216,21 @@ func giveDirs(box *os.Root, as *runas.User) error {
 	})
 }
 
-// Report uploads a successful attempt's outputs, then sends the report on;
-// the uploads run beside the pool so that other reports do not wait.
+// Report uploads a successful attempt's outputs and any attempt's full
+// log, then sends the report on; the uploads run beside the pool so that
+// other reports do not wait.
 func (f *filesSource) Report(r api.TaskReport) {
 	f.mu.Lock()
 	dir, ok := f.sandboxes[r.TaskID]
 	delete(f.sandboxes, r.TaskID)
 	f.mu.Unlock()
-	if !ok {
+	logPath := f.logs.path(r.TaskID, r.Attempt)
+	if logPath != "" {
+		if _, err := os.Lstat(logPath); err != nil {
+			logPath = "" // the output fit in the tails
+		}
+	}
+	if !ok && logPath == "" {
 		f.inner.Report(r)
 		return
 	}
@@ -237,11 +245,16 @@ func (f *filesSource) Report(r api.TaskReport) {
 			delete(f.uploading, r.TaskID)
 			f.mu.Unlock()
 		}()
-		if r.Outcome == api.OutcomeSucceeded {
-			f.collect(&r, dir)
+		if ok {
+			if r.Outcome == api.OutcomeSucceeded {
+				f.collect(&r, dir)
+			}
+			if err := f.box.RemoveAll(dir); err != nil {
+				f.log.Warn("remove a task's sandbox", "dir", filepath.Join(f.root, dir), "err", err)
+			}
 		}
-		if err := f.box.RemoveAll(dir); err != nil {
-			f.log.Warn("remove a task's sandbox", "dir", filepath.Join(f.root, dir), "err", err)
+		if logPath != "" {
+			f.storeLog(&r, logPath, f.logs.max)
 		}
 		f.inner.Report(r)
 	}()
