@@ -63,6 +63,7 @@ type serverFlags struct {
 	sshAcceptNewHostKeys                                           bool
 	blobMaxSize                                                    int64
 	blobRetention                                                  time.Duration
+	taskLogMax                                                     int64
 	blobS3Bucket, blobS3Prefix, blobS3Region, blobS3Endpoint       string
 	blobS3Profile                                                  string
 	blobS3PathStyle                                                bool
@@ -122,6 +123,7 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.ensembleRestoreDeadline, "ensemble-restore-deadline", 5*time.Minute, "how long a running ensemble's replicas wait for their lost node before they are placed elsewhere (an ensemble's restore_deadline wins)")
 	fl.Int64Var(&f.blobMaxSize, "blob-max-size", 1<<30, "largest task input or output file the blob store takes, in bytes")
 	fl.DurationVar(&f.blobRetention, "blob-retention", 24*time.Hour, "a task file that no task refers to is deleted after this long")
+	fl.Int64Var(&f.taskLogMax, "task-log-max", 64<<20, "bytes of each task attempt's output kept as its full log in the blob store, beyond the 64 KiB tails of its result (0: keep the tails only)")
 	fl.StringVar(&f.blobS3Bucket, "blob-s3-bucket", "", "keep task files in this S3 bucket instead of DATA_DIR/blobs (several replicas can share it)")
 	fl.StringVar(&f.blobS3Prefix, "blob-s3-prefix", "", "key prefix of task files in --blob-s3-bucket, e.g. nodemgr/")
 	fl.StringVar(&f.blobS3Region, "blob-s3-region", "", "region of --blob-s3-bucket (default the standard AWS environment)")
@@ -156,7 +158,7 @@ func (f *serverFlags) config() server.Config {
 		ProviderSettings: f.providerSettings(), ExecutorSettings: f.executorSettings(), Version: Version,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
 		AgentServerURL: f.agentServerURL, AgentInsecureHTTP: f.agentInsecureHTTP, AgentBinaries: f.agentBinaries, AgentBinaryDir: f.agentBinaryDir,
-		BlobMaxSize: f.blobMaxSize, BlobRetention: f.blobRetention, EnsembleRestoreDeadline: f.ensembleRestoreDeadline,
+		BlobMaxSize: f.blobMaxSize, BlobRetention: f.blobRetention, TaskLogMax: taskLogMax(f.taskLogMax), EnsembleRestoreDeadline: f.ensembleRestoreDeadline,
 		EnsembleProvisionDeadline: f.ensembleProvisionDeadline,
 		Orchestrator: orchestrate.Config{Tick: f.poolTick, BackoffMin: f.poolBackoff, SweepInterval: f.poolSweep, DrainTimeout: f.poolDrainTimeout,
 			LaunchTries: f.poolLaunchTries, LaunchRetry: f.poolLaunchRetry},
@@ -633,4 +635,13 @@ func createDemoSuite(ctx context.Context, c *client.Client, runAs string) error 
 	}
 	_, err = c.CloseSuite(ctx, demoSuite)
 	return err
+}
+
+// taskLogMax is --task-log-max as server.Config takes it: 0 there is the
+// default, so "keep none" is negative.
+func taskLogMax(flag int64) int64 {
+	if flag <= 0 {
+		return -1
+	}
+	return flag
 }

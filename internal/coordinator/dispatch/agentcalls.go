@@ -285,10 +285,14 @@ func (d *Dispatcher) attempt(nodeID, field string, r api.TaskReport, now time.Ti
 		res.Outputs, res.Missing = nil, nil
 		r.Outcome, r.Reason = api.OutcomeFailed, "the agent reported an invalid result: "+errdefs.Message(err)
 	}
+	if err := checkResultLog(field+".result.log", res.Log); err != nil {
+		d.log.Warn("invalid task log; keeping the tails only", "node", nodeID, "task", r.TaskID, "err", err)
+		res.Log = nil
+	}
 	a := store.Attempt{TaskID: r.TaskID, Attempt: r.Attempt, Outcome: r.Outcome, Result: res}
 	if r.Outcome == api.OutcomeFailed {
 		a.Failure = &api.TaskFailure{Attempt: r.Attempt, NodeID: nodeID, ExitCode: res.ExitCode,
-			Signal: res.Signal, Reason: r.Reason, Stdout: res.Stdout, Stderr: res.Stderr, At: now}
+			Signal: res.Signal, Reason: r.Reason, Stdout: res.Stdout, Stderr: res.Stderr, Log: res.Log, At: now}
 	}
 	return a, nil
 }

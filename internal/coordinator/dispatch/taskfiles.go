@@ -98,6 +98,19 @@ func validateTaskFiles(field string, t api.TaskSpec) error {
 	return nil
 }
 
+// checkResultLog checks the full log a report names, if any.
+func checkResultLog(field string, l *api.TaskLog) error {
+	switch {
+	case l == nil:
+		return nil
+	case !digestRE.MatchString(l.Digest):
+		return errdefs.Field(field+".digest", "must be sha256:<64 lowercase hex digits>, got %q", l.Digest)
+	case l.Bytes < 0:
+		return errdefs.Field(field+".bytes", "must not be negative")
+	}
+	return nil
+}
+
 // CheckResultFiles checks the output files an agent reports for an
 // attempt as a submitter's inputs are checked: at most
 // api.MaxTaskOutputFiles, each a clean path inside the sandbox, named once,

@@ -247,6 +247,7 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 		Revoked:           revoked,
 		IdlePoll:          api.Duration(h.s.cfg.IdlePoll),
 		TakesHeld:         true,
+		TaskLogMax:        max(h.s.cfg.TaskLogMax, 0),
 	}, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/base/cleartext"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
+	"github.com/nodemgr/nodemgr/internal/base/tasklog"
 	"github.com/nodemgr/nodemgr/internal/base/tlsca"
 	"github.com/nodemgr/nodemgr/internal/coordinator/accounts"
 	"github.com/nodemgr/nodemgr/internal/coordinator/blob"
@@ -118,6 +119,10 @@ type Config struct {
 	// BlobRetention is how long a task file no task refers to is kept;
 	// 0: 24h.
 	BlobRetention time.Duration
+	// TaskLogMax is how many bytes of each attempt's output are kept as
+	// its full log (api.TaskLog); 0: 64 MiB; negative: none, the results'
+	// tails only.
+	TaskLogMax int64
 
 	// Dashboard tunes the web dashboard under /ui/ (sessions, live
 	// updates); zero values take its defaults.
@@ -139,6 +144,7 @@ func (c *Config) setDefaults() {
 	c.EnsembleProvisionDeadline = cmp.Or(c.EnsembleProvisionDeadline, 10*time.Minute)
 	c.BlobMaxSize = cmp.Or(c.BlobMaxSize, taskfiles.DefaultMaxSize)
 	c.BlobRetention = cmp.Or(c.BlobRetention, taskfiles.DefaultRetention)
+	c.TaskLogMax = cmp.Or(c.TaskLogMax, tasklog.DefaultMax)
 	c.Listen = cmp.Or(c.Listen, "127.0.0.1:7070")
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, 30*time.Second)
 	c.OfflineAfter = cmp.Or(c.OfflineAfter, 2*time.Minute)

@@ -418,6 +418,12 @@ func (b *bounded) BlobsInUse(ctx context.Context) (_ map[string]bool, err error)
 	return b.st.BlobsInUse(ctx)
 }
 
+func (b *bounded) TaskLog(ctx context.Context, taskID string, attempt int) (_ api.TaskLog, err error) {
+	ctx, end := b.bound(ctx, "TaskLog")
+	defer end(&err)
+	return b.st.TaskLog(ctx, taskID, attempt)
+}
+
 func (b *bounded) CachedActions(ctx context.Context, scope string, keys []string) (_ map[string]CachedAction, err error) {
 	ctx, end := b.bound(ctx, "CachedActions")
 	defer end(&err)

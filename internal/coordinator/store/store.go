@@ -431,6 +431,9 @@ type TaskFiles interface {
 	// or hold as outputs, and the outputs of action cache entries, for the
 	// blob store's collection.
 	BlobsInUse(ctx context.Context) (map[string]bool, error)
+	// TaskLog is the full log of a task's attempt; NotFound when the
+	// attempt kept none (its output fit in the result's tails).
+	TaskLog(ctx context.Context, taskID string, attempt int) (api.TaskLog, error)
 
 	// CachedActions finds the action cache's entries of scope for keys,
 	// and marks them used now.

@@ -77,6 +77,9 @@ func (s *Store) FinishAttempts(ctx context.Context, nodeID string, reports []sto
 			}
 			out.Applied += n
 		}
+		if err := recordLogs(ctx, tx, reports); err != nil {
+			return err
+		}
 		released, err := SettleDeps(ctx, s.d, tx, fin, counts, now)
 		if err != nil {
 			return err
@@ -169,7 +172,8 @@ func FailureOf(r store.Attempt) api.TaskFailure {
 	if r.Failure != nil {
 		return *r.Failure
 	}
-	return api.TaskFailure{ExitCode: r.Result.ExitCode, Signal: r.Result.Signal, Stdout: r.Result.Stdout, Stderr: r.Result.Stderr}
+	return api.TaskFailure{ExitCode: r.Result.ExitCode, Signal: r.Result.Signal, Stdout: r.Result.Stdout, Stderr: r.Result.Stderr,
+		Log: r.Result.Log}
 }
 
 // ScanEnds is scanMoves for rows of (suite_id, state, id), which also

@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
 // Who may see a blob, off task_files, which triggers keep from tasks'
@@ -113,9 +117,10 @@ func (s *Store) ForgetBlobGroups(ctx context.Context, digests []string) error {
 }
 
 // BlobsInUse lists the digests that tasks name as inputs or hold as
-// outputs; the blob store's collection calls it hourly.
+// outputs or logs; the blob store's collection calls it hourly.
 func (s *Store) BlobsInUse(ctx context.Context) (map[string]bool, error) {
-	rows, err := s.d.Reader().Query(ctx, `SELECT digest FROM task_files UNION SELECT digest FROM action_cache_files`)
+	rows, err := s.d.Reader().Query(ctx, `SELECT digest FROM task_files UNION SELECT digest FROM action_cache_files
+		UNION SELECT digest FROM task_logs`)
 	if err != nil {
 		return nil, fmt.Errorf("list blobs in use: %w", s.d.Classify(err))
 	}
@@ -132,4 +137,34 @@ func (s *Store) BlobsInUse(ctx context.Context) (map[string]bool, error) {
 		return nil, fmt.Errorf("list blobs in use: %w", s.d.Classify(err))
 	}
 	return used, nil
+}
+
+// TaskLog reads an attempt's full log; see store.TaskFiles.
+func (s *Store) TaskLog(ctx context.Context, taskID string, attempt int) (api.TaskLog, error) {
+	var l api.TaskLog
+	err := s.d.Reader().QueryRow(ctx, `SELECT digest, bytes, truncated FROM task_logs WHERE task_id = $1 AND attempt = $2`,
+		taskID, attempt).Scan(&l.Digest, &l.Bytes, &l.Truncated)
+	if s.d.NoRows(err) {
+		return api.TaskLog{}, errdefs.NotFound("task %s attempt %d kept no full log: its output is all in its result", taskID, attempt)
+	}
+	if err != nil {
+		return api.TaskLog{}, fmt.Errorf("read the log of task %s attempt %d: %w", taskID, attempt, s.d.Classify(err))
+	}
+	return l, nil
+}
+
+// recordLogs notes the full logs that reports name, whether or not their
+// attempts count: a log is what the attempt printed either way.
+func recordLogs(ctx context.Context, tx Querier, reports []store.Attempt) error {
+	for _, r := range reports {
+		l := r.Result.Log
+		if l == nil {
+			continue
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO task_logs (task_id, attempt, digest, bytes, truncated) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT DO NOTHING`, r.TaskID, r.Attempt, l.Digest, l.Bytes, l.Truncated); err != nil {
+			return err
+		}
+	}
+	return nil
 }

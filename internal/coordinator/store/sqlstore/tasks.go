@@ -225,8 +225,10 @@ func AddFailures(ctx context.Context, d Driver, q Querier, tasks []store.Task, m
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := q.Query(ctx, `SELECT task_id, attempt, node_id, exit_code, signal, reason, stdout, stderr, at
-		FROM task_failures WHERE `+d.In(`task_id`, `$1`)+` ORDER BY task_id, attempt`, d.TextList(ids))
+	rows, err := q.Query(ctx, `SELECT f.task_id, f.attempt, f.node_id, f.exit_code, f.signal, f.reason, f.stdout, f.stderr, f.at,
+			l.digest, l.bytes, l.truncated
+		FROM task_failures AS f LEFT JOIN task_logs AS l ON l.task_id = f.task_id AND l.attempt = f.attempt
+		WHERE `+d.In(`f.task_id`, `$1`)+` ORDER BY f.task_id, f.attempt`, d.TextList(ids))
 	if err != nil {
 		return err
 	}
@@ -243,14 +245,21 @@ func AddFailures(ctx context.Context, d Driver, q Querier, tasks []store.Task, m
 }
 
 // scanFailure reads a failure's texts as bytes: PostgreSQL keeps them as
-// bytea, byte for byte.
+// bytea, byte for byte. Its log's columns are NULL when it kept none.
 func scanFailure(row Row) (taskID string, f api.TaskFailure, err error) {
 	var at int64
 	var reason, stdout, stderr []byte
-	if err := row.Scan(&taskID, &f.Attempt, &f.NodeID, &f.ExitCode, &f.Signal, &reason, &stdout, &stderr, &at); err != nil {
+	var logDigest *string
+	var logBytes *int64
+	var logCut *bool
+	if err := row.Scan(&taskID, &f.Attempt, &f.NodeID, &f.ExitCode, &f.Signal, &reason, &stdout, &stderr, &at,
+		&logDigest, &logBytes, &logCut); err != nil {
 		return "", api.TaskFailure{}, err
 	}
 	f.Reason, f.Stdout, f.Stderr = string(reason), string(stdout), string(stderr)
+	if logDigest != nil && logBytes != nil && logCut != nil {
+		f.Log = &api.TaskLog{Digest: *logDigest, Bytes: *logBytes, Truncated: *logCut}
+	}
 	f.At = sqlrow.FromNanos(at)
 	return taskID, f, nil
 }

@@ -180,7 +180,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ReclaimSuiteTasks", testReclaimSuiteTasks},
 		{"CancelTask", testCancelTask},
 		{"NodeCurrentSuite", testNodeCurrentSuite},
-		{"NodeReadsBlob", testNodeReadsBlob}, {"NodeBlobScope", testNodeBlobScope}, {"BlobInGroups", testBlobInGroups}, {"BlobsInUse", testBlobsInUse}, {"ActionCache", testActionCache},
+		{"NodeReadsBlob", testNodeReadsBlob}, {"NodeBlobScope", testNodeBlobScope}, {"BlobInGroups", testBlobInGroups}, {"BlobsInUse", testBlobsInUse}, {"TaskLogs", testTaskLogs}, {"ActionCache", testActionCache},
 		{"Stats", testStats},
 
 		{"LeaseAcquire", testLeaseAcquire}, {"LeaseTakeover", testLeaseTakeover}, {"LeaseExpiredSelf", testLeaseExpiredSelf}, {"LeaseRelease", testLeaseRelease}, {"FencedWrites", testFencedWrites}, {"FenceRace", testFenceRace},

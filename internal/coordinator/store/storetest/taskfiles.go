@@ -5,8 +5,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/sha256sum"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
@@ -222,5 +224,46 @@ func testBlobsInUse(t *testing.T, s store.Store) {
 	slices.Sort(want)
 	if keys := slices.Sorted(maps.Keys(got)); !slices.Equal(keys, want) {
 		t.Errorf("BlobsInUse() = %v, want %v", keys, want)
+	}
+}
+
+// testTaskLogs: the full logs reports name are kept per attempt, shown
+// with the failures they belong to, and kept from the blob collection.
+func testTaskLogs(t *testing.T, s store.Store) {
+	mustCreateSuite(t, s, newSuite("s1"))
+	mustAddTasks(t, s, "s1", newTasks("s1", 1)...)
+	retryOnce := func(_, _ *api.RetryPolicy, failures []api.TaskFailure) (bool, time.Duration) { return false, 0 }
+
+	first := mustClaim(t, s, "s1", "n1", 1)[0]
+	log1 := &api.TaskLog{Digest: digestOf("log1"), Bytes: 300_000}
+	report := failed(first, "exit status 1")
+	report.Result.Log, report.Failure.Log = log1, log1
+	mustFinish(t, s, "n1", 1, retryOnce, report)
+
+	second := mustClaim(t, s, "s1", "n1", 1)[0]
+	log2 := &api.TaskLog{Digest: digestOf("log2"), Bytes: 70 << 20, Truncated: true}
+	ok := succeeded(second)
+	ok.Result.Log = log2
+	mustFinish(t, s, "n1", 1, nil, ok)
+
+	for attempt, want := range map[int]*api.TaskLog{1: log1, 2: log2} {
+		got, err := s.TaskLog(t.Context(), first.ID, attempt)
+		if err != nil || got != *want {
+			t.Errorf("TaskLog(%s, %d) = %+v, %v; want %+v", first.ID, attempt, got, err, *want)
+		}
+	}
+	if _, err := s.TaskLog(t.Context(), first.ID, 3); !errdefs.IsNotFound(err) {
+		t.Errorf("TaskLog of an attempt that kept none = %v, want NotFound", err)
+	}
+	tk := mustGetTask(t, s, first.ID)
+	if len(tk.Failures) != 1 || tk.Failures[0].Log == nil || *tk.Failures[0].Log != *log1 {
+		t.Errorf("the failure does not name its log: %+v", tk.Failures)
+	}
+	if tk.Result == nil || tk.Result.Log == nil || *tk.Result.Log != *log2 {
+		t.Errorf("the result does not name its log: %+v", tk.Result)
+	}
+	used, err := s.BlobsInUse(t.Context())
+	if err != nil || !used[log1.Digest] || !used[log2.Digest] {
+		t.Errorf("BlobsInUse() = %v, %v; want both logs kept", used, err)
 	}
 }
