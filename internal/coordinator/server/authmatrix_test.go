@@ -64,6 +64,7 @@ var routeNeeds = map[string]need{
 	"DELETE /v1/action-cache":                needAnyUser, // the caller's own scope
 	"DELETE /v1/groups/{group}/action-cache": needWrite,
 	"GET /v1/tasks/{task}/outputs/{path...}": needRead,
+	"GET /v1/tasks/{task}/logs":              needRead,
 	"HEAD /v1/blobs/{digest}":                needBlobWrite,
 	"PUT /v1/blobs/{digest}":                 needBlobWrite,
 	"GET /v1/blobs/{digest}":                 needBlobRead,

@@ -39,7 +39,7 @@ var wireTypes = map[string]any{
 		Digest string `json:"digest"`
 		Size   int64  `json:"size"`
 	}{}, "SubmitTasks": api.SubmitTasks{}, "SubmitResult": api.SubmitResult{}, "ActionCacheCleared": api.ActionCacheCleared{},
-	"TaskResult": api.TaskResult{}, "TaskFailure": api.TaskFailure{}, "Task": api.Task{}, "TaskList": api.TaskList{},
+	"TaskResult": api.TaskResult{}, "TaskFailure": api.TaskFailure{}, "TaskLog": api.TaskLog{}, "Task": api.Task{}, "TaskList": api.TaskList{},
 	"Document": api.Document{}, "DocumentList": api.DocumentList{}, "RenderStep": api.RenderStep{},
 	"Rendered": api.Rendered{}, "Deployment": api.Deployment{}, "DeploymentList": api.DeploymentList{},
 	"ProvisionRequest": api.ProvisionRequest{}, "ExecRequest": api.ExecRequest{}, "ExecEvent": api.ExecEvent{},

@@ -75,6 +75,7 @@ func (s *Server) coreRoutes() []route {
 		{"POST", "/v1/suites/{suite}/tasks", authUser, s.handleSubmitTasks},
 		{"GET", "/v1/tasks/{task}", authUser, s.handleGetTask},
 		{"GET", "/v1/tasks/{task}/outputs/{path...}", authUser, s.handleGetTaskOutput},
+		{"GET", "/v1/tasks/{task}/logs", authUser, s.handleTaskLogs},
 		{"HEAD", "/v1/blobs/{digest}", authSelf, s.handleHeadBlob},
 		{"PUT", "/v1/blobs/{digest}", authSelf, s.handlePutBlob},
 		{"GET", "/v1/blobs/{digest}", authSelf, s.handleGetBlob},

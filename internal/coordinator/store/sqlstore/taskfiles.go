@@ -154,7 +154,9 @@ func (s *Store) TaskLog(ctx context.Context, taskID string, attempt int) (api.Ta
 }
 
 // recordLogs notes the full logs that reports name, whether or not their
-// attempts count: a log is what the attempt printed either way.
+// attempts count: a log is what the attempt printed either way. A stopped
+// attempt's number is used again by the task's next run, whose log then
+// takes its place.
 func recordLogs(ctx context.Context, tx Querier, reports []store.Attempt) error {
 	for _, r := range reports {
 		l := r.Result.Log
@@ -162,7 +164,7 @@ func recordLogs(ctx context.Context, tx Querier, reports []store.Attempt) error 
 			continue
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO task_logs (task_id, attempt, digest, bytes, truncated) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT DO NOTHING`, r.TaskID, r.Attempt, l.Digest, l.Bytes, l.Truncated); err != nil {
+			ON CONFLICT (task_id, attempt) DO UPDATE SET digest = excluded.digest, bytes = excluded.bytes, truncated = excluded.truncated`, r.TaskID, r.Attempt, l.Digest, l.Bytes, l.Truncated); err != nil {
 			return err
 		}
 	}
