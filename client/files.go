@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/nodemgr/nodemgr/api"
@@ -114,4 +115,44 @@ func (c *Client) TaskOutput(ctx context.Context, task, path string) (io.ReadClos
 		return nil, 0, err
 	}
 	return resp.Body, resp.ContentLength, nil
+}
+
+// TaskLogPiece is a piece of an attempt's output (GET /v1/tasks/{task}/logs).
+type TaskLogPiece struct {
+	Text    []byte
+	Attempt int    // the attempt it is of; 0: the task has started none
+	Cursor  string // pass as after for what follows
+	// Complete: the attempt ended and Text reaches the end of its output.
+	Complete bool
+}
+
+// TaskLogs reads a piece of a task attempt's output from after ("": the
+// start). attempt 0 means the latest; stream is stdout, stderr or "" (all).
+func (c *Client) TaskLogs(ctx context.Context, task string, attempt int, stream, after string) (TaskLogPiece, error) {
+	q := url.Values{}
+	if attempt > 0 {
+		q.Set("attempt", strconv.Itoa(attempt))
+	}
+	if stream != "" {
+		q.Set("stream", stream)
+	}
+	if after != "" {
+		q.Set("after", after)
+	}
+	path := "/v1/tasks/" + url.PathEscape(task) + "/logs"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	resp, err := c.textResponse(ctx, path)
+	if err != nil {
+		return TaskLogPiece{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return TaskLogPiece{}, err
+	}
+	n, _ := strconv.Atoi(resp.Header.Get(api.HeaderLogAttempt))
+	return TaskLogPiece{Text: b, Attempt: n, Cursor: resp.Header.Get(api.HeaderLogCursor),
+		Complete: resp.Header.Get(api.HeaderLogComplete) == "true"}, nil
 }

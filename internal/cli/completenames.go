@@ -86,6 +86,7 @@ var flagValues = map[[2]string]func() []string{
 	{"", "provider"}:              provision.Names,
 	{"schedule", "policy"}:        func() []string { return schedule.Policies },
 	{"ensemble deploy", "policy"}: func() []string { return []string{"binpack", "spread"} },
+	{"task logs", "stream"}:       func() []string { return []string{"stdout", "stderr", "all"} },
 }
 
 // flagListers complete flags that name a thing on the server.

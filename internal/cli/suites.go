@@ -349,7 +349,7 @@ func progressLine(s api.Suite, elapsed time.Duration) string {
 
 func newTaskCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "task", Short: "Submit, inspect and cancel tasks"}
-	cmd.AddCommand(taskSubmitCmd(e), taskLsCmd(e), taskShowCmd(e), taskGetCmd(e), taskCancelCmd(e))
+	cmd.AddCommand(taskSubmitCmd(e), taskLsCmd(e), taskShowCmd(e), taskGetCmd(e), taskLogsCmd(e), taskCancelCmd(e))
 	return cmd
 }
 
@@ -651,17 +651,37 @@ func printTask(e *env, tk api.Task) {
 		if len(r.Missing) > 0 {
 			fmt.Fprintf(w, "  missing %s (matched no file)\n", strings.Join(r.Missing, " "))
 		}
+		if r.Log != nil {
+			fmt.Fprintf(w, "  log     %s of output kept whole%s: nodemgr task logs %s\n", sizeString(r.Log.Bytes), truncatedNote(r.Log), tk.ID)
+		}
 		printTail(w, "stdout", r.Stdout)
 		printTail(w, "stderr", r.Stderr)
 	}
 	if len(tk.Failures) > 0 {
 		fmt.Fprintln(w, "\nFailures:")
-		t := newTable(w, "ATTEMPT", "NODE", "EXIT", "SIGNAL", "REASON", "AT")
+		t := newTable(w, "ATTEMPT", "NODE", "EXIT", "SIGNAL", "REASON", "LOG", "AT")
 		for _, f := range tk.Failures {
-			t.row(strconv.Itoa(f.Attempt), f.NodeID, strconv.Itoa(f.ExitCode), orDash(f.Signal), f.Reason, f.At.Format(time.RFC3339))
+			t.row(strconv.Itoa(f.Attempt), f.NodeID, strconv.Itoa(f.ExitCode), orDash(f.Signal), f.Reason, logSize(f.Log), f.At.Format(time.RFC3339))
 		}
 		t.flush()
+		fmt.Fprintf(w, "(an attempt's whole output: nodemgr task logs %s --attempt N)\n", tk.ID)
 	}
+}
+
+// logSize is the size of an attempt's kept log, "tails" when it kept none
+// (its output is its tails).
+func logSize(l *api.TaskLog) string {
+	if l == nil {
+		return "tails"
+	}
+	return sizeString(l.Bytes) + truncatedNote(l)
+}
+
+func truncatedNote(l *api.TaskLog) string {
+	if l.Truncated {
+		return " (cut at the server's --task-log-max)"
+	}
+	return ""
 }
 
 func printTail(w io.Writer, name, s string) {
