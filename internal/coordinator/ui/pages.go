@@ -332,6 +332,7 @@ type attempt struct {
 	Duration int64 // ms; -1 unknown
 	Stdout   string
 	Stderr   string
+	Log      *api.TaskLog // its whole output, when kept apart from the tails
 	At       string
 	OK       bool
 }
@@ -372,13 +373,13 @@ func attemptsOf(t api.Task) []attempt {
 	var out []attempt
 	for _, f := range t.Failures {
 		out = append(out, attempt{N: f.Attempt, Node: f.NodeID, ExitCode: f.ExitCode, Signal: f.Signal,
-			Reason: f.Reason, Duration: -1, Stdout: f.Stdout, Stderr: f.Stderr, At: f.At.Format("2006-01-02 15:04:05")})
+			Reason: f.Reason, Duration: -1, Stdout: f.Stdout, Stderr: f.Stderr, Log: f.Log, At: f.At.Format("2006-01-02 15:04:05")})
 	}
 	if res := t.Result; res != nil {
 		last := len(t.Failures) > 0 && t.Failures[len(t.Failures)-1].Attempt == t.Attempt
 		if !last {
 			out = append(out, attempt{N: t.Attempt, Node: res.NodeID, ExitCode: res.ExitCode, Signal: res.Signal,
-				Duration: res.DurationMS, Stdout: res.Stdout, Stderr: res.Stderr,
+				Duration: res.DurationMS, Stdout: res.Stdout, Stderr: res.Stderr, Log: res.Log,
 				At: res.FinishedAt.Format("2006-01-02 15:04:05"), OK: res.ExitCode == 0 && res.Signal == ""})
 		} else {
 			out[len(out)-1].Duration = res.DurationMS

@@ -1,14 +1,21 @@
 package ui_test
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/tasklog"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 )
 
@@ -151,5 +158,70 @@ func TestPanelRefreshLeavesTheFlash(t *testing.T) {
 	}
 	if _, page := b.get("/ui/suites/" + su.ID); !strings.Contains(page, `role="status"`) {
 		t.Error("the next page the user opens does not show the action's message")
+	}
+}
+
+// TestTaskLogPages: a task's page links each attempt's whole output, and
+// the log page shows a stored log whole and says it ended, so the script
+// does not follow it. (Issue 31 item 6.)
+func TestTaskLogPages(t *testing.T) {
+	e := newEnv(t)
+	e.addNode("n-log11111", "box-l")
+	ctx := t.Context()
+	if _, err := e.api.CreateSuite(ctx, api.SuiteSpec{Name: "lp"}); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := e.api.SubmitTasks(ctx, "lp", []api.TaskSpec{{Argv: []string{"make"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	su, _ := e.api.Suite(ctx, "lp")
+	claimed, err := e.st.ClaimTasks(ctx, su.ID, "n-log11111", 1)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim = %v, %v", claimed, err)
+	}
+	whole := strings.Repeat("cc -c x.c <warning>\n", 5000)
+	frames := tasklog.AppendFrame(nil, tasklog.Stdout, []byte(whole))
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(frames)
+	zw.Close()
+	path := filepath.Join(t.TempDir(), "log.gz")
+	os.WriteFile(path, gz.Bytes(), 0o600)
+	stored, _, err := e.api.UploadFile(ctx, path, "log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &api.TaskLog{Digest: stored.Digest, Bytes: int64(len(whole))}
+	_, err = e.st.FinishAttempts(ctx, "n-log11111", []store.Attempt{{TaskID: ids[0], Attempt: 1, Outcome: api.OutcomeSucceeded,
+		Result: api.TaskResult{Stdout: whole[len(whole)-100:], Log: log, FinishedAt: time.Now()}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b := e.browser()
+	b.login(e.admin)
+	_, page := b.get("/ui/tasks/" + ids[0])
+	if link := `href="/ui/logs?task=` + ids[0] + `&amp;attempt=1"`; !strings.Contains(page, link) || !strings.Contains(page, "97.7 KiB kept") {
+		t.Errorf("the task page does not link the attempt's whole output (%s, 97.7 KiB kept):\n%.3000s", link, page)
+	}
+	resp, page := b.get("/ui/logs?task=" + ids[0])
+	if resp.StatusCode != http.StatusOK || strings.Count(page, "cc -c x.c &lt;warning&gt;") != 5000 {
+		t.Fatalf("log page = %d with %d of 5000 lines", resp.StatusCode, strings.Count(page, "cc -c x.c &lt;warning&gt;"))
+	}
+	if !strings.Contains(page, `data-complete="true"`) || !strings.Contains(page, "all of its output") || strings.Contains(page, `id="follow"`) {
+		t.Errorf("the log page of an ended attempt does not say it ended, or still offers to follow it")
+	}
+	cursor := regexp.MustCompile(`data-cursor="(\d+)"`).FindStringSubmatch(page)
+	if cursor == nil {
+		t.Fatal("no cursor on the log page")
+	}
+	_, more := b.get("/ui/logs/more?task=" + ids[0] + "&attempt=1&after=" + cursor[1])
+	var m struct {
+		Text     string `json:"text"`
+		Complete bool   `json:"complete"`
+	}
+	if err := json.Unmarshal([]byte(more), &m); err != nil || m.Text != "" || !m.Complete {
+		t.Errorf("more after the end = %s, %v; want no text and complete", more, err)
 	}
 }

@@ -266,11 +266,11 @@
 
   // ---- following a log
   var log = document.getElementById("log");
-  if (log) {
+  if (log && log.dataset.complete !== "true") {
     var follow = document.getElementById("follow");
     var status = document.getElementById("log-status");
     log.scrollTop = log.scrollHeight;
-    setInterval(function () {
+    var timer = setInterval(function () {
       if (!follow.checked || live.paused) return;
       var q = log.dataset.query + "&after=" + encodeURIComponent(log.dataset.cursor || "");
       fetch("/ui/logs/more?" + q, { credentials: "same-origin" })
@@ -282,6 +282,13 @@
             if (atEnd) log.scrollTop = log.scrollHeight;
           }
           if (j.cursor) log.dataset.cursor = j.cursor;
+          if (j.complete) {
+            clearInterval(timer);
+            log.dataset.complete = "true";
+            follow.parentNode.hidden = true;
+            status.textContent = "The attempt ended: this is all of its output.";
+            return;
+          }
           status.textContent = "Following: new lines appear every two seconds.";
         })
         .catch(function (e) { status.textContent = "Could not read more: " + e.message; });
