@@ -2,11 +2,14 @@ package worker
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/base/tasklog"
 	"github.com/nodemgr/nodemgr/internal/node/proctree"
 )
 
@@ -79,4 +82,38 @@ func processCPU() time.Duration {
 		total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	return total
+}
+
+// BenchmarkRunCommandOutput is what keeping a task's whole output costs:
+// the same command with full logs off (tails only) and on, in the same
+// run, for a task that prints a line and one that prints 10 MB.
+func BenchmarkRunCommandOutput(b *testing.B) {
+	for _, tc := range []struct{ name, script string }{
+		{"line", "echo built x.o"},
+		{"10MB", "head -c 10000000 /dev/zero | tr '\\0' 'x' | fold -w 99"},
+	} {
+		for _, logs := range []bool{false, true} {
+			name := tc.name + "/tails"
+			if logs {
+				name = tc.name + "/whole"
+			}
+			b.Run(name, func(b *testing.B) {
+				dir := b.TempDir()
+				old := fullLogs
+				if logs {
+					fullLogs = logSettings{dir: dir, max: tasklog.DefaultMax}
+				}
+				b.Cleanup(func() { fullLogs = old })
+				n := 0
+				benchCPU(b, func() {
+					n++
+					r := RunCommand(context.Background(), Task{ID: "t" + strconv.Itoa(n), Attempt: 1, Argv: []string{"sh", "-c", tc.script}})
+					if r.ExitCode != 0 || r.Err != nil {
+						b.Fatal(r)
+					}
+					os.Remove(tasklog.Path(dir, "t"+strconv.Itoa(n), 1))
+				})
+			})
+		}
+	}
 }

@@ -48,20 +48,24 @@ func TestTaskLogsKeepAndFollowTheWholeOutput(t *testing.T) {
 	}
 
 	waitSuite(t, s, "logs", api.SuiteComplete, 60*time.Second)
-	out, errOut, code := s.run(t, "task", "logs", big)
+	out, errOut, code := s.run(t, "task", "logs", big, "--stream", "stdout")
 	if code != 0 {
 		t.Fatalf("task logs: exit %d: %s", code, errOut)
 	}
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	if len(lines) != 100001 || lines[0] != "line 1" || lines[99999] != "line 100000" || lines[100000] != "done" {
-		t.Errorf("task logs of a 1.1 MB output: %d lines, first %q, last %q; want all 100,000 and done", len(lines), lines[0], lines[len(lines)-1])
+	if len(lines) != 100000 || lines[0] != "line 1" || lines[99999] != "line 100000" {
+		t.Errorf("task logs of a 1.1 MB output: %d lines, first %q, last %q; want all 100,000", len(lines), lines[0], lines[len(lines)-1])
 	}
-	if out, _, _ := s.run(t, "task", "logs", big, "--stream", "stderr"); out != "done\n" {
-		t.Errorf("task logs --stream stderr = %q, want %q", out, "done\n")
+	if errs, _, _ := s.run(t, "task", "logs", big, "--stream", "stderr"); errs != "done\n" {
+		t.Errorf("task logs --stream stderr = %q, want %q", errs, "done\n")
+	}
+	all, _, _ := s.run(t, "task", "logs", big)
+	if len(all) != len(out)+len("done\n") || !strings.Contains(all, "done\n") {
+		t.Errorf("task logs (both streams) = %d bytes, want stdout's %d and stderr's", len(all), len(out))
 	}
 	tk, err := s.client().Task(ctx, big)
-	if err != nil || tk.Result == nil || tk.Result.Log == nil || tk.Result.Log.Bytes != int64(len(out)) {
-		t.Errorf("the result does not name a log of the whole output (%d bytes): %+v, %v", len(out), tk.Result, err)
+	if err != nil || tk.Result == nil || tk.Result.Log == nil || tk.Result.Log.Bytes != int64(len(all)) {
+		t.Errorf("the result does not name a log of the whole output (%d bytes): %+v, %v", len(all), tk.Result, err)
 	}
 
 	first, _, code := s.run(t, "task", "logs", flaky, "--attempt", "1")
