@@ -303,6 +303,30 @@ func TestDashboardInBrowser(t *testing.T) {
 		b.screenshot("07-task")
 	})
 
+	t.Run("a running task's output is followed live", func(t *testing.T) {
+		b.t = t
+		su := createSuite(t, s, api.SuiteSpec{Name: "ui-follow", Group: "ml", WorkerSchedule: api.WorkerSchedule{WorkerCount: 1}})
+		ids := submit(t, s, su.ID, []api.TaskSpec{sh(`for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 0.5; done`)})
+		admin.CloseSuite(ctx, su.ID)
+		waitFor(t, 20*time.Second, "the task to run", func() (bool, string) {
+			tk, err := admin.Task(ctx, ids[0])
+			return err == nil && tk.State == api.TaskRunning, tk.State
+		})
+		b.open("/ui/tasks/" + ids[0])
+		b.run("follow", chromedp.Click(chromedp.CSS("#follow-output")), chromedp.WaitVisible(chromedp.CSS("#log")))
+		if done := eval[string](b, `document.getElementById("log").dataset.complete`); done != "false" {
+			t.Fatalf("the log page of a running attempt says complete=%q", done)
+		}
+		waitFor(t, 20*time.Second, "the page to say the attempt ended, without a reload", func() (bool, string) {
+			return strings.Contains(b.text("#log-status"), "all of its output"), b.text("#log-status")
+		})
+		want := "tick 1\ntick 2\ntick 3\ntick 4\ntick 5\ntick 6\ntick 7\ntick 8"
+		if got := strings.TrimSpace(b.text("#log")); got != want {
+			t.Errorf("followed log = %q, want %q", got, want)
+		}
+		b.screenshot("07b-task-log")
+	})
+
 	t.Run("cancel from the page", func(t *testing.T) {
 		b.t = t
 		su := createSuite(t, s, api.SuiteSpec{Name: "ui-cancel", Group: "ml", WorkerSchedule: api.WorkerSchedule{WorkerCount: 2}})
