@@ -320,6 +320,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		waitFor(t, 20*time.Second, "the page to say the attempt ended, without a reload", func() (bool, string) {
 			return strings.Contains(b.text("#log-status"), "all of its output"), b.text("#log-status")
 		})
+		if b.exists("#follow") {
+			t.Error("the page still offers to follow an attempt that ended")
+		}
 		want := "tick 1\ntick 2\ntick 3\ntick 4\ntick 5\ntick 6\ntick 7\ntick 8"
 		if got := strings.TrimSpace(b.text("#log")); got != want {
 			t.Errorf("followed log = %q, want %q", got, want)

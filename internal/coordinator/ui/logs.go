@@ -58,6 +58,9 @@ func (u *UI) logsPage(ctx context.Context, r *http.Request, v *view) error {
 	v.Title = "Log of " + what
 	keep := logQuery(q)
 	d.Node, d.Task = q.Get("node"), q.Get("task")
+	if d.Task != "" {
+		v.Nav = "suites"
+	}
 	if id := q.Get("container"); id != "" {
 		var c api.Container
 		if err := v.c.get(ctx, "/v1/containers/"+esc(id), nil, &c); err == nil {

@@ -285,7 +285,7 @@
           if (j.complete) {
             clearInterval(timer);
             log.dataset.complete = "true";
-            follow.parentNode.hidden = true;
+            follow.parentNode.remove();
             status.textContent = "The attempt ended: this is all of its output.";
             return;
           }
