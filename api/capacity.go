@@ -141,3 +141,8 @@ type CommitRequest struct {
 	Ports     []int    `json:"ports,omitempty"`
 	TTL       Duration `json:"ttl"` // how long the lock holds if unused
 }
+
+// AllocationList is the body of GET /v1/nodes/{node}/allocations.
+type AllocationList struct {
+	Allocations []Allocation `json:"allocations"`
+}

@@ -1,6 +1,9 @@
 package api
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Container commands: the seed's node engine message verbs. The agent
 // acts only on deploy and delete; the server carries out move and
@@ -19,22 +22,27 @@ const (
 	TechnologyUnikernel = "unikernel"
 )
 
-// Container statuses, spelled as the seed spells them. A job goes
-// CREATING → RUNNING → COMPLETED | FAILED | DEAD, and any of them →
-// UNDEPLOYED when it is deleted.
+// Container statuses. A job goes creating → running → completed | failed |
+// dead, and any of them → undeployed when it is deleted. The seed spells
+// them in capitals, as agents before nodemgr's single casing of states
+// did: ContainerStatus reads either.
 const (
-	ContainerCreating   = "CREATING"
-	ContainerRunning    = "RUNNING"
-	ContainerCompleted  = "COMPLETED"  // exited with code 0
-	ContainerFailed     = "FAILED"     // exited non-zero, could not be started, or removed outside nodemgr
-	ContainerDead       = "DEAD"       // killed for want of memory, or dead in the engine
-	ContainerUndeployed = "UNDEPLOYED" // deleted
+	ContainerCreating   = "creating"
+	ContainerRunning    = "running"
+	ContainerCompleted  = "completed"  // exited with code 0
+	ContainerFailed     = "failed"     // exited non-zero, could not be started, or removed outside nodemgr
+	ContainerDead       = "dead"       // killed for want of memory, or dead in the engine
+	ContainerUndeployed = "undeployed" // deleted
 	// ContainerUnknown is the server's word for a job not yet ended
 	// whose node is offline: what it last reported (Reason says) may no
 	// longer hold. No agent reports it, and the server keeps the last
 	// report; the status shows again once the node is back.
-	ContainerUnknown = "UNKNOWN"
+	ContainerUnknown = "unknown"
 )
+
+// ContainerStatus is a container status in the one casing of states;
+// agents and records before it spell them in capitals.
+func ContainerStatus(s string) string { return strings.ToLower(s) }
 
 // ContainerJob describes a container to run on a node (the seed's "job").
 // It runs until its command exits, and again only as its Restart policy

@@ -86,7 +86,7 @@ const (
 	EnsembleRunning   = "running"   // every replica runs
 	EnsembleDegraded  = "degraded"  // some replica does not run (its node is lost, it exited)
 	EnsembleFailed    = "failed"    // the deploy failed and was undone
-	EnsembleShutDown  = "shut down" // shut down by hand; its books are free
+	EnsembleShutDown  = "shut-down" // shut down by hand; its books are free
 )
 
 // Ensemble is a stored ensemble: its spec, where each replica went, and

@@ -1,5 +1,33 @@
 package api
 
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// A list is an object whose array is named after what it holds, with the
+// cursor of the next page where it pages: {"nodes": [...], "next": "..."}.
+
+// DecodeList reads the array at key of a list, or a bare array: agents and
+// servers before one shape of lists answered some lists so.
+func DecodeList[T any](raw []byte, key string) ([]T, error) {
+	var out []T
+	if b := bytes.TrimSpace(raw); len(b) > 0 && b[0] == '[' {
+		err := json.Unmarshal(b, &out)
+		return out, err
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
+	if list, ok := obj[key]; ok {
+		if err := json.Unmarshal(list, &out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // The lists that page (GET with ?limit= and ?after=) each say what their
 // page holds, so that one piece of code pages through any of them
 // (client.All).

@@ -6,10 +6,10 @@ import "time"
 // or after a quiet period) and completes when its last task ends; Complete
 // and Cancelled are final.
 const (
-	SuiteOpen      = "Open"
-	SuiteClosed    = "Closed"
-	SuiteComplete  = "Complete"
-	SuiteCancelled = "Cancelled"
+	SuiteOpen      = "open"
+	SuiteClosed    = "closed"
+	SuiteComplete  = "complete"
+	SuiteCancelled = "cancelled"
 )
 
 // CPU binding strategies of a worker pool.
@@ -23,12 +23,12 @@ const (
 // finished, then Ready; it is Cancelled, with the reason, when one of them
 // fails or is cancelled.
 const (
-	TaskPending   = "Pending"
-	TaskReady     = "Ready"
-	TaskRunning   = "Running"
-	TaskFinished  = "Finished"
-	TaskFailed    = "Failed"
-	TaskCancelled = "Cancelled"
+	TaskPending   = "pending"
+	TaskReady     = "ready"
+	TaskRunning   = "running"
+	TaskFinished  = "finished"
+	TaskFailed    = "failed"
+	TaskCancelled = "cancelled"
 )
 
 // SuiteSpec is what a user submits (nodemgr suite create -f suite.yaml).

@@ -16,10 +16,49 @@ type Document struct {
 	UpdatedAt time.Time       `json:"updated_at"`
 }
 
-// DocumentList is the body of GET /v1/templates and GET /v1/mappings.
+// TemplateList is the body of GET /v1/templates.
+type TemplateList struct {
+	Templates []Document `json:"templates"`
+	Next      string     `json:"next,omitempty"` // pass as ?after= for the next page; absent on the last
+}
+
+// MappingList is the body of GET /v1/mappings.
+type MappingList struct {
+	Mappings []Document `json:"mappings"`
+	Next     string     `json:"next,omitempty"` // pass as ?after= for the next page; absent on the last
+}
+
+// DocumentList is a page of templates or of mapping sets as a client reads
+// either list; DocumentPage is its wire form.
 type DocumentList struct {
-	Items []Document `json:"items"`
-	Next  string     `json:"next,omitempty"` // pass as ?after= for the next page; absent on the last
+	Items []Document
+	Next  string
+}
+
+// UnmarshalJSON reads a TemplateList or a MappingList (or the {"items"} of
+// servers before one shape of lists).
+func (l *DocumentList) UnmarshalJSON(b []byte) error {
+	var w struct {
+		Templates, Mappings, Items []Document
+		Next                       string
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	l.Items, l.Next = append(append(w.Templates, w.Mappings...), w.Items...), w.Next
+	return nil
+}
+
+// DocumentPage is the wire form of a page of plural's documents
+// ("templates" or "mappings").
+func DocumentPage(plural string, docs []Document, next string) any {
+	if docs == nil {
+		docs = []Document{}
+	}
+	if plural == "mappings" {
+		return MappingList{Mappings: docs, Next: next}
+	}
+	return TemplateList{Templates: docs, Next: next}
 }
 
 // RenderStep is one change rendering made to Extra, and which layer made it.

@@ -1,6 +1,9 @@
 package api
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Error is the body of every failed API response:
 // {"error": {"code": "...", "message": "..."}}.
@@ -22,17 +25,29 @@ const (
 	StatusOffline = "offline" // confirmed unreachable, or shut down
 )
 
+// States, statuses and phases are spelled in lower case everywhere (kebab
+// case where they are two words), as node statuses always were.
+
+// AgentState is an agent's state in that spelling: agents before it said
+// "Idle" and "ShuttingDown".
+func AgentState(s string) string {
+	if s == "ShuttingDown" {
+		return AgentShuttingDown
+	}
+	return strings.ToLower(s)
+}
+
 // Agent states (the Mitosis node-manager state machine).
 const (
-	AgentIdle         = "Idle"
-	AgentPreparing    = "Preparing"
-	AgentExecuting    = "Executing"
-	AgentCleanup      = "Cleanup"
-	AgentShuttingDown = "ShuttingDown"
+	AgentIdle         = "idle"
+	AgentPreparing    = "preparing"
+	AgentExecuting    = "executing"
+	AgentCleanup      = "cleanup"
+	AgentShuttingDown = "shutting-down"
 	// AgentDraining: its machine is about to go (a spot interruption
 	// notice): it takes no new work, has returned what it had not
 	// started, and lets what runs go on until the machine's deadline.
-	AgentDraining = "Draining"
+	AgentDraining = "draining"
 )
 
 // Node is a machine that nodemgr knows.

@@ -241,3 +241,13 @@ const HeaderLogCursor = "Nodemgr-Log-Cursor"
 // HeaderPrefix starts the headers of nodemgr's own that a relayed answer
 // keeps.
 const HeaderPrefix = "Nodemgr-"
+
+// ArtifactList is the body of GET /v1/nodes/{node}/artifacts.
+type ArtifactList struct {
+	Artifacts []Artifact `json:"artifacts"`
+}
+
+// ServiceList is the body of GET /v1/nodes/{node}/services.
+type ServiceList struct {
+	Services []Service `json:"services"`
+}

@@ -155,6 +155,16 @@ func call[T any](ctx context.Context, c *Client, method, path string, in any) (T
 	return out, err
 }
 
+// callList makes a request whose answer is a list: {"<key>": [...]}, or
+// the bare array that agents and servers before one shape of lists gave.
+func callList[T any](ctx context.Context, c *Client, method, path, key string, in any) ([]T, error) {
+	raw, err := call[json.RawMessage](ctx, c, method, path, in)
+	if err != nil {
+		return nil, err
+	}
+	return api.DecodeList[T](raw, key)
+}
+
 func (c *Client) unreachable(method, path string, err error) error {
 	if c.socket != "" {
 		return fmt.Errorf("%s %s: %w (is the agent running with its local API at %s? set --agent-socket)", method, path, err, c.socket)

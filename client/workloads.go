@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -44,7 +45,7 @@ func (c *Client) AgentStatus(ctx context.Context) (api.AgentStatus, error) {
 
 // Artifacts lists the artifacts installed on node.
 func (c *Client) Artifacts(ctx context.Context, node string) ([]api.Artifact, error) {
-	return call[[]api.Artifact](ctx, c, http.MethodGet, nodePath(node, "/artifacts"), nil)
+	return callList[api.Artifact](ctx, c, http.MethodGet, nodePath(node, "/artifacts"), "artifacts", nil)
 }
 
 // InstallArtifact installs id (group:artifact:version) on node and waits
@@ -72,7 +73,7 @@ func (c *Client) ForceRemoveArtifact(ctx context.Context, node, id string) error
 
 // Services lists node's services with their live status.
 func (c *Client) Services(ctx context.Context, node string) ([]api.Service, error) {
-	return call[[]api.Service](ctx, c, http.MethodGet, nodePath(node, "/services"), nil)
+	return callList[api.Service](ctx, c, http.MethodGet, nodePath(node, "/services"), "services", nil)
 }
 
 // Service returns one service.
@@ -164,7 +165,11 @@ func callLong[T any](ctx context.Context, c *Client, method, path string, in any
 // ContainerCommand sends the seed's container message (deploy, delete,
 // move, replicate) to the server and returns the containers it touched.
 func (c *Client) ContainerCommand(ctx context.Context, cmd api.ContainerCommand) ([]api.Container, error) {
-	return callLong[[]api.Container](ctx, c, http.MethodPost, "/v1/containers", cmd)
+	raw, err := callLong[json.RawMessage](ctx, c, http.MethodPost, "/v1/containers", cmd)
+	if err != nil {
+		return nil, err
+	}
+	return api.DecodeList[api.Container](raw, "containers")
 }
 
 // DeployContainer deploys job on node (through a server), or on the agent
@@ -244,7 +249,7 @@ func (c *Client) Offboard(ctx context.Context, node string, force bool) error {
 
 // Allocations lists the workloads holding node's resources.
 func (c *Client) Allocations(ctx context.Context, node string) ([]api.Allocation, error) {
-	return call[[]api.Allocation](ctx, c, http.MethodGet, nodePath(node, "/allocations"), nil)
+	return callList[api.Allocation](ctx, c, http.MethodGet, nodePath(node, "/allocations"), "allocations", nil)
 }
 
 // Allocation returns one allocation.

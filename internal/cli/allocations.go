@@ -134,9 +134,10 @@ Allocation ids are kind:name, e.g. container:web1 or service:1.echo.ops.prod.`,
 
 func allocationLsCmd(e *env) *cobra.Command {
 	return nodeView(e, "ls NODE", "List a node's allocations", 0,
-		func(ctx context.Context, c *client.Client, node string, _ []string) ([]api.Allocation, error) {
-			return c.Allocations(ctx, node)
-		}, printAllocations)
+		func(ctx context.Context, c *client.Client, node string, _ []string) (api.AllocationList, error) {
+			as, err := c.Allocations(ctx, node)
+			return api.AllocationList{Allocations: orEmpty(as)}, err
+		}, func(e *env, l api.AllocationList) { printAllocations(e, l.Allocations) })
 }
 
 func allocationShowCmd(e *env) *cobra.Command {

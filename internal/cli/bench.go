@@ -259,7 +259,7 @@ CPU the replicas' together.`,
 				}
 			}
 			if asJSON {
-				return printJSON(e.stdout, results)
+				return printJSON(e.stdout, map[string]any{"results": results})
 			}
 			printAgentsBench(e, results, baseline > 0)
 			return nil

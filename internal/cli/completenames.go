@@ -80,7 +80,7 @@ var flagValues = map[[2]string]func() []string{
 		return []string{api.SuiteOpen, api.SuiteClosed, api.SuiteComplete, api.SuiteCancelled}
 	},
 	{"task ls", "state"}: func() []string {
-		return []string{"Pending", api.TaskReady, api.TaskRunning, api.TaskFinished, api.TaskFailed, api.TaskCancelled}
+		return []string{api.TaskPending, api.TaskReady, api.TaskRunning, api.TaskFinished, api.TaskFailed, api.TaskCancelled}
 	},
 	{"node ls", "status"}:         func() []string { return []string{api.StatusOnline, api.StatusSuspect, api.StatusOffline} },
 	{"", "provider"}:              provision.Names,

@@ -262,7 +262,7 @@ func containerMoveCmd(e *env, verb string) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return printJSON(e.stdout, cs)
+				return printJSON(e.stdout, api.ContainerList{Containers: orEmpty(cs)})
 			}
 			for _, ct := range cs {
 				fmt.Fprintf(e.stdout, "%s on %s: %s\n", ct.Job.ID, nodeText(ct), statusText(ct))
@@ -289,7 +289,7 @@ func containerSendCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(e.stdout, cs)
+			return printJSON(e.stdout, api.ContainerList{Containers: orEmpty(cs)})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "message file (YAML or JSON; - for stdin)")

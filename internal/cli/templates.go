@@ -132,7 +132,7 @@ func docLsCmd(e *env, k docKind) *cobra.Command {
 		func(c *client.Client, ctx context.Context, p client.Page) (api.DocumentList, error) {
 			return c.DocumentsPage(ctx, k.plural, p)
 		},
-		func(docs []api.Document, next string) any { return api.DocumentList{Items: docs, Next: next} },
+		func(docs []api.Document, next string) any { return api.DocumentPage(k.plural, docs, next) },
 		func(e *env, docs []api.Document) error {
 			t := newTable(e.stdout, "NAME", "VERSION", "UPDATED", "SUMMARY")
 			for _, d := range docs {

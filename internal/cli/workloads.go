@@ -150,7 +150,7 @@ func artifactInstallCmd(e *env) *cobra.Command {
 				}
 			}
 			if asJSON {
-				return printJSON(e.stdout, out)
+				return printJSON(e.stdout, api.ArtifactList{Artifacts: orEmpty(out)})
 			}
 			return nil
 		}),
@@ -161,9 +161,10 @@ func artifactInstallCmd(e *env) *cobra.Command {
 
 func artifactLsCmd(e *env) *cobra.Command {
 	return nodeView(e, "ls NODE", "List installed artifacts", 0,
-		func(ctx context.Context, c *client.Client, node string, _ []string) ([]api.Artifact, error) {
-			return c.Artifacts(ctx, node)
-		}, printArtifacts)
+		func(ctx context.Context, c *client.Client, node string, _ []string) (api.ArtifactList, error) {
+			arts, err := c.Artifacts(ctx, node)
+			return api.ArtifactList{Artifacts: orEmpty(arts)}, err
+		}, func(e *env, l api.ArtifactList) { printArtifacts(e, l.Artifacts) })
 }
 
 func printArtifacts(e *env, arts []api.Artifact) {
@@ -268,9 +269,18 @@ func serviceStartCmd(e *env) *cobra.Command {
 
 func serviceLsCmd(e *env) *cobra.Command {
 	return nodeView(e, "ls NODE", "List services with pid, state, RSS, restarts, uptime and port", 0,
-		func(ctx context.Context, c *client.Client, node string, _ []string) ([]api.Service, error) {
-			return c.Services(ctx, node)
-		}, printServices)
+		func(ctx context.Context, c *client.Client, node string, _ []string) (api.ServiceList, error) {
+			svcs, err := c.Services(ctx, node)
+			return api.ServiceList{Services: orEmpty(svcs)}, err
+		}, func(e *env, l api.ServiceList) { printServices(e, l.Services) })
+}
+
+// orEmpty makes a list's JSON [] rather than null.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 func printServices(e *env, svcs []api.Service) {

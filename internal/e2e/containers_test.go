@@ -174,7 +174,7 @@ labels: %s
 	if logs, stderr, code := s.run(t, "allocation", "logs", "ct-one", replicaAlloc); code != 0 || !strings.Contains(logs, "hello from web") {
 		t.Errorf("allocation logs %s: exit %d, %q %s; want the job's output", replicaAlloc, code, logs, stderr)
 	}
-	if out, stderr, code := s.run(t, "allocation", "restart", "ct-one", replicaAlloc); code != 0 || !strings.Contains(out, "RUNNING") {
+	if out, stderr, code := s.run(t, "allocation", "restart", "ct-one", replicaAlloc); code != 0 || !strings.Contains(out, "running") {
 		t.Fatalf("allocation restart %s: exit %d\n%s%s", replicaAlloc, code, out, stderr)
 	}
 	waitFor(t, 15*time.Second, "the server sees the restarted replica, a new container", func() (bool, string) {
@@ -183,7 +183,7 @@ labels: %s
 	})
 
 	// Stopping an allocation stops its workload, whatever its kind.
-	if out, stderr, code := s.run(t, "allocation", "stop", "ct-one", replicaAlloc); code != 0 || !strings.Contains(out, "UNDEPLOYED") {
+	if out, stderr, code := s.run(t, "allocation", "stop", "ct-one", replicaAlloc); code != 0 || !strings.Contains(out, "undeployed") {
 		t.Fatalf("allocation stop %s: exit %d\n%s%s", replicaAlloc, code, out, stderr)
 	}
 	waitFor(t, 10*time.Second, "server sees the replica undeployed", func() (bool, string) {
@@ -202,7 +202,7 @@ labels: %s
 	} else if !strings.Contains(out, " ct-two ") || strings.Contains(out, ct.Node) {
 		t.Errorf("container ls names the node by its id %s, want its name ct-two:\n%s", ct.Node, out)
 	}
-	if out, stderr, code := s.run(t, "container", "delete", "web1"); code != 0 || strings.Count(out, "UNDEPLOYED") != 1 {
+	if out, stderr, code := s.run(t, "container", "delete", "web1"); code != 0 || strings.Count(out, "undeployed") != 1 {
 		t.Fatalf("container delete: exit %d\n%s%s", code, out, stderr)
 	}
 	waitFor(t, 20*time.Second, "only fail1's exited container is left", func() (bool, string) {

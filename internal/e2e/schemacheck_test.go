@@ -466,7 +466,7 @@ func asErrors(errs []*liberrors.ValidationError) []error {
 func TestSchemaCheckCatchesMismatches(t *testing.T) {
 	const node = `{"id": "n-1", "name": "a", "machine_id": "m", "data_dir": "/d", "tags": [], "labels": {}, "groups": null,
 		"hardware": {"hostname": "h", "os": "linux", "arch": "amd64", "cores": 2, "memory_bytes": 1, "disk_bytes": 1, "gpus": null},
-		"status": "online", "agent_state": "Idle", "agent_version": "v", "connected": true,
+		"status": "online", "agent_state": "idle", "agent_version": "v", "connected": true,
 		"registered_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"}`
 	for _, tc := range []struct {
 		name, method, path string

@@ -149,7 +149,7 @@ func TestSuitesRunToCompletionWithCrashes(t *testing.T) {
 			continue
 		}
 		out, _, code := s.run(t, "task", "show", id)
-		if code != 0 || !strings.Contains(out, "SIGSEGV") || !strings.Contains(out, "Failed") {
+		if code != 0 || !strings.Contains(out, "SIGSEGV") || !strings.Contains(out, "failed") {
 			t.Errorf("task show %s (exit %d):\n%s", id, code, out)
 		}
 		break
@@ -340,7 +340,7 @@ func TestCancelTaskAndSuite(t *testing.T) {
 	})
 	// Cancelling a running task kills it on the node; the worker takes the next.
 	out, errOut, code := s.run(t, "task", "cancel", ids[0])
-	if code != 0 || !strings.Contains(out, "Cancelled") {
+	if code != 0 || !strings.Contains(out, "cancelled") {
 		t.Fatalf("task cancel: exit %d: %s%s", code, out, errOut)
 	}
 	waitFor(t, 30*time.Second, "the second task to run", func() (bool, string) {

@@ -145,6 +145,7 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		if err := httpapi.DecodeStrict(body, &hb); err != nil {
 			return nil, err
 		}
+		hb.State = api.AgentState(hb.State) // older agents capitalize it
 		if !enroll.ValidState(hb.State) {
 			return nil, errdefs.Field("state", "unknown agent state %q", hb.State)
 		}
@@ -193,6 +194,7 @@ func (h *agentHandler) hello(ctx context.Context, body json.RawMessage) (any, er
 	if err := httpapi.DecodeStrict(body, &hello); err != nil {
 		return nil, err
 	}
+	hello.State = api.AgentState(hello.State) // older agents capitalize it
 	if !enroll.ValidState(hello.State) {
 		return nil, errdefs.Field("state", "unknown agent state %q", hello.State)
 	}

@@ -49,7 +49,10 @@ func (s *Server) handleContainerCommand(w http.ResponseWriter, r *http.Request) 
 		return err
 	}
 	out, err := s.containers.Run(r.Context(), cmd)
-	return answer(w, http.StatusOK, out, err)
+	if out == nil {
+		out = []api.Container{}
+	}
+	return answer(w, http.StatusOK, api.ContainerList{Containers: out}, err)
 }
 
 func (s *Server) handleListContainers(w http.ResponseWriter, r *http.Request) error {

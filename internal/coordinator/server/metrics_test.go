@@ -96,17 +96,17 @@ nodemgr_nodes{status="online"} 2
 nodemgr_nodes{status="suspect"} 1
 # HELP nodemgr_suites Task suites by state.
 # TYPE nodemgr_suites gauge
-nodemgr_suites{state="Cancelled"} 1
-nodemgr_suites{state="Closed"} 0
-nodemgr_suites{state="Complete"} 0
-nodemgr_suites{state="Open"} 1
+nodemgr_suites{state="cancelled"} 1
+nodemgr_suites{state="closed"} 0
+nodemgr_suites{state="complete"} 0
+nodemgr_suites{state="open"} 1
 # HELP nodemgr_tasks Tasks by state; Finished, Failed and Cancelled count how tasks ended.
 # TYPE nodemgr_tasks gauge
-nodemgr_tasks{state="Cancelled"} 0
-nodemgr_tasks{state="Failed"} 0
-nodemgr_tasks{state="Finished"} 2
-nodemgr_tasks{state="Ready"} 4
-nodemgr_tasks{state="Running"} 0
+nodemgr_tasks{state="cancelled"} 0
+nodemgr_tasks{state="failed"} 0
+nodemgr_tasks{state="finished"} 2
+nodemgr_tasks{state="ready"} 4
+nodemgr_tasks{state="running"} 0
 # HELP nodemgr_task_queue_depth Tasks Ready and waiting for an agent to claim them.
 # TYPE nodemgr_task_queue_depth gauge
 nodemgr_task_queue_depth 4

@@ -69,11 +69,11 @@ func (s *Server) listDocuments(w http.ResponseWriter, r *http.Request, kind stri
 	if err != nil {
 		return err
 	}
-	out := api.DocumentList{Items: make([]api.Document, 0, len(docs)), Next: next}
+	items := make([]api.Document, 0, len(docs))
 	for _, d := range docs {
-		out.Items = append(out.Items, catalog.APIDocument(d))
+		items = append(items, catalog.APIDocument(d))
 	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, api.DocumentPage(kind+"s", items, next))
 	return nil
 }
 

@@ -3,6 +3,7 @@ package ui
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -246,7 +247,12 @@ func (u *UI) nodePage(ctx context.Context, r *http.Request, v *view) error {
 	d.CPUChart = makeChart(d.Usage, func(s api.UsageSample) float64 { return s.CPUPercent }, 100, "%")
 	d.MemChart = makeChart(d.Usage, func(s api.UsageSample) float64 { return float64(s.MemoryUsedMB) }, memMB, " MB")
 	if n.Connected {
-		if err := v.c.get(ctx, "/v1/nodes/"+esc(n.ID)+"/services", nil, &d.Services); err != nil {
+		var raw json.RawMessage
+		err := v.c.get(ctx, "/v1/nodes/"+esc(n.ID)+"/services", nil, &raw)
+		if err == nil {
+			d.Services, err = api.DecodeList[api.Service](raw, "services")
+		}
+		if err != nil {
 			d.ServicesError = err.Error()
 		}
 	}

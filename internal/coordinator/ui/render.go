@@ -77,7 +77,7 @@ func badge(s string) string {
 		return "b-info"
 	case "online", "finished", "ready", "idle", "complete":
 		return "b-ok"
-	case "suspect", "closed", "pending", "preparing", "cleanup", "starting", "launching", "bootstrapping", "draining", "stopping", "backoff", "shuttingdown",
+	case "suspect", "closed", "pending", "preparing", "cleanup", "starting", "launching", "bootstrapping", "draining", "stopping", "backoff", "shutting-down", "shut-down",
 		"waiting", "deploying", "degraded", "creating":
 		return "b-warn"
 	case "offline", "failed", "dead", "cancelled", "error":

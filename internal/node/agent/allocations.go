@@ -345,9 +345,9 @@ func (a *Agent) handleListAllocations(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	out := []api.Allocation{}
+	out := api.AllocationList{Allocations: []api.Allocation{}}
 	for _, al := range l.List() {
-		out = append(out, a.wl.allocationView(al))
+		out.Allocations = append(out.Allocations, a.wl.allocationView(al))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil

@@ -278,9 +278,9 @@ func (a *Agent) handleListArtifacts(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return fmt.Errorf("list artifacts: %w", err)
 	}
-	out := make([]api.Artifact, 0, len(inst))
+	out := api.ArtifactList{Artifacts: make([]api.Artifact, 0, len(inst))}
 	for _, i := range inst {
-		out = append(out, a.wl.artifactInfo(i))
+		out.Artifacts = append(out.Artifacts, a.wl.artifactInfo(i))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -350,7 +350,11 @@ func (a *Agent) handleRemoveArtifact(w http.ResponseWriter, r *http.Request) err
 }
 
 func (a *Agent) handleListServices(w http.ResponseWriter, r *http.Request) error {
-	httpapi.WriteJSON(w, http.StatusOK, a.wl.services.List())
+	svcs := a.wl.services.List()
+	if svcs == nil {
+		svcs = []api.Service{}
+	}
+	httpapi.WriteJSON(w, http.StatusOK, api.ServiceList{Services: svcs})
 	return nil
 }
 

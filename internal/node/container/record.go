@@ -96,6 +96,7 @@ func loadRecord(path, id string) (api.Container, error) {
 	case r.Container.Status == "":
 		return api.Container{}, corrupt(path, "it has no status")
 	}
+	r.Container.Status = api.ContainerStatus(r.Container.Status) // written before one casing of states
 	return r.Container, nil
 }
 

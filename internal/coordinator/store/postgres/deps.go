@@ -51,7 +51,7 @@ func (b *taskBatch) addDeps(ctx context.Context, tx pgx.Tx, suiteID string, coun
 }
 
 // releaseDeps counts down the dependents of the tasks $1. It compares
-// state with d's, not with the literal 'Pending': with a literal the
+// state with d's, not with the literal 'pending': with a literal the
 // planner, finding few Pending tasks in its statistics, reads the whole
 // tasks table for them on every report (4 ms at 20,000 tasks, most reports
 // finding no dependent at all), where d's handful of rows lead it to each

@@ -17,12 +17,12 @@ func (s *Store) NodeReadsBlob(ctx context.Context, nodeID, digest string) (bool,
 	err := s.pool.QueryRow(ctx, `SELECT EXISTS (
 			SELECT 1 FROM tasks AS t JOIN task_files AS f
 				ON f.task_seq = t.seq AND f.kind = 'in' AND f.digest = $2
-			WHERE t.node_id = $1 AND t.state = 'Running'
+			WHERE t.node_id = $1 AND t.state = 'running'
 		) OR EXISTS (
 			SELECT 1 FROM tasks AS t JOIN task_deps AS d ON d.task_id = t.id
 				JOIN tasks AS a ON a.id = d.after_id
 				JOIN task_files AS f ON f.task_seq = a.seq AND f.kind = 'out' AND f.digest = $2
-			WHERE t.node_id = $1 AND t.state = 'Running'
+			WHERE t.node_id = $1 AND t.state = 'running'
 		)`, nodeID, digest).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("authorize blob %s for node %s: %w", digest, nodeID, classify(err))

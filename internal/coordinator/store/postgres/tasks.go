@@ -82,7 +82,7 @@ func (b *taskBatch) Insert(ctx context.Context, q sqlstore.Querier, suiteID stri
 // for it; and the update moves a task only at the attempt it was picked at,
 // still Ready, so no attempt of a task is ever handed out twice.
 //
-// The update compares state with picked's, not with the literal 'Ready':
+// The update compares state with picked's, not with the literal 'ready':
 // a literal lets the planner drive the update from the tasks_ready index,
 // which it does when the statistics were taken while few tasks were Ready
 // (at the end of a suite, say), and then every claim walks all the Ready

@@ -220,14 +220,14 @@ func TestUpgradeCountsTasks(t *testing.T) {
 	}
 	for id, c := range want {
 		if _, err := db.ExecContext(ctx, `INSERT INTO suites (id, name, spec, state, created_at, updated_at)
-			VALUES (?, ?, '{"name": "x"}', ?, 1, 1)`, id, "suite-"+id, api.SuiteClosed); err != nil {
+			VALUES (?, ?, '{"name": "x"}', ?, 1, 1)`, id, "suite-"+id, oldSpelling(api.SuiteClosed)); err != nil {
 			t.Fatalf("insert suite %s at version 2: %v", id, err)
 		}
 		for state, n := range map[string]int{api.TaskReady: c.Ready, api.TaskRunning: c.Running,
 			api.TaskFinished: c.Finished, api.TaskFailed: c.Failed, api.TaskCancelled: c.Cancelled} {
 			for i := range n {
 				if _, err := db.ExecContext(ctx, `INSERT INTO tasks (id, suite_id, spec, state, attempt, node_id, created_at, updated_at)
-					VALUES (?, ?, '{"argv": ["true"]}', ?, 1, 'n1', 1, 1)`, fmt.Sprintf("%s-%s-%d", id, state, i), id, state); err != nil {
+					VALUES (?, ?, '{"argv": ["true"]}', ?, 1, 'n1', 1, 1)`, fmt.Sprintf("%s-%s-%d", id, state, i), id, oldSpelling(state)); err != nil {
 					t.Fatalf("insert task at version 2: %v", err)
 				}
 			}
@@ -599,4 +599,54 @@ func TestFilesArePrivate(t *testing.T) {
 func TestAnAttemptIsHandedOutOnce(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "nodemgr.db"), nil)
 	storetest.AnAttemptIsHandedOutOnce(t, s, s.w)
+}
+
+// oldSpelling is a task's or suite's state as stores before 00030 kept it.
+func oldSpelling(state string) string { return strings.ToUpper(state[:1]) + state[1:] }
+
+// TestUpgradeSpellsStatesInLowerCase opens a file made by schema 29, with
+// states in their old spellings, and finds them in the one casing, the
+// partial indexes that name them working.
+func TestUpgradeSpellsStatesInLowerCase(t *testing.T) {
+	ctx := t.Context()
+	path, db := migratedTo(t, 29)
+	for _, q := range []string{
+		`INSERT INTO nodes (id, name, machine_id, data_dir, status, agent_state, registered_at, updated_at)
+			VALUES ('n1', 'alpha', 'm1', '/d', 'online', 'ShuttingDown', 1, 1)`,
+		`INSERT INTO suites (id, name, spec, state, created_at, updated_at) VALUES ('s1', 'build', '{"name": "build"}', 'Open', 1, 1)`,
+		`INSERT INTO suite_counts (suite_id, ready, running) VALUES ('s1', 1, 1)`,
+		`INSERT INTO tasks (id, suite_id, spec, state, attempt, node_id, created_at, updated_at)
+			VALUES ('t1', 's1', '{"argv": ["cc"]}', 'Ready', 0, '', 1, 1)`,
+		`INSERT INTO tasks (id, suite_id, spec, state, attempt, node_id, created_at, updated_at)
+			VALUES ('t2', 's1', '{"argv": ["cc"]}', 'Running', 1, 'n1', 1, 1)`,
+		`INSERT INTO containers (node_id, id, status, live, record, created_at, updated_at)
+			VALUES ('n1', 'j1', 'RUNNING', 1, '{"job": {"id": "j1"}, "status": "RUNNING"}', 1, 1)`,
+		`INSERT INTO ensembles (id, name, spec, state, created_at, updated_at) VALUES ('e1', 'shop', '{"name": "shop"}', 'shut down', 1, 1)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("at version 29: %v\n%s", err, q)
+		}
+	}
+	db.Close()
+
+	s := open(t, path, nil)
+	if su, err := s.GetSuite(ctx, "s1"); err != nil || su.State != api.SuiteOpen {
+		t.Errorf("suite after upgrade: %q, %v; want %q", su.State, err, api.SuiteOpen)
+	}
+	if n, err := s.GetNode(ctx, "n1"); err != nil || n.AgentState != api.AgentShuttingDown {
+		t.Errorf("agent state after upgrade: %q, %v; want %q", n.AgentState, err, api.AgentShuttingDown)
+	}
+	if cs, err := s.FindContainer(ctx, "j1"); err != nil || len(cs) != 1 || cs[0].Status != api.ContainerRunning {
+		t.Errorf("container after upgrade: %+v, %v; want %q", cs, err, api.ContainerRunning)
+	}
+	if e, err := s.GetEnsemble(ctx, "e1"); err != nil || e.State != api.EnsembleShutDown {
+		t.Errorf("ensemble after upgrade: %q, %v; want %q", e.State, err, api.EnsembleShutDown)
+	}
+	storetest.RegisterNodes(t, s, "n2")
+	if got, err := s.ClaimTasks(ctx, "s1", "n2", 10); err != nil || len(got) != 1 || got[0].ID != "t1" {
+		t.Errorf("ClaimTasks after upgrade = %v, %v; want t1, the Ready one", got, err)
+	}
+	if n, err := s.ReclaimNode(ctx, "n1"); err != nil || n != 1 {
+		t.Errorf("ReclaimNode after upgrade = %d, %v; want t2 back", n, err)
+	}
 }

@@ -15,11 +15,11 @@ import (
 // JOIN keeps SQLite's planner to that order.
 const nodeReadsBlob = `SELECT EXISTS (
 		SELECT 1 FROM tasks AS t CROSS JOIN task_files AS f
-		WHERE t.node_id = ?1 AND t.state = 'Running'
+		WHERE t.node_id = ?1 AND t.state = 'running'
 			AND f.task_seq = t.seq AND f.kind = 'in' AND f.digest = ?2
 	) OR EXISTS (
 		SELECT 1 FROM tasks AS t CROSS JOIN task_deps AS d CROSS JOIN tasks AS a CROSS JOIN task_files AS f
-		WHERE t.node_id = ?1 AND t.state = 'Running' AND d.task_id = t.id AND a.id = d.after_id
+		WHERE t.node_id = ?1 AND t.state = 'running' AND d.task_id = t.id AND a.id = d.after_id
 			AND f.task_seq = a.seq AND f.kind = 'out' AND f.digest = ?2
 	)`
 

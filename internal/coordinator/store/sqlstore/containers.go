@@ -23,6 +23,7 @@ func (s *Store) PutContainers(ctx context.Context, nodeID string, cs []api.Conta
 				return errdefs.Field(fmt.Sprintf("containers[%d]", i), "job id and status are required")
 			}
 			c.Node = nodeID
+			c.Status = api.ContainerStatus(c.Status) // older agents capitalize it
 			rec, err := json.Marshal(c)
 			if err != nil {
 				return errdefs.Field(fmt.Sprintf("containers[%d]", i), "cannot be stored: %v", err)
@@ -101,6 +102,7 @@ func (s *Store) containers(ctx context.Context, q string, a ...any) ([]api.Conta
 		if err := json.Unmarshal([]byte(rec), &c); err != nil {
 			return nil, fmt.Errorf("decode container record: %w", err)
 		}
+		c.Status = api.ContainerStatus(c.Status) // a record older than one casing of states
 		out = append(out, c)
 	}
 	return out, s.d.Classify(rows.Err())

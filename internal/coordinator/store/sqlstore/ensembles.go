@@ -130,6 +130,11 @@ func (s *Store) scanEnsemble(row Row) (api.Ensemble, error) {
 	if len(e.Lost) == 0 {
 		e.Lost = nil
 	}
+	for _, rs := range [][]api.EnsembleReplica{e.Replicas, e.Lost} {
+		for i := range rs {
+			rs[i].Status = api.ContainerStatus(rs[i].Status) // stored before one casing of states
+		}
+	}
 	e.CreatedAt, e.UpdatedAt = sqlrow.FromNanos(created), sqlrow.FromNanos(updated)
 	return e, nil
 }

@@ -17,12 +17,12 @@ import (
 
 // nodeGroups are the groups of the suites of the node's Running tasks.
 const nodeGroups = `SELECT su.group_name FROM tasks AS t JOIN suites AS su ON su.id = t.suite_id
-	WHERE t.node_id = $1 AND t.state = 'Running'`
+	WHERE t.node_id = $1 AND t.state = 'running'`
 
 // NodeBlobScopeSQL is NodeBlobScope's statement ($1 the node, $2 the
 // digest), for the databases' tests of its plan.
 const NodeBlobScopeSQL = `SELECT
-	EXISTS (SELECT 1 FROM tasks WHERE node_id = $1 AND state = 'Running'),
+	EXISTS (SELECT 1 FROM tasks WHERE node_id = $1 AND state = 'running'),
 	EXISTS (SELECT 1 FROM blob_groups WHERE digest = $2 AND grp IN (` + nodeGroups + `))`
 
 // NodeBlobScope reports whether the node holds a task, and whether the

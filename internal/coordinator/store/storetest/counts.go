@@ -247,12 +247,12 @@ func CheckCounts(t testing.TB, db *sql.DB) {
 	kept := read(`SELECT suite_id, sum(pending), sum(ready), sum(running), sum(finished), sum(failed), sum(cancelled)
 		FROM suite_counts GROUP BY suite_id`)
 	counted := read(`SELECT suites.id,
-			COUNT(*) FILTER (WHERE tasks.state = 'Pending'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Ready'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Running'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Finished'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Failed'),
-			COUNT(*) FILTER (WHERE tasks.state = 'Cancelled')
+			COUNT(*) FILTER (WHERE tasks.state = 'pending'),
+			COUNT(*) FILTER (WHERE tasks.state = 'ready'),
+			COUNT(*) FILTER (WHERE tasks.state = 'running'),
+			COUNT(*) FILTER (WHERE tasks.state = 'finished'),
+			COUNT(*) FILTER (WHERE tasks.state = 'failed'),
+			COUNT(*) FILTER (WHERE tasks.state = 'cancelled')
 		FROM suites LEFT JOIN tasks ON tasks.suite_id = suites.id
 		GROUP BY suites.id`)
 	if diff := cmp.Diff(counted, kept); diff != "" {

@@ -150,24 +150,24 @@ func AnAttemptIsHandedOutOnce(t *testing.T, s store.Store, db *sql.DB) {
 	if n, err := s.ReturnTasks(ctx, "n1", []string{"t1"}); err != nil || n != 1 {
 		t.Fatalf("ReturnTasks() = %d, %v, want 1, nil", n, err)
 	}
-	if got, want := handedOut(), "Ready 0/0"; got != want {
+	if got, want := handedOut(), "ready 0/0"; got != want {
 		t.Errorf("after a return: %s, want %s", got, want)
 	}
 	if got, err := s.ClaimTasks(ctx, "s1", "n2", 1); err != nil || len(got) != 1 || got[0].Attempt != 1 {
 		t.Fatalf("ClaimTasks() after a return = %v, %v, want t1 at attempt 1", got, err)
 	}
-	if got, want := handedOut(), "Running 1/1"; got != want {
+	if got, want := handedOut(), "running 1/1"; got != want {
 		t.Errorf("after the claim: %s, want %s", got, want)
 	}
 
 	// The bug: t1 back to Ready at attempt 0, though attempt 1 was handed out.
-	if _, err := db.ExecContext(ctx, `UPDATE tasks SET state = 'Ready', attempt = 0 WHERE id = 't1'`); err == nil {
+	if _, err := db.ExecContext(ctx, `UPDATE tasks SET state = 'ready', attempt = 0 WHERE id = 't1'`); err == nil {
 		t.Errorf("moving a handed-out attempt back succeeded, want the database to refuse it")
 	}
 	if got, err := s.ClaimTasks(ctx, "s1", "n3", 1); err != nil || len(got) != 0 {
 		t.Errorf("ClaimTasks() after the refused write = %v, %v, want nothing to claim", got, err)
 	}
-	if got, want := handedOut(), "Running 1/1"; got != want {
+	if got, want := handedOut(), "running 1/1"; got != want {
 		t.Errorf("after the refused write: %s, want %s", got, want)
 	}
 }

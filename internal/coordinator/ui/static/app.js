@@ -81,7 +81,7 @@
       el.querySelectorAll("[data-ended]").forEach(function (e) { e.textContent = ended; });
       el.querySelectorAll("[data-k]").forEach(function (e) { e.textContent = c[e.dataset.k]; });
       el.querySelectorAll("svg.progress").forEach(function (svg) { drawBar(svg, c, total); });
-      if (s.state === "Complete" || s.state === "Cancelled") {
+      if (s.state === "complete" || s.state === "cancelled") {
         el.querySelectorAll("#cancel-suite, #close-suite").forEach(function (b) { b.closest("form").remove(); });
       }
       flashRow(el);
