@@ -22,7 +22,7 @@ func newContainerCmd(e *env) *cobra.Command {
 		Long: `Containers on command (the Oakestra node engine's deploy/delete/move/replicate
 messages): the node's agent runs the job through its Docker engine with the
 job's CPU and memory limits, env, command and ports, and reports its status
-(CREATING → RUNNING → COMPLETED | FAILED | DEAD → UNDEPLOYED) and usage back.
+(creating → running → completed | failed | dead → undeployed) and usage back.
 
 A job file:
 
@@ -225,7 +225,7 @@ command waits for it.`,
 func containerDeleteCmd(e *env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete ID...",
-		Short: "Stop and remove container jobs (their status becomes UNDEPLOYED)",
+		Short: "Stop and remove container jobs (their status becomes undeployed)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _ := containerClient(cmd, e)

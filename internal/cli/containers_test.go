@@ -39,7 +39,7 @@ func TestContainerTables(t *testing.T) {
 		maxLength int
 	}{
 		{"node by name", lines[1], []string{"edge-1"}, []string{"n-0123"}, 0},
-		{"node by id without a name", lines[2], []string{"n-4567", "FAILED (exit code 1: the engine", "…"}, []string{long}, 160},
+		{"node by id without a name", lines[2], []string{"n-4567", "failed (exit code 1: the engine", "…"}, []string{long}, 160},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

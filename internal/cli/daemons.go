@@ -85,7 +85,7 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.DurationVar(&f.idlePoll, "idle-poll", 30*time.Second, "how often an idle agent asks for a suite when nothing woke it (the server wakes idle agents whenever a suite may have work for them)")
 	fl.DurationVar(&f.credentialTTL, "credential-ttl", 30*24*time.Hour, "lifetime of node credentials (agents renew them)")
 	fl.DurationVar(&f.maxTokenTTL, "max-token-ttl", server.DefaultMaxTokenTTL, "the longest lifetime an API or join token may be given (rotate tokens before they expire)")
-	fl.DurationVar(&f.suiteCloseAfter, "suite-close-after", 180*time.Second, "an Open suite that gets no new task for this long is Closed")
+	fl.DurationVar(&f.suiteCloseAfter, "suite-close-after", 180*time.Second, "an open suite that gets no new task for this long is closed")
 	fl.DurationVar(&f.driftInterval, "drift-interval", 30*time.Second, "how often provisioned machines are compared with what their providers report")
 	fl.DurationVar(&f.leaderLease, "leader-lease", 10*time.Second, "of the servers sharing a database, the one holding the leader lease runs the orchestrator, liveness and other once-for-all loops; it renews the lease every third of this, and another takes over within about this long after it dies (at once after a clean shutdown)")
 	fl.DurationVar(&f.storeTimeout, "store-timeout", server.DefaultStoreTimeout, "an API request whose store call takes longer than this is answered 503 (the store did not answer) rather than left hanging; /metrics then serves the last counts, marked stale")

@@ -104,7 +104,7 @@ func suiteCreateCmd(e *env) *cobra.Command {
 func suiteLsCmd(e *env) *cobra.Command {
 	var state string
 	cmd := &cobra.Command{Use: "ls", Short: "List suites", Args: cobra.NoArgs}
-	cmd.Flags().StringVar(&state, "state", "", "only suites in this state: Open, Closed, Complete, Cancelled (any case)")
+	cmd.Flags().StringVar(&state, "state", "", "only suites in this state: open, closed, complete, cancelled (any case)")
 	return lsCmd(e, cmd, "all",
 		func(c *client.Client, ctx context.Context, p client.Page) (api.SuiteList, error) {
 			return c.SuitesPage(ctx, state, p)
@@ -576,7 +576,7 @@ func taskLsCmd(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&suite, "suite", "", "suite ID or name")
-	cmd.Flags().StringVar(&f.State, "state", "", "only tasks in this state: Pending, Ready, Running, Finished, Failed, Cancelled (any case)")
+	cmd.Flags().StringVar(&f.State, "state", "", "only tasks in this state: pending, ready, running, finished, failed, cancelled (any case)")
 	cmd.Flags().StringVar(&f.Name, "name", "", "only the task of this name")
 	cmd.Flags().StringSliceVar(&labels, "label", nil, "only tasks with this KEY=VALUE label (repeatable)")
 	return lsCmd(e, cmd, "all",
@@ -696,7 +696,7 @@ func printTail(w io.Writer, name, s string) {
 
 func taskCancelCmd(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use: "cancel TASK", Short: "Cancel a Pending, Ready or Running task, and the tasks that wait for it", Args: cobra.ExactArgs(1),
+		Use: "cancel TASK", Short: "Cancel a pending, ready or running task, and the tasks that wait for it", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tk, err := clientFor(cmd, e).CancelTask(cmd.Context(), args[0])
 			if err != nil {

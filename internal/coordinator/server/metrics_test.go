@@ -100,7 +100,7 @@ nodemgr_suites{state="cancelled"} 1
 nodemgr_suites{state="closed"} 0
 nodemgr_suites{state="complete"} 0
 nodemgr_suites{state="open"} 1
-# HELP nodemgr_tasks Tasks by state; Finished, Failed and Cancelled count how tasks ended.
+# HELP nodemgr_tasks Tasks by state; finished, failed and cancelled count how tasks ended.
 # TYPE nodemgr_tasks gauge
 nodemgr_tasks{state="cancelled"} 0
 nodemgr_tasks{state="failed"} 0

@@ -40,7 +40,7 @@ var wireTypes = map[string]any{
 		Size   int64  `json:"size"`
 	}{}, "SubmitTasks": api.SubmitTasks{}, "SubmitResult": api.SubmitResult{}, "ActionCacheCleared": api.ActionCacheCleared{},
 	"TaskResult": api.TaskResult{}, "TaskFailure": api.TaskFailure{}, "TaskLog": api.TaskLog{}, "Task": api.Task{}, "TaskList": api.TaskList{},
-	"Document": api.Document{}, "DocumentList": api.DocumentList{}, "RenderStep": api.RenderStep{},
+	"Document": api.Document{}, "TemplateList": api.TemplateList{}, "MappingList": api.MappingList{}, "ArtifactList": api.ArtifactList{}, "ServiceList": api.ServiceList{}, "AllocationList": api.AllocationList{}, "RenderStep": api.RenderStep{},
 	"Rendered": api.Rendered{}, "Deployment": api.Deployment{}, "DeploymentList": api.DeploymentList{},
 	"ProvisionRequest": api.ProvisionRequest{}, "ExecRequest": api.ExecRequest{}, "ExecEvent": api.ExecEvent{},
 	"User": api.User{}, "UserList": api.UserList{}, "CreateUserRequest": api.CreateUserRequest{},

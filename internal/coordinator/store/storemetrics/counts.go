@@ -26,7 +26,7 @@ var (
 	nodesDesc  = prometheus.NewDesc("nodemgr_nodes", "Nodes by status.", []string{"status"}, nil)
 	suitesDesc = prometheus.NewDesc("nodemgr_suites", "Task suites by state.", []string{"state"}, nil)
 	tasksDesc  = prometheus.NewDesc("nodemgr_tasks",
-		"Tasks by state; Finished, Failed and Cancelled count how tasks ended.", []string{"state"}, nil)
+		"Tasks by state; finished, failed and cancelled count how tasks ended.", []string{"state"}, nil)
 	queueDesc = prometheus.NewDesc("nodemgr_task_queue_depth",
 		"Tasks Ready and waiting for an agent to claim them.", nil, nil)
 	staleDesc = prometheus.NewDesc("nodemgr_metrics_stale",
