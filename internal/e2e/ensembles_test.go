@@ -221,7 +221,7 @@ allocations:
 	}
 
 	// Shutdown frees every book the ensemble held.
-	if out, stderr, code := s.run(t, "ensemble", "shutdown", "shop"); code != 0 || !strings.Contains(out, "shut down") {
+	if out, stderr, code := s.run(t, "ensemble", "shutdown", "shop"); code != 0 || !strings.Contains(out, "shut-down") {
 		t.Fatalf("ensemble shutdown: exit %d\n%s%s", code, out, stderr)
 	}
 	for _, n := range names {

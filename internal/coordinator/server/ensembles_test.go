@@ -36,8 +36,8 @@ func TestOfflineReplicas(t *testing.T) {
 	}
 	var list api.ContainerList
 	ts.mustCall(t, http.StatusOK, ts.admin, "GET", "/v1/containers", nil, &list)
-	if len(list.Containers) != 1 || list.Containers[0].Status != api.ContainerUnknown || !strings.Contains(list.Containers[0].Reason, "last reported RUNNING") {
-		t.Errorf("GET containers = %+v, want one %s saying it was last reported RUNNING", list.Containers, api.ContainerUnknown)
+	if len(list.Containers) != 1 || list.Containers[0].Status != api.ContainerUnknown || !strings.Contains(list.Containers[0].Reason, "last reported running") {
+		t.Errorf("GET containers = %+v, want one %s saying it was last reported running", list.Containers, api.ContainerUnknown)
 	}
 	var c api.Container
 	ts.mustCall(t, http.StatusOK, ts.admin, "GET", "/v1/containers/"+job.ID, nil, &c)

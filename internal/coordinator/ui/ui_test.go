@@ -460,7 +460,7 @@ func TestEventsResumeWithLastEventID(t *testing.T) {
 	}
 	// The browser reconnects with the id of the last event it got.
 	again := b.events(t, "0", strconv.FormatUint(last, 10))
-	waitEvent(again, func(ev sseEvent) bool { return ev.typ == "suite" && strings.Contains(ev.data, `"cancelled"`) })
+	waitEvent(again, func(ev sseEvent) bool { return ev.typ == "suite" && strings.Contains(ev.data, `"state":"cancelled"`) })
 	for i := 1; i < len(seen); i++ {
 		if seen[i].id != seen[i-1].id+1 {
 			t.Fatalf("event %d follows %d: the resumed stream lost events (%v)", seen[i].id, seen[i-1].id, seen)
