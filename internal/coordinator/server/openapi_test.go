@@ -217,3 +217,71 @@ func isMethod(key string) bool {
 // docPath is a route's pattern as OpenAPI writes it: a trailing wildcard
 // {path...} is the parameter {path}.
 func docPath(p string) string { return strings.ReplaceAll(p, "...}", "}") }
+
+// TestOpenAPIConventions holds the API to its two conventions (issue 31
+// item 12): every state, status or phase is spelled in lower case (kebab
+// case for two words), and every JSON answer that lists things is an
+// object whose array is named after them, never a bare array. The
+// end-to-end schema check holds the answers to this document.
+func TestOpenAPIConventions(t *testing.T) {
+	doc := servedDoc(t)
+	spelling := regexp.MustCompile(`^[a-z]+(-[a-z]+)*$`)
+	var walk func(at string, v any)
+	walk = func(at string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if props, ok := x["properties"].(map[string]any); ok {
+				for name, p := range props {
+					pm, _ := p.(map[string]any)
+					enum, _ := pm["enum"].([]any)
+					if !strings.Contains(name, "state") && !strings.Contains(name, "status") {
+						continue
+					}
+					for _, e := range enum {
+						if s, _ := e.(string); !spelling.MatchString(s) {
+							t.Errorf("%s.%s: %q is not lower (kebab) case", at, name, e)
+						}
+					}
+				}
+			}
+			for k, c := range x {
+				walk(at+"/"+k, c)
+			}
+		case []any:
+			for i, c := range x {
+				walk(fmt.Sprintf("%s[%d]", at, i), c)
+			}
+		}
+	}
+	for name, s := range doc.Components.Schemas {
+		walk("components/schemas/"+name, s)
+	}
+	for path, ops := range doc.Paths {
+		for method, raw := range ops {
+			var op struct {
+				Parameters []struct {
+					Name   string         `json:"name"`
+					Schema map[string]any `json:"schema"`
+				} `json:"parameters"`
+				Responses map[string]struct {
+					Content map[string]struct {
+						Schema map[string]any `json:"schema"`
+					} `json:"content"`
+				} `json:"responses"`
+			}
+			if json.Unmarshal(raw, &op) != nil {
+				continue // the path's own parameters
+			}
+			for _, p := range op.Parameters {
+				if p.Name == "state" || p.Name == "status" {
+					walk(method+" "+path+"?"+p.Name, map[string]any{"properties": map[string]any{p.Name: p.Schema}})
+				}
+			}
+			for code, r := range op.Responses {
+				if s := r.Content["application/json"].Schema; strings.HasPrefix(code, "2") && s["type"] == "array" {
+					t.Errorf("%s %s answers %s with a bare array; answer {\"<what it lists>\": [...]}", strings.ToUpper(method), path, code)
+				}
+			}
+		}
+	}
+}
