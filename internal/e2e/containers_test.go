@@ -139,10 +139,11 @@ labels: %s
 
 	// Replicate it back onto ct-one under a new id.
 	out, stderr, code = s.run(t, "container", "replicate", "web1", "ct-one", "--json")
-	var copies []api.Container
-	if code != 0 || json.Unmarshal([]byte(out), &copies) != nil || len(copies) != 1 || copies[0].Job.ID == "web1" {
+	var replicated api.ContainerList
+	if code != 0 || json.Unmarshal([]byte(out), &replicated) != nil || len(replicated.Containers) != 1 || replicated.Containers[0].Job.ID == "web1" {
 		t.Fatalf("container replicate: exit %d\n%s%s", code, out, stderr)
 	}
+	copies := replicated.Containers
 	waitFor(t, 15*time.Second, "replica answers", answers(copies[0].Ports[0].Host))
 
 	// SIGKILL ct-two's agent: the container keeps running; the restarted
@@ -295,8 +296,8 @@ func deployOnWorkers(t *testing.T, s *server, dir, image, labelJSON string) {
 	msg := filepath.Join(dir, "multi.yaml")
 	os.WriteFile(msg, []byte(fmt.Sprintf("command: deploy\ncluster: [here]\nworker: [ct-one, ct-two]\njob: {id: multi, name: multi, image: %s, command: [sleep, \"60\"], cpus: 0.1, memory_mb: 16, labels: %s}\n", image, labelJSON)), 0o644)
 	out, stderr, code := s.run(t, "container", "send", "-f", msg)
-	var got []api.Container
-	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got) != 2 {
+	var got api.ContainerList
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got.Containers) != 2 {
 		t.Fatalf("deploy on two workers: exit %d\n%s%s; want two containers", code, out, stderr)
 	}
 	for _, want := range []string{"multi-ct-one", "multi-ct-two"} {

@@ -388,9 +388,9 @@ func TestBadArtifactsAndServicesAreRefused(t *testing.T) {
 			}
 		})
 	}
-	var svcs []api.Service
+	var svcs api.ServiceList
 	out, _, _ := s.run(t, "service", "ls", "bad-node", "--json")
-	if err := json.Unmarshal([]byte(out), &svcs); err != nil || len(svcs) != 0 {
+	if err := json.Unmarshal([]byte(out), &svcs); err != nil || svcs.Services == nil || len(svcs.Services) != 0 {
 		t.Errorf("refused services left records: %s (%v)", out, err)
 	}
 }
