@@ -329,13 +329,17 @@ func startOnline(t *testing.T, s *server, name string, extra ...string) (*agent,
 	return a, waitStatus(t, s, name, api.StatusOnline, 20*time.Second)
 }
 
+// waitStatus waits for the node to have status. Online means connected
+// too: registration makes a node online a moment before its agent's
+// session opens, and what goes to the agent needs the session.
 func waitStatus(t *testing.T, s *server, name, status string, timeout time.Duration) api.Node {
 	t.Helper()
 	var got api.Node
 	waitFor(t, timeout, fmt.Sprintf("node %s %s", name, status), func() (bool, string) {
 		n, ok := nodeByName(t, s, name)
 		got = n
-		return ok && n.Status == status, fmt.Sprintf("found=%v status=%q reason=%q", ok, n.Status, n.StatusReason)
+		return ok && n.Status == status && (status != api.StatusOnline || n.Connected),
+			fmt.Sprintf("found=%v status=%q connected=%v reason=%q", ok, n.Status, n.Connected, n.StatusReason)
 	})
 	return got
 }

@@ -276,6 +276,12 @@ func (h *Hub) confirm(ctx context.Context, n store.Node, heard time.Time, wait t
 		return
 	}
 	h.ForgetBeat(n.ID)
+	if since, ok := h.live.lostSince(n.ID); ok && !sawSession {
+		// Its connection ended during the check, its grace over before
+		// the check's end: that is what happened to it, not the late
+		// heartbeats that began the check.
+		why = lostReason(since)
+	}
 	reason := fmt.Sprintf("%s; not back within %s", why, wait)
 	if lastErr != nil {
 		reason += fmt.Sprintf(" (ping: %v)", lastErr)
