@@ -72,8 +72,9 @@ type Task struct {
 	KillGrace time.Duration
 }
 
-// Result is how a task ended. Stdout and Stderr are kept to their last
-// 64 KiB.
+// Result is how a task ended. Its report keeps the last 64 KiB of Stdout
+// and of Stderr; more than that is kept whole as the attempt's log where
+// the server keeps logs (nodemgr task logs).
 type Result struct {
 	ExitCode int
 	// Signal is the signal that killed the task's process, e.g.
