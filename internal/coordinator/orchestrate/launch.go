@@ -163,11 +163,12 @@ func quota(spec api.PoolSpec, live []store.PoolMachine) schedule.Quota {
 
 // scaleUp plans every pool against the demand and starts the machines the
 // plan asks for, up to each pool's max_launching.
+//
+// Which ready machines' agents are connected is read before the demand: a
+// machine whose agent connects in between then counts both as on its way
+// and as serving (one tick asks for too little), never as neither (one
+// machine too many, for good).
 func (o *Orchestrator) scaleUp(ctx context.Context, specs []api.PoolSpec, live map[string][]store.PoolMachine) error {
-	demands, err := o.cluster.Demands(ctx)
-	if err != nil {
-		return fmt.Errorf("read demand: %w", err)
-	}
 	views := make([]poolView, 0, len(specs))
 	cands := map[string][]candidateInfo{}
 	for _, spec := range specs {
@@ -182,6 +183,10 @@ func (o *Orchestrator) scaleUp(ctx context.Context, specs []api.PoolSpec, live m
 		cands[spec.Name] = o.candidates(ctx, spec, v.live)
 		v.cpus, v.memoryMB = nextSize(spec, cands[spec.Name])
 		views = append(views, v)
+	}
+	demands, err := o.cluster.Demands(ctx)
+	if err != nil {
+		return fmt.Errorf("read demand: %w", err)
 	}
 	plans := planPools(views, demands)
 	for _, v := range views {
