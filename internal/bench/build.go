@@ -453,7 +453,7 @@ func nodemgrBuild(ctx context.Context, c *client.Client, srv *benchServer, agent
 	// change, not a poll every few milliseconds taking CPU from the
 	// compiles. SEEN shows what the wait adds.
 	var s api.Suite
-	for etag := ""; s.State != api.SuiteComplete && s.State != api.SuiteCancelled; {
+	for etag := ""; !isState(s.State, api.SuiteComplete, api.SuiteCancelled); {
 		got, tag, changed, err := c.SuiteChange(ctx, su.ID, etag, 30*time.Second)
 		if err != nil {
 			return err
@@ -520,7 +520,7 @@ func later(a, b time.Time) time.Time {
 
 func firstFailure(tasks []api.Task) string {
 	for _, t := range tasks {
-		if t.State == api.TaskFinished {
+		if isState(t.State, api.TaskFinished) {
 			continue
 		}
 		if n := len(t.Failures); n > 0 {

@@ -337,7 +337,7 @@ func runDispatchCase(ctx context.Context, c *client.Client, cfg DispatchConfig, 
 		if err != nil {
 			return DispatchResult{}, err
 		}
-		if s.State == api.SuiteComplete {
+		if isState(s.State, api.SuiteComplete) {
 			if s.Counts.Finished != n {
 				return DispatchResult{}, fmt.Errorf("suite completed with %+v, want %d finished", s.Counts, n)
 			}

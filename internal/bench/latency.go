@@ -120,7 +120,7 @@ func (r *rig) loneTask(ctx context.Context, suiteID string) (stored, seen time.D
 		if err != nil {
 			return 0, 0, err
 		}
-		if t.Result != nil && t.State != api.TaskReady && t.State != api.TaskRunning {
+		if t.Result != nil && !isState(t.State, api.TaskReady, api.TaskRunning) {
 			return t.Result.FinishedAt.Sub(start), time.Since(start), nil
 		}
 	}

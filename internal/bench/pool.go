@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -157,7 +158,7 @@ func coldRound(ctx context.Context, c *nmclient.Client, name string) (time.Durat
 		if err != nil {
 			return 0, err
 		}
-		switch t.State {
+		switch strings.ToLower(t.State) { // --against a binary that capitalized states
 		case api.TaskFinished:
 			took := time.Since(start)
 			c.CancelSuite(ctx, name)
