@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/internal/base/humansize"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
 )
 
@@ -158,17 +159,7 @@ func parseInputFrom(s string) (api.InputFrom, error) {
 }
 
 // sizeString prints a byte count for people.
-func sizeString(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
+func sizeString(n int64) string { return humansize.Bytes(n) }
 
 // fetcher downloads task outputs into a directory, with progress.
 type fetcher struct {

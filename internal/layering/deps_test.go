@@ -58,6 +58,7 @@ var tiers = map[string]tier{
 	"internal/base/httpapi":      tierBase,
 	"internal/base/hw":           tierBase,
 	"internal/base/humantime":    tierBase,
+	"internal/base/humansize":    tierBase,
 	"internal/base/imds":         tierBase,
 	"internal/base/lockfile":     tierBase,
 	"internal/base/procenv":      tierBase,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/humansize"
 	"github.com/nodemgr/nodemgr/internal/base/humantime"
 )
 
@@ -39,7 +40,7 @@ var funcs = template.FuncMap{
 	"ago":      ago,
 	"duration": durationMS,
 	"mb":       mb,
-	"bytes":    byteSize,
+	"bytes":    humansize.Bytes,
 	"gib":      gib,
 	"join":     strings.Join,
 	"total":    func(c api.TaskCounts) int { return c.Total() },
@@ -123,19 +124,6 @@ func durationMS(ms int64) string {
 		return fmt.Sprintf("%d ms", ms)
 	}
 	return d.Round(100 * time.Millisecond).String()
-}
-
-// byteSize is n bytes for a reader: 812 B, 64.0 KiB, 1.3 MiB.
-func byteSize(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 func mb(n int64) string {
