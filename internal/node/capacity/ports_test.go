@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -47,7 +48,7 @@ func TestCommitmentPortsAreLocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := onboarded(t, Config{Now: clk.Now, Ports: allocatorLock{ports}})
-	free := busy + 1
+	free := freeRun(t, busy+1, hi, 3) // free, free+1 and free+2
 
 	for _, tc := range []struct {
 		name string
@@ -99,4 +100,30 @@ func TestCommitmentPortsAreLocked(t *testing.T) {
 	if _, err := ports.Allocate("container:job-2", portalloc.Request{Ports: []int{free + 2}}); err != nil {
 		t.Errorf("the workload taking its commitment's port = %v, want it granted", err)
 	}
+}
+
+// freeRun is a port in [from, to) that, with the n-1 after it, no process
+// holds now: the range is among the ephemeral ports, which the machine's
+// other connections take as they come (CI runs packages side by side).
+func freeRun(t *testing.T, from, to, n int) int {
+	t.Helper()
+	free := func(p int) bool {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			return false
+		}
+		ln.Close()
+		return true
+	}
+next:
+	for p := from; p+n <= to; p++ {
+		for i := range n {
+			if !free(p + i) {
+				continue next
+			}
+		}
+		return p
+	}
+	t.Fatalf("no %d free ports in a row in [%d, %d)", n, from, to)
+	return 0
 }
