@@ -166,6 +166,8 @@ type Welcome struct {
 	// keeps as its full log (TaskResult.Log). Absent (older servers, or
 	// a server that keeps none): the agent sends the tails only.
 	TaskLogMax int64 `json:"task_log_max,omitempty"`
+	// ParksFetch says the server takes TasksFetch.WaitMS.
+	ParksFetch bool `json:"parks_fetch,omitempty"`
 }
 
 // Heartbeat is the periodic liveness report.

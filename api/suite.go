@@ -421,6 +421,11 @@ type TasksFetch struct {
 	// Held is how many of the suite's tasks the node holds and has not
 	// started (prefetched), as it asks; absent from older agents.
 	Held *int `json:"held,omitempty"`
+	// WaitMS lets the server hold a fetch that finds nothing Ready for up
+	// to this many milliseconds (it caps it at 2000), and answer it as
+	// soon as tasks are Ready: the claim then costs no wake and no second
+	// fetch. Sent only to servers whose welcome says ParksFetch.
+	WaitMS int `json:"wait_ms,omitempty"`
 }
 
 // TasksFetched answers TasksFetch. When fewer than Max tasks came back,

@@ -37,6 +37,16 @@ type Handler interface {
 	HandleNotify(ctx context.Context, seq uint64, method string, body json.RawMessage) error
 }
 
+// Later is a request's answer that is not ready: HandleRequest returns it
+// to wait somewhere other than the shared handler goroutines (see
+// handlers), and Wait, run on a goroutine of its own, gives the answer.
+// The request still counts towards Options.MaxConcurrent until Wait
+// returns, and Run waits for it. A tasks.fetch the server holds until
+// tasks are ready answers so.
+type Later struct {
+	Wait func() (any, error)
+}
+
 // UnknownMethod is the error a Handler returns for a method it does not
 // serve. It is an errdefs.ErrNotFound on both sides of the wire.
 func UnknownMethod(method string) error {
@@ -221,10 +231,17 @@ func (p *Peer) readLoop(rctx, hctx context.Context, wg *sync.WaitGroup) error {
 				return hctx.Err()
 			}
 			wg.Add(1)
+			done := func() { <-p.sem; wg.Done() }
 			job := func() {
-				defer wg.Done()
-				defer func() { <-p.sem }()
-				p.serve(hctx, f)
+				if later := p.serve(hctx, f); later != nil {
+					go func() {
+						defer done()
+						res, err := later()
+						p.respond(hctx, f, res, err)
+					}()
+					return
+				}
+				done()
 			}
 			if !handlers().try(job) {
 				go job()
@@ -294,10 +311,19 @@ func (hp *handlerPool) try(job func()) bool {
 	}
 }
 
-// serve answers one request.
-func (p *Peer) serve(ctx context.Context, req api.Frame) {
-	resp := api.Frame{V: api.ProtocolVersion, Type: api.FrameResponse, ID: req.ID}
+// serve answers one request, or returns what answers it later (Later).
+func (p *Peer) serve(ctx context.Context, req api.Frame) (later func() (any, error)) {
 	res, err := p.h.HandleRequest(ctx, req.Method, req.Body)
+	if l, ok := res.(Later); ok && err == nil {
+		return l.Wait
+	}
+	p.respond(ctx, req, res, err)
+	return nil
+}
+
+// respond sends the answer to req.
+func (p *Peer) respond(ctx context.Context, req api.Frame, res any, err error) {
+	resp := api.Frame{V: api.ProtocolVersion, Type: api.FrameResponse, ID: req.ID}
 	if err == nil && res != nil {
 		resp.Body, err = marshal(res)
 		if err != nil {

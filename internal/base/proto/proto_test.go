@@ -860,3 +860,57 @@ func benchmarkCall(b *testing.B, n network) {
 		})
 	})
 }
+
+// TestLaterAnswers: a request answered with Later gets Wait's answer, or
+// its error, and counts towards MaxConcurrent until Wait returns.
+func TestLaterAnswers(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, n network) {
+		release, parked := make(chan struct{}), make(chan struct{})
+		h := &handler{req: func(ctx context.Context, method string, body json.RawMessage) (any, error) {
+			switch method {
+			case "late":
+				close(parked)
+				return Later{Wait: func() (any, error) {
+					select {
+					case <-release:
+						return "answered late", nil
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}}, nil
+			case "late-error":
+				return Later{Wait: func() (any, error) { return nil, errdefs.Conflict("taken meanwhile") }}, nil
+			}
+			return body, nil
+		}}
+		a, b := n.pair(t)
+		client := start(t, a, nil, Options{})
+		start(t, b, h, Options{MaxConcurrent: 1})
+
+		var lateErr error
+		var late string
+		lateDone := make(chan struct{})
+		go func() { defer close(lateDone); lateErr = client.Call(context.Background(), "late", nil, &late) }()
+		<-parked
+		// The late request holds the only slot: another waits for it.
+		echoed := make(chan error, 1)
+		go func() { echoed <- client.Call(context.Background(), "echo", "x", nil) }()
+		select {
+		case err := <-echoed:
+			t.Fatalf("a second request ran while the late one held MaxConcurrent=1: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(release)
+		<-lateDone
+		if lateErr != nil || late != "answered late" {
+			t.Fatalf("late call = %q, %v; want the answer Wait gave", late, lateErr)
+		}
+		if err := <-echoed; err != nil {
+			t.Fatalf("echo after the late answer: %v", err)
+		}
+		err := client.Call(context.Background(), "late-error", nil, nil)
+		if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "taken meanwhile") {
+			t.Fatalf("late-error call = %v, want Wait's conflict", err)
+		}
+	})
+}

@@ -83,10 +83,74 @@ func (d *Dispatcher) Leave(ctx context.Context, sess Session, req api.SuiteLeave
 	return nil
 }
 
+// maxFetchWait bounds how long a fetch that found nothing is parked
+// (api.TasksFetch.WaitMS): a node parked on an empty suite still looks,
+// that often, whether it should move on to another.
+const maxFetchWait = 2 * time.Second
+
 // Fetch answers tasks.fetch: it claims up to req.Max of the suite's ready
 // tasks for the node, no more than its fair share, or says why the node
-// should move on.
-func (d *Dispatcher) Fetch(ctx context.Context, sess Session, req api.TasksFetch) (api.TasksFetched, error) {
+// should move on. When nothing is Ready and the agent lets it wait
+// (req.WaitMS), parked is not nil: it waits, up to WaitMS, for a wake of
+// the suite, claims then, and its answer is the fetch's (hub/parking.go).
+// The caller runs it off the shared request handlers (proto.Later).
+func (d *Dispatcher) Fetch(ctx context.Context, sess Session, req api.TasksFetch) (out api.TasksFetched, parked func() (api.TasksFetched, error), err error) {
+	if req.WaitMS < 0 {
+		return api.TasksFetched{}, nil, errdefs.Field("wait_ms", "must not be negative, got %d", req.WaitMS)
+	}
+	wakes := sess.Wakes()
+	if out, err = d.fetch(ctx, sess, req); err != nil || !parkable(req, out) || sess.Draining() {
+		return out, nil, err
+	}
+	woken, ok := sess.Park(req.SuiteID, wakes)
+	if !ok {
+		return out, nil, nil // woken since it looked: the agent was sent the wake
+	}
+	deadline := time.Now().Add(min(time.Duration(req.WaitMS)*time.Millisecond, maxFetchWait))
+	return out, func() (api.TasksFetched, error) { return d.park(ctx, sess, req, out, woken, deadline) }, nil
+}
+
+// parkable says whether a fetch that answered out may wait for tasks: it
+// found none Ready, and the suite may still have some.
+func parkable(req api.TasksFetch, out api.TasksFetched) bool {
+	return req.WaitMS > 0 && req.Max > 0 && len(out.Tasks) == 0 && out.Remaining == 0 && out.Yield == "" && !out.Done &&
+		(out.SuiteState == api.SuiteOpen || out.SuiteState == api.SuiteClosed)
+}
+
+// park waits for the suite's next wake, until deadline, and claims then;
+// a claim that finds nothing again (another node was quicker) parks
+// again. It answers empty, what the fetch found at first, at the
+// deadline.
+func (d *Dispatcher) park(ctx context.Context, sess Session, req api.TasksFetch, empty api.TasksFetched, woken <-chan struct{}, deadline time.Time) (api.TasksFetched, error) {
+	d.metrics.fetchesParked.Inc()
+	defer d.metrics.fetchesParked.Dec()
+	for {
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-woken:
+			t.Stop()
+		case <-t.C:
+			sess.Unpark(woken)
+			return empty, nil
+		case <-ctx.Done(): // the connection ended: claim nothing for it
+			t.Stop()
+			sess.Unpark(woken)
+			return api.TasksFetched{}, ctx.Err()
+		}
+		wakes := sess.Wakes()
+		out, err := d.fetch(ctx, sess, req)
+		if err != nil || !parkable(req, out) || sess.Draining() || time.Until(deadline) <= 0 {
+			return out, err
+		}
+		var ok bool
+		if woken, ok = sess.Park(req.SuiteID, wakes); !ok {
+			return out, nil
+		}
+	}
+}
+
+// fetch claims for Fetch, once.
+func (d *Dispatcher) fetch(ctx context.Context, sess Session, req api.TasksFetch) (api.TasksFetched, error) {
 	if req.Max < 0 || req.Max > MaxFetch {
 		return api.TasksFetched{}, errdefs.Field("max", "must be between 0 and %d, got %d", MaxFetch, req.Max)
 	}

@@ -59,6 +59,11 @@ type Session interface {
 	Worked(t time.Time) // the agent had work at t: the pools' idle clock
 	Draining() bool     // its machine is about to go: it takes no new work
 	Call(ctx context.Context, method string, params, result any) error
+	// Wakes, Park and Unpark hold a tasks.fetch that found nothing
+	// until the suite's next wake (hub/parking.go).
+	Wakes() uint64
+	Park(suite string, wakes uint64) (woken <-chan struct{}, ok bool)
+	Unpark(woken <-chan struct{})
 }
 
 // Agents are the agents' sessions and the ways to reach them: the hub's.

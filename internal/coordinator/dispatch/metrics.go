@@ -15,6 +15,7 @@ type metrics struct {
 	taskReports   *prometheus.CounterVec
 	cacheHits     prometheus.Counter
 	cacheMisses   prometheus.Counter
+	fetchesParked prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -27,6 +28,8 @@ func newMetrics() *metrics {
 		tasksReturned: counter("nodemgr_tasks_returned_total", "Claimed tasks agents gave back unstarted."),
 		cacheHits:     counter("nodemgr_action_cache_hits_total", "Claimed tasks answered from the action cache, not run."),
 		cacheMisses:   counter("nodemgr_action_cache_misses_total", "Claimed tasks that opted in to the action cache and ran: it held no result for them."),
+		fetchesParked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodemgr_task_fetches_parked",
+			Help: "Agents' task fetches held on this server until their suite has tasks Ready (tasks.fetch wait_ms)."}),
 		taskReports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodemgr_task_reports_total",
 			Help: "Task attempt reports received from agents, by outcome (succeeded, failed, stopped); repeats included.",
@@ -41,5 +44,5 @@ func newMetrics() *metrics {
 // Collectors are the dispatcher's instruments, for the server's registry.
 func (d *Dispatcher) Collectors() []prometheus.Collector {
 	m := d.metrics
-	return []prometheus.Collector{m.tasksReported, m.tasksClaimed, m.tasksReturned, m.taskReports, m.cacheHits, m.cacheMisses}
+	return []prometheus.Collector{m.tasksReported, m.tasksClaimed, m.tasksReturned, m.taskReports, m.cacheHits, m.cacheMisses, m.fetchesParked}
 }

@@ -36,6 +36,8 @@ type Session struct {
 	// held is the agent's last count of its suite's tasks held unstarted
 	// that reached the heartbeat batch.
 	held atomic.Pointer[heldCount]
+	// parking holds the agent's parked tasks.fetch, if any (parking.go).
+	parking parking
 }
 
 // heldCount is how many of a suite's tasks an agent holds unstarted.

@@ -190,11 +190,18 @@ func (h *Hub) authChanged() {
 }
 
 // WakeLocal wakes the agents connected here, but the one of node except,
-// that are idle or run the suite (any suite: only the idle ones).
+// that are idle or run the suite (any suite: only the idle ones), and the
+// fetches parked on the suite (any suite: all of them).
 func (h *Hub) WakeLocal(suiteID, except string) {
 	for _, sess := range h.All() {
+		if sess.NodeID == except {
+			continue
+		}
+		if sess.wakeParked(suiteID) {
+			continue // its parked fetch claims now
+		}
 		state, suite := sess.Work()
-		if sess.NodeID == except || state != api.AgentIdle && (suiteID == "" || suite != suiteID) {
+		if state != api.AgentIdle && (suiteID == "" || suite != suiteID) {
 			continue
 		}
 		go func() {

@@ -250,6 +250,7 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 		IdlePoll:          api.Duration(h.s.cfg.IdlePoll),
 		TakesHeld:         true,
 		TaskLogMax:        max(h.s.cfg.TaskLogMax, 0),
+		ParksFetch:        true,
 	}, nil
 }
 

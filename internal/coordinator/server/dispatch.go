@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/nodemgr/nodemgr/internal/base/proto"
+
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
 	"github.com/nodemgr/nodemgr/internal/coordinator/dispatch"
@@ -70,7 +72,11 @@ func (h *agentHandler) tasksFetch(ctx context.Context, body json.RawMessage) (an
 	if req.Held != nil {
 		h.s.hub.NoteHeld(h.sess, req.SuiteID, *req.Held)
 	}
-	return h.s.dispatcher.Fetch(ctx, h.sess, req)
+	out, parked, err := h.s.dispatcher.Fetch(ctx, h.sess, req)
+	if parked != nil {
+		return proto.Later{Wait: func() (any, error) { return parked() }}, nil
+	}
+	return out, err
 }
 
 func (h *agentHandler) tasksReport(ctx context.Context, body json.RawMessage) (any, error) {

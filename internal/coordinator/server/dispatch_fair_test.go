@@ -22,8 +22,9 @@ import (
 // records the server's wake and giveback requests. On a giveback it returns
 // the last tasks it claimed, as a pool returns its last buffered ones.
 type testAgent struct {
-	t    *testing.T
-	peer *proto.Peer
+	t       *testing.T
+	peer    *proto.Peer
+	welcome api.Welcome
 
 	mu        sync.Mutex
 	held      []string
@@ -44,7 +45,7 @@ func connectTestAgent(t *testing.T, url, cred string, cores int) *testAgent {
 	done := make(chan struct{})
 	go func() { defer close(done); a.peer.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	a.call(api.MethodHello, api.Hello{State: api.AgentIdle, Hardware: api.Hardware{Cores: cores}}, nil)
+	a.call(api.MethodHello, api.Hello{State: api.AgentIdle, Hardware: api.Hardware{Cores: cores}}, &a.welcome)
 	return a
 }
 

@@ -44,6 +44,8 @@ type runner struct {
 	// taskLogMax: the bytes of each attempt's output the server keeps as
 	// its full log (Welcome); 0: none.
 	taskLogMax atomic.Int64
+	// parksFetch: the server may hold a fetch that finds nothing (Welcome).
+	parksFetch atomic.Bool
 
 	mu       sync.Mutex
 	run      *suiteRun // nil when idle
@@ -233,6 +235,7 @@ func (r *runner) runSuite(parent context.Context, su api.Suite) {
 
 	r.env.node.setWork(api.AgentExecuting, su.ID)
 	src := startTaskSource(r.env.server.call, r.env.stop(), r.env.log, su.ID)
+	src.parks = r.parksFetch.Load
 	logs := r.taskLogs(su, as, log)
 	defer logs.remove()
 	files, err := newFilesSource(src, r.env.blobs(), workDir, as, r.env.stop(), log)

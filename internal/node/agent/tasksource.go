@@ -61,7 +61,16 @@ type taskSource struct {
 	// unstarted counts the tasks the pool holds and has not started; the
 	// server shows them apart from those that run (countUnstarted).
 	unstarted atomic.Pointer[func() (int, bool)]
+	// parks says the server may hold a fetch that finds nothing until
+	// tasks are Ready (Welcome.ParksFetch); nil: it may not.
+	parks func() bool
 }
+
+// fetchWait is how long a fetch that finds nothing may wait on the server
+// for tasks to become Ready (api.TasksFetch.WaitMS). A graceful end of
+// the pool waits for a fetch on its way (the server may have claimed
+// tasks for it), so this also bounds what parking adds to one.
+const fetchWait = time.Second
 
 // countUnstarted makes fetches and reports say how many tasks f counts as
 // held and not started, while f says the server takes it.
@@ -94,8 +103,12 @@ func startTaskSource(call func(ctx context.Context, method string, req, resp any
 // server sends this node elsewhere (yielded says why). Drained says the
 // server saw no other task Ready.
 func (s *taskSource) Fetch(ctx context.Context, max int) (tasks []api.Task, done, drained bool, err error) {
+	req := api.TasksFetch{SuiteID: s.suiteID, Max: max, Held: s.heldUnstarted()}
+	if s.parks != nil && s.parks() {
+		req.WaitMS = int(fetchWait / time.Millisecond)
+	}
 	var resp api.TasksFetched
-	if err := s.call(ctx, api.MethodTasksFetch, api.TasksFetch{SuiteID: s.suiteID, Max: max, Held: s.heldUnstarted()}, &resp); err != nil {
+	if err := s.call(ctx, api.MethodTasksFetch, req, &resp); err != nil {
 		return nil, false, false, err
 	}
 	if resp.Yield != "" {
