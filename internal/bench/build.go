@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -34,6 +36,11 @@ type BuildConfig struct {
 	// build the same sources a second time, as from a clean tree: every
 	// task a hit.
 	Cache bool
+	// Oversubscribe lets every agent see all of this machine's CPUs, so
+	// that N agents run N workers per CPU. By default each is pinned to
+	// its share of them (agentCPUs), as N machines that together have
+	// the CPUs make -j runs on.
+	Oversubscribe bool
 }
 
 // BuildRound is one round: make, then nodemgr, on the same sources.
@@ -84,11 +91,14 @@ type BuildRound struct {
 
 // BuildResult is a whole run.
 type BuildResult struct {
-	Project      string       `json:"project"` // "generated" or the directory
-	CompileTasks int          `json:"compile_tasks"`
-	Agents       int          `json:"agents"`
-	Jobs         int          `json:"jobs"`
-	Rounds       []BuildRound `json:"rounds"`
+	Project      string `json:"project"` // "generated" or the directory
+	CompileTasks int    `json:"compile_tasks"`
+	Agents       int    `json:"agents"`
+	// AgentCPUs are the CPUs each agent was pinned to (taskset -c), in
+	// start order; absent when they all saw every CPU.
+	AgentCPUs []string     `json:"agent_cpus,omitempty"`
+	Jobs      int          `json:"jobs"`
+	Rounds    []BuildRound `json:"rounds"`
 	// Median holds each time and the ratio of the rounds, each the median
 	// of its own column.
 	Median BuildRound `json:"median"`
@@ -146,7 +156,12 @@ func RunBuild(ctx context.Context, cfg BuildConfig, progress io.Writer) (BuildRe
 	}
 	defer srv.stop()
 	c := client.New(srv.addr, srv.token)
-	agents, err := startAgents(ctx, c, srv.addr, cfg.Binary, work, cfg.Agents)
+	if !cfg.Oversubscribe {
+		if res.AgentCPUs, err = agentCPUs(cfg.Agents, runtime.NumCPU()); err != nil {
+			return res, err
+		}
+	}
+	agents, err := startAgents(ctx, c, srv.addr, cfg.Binary, work, cfg.Agents, res.AgentCPUs)
 	defer agents.stop()
 	if err != nil {
 		return res, err
@@ -345,7 +360,36 @@ type buildAgents struct {
 	nodes []api.Node
 }
 
-func startAgents(ctx context.Context, c *client.Client, addr, binary, work string, n int) (*buildAgents, error) {
+// agentCPUs shares ncpu CPUs among n agents, as taskset -c lists: each
+// agent its own contiguous run while there are enough, else one CPU each,
+// round robin. An agent sees only the CPUs it may run on (its affinity),
+// so its default worker schedule starts one worker for each of them, and
+// its tasks inherit the pinning: two agents on 2 CPUs are two machines of
+// one CPU, not two of two that run four compiles at once. Nil when one
+// agent has every CPU anyway.
+func agentCPUs(n, ncpu int) ([]string, error) {
+	if n == 1 {
+		return nil, nil
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return nil, fmt.Errorf("bench build pins each agent to its share of the CPUs with taskset (Debian: util-linux), or give --oversubscribe: %w", err)
+	}
+	sets := make([]string, n)
+	for i := range n {
+		if n > ncpu {
+			sets[i] = strconv.Itoa(i % ncpu)
+			continue
+		}
+		first, last := i*ncpu/n, (i+1)*ncpu/n-1
+		sets[i] = strconv.Itoa(first)
+		if last > first {
+			sets[i] += "-" + strconv.Itoa(last)
+		}
+	}
+	return sets, nil
+}
+
+func startAgents(ctx context.Context, c *client.Client, addr, binary, work string, n int, cpus []string) (*buildAgents, error) {
 	a := &buildAgents{}
 	jt, err := c.CreateJoinToken(ctx, api.CreateTokenRequest{Name: "bench-build"})
 	if err != nil {
@@ -355,6 +399,9 @@ func startAgents(ctx context.Context, c *client.Client, addr, binary, work strin
 		name := fmt.Sprintf("bench-build-%d", i)
 		dir := filepath.Join(work, name)
 		cmd := exec.Command(binary, "agent", "--server", "http://"+addr, "--data-dir", dir, "--name", name, "--log-level", "warn")
+		if cpus != nil {
+			cmd = exec.Command("taskset", append([]string{"-c", cpus[i-1], binary}, cmd.Args[1:]...)...)
+		}
 		// The join token in the environment: on the command line other
 		// users could read it, and the agent would warn.
 		cmd.Env = append(os.Environ(), "NODEMGR_JOIN_TOKEN="+jt.Secret)

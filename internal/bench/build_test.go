@@ -147,3 +147,27 @@ func TestCommandArgv(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentCPUsShareTheMachine: agents get disjoint runs of the CPUs that
+// cover them all while there are enough, else one each, round robin; one
+// agent is not pinned.
+func TestAgentCPUsShareTheMachine(t *testing.T) {
+	if _, err := exec.LookPath("taskset"); err != nil {
+		t.Fatalf("taskset (util-linux) is not installed: %v", err)
+	}
+	for _, tc := range []struct {
+		agents, cpus int
+		want         []string
+	}{
+		{1, 2, nil},
+		{2, 2, []string{"0", "1"}},
+		{2, 4, []string{"0-1", "2-3"}},
+		{3, 8, []string{"0-1", "2-4", "5-7"}},
+		{4, 2, []string{"0", "1", "0", "1"}},
+	} {
+		got, err := agentCPUs(tc.agents, tc.cpus)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("agentCPUs(%d agents, %d cpus) = %q, %v; want %q", tc.agents, tc.cpus, got, err, tc.want)
+		}
+	}
+}

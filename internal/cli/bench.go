@@ -437,7 +437,10 @@ func benchBuildCmd(e *env) *cobra.Command {
 150 ms of CPU at -O2, one header included by all), or copy --project DIR (a
 Makefile whose default target compiles *.c to *.o and links one program).
 Start a server and --agents agents as processes on this machine, each with
-the default worker schedule (one worker per CPU). Then, round by round:
+the default worker schedule (one worker per CPU). Each agent is pinned
+(taskset) to its share of the machine's CPUs, so that --agents 2 on 2 CPUs
+are two machines of one CPU, which together have make -j2's CPUs;
+--oversubscribe lets each see them all. Then, round by round:
 make -j2 from no objects, timed; and the same build through nodemgr, timed
 from the first upload to the last file fetched: the sources and headers
 uploaded to the blob store, a suite of one compile task per object (its
@@ -474,6 +477,7 @@ seen, and a round on unchanged files would upload nothing.`,
 	cmd.Flags().IntVar(&cfg.Agents, "agents", 2, "agents on this machine")
 	cmd.Flags().IntVar(&cfg.Jobs, "jobs", 2, "make -j")
 	cmd.Flags().BoolVar(&cfg.Cache, "cache", false, "suites use the action cache, and each round builds the same sources again, as from a clean tree (every task a hit)")
+	cmd.Flags().BoolVar(&cfg.Oversubscribe, "oversubscribe", false, "let every agent see all CPUs (N agents then run N workers per CPU) instead of pinning each to its share")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
@@ -504,6 +508,11 @@ func printBuildBench(e *env, r bench.BuildResult) error {
 		verdict = "above"
 	}
 	fmt.Fprintf(e.stdout, "\n%s: %d compile tasks and a link; %d agents on this machine, default worker schedule\n", r.Project, r.CompileTasks, r.Agents)
+	if r.AgentCPUs != nil {
+		fmt.Fprintf(e.stdout, "each agent pinned to its share of the CPUs (taskset -c): %s\n", strings.Join(r.AgentCPUs, " / "))
+	} else if r.Agents > 1 {
+		fmt.Fprintf(e.stdout, "every agent sees all %d CPUs: %d agents run %d workers per CPU\n", runtime.NumCPU(), r.Agents, r.Agents)
+	}
 	fmt.Fprintln(e.stdout, "every round ends each source and header with a comment naming the round, so every round uploads all of them")
 	fmt.Fprintf(e.stdout, "LOAD is the 1-minute load average as the round began, on %d CPUs\n", runtime.NumCPU())
 	fmt.Fprintf(e.stdout, "median ratio nodemgr / make -j%d: %.2f (%s the 1.10 target)\n", r.Jobs, r.Median.Ratio, verdict)
