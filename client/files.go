@@ -1,6 +1,10 @@
 package client
 
 import (
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
 	"context"
 	"fmt"
 	"io"
@@ -71,6 +75,63 @@ func (c *Client) UploadFile(ctx context.Context, path, rel string) (in api.TaskF
 		return api.TaskFile{}, false, fmt.Errorf("upload %s: %w", path, err)
 	}
 	return in, true, nil
+}
+
+// LocalFile is a local file to upload as a task input: Path on this
+// machine, Rel its slash path in the task's sandbox.
+type LocalFile struct {
+	Path, Rel string
+}
+
+// Uploaded is what became of one LocalFile: the input, and whether its
+// bytes were sent (false: the server had them).
+type Uploaded struct {
+	Input api.TaskFile
+	Sent  bool
+}
+
+// FileError is UploadFiles' error: which file, and what went wrong.
+type FileError struct {
+	File LocalFile
+	Err  error
+}
+
+func (e *FileError) Error() string { return e.Err.Error() }
+func (e *FileError) Unwrap() error { return e.Err }
+
+// uploadParallel is how many files UploadFiles sends at once: each is a
+// HEAD and maybe a PUT, mostly round trips, so a few in flight hide each
+// other's latency (a 35-file build's upload took 84-240 ms one at a time).
+const uploadParallel = 4
+
+// UploadFiles uploads files as UploadFile does, a few at once, and
+// returns what became of each, in order. done, when not nil, is called
+// after each file, from one goroutine at a time. The first error stops
+// it; it is a *FileError.
+func (c *Client) UploadFiles(ctx context.Context, files []LocalFile, done func(Uploaded)) ([]Uploaded, error) {
+	out := make([]Uploaded, len(files))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(uploadParallel)
+	var mu sync.Mutex
+	for i, f := range files {
+		g.Go(func() error {
+			in, sent, err := c.UploadFile(ctx, f.Path, f.Rel)
+			if err != nil {
+				return &FileError{File: f, Err: err}
+			}
+			out[i] = Uploaded{Input: in, Sent: sent}
+			if done != nil {
+				mu.Lock()
+				defer mu.Unlock()
+				done(out[i])
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // blobs speaks the blob routes with this client's token, and its words

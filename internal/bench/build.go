@@ -437,6 +437,19 @@ func (a *buildAgents) cpu() float64 {
 	return s
 }
 
+// unitSources are the units' sources, each once.
+func unitSources(units []buildUnit) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, u := range units {
+		if !seen[u.src] {
+			seen[u.src] = true
+			out = append(out, u.src)
+		}
+	}
+	return out
+}
+
 // nodemgrBuild is one round through nodemgr, timed from the first upload
 // to the last output written into dest.
 func nodemgrBuild(ctx context.Context, c *client.Client, srv *benchServer, agents *buildAgents, src, dest string, p buildPlan, round int, cache bool, r *BuildRound) error {
@@ -445,33 +458,31 @@ func nodemgrBuild(ctx context.Context, c *client.Client, srv *benchServer, agent
 	final := &api.RetryPolicy{FinalExitCodes: []int{1}}
 
 	start := time.Now()
+	// Every source and header, once, uploaded as the CLI does (a few at
+	// once).
+	var local []client.LocalFile
+	for _, rel := range append(slices.Clone(p.headers), unitSources(p.units)...) {
+		local = append(local, client.LocalFile{Path: filepath.Join(src, filepath.FromSlash(rel)), Rel: rel})
+	}
+	sent, err := c.UploadFiles(ctx, local, nil)
+	if err != nil {
+		return err
+	}
 	inputs := map[string]api.TaskFile{}
-	upload := func(rel string) (api.TaskFile, error) {
-		if in, ok := inputs[rel]; ok {
-			return in, nil
-		}
-		in, sent, err := c.UploadFile(ctx, filepath.Join(src, filepath.FromSlash(rel)), rel)
-		if err != nil {
-			return in, err
-		}
+	for _, up := range sent {
+		inputs[up.Input.Path] = up.Input
 		r.Inputs++
-		if sent {
+		if up.Sent {
 			r.Uploaded++
-			r.UploadedBytes += in.Size
+			r.UploadedBytes += up.Input.Size
 		}
-		inputs[rel] = in
-		return in, nil
 	}
 	var tasks []api.TaskSpec
 	link := api.TaskSpec{Name: "link", Argv: commandArgv(p.link), Outputs: []string{p.program}, Retry: final}
 	for _, u := range p.units {
 		t := api.TaskSpec{Name: "cc-" + u.obj, Argv: commandArgv(u.cmd), Outputs: []string{u.obj}, Retry: final}
 		for _, f := range append([]string{u.src}, p.headers...) {
-			in, err := upload(f)
-			if err != nil {
-				return err
-			}
-			t.Inputs = append(t.Inputs, in)
+			t.Inputs = append(t.Inputs, inputs[f])
 		}
 		tasks = append(tasks, t)
 		link.After = append(link.After, t.Name)

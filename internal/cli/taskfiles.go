@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,7 +37,7 @@ func newUploader(c *client.Client, e *env) *uploader {
 // expand turns --input arguments (paths or globs relative to the current
 // directory; a directory stands for the files below it) into inputs.
 func (u *uploader) expand(ctx context.Context, patterns []string) ([]api.TaskFile, error) {
-	var out []api.TaskFile
+	var rels []string
 	seen := map[string]bool{}
 	for _, p := range patterns {
 		if err := localRelative("--input", p); err != nil {
@@ -59,21 +60,22 @@ func (u *uploader) expand(ctx context.Context, patterns []string) ([]api.TaskFil
 					return nil
 				}
 				seen[rel] = true
-				in, err := u.file(ctx, rel)
-				out = append(out, in)
-				return err
+				rels = append(rels, rel)
+				return nil
 			})
 			if err != nil {
 				return nil, err
 			}
 		}
 	}
-	return out, nil
+	return u.files(ctx, rels)
 }
 
 // fill uploads the inputs of tasks read from a file that name a local
 // path without a digest.
 func (u *uploader) fill(ctx context.Context, tasks []api.TaskSpec) error {
+	var rels []string
+	fields := map[string]string{} // a path's first field, for its error
 	for i := range tasks {
 		for j, in := range tasks[i].Inputs {
 			if in.Digest != "" {
@@ -84,10 +86,24 @@ func (u *uploader) fill(ctx context.Context, tasks []api.TaskSpec) error {
 			if err := validate.SandboxPath(field, in.Path); err != nil {
 				return err
 			}
-			got, err := u.file(ctx, in.Path)
-			if err != nil {
-				return fmt.Errorf("%s: %w", field, err)
+			if _, ok := fields[in.Path]; !ok {
+				fields[in.Path] = field
 			}
+			rels = append(rels, in.Path)
+		}
+	}
+	if _, err := u.files(ctx, rels); err != nil {
+		if fe := (*client.FileError)(nil); errors.As(err, &fe) && fields[fe.File.Rel] != "" {
+			return fmt.Errorf("%s: %w", fields[fe.File.Rel], fe.Err)
+		}
+		return err
+	}
+	for i := range tasks {
+		for j, in := range tasks[i].Inputs {
+			if in.Digest != "" {
+				continue
+			}
+			got := u.done[in.Path]
 			if in.Mode != 0 {
 				got.Mode = in.Mode
 			}
@@ -97,27 +113,38 @@ func (u *uploader) fill(ctx context.Context, tasks []api.TaskSpec) error {
 	return nil
 }
 
-// file uploads one local file (a slash path relative to the current
-// directory) unless this submit or the server has it already.
-func (u *uploader) file(ctx context.Context, rel string) (api.TaskFile, error) {
-	if in, ok := u.done[rel]; ok {
-		return in, nil
+// files uploads local files (slash paths relative to the current
+// directory), a few at once, but those this submit or the server has
+// already, and returns them as inputs, in order.
+func (u *uploader) files(ctx context.Context, rels []string) ([]api.TaskFile, error) {
+	var todo []client.LocalFile
+	queued := map[string]bool{}
+	for _, rel := range rels {
+		if _, ok := u.done[rel]; !ok && !queued[rel] {
+			queued[rel] = true
+			todo = append(todo, client.LocalFile{Path: filepath.FromSlash(rel), Rel: rel})
+		}
 	}
-	in, sent, err := u.c.UploadFile(ctx, filepath.FromSlash(rel), rel)
+	_, err := u.c.UploadFiles(ctx, todo, func(up client.Uploaded) {
+		if up.Sent {
+			u.sent++
+			u.bytes += up.Input.Size
+		} else {
+			u.had++
+		}
+		u.done[up.Input.Path] = up.Input
+		if n := u.sent + u.had; n%50 == 0 {
+			redraw(u.e.rawErr(), fmt.Sprintf("input files: %d checked, %d uploaded (%s)", n, u.sent, sizeString(u.bytes)))
+		}
+	})
 	if err != nil {
-		return api.TaskFile{}, err
+		return nil, err
 	}
-	if sent {
-		u.sent++
-		u.bytes += in.Size
-	} else {
-		u.had++
+	out := make([]api.TaskFile, len(rels))
+	for i, rel := range rels {
+		out[i] = u.done[rel]
 	}
-	u.done[rel] = in
-	if n := u.sent + u.had; n%50 == 0 {
-		redraw(u.e.rawErr(), fmt.Sprintf("input files: %d checked, %d uploaded (%s)", n, u.sent, sizeString(u.bytes)))
-	}
-	return in, nil
+	return out, nil
 }
 
 // report says what went up, when anything was looked at.
