@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/node/agent"
 )
 
@@ -96,7 +97,7 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	flagInto(fl, "insecure-http", &cfg.InsecureHTTP, fl.GetBool)
 	keyValues := func(name string) (map[string]string, error) {
 		kvs, _ := fl.GetStringSlice(name)
-		return agent.ParseLabels("--"+name, kvs)
+		return validate.KeyValues("--"+name, kvs)
 	}
 	if err := flagIntoErr(fl, "depot", &cfg.Depots, keyValues); err != nil {
 		return cfg, err

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/node/agent"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 )
 
 func newWhoamiCmd(e *env) *cobra.Command {
@@ -207,7 +207,7 @@ func newUserCmd(e *env) *cobra.Command {
 		Short: "Create a user; then `nodemgr token create --user NAME` gives them a token",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			roles, err := agent.ParseLabels("--group", groups)
+			roles, err := validate.KeyValues("--group", groups)
 			if err != nil {
 				return err
 			}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
-	"github.com/nodemgr/nodemgr/internal/node/agent"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 )
 
 func newNodeCmd(e *env) *cobra.Command {
@@ -200,7 +200,7 @@ func nodeLabelCmd(e *env) *cobra.Command {
 		Short: "Set or remove a node's labels",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			set, err := agent.ParseLabels("labels", args[1:])
+			set, err := validate.KeyValues("labels", args[1:])
 			if err != nil {
 				return err
 			}

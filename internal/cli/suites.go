@@ -16,8 +16,8 @@ import (
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/client"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
 	"github.com/nodemgr/nodemgr/internal/base/yamlfield"
-	"github.com/nodemgr/nodemgr/internal/node/agent"
 )
 
 func newSuiteCmd(e *env) *cobra.Command {
@@ -433,11 +433,11 @@ nodemgr suite fetch.
 				}
 				up.report()
 			case len(args) > 0:
-				env, err := agent.ParseLabels("--env", envs)
+				env, err := validate.KeyValues("--env", envs)
 				if err != nil {
 					return err
 				}
-				lbl, err := agent.ParseLabels("--label", labels)
+				lbl, err := validate.KeyValues("--label", labels)
 				if err != nil {
 					return err
 				}
@@ -571,7 +571,7 @@ func taskLsCmd(e *env) *cobra.Command {
 				return usagef("--suite is required")
 			}
 			var err error
-			f.Labels, err = agent.ParseLabels("--label", labels)
+			f.Labels, err = validate.KeyValues("--label", labels)
 			return err
 		},
 	}

@@ -84,6 +84,7 @@ var tiers = map[string]tier{
 	"internal/drivers/execute/dockerexec":            tierDrivers,
 	"internal/drivers/execute/executetest":           tierDrivers,
 	"internal/drivers/execute/local":                 tierDrivers,
+	"internal/drivers/execute/records":               tierDrivers,
 	"internal/drivers/execute/rsync":                 tierDrivers,
 	"internal/drivers/execute/sftp":                  tierDrivers,
 	"internal/drivers/execute/ssh":                   tierDrivers,
@@ -98,6 +99,7 @@ var tiers = map[string]tier{
 	"internal/drivers/provision/libvirt/libvirttest": tierDrivers,
 	"internal/drivers/provision/local":               tierDrivers,
 	"internal/drivers/provision/provisiontest":       tierDrivers,
+	"internal/drivers/provision/records":             tierDrivers,
 
 	"internal/node/agent":                     tierNode,
 	"internal/node/artifact":                  tierNode,

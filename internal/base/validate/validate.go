@@ -124,3 +124,17 @@ func OrList(names []string) string {
 	}
 	return strings.Join(names, "")
 }
+
+// KeyValues turns ["k=v", ...] (labels, environment, roles) into a map;
+// an item without "=" is an error naming field.
+func KeyValues(field string, kvs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, errdefs.Field(field, "label %q must look like key=value", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}

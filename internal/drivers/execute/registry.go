@@ -54,13 +54,27 @@ var drivers = registry.New(func(d Driver) (string, int) { return d.Name, d.Order
 // init. A record without a name, capability or constructor, or a name or
 // capability registered twice, is a programming error and panics.
 func Register(d Driver) {
+	if d.New == nil {
+		panic("execute: executor " + d.Name + " registered without New")
+	}
+	add(d)
+}
+
+// Describe makes an executor's record known without its code, for a
+// build that names executors but runs no command (the client build,
+// internal/drivers/records). Its New is nil: nothing in that build makes
+// one.
+func Describe(d Driver) {
+	d.New = nil
+	add(d)
+}
+
+func add(d Driver) {
 	switch {
 	case d.Name == "":
 		panic("execute: executor registered without a name")
 	case d.Capability == "":
 		panic("execute: executor " + d.Name + " registered without a capability")
-	case d.New == nil:
-		panic("execute: executor " + d.Name + " registered without New")
 	}
 	d.Settings = slices.Clone(d.Settings)
 	if !drivers.Add(d, func(o Driver) bool { return o.Capability == d.Capability }) {

@@ -281,11 +281,23 @@ var drivers = registry.New(func(d Driver) (string, int) { return d.Name, d.Order
 // A record without a name or constructor, or a name registered twice, is a
 // programming error and panics.
 func Register(d Driver) {
-	switch {
-	case d.Name == "":
-		panic("provision: provider registered without a name")
-	case d.New == nil:
+	if d.New == nil {
 		panic("provision: provider " + d.Name + " registered without New")
+	}
+	add(d)
+}
+
+// Describe makes a provider's record known without its code: a build
+// that checks templates and mappings against it but makes no machine
+// (the client build, internal/drivers/records). New of it fails.
+func Describe(d Driver) {
+	d.New = nil
+	add(d)
+}
+
+func add(d Driver) {
+	if d.Name == "" {
+		panic("provision: provider registered without a name")
 	}
 	if !drivers.Add(d, nil) {
 		panic("provision: provider registered twice: " + d.Name)
@@ -307,6 +319,9 @@ func New(name string, settings map[string]string) (Provider, error) {
 	d, err := Lookup("provider", name)
 	if err != nil {
 		return nil, err
+	}
+	if d.New == nil {
+		return nil, fmt.Errorf("provider %s is not in this build of nodemgr (the client build, which only describes it): the server makes machines", name)
 	}
 	return d.New(settings)
 }

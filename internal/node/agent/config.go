@@ -237,7 +237,7 @@ func setFromText(fv reflect.Value, name, text string) error {
 	case *[]string:
 		*p = SplitList(text)
 	case *map[string]string:
-		m, err := ParseLabels(name, SplitList(text))
+		m, err := validate.KeyValues(name, SplitList(text))
 		if err != nil {
 			return err
 		}
@@ -295,19 +295,6 @@ func SplitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// ParseLabels turns ["k=v", ...] into a map.
-func ParseLabels(field string, kvs []string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, errdefs.Field(field, "label %q must look like key=value", kv)
-		}
-		out[k] = v
-	}
-	return out, nil
 }
 
 // setDefaults fills what was left empty, makes paths absolute and reads

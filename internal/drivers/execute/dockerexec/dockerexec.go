@@ -33,6 +33,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/records"
+
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
@@ -43,7 +45,7 @@ import (
 )
 
 // Capability is what a deployment must offer for this executor.
-const Capability = "exec:docker"
+const Capability = records.CapDocker
 
 // engine is the part of the Engine API client the executor uses.
 type engine interface {

@@ -1,15 +1,14 @@
 package dockerexec
 
-import "github.com/nodemgr/nodemgr/internal/drivers/execute"
+import (
+	"github.com/nodemgr/nodemgr/internal/drivers/execute"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/records"
+)
 
 func init() {
-	execute.Register(execute.Driver{
-		Name:       "docker",
-		Capability: Capability,
-		Order:      20,
-		New:        newFromEnv,
-		OnHost:     true, // containers on this machine's engine
-	})
+	d := records.Docker
+	d.New = newFromEnv
+	execute.Register(d)
 }
 
 // newFromEnv makes the executor with the docker provider's host setting,

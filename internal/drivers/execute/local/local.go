@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/records"
+
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
@@ -43,7 +45,7 @@ func hostEnv() []string {
 }
 
 // Capability is what a deployment must offer for this executor.
-const Capability = "exec:local"
+const Capability = records.CapLocal
 
 // outputWait bounds how long Exec waits for output after the command has
 // exited: only a process it left behind can still hold the pipes then.

@@ -1,13 +1,12 @@
 package local
 
-import "github.com/nodemgr/nodemgr/internal/drivers/execute"
+import (
+	"github.com/nodemgr/nodemgr/internal/drivers/execute"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/records"
+)
 
 func init() {
-	execute.Register(execute.Driver{
-		Name:       "local",
-		Capability: Capability,
-		Order:      10,
-		New:        func(execute.Env) (execute.Executor, error) { return New(), nil },
-		OnHost:     true,
-	})
+	d := records.Local
+	d.New = func(execute.Env) (execute.Executor, error) { return New(), nil }
+	execute.Register(d)
 }

@@ -3,14 +3,11 @@ package rsync
 import (
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/records"
 )
 
 func init() {
-	execute.Register(execute.Driver{
-		Name:       "rsync",
-		Capability: Capability,
-		Order:      50,
-		New:        ssh.Over(New, NewWith),
-		SettingsOf: "ssh",
-	})
+	d := records.Rsync
+	d.New = ssh.Over(New, NewWith)
+	execute.Register(d)
 }

@@ -44,6 +44,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/records"
+
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
@@ -51,7 +53,7 @@ import (
 )
 
 // Capability is what a deployment must offer for this executor.
-const Capability = "copy:rsync"
+const Capability = records.CapRsync
 
 // Rsync copies files to and from machines with rsync over the ssh
 // executor's connections.

@@ -28,6 +28,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/records"
+
 	"github.com/pkg/sftp"
 
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
@@ -36,7 +38,7 @@ import (
 )
 
 // Capability is what a deployment must offer for this executor.
-const Capability = "copy:sftp"
+const Capability = records.CapSFTP
 
 // SFTP copies files to and from machines over SFTP.
 type SFTP struct {

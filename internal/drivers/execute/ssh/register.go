@@ -3,23 +3,22 @@ package ssh
 import (
 	"fmt"
 
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/records"
+
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
 )
 
 func init() {
-	execute.Register(execute.Driver{
-		Name:       "ssh",
-		Capability: Capability,
-		Order:      30,
-		New: func(env execute.Env) (execute.Executor, error) {
-			s, err := New(env.Settings)
-			if err != nil {
-				return nil, err
-			}
-			return s, nil
-		},
-		Settings: settingNames,
-	})
+	d := records.SSH
+	d.New = func(env execute.Env) (execute.Executor, error) {
+		s, err := New(env.Settings)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	d.Settings = settingNames
+	execute.Register(d)
 }
 
 // Shared returns the ssh executor env shares, so that the executors that

@@ -61,6 +61,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/records"
+
 	"golang.org/x/crypto/ssh"
 
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -69,7 +71,7 @@ import (
 )
 
 // Capability is what a deployment must offer for this executor.
-const Capability = "exec:ssh"
+const Capability = records.CapSSH
 
 // SSH runs commands on, and copies files to and from, machines over SSH.
 // It is safe for concurrent use.

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/records"
+
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -47,12 +49,9 @@ const (
 const cleanupTimeout = time.Minute
 
 func init() {
-	provision.Register(provision.Driver{
-		Name:      "aws",
-		Order:     40,
-		New:       func(settings map[string]string) (provision.Provider, error) { return New(settings) },
-		ExtraKeys: extraKeys,
-	})
+	d := records.AWS
+	d.New = func(settings map[string]string) (provision.Provider, error) { return New(settings) }
+	provision.Register(d)
 }
 
 // ec2API is the part of *ec2.Client the provider uses.

@@ -12,12 +12,8 @@ import (
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
-// extraKeys are the Extra keys parseExtra reads (beyond the template
-// fields): overrides.aws may name only these.
-var extraKeys = []string{
-	"ami", "image_type", "ami_lookup", "instance_type", "subnet", "security_groups",
-	"key_name", "user_data", "spot", "max_price", "hibernation", "tags", provision.ExtraBootstrap,
-}
+// The Extra keys parseExtra reads, which overrides.aws may name, are its
+// record's (records.AWS.ExtraKeys).
 
 // Architectures ami_lookup and the instance type table know.
 const (

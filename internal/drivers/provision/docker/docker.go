@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/records"
+
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
@@ -38,17 +40,13 @@ const (
 const cleanupTimeout = 30 * time.Second
 
 func init() {
-	provision.Register(provision.Driver{
-		Name:      "docker",
-		Order:     20,
-		New:       func(settings map[string]string) (provision.Provider, error) { return New(settings) },
-		ExtraKeys: extraKeys,
-		OnHost:    true, // containers on this machine's engine
-		HostNetwork: func(extra map[string]any) bool {
-			mode, _ := extra["network_mode"].(string)
-			return mode == "host"
-		},
-	})
+	d := records.Docker
+	d.New = func(settings map[string]string) (provision.Provider, error) { return New(settings) }
+	d.HostNetwork = func(extra map[string]any) bool {
+		mode, _ := extra["network_mode"].(string)
+		return mode == "host"
+	}
+	provision.Register(d)
 }
 
 // engine is the part of the Engine API client the provider uses.

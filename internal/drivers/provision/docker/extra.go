@@ -24,9 +24,8 @@ const (
 	pullMissing = "missing"
 )
 
-// extraKeys are the Extra keys parseExtra reads (beyond the template
-// fields): overrides.docker may name only these.
-var extraKeys = []string{"hostname", "network_mode", "env", "command", "entrypoint", "labels", "privileged", "pull"}
+// The Extra keys parseExtra reads, which overrides.docker may name, are its
+// record's (records.Docker.ExtraKeys).
 
 // config is what Provision takes from a spec's Extra.
 type config struct {

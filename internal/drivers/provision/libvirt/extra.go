@@ -12,19 +12,8 @@ import (
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
 
-// extraKeys are the Extra keys parseExtra reads beyond the template fields
-// (name, image, user, cpu, memoryMB, diskMB): overrides.libvirt may name
-// only these. diskGB, network, iso and image_type are seed 000's.
-var extraKeys = []string{
-	"arch", "machine", "domain_type",
-	"image_type", "base_image", "iso", "kernel", "initrd", "cmdline",
-	"diskGB", "pool",
-	"network", "network_mode", "ssh_port",
-	"user_data", "ssh_authorized_keys", "hostname", provision.ExtraBootstrap,
-	"console_log",
-	// Not read here: the deployment carries them to the ssh executor.
-	"ssh_user", "ssh_identity_file", "ssh_jump_host",
-}
+// The Extra keys parseExtra reads, which overrides.libvirt may name, are its
+// record's (records.Libvirt.ExtraKeys).
 
 // Boot sources (image_type).
 const (

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/records"
+
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 
@@ -62,12 +64,9 @@ const (
 )
 
 func init() {
-	provision.Register(provision.Driver{
-		Name:      "libvirt",
-		Order:     30,
-		New:       func(settings map[string]string) (provision.Provider, error) { return New(settings) },
-		ExtraKeys: extraKeys, // where its machines run, it says itself (Locality)
-	})
+	d := records.Libvirt
+	d.New = func(settings map[string]string) (provision.Provider, error) { return New(settings) }
+	provision.Register(d)
 }
 
 // client is the part of go-libvirt's RPC client the provider uses.

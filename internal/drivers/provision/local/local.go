@@ -18,6 +18,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/records"
+
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision"
 )
@@ -32,14 +34,10 @@ const (
 )
 
 func init() {
-	provision.Register(provision.Driver{
-		Name:        "local",
-		Order:       10,
-		New:         func(settings map[string]string) (provision.Provider, error) { return New(settings) },
-		ExtraKeys:   []string{}, // the host is what it is: nothing to set
-		OnHost:      true,
-		HostNetwork: func(map[string]any) bool { return true },
-	})
+	d := records.Local
+	d.New = func(settings map[string]string) (provision.Provider, error) { return New(settings) }
+	d.HostNetwork = func(map[string]any) bool { return true }
+	provision.Register(d)
 }
 
 // Local hands out the host it runs on.
