@@ -45,8 +45,11 @@ func versionLine() string {
 		commit = "unknown"
 	}
 	build := ""
-	if agentOnly {
+	switch {
+	case agentOnly:
 		build = ", agent only"
+	case clientOnly:
+		build = ", client only"
 	}
 	return fmt.Sprintf("%s (commit %s, %s %s/%s%s)", Version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH, build)
 }

@@ -1,4 +1,4 @@
-//go:build !agentonly
+//go:build !agentonly && !clientonly
 
 package cli
 
@@ -12,6 +12,9 @@ import (
 
 // agentOnly is false: this is the whole nodemgr. Built with -tags
 // agentonly it is the agent alone (commands_agentonly.go).
+// clientOnly: built with -tags clientonly (commands_clientonly.go).
+const clientOnly = false
+
 const agentOnly = false
 
 // addCommands adds nodemgr's commands to root.

@@ -10,6 +10,9 @@ import "github.com/spf13/cobra"
 // descriptors as it does; an agent linked with the server, its stores,
 // the cloud SDKs and the dashboard held 34 MB idle where this one holds
 // under 20 (nodemgr bench rss). Pool machines can be given this build.
+// clientOnly: built with -tags clientonly (commands_clientonly.go).
+const clientOnly = false
+
 const agentOnly = true
 
 // relayed: the agent-only build is never rsync's remote shell (the

@@ -1,4 +1,4 @@
-//go:build !agentonly
+//go:build !agentonly && !clientonly
 
 package cli
 

@@ -325,3 +325,41 @@ func TestAgentOnlyBuild(t *testing.T) {
 		}
 	}
 }
+
+// TestClientOnlyBuild: nodemgr built with -tags clientonly (what a
+// workstation needs to talk to a server) links no server, agent, store or
+// driver code, and no cloud SDK or engine client: only the drivers'
+// records, to check templates and name them. Its command lines start in
+// a third of the whole binary's time.
+func TestClientOnlyBuild(t *testing.T) {
+	out, err := exec.Command("go", "list", "-tags", "clientonly", "-deps", module+"cmd/nodemgr").Output()
+	if err != nil {
+		t.Fatalf("go list -tags clientonly: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	for _, want := range []string{"client", "internal/drivers/provision/records", "internal/drivers/mapping"} {
+		if !slices.Contains(deps, module+want) {
+			t.Fatalf("the client build does not link %s; deps: %v", want, deps)
+		}
+	}
+	// What a client may link of the lower tiers: the drivers' registries
+	// and records, and what templates are checked with.
+	allowed := []string{"cmd/nodemgr", "internal/cli", "client",
+		"internal/drivers/provision", "internal/drivers/execute", "internal/drivers/mapping",
+		"internal/drivers/provision/records", "internal/drivers/execute/records",
+		"internal/coordinator/template", "internal/coordinator/schedule"}
+	for _, d := range deps {
+		name, ours := strings.CutPrefix(d, module)
+		switch {
+		case !ours:
+			for _, heavy := range []string{"aws-sdk-go", "docker/docker", "moby", "prometheus", "jackc/pgx", "modernc.org/sqlite", "go-libvirt", "opentelemetry"} {
+				if strings.Contains(d, heavy) {
+					t.Errorf("the client build links %s: keep the file that imports it behind //go:build !clientonly", d)
+				}
+			}
+		case tiers[name] == tierBase || tiers[name] == tierAPI || slices.Contains(allowed, name):
+		default:
+			t.Errorf("the client build links %s (%s): keep the file that imports it behind //go:build !clientonly", name, tiers[name])
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -56,22 +57,33 @@ type Options struct {
 
 // Artifact is one built binary.
 type Artifact struct {
-	Target    Target
-	Path      string
-	SHA256    string
-	AgentOnly bool // built with -tags agentonly: the agent and its workers alone
+	Target     Target
+	Path       string
+	SHA256     string
+	AgentOnly  bool // built with -tags agentonly: the agent and its workers alone
+	ClientOnly bool // built with -tags clientonly: the commands that talk to a server
 }
 
 // AgentDir is where in OutDir the agent-only builds go, under the names
 // --agent-binaries expects.
 const AgentDir = "agent"
 
+// ClientDir is where in OutDir the client builds go: for workstations,
+// whose command lines start in a third of the whole binary's time.
+const ClientDir = "client"
+
+// builds are the builds of each target: the whole nodemgr, the agent
+// alone, the client alone.
+var builds = []struct {
+	dir, tags, label string
+}{{"", "", ""}, {AgentDir, "agentonly", " (agent only)"}, {ClientDir, "clientonly", " (client only)"}}
+
 // Build builds a static binary per target into OutDir with NAME.modules
-// beside each one, the agent-only build of each into OutDir/agent (also
-// with its modules), a Debian package of each full binary (unless NoDeb),
+// beside each one, the agent-only build of each into OutDir/agent and the
+// client build into OutDir/client (also with their modules), a Debian package of each full binary (unless NoDeb),
 // and SHA256SUMS over every file it wrote. It says on Stderr as each step
 // starts and ends, with how long it took. It returns the binaries, the
-// full ones first.
+// full ones first, then the agents', then the clients'.
 func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	if err := o.check(); err != nil {
 		return nil, err
@@ -79,26 +91,26 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("release: out dir: %w", err)
 	}
-	var arts, agents []Artifact
+	var arts, agents, clients []Artifact
 	var written []string // every file Build writes into OutDir, for SHA256SUMS
 	for _, t := range o.targets() {
-		for _, agentOnly := range []bool{false, true} {
-			what := t.OS + "/" + t.Arch + ": " + t.Name()
-			if agentOnly {
-				what = t.OS + "/" + t.Arch + ": " + AgentDir + "/" + t.Name() + " (agent only)"
-			}
+		for _, b := range builds {
+			what := t.OS + "/" + t.Arch + ": " + path.Join(b.dir, t.Name()) + b.label
 			var a Artifact
 			err := o.step(what, func() (err error) {
-				a, err = buildOne(ctx, o, t, agentOnly)
+				a, err = buildOne(ctx, o, t, b.dir, b.tags)
 				return err
 			})
 			if err != nil {
 				return nil, err
 			}
 			written = append(written, a.Path, a.Path+".modules")
-			if agentOnly {
+			switch {
+			case a.AgentOnly:
 				agents = append(agents, a)
-			} else {
+			case a.ClientOnly:
+				clients = append(clients, a)
+			default:
 				arts = append(arts, a)
 			}
 		}
@@ -117,7 +129,7 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	if err := WriteChecksums(filepath.Join(o.OutDir, "SHA256SUMS"), written); err != nil {
 		return nil, err
 	}
-	return append(arts, agents...), nil
+	return append(append(arts, agents...), clients...), nil
 }
 
 // step runs one step of a build, saying on o's stderr when it starts and
@@ -168,17 +180,15 @@ func (o Options) targets() []Target {
 
 // buildOne runs go build for one target: no cgo (the binary runs on any
 // Linux, including minimal images with no C library), -trimpath (no build
-// machine paths in the binary), and the version stamped in; agentOnly
-// builds the agent alone (-tags agentonly) into AgentDir. The binary's
-// modules are written beside it.
-func buildOne(ctx context.Context, o Options, t Target, agentOnly bool) (Artifact, error) {
-	dir := o.OutDir
+// machine paths in the binary), and the version stamped in; with tags
+// (agentonly, clientonly) into dir in OutDir. The binary's modules are
+// written beside it.
+func buildOne(ctx context.Context, o Options, t Target, dir, tags string) (Artifact, error) {
 	args := []string{"build", "-trimpath", "-buildvcs=false"}
-	if agentOnly {
-		dir = filepath.Join(o.OutDir, AgentDir)
-		args = append(args, "-tags", "agentonly")
+	if tags != "" {
+		args = append(args, "-tags", tags)
 	}
-	out, err := filepath.Abs(filepath.Join(dir, t.Name()))
+	out, err := filepath.Abs(filepath.Join(o.OutDir, dir, t.Name()))
 	if err != nil {
 		return Artifact{}, err
 	}
@@ -197,7 +207,7 @@ func buildOne(ctx context.Context, o Options, t Target, agentOnly bool) (Artifac
 	if err != nil {
 		return Artifact{}, err
 	}
-	return Artifact{Target: t, Path: out, SHA256: sum, AgentOnly: agentOnly}, nil
+	return Artifact{Target: t, Path: out, SHA256: sum, AgentOnly: tags == "agentonly", ClientOnly: tags == "clientonly"}, nil
 }
 
 func (o Options) stderr() io.Writer {

@@ -21,11 +21,12 @@ import (
 // of nodemgr takes minutes on a small machine.
 var built struct {
 	sync.Mutex
-	o     Options
-	a     Artifact
-	agent Artifact     // the agent-only build
-	log   bytes.Buffer // Build's progress and the go tool's output
-	err   error
+	o      Options
+	a      Artifact
+	agent  Artifact     // the agent-only build
+	client Artifact     // the client build
+	log    bytes.Buffer // Build's progress and the go tool's output
+	err    error
 }
 
 func TestMain(m *testing.M) {
@@ -55,7 +56,7 @@ func buildHere(t *testing.T) (Options, Artifact) {
 			Targets:    []Target{{"linux", runtime.GOARCH}}, Stderr: &built.log}
 		var arts []Artifact
 		if arts, built.err = Build(context.Background(), built.o); built.err == nil {
-			built.a, built.agent = arts[0], arts[1]
+			built.a, built.agent, built.client = arts[0], arts[1], arts[2]
 		}
 	}
 	if built.err != nil {
@@ -187,6 +188,39 @@ func TestBuildAgentOnly(t *testing.T) {
 	}
 	if _, err := os.Stat(a.Path + ".modules"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestBuildClientOnly: the release holds the client build in client/,
+// stamped and checksummed: it runs client commands and has no server or
+// agent in it.
+func TestBuildClientOnly(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("runs the linux binary")
+	}
+	o, _ := buildHere(t)
+	a := built.client
+	if want := filepath.Join(o.OutDir, ClientDir, a.Target.Name()); a.Path != want || !a.ClientOnly {
+		t.Errorf("client artifact %+v, want ClientOnly at %s", a, want)
+	}
+	out, err := exec.Command(a.Path, "--version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "nodemgr version 1.2.3+test") || !strings.Contains(string(out), "client only") {
+		t.Errorf("%s --version = %q, %v; want version 1.2.3+test, client only", a.Path, out, err)
+	}
+	for _, daemon := range []string{"server", "agent", "dev"} {
+		if err := exec.Command(a.Path, "help", daemon).Run(); err == nil {
+			t.Errorf("%s help %s succeeded; the client build has no %s", a.Path, daemon, daemon)
+		}
+	}
+	if out, err := exec.Command(a.Path, "exec", "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "local, docker, ssh, sftp or rsync") {
+		t.Errorf("%s exec --help = %v; want the executors named from their records:\n%s", a.Path, err, out)
+	}
+	sums, err := os.ReadFile(filepath.Join(o.OutDir, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := a.SHA256 + "  " + ClientDir + "/" + a.Target.Name() + "\n"; !strings.Contains(string(sums), want) {
+		t.Errorf("SHA256SUMS = %q, want a line %q", sums, want)
 	}
 }
 
