@@ -2,8 +2,8 @@ package rsync
 
 import (
 	"github.com/nodemgr/nodemgr/internal/drivers/execute"
-	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
 	"github.com/nodemgr/nodemgr/internal/drivers/execute/records"
+	"github.com/nodemgr/nodemgr/internal/drivers/execute/ssh"
 )
 
 func init() {
