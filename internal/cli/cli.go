@@ -92,6 +92,19 @@ type env struct {
 }
 
 // Main runs the nodemgr command line and returns the process exit code.
+// clientHelp is what every build's root help says of the client
+// commands.
+const clientHelp = `Client commands read NODEMGR_ADDR, NODEMGR_TOKEN (or NODEMGR_TOKEN_FILE) and
+NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.
+
+Exit codes: 0 done; 1 the operation failed (an error, a failed task, a
+container that failed to start); 2 the command line is wrong (usage: an
+unknown command or flag, a flag's value that cannot be right, a required
+flag missing); exec passes on the command's own code, 255 if it could
+not run.
+
+Topics: nodemgr help templates | suites | pools | ensembles`
+
 func Main(args []string) int {
 	if code, ok := relayed(args); ok {
 		return code

@@ -30,14 +30,5 @@ const rootLong = `nodemgr, client build (-tags clientonly): the commands that ta
 nodemgr server, without the server, the agent, dev or bench. It starts
 faster and is smaller; run those with a full nodemgr.
 
-Client commands read NODEMGR_ADDR, NODEMGR_TOKEN (or NODEMGR_TOKEN_FILE) and
-NODEMGR_CA_CERT, or --addr, --token-file and --ca-cert.
-
-Exit codes: 0 done; 1 the operation failed (an error, a failed task, a
-container that failed to start); 2 the command line is wrong (usage: an
-unknown command or flag, a flag's value that cannot be right, a required
-flag missing); exec passes on the command's own code, 255 if it could
-not run.
-
-Topics: nodemgr help templates | suites | pools | ensembles
+` + clientHelp + `
 Shell completion: nodemgr completion bash | zsh | fish`

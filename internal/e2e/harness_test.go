@@ -269,7 +269,13 @@ func (s *server) run(t *testing.T, args ...string) (string, string, int) {
 // stderr and the exit code.
 func (s *server) runWith(t *testing.T, dir, stdin string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	return s.runBinary(t, binary, dir, stdin, args...)
+}
+
+// runBinary is runWith with another nodemgr binary (a client build).
+func (s *server) runBinary(t *testing.T, bin, dir, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "NODEMGR_ADDR="+s.url(), "NODEMGR_TOKEN="+s.token, "GORACE=atexit_sleep_ms=0")
 	if stdin != "" {

@@ -161,33 +161,12 @@ func TestBuildSaysProgress(t *testing.T) {
 // name --agent-binaries DIR expects in agent/, stamped, checksummed, and
 // with no server in it.
 func TestBuildAgentOnly(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("runs the linux binary")
-	}
-	o, _ := buildHere(t)
-	a := built.agent
-	if want := filepath.Join(o.OutDir, AgentDir, a.Target.Name()); a.Path != want || !a.AgentOnly {
-		t.Errorf("agent-only artifact %+v, want AgentOnly at %s", a, want)
-	}
-	out, err := exec.Command(a.Path, "--version").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "nodemgr version 1.2.3+test") || !strings.Contains(string(out), "agent only") {
-		t.Errorf("%s --version = %q, %v; want version 1.2.3+test, agent only", a.Path, out, err)
-	}
+	a := checkSubBuild(t, func() Artifact { return built.agent }, AgentDir, "agent only")
 	if err := exec.Command(a.Path, "help", "server").Run(); err == nil {
 		t.Errorf("%s help server succeeded; the agent-only build has no server", a.Path)
 	}
 	if err := exec.Command(a.Path, "agent", "--help").Run(); err != nil {
 		t.Errorf("%s agent --help: %v", a.Path, err)
-	}
-	sums, err := os.ReadFile(filepath.Join(o.OutDir, "SHA256SUMS"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := a.SHA256 + "  " + AgentDir + "/" + a.Target.Name() + "\n"; !strings.Contains(string(sums), want) {
-		t.Errorf("SHA256SUMS = %q, want a line %q", sums, want)
-	}
-	if _, err := os.Stat(a.Path + ".modules"); err != nil {
-		t.Error(err)
 	}
 }
 
@@ -195,18 +174,7 @@ func TestBuildAgentOnly(t *testing.T) {
 // stamped and checksummed: it runs client commands and has no server or
 // agent in it.
 func TestBuildClientOnly(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("runs the linux binary")
-	}
-	o, _ := buildHere(t)
-	a := built.client
-	if want := filepath.Join(o.OutDir, ClientDir, a.Target.Name()); a.Path != want || !a.ClientOnly {
-		t.Errorf("client artifact %+v, want ClientOnly at %s", a, want)
-	}
-	out, err := exec.Command(a.Path, "--version").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "nodemgr version 1.2.3+test") || !strings.Contains(string(out), "client only") {
-		t.Errorf("%s --version = %q, %v; want version 1.2.3+test, client only", a.Path, out, err)
-	}
+	a := checkSubBuild(t, func() Artifact { return built.client }, ClientDir, "client only")
 	for _, daemon := range []string{"server", "agent", "dev"} {
 		if err := exec.Command(a.Path, "help", daemon).Run(); err == nil {
 			t.Errorf("%s help %s succeeded; the client build has no %s", a.Path, daemon, daemon)
@@ -215,13 +183,38 @@ func TestBuildClientOnly(t *testing.T) {
 	if out, err := exec.Command(a.Path, "exec", "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "local, docker, ssh, sftp or rsync") {
 		t.Errorf("%s exec --help = %v; want the executors named from their records:\n%s", a.Path, err, out)
 	}
+}
+
+// checkSubBuild checks what every build beside the whole binary must be:
+// in dir, marked as that build, stamped with the version (its --version
+// saying label), checksummed, and with its modules beside it. artifact
+// gives the build once buildHere has made it.
+func checkSubBuild(t *testing.T, artifact func() Artifact, dir, label string) Artifact {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("runs the linux binary")
+	}
+	o, _ := buildHere(t)
+	a := artifact()
+	marked := map[string]bool{AgentDir: a.AgentOnly && !a.ClientOnly, ClientDir: a.ClientOnly && !a.AgentOnly}[dir]
+	if want := filepath.Join(o.OutDir, dir, a.Target.Name()); a.Path != want || !marked {
+		t.Errorf("%s artifact %+v, want it marked as such at %s", label, a, want)
+	}
+	out, err := exec.Command(a.Path, "--version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "nodemgr version 1.2.3+test") || !strings.Contains(string(out), label) {
+		t.Errorf("%s --version = %q, %v; want version 1.2.3+test, %s", a.Path, out, err, label)
+	}
 	sums, err := os.ReadFile(filepath.Join(o.OutDir, "SHA256SUMS"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := a.SHA256 + "  " + ClientDir + "/" + a.Target.Name() + "\n"; !strings.Contains(string(sums), want) {
+	if want := a.SHA256 + "  " + dir + "/" + a.Target.Name() + "\n"; !strings.Contains(string(sums), want) {
 		t.Errorf("SHA256SUMS = %q, want a line %q", sums, want)
 	}
+	if _, err := os.Stat(a.Path + ".modules"); err != nil {
+		t.Error(err)
+	}
+	return a
 }
 
 func TestBuildIsStaticWithModulesList(t *testing.T) {
