@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,5 +315,32 @@ func TestFetchesAndReportsSayWhatIsHeld(t *testing.T) {
 			t.Errorf("the report names suite %q, want suite-1", reportSuite)
 		}
 		mu.Unlock()
+	}
+}
+
+// TestFetchWaitsOnlyWhereTheServerParks: a fetch lets the server hold it
+// (wait_ms) only when the server's welcome said it parks fetches; older
+// servers refuse fields they do not know.
+func TestFetchWaitsOnlyWhereTheServerParks(t *testing.T) {
+	var waits []int
+	call := func(_ context.Context, method string, req, resp any) error {
+		if method == api.MethodTasksFetch {
+			waits = append(waits, req.(api.TasksFetch).WaitMS)
+		}
+		return nil
+	}
+	stopped := make(chan struct{})
+	defer close(stopped)
+	s := startTaskSource(call, stopped, slog.New(slog.DiscardHandler), "suite-1")
+	var parks atomic.Bool
+	for _, said := range []bool{false, true} {
+		parks.Store(said)
+		s.parks = parks.Load
+		if _, _, _, err := s.Fetch(context.Background(), 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []int{0, int(fetchWait / time.Millisecond)}; !slices.Equal(waits, want) {
+		t.Errorf("wait_ms sent = %v, want %v (none to a server that does not park)", waits, want)
 	}
 }
