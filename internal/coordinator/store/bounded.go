@@ -112,6 +112,24 @@ func (b *bounded) NodesRevision(ctx context.Context) (_ int64, err error) {
 	return b.st.NodesRevision(ctx)
 }
 
+func (b *bounded) JoinOverlay(ctx context.Context, m OverlayMember, blocks int) (_ OverlayMember, err error) {
+	ctx, end := b.bound(ctx, "JoinOverlay")
+	defer end(&err)
+	return b.st.JoinOverlay(ctx, m, blocks)
+}
+
+func (b *bounded) ListOverlay(ctx context.Context) (_ []OverlayMember, err error) {
+	ctx, end := b.bound(ctx, "ListOverlay")
+	defer end(&err)
+	return b.st.ListOverlay(ctx)
+}
+
+func (b *bounded) OverlayRevision(ctx context.Context) (_ int64, err error) {
+	ctx, end := b.bound(ctx, "OverlayRevision")
+	defer end(&err)
+	return b.st.OverlayRevision(ctx)
+}
+
 func (b *bounded) HeldTasks(ctx context.Context, suiteIDs []string) (_ map[string]int, err error) {
 	ctx, end := b.bound(ctx, "HeldTasks")
 	defer end(&err)

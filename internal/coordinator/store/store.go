@@ -31,6 +31,7 @@ type Store interface {
 	Containers
 	Pools
 	Ensembles
+	Overlay
 	Stats
 	Leases
 	Close() error
@@ -140,6 +141,34 @@ type Nodes interface {
 	StaleNodes(ctx context.Context, cutoff time.Time, statuses ...string) ([]Node, error)
 	// DeleteNode removes a node, its notifications and its credentials.
 	DeleteNode(ctx context.Context, id string) error
+}
+
+// OverlayMember is a node's place on the overlay network.
+type OverlayMember struct {
+	NodeID     string
+	Block      int    // the index of the node's block in the overlay's prefix
+	PublicKey  string // base64 WireGuard key
+	ListenPort int
+	Endpoint   string // host:port peers send to
+	Kind       string // api.OverlayKernel or api.OverlayUserspace
+	JoinedAt   time.Time
+	UpdatedAt  time.Time
+}
+
+// Overlay keeps the nodes' places on the overlay network.
+type Overlay interface {
+	// JoinOverlay stores m as node m.NodeID's place on the overlay. A node
+	// already on it keeps its block, whatever m.Block says; a new one gets
+	// the lowest free block below blocks, or errdefs.ErrUnavailable when
+	// none is free. A public key another node has is errdefs.ErrConflict,
+	// an unknown node errdefs.ErrNotFound. Nothing is written when nothing
+	// changed. A node's place goes with the node (DeleteNode).
+	JoinOverlay(ctx context.Context, m OverlayMember, blocks int) (OverlayMember, error)
+	// ListOverlay lists every node on the overlay by block.
+	ListOverlay(ctx context.Context) ([]OverlayMember, error)
+	// OverlayRevision is a number that changes at every write to the
+	// overlay's members, through any server on the store.
+	OverlayRevision(ctx context.Context) (int64, error)
 }
 
 // Notification is a server → agent push waiting for its acknowledgement.

@@ -124,6 +124,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"BoundJoinToken", testBoundJoinToken},
 		{"Containers", testContainers},
 		{"Ensembles", testEnsembles},
+		{"Overlay", testOverlay},
 
 		{"Users", testUsers},
 		{"CreateUserConflict", testCreateUserConflict},
