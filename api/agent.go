@@ -168,6 +168,10 @@ type Welcome struct {
 	TaskLogMax int64 `json:"task_log_max,omitempty"`
 	// ParksFetch says the server takes TasksFetch.WaitMS.
 	ParksFetch bool `json:"parks_fetch,omitempty"`
+	// Overlay is the prefix of the server's overlay network: an agent
+	// started with the overlay on joins it (MethodOverlayJoin). Absent:
+	// an older server, which has none.
+	Overlay string `json:"overlay,omitempty"`
 }
 
 // Heartbeat is the periodic liveness report.

@@ -37,10 +37,14 @@ type OverlayJoin struct {
 // OverlayState is a node's place on the overlay: the desired state the
 // agent converges its device on.
 type OverlayState struct {
-	Network string        `json:"network"` // the overlay's prefix, e.g. 100.64.0.0/10
-	Block   string        `json:"block"`   // this node's block, e.g. 100.64.3.0/24
-	Address string        `json:"address"` // this node's own address, e.g. 100.64.3.1/32
-	Peers   []OverlayPeer `json:"peers"`
+	// Generation orders the states one server sends a node: they may
+	// arrive out of order (a join's answer and a push), and the agent
+	// applies none older than the last it applied on the session.
+	Generation uint64        `json:"generation"`
+	Network    string        `json:"network"` // the overlay's prefix, e.g. 100.64.0.0/10
+	Block      string        `json:"block"`   // this node's block, e.g. 100.64.3.0/24
+	Address    string        `json:"address"` // this node's own address, e.g. 100.64.3.1/32
+	Peers      []OverlayPeer `json:"peers"`
 }
 
 // OverlayPeer is another node of the mesh, as the server knows it.

@@ -53,6 +53,10 @@ func agentFlags(cmd *cobra.Command) {
 	fl.Duration("container-usage-interval", 0, "how often running containers' CPU and memory are sampled and reported (default 10s)")
 	fl.String("imds", "", "instance metadata service to poll for spot interruption notices, e.g. http://169.254.169.254 on EC2 (default off); on a notice the agent drains and tells the server")
 	fl.Duration("imds-interval", 0, "how often --imds is polled (default 5s)")
+	fl.Bool("overlay", false, "join the server's overlay network: a WireGuard device meshed with the nodes that share a group with this one (needs CAP_NET_ADMIN, and /dev/net/tun where the kernel has no WireGuard)")
+	fl.String("overlay-interface", "", "link name of the overlay's WireGuard device (default nodemgr0)")
+	fl.Int("overlay-port", 0, "UDP port the overlay's WireGuard listens on (default 51820)")
+	fl.String("overlay-endpoint", "", "ip:port peers reach this node's WireGuard at, where it is not the address the server sees this agent connect from (NAT, a proxy)")
 }
 
 // agentConfig merges config file < NODEMGR_* environment < flags.
@@ -97,6 +101,10 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	str("container-host-ip", &cfg.ContainerHostIP)
 	flagInto(fl, "standalone", &cfg.Standalone, fl.GetBool)
 	flagInto(fl, "insecure-http", &cfg.InsecureHTTP, fl.GetBool)
+	flagInto(fl, "overlay", &cfg.Overlay, fl.GetBool)
+	str("overlay-interface", &cfg.OverlayInterface)
+	flagInto(fl, "overlay-port", &cfg.OverlayPort, fl.GetInt)
+	str("overlay-endpoint", &cfg.OverlayEndpoint)
 	keyValues := func(name string) (map[string]string, error) {
 		kvs, _ := fl.GetStringSlice(name)
 		return validate.KeyValues("--"+name, kvs)

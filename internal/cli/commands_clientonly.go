@@ -22,7 +22,7 @@ func relayed([]string) (int, bool) { return 0, false }
 func addCommands(root *cobra.Command, e *env) {
 	root.AddCommand(
 		newNodeCmd(e), newSuiteCmd(e), newTaskCmd(e), newCacheCmd(e), newTemplateCmd(e), newMappingCmd(e), newProvisionCmd(e), newDeploymentCmd(e), newLifecycleCmd(e), newPoolCmd(e), newScheduleCmd(e), newExecCmd(e), newCpCmd(e), newArtifactCmd(e), newServiceCmd(e), newContainerCmd(e), newEnsembleCmd(e), newAllocationCmd(e), newTokenCmd(e), newJoinTokenCmd(e), newUserCmd(e),
-		newWhoamiCmd(e),
+		newWhoamiCmd(e), newNetworkCmd(e),
 	)
 }
 

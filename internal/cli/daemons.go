@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/nodemgr/nodemgr/internal/base/tlsca"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
+	"github.com/nodemgr/nodemgr/internal/coordinator/overlay"
 	"github.com/nodemgr/nodemgr/internal/coordinator/server"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store/postgres"
@@ -68,6 +70,7 @@ type serverFlags struct {
 	blobS3Profile                                                  string
 	blobS3PathStyle                                                bool
 	ensembleRestoreDeadline, ensembleProvisionDeadline             time.Duration
+	overlayNetwork                                                 prefixFlag
 }
 
 func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
@@ -130,6 +133,22 @@ func (f *serverFlags) register(cmd *cobra.Command, defaultDataDir string) {
 	fl.StringVar(&f.blobS3Endpoint, "blob-s3-endpoint", "", "S3-compatible endpoint URL, e.g. MinIO's or an emulator's (default AWS's own)")
 	fl.StringVar(&f.blobS3Profile, "blob-s3-profile", "", "shared-config profile for --blob-s3-bucket's credentials (default $AWS_PROFILE or default)")
 	fl.BoolVar(&f.blobS3PathStyle, "blob-s3-path-style", false, "address the bucket in the URL path (MinIO and most emulators need it)")
+	f.overlayNetwork = prefixFlag(netip.MustParsePrefix(overlay.DefaultPrefix))
+	fl.Var(&f.overlayNetwork, "overlay-network", "IPv4 prefix of the overlay network that agents started with --overlay form; each node gets a /24 of it for as long as it exists")
+}
+
+// prefixFlag is an IP prefix flag, checked as it is set.
+type prefixFlag netip.Prefix
+
+func (p *prefixFlag) String() string { return netip.Prefix(*p).String() }
+func (p *prefixFlag) Type() string   { return "prefix" }
+func (p *prefixFlag) Set(v string) error {
+	pf, err := netip.ParsePrefix(v)
+	if err != nil {
+		return fmt.Errorf("want an address prefix such as %s", overlay.DefaultPrefix)
+	}
+	*p = prefixFlag(pf)
+	return nil
 }
 
 // blobStore is the S3 store the flags name, or nil for the data dir.
@@ -159,7 +178,7 @@ func (f *serverFlags) config() server.Config {
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSAuto: f.tlsAuto, TLSSANs: f.tlsSANs,
 		AgentServerURL: f.agentServerURL, AgentInsecureHTTP: f.agentInsecureHTTP, AgentBinaries: f.agentBinaries, AgentBinaryDir: f.agentBinaryDir,
 		BlobMaxSize: f.blobMaxSize, BlobRetention: f.blobRetention, TaskLogMax: taskLogMax(f.taskLogMax), EnsembleRestoreDeadline: f.ensembleRestoreDeadline,
-		EnsembleProvisionDeadline: f.ensembleProvisionDeadline,
+		EnsembleProvisionDeadline: f.ensembleProvisionDeadline, Overlay: overlay.Config{Prefix: netip.Prefix(f.overlayNetwork)},
 		Orchestrator: orchestrate.Config{Tick: f.poolTick, BackoffMin: f.poolBackoff, SweepInterval: f.poolSweep, DrainTimeout: f.poolDrainTimeout,
 			LaunchTries: f.poolLaunchTries, LaunchRetry: f.poolLaunchRetry},
 	}

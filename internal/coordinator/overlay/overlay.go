@@ -79,6 +79,10 @@ type Network struct {
 	mu   sync.Mutex
 	sent map[string][32]byte // node → digest of the state it was last sent
 	seen [2]int64            // the revisions the last round read
+	// reading is held while states are read and numbered, so that a
+	// higher generation is never an older view of the store.
+	reading    sync.Mutex
+	generation uint64
 }
 
 // New checks cfg and makes the network.
@@ -280,21 +284,29 @@ func (n *Network) wasSent(id string, st api.OverlayState) bool {
 	return ok && d == digest(st)
 }
 
+// digest tells states apart by what they say, whatever their generation.
 func digest(st api.OverlayState) [32]byte {
+	st.Generation = 0
 	b, _ := json.Marshal(st)
 	return sha256.Sum256(b)
 }
 
-// states gives the overlay state of each of ids that is on the overlay.
+// states gives the overlay state of each of ids that is on the overlay,
+// all of one new generation.
 func (n *Network) states(ctx context.Context, ids []string) (map[string]api.OverlayState, error) {
+	n.reading.Lock()
+	defer n.reading.Unlock()
 	v, err := n.view(ctx)
 	if err != nil {
 		return nil, err
 	}
+	n.generation++
 	out := make(map[string]api.OverlayState, len(ids))
 	for _, id := range ids {
 		if m, ok := v.members[id]; ok {
-			out[id] = v.state(m)
+			st := v.state(m)
+			st.Generation = n.generation
+			out[id] = st
 		}
 	}
 	return out, nil

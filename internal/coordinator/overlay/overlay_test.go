@@ -218,12 +218,14 @@ func TestRoundsSendWhatChanged(t *testing.T) {
 	n, ag, st := newNetwork(t, map[string][]string{"a1": {"g"}, "b2": {"g"}, "c3": {"g"}})
 	ctx := t.Context()
 	join(t, n, "a1")
-	join(t, n, "b2")
+	answer := join(t, n, "b2")
 	if err := n.Round(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := ag.sent("a1"); len(got) != 1 || !slices.Equal(peerNames(got[0]), []string{"node-b2"}) {
 		t.Errorf("a1 was sent %+v after b2 joined, want one state with b2", got)
+	} else if got[0].Generation <= answer.Generation {
+		t.Errorf("a later state has generation %d, b2's join answer %d: an agent would drop it", got[0].Generation, answer.Generation)
 	}
 	if got := ag.sent("b2"); len(got) != 0 {
 		t.Errorf("b2 was sent %+v, want nothing: its join was answered its state", got)

@@ -177,6 +177,8 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		return h.tasksReport(ctx, body)
 	case api.MethodTasksReturn:
 		return h.tasksReturn(ctx, body)
+	case api.MethodOverlayJoin:
+		return h.overlayJoin(ctx, body)
 	}
 	return nil, errdefs.NotFound("method %q", method)
 }
@@ -251,6 +253,7 @@ func (h *agentHandler) welcome(ctx context.Context, hello api.Hello) (api.Welcom
 		TakesHeld:         true,
 		TaskLogMax:        max(h.s.cfg.TaskLogMax, 0),
 		ParksFetch:        true,
+		Overlay:           h.s.overlay.Prefix().String(),
 	}, nil
 }
 

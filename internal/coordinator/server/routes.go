@@ -60,6 +60,7 @@ func (s *Server) coreRoutes() []route {
 		{"DELETE", "/v1/nodes/{node}", authUser, s.handleDeleteNode},
 		{"POST", "/v1/nodes/{node}/shutdown", authUser, s.handleShutdownNode},
 		{"GET", "/v1/nodes/{node}/usage", authUser, s.handleNodeUsage},
+		{"GET", "/v1/network", authUser, s.handleListNetwork},
 
 		{"POST", "/v1/agent/register", authSelf, s.handleRegister},
 		{"GET", "/v1/agent/connect", authSelf, s.handleConnect},

@@ -26,6 +26,7 @@ import (
 	"github.com/nodemgr/nodemgr/internal/coordinator/hub"
 	"github.com/nodemgr/nodemgr/internal/coordinator/oncommand"
 	"github.com/nodemgr/nodemgr/internal/coordinator/orchestrate"
+	"github.com/nodemgr/nodemgr/internal/coordinator/overlay"
 	"github.com/nodemgr/nodemgr/internal/coordinator/store"
 	"github.com/nodemgr/nodemgr/internal/coordinator/taskfiles"
 	"github.com/nodemgr/nodemgr/internal/coordinator/ui"
@@ -127,6 +128,11 @@ type Config struct {
 	// Dashboard tunes the web dashboard under /ui/ (sessions, live
 	// updates); zero values take its defaults.
 	Dashboard ui.Config
+
+	// Overlay shapes the overlay network the agents started with it form
+	// (package overlay): its prefix, each node's block; zero values take
+	// its defaults (a /24 per node of 100.64.0.0/10).
+	Overlay overlay.Config
 
 	// ReplicaID names this server among the replicas that share its
 	// store; default a random one per process (r-...).
@@ -234,6 +240,7 @@ type Server struct {
 	reasons    dispatch.ReasonCache
 	handler    http.Handler
 	ensembles  *deploy.Runner
+	overlay    *overlay.Network
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -286,6 +293,9 @@ func New(cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("server dashboard: %w", err)
 	}
 	s.ensembles = s.newEnsembles()
+	if s.overlay, err = overlay.New(cfg.Overlay, s.store, overlayAgents{s.hub}, logger); err != nil {
+		return nil, fmt.Errorf("server config: %w", err)
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -367,6 +377,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	wg.Go(func() { s.hub.Run(ctx, replica, func(err error) { fatal <- err }) })
 	wg.Go(func() { s.guard.Reap(ctx) })
 	wg.Go(func() { s.dispatcher.SharesLoop(ctx) })
+	wg.Go(func() { s.overlay.Run(ctx) })
 	if !s.blobsShared() {
 		wg.Go(func() { s.files.Loop(ctx) })
 	}

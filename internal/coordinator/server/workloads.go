@@ -50,6 +50,7 @@ func (s *Server) workloadRoutes() []route {
 		{"GET", "/v1/nodes/{node}/allocations/{id}", authUser, quick},
 		{"POST", "/v1/nodes/{node}/allocations/{id}/{action}", authUser, long},
 		{"GET", "/v1/nodes/{node}/allocations/{id}/logs", authUser, quick},
+		{"GET", "/v1/nodes/{node}/overlay", authUser, quick},
 	}
 }
 

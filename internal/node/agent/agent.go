@@ -82,6 +82,8 @@ type Agent struct {
 	notices     *notices
 	caPinned    atomic.Bool // the join token's CA was kept
 	saidGoodbye atomic.Bool // the server heard this agent leave
+	// overlay is the node's WireGuard mesh (overlay.go).
+	overlay overlayNode
 }
 
 // New validates cfg, takes the data dir's lock and loads the agent's state.
@@ -206,8 +208,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Services and the local API outlive connections too; the services
 	// themselves outlive the agent.
 	var bg sync.WaitGroup
+	defer a.closeOverlay(ctx)
 	defer bg.Wait()
 	defer stopRunner()
+	if a.cfg.Overlay {
+		bg.Go(func() { a.overlayLoop(runCtx) })
+	}
 	bg.Go(func() {
 		if err := a.wl.run(runCtx); err != nil {
 			a.log.Error("service supervisor stopped", "err", err)
@@ -590,6 +596,8 @@ func (a *Agent) HandleRequest(ctx context.Context, method string, body json.RawM
 			return nil, errdefs.Field("body", "%v", err)
 		}
 		return a.runner.giveBack(req), nil
+	case api.MethodOverlayState:
+		return a.overlayStateReq(body)
 	case api.MethodLocalAPI:
 		var req api.LocalRequest
 		if err := json.Unmarshal(body, &req); err != nil {

@@ -130,6 +130,17 @@ type Config struct {
 	// IMDSInterval is how often it is polled; default 5s.
 	IMDSInterval time.Duration `yaml:"imds_interval"`
 
+	// Overlay puts the node on the server's overlay network: a WireGuard
+	// device (OverlayInterface) meshed with the nodes it shares a group
+	// with. It needs CAP_NET_ADMIN and /dev/net/tun where the kernel has
+	// no WireGuard.
+	Overlay          bool   `yaml:"overlay"`
+	OverlayInterface string `yaml:"overlay_interface"` // default nodemgr0
+	OverlayPort      int    `yaml:"overlay_port"`      // UDP; default 51820
+	// OverlayEndpoint is the ip:port peers send to, where the address the
+	// server sees the agent connect from is not it (NAT, a proxy).
+	OverlayEndpoint string `yaml:"overlay_endpoint"`
+
 	// openSecretFiles are secret files other users may read, to warn about.
 	openSecretFiles []string
 }
@@ -414,6 +425,9 @@ func (c *Config) validate() error {
 		return errdefs.Field("shutdown_grace", "must not be negative, got %s", c.ShutdownGrace)
 	}
 	if err := c.validateIMDS(); err != nil {
+		return err
+	}
+	if err := c.validateOverlay(); err != nil {
 		return err
 	}
 	if c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin {

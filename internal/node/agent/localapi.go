@@ -71,6 +71,7 @@ func (a *Agent) localRoutes() []localRoute {
 		{"POST", "/v1/allocations/{id}/{action}", a.handleAllocationAction},
 		{"GET", "/v1/allocations/{id}/logs", a.handleAllocationLogs},
 		{"GET", "/v1/tasks/{task}/log", a.handleTaskLog},
+		{"GET", "/v1/overlay", jsonAnswer(a.overlayDevice)},
 	}
 }
 

@@ -62,6 +62,7 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 	s.publish()
 	s.publishBooks()
 	s.report(true)
+	go s.joinOverlay(welcome.Overlay)
 	return s.loop()
 }
 

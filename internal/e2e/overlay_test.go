@@ -1,0 +1,351 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodemgr/nodemgr/api"
+)
+
+// The overlay between nodes (issue 32), on this machine: each node is a
+// network namespace with one veth on a shared "underlay" bridge (in a
+// namespace of its own), its agent inside. The nodes' underlay addresses
+// reach each other; their overlay addresses are routed only by nodemgr.
+// The server listens on 127.0.0.1 here, and each node reaches it through
+// a forwarder the test runs inside the node's namespace.
+
+// requireOverlay skips without root, ip or TUN, unless
+// NODEMGR_REQUIRE_OVERLAY=1 makes that a failure.
+func requireOverlay(t *testing.T) {
+	t.Helper()
+	why := ""
+	switch {
+	case os.Geteuid() != 0:
+		why = "needs root to make network namespaces"
+	case !haveCommand("ip") || !haveCommand("tcpdump"):
+		why = "needs ip and tcpdump (apt-get install iproute2 tcpdump)"
+	default:
+		if _, err := os.Stat("/dev/net/tun"); err != nil {
+			why = "needs /dev/net/tun"
+		}
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("NODEMGR_REQUIRE_OVERLAY") == "1" {
+		t.Fatalf("the overlay test is required (NODEMGR_REQUIRE_OVERLAY=1) but it %s", why)
+	}
+	t.Skipf("the overlay test %s", why)
+}
+
+func haveCommand(name string) bool {
+	_, err := exec.LookPath(name)
+	return err == nil
+}
+
+// underlay is the namespaces of one test.
+type underlay struct {
+	t      *testing.T
+	prefix string
+	bridge string // the namespace holding the bridge
+	nodes  []string
+}
+
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// newUnderlay makes a bridge namespace and n node namespaces on it, node
+// i at 10.214.0.(i+2)/24.
+func newUnderlay(t *testing.T, n int) *underlay {
+	u := &underlay{t: t, prefix: fmt.Sprintf("nm%d", os.Getpid()%100000)}
+	u.bridge = u.prefix + "-ul"
+	ipCmd(t, "netns", "add", u.bridge)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", u.bridge).Run() })
+	ipCmd(t, "-n", u.bridge, "link", "add", "br0", "type", "bridge")
+	ipCmd(t, "-n", u.bridge, "link", "set", "br0", "up")
+	for i := range n {
+		ns := fmt.Sprintf("%s-n%d", u.prefix, i)
+		ipCmd(t, "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		host, peer := fmt.Sprintf("%sh%d", u.prefix, i), fmt.Sprintf("%sp%d", u.prefix, i)
+		ipCmd(t, "link", "add", host, "type", "veth", "peer", "name", peer)
+		ipCmd(t, "link", "set", host, "netns", u.bridge)
+		ipCmd(t, "link", "set", peer, "netns", ns)
+		ipCmd(t, "-n", u.bridge, "link", "set", host, "master", "br0", "up")
+		ipCmd(t, "-n", ns, "link", "set", peer, "name", "eth0")
+		ipCmd(t, "-n", ns, "addr", "add", u.addr(i)+"/24", "dev", "eth0")
+		ipCmd(t, "-n", ns, "link", "set", "eth0", "up")
+		ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+		u.nodes = append(u.nodes, ns)
+	}
+	return u
+}
+
+func (u *underlay) addr(i int) string { return fmt.Sprintf("10.214.0.%d", i+2) }
+
+// inNetns runs fn on a thread inside namespace ns: sockets it makes
+// stay in ns after.
+func inNetns(ns string, fn func() error) error {
+	runtime.LockOSThread()
+	self, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer self.Close()
+	target, err := os.Open(filepath.Join("/var/run/netns", ns))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("enter %s: %w", ns, err)
+	}
+	ferr := fn()
+	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("leave %s: %w", ns, err) // the thread stays locked and dies with the goroutine
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}
+
+// forward listens on 127.0.0.1:7070 inside ns and carries each
+// connection to to (in the test's namespace): how a node's agent reaches
+// the server.
+func forward(t *testing.T, ns, to string) {
+	var ln net.Listener
+	if err := inNetns(ns, func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:7070"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				s, err := net.Dial("tcp", to)
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go io.Copy(s, c)
+				io.Copy(c, s)
+			}()
+		}
+	}()
+}
+
+// dialIn dials addr from inside ns.
+func dialIn(ns, addr string, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := inNetns(ns, func() (err error) {
+		d := net.Dialer{Timeout: timeout}
+		c, err = d.Dial("tcp", addr)
+		return err
+	})
+	return c, err
+}
+
+// echoIn serves a line echo on addr inside ns.
+func echoIn(t *testing.T, ns, addr string) {
+	var ln net.Listener
+	if err := inNetns(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				io.WriteString(c, "echo "+line)
+			}()
+		}
+	}()
+}
+
+// echoes says whether a line sent from ns to addr comes back.
+func echoes(ns, addr string) error {
+	c, err := dialIn(ns, addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	io.WriteString(c, "hello\n")
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "echo hello\n" {
+		return fmt.Errorf("answer %q", line)
+	}
+	return nil
+}
+
+// startAgentIn starts an agent inside ns, in the groups of its join token.
+func startAgentIn(t *testing.T, s *server, ns, name, endpoint string, groups ...string) *agent {
+	t.Helper()
+	a := &agent{dataDir: passable(t, t.TempDir())}
+	a.args = []string{"agent", "--server", "http://127.0.0.1:7070", "--data-dir", a.dataDir, "--name", name,
+		"--join-token", s.joinToken(t, groups...), "--reconnect-min", "100ms", "--reconnect-max", "500ms",
+		"--overlay", "--overlay-endpoint", endpoint + ":51820"}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, binary}, a.args...)...)
+	cmd.Env = append(os.Environ(), "NODEMGR_TOKEN=", "NODEMGR_ADDR=", "GORACE=atexit_sleep_ms=0")
+	a.proc = startCmd(t, "agent "+name, cmd)
+	return a
+}
+
+// overlayNodes is the server's overlay list by node name.
+func overlayNodes(t *testing.T, s *server) map[string]api.OverlayNode {
+	list, err := s.client().Network(context.Background())
+	if err != nil {
+		return nil
+	}
+	out := map[string]api.OverlayNode{}
+	for _, n := range list.Nodes {
+		out[n.Node] = n
+	}
+	return out
+}
+
+func TestOverlayBetweenNodes(t *testing.T) {
+	requireOverlay(t)
+	u := newUnderlay(t, 3)
+	s := startServer(t)
+	for _, ns := range u.nodes {
+		forward(t, ns, s.addr)
+	}
+	// a and b share the group shop; c is in another group.
+	startAgentIn(t, s, u.nodes[0], "ov-a", u.addr(0), "shop")
+	startAgentIn(t, s, u.nodes[1], "ov-b", u.addr(1), "shop")
+	startAgentIn(t, s, u.nodes[2], "ov-c", u.addr(2), "other")
+	var nodes map[string]api.OverlayNode
+	waitFor(t, 30*time.Second, "three nodes on the overlay", func() (bool, string) {
+		nodes = overlayNodes(t, s)
+		return len(nodes) == 3, fmt.Sprint(nodes)
+	})
+	a, b, c := nodes["ov-a"], nodes["ov-b"], nodes["ov-c"]
+	for name, n := range nodes {
+		waitFor(t, 30*time.Second, name+"'s device on its state", func() (bool, string) {
+			d, err := s.client().Overlay(context.Background(), name)
+			return err == nil && d.State != nil && d.State.Address == n.Address && len(d.Links) == len(n.Peers), fmt.Sprint(d, err)
+		})
+	}
+	if !slices.Equal(a.Peers, []string{"ov-b"}) || !slices.Equal(c.Peers, []string{}) {
+		t.Errorf("peers: a %v, c %v; want a with b alone and c with none", a.Peers, c.Peers)
+	}
+	if a.Endpoint != u.addr(0)+":51820" || a.Kind != api.OverlayUserspace {
+		t.Errorf("a's endpoint %s (%s), want %s:51820, userspace", a.Endpoint, a.Kind, u.addr(0))
+	}
+	bAddr := strings.TrimSuffix(b.Address, "/32")
+	echoIn(t, u.nodes[1], net.JoinHostPort(bAddr, "9000"))
+	echoIn(t, u.nodes[2], net.JoinHostPort(strings.TrimSuffix(c.Address, "/32"), "9000"))
+
+	// Capture a's underlay while a talks to b over the overlay.
+	capture := filepath.Join(t.TempDir(), "underlay.pcap")
+	dump := exec.Command("ip", "netns", "exec", u.nodes[0], "tcpdump", "-i", "eth0", "-n", "-U", "-w", capture)
+	var dumpErr strings.Builder
+	dump.Stderr = &dumpErr
+	if err := dump.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "tcpdump listening", func() (bool, string) {
+		return strings.Contains(dumpErr.String(), "listening"), dumpErr.String()
+	})
+	waitFor(t, 30*time.Second, "a reaching b on the overlay", func() (bool, string) {
+		err := echoes(u.nodes[0], net.JoinHostPort(bAddr, "9000"))
+		return err == nil, fmt.Sprint(err)
+	})
+	for range 20 {
+		if err := echoes(u.nodes[0], net.JoinHostPort(bAddr, "9000")); err != nil {
+			t.Fatalf("a → b on the overlay, once it worked: %v", err)
+		}
+	}
+	// tcpdump writes what it read so far (-U): wait for the exchanges to
+	// reach the file before stopping it.
+	sealed := 0
+	waitFor(t, 20*time.Second, "the exchanges in the capture", func() (bool, string) {
+		sealed = tcpdumpCount(t, capture, "udp port 51820")
+		return sealed >= 100, fmt.Sprintf("%d WireGuard packets", sealed)
+	})
+	dump.Process.Signal(os.Interrupt)
+	dump.Wait()
+	clear := tcpdumpCount(t, capture, "tcp port 9000")
+	if clear != 0 || sealed == 0 {
+		t.Errorf("the underlay carried %d packets of the workload's TCP in clear and %d of WireGuard (%d in all); want 0 and some\n%s",
+			clear, sealed, tcpdumpCount(t, capture, ""), dumpErr.String())
+	}
+
+	// c shares no group with a: no route, and a would not take its packets.
+	if err := echoes(u.nodes[2], net.JoinHostPort(bAddr, "9000")); err == nil {
+		t.Error("c, in another group, reached b on the overlay")
+	}
+
+	// The show command sees the link with a handshake and bytes.
+	out, stderr, code := s.run(t, "network", "show", "ov-a", "--json")
+	if code != 0 {
+		t.Fatalf("network show: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, `"last_handshake"`) || !strings.Contains(out, `"node": "ov-b"`) {
+		t.Errorf("network show ov-a = %s; want the link to ov-b with a handshake", out)
+	}
+
+	// Cutting b's device breaks the path; the agent brings its routes back
+	// once the link is up again.
+	ipCmd(t, "-n", u.nodes[1], "link", "set", "nodemgr0", "down")
+	if err := echoes(u.nodes[0], net.JoinHostPort(bAddr, "9000")); err == nil {
+		t.Error("a reached b with b's overlay device down")
+	}
+	ipCmd(t, "-n", u.nodes[1], "link", "set", "nodemgr0", "up")
+	waitFor(t, 30*time.Second, "a reaching b again once b's device is up", func() (bool, string) {
+		err := echoes(u.nodes[0], net.JoinHostPort(bAddr, "9000"))
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+// tcpdumpCount counts the packets of a capture that match filter.
+func tcpdumpCount(t *testing.T, file, filter string) int {
+	t.Helper()
+	out, err := exec.Command("tcpdump", "-r", file, "-n", filter).Output()
+	if len(out) == 0 && err != nil && strings.Contains(err.Error(), "exit status") {
+		return 0 // a file tcpdump has not written a header to yet
+	}
+	if err != nil {
+		t.Fatalf("tcpdump -r %s %s: %v", file, filter, err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.TrimSpace(line) != "" {
+			n++
+		}
+	}
+	return n
+}
+

@@ -1,0 +1,259 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/errdefs"
+	"github.com/nodemgr/nodemgr/internal/base/validate"
+	"github.com/nodemgr/nodemgr/internal/node/overlay"
+)
+
+// The node's place on the server's overlay network: the agent makes the
+// WireGuard device when a server offers an overlay, joins with its public
+// key, and converges the device on every state the server sends.
+
+// overlayKeepalive keeps a NAT's mapping open for peers' handshakes.
+const overlayKeepalive = 25 * time.Second
+
+// overlayNode is the agent's mesh, made on the first welcome that offers
+// an overlay and kept across sessions.
+type overlayNode struct {
+	mu    sync.Mutex
+	mesh  *overlay.Mesh     // nil until made
+	state *api.OverlayState // the last state applied
+	// generation is the last state's on this session: a state of a lower
+	// one arrived late and is dropped. A new session starts again at 0.
+	generation uint64
+	names      map[string]string // public key → peer's node name
+	err        error             // why the mesh could not be made or converge
+}
+
+func (c *Config) validateOverlay() error {
+	if c.OverlayInterface != "" {
+		if err := validate.Name("overlay_interface", c.OverlayInterface); err != nil {
+			return err
+		}
+		if len(c.OverlayInterface) > 15 {
+			return errdefs.Field("overlay_interface", "%q is longer than a link name may be (15)", c.OverlayInterface)
+		}
+	}
+	if c.OverlayPort < 0 || c.OverlayPort > 65535 {
+		return errdefs.Field("overlay_port", "%d is not a UDP port", c.OverlayPort)
+	}
+	if c.OverlayEndpoint != "" {
+		if ap, err := netip.ParseAddrPort(c.OverlayEndpoint); err != nil || ap.Port() == 0 {
+			return errdefs.Field("overlay_endpoint", "%q: want ip:port", c.OverlayEndpoint)
+		}
+	}
+	return nil
+}
+
+// joinOverlay puts the node on the overlay a server's welcome offers:
+// it makes the mesh the first time, sends the server its key and
+// endpoint, and applies the state the server answers.
+func (s *session) joinOverlay(offered string) {
+	a := s.a
+	if offered == "" || !a.cfg.Overlay {
+		return
+	}
+	mesh, err := a.overlayMesh()
+	if err != nil {
+		a.log.Error("overlay: cannot make the WireGuard device; this node stays off the overlay", "err", err)
+		return
+	}
+	a.overlay.mu.Lock()
+	a.overlay.generation = 0 // a new session, maybe another server
+	a.overlay.mu.Unlock()
+	var st api.OverlayState
+	err = s.peer.Call(s.ctx, api.MethodOverlayJoin, api.OverlayJoin{
+		PublicKey: mesh.PublicKey(), ListenPort: mesh.ListenPort(), Kind: mesh.Kind(), Endpoint: a.cfg.OverlayEndpoint,
+	}, &st)
+	if err != nil {
+		if s.ctx.Err() == nil {
+			a.log.Error("overlay: join", "err", err)
+		}
+		return
+	}
+	if err := a.applyOverlay(st); err != nil {
+		a.log.Error("overlay: apply the server's state", "err", err)
+	}
+}
+
+// overlayMesh makes the mesh once.
+func (a *Agent) overlayMesh() (*overlay.Mesh, error) {
+	o := &a.overlay
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.mesh != nil {
+		return o.mesh, nil
+	}
+	mesh, err := overlay.New(overlay.Config{
+		Interface:  a.cfg.OverlayInterface,
+		ListenPort: a.cfg.OverlayPort,
+		KeyFile:    filepath.Join(a.cfg.DataDir, "overlay", "private.key"),
+	}, a.log.With("component", "overlay"))
+	if err != nil {
+		o.err = err
+		return nil, err
+	}
+	o.mesh, o.err = mesh, nil
+	a.log.Info("overlay: device up", "interface", mesh.Interface(), "kind", mesh.Kind(), "port", mesh.ListenPort())
+	return mesh, nil
+}
+
+// applyOverlay converges the mesh on a state the server sent.
+func (a *Agent) applyOverlay(st api.OverlayState) error {
+	want, names, err := meshState(st)
+	if err != nil {
+		return err
+	}
+	mesh, err := a.overlayMesh()
+	if err != nil {
+		return err
+	}
+	o := &a.overlay
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if st.Generation < o.generation {
+		return nil // a later state is applied already
+	}
+	o.generation = st.Generation
+	if err := mesh.Apply(want); err != nil {
+		o.err = err
+		return err
+	}
+	if o.state == nil || digestOverlay(*o.state) != digestOverlay(st) {
+		a.log.Info("overlay: converged", "address", st.Address, "peers", len(st.Peers))
+	}
+	o.state, o.names, o.err = &st, names, nil
+	return nil
+}
+
+// meshState is the device's desired state for a server's overlay state,
+// and the peers' names by key.
+func meshState(st api.OverlayState) (overlay.State, map[string]string, error) {
+	addr, err := netip.ParsePrefix(st.Address)
+	if err != nil {
+		return overlay.State{}, nil, errdefs.Field("address", "%q: %v", st.Address, err)
+	}
+	want := overlay.State{Address: addr}
+	names := make(map[string]string, len(st.Peers))
+	for i, p := range st.Peers {
+		block, err := netip.ParsePrefix(p.Block)
+		if err != nil {
+			return overlay.State{}, nil, errdefs.Field(fmt.Sprintf("peers[%d].block", i), "%q: %v", p.Block, err)
+		}
+		want.Peers = append(want.Peers, overlay.Peer{
+			PublicKey: p.PublicKey, Endpoint: p.Endpoint, AllowedIPs: []netip.Prefix{block}, Keepalive: overlayKeepalive,
+		})
+		names[p.PublicKey] = p.Node
+	}
+	return want, names, nil
+}
+
+func digestOverlay(st api.OverlayState) string {
+	b, _ := json.Marshal(st)
+	return string(b)
+}
+
+// overlayStateReq answers the server's overlay.state.
+func (a *Agent) overlayStateReq(body json.RawMessage) (any, error) {
+	if !a.cfg.Overlay {
+		return nil, fmt.Errorf("this agent was not started with --overlay: %w", errdefs.ErrInvalid)
+	}
+	var st api.OverlayState
+	if err := json.Unmarshal(body, &st); err != nil {
+		return nil, errdefs.Field("body", "%v", err)
+	}
+	if err := a.applyOverlay(st); err != nil {
+		return nil, err
+	}
+	return struct{}{}, nil
+}
+
+// overlayDevice is what GET /v1/overlay answers: the device and its
+// peers as WireGuard sees them now.
+func (a *Agent) overlayDevice(*http.Request) (api.OverlayDevice, error) {
+	o := &a.overlay
+	o.mu.Lock()
+	mesh, st, names, why := o.mesh, o.state, o.names, o.err
+	o.mu.Unlock()
+	if mesh == nil {
+		if why != nil {
+			return api.OverlayDevice{}, errdefs.Class(fmt.Errorf("the overlay device could not be made: %v", why), errdefs.ErrUnavailable)
+		}
+		if !a.cfg.Overlay {
+			return api.OverlayDevice{}, errdefs.NotFound("overlay on this node: start its agent with --overlay")
+		}
+		return api.OverlayDevice{}, errdefs.NotFound("overlay on this node yet: the agent joins when its server offers one")
+	}
+	peers, err := mesh.Peers()
+	if err != nil {
+		return api.OverlayDevice{}, err
+	}
+	out := api.OverlayDevice{Interface: mesh.Interface(), Kind: mesh.Kind(), PublicKey: mesh.PublicKey(),
+		ListenPort: mesh.ListenPort(), State: st, Links: []api.OverlayLink{}}
+	for _, p := range peers {
+		l := api.OverlayLink{Node: names[p.PublicKey], PublicKey: p.PublicKey, Endpoint: p.Endpoint,
+			RxBytes: p.RxBytes, TxBytes: p.TxBytes, AllowedIPs: []string{}}
+		for _, ip := range p.AllowedIPs {
+			l.AllowedIPs = append(l.AllowedIPs, ip.String())
+		}
+		if !p.LastHandshake.IsZero() {
+			t := p.LastHandshake.UTC()
+			l.LastHandshake = &t
+		}
+		out.Links = append(out.Links, l)
+	}
+	return out, nil
+}
+
+// overlayResync is how often the device is converged again on the last
+// state: a link set down and up again loses its routes, which the kernel
+// drops with the link.
+const overlayResync = 5 * time.Second
+
+// overlayLoop converges the device on the last state every overlayResync,
+// until ctx ends.
+func (a *Agent) overlayLoop(ctx context.Context) {
+	t := time.NewTicker(overlayResync)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		o := &a.overlay
+		o.mu.Lock()
+		st := o.state
+		o.mu.Unlock()
+		if st == nil {
+			continue
+		}
+		if err := a.applyOverlay(*st); err != nil {
+			a.log.Warn("overlay: converge again", "err", err)
+		}
+	}
+}
+
+// closeOverlay removes the device when the agent stops.
+func (a *Agent) closeOverlay(context.Context) {
+	o := &a.overlay
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.mesh != nil {
+		if err := o.mesh.Close(); err != nil {
+			a.log.Warn("overlay: remove the device", "err", err)
+		}
+		o.mesh = nil
+	}
+}
