@@ -81,4 +81,3 @@ func printOverlayDevice(e *env, d api.OverlayDevice) {
 	}
 	t.flush()
 }
-

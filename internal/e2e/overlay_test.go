@@ -348,4 +348,3 @@ func tcpdumpCount(t *testing.T, file, filter string) int {
 	}
 	return n
 }
-
