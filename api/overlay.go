@@ -18,6 +18,9 @@ const (
 	MethodOverlayState = "overlay.state"
 )
 
+// OverlayZone is the DNS zone of the overlay's names.
+const OverlayZone = "nodemgr"
+
 // Overlay device kinds.
 const (
 	OverlayKernel    = "kernel"    // the kernel's WireGuard
@@ -45,6 +48,11 @@ type OverlayState struct {
 	Block      string        `json:"block"`   // this node's block, e.g. 100.64.3.0/24
 	Address    string        `json:"address"` // this node's own address, e.g. 100.64.3.1/32
 	Peers      []OverlayPeer `json:"peers"`
+	// Names are the stable names the node's DNS server answers, each with
+	// its addresses: every live ensemble replica on this node or a peer,
+	// as REPLICA.ALLOCATION.ENSEMBLE.nodemgr, and each allocation's
+	// replicas together as ALLOCATION.ENSEMBLE.nodemgr.
+	Names map[string][]string `json:"names,omitempty"`
 }
 
 // OverlayPeer is another node of the mesh, as the server knows it.
@@ -101,5 +109,8 @@ type OverlayDevice struct {
 	PublicKey  string        `json:"public_key"`
 	ListenPort int           `json:"listen_port"`
 	State      *OverlayState `json:"state,omitempty"` // absent until the server sent one
+	// DNS is where the node's DNS server answers the overlay's names
+	// (ip:53); absent while it does not.
+	DNS string `json:"dns,omitempty"`
 	Links      []OverlayLink `json:"links"`
 }

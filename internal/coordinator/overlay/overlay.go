@@ -57,6 +57,7 @@ type Store interface {
 	OverlayRevision(ctx context.Context) (int64, error)
 	ListNodes(ctx context.Context, f store.NodeFilter) ([]store.Node, error)
 	NodesRevision(ctx context.Context) (int64, error)
+	ListEnsembles(ctx context.Context, all bool) ([]api.Ensemble, error)
 }
 
 // Agents reaches the agents connected to this server.
@@ -314,10 +315,11 @@ func (n *Network) states(ctx context.Context, ids []string) (map[string]api.Over
 
 // view is the overlay's members and their nodes, read once.
 type view struct {
-	n       *Network
-	members map[string]store.OverlayMember
-	order   []store.OverlayMember // by block
-	nodes   map[string]store.Node
+	n         *Network
+	members   map[string]store.OverlayMember
+	order     []store.OverlayMember // by block
+	nodes     map[string]store.Node
+	ensembles []api.Ensemble // the live ones
 }
 
 func (n *Network) view(ctx context.Context) (*view, error) {
@@ -329,7 +331,11 @@ func (n *Network) view(ctx context.Context) (*view, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the overlay's nodes: %w", err)
 	}
-	v := &view{n: n, members: make(map[string]store.OverlayMember, len(ms)), order: ms, nodes: make(map[string]store.Node, len(ns))}
+	es, err := n.store.ListEnsembles(ctx, false)
+	if err != nil {
+		return nil, fmt.Errorf("read the overlay's ensembles: %w", err)
+	}
+	v := &view{n: n, members: make(map[string]store.OverlayMember, len(ms)), order: ms, nodes: make(map[string]store.Node, len(ns)), ensembles: es}
 	for _, m := range ms {
 		v.members[m.NodeID] = m
 	}
@@ -362,13 +368,47 @@ func (v *view) state(m store.OverlayMember) api.OverlayState {
 		Address: v.n.NodeAddress(m.Block).String(),
 		Peers:   []api.OverlayPeer{},
 	}
+	reach := map[string]bool{m.NodeID: true}
 	for _, p := range v.peers(m) {
 		st.Peers = append(st.Peers, api.OverlayPeer{
 			NodeID: p.NodeID, Node: v.nodes[p.NodeID].Name, PublicKey: p.PublicKey,
 			Endpoint: p.Endpoint, Block: v.n.Block(p.Block).String(),
 		})
+		reach[p.NodeID] = true
 	}
+	st.Names = v.names(reach)
 	return st
+}
+
+// names are the names of the live ensembles' replicas on the nodes of
+// reach (a node and its peers: no name leads anywhere the node cannot
+// go), each with its node's overlay address.
+func (v *view) names(reach map[string]bool) map[string][]string {
+	out := map[string][]string{}
+	add := func(name, addr string) {
+		if !slices.Contains(out[name], addr) {
+			out[name] = append(out[name], addr)
+		}
+	}
+	for _, e := range v.ensembles {
+		for _, rep := range e.Replicas {
+			m, ok := v.members[rep.NodeID]
+			if !ok || !reach[rep.NodeID] {
+				continue
+			}
+			addr := v.n.NodeAddress(m.Block).Addr().String()
+			alloc := rep.Allocation + "." + e.Name + "." + api.OverlayZone
+			add(strconv.Itoa(rep.Replica)+"."+alloc, addr)
+			add(alloc, addr)
+		}
+	}
+	for _, addrs := range out {
+		slices.Sort(addrs)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func shareGroup(a, b []string) bool {

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -268,4 +271,67 @@ func TestRoundsSendWhatChanged(t *testing.T) {
 	if got := ag.sent("a1"); len(got) != 1 || !slices.Equal(peerNames(got[0]), []string{"node-b2"}) {
 		t.Errorf("a1 was sent %+v after c3 left the group, want b2 alone", got)
 	}
+}
+
+func TestNamesFollowReplicas(t *testing.T) {
+	n, ag, st := newNetwork(t, map[string][]string{
+		"a1": {"red"}, "b2": {"red"}, "c3": {"blue"}, "d4": {"red", "blue"},
+	})
+	ctx := t.Context()
+	addr := map[string]string{}
+	for _, id := range []string{"a1", "b2", "c3", "d4"} {
+		addr[id] = strings.TrimSuffix(join(t, n, id).Address, "/32")
+	}
+	e := api.Ensemble{ID: "e-1", Name: "shop", State: api.EnsembleRunning, CreatedAt: time.Now(), Replicas: []api.EnsembleReplica{
+		{Allocation: "web", Replica: 1, NodeID: "a1"},
+		{Allocation: "web", Replica: 2, NodeID: "c3"},
+		{Allocation: "db", Replica: 1, NodeID: "b2"},
+	}}
+	if err := st.CreateEnsemble(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := func(id string) api.OverlayState {
+		got := ag.sent(id)
+		if len(got) == 0 {
+			t.Fatalf("%s was sent nothing after the ensemble changed", id)
+		}
+		return got[len(got)-1]
+	}
+	want := map[string][]string{
+		"1.web.shop.nodemgr": {addr["a1"]}, "web.shop.nodemgr": {addr["a1"]},
+		"1.db.shop.nodemgr": {addr["b2"]}, "db.shop.nodemgr": {addr["b2"]},
+	}
+	if got := last("a1").Names; !maps.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("a1's names = %v, want %v: none on c3, which a1 cannot reach", got, want)
+	}
+	want = map[string][]string{"2.web.shop.nodemgr": {addr["c3"]}, "web.shop.nodemgr": {addr["c3"]}}
+	if got := last("c3").Names; !maps.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("c3's names = %v, want %v", got, want)
+	}
+
+	// A restore moves web 1 to d4: the same name leads there.
+	if _, err := st.UpdateEnsemble(ctx, "e-1", func(e *api.Ensemble) error {
+		e.Replicas[0].NodeID, e.Replicas[0].Restores = "d4", 1
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	names := last("a1").Names
+	if got := names["1.web.shop.nodemgr"]; !slices.Equal(got, []string{addr["d4"]}) {
+		t.Errorf("after the restore 1.web.shop.nodemgr = %v, want d4's %s", got, addr["d4"])
+	}
+	if got := last("d4").Names["web.shop.nodemgr"]; !slices.Equal(got, sorted(addr["c3"], addr["d4"])) {
+		t.Errorf("d4's web.shop.nodemgr = %v, want both replicas", got)
+	}
+}
+
+func sorted(s ...string) []string {
+	slices.Sort(s)
+	return s
 }

@@ -2,9 +2,10 @@
 -- the overlay's prefix, kept for as long as the node exists, and tells
 -- its WireGuard public key and the endpoint peers reach it at. A key is
 -- one node's: two nodes with one key (a cloned data dir) would steal each
--- other's traffic. overlay_revision.rev grows at every write, as
--- node_revision does for nodes, so a server pushes peers again only when
--- something changed.
+-- other's traffic. overlay_revision.rev grows at every write to the
+-- members and to the ensembles (whose replicas' names the nodes serve),
+-- as node_revision does for nodes, so a server reads the overlay again
+-- only when something changed.
 
 -- +goose Up
 CREATE TABLE overlay_members (
@@ -41,7 +42,23 @@ BEGIN
 END;
 -- +goose StatementEnd
 
+-- +goose StatementBegin
+CREATE TRIGGER overlay_ensemble_added AFTER INSERT ON ensembles
+BEGIN
+    UPDATE overlay_revision SET rev = rev + 1;
+END;
+-- +goose StatementEnd
+-- +goose StatementBegin
+CREATE TRIGGER overlay_ensemble_changed AFTER UPDATE OF state, replicas ON ensembles
+    WHEN OLD.state IS NOT NEW.state OR OLD.replicas IS NOT NEW.replicas
+BEGIN
+    UPDATE overlay_revision SET rev = rev + 1;
+END;
+-- +goose StatementEnd
+
 -- +goose Down
+DROP TRIGGER overlay_ensemble_changed;
+DROP TRIGGER overlay_ensemble_added;
 DROP TRIGGER overlay_removed;
 DROP TRIGGER overlay_changed;
 DROP TRIGGER overlay_added;
