@@ -47,6 +47,8 @@ var routeNeeds = map[string]need{
 	"DELETE /v1/nodes/{node}":        needGroupAdmin,
 	"POST /v1/nodes/{node}/shutdown": needGroupAdmin,
 	"GET /v1/nodes/{node}/usage":     needRead,
+	"GET /v1/nodes/{node}/overlay":   needRead,
+	"GET /v1/network":                needAnyUser,
 	"POST /v1/agent/register":        needJoin,
 	"GET /v1/agent/connect":          needNode,
 	"GET /v1/agent/binary":           needBootstrap,

@@ -20,7 +20,7 @@ var wireTypes = map[string]any{
 	"Resources": api.Resources{}, "Capability": api.Capability{}, "Onboarding": api.Onboarding{},
 	"OnboardRequest": api.OnboardRequest{}, "CommitRequest": api.CommitRequest{}, "Commitment": api.Commitment{},
 	"Allocation": api.Allocation{}, "MachineUsage": api.MachineUsage{},
-	"UsageSample": api.UsageSample{}, "Summary": api.Summary{}, "UsageHistory": api.UsageHistory{}, "NodeResources": api.NodeResources{},
+	"UsageSample": api.UsageSample{}, "Summary": api.Summary{}, "UsageHistory": api.UsageHistory{}, "OverlayList": api.OverlayList{}, "OverlayNode": api.OverlayNode{}, "OverlayState": api.OverlayState{}, "OverlayLink": api.OverlayLink{}, "OverlayDevice": api.OverlayDevice{}, "NodeResources": api.NodeResources{},
 	"ContainerPort": api.ContainerPort{}, "ContainerJob": api.ContainerJob{}, "ContainerCommand": api.ContainerCommand{},
 	"ContainerUsage": api.ContainerUsage{}, "Container": api.Container{},
 	"ContainerRestart": api.ContainerRestart{}, "ContainerVolume": api.ContainerVolume{},

@@ -43,10 +43,11 @@ type Report struct {
 // skipped are tables that are not state: the migration tools' own, the
 // health probe's scratch row, the leader lease (the old server's would
 // keep the new replicas waiting for it to expire), and the nodes'
-// revision, a counter that only tells running servers their copy of the
-// nodes is stale (the target's own triggers move it as nodes are copied).
+// and overlay revisions, counters that only tell running servers their
+// copy of the nodes or the overlay is stale (the target's own triggers
+// move them as rows are copied).
 var skipped = map[string]bool{"goose_db_version": true, "goose_lock": true, "leases": true, "sqlite_sequence": true, "health_probe": true,
-	"node_revision": true}
+	"node_revision": true, "overlay_revision": true}
 
 // derived are tables that triggers fill as the tables they index are
 // written: task_files, from tasks. They are not copied (the copy would
