@@ -294,7 +294,7 @@ allocations:
     count: 2
     resources: {cpus: 0.1, memory_mb: 16}
     placement: {spread: true}
-    container: {image: %s, command: [sleep, "300"], labels: %s}
+    container: {image: %s, command: [sleep, "300"], labels: %s, ports: [{container: 80}]}
 `, image, labelJSON)), 0o644)
 	out, stderr, code := s.run(t, "ensemble", "deploy", "-f", f, "--json")
 	var en api.Ensemble
@@ -327,6 +327,11 @@ allocations:
 	}
 	if now.Replicas[0].Restores != 1 || len(now.Lost) != 1 || now.Lost[0].Container != victim.Container {
 		t.Errorf("after the restore: replicas %+v, lost %+v; want one restore and the old container remembered", now.Replicas, now.Lost)
+	}
+	// The restore asked for the old host port, which the lost node's
+	// container still holds on this one machine: it took another.
+	if p := now.Replicas[0].Ports; len(p) != 1 || p[0].Host == 0 || p[0].Host == victim.Ports[0].Host {
+		t.Errorf("the restored replica's ports = %+v; want a host port other than the one still held (%+v)", p, victim.Ports)
 	}
 
 	// The lost node comes back: its old container goes.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -196,7 +197,7 @@ func (r *Runner) deployAll(ctx context.Context, e *api.Ensemble, plan ensemble.P
 				return fmt.Errorf("allocation %s replica %d on %s: %w", p.Allocation, p.Replica, p.NodeName, err)
 			}
 			if !told && len(rep.Ports) > 0 {
-				setAllocEnv(env, a.Name, r.agents.Host(p.NodeID, p.NodeName), rep.Ports[0].Host)
+				setAllocEnv(env, e.Name, a.Name, r.agents.Host(p.NodeID, p.NodeName), rep.Ports[0].Host)
 				told = true
 			}
 		}
@@ -267,6 +268,7 @@ func (r *Runner) deployReplica(ctx context.Context, e api.Ensemble, a api.Alloca
 	}()
 	if a.Container != nil {
 		job := replicaJob(e, a, *rep, res, commit, env)
+		job.Ports = keepHostPorts(job.Ports, rep.Ports)
 		c, err := r.agents.RunContainer(ctx, n, job)
 		if err != nil {
 			return err
@@ -275,6 +277,9 @@ func (r *Runner) deployReplica(ctx context.Context, e api.Ensemble, a api.Alloca
 		return nil
 	}
 	spec := replicaService(e, a, *rep, res, commit, env)
+	if spec.Port == 0 && len(rep.Ports) > 0 {
+		spec.Port = rep.Ports[0].Host // a restore asks for the port it had
+	}
 	if err := r.agents.Call(ctx, n, "POST", "/v1/artifacts", api.ArtifactInstall{ID: spec.Artifact}, nil); err != nil {
 		return fmt.Errorf("install %s on %s: %w", spec.Artifact, n.Name, err)
 	}
@@ -287,6 +292,24 @@ func (r *Runner) deployReplica(ctx context.Context, e api.Ensemble, a api.Alloca
 		rep.Ports = []api.ContainerPort{{Host: svc.Port}}
 	}
 	return nil
+}
+
+// keepHostPorts gives the ports of a job that take any free host port
+// the host ports a replica had (had, of a restored replica; none for a
+// new one), where the container port matches.
+func keepHostPorts(ports, had []api.ContainerPort) []api.ContainerPort {
+	if len(had) == 0 {
+		return ports
+	}
+	out := slices.Clone(ports)
+	for i, p := range out {
+		for _, h := range had {
+			if p.Host == 0 && h.Container == p.Container && cmp.Or(h.Protocol, "tcp") == cmp.Or(p.Protocol, "tcp") {
+				out[i].Host = h.Host
+			}
+		}
+	}
+	return out
 }
 
 // removeReplica stops and deletes what a replica runs on node n, which
@@ -313,9 +336,12 @@ func (r *Runner) removeReplica(ctx context.Context, n store.Node, rep *api.Ensem
 	return nil
 }
 
-// setAllocEnv tells the allocations after alloc where it answers.
-func setAllocEnv(env map[string]string, alloc, host string, port int) {
+// setAllocEnv tells the allocations after alloc where it answers: the
+// host and port of its first replica, and its name on the overlay
+// network, which follows its replicas wherever they are restored.
+func setAllocEnv(env map[string]string, ensemble, alloc, host string, port int) {
 	key := "NODEMGR_ALLOC_" + envName(alloc)
+	env[key+"_NAME"] = alloc + "." + ensemble + "." + api.OverlayZone
 	env[key+"_HOST"], env[key+"_PORT"] = host, strconv.Itoa(port)
 	env[key+"_ADDR"] = net.JoinHostPort(host, strconv.Itoa(port))
 }

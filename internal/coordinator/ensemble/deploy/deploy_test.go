@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -134,4 +135,27 @@ func (h *countingHandler) count(level slog.Level, msg string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.seen[level.String()+" "+msg]
+}
+
+// TestKeepHostPorts: a restored replica asks for the host ports it had,
+// where its job lets the node choose and the container port matches.
+func TestKeepHostPorts(t *testing.T) {
+	had := []api.ContainerPort{{Container: 80, Host: 30201}, {Container: 53, Host: 30202, Protocol: "udp"}}
+	for _, tc := range []struct {
+		name       string
+		ports, had []api.ContainerPort
+		want       []api.ContainerPort
+	}{
+		{"new replica", []api.ContainerPort{{Container: 80}}, nil, []api.ContainerPort{{Container: 80}}},
+		{"restored", []api.ContainerPort{{Container: 80}, {Container: 53, Protocol: "udp"}}, had,
+			[]api.ContainerPort{{Container: 80, Host: 30201}, {Container: 53, Host: 30202, Protocol: "udp"}}},
+		{"a fixed host port stays", []api.ContainerPort{{Container: 80, Host: 8080}}, had, []api.ContainerPort{{Container: 80, Host: 8080}}},
+		{"protocol must match", []api.ContainerPort{{Container: 53, Protocol: "tcp"}}, had, []api.ContainerPort{{Container: 53, Protocol: "tcp"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := keepHostPorts(tc.ports, tc.had); !slices.Equal(got, tc.want) {
+				t.Errorf("keepHostPorts(%v, %v) = %v, want %v", tc.ports, tc.had, got, tc.want)
+			}
+		})
+	}
 }

@@ -158,6 +158,27 @@ func (f *failures) forget(before time.Time) {
 	}
 }
 
+// placeReplica commits a replica's resources on node n as placed by p and
+// deploys it there from the commitment.
+func (r *Runner) placeReplica(ctx context.Context, e api.Ensemble, alloc api.AllocationSpec, rep *api.EnsembleReplica, n store.Node, p ensemble.Placement) error {
+	commit, err := r.commit(ctx, e, n, p)
+	if err != nil {
+		return fmt.Errorf("commit on %s: %w", p.NodeName, err)
+	}
+	return r.deployReplica(ctx, e, alloc, rep, n, p.Resources, commit, r.allocEnv(e, rep.Allocation))
+}
+
+// removeFailed removes what a failed deploy of rep left on node n (a
+// failed job keeps its id), so that it may be deployed again.
+func (r *Runner) removeFailed(ctx context.Context, e api.Ensemble, alloc api.AllocationSpec, rep api.EnsembleReplica, n store.Node) error {
+	if alloc.Container != nil {
+		rep.Container = replicaJob(e, alloc, rep, api.Resources{}, "", nil).ID
+	} else {
+		rep.Service = replicaService(e, alloc, rep, api.Resources{}, "", nil).Coordinate
+	}
+	return r.removeReplica(ctx, n, &rep)
+}
+
 // dropLost removes the workloads of lost replicas whose node is back.
 func (r *Runner) dropLost(ctx context.Context, e *api.Ensemble) bool {
 	kept := e.Lost[:0]
@@ -216,16 +237,24 @@ func (r *Runner) replaceReplica(ctx context.Context, e *api.Ensemble, i int, los
 		return err
 	}
 	p := plan.Placements[0]
-	commit, err := r.commit(ctx, *e, nodes[p.NodeID], p)
-	if err != nil {
-		return fmt.Errorf("commit on %s: %w", p.NodeName, err)
-	}
 	next := rep
 	next.Restores++
 	next.NodeID, next.NodeName = p.NodeID, p.NodeName
 	next.Why = fmt.Sprintf("restored: node %s was lost; %s", lost.Name, p.Why)
 	next.Container, next.Service = "", ""
-	if err := r.deployReplica(ctx, *e, alloc, &next, nodes[p.NodeID], p.Resources, commit, r.allocEnv(*e, rep.Allocation)); err != nil {
+	// The replica asks for its host ports again, so that its name on the
+	// overlay with the port it had still leads to it; where they are taken
+	// on the new node, it takes free ones.
+	err = r.placeReplica(ctx, *e, alloc, &next, nodes[p.NodeID], p)
+	if err != nil && len(next.Ports) > 0 {
+		r.log.Info("restore a replica on its old host ports", "ensemble", e.Name, "allocation", rep.Allocation,
+			"replica", rep.Replica, "node", p.NodeName, "err", err)
+		next.Ports = nil
+		if err = r.removeFailed(ctx, *e, alloc, next, nodes[p.NodeID]); err == nil {
+			err = r.placeReplica(ctx, *e, alloc, &next, nodes[p.NodeID], p)
+		}
+	}
+	if err != nil {
 		return err
 	}
 	e.Lost = append(e.Lost, rep)
@@ -245,7 +274,7 @@ func (r *Runner) allocEnv(e api.Ensemble, alloc string) map[string]string {
 		}
 		for _, rep := range e.Replicas {
 			if rep.Allocation == a.Name && len(rep.Ports) > 0 {
-				setAllocEnv(env, a.Name, r.agents.Host(rep.NodeID, rep.NodeName), rep.Ports[0].Host)
+				setAllocEnv(env, e.Name, a.Name, r.agents.Host(rep.NodeID, rep.NodeName), rep.Ports[0].Host)
 				break
 			}
 		}
