@@ -107,6 +107,7 @@ var tiers = map[string]tier{
 	"internal/node/capacity":                  tierNode,
 	"internal/node/container":                 tierNode,
 	"internal/node/gocrash":                   tierNode,
+	"internal/node/names":                     tierNode,
 	"internal/node/overlay":                   tierNode,
 	"internal/node/portalloc":                 tierNode,
 	"internal/node/proctree":                  tierNode,
