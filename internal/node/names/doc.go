@@ -12,5 +12,7 @@
 // Containers on the overlay (see package overlay) use this server as their
 // only resolver, at the node's overlay address. It answers names under Zone
 // from the table, authoritatively and with a short TTL since a restore moves
-// a replica.
+// a replica, and forwards every other name to the node's own upstream
+// resolvers (Config.Upstream, else those of /etc/resolv.conf), over UDP and
+// then TCP when the answer is truncated.
 package names

@@ -18,7 +18,8 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	DefaultTTL = 5 * time.Second
+	DefaultResolvConf = "/etc/resolv.conf"
+	DefaultTTL        = 5 * time.Second
 )
 
 // maxTTL bounds Config.TTL: names move, and the TTL must fit in 32 bits.
@@ -29,7 +30,7 @@ const maxTTL = 24 * time.Hour
 const ednsSize = 1232
 
 // shutdownTimeout bounds how long Run waits for queries in flight once it
-// is told to stop.
+// is told to stop. Forwards in flight are cancelled first, so it is ample.
 const shutdownTimeout = 5 * time.Second
 
 // Config configures a Server.
@@ -38,20 +39,35 @@ type Config struct {
 	// such as the node's overlay address "100.64.3.1:53". With port 0
 	// (tests) UDP and TCP get the same port.
 	Listen []string
+	// Upstream are the ip:port resolvers that names outside Zone are
+	// forwarded to, tried in turn. Empty means the nameservers of
+	// ResolvConf.
+	Upstream []string
+	// ResolvConf is read for upstreams when Upstream is empty; empty
+	// means DefaultResolvConf. Its nameservers are used as they are,
+	// loopback ones included: the agent forwards from the host's network
+	// namespace, where they are reachable, not from the container's.
+	ResolvConf string
 	// TTL is the time to live of answers in Zone, positive and negative.
 	// Zero means DefaultTTL. It is short because a restore moves a replica.
 	TTL time.Duration
 }
 
 // Server answers DNS queries for the names of Zone from its table and
-// refuses the rest. Set, Lookup and queries are safe together.
+// forwards the rest. Set, Lookup and queries are safe together.
 type Server struct {
 	log   *slog.Logger
 	ttl   uint32 // seconds
+	fwd   *forwarder
 	conns []listener
 
 	setMu sync.Mutex // orders Sets, so that serials increase
 	table atomic.Pointer[table]
+
+	// base is the context of forwards; cancelling it ends them when the
+	// server stops.
+	base       context.Context
+	cancelBase context.CancelFunc
 
 	closing   chan struct{} // closed by Close: Run returns
 	closeOnce sync.Once
@@ -65,8 +81,8 @@ type listener struct {
 	tcp net.Listener
 }
 
-// New validates cfg and binds every listener, so that an address in use
-// is reported here. The table starts empty.
+// New validates cfg, reads the upstreams and binds every listener, so that
+// an address in use is reported here. The table starts empty.
 func New(cfg Config, log *slog.Logger) (*Server, error) {
 	ttl, err := ttlSeconds(cfg.TTL)
 	if err != nil {
@@ -75,7 +91,22 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if len(cfg.Listen) == 0 {
 		return nil, fmt.Errorf("new names server: no listen address: %w", errdefs.ErrInvalid)
 	}
+	if err := checkUpstreams(cfg.Upstream); err != nil {
+		return nil, fmt.Errorf("new names server: %w", err)
+	}
 	s := &Server{log: log, ttl: ttl, closing: make(chan struct{})}
+	ups := cfg.Upstream
+	if len(ups) == 0 {
+		ups, err = readResolvConf(resolvConfPath(cfg))
+	}
+	if len(ups) > 0 {
+		s.fwd = newForwarder(ups)
+	} else {
+		// Once, here, not per query: a node without resolvers would log
+		// every query its containers make. The names of Zone are still
+		// served.
+		log.Warn("names outside the zone are refused: no upstream resolver", "zone", Zone, "err", err)
+	}
 	for _, addr := range cfg.Listen {
 		l, err := bind(addr)
 		if err != nil {
@@ -85,6 +116,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		s.conns = append(s.conns, l)
 	}
 	s.table.Store(newTable(1, nil))
+	s.base, s.cancelBase = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -165,6 +197,7 @@ func (s *Server) Run(ctx context.Context) error {
 		pending--
 	}
 	close(stop)
+	s.cancelBase()
 	for range pending {
 		errs = append(errs, <-errc)
 	}
@@ -230,6 +263,7 @@ func (s *Server) Close() error {
 	if done != nil {
 		<-done
 	}
+	s.cancelBase()
 	return s.closeConns()
 }
 
@@ -259,7 +293,8 @@ func (s *Server) closeConns() error {
 	return nil
 }
 
-// serveDNS answers one query: from the table for names in Zone.
+// serveDNS answers one query: from the table for names in Zone, from the
+// upstreams for the rest.
 func (s *Server) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 	// miekg/dns rejects most malformed messages before they get here,
 	// but lets NOTIFY through, which a resolver has no use for.
@@ -276,14 +311,24 @@ func (s *Server) serveDNS(w dns.ResponseWriter, req *dns.Msg) {
 		reply(w, req, s.table.Load().answer(req, s.ttl))
 		return
 	}
-	reply(w, req, new(dns.Msg).SetRcode(req, dns.RcodeRefused))
+	if s.fwd == nil {
+		reply(w, req, new(dns.Msg).SetRcode(req, dns.RcodeRefused))
+		return
+	}
+	resp, err := s.fwd.exchange(s.base, req)
+	if err != nil {
+		s.log.Debug("forward dns query", "name", q.Name, "type", dns.TypeToString[q.Qtype], "err", err)
+		resp = new(dns.Msg).SetRcode(req, dns.RcodeServerFailure)
+	}
+	reply(w, req, resp)
 }
 
 // reply writes resp, cut down over UDP to the size the client said it
 // takes (512 bytes, or more with EDNS0) and marked truncated when cut, so
 // that the client asks again over TCP.
 func reply(w dns.ResponseWriter, req, resp *dns.Msg) {
-	// RFC 6891: a request with an OPT record gets one back.
+	// RFC 6891: a request with an OPT record gets one back. Forwarded
+	// replies carry the upstream's.
 	if req.IsEdns0() != nil && resp.IsEdns0() == nil {
 		resp.SetEdns0(ednsSize, false)
 	}

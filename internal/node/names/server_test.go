@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,8 @@ import (
 )
 
 // start makes a server on a free port of 127.0.0.1 and runs it until the
-// test ends.
+// test ends. Unless cfg says otherwise it has no upstream: it must not
+// depend on the machine's resolv.conf.
 func start(tb testing.TB, cfg Config) (*Server, string) {
 	tb.Helper()
 	s := newServer(tb, cfg, slog.New(slog.DiscardHandler))
@@ -29,6 +31,9 @@ func newServer(tb testing.TB, cfg Config, log *slog.Logger) *Server {
 	tb.Helper()
 	if cfg.Listen == nil {
 		cfg.Listen = []string{"127.0.0.1:0"}
+	}
+	if cfg.Upstream == nil && cfg.ResolvConf == "" {
+		cfg.ResolvConf = filepath.Join(tb.TempDir(), "missing")
 	}
 	s, err := New(cfg, log)
 	if err != nil {
@@ -71,15 +76,18 @@ func exchange(tb testing.TB, network, addr string, m *dns.Msg) *dns.Msg {
 }
 
 func TestNewInvalid(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
 	for _, tc := range []struct {
 		name string
 		cfg  Config
 		want string
 	}{
-		{"no listen", Config{}, "no listen address"},
-		{"listen without port", Config{Listen: []string{"127.0.0.1"}}, "127.0.0.1"},
+		{"no listen", Config{ResolvConf: missing}, "no listen address"},
+		{"listen without port", Config{Listen: []string{"127.0.0.1"}, ResolvConf: missing}, "127.0.0.1"},
 		{"negative ttl", Config{Listen: []string{"127.0.0.1:0"}, TTL: -time.Second}, "ttl -1s"},
 		{"ttl under 1s", Config{Listen: []string{"127.0.0.1:0"}, TTL: time.Millisecond}, "ttl 1ms"},
+		{"upstream by name", Config{Listen: []string{"127.0.0.1:0"}, Upstream: []string{"dns.google:53"}}, `"dns.google:53"`},
+		{"upstream without port", Config{Listen: []string{"127.0.0.1:0"}, Upstream: []string{"192.0.2.1"}}, `"192.0.2.1"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := New(tc.cfg, slog.New(slog.DiscardHandler))
@@ -102,7 +110,7 @@ func TestNewAddressInUse(t *testing.T) {
 	defer busy.Close()
 	addr := busy.LocalAddr().String()
 	free := "127.0.0.1:0"
-	s, err := New(Config{Listen: []string{free, addr}}, slog.New(slog.DiscardHandler))
+	s, err := New(Config{Listen: []string{free, addr}, ResolvConf: "/nonexistent"}, slog.New(slog.DiscardHandler))
 	if err == nil {
 		s.Close()
 		t.Fatalf("New(listen %s, in use) = nil error", addr)
@@ -136,7 +144,7 @@ func TestListenSeveral(t *testing.T) {
 // releases the ports.
 func TestRunClose(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	cfg := Config{Listen: []string{"127.0.0.1:0"}}
+	cfg := Config{Listen: []string{"127.0.0.1:0"}, ResolvConf: "/nonexistent"}
 
 	t.Run("cancel", func(t *testing.T) {
 		s, err := New(cfg, log)
@@ -184,7 +192,7 @@ func TestRunClose(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Errorf("Close = %v", err)
 		}
-		s2, err := New(Config{Listen: []string{addr}}, log)
+		s2, err := New(Config{Listen: []string{addr}, ResolvConf: "/nonexistent"}, log)
 		if err != nil {
 			t.Fatalf("New on the port Close released: %v", err)
 		}
