@@ -59,8 +59,9 @@ func TestKernelPeers(t *testing.T) {
 }
 
 // helperEnv, set to a key file path, makes the test binary a helper:
-// TestMesh runs it inside a network namespace, where it serves one Mesh
-// to the test over stdin and stdout, a JSON line each way per request.
+// TestMesh and the Mesh benchmarks run it inside a network namespace,
+// where it serves one Mesh to the test over stdin and stdout, a JSON line
+// each way per request.
 const helperEnv = "NODEMGR_OVERLAY_HELPER"
 
 // echoPort is where each helper answers a TCP call with the address the
@@ -82,7 +83,8 @@ type helperReply struct {
 	Seen      string // dial: the source address the far side saw
 }
 
-// TestHelperMesh is not a test: it is the helper process of TestMesh.
+// TestHelperMesh is not a test: it is the helper process of TestMesh and
+// the Mesh benchmarks.
 func TestHelperMesh(t *testing.T) {
 	keyFile := os.Getenv(helperEnv)
 	if keyFile == "" {
@@ -190,7 +192,7 @@ func callEcho(from, to string) (string, error) {
 
 // helper is the test's end of a helper process.
 type helper struct {
-	t      *testing.T
+	t      testing.TB
 	name   string
 	ns     string
 	in     *json.Encoder
@@ -200,7 +202,7 @@ type helper struct {
 	stderr syncbuf.Buffer
 }
 
-func startHelper(t *testing.T, name, ns string) *helper {
+func startHelper(t testing.TB, name, ns string) *helper {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -332,20 +334,14 @@ func (h *helper) ip(args ...string) (string, error) {
 // adds back a peer, moves routes, and keeps sessions it does not change,
 // and that Close removes the link.
 func TestMesh(t *testing.T) {
-	needMeshPrivileges(t)
-	pid := os.Getpid()
-	nsA, nsB := fmt.Sprintf("nodemgr-ovl%d-a", pid), fmt.Sprintf("nodemgr-ovl%d-b", pid)
-	underA, underB := underlay(t, nsA, nsB, pid%256)
-	a, b := startHelper(t, "A", nsA), startHelper(t, "B", nsB)
+	p := startMeshPair(t)
+	a, b, underA, underB := p.a, p.b, p.underA, p.underB
+	addrA, addrB, stateA, stateB := p.addrA, p.addrB, p.stateA, p.stateB
 	if a.kind != "userspace" && a.kind != "kernel" {
 		t.Fatalf("Kind() = %q, want userspace or kernel", a.kind)
 	}
 	t.Logf("device kind: %s", a.kind)
 
-	addrA, addrB := netip.MustParseAddr("100.64.1.1"), netip.MustParseAddr("100.64.2.1")
-	stateA := State{Address: pfx("100.64.1.1/32"), Peers: []Peer{{PublicKey: b.pub, Endpoint: underB + ":51820", AllowedIPs: pfxs("100.64.2.0/24")}}}
-	// B does not know A's endpoint: it answers once A has called.
-	stateB := State{Address: pfx("100.64.2.1/32"), Peers: []Peer{{PublicKey: a.pub, AllowedIPs: pfxs("100.64.1.0/24")}}}
 	a.mustApply(stateA)
 	b.mustApply(stateB)
 	wantIP(t, a, []string{"addr", "show", "dev", DefaultInterface}, "inet 100.64.1.1/32", true)
@@ -429,6 +425,31 @@ func TestMesh(t *testing.T) {
 	}
 }
 
+// meshPair is two network namespaces joined by a veth pair, each with a
+// helper process serving a Mesh, and the States that join the two Meshes.
+type meshPair struct {
+	a, b           *helper
+	underA, underB string     // the veth addresses
+	addrA, addrB   netip.Addr // the overlay addresses
+	stateA, stateB State      // not yet applied
+}
+
+// startMeshPair makes a meshPair, skipping the test where it cannot (see
+// needMeshPrivileges). All of it goes when the test ends.
+func startMeshPair(t testing.TB) *meshPair {
+	t.Helper()
+	needMeshPrivileges(t)
+	pid := os.Getpid()
+	nsA, nsB := fmt.Sprintf("nodemgr-ovl%d-a", pid), fmt.Sprintf("nodemgr-ovl%d-b", pid)
+	p := &meshPair{addrA: netip.MustParseAddr("100.64.1.1"), addrB: netip.MustParseAddr("100.64.2.1")}
+	p.underA, p.underB = underlay(t, nsA, nsB, pid%256)
+	p.a, p.b = startHelper(t, "A", nsA), startHelper(t, "B", nsB)
+	p.stateA = State{Address: pfx("100.64.1.1/32"), Peers: []Peer{{PublicKey: p.b.pub, Endpoint: p.underB + ":51820", AllowedIPs: pfxs("100.64.2.0/24")}}}
+	// B does not know A's endpoint: it answers once A has called.
+	p.stateB = State{Address: pfx("100.64.2.1/32"), Peers: []Peer{{PublicKey: p.a.pub, AllowedIPs: pfxs("100.64.1.0/24")}}}
+	return p
+}
+
 // wantIP checks whether `ip -n ns args...` prints want.
 func wantIP(t *testing.T, h *helper, args []string, want string, present bool) {
 	t.Helper()
@@ -443,7 +464,7 @@ func wantIP(t *testing.T, h *helper, args []string, want string, present bool) {
 
 // needMeshPrivileges skips the test where a real mesh cannot be made, or
 // fails it there if NODEMGR_REQUIRE_OVERLAY=1 says it must run.
-func needMeshPrivileges(t *testing.T) {
+func needMeshPrivileges(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		unavailable(t, "needs root")
@@ -456,7 +477,7 @@ func needMeshPrivileges(t *testing.T) {
 	}
 }
 
-func unavailable(t *testing.T, why string) {
+func unavailable(t testing.TB, why string) {
 	t.Helper()
 	if os.Getenv("NODEMGR_REQUIRE_OVERLAY") == "1" {
 		t.Fatalf("%s, and NODEMGR_REQUIRE_OVERLAY=1", why)
@@ -467,7 +488,7 @@ func unavailable(t *testing.T, why string) {
 // underlay makes two network namespaces joined by a veth pair, addressed
 // 10.213.n.1/24 and 10.213.n.2/24, and returns those addresses. The
 // namespaces, and the pair with them, go when the test ends.
-func underlay(t *testing.T, nsA, nsB string, n int) (string, string) {
+func underlay(t testing.TB, nsA, nsB string, n int) (string, string) {
 	t.Helper()
 	for _, ns := range []string{nsA, nsB} {
 		exec.Command("ip", "netns", "del", ns).Run() // a leftover of a crashed run with our PID
@@ -500,7 +521,7 @@ func underlay(t *testing.T, nsA, nsB string, n int) (string, string) {
 
 // waitFor polls check until it returns nil, failing the test if it has
 // not by the deadline.
-func waitFor(t *testing.T, what string, timeout time.Duration, check func() error) {
+func waitFor(t testing.TB, what string, timeout time.Duration, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
