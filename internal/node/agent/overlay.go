@@ -13,6 +13,7 @@ import (
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/validate"
+	"github.com/nodemgr/nodemgr/internal/node/names"
 	"github.com/nodemgr/nodemgr/internal/node/overlay"
 )
 
@@ -34,6 +35,10 @@ type overlayNode struct {
 	generation uint64
 	names      map[string]string // public key → peer's node name
 	err        error             // why the mesh could not be made or converge
+	// dns answers the overlay's names on the node's overlay address; nil
+	// until the first state, or when port 53 there cannot be had.
+	dns     *names.Server
+	dnsAddr string
 }
 
 func (c *Config) validateOverlay() error {
@@ -111,7 +116,7 @@ func (a *Agent) overlayMesh() (*overlay.Mesh, error) {
 
 // applyOverlay converges the mesh on a state the server sent.
 func (a *Agent) applyOverlay(st api.OverlayState) error {
-	want, names, err := meshState(st)
+	want, peerNames, err := meshState(st)
 	if err != nil {
 		return err
 	}
@@ -131,9 +136,10 @@ func (a *Agent) applyOverlay(st api.OverlayState) error {
 		return err
 	}
 	if o.state == nil || digestOverlay(*o.state) != digestOverlay(st) {
-		a.log.Info("overlay: converged", "address", st.Address, "peers", len(st.Peers))
+		a.log.Info("overlay: converged", "address", st.Address, "peers", len(st.Peers), "names", len(st.Names))
 	}
-	o.state, o.names, o.err = &st, names, nil
+	o.state, o.names, o.err = &st, peerNames, nil
+	a.serveNames(o, want.Address.Addr(), st.Names)
 	return nil
 }
 
@@ -164,6 +170,37 @@ func digestOverlay(st api.OverlayState) string {
 	return string(b)
 }
 
+// serveNames starts the node's DNS server on its overlay address the
+// first time and gives it the names of the state. Called with o.mu.
+func (a *Agent) serveNames(o *overlayNode, addr netip.Addr, table map[string][]string) {
+	if o.dns == nil {
+		listen := netip.AddrPortFrom(addr, 53).String()
+		srv, err := names.New(names.Config{Listen: []string{listen}}, a.log.With("component", "names"))
+		if err != nil {
+			a.log.Warn("overlay: no DNS server for the overlay's names on this node", "err", err)
+			return
+		}
+		go func() {
+			if err := srv.Run(a.stopCtx); err != nil {
+				a.log.Warn("overlay: the names' DNS server stopped", "err", err)
+			}
+		}()
+		o.dns, o.dnsAddr = srv, listen
+		a.log.Info("overlay: DNS server for the overlay's names", "listen", listen)
+	}
+	records := make(map[string][]netip.Addr, len(table))
+	for name, addrs := range table {
+		for _, s := range addrs {
+			if ip, err := netip.ParseAddr(s); err == nil {
+				records[name] = append(records[name], ip)
+			}
+		}
+	}
+	if err := o.dns.Set(records); err != nil {
+		a.log.Warn("overlay: the server's names", "err", err)
+	}
+}
+
 // overlayStateReq answers the server's overlay.state.
 func (a *Agent) overlayStateReq(body json.RawMessage) (any, error) {
 	if !a.cfg.Overlay {
@@ -184,7 +221,7 @@ func (a *Agent) overlayStateReq(body json.RawMessage) (any, error) {
 func (a *Agent) overlayDevice(*http.Request) (api.OverlayDevice, error) {
 	o := &a.overlay
 	o.mu.Lock()
-	mesh, st, names, why := o.mesh, o.state, o.names, o.err
+	mesh, st, peerNames, why, dnsAddr := o.mesh, o.state, o.names, o.err, o.dnsAddr
 	o.mu.Unlock()
 	if mesh == nil {
 		if why != nil {
@@ -200,9 +237,9 @@ func (a *Agent) overlayDevice(*http.Request) (api.OverlayDevice, error) {
 		return api.OverlayDevice{}, err
 	}
 	out := api.OverlayDevice{Interface: mesh.Interface(), Kind: mesh.Kind(), PublicKey: mesh.PublicKey(),
-		ListenPort: mesh.ListenPort(), State: st, Links: []api.OverlayLink{}}
+		ListenPort: mesh.ListenPort(), State: st, DNS: dnsAddr, Links: []api.OverlayLink{}}
 	for _, p := range peers {
-		l := api.OverlayLink{Node: names[p.PublicKey], PublicKey: p.PublicKey, Endpoint: p.Endpoint,
+		l := api.OverlayLink{Node: peerNames[p.PublicKey], PublicKey: p.PublicKey, Endpoint: p.Endpoint,
 			RxBytes: p.RxBytes, TxBytes: p.TxBytes, AllowedIPs: []string{}}
 		for _, ip := range p.AllowedIPs {
 			l.AllowedIPs = append(l.AllowedIPs, ip.String())
@@ -250,6 +287,10 @@ func (a *Agent) closeOverlay(context.Context) {
 	o := &a.overlay
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.dns != nil {
+		o.dns.Close()
+		o.dns, o.dnsAddr = nil, ""
+	}
 	if o.mesh != nil {
 		if err := o.mesh.Close(); err != nil {
 			a.log.Warn("overlay: remove the device", "err", err)
