@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -12,12 +13,15 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 )
 
 // The overlay between nodes (issue 32), on this machine: each node is a
@@ -347,4 +351,108 @@ func tcpdumpCount(t *testing.T, file, filter string) int {
 		}
 	}
 	return n
+}
+
+// resolveIn asks the DNS server at server, from inside ns, for name's
+// IPv4 addresses.
+func resolveIn(ns, server, name string) ([]string, error) {
+	var c net.Conn
+	if err := inNetns(ns, func() (err error) { c, err = net.Dial("udp", server); return err }); err != nil {
+		return nil, err
+	}
+	conn := &dns.Conn{Conn: c}
+	defer conn.Close()
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if err := conn.WriteMsg(q); err != nil {
+		return nil, err
+	}
+	r, err := conn.ReadMsg()
+	if err != nil {
+		return nil, err
+	}
+	if r.Rcode != dns.RcodeSuccess {
+		return nil, fmt.Errorf("%s: %s", name, dns.RcodeToString[r.Rcode])
+	}
+	var out []string
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			out = append(out, a.A.String())
+		}
+	}
+	return out, nil
+}
+
+// TestOverlayNamesFollowARestore: an ensemble replica's name, asked of
+// another node's DNS server, leads to the node it runs on, and after its
+// node is lost and the replica restored elsewhere, to the new node.
+func TestOverlayNamesFollowARestore(t *testing.T) {
+	requireOverlay(t)
+	eng := dockertest.Client(t)
+	image := dockertest.EnsureImage(t, eng)
+	labelJSON, _ := json.Marshal(dockertest.Labels(t, eng))
+	u := newUnderlay(t, 3)
+	s := startServer(t, "--ensemble-restore-deadline", "2s")
+	for _, ns := range u.nodes {
+		forward(t, ns, s.addr)
+	}
+	agents := map[string]*agent{}
+	for i, name := range []string{"nm-client", "nm-b", "nm-c"} {
+		agents[name] = startAgentIn(t, s, u.nodes[i], name, u.addr(i), "shop")
+	}
+	var nodes map[string]api.OverlayNode
+	waitFor(t, 30*time.Second, "three nodes on the overlay", func() (bool, string) {
+		nodes = overlayNodes(t, s)
+		return len(nodes) == 3, fmt.Sprint(nodes)
+	})
+	addr := func(name string) string { return strings.TrimSuffix(nodes[name].Address, "/32") }
+	dnsAt := net.JoinHostPort(addr("nm-client"), "53")
+
+	f := filepath.Join(t.TempDir(), "shop.yaml")
+	os.WriteFile(f, []byte(fmt.Sprintf(`name: shop
+allocations:
+  - name: db
+    resources: {cpus: 0.1, memory_mb: 16}
+    placement: {nodes: [nm-b, nm-c]}
+    container: {image: %s, command: [sleep, "300"], labels: %s}
+`, image, labelJSON)), 0o644)
+	out, stderr, code := s.run(t, "ensemble", "deploy", "-f", f, "--json")
+	var en api.Ensemble
+	if code != 0 || json.Unmarshal([]byte(out), &en) != nil || len(en.Replicas) != 1 {
+		t.Fatalf("deploy: exit %d\n%s%s", code, out, stderr)
+	}
+	first := en.Replicas[0].NodeName
+	waitFor(t, 15*time.Second, "1.db.shop.nodemgr at "+first, func() (bool, string) {
+		got, err := resolveIn(u.nodes[0], dnsAt, "1.db.shop.nodemgr")
+		return err == nil && slices.Equal(got, []string{addr(first)}), fmt.Sprint(got, err)
+	})
+	if got, err := resolveIn(u.nodes[0], dnsAt, "db.shop.nodemgr"); err != nil || !slices.Equal(got, []string{addr(first)}) {
+		t.Errorf("db.shop.nodemgr = %v, %v; want %s", got, err, addr(first))
+	}
+	if _, err := resolveIn(u.nodes[0], dnsAt, "2.db.shop.nodemgr"); err == nil || !strings.Contains(err.Error(), "NXDOMAIN") {
+		t.Errorf("2.db.shop.nodemgr: %v, want NXDOMAIN", err)
+	}
+
+	// The replica's node is lost: after the restore deadline the replica
+	// runs on the other node, and the same name leads there.
+	agents[first].signal(syscall.SIGKILL)
+	var restored api.EnsembleReplica
+	waitFor(t, 60*time.Second, "the replica restored on the other node", func() (bool, string) {
+		e, err := s.client().Ensemble(context.Background(), "shop")
+		if err != nil || len(e.Replicas) != 1 {
+			return false, fmt.Sprint(e, err)
+		}
+		restored = e.Replicas[0]
+		return restored.NodeName != first && restored.Status == api.ContainerRunning, fmt.Sprintf("%+v", restored)
+	})
+	at := time.Now()
+	waitFor(t, 5*time.Second, "1.db.shop.nodemgr at the restored node", func() (bool, string) {
+		got, err := resolveIn(u.nodes[0], dnsAt, "1.db.shop.nodemgr")
+		return err == nil && slices.Equal(got, []string{addr(restored.NodeName)}), fmt.Sprint(got, err)
+	})
+	t.Logf("the name led to the restored replica's node %s after the restore", time.Since(at).Round(time.Millisecond))
+	if _, stderr, code := s.run(t, "ensemble", "shutdown", "shop"); code != 0 {
+		t.Fatalf("shutdown: %s", stderr)
+	}
 }
