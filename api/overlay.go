@@ -111,6 +111,6 @@ type OverlayDevice struct {
 	State      *OverlayState `json:"state,omitempty"` // absent until the server sent one
 	// DNS is where the node's DNS server answers the overlay's names
 	// (ip:53); absent while it does not.
-	DNS string `json:"dns,omitempty"`
-	Links      []OverlayLink `json:"links"`
+	DNS   string        `json:"dns,omitempty"`
+	Links []OverlayLink `json:"links"`
 }
