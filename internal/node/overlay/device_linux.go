@@ -30,8 +30,9 @@ const routeProtocol netlink.RouteProtocol = 110
 type linuxDevice struct {
 	name string
 	link netlink.Link
-	user *wgdevice.Device
-	wgc  *wgctrl.Client
+	user  *wgdevice.Device
+	wgc   *wgctrl.Client
+	relay *relayBind // nil: no relay (or the kernel's device)
 }
 
 // openDevice makes the link, kernel WireGuard if the kernel has it, else
@@ -40,7 +41,11 @@ func openDevice(cfg Config, key wgtypes.Key, log *slog.Logger) (device, error) {
 	if err := removeStale(cfg.Interface, log); err != nil {
 		return nil, err
 	}
-	d, err := openKernel(cfg, key)
+	var d *linuxDevice
+	err := errors.New("a relaying mesh runs wireguard-go")
+	if cfg.Relay == nil {
+		d, err = openKernel(cfg, key)
+	}
 	if err != nil {
 		log.Debug("kernel wireguard unavailable, using wireguard-go", "interface", cfg.Interface, "err", err)
 		if d, err = openUserspace(cfg, key, log); err != nil {
@@ -111,7 +116,13 @@ func openUserspace(cfg Config, key wgtypes.Key, log *slog.Logger) (_ *linuxDevic
 	if err != nil {
 		return nil, fmt.Errorf("create tun: %w", err)
 	}
-	d := &linuxDevice{name: cfg.Interface, user: wgdevice.NewDevice(tdev, conn.NewDefaultBind(), wgLogger(log))}
+	d := &linuxDevice{name: cfg.Interface}
+	var bind conn.Bind = conn.NewDefaultBind()
+	if cfg.Relay != nil {
+		d.relay = newRelayBind(bind, *cfg.Relay)
+		bind = d.relay
+	}
+	d.user = wgdevice.NewDevice(tdev, bind, wgLogger(log))
 	defer func() {
 		if err != nil {
 			d.close()
@@ -251,6 +262,12 @@ func (d *linuxDevice) close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (d *linuxDevice) deliver(from netip.Addr, packet []byte) {
+	if d.relay != nil {
+		d.relay.deliver(from, packet)
+	}
 }
 
 // kernelPeers turns wgctrl's peers into PeerStatus.

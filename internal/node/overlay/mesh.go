@@ -40,6 +40,11 @@ type Config struct {
 	ListenPort int    // UDP port WireGuard listens on; 0: 51820
 	KeyFile    string // private key path; created with mode 0600 (dir 0700) if missing, else read
 	MTU        int    // 0: 1420
+	// Relay, when set, carries packets to peers whose
+	// endpoint is their overlay address (RelayEndpoint) through the
+	// server; such a mesh is always wireguard-go's, which the kernel's
+	// cannot do.
+	Relay *Relay
 }
 
 // State is the desired state from the server. It is level-triggered: the
@@ -76,6 +81,8 @@ type device interface {
 	setAddress(p netip.Prefix) error
 	setRoutes(want []netip.Prefix) error
 	close() error
+	// deliver hands the device a packet the server relayed.
+	deliver(from netip.Addr, packet []byte)
 }
 
 // Mesh owns the node's WireGuard device and converges it on the State the
@@ -225,6 +232,18 @@ func (m *Mesh) logChanges(changes []peerChange) {
 		}
 	}
 	m.log.Info("overlay peers changed", "interface", m.cfg.Interface, "added", added, "updated", updated, "removed", removed)
+}
+
+// Deliver hands the mesh a WireGuard packet that the server relayed from
+// the peer whose overlay address is from. Packets to a closed mesh, or
+// beyond what it can queue, are dropped.
+func (m *Mesh) Deliver(from netip.Addr, packet []byte) {
+	m.mu.Lock()
+	dev := m.dev
+	m.mu.Unlock()
+	if dev != nil {
+		dev.deliver(from, packet)
+	}
 }
 
 // Peers returns the peers as the device sees them, in key order.
