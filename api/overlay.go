@@ -16,6 +16,28 @@ const (
 	// carries the node's whole desired state whenever it changes: a peer
 	// joined, left, moved, or a group changed. The agent converges on it.
 	MethodOverlayState = "overlay.state"
+	// MethodOverlayRelay (agent → server request, body OverlayPackets)
+	// carries WireGuard packets to a peer the agent cannot reach over UDP;
+	// the server passes them on with MethodOverlayRelayed, at most once.
+	MethodOverlayRelay = "overlay.relay"
+	// MethodOverlayRelayed (server → agent request, body OverlayPackets)
+	// delivers packets a peer relayed.
+	MethodOverlayRelayed = "overlay.relayed"
+)
+
+// OverlayPackets are WireGuard packets relayed through the server:
+// ciphertext, which the server cannot read.
+type OverlayPackets struct {
+	// Peer is the node they go to (overlay.relay) or come from
+	// (overlay.relayed).
+	Peer    string   `json:"peer"`
+	Packets [][]byte `json:"packets"` // base64 on the wire
+}
+
+// Bounds of one OverlayPackets.
+const (
+	OverlayRelayMaxPackets = 64
+	OverlayRelayMaxPacket  = 65535
 )
 
 // OverlayZone is the DNS zone of the overlay's names.

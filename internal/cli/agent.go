@@ -56,6 +56,7 @@ func agentFlags(cmd *cobra.Command) {
 	fl.Bool("overlay", false, "join the server's overlay network: a WireGuard device meshed with the nodes that share a group with this one (needs CAP_NET_ADMIN, and /dev/net/tun where the kernel has no WireGuard)")
 	fl.String("overlay-interface", "", "link name of the overlay's WireGuard device (default nodemgr0)")
 	fl.Int("overlay-port", 0, "UDP port the overlay's WireGuard listens on (default 51820)")
+	fl.Duration("overlay-relay-after", 0, "how long a peer may go without a WireGuard handshake over UDP before its packets go through the server (default 15s)")
 	fl.String("overlay-endpoint", "", "ip:port peers reach this node's WireGuard at, where it is not the address the server sees this agent connect from (NAT, a proxy)")
 }
 
@@ -105,6 +106,7 @@ func agentConfig(cmd *cobra.Command, e *env) (agent.Config, error) {
 	str("overlay-interface", &cfg.OverlayInterface)
 	flagInto(fl, "overlay-port", &cfg.OverlayPort, fl.GetInt)
 	str("overlay-endpoint", &cfg.OverlayEndpoint)
+	flagInto(fl, "overlay-relay-after", &cfg.OverlayRelayAfter, fl.GetDuration)
 	keyValues := func(name string) (map[string]string, error) {
 		kvs, _ := fl.GetStringSlice(name)
 		return validate.KeyValues("--"+name, kvs)

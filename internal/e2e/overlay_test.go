@@ -216,10 +216,16 @@ func echoes(ns, addr string) error {
 // startAgentIn starts an agent inside ns, in the groups of its join token.
 func startAgentIn(t *testing.T, s *server, ns, name, endpoint string, groups ...string) *agent {
 	t.Helper()
+	return startAgentInWith(t, s, ns, name, endpoint, groups)
+}
+
+// startAgentInWith is startAgentIn with more flags.
+func startAgentInWith(t *testing.T, s *server, ns, name, endpoint string, groups []string, extra ...string) *agent {
+	t.Helper()
 	a := &agent{dataDir: passable(t, t.TempDir())}
-	a.args = []string{"agent", "--server", "http://127.0.0.1:7070", "--data-dir", a.dataDir, "--name", name,
+	a.args = append([]string{"agent", "--server", "http://127.0.0.1:7070", "--data-dir", a.dataDir, "--name", name,
 		"--join-token", s.joinToken(t, groups...), "--reconnect-min", "100ms", "--reconnect-max", "500ms",
-		"--overlay", "--overlay-endpoint", endpoint + ":51820"}
+		"--overlay", "--overlay-endpoint", endpoint + ":51820"}, extra...)
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, binary}, a.args...)...)
 	cmd.Env = append(os.Environ(), "NODEMGR_TOKEN=", "NODEMGR_ADDR=", "GORACE=atexit_sleep_ms=0")
 	a.proc = startCmd(t, "agent "+name, cmd)
@@ -455,4 +461,45 @@ allocations:
 	if _, stderr, code := s.run(t, "ensemble", "shutdown", "shop"); code != 0 {
 		t.Fatalf("shutdown: %s", stderr)
 	}
+}
+
+// TestOverlayRelaysWhenUDPIsBlocked: two nodes whose UDP to each other is
+// dropped still reach each other's overlay addresses, through the server.
+func TestOverlayRelaysWhenUDPIsBlocked(t *testing.T) {
+	requireOverlay(t)
+	u := newUnderlay(t, 2)
+	// b drops every UDP packet from and to a's underlay address.
+	for _, rule := range [][]string{{"INPUT", "-s"}, {"OUTPUT", "-d"}} {
+		if out, err := exec.Command("ip", "netns", "exec", u.nodes[1], "iptables", "-A", rule[0], rule[1], u.addr(0), "-p", "udp", "-j", "DROP").CombinedOutput(); err != nil {
+			t.Fatalf("iptables in %s: %v\n%s", u.nodes[1], err, out)
+		}
+	}
+	s := startServer(t)
+	for _, ns := range u.nodes {
+		forward(t, ns, s.addr)
+	}
+	startAgentInWith(t, s, u.nodes[0], "rl-a", u.addr(0), []string{"shop"}, "--overlay-relay-after", "2s")
+	startAgentInWith(t, s, u.nodes[1], "rl-b", u.addr(1), []string{"shop"}, "--overlay-relay-after", "2s")
+	var nodes map[string]api.OverlayNode
+	waitFor(t, 30*time.Second, "two nodes on the overlay", func() (bool, string) {
+		nodes = overlayNodes(t, s)
+		return len(nodes) == 2, fmt.Sprint(nodes)
+	})
+	bAddr := strings.TrimSuffix(nodes["rl-b"].Address, "/32")
+	echoIn(t, u.nodes[1], net.JoinHostPort(bAddr, "9000"))
+	waitFor(t, 60*time.Second, "a reaching b through the relay", func() (bool, string) {
+		err := echoes(u.nodes[0], net.JoinHostPort(bAddr, "9000"))
+		return err == nil, fmt.Sprint(err)
+	})
+	for range 20 {
+		if err := echoes(u.nodes[0], net.JoinHostPort(bAddr, "9000")); err != nil {
+			t.Fatalf("a → b through the relay, once it worked: %v", err)
+		}
+	}
+	d, err := s.client().Overlay(context.Background(), "rl-a")
+	if err != nil || len(d.Links) != 1 || !strings.HasSuffix(d.Links[0].Endpoint, ":1") || d.Links[0].LastHandshake == nil {
+		t.Errorf("a's device = %+v, %v; want b at its relay endpoint (its overlay address, port 1), with a handshake", d, err)
+	}
+	out, _, _ := s.run(t, "network", "show", "rl-a")
+	t.Logf("network show rl-a:\n%s", out)
 }

@@ -84,6 +84,9 @@ type Network struct {
 	// higher generation is never an older view of the store.
 	reading    sync.Mutex
 	generation uint64
+	// reach is each member's peers as the last states read them: who may
+	// relay packets to whom.
+	reach map[string]map[string]bool
 }
 
 // New checks cfg and makes the network.
@@ -184,6 +187,14 @@ func checkJoin(j api.OverlayJoin, remote string) (string, error) {
 		return "", errdefs.Field("endpoint", "none given, and the connection's address %q is no IP: give the agent --overlay-endpoint", remote)
 	}
 	return net.JoinHostPort(addr.Unmap().String(), strconv.Itoa(j.ListenPort)), nil
+}
+
+// MayRelay says whether node from may send packets to node to through
+// the server: whether they are peers, as of the last states read.
+func (n *Network) MayRelay(from, to string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.reach[from][to]
 }
 
 // Kick makes the next round start now.
@@ -302,6 +313,16 @@ func (n *Network) states(ctx context.Context, ids []string) (map[string]api.Over
 		return nil, err
 	}
 	n.generation++
+	reach := make(map[string]map[string]bool, len(v.order))
+	for _, m := range v.order {
+		reach[m.NodeID] = map[string]bool{}
+		for _, p := range v.peers(m) {
+			reach[m.NodeID][p.NodeID] = true
+		}
+	}
+	n.mu.Lock()
+	n.reach = reach
+	n.mu.Unlock()
 	out := make(map[string]api.OverlayState, len(ids))
 	for _, id := range ids {
 		if m, ok := v.members[id]; ok {

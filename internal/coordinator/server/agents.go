@@ -179,6 +179,8 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		return h.tasksReturn(ctx, body)
 	case api.MethodOverlayJoin:
 		return h.overlayJoin(ctx, body)
+	case api.MethodOverlayRelay:
+		return h.overlayRelay(body)
 	}
 	return nil, errdefs.NotFound("method %q", method)
 }

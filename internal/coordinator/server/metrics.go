@@ -25,6 +25,9 @@ type metrics struct {
 	httpDuration   *prometheus.HistogramVec
 	protocolErrors prometheus.Counter
 	stats          *storemetrics.Collector
+	// The overlay's relay: packets passed on, and batches dropped (the
+	// peer not connected here, or not answering).
+	overlayRelayed, overlayRelayDropped prometheus.Counter
 }
 
 // longLived are the routes whose requests last as long as what they carry:
@@ -53,8 +56,14 @@ func newMetrics(s *Server) *metrics {
 			Name: "nodemgr_agent_protocol_errors_total", Help: "Agent connections closed for a malformed frame.",
 		}),
 		stats: storemetrics.New(s.lifeCtx, s.backend, s.cfg.StoreTimeout, s.log),
+		overlayRelayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodemgr_overlay_relayed_packets_total", Help: "WireGuard packets relayed between nodes that cannot reach each other over UDP.",
+		}),
+		overlayRelayDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodemgr_overlay_relay_dropped_total", Help: "Batches of relayed packets dropped: the peer was not connected to this server, or did not take them in time.",
+		}),
 	}
-	reg.MustRegister(m.httpRequests, m.httpDuration, m.protocolErrors, m.stats,
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.protocolErrors, m.stats, m.overlayRelayed, m.overlayRelayDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(s.hub.Collectors()...)
 	reg.MustRegister(s.dispatcher.Collectors()...)

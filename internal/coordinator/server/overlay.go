@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
@@ -40,6 +41,46 @@ func (h *agentHandler) overlayJoin(ctx context.Context, body json.RawMessage) (a
 		return nil, err
 	}
 	return h.s.overlay.Join(ctx, h.sess.NodeID, h.sess.Addr, j)
+}
+
+// relayTimeout bounds the delivery of one batch of relayed packets.
+const relayTimeout = 5 * time.Second
+
+// overlayRelay answers overlay.relay: it passes the packets to the peer's
+// agent when the peer is connected to this server, and drops them
+// otherwise, as a network would. The answer does not wait for the
+// delivery.
+func (h *agentHandler) overlayRelay(body json.RawMessage) (any, error) {
+	var p api.OverlayPackets
+	if err := httpapi.DecodeStrict(body, &p); err != nil {
+		return nil, err
+	}
+	if len(p.Packets) == 0 || len(p.Packets) > api.OverlayRelayMaxPackets {
+		return nil, errdefs.Field("packets", "want 1 to %d, got %d", api.OverlayRelayMaxPackets, len(p.Packets))
+	}
+	for i, pkt := range p.Packets {
+		if len(pkt) == 0 || len(pkt) > api.OverlayRelayMaxPacket {
+			return nil, errdefs.Field(fmt.Sprintf("packets[%d]", i), "want 1 to %d bytes, got %d", api.OverlayRelayMaxPacket, len(pkt))
+		}
+	}
+	if !h.s.overlay.MayRelay(h.sess.NodeID, p.Peer) {
+		return nil, errdefs.Field("peer", "%q is not a peer of this node on the overlay", p.Peer)
+	}
+	to := h.s.hub.Get(p.Peer)
+	if to == nil {
+		h.s.metrics.overlayRelayDropped.Inc()
+		return struct{}{}, nil // not here: dropped (relaying between replicas is not done yet)
+	}
+	h.s.metrics.overlayRelayed.Add(float64(len(p.Packets)))
+	from := h.sess.NodeID
+	go func() {
+		ctx, cancel := context.WithTimeout(h.s.lifeCtx(), relayTimeout)
+		defer cancel()
+		if err := to.Call(ctx, api.MethodOverlayRelayed, api.OverlayPackets{Peer: from, Packets: p.Packets}, nil); err != nil {
+			h.s.metrics.overlayRelayDropped.Inc()
+		}
+	}()
+	return struct{}{}, nil
 }
 
 // handleListNetwork lists the nodes on the overlay that the caller may read.

@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,8 +83,11 @@ type Agent struct {
 	notices     *notices
 	caPinned    atomic.Bool // the join token's CA was kept
 	saidGoodbye atomic.Bool // the server heard this agent leave
-	// overlay is the node's WireGuard mesh (overlay.go).
-	overlay overlayNode
+	// overlay is the node's WireGuard mesh (overlay.go), relayOut the
+	// packets it relays through the server (overlayrelay.go).
+	overlay     overlayNode
+	relayOut    chan relayPacket
+	relayBlocks atomic.Pointer[map[string]netip.Prefix] // peers' blocks by node ID, for the relay
 }
 
 // New validates cfg, takes the data dir's lock and loads the agent's state.
@@ -116,7 +120,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: logger, lock: lock, users: users, agState: api.AgentIdle,
 		shutdown: make(chan string, 1), stopReq: make(chan struct{}),
 		connected: make(chan struct{}), stopCtx: context.Background(), workChanged: make(chan struct{}, 1),
-		notices: newNotices()}
+		notices: newNotices(), relayOut: make(chan relayPacket, relayQueueLen)}
 	a.runner = newRunner(a)
 	if a.st, err = loadState(cfg.DataDir); err != nil {
 		lock.Release()
@@ -213,6 +217,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopRunner()
 	if a.cfg.Overlay {
 		bg.Go(func() { a.overlayLoop(runCtx) })
+		bg.Go(a.relayLoop)
 	}
 	bg.Go(func() {
 		if err := a.wl.run(runCtx); err != nil {
@@ -598,6 +603,8 @@ func (a *Agent) HandleRequest(ctx context.Context, method string, body json.RawM
 		return a.runner.giveBack(req), nil
 	case api.MethodOverlayState:
 		return a.overlayStateReq(body)
+	case api.MethodOverlayRelayed:
+		return a.overlayRelayed(body)
 	case api.MethodLocalAPI:
 		var req api.LocalRequest
 		if err := json.Unmarshal(body, &req); err != nil {

@@ -140,6 +140,10 @@ type Config struct {
 	// OverlayEndpoint is the ip:port peers send to, where the address the
 	// server sees the agent connect from is not it (NAT, a proxy).
 	OverlayEndpoint string `yaml:"overlay_endpoint"`
+	// OverlayRelayAfter is how long a peer's endpoint may go without a
+	// WireGuard handshake before its packets go through the server;
+	// default 15s.
+	OverlayRelayAfter time.Duration `yaml:"overlay_relay_after"`
 
 	// openSecretFiles are secret files other users may read, to warn about.
 	openSecretFiles []string
@@ -330,6 +334,9 @@ func (c *Config) fillDefaults() error {
 		return errdefs.Field("data_dir", "%v", err)
 	}
 	c.DataDir = filepath.Clean(abs)
+	if c.OverlayRelayAfter == 0 {
+		c.OverlayRelayAfter = 15 * time.Second
+	}
 	if c.Name == "" {
 		h, _ := os.Hostname()
 		c.Name = h

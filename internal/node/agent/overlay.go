@@ -39,6 +39,8 @@ type overlayNode struct {
 	// until the first state, or when port 53 there cannot be had.
 	dns     *names.Server
 	dnsAddr string
+	// relay says which peers go through the server (overlayrelay.go).
+	relay relayState
 }
 
 func (c *Config) validateOverlay() error {
@@ -49,6 +51,9 @@ func (c *Config) validateOverlay() error {
 		if len(c.OverlayInterface) > 15 {
 			return errdefs.Field("overlay_interface", "%q is longer than a link name may be (15)", c.OverlayInterface)
 		}
+	}
+	if c.OverlayRelayAfter < time.Second {
+		return errdefs.Field("overlay_relay_after", "must be at least 1s, got %s", c.OverlayRelayAfter)
 	}
 	if c.OverlayPort < 0 || c.OverlayPort > 65535 {
 		return errdefs.Field("overlay_port", "%d is not a UDP port", c.OverlayPort)
@@ -69,7 +74,7 @@ func (s *session) joinOverlay(offered string) {
 	if offered == "" || !a.cfg.Overlay {
 		return
 	}
-	mesh, err := a.overlayMesh()
+	mesh, err := a.overlayMesh(offered)
 	if err != nil {
 		a.log.Error("overlay: cannot make the WireGuard device; this node stays off the overlay", "err", err)
 		return
@@ -92,19 +97,24 @@ func (s *session) joinOverlay(offered string) {
 	}
 }
 
-// overlayMesh makes the mesh once.
-func (a *Agent) overlayMesh() (*overlay.Mesh, error) {
+// overlayMesh makes the mesh once, for the overlay of prefix: its
+// packets to peers that UDP does not reach go through the server.
+func (a *Agent) overlayMesh(prefix string) (*overlay.Mesh, error) {
 	o := &a.overlay
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.mesh != nil {
 		return o.mesh, nil
 	}
-	mesh, err := overlay.New(overlay.Config{
+	cfg := overlay.Config{
 		Interface:  a.cfg.OverlayInterface,
 		ListenPort: a.cfg.OverlayPort,
 		KeyFile:    filepath.Join(a.cfg.DataDir, "overlay", "private.key"),
-	}, a.log.With("component", "overlay"))
+	}
+	if p, err := netip.ParsePrefix(prefix); err == nil {
+		cfg.Relay = &overlay.Relay{Prefix: p, Send: a.relaySend}
+	}
+	mesh, err := overlay.New(cfg, a.log.With("component", "overlay"))
 	if err != nil {
 		o.err = err
 		return nil, err
@@ -116,11 +126,7 @@ func (a *Agent) overlayMesh() (*overlay.Mesh, error) {
 
 // applyOverlay converges the mesh on a state the server sent.
 func (a *Agent) applyOverlay(st api.OverlayState) error {
-	want, peerNames, err := meshState(st)
-	if err != nil {
-		return err
-	}
-	mesh, err := a.overlayMesh()
+	mesh, err := a.overlayMesh(st.Network)
 	if err != nil {
 		return err
 	}
@@ -129,6 +135,13 @@ func (a *Agent) applyOverlay(st api.OverlayState) error {
 	defer o.mu.Unlock()
 	if st.Generation < o.generation {
 		return nil // a later state is applied already
+	}
+	o.relay.follow(st.Peers, time.Now())
+	blocks := o.relay.blocks // follow makes a new map each time: this one stays as it is
+	a.relayBlocks.Store(&blocks)
+	want, peerNames, err := meshState(st, o.relay.relayed)
+	if err != nil {
+		return err
 	}
 	o.generation = st.Generation
 	if err := mesh.Apply(want); err != nil {
@@ -144,8 +157,9 @@ func (a *Agent) applyOverlay(st api.OverlayState) error {
 }
 
 // meshState is the device's desired state for a server's overlay state,
-// and the peers' names by key.
-func meshState(st api.OverlayState) (overlay.State, map[string]string, error) {
+// and the peers' names by key. The peers of relayed go through the
+// server.
+func meshState(st api.OverlayState, relayed map[string]bool) (overlay.State, map[string]string, error) {
 	addr, err := netip.ParsePrefix(st.Address)
 	if err != nil {
 		return overlay.State{}, nil, errdefs.Field("address", "%q: %v", st.Address, err)
@@ -157,8 +171,12 @@ func meshState(st api.OverlayState) (overlay.State, map[string]string, error) {
 		if err != nil {
 			return overlay.State{}, nil, errdefs.Field(fmt.Sprintf("peers[%d].block", i), "%q: %v", p.Block, err)
 		}
+		endpoint := p.Endpoint
+		if relayed[p.NodeID] {
+			endpoint = overlay.RelayEndpoint(block.Addr().Next())
+		}
 		want.Peers = append(want.Peers, overlay.Peer{
-			PublicKey: p.PublicKey, Endpoint: p.Endpoint, AllowedIPs: []netip.Prefix{block}, Keepalive: overlayKeepalive,
+			PublicKey: p.PublicKey, Endpoint: endpoint, AllowedIPs: []netip.Prefix{block}, Keepalive: overlayKeepalive,
 		})
 		names[p.PublicKey] = p.Node
 	}
@@ -271,11 +289,12 @@ func (a *Agent) overlayLoop(ctx context.Context) {
 		}
 		o := &a.overlay
 		o.mu.Lock()
-		st := o.state
+		st, mesh := o.state, o.mesh
 		o.mu.Unlock()
 		if st == nil {
 			continue
 		}
+		a.relayUnreached(mesh, *st)
 		if err := a.applyOverlay(*st); err != nil {
 			a.log.Warn("overlay: converge again", "err", err)
 		}
