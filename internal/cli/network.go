@@ -65,6 +65,9 @@ func printOverlayDevice(e *env, d api.OverlayDevice) {
 	fmt.Fprintf(e.stdout, "%s (%s WireGuard), listening on UDP %d, key %s\n", d.Interface, d.Kind, d.ListenPort, d.PublicKey)
 	if d.State != nil {
 		fmt.Fprintf(e.stdout, "address %s, block %s of %s\n", strings.TrimSuffix(d.State.Address, "/32"), d.State.Block, d.State.Network)
+		if d.DNS != "" {
+			fmt.Fprintf(e.stdout, "names (%d) answered at %s\n", len(d.State.Names), d.DNS)
+		}
 	} else {
 		fmt.Fprintln(e.stdout, "no state from the server yet")
 	}

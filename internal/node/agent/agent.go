@@ -148,7 +148,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		lock.Release()
 		return nil, fmt.Errorf("machine id: %w", err)
 	}
-	if a.wl, err = newWorkloads(cfg, agentScope(a.machineID, cfg.DataDir), &a.users, logger); err != nil {
+	if a.wl, err = newWorkloads(cfg, agentScope(a.machineID, cfg.DataDir), &a.users, a.overlayResolvers, logger); err != nil {
 		lock.Release()
 		return nil, err
 	}

@@ -219,6 +219,19 @@ func (a *Agent) serveNames(o *overlayNode, addr netip.Addr, table map[string][]s
 	}
 }
 
+// overlayResolvers are the resolvers containers get: the overlay's names
+// server, which forwards other names to the node's own; none while it
+// does not run.
+func (a *Agent) overlayResolvers() []netip.Addr {
+	o := &a.overlay
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if ap, err := netip.ParseAddrPort(o.dnsAddr); err == nil {
+		return []netip.Addr{ap.Addr()}
+	}
+	return nil
+}
+
 // overlayStateReq answers the server's overlay.state.
 func (a *Agent) overlayStateReq(body json.RawMessage) (any, error) {
 	if !a.cfg.Overlay {

@@ -28,9 +28,9 @@ const relayQueueLen = 1024
 // relayState is which peers go through the server. Guarded by
 // overlayNode.mu.
 type relayState struct {
-	relayed  map[string]bool      // node ID → relayed
-	endpoint map[string]string    // node ID → the endpoint the server gave
-	since    map[string]time.Time // node ID → when that endpoint was first given
+	relayed  map[string]bool         // node ID → relayed
+	endpoint map[string]string       // node ID → the endpoint the server gave
+	since    map[string]time.Time    // node ID → when that endpoint was first given
 	blocks   map[string]netip.Prefix // node ID → block, also in Agent.relayBlocks
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -55,7 +56,7 @@ type workloads struct {
 // newWorkloads sets up the agent's workloads. scope names this agent's
 // containers on an engine other agents may share; users says who services
 // run as.
-func newWorkloads(cfg Config, scope string, users *runas.Policy, log *slog.Logger) (*workloads, error) {
+func newWorkloads(cfg Config, scope string, users *runas.Policy, dns func() []netip.Addr, log *slog.Logger) (*workloads, error) {
 	w := &workloads{log: log, changed: make(chan struct{}, 1),
 		reports: map[string]api.Container{}, reported: make(chan struct{}, 1),
 		containerDefaults: cfg.containerDefaults()}
@@ -101,6 +102,7 @@ func newWorkloads(cfg Config, scope string, users *runas.Policy, log *slog.Logge
 		Scope:      scope,
 		Logger:     log.With("subsystem", "container"),
 		OnChange:   w.containerChanged,
+		DNS:        dns,
 	})
 	if err != nil {
 		return nil, err

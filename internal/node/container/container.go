@@ -87,6 +87,9 @@ type Config struct {
 	// RuntimeDir holds one directory per job (RuntimeDir/<job id>), where
 	// its path volumes live. Empty: only named volumes.
 	RuntimeDir string
+	// DNS gives the resolvers a container gets when it is created (the
+	// agent's overlay names server); nil or none: the engine's default.
+	DNS func() []netip.Addr
 }
 
 // Manager runs container jobs on one node. It is safe for concurrent use.
@@ -103,6 +106,7 @@ type Manager struct {
 	reconcileEvery time.Duration
 	stopGrace      int // seconds
 	runtimeDir     string
+	dns            func() []netip.Addr
 
 	running atomic.Bool // Run was called
 	// nudge asks Run's reconcile loop to look at a job; set by Run, with
@@ -146,6 +150,7 @@ func New(cfg Config) (*Manager, error) {
 		stopGrace:      int(math.Ceil(cmp.Or(cfg.StopGrace, DefaultStopGrace).Seconds())),
 		jobs:           map[string]*job{},
 		runtimeDir:     cfg.RuntimeDir,
+		dns:            cfg.DNS,
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)

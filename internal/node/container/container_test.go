@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -522,5 +523,38 @@ func TestKilledWhileAwayIsNotOOM(t *testing.T) {
 	h := waitStatus(t, b, hog.ID, api.ContainerDead)
 	if h.Reason != "out of memory" {
 		t.Errorf("hog reason = %q, want %q", h.Reason, "out of memory")
+	}
+}
+
+// TestDeployGivesTheResolver: a manager with DNS makes containers whose
+// resolver it names (the agent's overlay names server); one without
+// leaves the engine's default.
+func TestDeployGivesTheResolver(t *testing.T) {
+	e := setup(t)
+	ctx := ctxFor(t)
+	names := netip.MustParseAddr("100.64.3.1")
+	for _, tc := range []struct {
+		name string
+		dns  func() []netip.Addr
+		want []netip.Addr
+	}{
+		{"overlay", func() []netip.Addr { return []netip.Addr{names} }, []netip.Addr{names}},
+		{"none", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, _ := e.manager(newMemPorts(), nil, func(c *container.Config) { c.DNS = tc.dns })
+			c, err := m.Deploy(ctx, e.httpdJob("dns-"+tc.name))
+			if err != nil {
+				t.Fatalf("Deploy: %v", err)
+			}
+			t.Cleanup(func() { m.Delete(context.Background(), c.Job.ID) })
+			res, err := e.engine.ContainerInspect(ctx, c.ContainerID, client.ContainerInspectOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.Container.HostConfig.DNS; !slices.Equal(got, tc.want) {
+				t.Errorf("the container's resolvers = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

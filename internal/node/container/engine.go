@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,6 +132,10 @@ func (m *Manager) createOptions(job api.ContainerJob, ports []api.ContainerPort,
 	}
 
 	memory := job.MemoryMB << 20
+	var dns []netip.Addr
+	if m.dns != nil {
+		dns = m.dns()
+	}
 	return client.ContainerCreateOptions{
 		Name: m.containerName(job),
 		Config: &container.Config{
@@ -141,6 +146,7 @@ func (m *Manager) createOptions(job api.ContainerJob, ports []api.ContainerPort,
 			ExposedPorts: exposed,
 		},
 		HostConfig: &container.HostConfig{
+			DNS:          dns,
 			PortBindings: bindings,
 			Mounts:       mounts,
 			// The agent restarts the job by its policy (watch.go): the

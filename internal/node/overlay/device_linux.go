@@ -28,8 +28,8 @@ const routeProtocol netlink.RouteProtocol = 110
 // (user set) or by the kernel (wgc set). Addresses and routes are set with
 // netlink either way.
 type linuxDevice struct {
-	name string
-	link netlink.Link
+	name  string
+	link  netlink.Link
 	user  *wgdevice.Device
 	wgc   *wgctrl.Client
 	relay *relayBind // nil: no relay (or the kernel's device)
