@@ -181,7 +181,13 @@ type Heartbeat struct {
 	// Usage is how busy the machine is now, for the dashboard's charts;
 	// absent from agents older than it, or where it cannot be measured.
 	Usage *MachineUsage `json:"usage,omitempty"`
+	// Overlay is the node's overlay links now, for the per-peer metrics;
+	// sent only to servers whose welcome offered an overlay.
+	Overlay []OverlayLink `json:"overlay,omitempty"`
 }
+
+// MaxHeartbeatLinks bounds Heartbeat.Overlay.
+const MaxHeartbeatLinks = 4096
 
 // HeartbeatAck answers a heartbeat.
 type HeartbeatAck struct {

@@ -115,7 +115,8 @@ type OverlayList struct {
 // OverlayLink is a node's WireGuard peer as its device sees it: the
 // agent's local API answers GET /v1/overlay with a list of them.
 type OverlayLink struct {
-	Node          string     `json:"node,omitempty"` // the peer's name, where the agent knows it
+	Node          string     `json:"node,omitempty"`    // the peer's name, where the agent knows it
+	NodeID        string     `json:"node_id,omitempty"` // the peer's ID, likewise
 	PublicKey     string     `json:"public_key"`
 	Endpoint      string     `json:"endpoint,omitempty"`
 	AllowedIPs    []string   `json:"allowed_ips"`

@@ -245,6 +245,18 @@ func overlayNodes(t *testing.T, s *server) map[string]api.OverlayNode {
 	return out
 }
 
+// waitDevices waits until each node's device has its address and a link
+// to each of its peers.
+func waitDevices(t *testing.T, s *server, nodes map[string]api.OverlayNode) {
+	t.Helper()
+	for name, n := range nodes {
+		waitFor(t, 30*time.Second, name+"'s device on its state", func() (bool, string) {
+			d, err := s.client().Overlay(context.Background(), name)
+			return err == nil && d.State != nil && d.State.Address == n.Address && len(d.Links) == len(n.Peers), fmt.Sprint(d, err)
+		})
+	}
+}
+
 func TestOverlayBetweenNodes(t *testing.T) {
 	requireOverlay(t)
 	u := newUnderlay(t, 3)
@@ -262,12 +274,7 @@ func TestOverlayBetweenNodes(t *testing.T) {
 		return len(nodes) == 3, fmt.Sprint(nodes)
 	})
 	a, b, c := nodes["ov-a"], nodes["ov-b"], nodes["ov-c"]
-	for name, n := range nodes {
-		waitFor(t, 30*time.Second, name+"'s device on its state", func() (bool, string) {
-			d, err := s.client().Overlay(context.Background(), name)
-			return err == nil && d.State != nil && d.State.Address == n.Address && len(d.Links) == len(n.Peers), fmt.Sprint(d, err)
-		})
-	}
+	waitDevices(t, s, nodes)
 	if !slices.Equal(a.Peers, []string{"ov-b"}) || !slices.Equal(c.Peers, []string{}) {
 		t.Errorf("peers: a %v, c %v; want a with b alone and c with none", a.Peers, c.Peers)
 	}
@@ -326,6 +333,18 @@ func TestOverlayBetweenNodes(t *testing.T) {
 	if !strings.Contains(out, `"last_handshake"`) || !strings.Contains(out, `"node": "ov-b"`) {
 		t.Errorf("network show ov-a = %s; want the link to ov-b with a handshake", out)
 	}
+
+	// The per-peer metrics: what a sent b, as a's heartbeats say.
+	series := fmt.Sprintf(`nodemgr_overlay_peer_sent_bytes_total{node_id=%q,peer_id=%q} `, a.NodeID, b.NodeID)
+	waitFor(t, 10*time.Second, "a's bytes to b in the metrics", func() (bool, string) {
+		_, text, _ := scrape(t, s)
+		i := strings.Index(text, series)
+		if i < 0 {
+			return false, "no " + series
+		}
+		value, _, _ := strings.Cut(text[i+len(series):], "\n")
+		return value != "0", series + value
+	})
 
 	// Cutting b's device breaks the path; the agent brings its routes back
 	// once the link is up again.
@@ -412,6 +431,7 @@ func TestOverlayNamesFollowARestore(t *testing.T) {
 		nodes = overlayNodes(t, s)
 		return len(nodes) == 3, fmt.Sprint(nodes)
 	})
+	waitDevices(t, s, nodes)
 	addr := func(name string) string { return strings.TrimSuffix(nodes[name].Address, "/32") }
 	dnsAt := net.JoinHostPort(addr("nm-client"), "53")
 
@@ -485,6 +505,7 @@ func TestOverlayRelaysWhenUDPIsBlocked(t *testing.T) {
 		nodes = overlayNodes(t, s)
 		return len(nodes) == 2, fmt.Sprint(nodes)
 	})
+	waitDevices(t, s, nodes)
 	bAddr := strings.TrimSuffix(nodes["rl-b"].Address, "/32")
 	echoIn(t, u.nodes[1], net.JoinHostPort(bAddr, "9000"))
 	waitFor(t, 60*time.Second, "a reaching b through the relay", func() (bool, string) {

@@ -18,6 +18,9 @@ func (h *Hub) Heartbeat(sess *Session, hb api.Heartbeat) time.Time {
 	h.RecordBeat(store.Heartbeat{NodeID: sess.NodeID, At: now, AgentState: hb.State, SuiteID: hb.SuiteID,
 		Held: sess.Held(hb.SuiteID)})
 	h.Usage.Record(sess.NodeID, now, hb.Usage)
+	if hb.Overlay != nil {
+		sess.overlayLinks.Store(&hb.Overlay)
+	}
 	return now
 }
 

@@ -38,6 +38,17 @@ type Session struct {
 	held atomic.Pointer[heldCount]
 	// parking holds the agent's parked tasks.fetch, if any (parking.go).
 	parking parking
+	// overlayLinks are the node's overlay links as its last heartbeat
+	// said, for the per-peer metrics; nil before one.
+	overlayLinks atomic.Pointer[[]api.OverlayLink]
+}
+
+// OverlayLinks are the node's overlay links as its last heartbeat said.
+func (s *Session) OverlayLinks() []api.OverlayLink {
+	if l := s.overlayLinks.Load(); l != nil {
+		return *l
+	}
+	return nil
 }
 
 // heldCount is how many of a suite's tasks an agent holds unstarted.

@@ -149,6 +149,9 @@ func (h *agentHandler) HandleRequest(ctx context.Context, method string, body js
 		if !enroll.ValidState(hb.State) {
 			return nil, errdefs.Field("state", "unknown agent state %q", hb.State)
 		}
+		if len(hb.Overlay) > api.MaxHeartbeatLinks {
+			return nil, errdefs.Field("overlay", "%d links, above the %d a heartbeat may carry", len(hb.Overlay), api.MaxHeartbeatLinks)
+		}
 		return api.HeartbeatAck{ServerTime: h.s.hub.Heartbeat(h.sess, hb)}, nil
 	case api.MethodGoodbye:
 		var g api.Goodbye

@@ -63,7 +63,7 @@ func newMetrics(s *Server) *metrics {
 			Name: "nodemgr_overlay_relay_dropped_total", Help: "Batches of relayed packets dropped: the peer was not connected to this server, or did not take them in time.",
 		}),
 	}
-	reg.MustRegister(m.httpRequests, m.httpDuration, m.protocolErrors, m.stats, m.overlayRelayed, m.overlayRelayDropped,
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.protocolErrors, m.stats, m.overlayRelayed, m.overlayRelayDropped, overlayCollector{s.hub},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(s.hub.Collectors()...)
 	reg.MustRegister(s.dispatcher.Collectors()...)

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nodemgr/nodemgr/api"
 	"github.com/nodemgr/nodemgr/internal/base/errdefs"
 	"github.com/nodemgr/nodemgr/internal/base/httpapi"
@@ -92,4 +94,39 @@ func (s *Server) handleListNetwork(w http.ResponseWriter, r *http.Request) error
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// overlayCollector gives, for each agent connected here, its overlay
+// links as its last heartbeat said: per-peer handshake age and bytes.
+type overlayCollector struct{ hub *hub.Hub }
+
+var (
+	overlayHandshakeAge = prometheus.NewDesc("nodemgr_overlay_peer_handshake_age_seconds",
+		"Seconds since the node's last WireGuard handshake with the peer, as its last heartbeat said; absent: never.", []string{"node_id", "peer_id"}, nil)
+	overlayReceived = prometheus.NewDesc("nodemgr_overlay_peer_received_bytes_total",
+		"Bytes the node received from the peer over the overlay, as its last heartbeat said.", []string{"node_id", "peer_id"}, nil)
+	overlaySent = prometheus.NewDesc("nodemgr_overlay_peer_sent_bytes_total",
+		"Bytes the node sent the peer over the overlay, as its last heartbeat said.", []string{"node_id", "peer_id"}, nil)
+)
+
+func (c overlayCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- overlayHandshakeAge
+	ch <- overlayReceived
+	ch <- overlaySent
+}
+
+func (c overlayCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	for _, sess := range c.hub.All() {
+		for _, l := range sess.OverlayLinks() {
+			if l.NodeID == "" {
+				continue
+			}
+			if l.LastHandshake != nil {
+				ch <- prometheus.MustNewConstMetric(overlayHandshakeAge, prometheus.GaugeValue, now.Sub(*l.LastHandshake).Seconds(), sess.NodeID, l.NodeID)
+			}
+			ch <- prometheus.MustNewConstMetric(overlayReceived, prometheus.CounterValue, float64(l.RxBytes), sess.NodeID, l.NodeID)
+			ch <- prometheus.MustNewConstMetric(overlaySent, prometheus.CounterValue, float64(l.TxBytes), sess.NodeID, l.NodeID)
+		}
+	}
 }

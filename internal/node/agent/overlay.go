@@ -34,6 +34,7 @@ type overlayNode struct {
 	// one arrived late and is dropped. A new session starts again at 0.
 	generation uint64
 	names      map[string]string // public key → peer's node name
+	ids        map[string]string // public key → peer's node ID
 	err        error             // why the mesh could not be made or converge
 	// dns answers the overlay's names on the node's overlay address; nil
 	// until the first state, or when port 53 there cannot be had.
@@ -151,7 +152,7 @@ func (a *Agent) applyOverlay(st api.OverlayState) error {
 	if o.state == nil || digestOverlay(*o.state) != digestOverlay(st) {
 		a.log.Info("overlay: converged", "address", st.Address, "peers", len(st.Peers), "names", len(st.Names))
 	}
-	o.state, o.names, o.err = &st, peerNames, nil
+	o.state, o.names, o.ids, o.err = &st, peerNames, peerIDs(st.Peers), nil
 	a.serveNames(o, want.Address.Addr(), st.Names)
 	return nil
 }
@@ -232,6 +233,14 @@ func (a *Agent) overlayResolvers() []netip.Addr {
 	return nil
 }
 
+func peerIDs(peers []api.OverlayPeer) map[string]string {
+	out := make(map[string]string, len(peers))
+	for _, p := range peers {
+		out[p.PublicKey] = p.NodeID
+	}
+	return out
+}
+
 // overlayStateReq answers the server's overlay.state.
 func (a *Agent) overlayStateReq(body json.RawMessage) (any, error) {
 	if !a.cfg.Overlay {
@@ -252,7 +261,7 @@ func (a *Agent) overlayStateReq(body json.RawMessage) (any, error) {
 func (a *Agent) overlayDevice(*http.Request) (api.OverlayDevice, error) {
 	o := &a.overlay
 	o.mu.Lock()
-	mesh, st, peerNames, why, dnsAddr := o.mesh, o.state, o.names, o.err, o.dnsAddr
+	mesh, st, peerNames, ids, why, dnsAddr := o.mesh, o.state, o.names, o.ids, o.err, o.dnsAddr
 	o.mu.Unlock()
 	if mesh == nil {
 		if why != nil {
@@ -263,14 +272,41 @@ func (a *Agent) overlayDevice(*http.Request) (api.OverlayDevice, error) {
 		}
 		return api.OverlayDevice{}, errdefs.NotFound("overlay on this node yet: the agent joins when its server offers one")
 	}
-	peers, err := mesh.Peers()
+	links, err := meshLinks(mesh, peerNames, ids)
 	if err != nil {
 		return api.OverlayDevice{}, err
 	}
-	out := api.OverlayDevice{Interface: mesh.Interface(), Kind: mesh.Kind(), PublicKey: mesh.PublicKey(),
-		ListenPort: mesh.ListenPort(), State: st, DNS: dnsAddr, Links: []api.OverlayLink{}}
+	return api.OverlayDevice{Interface: mesh.Interface(), Kind: mesh.Kind(), PublicKey: mesh.PublicKey(),
+		ListenPort: mesh.ListenPort(), State: st, DNS: dnsAddr, Links: links}, nil
+}
+
+// overlayLinks are the mesh's links now, for a heartbeat; none before
+// the mesh has a state.
+func (a *Agent) overlayLinks() []api.OverlayLink {
+	o := &a.overlay
+	o.mu.Lock()
+	mesh, st, peerNames, ids := o.mesh, o.state, o.names, o.ids
+	o.mu.Unlock()
+	if mesh == nil || st == nil {
+		return nil
+	}
+	links, err := meshLinks(mesh, peerNames, ids)
+	if err != nil || len(links) > api.MaxHeartbeatLinks {
+		return nil
+	}
+	return links
+}
+
+// meshLinks are the device's peers as WireGuard sees them, with the
+// peers' names and IDs by key.
+func meshLinks(mesh *overlay.Mesh, peerNames, ids map[string]string) ([]api.OverlayLink, error) {
+	peers, err := mesh.Peers()
+	if err != nil {
+		return nil, err
+	}
+	out := []api.OverlayLink{}
 	for _, p := range peers {
-		l := api.OverlayLink{Node: peerNames[p.PublicKey], PublicKey: p.PublicKey, Endpoint: p.Endpoint,
+		l := api.OverlayLink{Node: peerNames[p.PublicKey], NodeID: ids[p.PublicKey], PublicKey: p.PublicKey, Endpoint: p.Endpoint,
 			RxBytes: p.RxBytes, TxBytes: p.TxBytes, AllowedIPs: []string{}}
 		for _, ip := range p.AllowedIPs {
 			l.AllowedIPs = append(l.AllowedIPs, ip.String())
@@ -279,7 +315,7 @@ func (a *Agent) overlayDevice(*http.Request) (api.OverlayDevice, error) {
 			t := p.LastHandshake.UTC()
 			l.LastHandshake = &t
 		}
-		out.Links = append(out.Links, l)
+		out = append(out, l)
 	}
 	return out, nil
 }

@@ -26,6 +26,7 @@ type session struct {
 	published   time.Time     // UpdatedAt of the presence the server has
 	books       booksReport   // what the server has of the books
 	noticesSent int           // the notices version the server has
+	overlay     bool          // the server has an overlay: heartbeats carry the links
 }
 
 // session serves one connection: hello, then the session's loop until the
@@ -55,6 +56,7 @@ func (a *Agent) session(ctx context.Context, conn proto.Conn, peer *proto.Peer) 
 	a.runner.takesHeld.Store(welcome.TakesHeld)
 	a.runner.taskLogMax.Store(welcome.TaskLogMax)
 	a.runner.parksFetch.Store(welcome.ParksFetch)
+	s.overlay = welcome.Overlay != "" && a.cfg.Overlay
 	defer a.contact.Store(nil)
 	a.runner.resume()
 	a.maybeRenew(ctx, peer)
@@ -197,6 +199,9 @@ func (s *session) beat() error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.interval)
 	state, suite := s.a.work()
 	hb := api.Heartbeat{State: state, SuiteID: suite, Usage: s.a.machineUsage()}
+	if s.overlay {
+		hb.Overlay = s.a.overlayLinks()
+	}
 	err := s.peer.Call(ctx, api.MethodHeartbeat, hb, nil)
 	cancel()
 	if err != nil && s.ctx.Err() == nil {
