@@ -365,7 +365,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		if err := admin.Do(ctx, "PUT", "/v1/pools/burst", pool, nil); err != nil {
 			t.Fatal(err)
 		}
-		for i, p := range []string{"/ui/templates", "/ui/templates/ubuntu-worker-small", "/ui/mappings", "/ui/mappings/ubuntu", "/ui/pools", "/ui/pools/burst", "/ui/ensembles", "/ui/deployments"} {
+		for i, p := range []string{"/ui/templates", "/ui/templates/ubuntu-worker-small", "/ui/mappings", "/ui/mappings/ubuntu", "/ui/pools", "/ui/pools/burst", "/ui/ensembles", "/ui/network", "/ui/deployments"} {
 			b.open(p)
 			if b.exists("#page-error") {
 				t.Errorf("%s shows an error: %s", p, b.text("#page-error"))

@@ -97,3 +97,18 @@ func TestSafeReturn(t *testing.T) {
 		}
 	}
 }
+
+func TestHostAddr(t *testing.T) {
+	for in, want := range map[string]string{
+		"100.64.3.1/32":  "100.64.3.1",
+		"100.64.3.0/24":  "100.64.3.0/24",
+		"fd00::1/128":    "fd00::1",
+		"100.64.3.1":     "100.64.3.1",
+		"":               "",
+		"not an address": "not an address",
+	} {
+		if got := hostAddr(in); got != want {
+			t.Errorf("hostAddr(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -68,6 +68,7 @@ var funcs = template.FuncMap{
 	"segments": segments,
 	"add":      func(a, b int) int { return a + b },
 	"button":   makeButton,
+	"hostAddr": hostAddr,
 }
 
 // badge is the CSS class of a status or state: green for good, amber for
@@ -169,6 +170,10 @@ func sortedKV(m any) []kv {
 	case map[string]any:
 		for k, v := range mm {
 			out = append(out, kv{k, fmt.Sprint(v)})
+		}
+	case map[string][]string:
+		for k, v := range mm {
+			out = append(out, kv{k, strings.Join(v, ", ")})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].K < out[j].K })

@@ -108,6 +108,8 @@ func (u *UI) routes() *http.ServeMux {
 	m.HandleFunc("GET /ui/suites", u.page(suitesPage))
 	m.HandleFunc("GET /ui/suites/{suite}", u.page(u.suitePage))
 	m.HandleFunc("GET /ui/tasks/{task}", u.page(u.taskPage))
+	m.HandleFunc("GET /ui/network", u.page(u.networkPage))
+	m.HandleFunc("GET /ui/network/{node}", u.page(u.overlayNodePage))
 	m.HandleFunc("GET /ui/deployments", u.page(deploymentsPage))
 	m.HandleFunc("GET /ui/ensembles", u.page(u.ensemblesPage))
 	m.HandleFunc("GET /ui/ensembles/{ensemble}", u.page(u.ensemblePage))
