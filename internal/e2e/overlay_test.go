@@ -441,14 +441,24 @@ allocations:
   - name: db
     resources: {cpus: 0.1, memory_mb: 16}
     placement: {nodes: [nm-b, nm-c]}
+    container: {image: %s, command: [sleep, "300"], labels: %s, ports: [{container: 5432}]}
+  - name: web
+    resources: {cpus: 0.1, memory_mb: 16}
+    placement: {nodes: [nm-client]}
     container: {image: %s, command: [sleep, "300"], labels: %s}
-`, image, labelJSON)), 0o644)
+`, image, labelJSON, image, labelJSON)), 0o644)
 	out, stderr, code := s.run(t, "ensemble", "deploy", "-f", f, "--json")
 	var en api.Ensemble
-	if code != 0 || json.Unmarshal([]byte(out), &en) != nil || len(en.Replicas) != 1 {
+	if code != 0 || json.Unmarshal([]byte(out), &en) != nil || len(en.Replicas) != 2 {
 		t.Fatalf("deploy: exit %d\n%s%s", code, out, stderr)
 	}
 	first := en.Replicas[0].NodeName
+	// web, on a node meshed with db's, is told db's name, not a host.
+	web, err := s.client().Container(context.Background(), en.Replicas[1].Container)
+	want := fmt.Sprintf("1.db.shop.nodemgr:%d", en.Replicas[0].Ports[0].Host)
+	if err != nil || web.Job.Env["NODEMGR_ALLOC_DB_ADDR"] != want || web.Job.Env["NODEMGR_ALLOC_DB_NAME"] != "db.shop.nodemgr" {
+		t.Errorf("web's env = %v, %v; want NODEMGR_ALLOC_DB_ADDR=%s and _NAME=db.shop.nodemgr", web.Job.Env, err, want)
+	}
 	waitFor(t, 15*time.Second, "1.db.shop.nodemgr at "+first, func() (bool, string) {
 		got, err := resolveIn(u.nodes[0], dnsAt, "1.db.shop.nodemgr")
 		return err == nil && slices.Equal(got, []string{addr(first)}), fmt.Sprint(got, err)
@@ -466,7 +476,7 @@ allocations:
 	var restored api.EnsembleReplica
 	waitFor(t, 60*time.Second, "the replica restored on the other node", func() (bool, string) {
 		e, err := s.client().Ensemble(context.Background(), "shop")
-		if err != nil || len(e.Replicas) != 1 {
+		if err != nil || len(e.Replicas) != 2 {
 			return false, fmt.Sprint(e, err)
 		}
 		restored = e.Replicas[0]
@@ -478,6 +488,11 @@ allocations:
 		return err == nil && slices.Equal(got, []string{addr(restored.NodeName)}), fmt.Sprint(got, err)
 	})
 	t.Logf("the name led to the restored replica's node %s after the restore", time.Since(at).Round(time.Millisecond))
+	// The lost node's container still runs in the one engine of this
+	// machine and holds the old host port, so the restore took a free one.
+	if len(restored.Ports) != 1 || restored.Ports[0].Host == 0 {
+		t.Errorf("the restored replica's ports = %+v, want one host port", restored.Ports)
+	}
 	if _, stderr, code := s.run(t, "ensemble", "shutdown", "shop"); code != 0 {
 		t.Fatalf("shutdown: %s", stderr)
 	}

@@ -87,6 +87,8 @@ type Network struct {
 	// reach is each member's peers as the last states read them: who may
 	// relay packets to whom.
 	reach map[string]map[string]bool
+	// addrs is each member's own overlay address, likewise.
+	addrs map[string]netip.Addr
 }
 
 // New checks cfg and makes the network.
@@ -195,6 +197,34 @@ func (n *Network) MayRelay(from, to string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.reach[from][to]
+}
+
+// AddressOf is node's own overlay address, if it is on the overlay, as
+// of the last states read.
+func (n *Network) AddressOf(node string) (netip.Addr, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	a, ok := n.addrs[node]
+	return a, ok
+}
+
+// Meshed says whether every one of nodes is on the overlay and a peer of
+// every other (or the same node), as of the last states read: workloads
+// on them reach each other inside WireGuard, and by name.
+func (n *Network) Meshed(nodes []string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, a := range nodes {
+		if _, ok := n.addrs[a]; !ok {
+			return false
+		}
+		for _, b := range nodes[i+1:] {
+			if a != b && !n.reach[a][b] {
+				return false
+			}
+		}
+	}
+	return len(nodes) > 0
 }
 
 // Kick makes the next round start now.
@@ -314,14 +344,16 @@ func (n *Network) states(ctx context.Context, ids []string) (map[string]api.Over
 	}
 	n.generation++
 	reach := make(map[string]map[string]bool, len(v.order))
+	addrs := make(map[string]netip.Addr, len(v.order))
 	for _, m := range v.order {
+		addrs[m.NodeID] = n.NodeAddress(m.Block).Addr()
 		reach[m.NodeID] = map[string]bool{}
 		for _, p := range v.peers(m) {
 			reach[m.NodeID][p.NodeID] = true
 		}
 	}
 	n.mu.Lock()
-	n.reach = reach
+	n.reach, n.addrs = reach, addrs
 	n.mu.Unlock()
 	out := make(map[string]api.OverlayState, len(ids))
 	for _, id := range ids {

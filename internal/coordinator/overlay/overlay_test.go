@@ -204,6 +204,20 @@ func TestPeersShareAGroup(t *testing.T) {
 			t.Errorf("peers of %s = %v, want %v", id, got, want)
 		}
 	}
+	for _, tc := range []struct {
+		nodes []string
+		want  bool
+	}{
+		{[]string{"a1", "b2", "d4"}, true},
+		{[]string{"a1", "a1"}, true},
+		{[]string{"a1", "c3"}, false},   // no group in common
+		{[]string{"a1", "nope"}, false}, // not on the overlay
+		{nil, false},
+	} {
+		if got := n.Meshed(tc.nodes); got != tc.want {
+			t.Errorf("Meshed(%v) = %v, want %v", tc.nodes, got, tc.want)
+		}
+	}
 	list, err := n.List(t.Context(), func(nd store.Node) bool { return slices.Contains(nd.Groups, "blue") })
 	if err != nil {
 		t.Fatal(err)

@@ -116,6 +116,8 @@ func (a ensembleAgents) Host(nodeID, name string) string {
 	return name
 }
 
+func (a ensembleAgents) Meshed(nodeIDs []string) bool { return a.s.overlay.Meshed(nodeIDs) }
+
 func (a ensembleAgents) Presence(nodeID string) *api.Presence {
 	if sess := a.s.hub.Get(nodeID); sess != nil {
 		return sess.Presence()

@@ -360,7 +360,26 @@ func (a *Agent) handleListServices(w http.ResponseWriter, r *http.Request) error
 }
 
 func (a *Agent) startService(r *http.Request, spec api.ServiceSpec) (api.Service, error) {
-	return a.wl.startService(r.Context(), spec)
+	return a.wl.startService(r.Context(), withNamesServer(spec, a.overlayNamesAddr()))
+}
+
+// withNamesServer tells a service where the overlay's names are answered
+// (NODEMGR_DNS, ip:53): a process uses the node's resolver, which does not
+// know them. The spec's own value wins.
+func withNamesServer(spec api.ServiceSpec, dns string) api.ServiceSpec {
+	if dns == "" {
+		return spec
+	}
+	if _, set := spec.Env["NODEMGR_DNS"]; set {
+		return spec
+	}
+	env := make(map[string]string, len(spec.Env)+1)
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	env["NODEMGR_DNS"] = dns
+	spec.Env = env
+	return spec
 }
 
 func (a *Agent) getService(r *http.Request) (api.Service, error) {

@@ -220,6 +220,15 @@ func (a *Agent) serveNames(o *overlayNode, addr netip.Addr, table map[string][]s
 	}
 }
 
+// overlayNamesAddr is where the overlay's names are answered on this
+// node (ip:53), "" while they are not.
+func (a *Agent) overlayNamesAddr() string {
+	o := &a.overlay
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.dnsAddr
+}
+
 // overlayResolvers are the resolvers containers get: the overlay's names
 // server, which forwards other names to the node's own; none while it
 // does not run.

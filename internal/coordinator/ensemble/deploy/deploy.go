@@ -183,6 +183,11 @@ func (r *Runner) deployAll(ctx context.Context, e *api.Ensemble, plan ensemble.P
 		commits[i] = c
 	}
 	env := map[string]string{}
+	var placed []string
+	for _, p := range plan.Placements {
+		placed = append(placed, p.NodeID)
+	}
+	meshed := r.agents.Meshed(placed)
 	for _, a := range e.Spec.Allocations {
 		told := false // the allocations after this one know where it answers
 		for i, p := range plan.Placements {
@@ -197,7 +202,7 @@ func (r *Runner) deployAll(ctx context.Context, e *api.Ensemble, plan ensemble.P
 				return fmt.Errorf("allocation %s replica %d on %s: %w", p.Allocation, p.Replica, p.NodeName, err)
 			}
 			if !told && len(rep.Ports) > 0 {
-				setAllocEnv(env, e.Name, a.Name, r.agents.Host(p.NodeID, p.NodeName), rep.Ports[0].Host)
+				setAllocEnv(env, e.Name, *rep, r.agents.Host(p.NodeID, p.NodeName), meshed)
 				told = true
 			}
 		}
@@ -336,14 +341,23 @@ func (r *Runner) removeReplica(ctx context.Context, n store.Node, rep *api.Ensem
 	return nil
 }
 
-// setAllocEnv tells the allocations after alloc where it answers: the
-// host and port of its first replica, and its name on the overlay
-// network, which follows its replicas wherever they are restored.
-func setAllocEnv(env map[string]string, ensemble, alloc, host string, port int) {
-	key := "NODEMGR_ALLOC_" + envName(alloc)
-	env[key+"_NAME"] = alloc + "." + ensemble + "." + api.OverlayZone
-	env[key+"_HOST"], env[key+"_PORT"] = host, strconv.Itoa(port)
-	env[key+"_ADDR"] = net.JoinHostPort(host, strconv.Itoa(port))
+// setAllocEnv tells the allocations after rep's where it answers: rep
+// is the allocation's first replica. Its name on the overlay network,
+// which follows its replicas wherever they are restored, is _NAME; where
+// the ensemble's nodes are all meshed on the overlay, _HOST is rep's own
+// name there (1.db.shop.nodemgr), which leads to it across restores (it
+// asks for its host port again), and the traffic crosses nodes inside
+// WireGuard. Else _HOST is the address of rep's node.
+func setAllocEnv(env map[string]string, ensemble string, rep api.EnsembleReplica, host string, meshed bool) {
+	key := "NODEMGR_ALLOC_" + envName(rep.Allocation)
+	name := rep.Allocation + "." + ensemble + "." + api.OverlayZone
+	env[key+"_NAME"] = name
+	if meshed {
+		host = strconv.Itoa(rep.Replica) + "." + name
+	}
+	port := strconv.Itoa(rep.Ports[0].Host)
+	env[key+"_HOST"], env[key+"_PORT"] = host, port
+	env[key+"_ADDR"] = net.JoinHostPort(host, port)
 }
 
 // envName is an allocation's name as it goes into variable names.

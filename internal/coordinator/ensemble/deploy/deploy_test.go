@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -32,6 +33,7 @@ func (a silentAgents) DeleteContainer(ctx context.Context, n store.Node, _ strin
 	return api.Container{}, a.Call(ctx, n, "", "", nil, nil)
 }
 func (silentAgents) Host(_, name string) string    { return name }
+func (silentAgents) Meshed([]string) bool          { return false }
 func (silentAgents) Presence(string) *api.Presence { return nil }
 
 // newRunner is a Runner over a fresh SQLite store with one node, n1, and
@@ -157,5 +159,27 @@ func TestKeepHostPorts(t *testing.T) {
 				t.Errorf("keepHostPorts(%v, %v) = %v, want %v", tc.ports, tc.had, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestAllocEnv: the allocations after db learn its replica 1's host and
+// port, and its overlay names; on a meshed ensemble the host is the
+// replica's name, which follows it across restores.
+func TestAllocEnv(t *testing.T) {
+	rep := api.EnsembleReplica{Allocation: "db", Replica: 1, Ports: []api.ContainerPort{{Container: 5432, Host: 30201}}}
+	for _, tc := range []struct {
+		meshed bool
+		want   map[string]string
+	}{
+		{false, map[string]string{"NODEMGR_ALLOC_DB_HOST": "10.0.0.7", "NODEMGR_ALLOC_DB_PORT": "30201",
+			"NODEMGR_ALLOC_DB_ADDR": "10.0.0.7:30201", "NODEMGR_ALLOC_DB_NAME": "db.shop.nodemgr"}},
+		{true, map[string]string{"NODEMGR_ALLOC_DB_HOST": "1.db.shop.nodemgr", "NODEMGR_ALLOC_DB_PORT": "30201",
+			"NODEMGR_ALLOC_DB_ADDR": "1.db.shop.nodemgr:30201", "NODEMGR_ALLOC_DB_NAME": "db.shop.nodemgr"}},
+	} {
+		env := map[string]string{}
+		setAllocEnv(env, "shop", rep, "10.0.0.7", tc.meshed)
+		if !maps.Equal(env, tc.want) {
+			t.Errorf("setAllocEnv(meshed %v) = %v, want %v", tc.meshed, env, tc.want)
+		}
 	}
 }

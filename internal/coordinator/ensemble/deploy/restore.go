@@ -165,7 +165,7 @@ func (r *Runner) placeReplica(ctx context.Context, e api.Ensemble, alloc api.All
 	if err != nil {
 		return fmt.Errorf("commit on %s: %w", p.NodeName, err)
 	}
-	return r.deployReplica(ctx, e, alloc, rep, n, p.Resources, commit, r.allocEnv(e, rep.Allocation))
+	return r.deployReplica(ctx, e, alloc, rep, n, p.Resources, commit, r.allocEnv(e, rep.Allocation, n.ID))
 }
 
 // removeFailed removes what a failed deploy of rep left on node n (a
@@ -265,16 +265,21 @@ func (r *Runner) replaceReplica(ctx context.Context, e *api.Ensemble, i int, los
 }
 
 // allocEnv is where the allocations before alloc answer, from their
-// first replicas as they are now.
-func (r *Runner) allocEnv(e api.Ensemble, alloc string) map[string]string {
+// first replicas as they are now, for a replica going to node.
+func (r *Runner) allocEnv(e api.Ensemble, alloc, node string) map[string]string {
 	env := map[string]string{}
+	nodes := []string{node}
+	for _, rep := range e.Replicas {
+		nodes = append(nodes, rep.NodeID)
+	}
+	meshed := r.agents.Meshed(nodes)
 	for _, a := range e.Spec.Allocations {
 		if a.Name == alloc {
 			break
 		}
 		for _, rep := range e.Replicas {
 			if rep.Allocation == a.Name && len(rep.Ports) > 0 {
-				setAllocEnv(env, e.Name, a.Name, r.agents.Host(rep.NodeID, rep.NodeName), rep.Ports[0].Host)
+				setAllocEnv(env, e.Name, rep, r.agents.Host(rep.NodeID, rep.NodeName), meshed)
 				break
 			}
 		}

@@ -38,6 +38,10 @@ type Agents interface {
 	// Host is the address n's workloads answer on, as far as the server
 	// knows.
 	Host(nodeID, name string) string
+	// Meshed says whether the nodes are all on the overlay network and
+	// peers of each other: their workloads then reach each other by the
+	// overlay's names.
+	Meshed(nodeIDs []string) bool
 	// Presence is what n's agent last published, nil while it is not
 	// connected here.
 	Presence(nodeID string) *api.Presence
