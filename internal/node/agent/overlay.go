@@ -38,8 +38,9 @@ type overlayNode struct {
 	err        error             // why the mesh could not be made or converge
 	// dns answers the overlay's names on the node's overlay address; nil
 	// until the first state, or when port 53 there cannot be had.
-	dns     *names.Server
-	dnsAddr string
+	dns       *names.Server
+	dnsAddr   string
+	dnsFailed string // why the names server could not start, as last logged
 	// relay says which peers go through the server (overlayrelay.go).
 	relay relayState
 }
@@ -196,7 +197,10 @@ func (a *Agent) serveNames(o *overlayNode, addr netip.Addr, table map[string][]s
 		listen := netip.AddrPortFrom(addr, 53).String()
 		srv, err := names.New(names.Config{Listen: []string{listen}}, a.log.With("component", "names"))
 		if err != nil {
-			a.log.Warn("overlay: no DNS server for the overlay's names on this node", "err", err)
+			if err.Error() != o.dnsFailed { // tried again every resync: say it once
+				a.log.Warn("overlay: no DNS server for the overlay's names on this node", "err", err)
+				o.dnsFailed = err.Error()
+			}
 			return
 		}
 		go func() {
