@@ -87,8 +87,8 @@ func (r *relayState) unreached(status []overlay.PeerStatus, keys map[string]stri
 // relayUnreached marks the peers that UDP does not reach as relayed; the
 // apply that follows gives them their relay endpoints.
 func (a *Agent) relayUnreached(mesh *overlay.Mesh, st api.OverlayState) {
-	if mesh == nil {
-		return
+	if mesh == nil || mesh.Kind() != api.OverlayUserspace {
+		return // the kernel's device cannot relay
 	}
 	status, err := mesh.Peers()
 	if err != nil {

@@ -41,11 +41,7 @@ func openDevice(cfg Config, key wgtypes.Key, log *slog.Logger) (device, error) {
 	if err := removeStale(cfg.Interface, log); err != nil {
 		return nil, err
 	}
-	var d *linuxDevice
-	err := errors.New("a relaying mesh runs wireguard-go")
-	if cfg.Relay == nil {
-		d, err = openKernel(cfg, key)
-	}
+	d, err := openKernel(cfg, key)
 	if err != nil {
 		log.Debug("kernel wireguard unavailable, using wireguard-go", "interface", cfg.Interface, "err", err)
 		if d, err = openUserspace(cfg, key, log); err != nil {

@@ -40,10 +40,10 @@ type Config struct {
 	ListenPort int    // UDP port WireGuard listens on; 0: 51820
 	KeyFile    string // private key path; created with mode 0600 (dir 0700) if missing, else read
 	MTU        int    // 0: 1420
-	// Relay, when set, carries packets to peers whose
-	// endpoint is their overlay address (RelayEndpoint) through the
-	// server; such a mesh is always wireguard-go's, which the kernel's
-	// cannot do.
+	// Relay, when set, carries packets to peers whose endpoint is their
+	// overlay address (RelayEndpoint) through the server. Only
+	// wireguard-go's device can: the kernel's, used where the kernel has
+	// WireGuard, ignores it (Kind says which the mesh is).
 	Relay *Relay
 }
 
