@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodemgr/nodemgr/api"
+	"github.com/nodemgr/nodemgr/internal/base/syncbuf"
 	"github.com/nodemgr/nodemgr/internal/drivers/provision/docker/dockertest"
 )
 
@@ -288,7 +289,7 @@ func TestOverlayBetweenNodes(t *testing.T) {
 	// Capture a's underlay while a talks to b over the overlay.
 	capture := filepath.Join(t.TempDir(), "underlay.pcap")
 	dump := exec.Command("ip", "netns", "exec", u.nodes[0], "tcpdump", "-i", "eth0", "-n", "-U", "-w", capture)
-	var dumpErr strings.Builder
+	var dumpErr syncbuf.Buffer // written by the copy from tcpdump's stderr, read here
 	dump.Stderr = &dumpErr
 	if err := dump.Start(); err != nil {
 		t.Fatal(err)
