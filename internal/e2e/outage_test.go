@@ -182,6 +182,12 @@ func exposed(t *testing.T, addr string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	proxy(t, ln, addr)
+	return ln.Addr().String()
+}
+
+// proxy carries each connection ln accepts to addr, until the test ends.
+func proxy(t *testing.T, ln net.Listener, addr string) {
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -203,5 +209,4 @@ func exposed(t *testing.T, addr string) string {
 			}()
 		}
 	}()
-	return ln.Addr().String()
 }

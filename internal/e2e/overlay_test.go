@@ -141,25 +141,7 @@ func forward(t *testing.T, ns, to string) {
 	if err := inNetns(ns, func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:7070"); return err }); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				s, err := net.Dial("tcp", to)
-				if err != nil {
-					return
-				}
-				defer s.Close()
-				go io.Copy(s, c)
-				io.Copy(c, s)
-			}()
-		}
-	}()
+	proxy(t, ln, to)
 }
 
 // dialIn dials addr from inside ns.
